@@ -1,0 +1,98 @@
+"""The `psgd` command line. The only place that prints or shows progress."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Optional
+
+from psgd.config import ConfigError, load_config
+
+# Single-role commands run the role's module by path: psgd never imports
+# servers/ or workers/ at module level.
+ROLE_COMMANDS = {
+    "server": "servers.shard",
+    "worker": "workers.worker",
+    "eval": "workers.evaluator:evaluate_once",
+}
+
+
+def _run_module(spec: str, argv: list[str]) -> int:
+    module, _, func = spec.partition(":")
+    return getattr(importlib.import_module(module), func or "main")(argv)
+
+
+def _progress_bar(total: int):
+    from tqdm import tqdm
+    bar = tqdm(total=total, unit="step", dynamic_ncols=True, file=sys.stderr, leave=True)
+
+    def update(p) -> None:
+        bar.n = min(p.steps, total)
+        post = {"upd/s": f"{p.updates_per_s:.0f}"}
+        if p.accuracy is not None:
+            post["acc"] = f"{p.accuracy:.3f}"
+        if p.staleness_mean is not None:
+            post["stale"] = f"{p.staleness_mean:.2f}"
+        bar.set_postfix(post, refresh=False)
+        bar.refresh()
+    return bar, update
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from psgd.launcher import Launcher, make_run_dir
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"psgd launch: config error: {exc}", file=sys.stderr)
+        return 2
+    run_dir = make_run_dir(cfg, args.out)
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    bar, update = _progress_bar(cfg.cluster.workers * cfg.train.steps_per_worker) if not args.quiet else (None, None)
+    try:
+        result = Launcher(cfg, args.config, args.overrides, run_dir, on_progress=update).run()
+    finally:
+        if bar is not None:
+            bar.close()
+    s = result.summary or {}
+    if result.code == 0:
+        acc = s.get("final_test_accuracy")
+        ttt = s.get("time_to_target_s")
+        print(f"done: {s.get('mode')} accuracy {acc if acc is None else round(acc, 4)} "
+              f"in {s.get('wall_time_s')}s, {s.get('total_updates')} updates, "
+              f"time to target {ttt if ttt is not None else 'not reached'}, "
+              f"staleness mean {s.get('staleness_mean')} max {s.get('staleness_max')}, "
+              f"max clock gap {s.get('max_clock_gap')} -> {run_dir}")
+    else:
+        print(f"psgd launch: failed: {result.reason} (logs in {run_dir / 'logs'})", file=sys.stderr)
+    return result.code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="psgd", description="Parameter-server SGD: BSP, SSP and ASP over ZeroMQ.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    launch = sub.add_parser("launch", help="run servers, workers and the evaluator on this machine")
+    launch.add_argument("config")
+    launch.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, value parsed as YAML (repeatable)")
+    launch.add_argument("--out", default=None, help="run directory (default: run.out_dir/NAME-TIMESTAMP)")
+    launch.add_argument("--quiet", action="store_true", help="no progress bar")
+    launch.set_defaults(func=cmd_launch)
+
+    for name, help_text in (("server", "run one server shard (multi-host runs)"),
+                            ("worker", "run one worker (multi-host runs)"),
+                            ("eval", "evaluate the parameters held by running servers")):
+        r = sub.add_parser(name, help=help_text, add_help=False)
+        r.add_argument("rest", nargs=argparse.REMAINDER)
+        r.set_defaults(func=lambda a, n=name: _run_module(ROLE_COMMANDS[n], a.rest))
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+"""`psgd launch`: start every process of a run on this machine and supervise it.
+
+Servers, workers and the evaluator are started by module path (psgd imports
+neither servers/ nor workers/). Each child writes its own events file; the
+launcher merges them into metrics.jsonl as they arrive, reports progress
+through a callback, starts the common training clock once every child is
+ready, and stops everything in order: workers finish (or are stopped at
+max_time_s), the evaluator takes its final measurement and saves model.pt,
+then the servers stop. A child that dies is reported with its cause.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from psgd.config import Config, dump_config
+from psgd.process import START_FILE
+from psgd.summary import summarize
+
+__all__ = ["Launcher", "LaunchResult", "Progress", "ROLE_MODULES", "free_ports", "make_run_dir"]
+
+ROLE_MODULES = {
+    "server": ("servers.shard", "--shard"),
+    "worker": ("workers.worker", "--rank"),
+    "evaluator": ("workers.evaluator", "--index"),
+    "allreduce": ("workers.allreduce_worker", "--rank"),
+}
+READY_TIMEOUT_S = 180.0
+STOP_GRACE_S = 10.0
+
+
+class LaunchFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class Progress:
+    steps: int = 0
+    total_steps: int = 0
+    updates: int = 0
+    updates_per_s: float = 0.0
+    accuracy: Optional[float] = None
+    staleness_mean: Optional[float] = None
+    t: float = 0.0
+
+
+@dataclass
+class LaunchResult:
+    code: int
+    reason: str
+    run_dir: Path
+    summary: Optional[dict] = None
+
+
+@dataclass
+class _Child:
+    role: str
+    index: int
+    proc: subprocess.Popen
+    log: Path
+    events: Path
+    address: Optional[str] = None
+    ready: bool = False
+    done: bool = False
+    _offset: int = 0
+    _partial: str = ""
+
+    def read_events(self) -> list[dict]:
+        """New complete lines of the child's events file."""
+        try:
+            with open(self.events) as f:
+                f.seek(self._offset)
+                chunk = f.read()
+                self._offset = f.tell()
+        except FileNotFoundError:
+            return []
+        text = self._partial + chunk
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def cause(self) -> str:
+        """The last meaningful line the child printed (usually the exception)."""
+        try:
+            lines = [ln.strip() for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
+        except FileNotFoundError:
+            return "no output"
+        return lines[-1][:300] if lines else "no output"
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} {self.index} (pid {self.proc.pid})"
+
+
+def free_ports(host: str, n: int) -> list[int]:
+    """n distinct ports free on `host` right now (all held open until chosen)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
+    if out:
+        path = Path(out)
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = Path(cfg.run.out_dir) / f"{cfg.run.name}-{stamp}"
+        k = 1
+        while path.exists():
+            path = Path(cfg.run.out_dir) / f"{cfg.run.name}-{stamp}-{k}"
+            k += 1
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class Launcher:
+    """Runs one training job. `run` blocks until it ends and never raises for a
+    child's failure: the result carries the exit code and a one-line reason."""
+
+    def __init__(self, cfg: Config, config_path: str, overrides: list[str], run_dir: Path,
+                 on_progress: Optional[Callable[[Progress], None]] = None):
+        self.cfg = cfg
+        self.config_path = str(config_path)
+        self.overrides = list(overrides)
+        self.run_dir = run_dir
+        self.on_progress = on_progress or (lambda p: None)
+        self.children: list[_Child] = []
+        self.events: list[dict] = []
+        self.progress = Progress(total_steps=cfg.cluster.workers * cfg.train.steps_per_worker)
+        self._signal: Optional[int] = None
+        self._t0: Optional[float] = None
+        self._metrics = None
+        self._training_time: Optional[float] = None
+
+    # ---- public -----------------------------------------------------------
+    def run(self) -> LaunchResult:
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        (self.run_dir / "config.yaml").write_text(dump_config(self.cfg))
+        code, reason, status = 0, "ok", "ok"
+        try:
+            self._start_all()
+            self._wait_ready()
+            self._t0 = time.time()
+            _atomic_write(self.run_dir / START_FILE, json.dumps({"t0": self._t0}))
+            self._supervise()
+        except LaunchFailed as exc:
+            code, reason, status = 1, str(exc), "failed"
+        except _Stopped:
+            code = 128 + (self._signal or signal.SIGTERM)
+            reason, status = f"stopped by signal {signal.Signals(self._signal).name}", "interrupted"
+        finally:
+            try:
+                self._shutdown()
+            finally:
+                for s, h in old.items():
+                    signal.signal(s, h)
+        wall = self._training_time or ((time.time() - self._t0) if self._t0 else 0.0)
+        summary = summarize(self.cfg, self.events, wall, status=status)
+        _atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+        self._metrics.close()
+        (self.run_dir / "processes.json").unlink(missing_ok=True)
+        return LaunchResult(code, reason, self.run_dir, summary)
+
+    # ---- phases -----------------------------------------------------------
+    def _addresses(self) -> list[str]:
+        servers = self.cfg.cluster.servers
+        if isinstance(servers, list):
+            return list(servers)
+        host = self.cfg.cluster.host
+        return [f"{host}:{p}" for p in free_ports(host, servers)]
+
+    def _start_all(self) -> None:
+        mode = self.cfg.consistency.mode
+        addresses = self._addresses() if mode != "allreduce" else []
+        sets = list(self.overrides)
+        if addresses:
+            sets.append("cluster.servers=" + json.dumps(addresses))
+        if mode == "allreduce":
+            if not self.cfg.cluster.allreduce_port:
+                sets.append(f"cluster.allreduce_port={free_ports(self.cfg.cluster.host, 1)[0]}")
+        for i, addr in enumerate(addresses):
+            self._spawn("server", i, sets, address=addr)
+        worker_role = "allreduce" if mode == "allreduce" else "worker"
+        for r in range(self.cfg.cluster.workers):
+            self._spawn(worker_role, r, sets)
+        if self.cfg.eval.enabled:
+            self._spawn("evaluator", 0, sets)
+        self._write_processes()
+
+    def _spawn(self, role: str, index: int, sets: list[str], address: Optional[str] = None) -> None:
+        module, flag = ROLE_MODULES[role]
+        cmd = [sys.executable, "-m", module, self.config_path, flag, str(index),
+               "--run-dir", str(self.run_dir), "--supervised"]
+        for s in sets:
+            cmd += ["--set", s]
+        (self.run_dir / "logs").mkdir(exist_ok=True)
+        log = self.run_dir / "logs" / f"{role}-{index}.log"
+        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(self.cfg.run.threads),
+                   MKL_NUM_THREADS=str(self.cfg.run.threads))
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True)
+        self.children.append(_Child(role, index, proc, log, self.run_dir / "events" / f"{role}-{index}.jsonl",
+                                    address=address))
+
+    def _write_processes(self) -> None:
+        entries = [{"role": c.role, "index": c.index, "pid": c.proc.pid,
+                    **({"address": c.address} if c.address else {})} for c in self.children]
+        _atomic_write(self.run_dir / "processes.json", json.dumps(entries, indent=2))
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not all(c.ready for c in self.children):
+            self._poll(started=False)
+            if time.monotonic() > deadline:
+                late = ", ".join(c.name for c in self.children if not c.ready)
+                raise LaunchFailed(f"not ready after {READY_TIMEOUT_S:.0f}s: {late}")
+            time.sleep(0.05)
+
+    def _supervise(self) -> None:
+        max_time = self.cfg.train.max_time_s
+        stopping_workers = False
+        while True:
+            self._poll(started=True)
+            workers = [c for c in self.children if c.role in ("worker", "allreduce")]
+            if all(c.done for c in workers):
+                break
+            elapsed = time.time() - self._t0
+            target_hit = self.cfg.train.stop_at_target and any(
+                e.get("event") == "target_reached" for e in self.events[-50:])
+            if not stopping_workers and (elapsed > max_time or target_hit):
+                stopping_workers = True
+                for c in workers:
+                    _terminate(c.proc)
+            time.sleep(0.1)
+        self._training_time = time.time() - self._t0
+
+    def _poll(self, started: bool) -> None:
+        if self._signal is not None:
+            raise _Stopped()
+        for c in self.children:
+            for e in c.read_events():
+                self._record(c, e)
+            code = c.proc.poll()
+            if code is None or c.done:
+                continue
+            for e in c.read_events():
+                self._record(c, e)
+            if code == 0 and c.role in ("worker", "allreduce") and started:
+                c.done = True
+                continue
+            raise LaunchFailed(f"{c.name} exited with code {code}: {c.cause()}")
+
+    def _record(self, child: _Child, e: dict) -> None:
+        if e.get("event") == "ready":
+            child.ready = True
+        self.events.append(e)
+        self._metrics.write(json.dumps(e) + "\n")
+        p = self.progress
+        ev = e.get("event")
+        if ev == "step":
+            p.steps += 1
+        elif ev == "eval":
+            p.accuracy = e.get("accuracy")
+            p.updates = max(p.updates, int(e.get("updates", 0) / max(1, self.cfg.cluster.num_servers)))
+        elif ev == "server_stats":
+            hist = e.get("staleness_hist", {})
+            n = sum(hist.values())
+            p.staleness_mean = sum(int(k) * v for k, v in hist.items()) / n if n else 0.0
+            p.updates = max(p.updates, int(e.get("version", 0)))
+        p.t = e.get("t", p.t)
+        p.updates_per_s = p.updates / p.t if p.t > 0 else 0.0
+        self.on_progress(p)
+
+    def _shutdown(self) -> None:
+        """Stop in order: workers, then the evaluator (final eval + model.pt), then servers."""
+        order = [("worker", "allreduce"), ("evaluator",), ("server",)]
+        for roles in order:
+            group = [c for c in self.children if c.role in roles and c.proc.poll() is None]
+            for c in group:
+                _terminate(c.proc)
+            deadline = time.monotonic() + STOP_GRACE_S * (3 if roles == ("evaluator",) else 1)
+            for c in group:
+                try:
+                    c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    os.killpg(c.proc.pid, signal.SIGKILL)
+                    c.proc.wait()
+        for c in self.children:
+            for e in c.read_events():
+                self._record(c, e)
+
+    def _on_signal(self, signum, frame) -> None:
+        self._signal = signum
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _terminate(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

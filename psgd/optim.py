@@ -1,0 +1,108 @@
+"""Server-side update rules on one shard's flat parameter tensor.
+
+Every rule is a handful of vectorised in-place ops on flat tensors (never a
+loop over parameters) and follows torch.optim's formulas exactly, so a shard
+and torch.optim given the same gradients produce the same parameters.
+Staleness-aware scaling, DC-ASGD compensation and learning-rate schedules
+wrap the base rule. No sockets here: this is pure policy, unit-testable alone.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from psgd.config import OptimizerConfig, ScheduleConfig
+
+__all__ = ["UpdateRule", "scheduled_lr"]
+
+
+def scheduled_lr(base_lr: float, sched: ScheduleConfig, update: int) -> float:
+    """Learning rate for the server's `update`-th update (0-based)."""
+    if sched.warmup_updates and update < sched.warmup_updates:
+        return base_lr * (update + 1) / sched.warmup_updates
+    k = update - sched.warmup_updates
+    if sched.name == "step":
+        return base_lr * sched.gamma ** (k // sched.step_size)
+    if sched.name == "cosine":
+        frac = min(1.0, k / sched.total_updates)
+        return sched.min_lr + (base_lr - sched.min_lr) * 0.5 * (1 + math.cos(math.pi * frac))
+    return base_lr
+
+
+class UpdateRule:
+    """Applies gradients to a flat parameter tensor in place. Not thread-safe."""
+
+    def __init__(self, cfg: OptimizerConfig, params: torch.Tensor):
+        self.cfg = cfg
+        self.updates = 0  # updates applied; drives schedules and Adam's bias correction
+        self.momentum = cfg.effective_momentum
+        zeros = lambda: torch.zeros_like(params)  # noqa: E731
+        self.state: dict[str, torch.Tensor] = {}
+        if cfg.name in ("sgd", "momentum") and self.momentum > 0:
+            self.state["momentum_buffer"] = zeros()
+        elif cfg.name == "adam":
+            self.state["exp_avg"] = zeros()
+            self.state["exp_avg_sq"] = zeros()
+        elif cfg.name == "adagrad":
+            self.state["sum"] = zeros()
+
+    def lr(self, staleness: int = 0) -> float:
+        lr = scheduled_lr(self.cfg.lr, self.cfg.schedule, self.updates)
+        if self.cfg.staleness_aware:
+            lr /= max(1, staleness)
+        return lr
+
+    def apply(self, params: torch.Tensor, grad: torch.Tensor, staleness: int = 0,
+              read_params: Optional[torch.Tensor] = None) -> None:
+        """One update. `grad` is not modified. `read_params` (the parameters the
+        gradient was computed on) enables DC-ASGD compensation when configured."""
+        cfg = self.cfg
+        lr = self.lr(staleness)
+        if cfg.dc_asgd is not None and read_params is not None and cfg.dc_asgd.lambda_ > 0:
+            # g + lambda * g * g * (w_now - w_read), Zheng et al. 2017
+            diff = params - read_params
+            grad = grad + cfg.dc_asgd.lambda_ * grad * grad * diff
+        if cfg.weight_decay:
+            grad = grad.add(params, alpha=cfg.weight_decay)
+        if cfg.name in ("sgd", "momentum"):
+            self._sgd(params, grad, lr)
+        elif cfg.name == "adam":
+            self._adam(params, grad, lr)
+        else:
+            self._adagrad(params, grad, lr)
+        self.updates += 1
+
+    def _sgd(self, params, grad, lr):
+        if self.momentum == 0:
+            params.add_(grad, alpha=-lr)
+            return
+        buf = self.state["momentum_buffer"]
+        buf.mul_(self.momentum).add_(grad)
+        if self.cfg.nesterov:
+            params.add_(grad, alpha=-lr).add_(buf, alpha=-lr * self.momentum)
+        else:
+            params.add_(buf, alpha=-lr)
+
+    def _adam(self, params, grad, lr):
+        b1, b2 = self.cfg.betas
+        m, v = self.state["exp_avg"], self.state["exp_avg_sq"]
+        t = self.updates + 1
+        m.mul_(b1).add_(grad, alpha=1 - b1)
+        v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+        denom = v.sqrt().div_(math.sqrt(1 - b2 ** t)).add_(self.cfg.eps)
+        params.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))
+
+    def _adagrad(self, params, grad, lr):
+        acc = self.state["sum"]
+        acc.addcmul_(grad, grad, value=1.0)
+        params.addcdiv_(grad, acc.sqrt().add_(self.cfg.eps), value=-lr)
+
+    def state_dict(self) -> dict:
+        return {"updates": self.updates, **{k: v.clone() for k, v in self.state.items()}}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.updates = int(sd["updates"])
+        for k in self.state:
+            self.state[k].copy_(sd[k])

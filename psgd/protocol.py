@@ -1,0 +1,240 @@
+"""The wire contract: every byte psgd puts on a socket is defined here.
+
+A message is a list of frames: one msgpack header
+``[PROTOCOL_VERSION, type, request_id, {field: value}]`` followed by zero or
+more raw tensor frames (little-endian, C order), sent zero-copy when large.
+Nothing is ever pickled. `decode` checks version, type, field names and field
+types and raises ProtocolError with a reason; checks against the parameter
+layout (sizes, shard) belong to the server.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, ClassVar, Sequence
+
+import msgpack
+import torch
+
+PROTOCOL_VERSION = 1
+MAX_HEADER_BYTES = 64 * 1024
+
+
+class MsgType(IntEnum):
+    REGISTER = 1     # client -> shard: join as worker or evaluator; layout fingerprint checked
+    WELCOME = 2      # shard -> client: registration accepted; parameter frame follows
+    PULL = 3         # client -> shard: read parameters (a worker's pull may be deferred by SSP/BSP)
+    PUSH = 4         # client -> shard: gradient frame(s); answered with ACK
+    PUSH_PULL = 5    # client -> shard: gradient, then read parameters; answered with PARAMS
+    PARAMS = 6       # shard -> client: parameter frame with version and clocks
+    ACK = 7          # shard -> client: push handled (applied, dropped, or recognised as a retry)
+    HEARTBEAT = 8    # client -> shard: still alive; never answered
+    LEAVE = 9        # client -> shard: worker is done and leaves the quorum; answered with ACK
+    STATS = 10       # client -> shard: ask for counters; answered with STATS_REPLY
+    STATS_REPLY = 11  # shard -> client: counters and histograms
+    SHUTDOWN = 12    # client -> shard: stop serving; answered with ACK
+    ERROR = 13       # shard -> client: request refused; carries code and reason
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow this module's contract."""
+
+    def __init__(self, code: str, reason: str):
+        self.code = code
+        self.reason = reason
+        super().__init__(f"{code}: {reason}")
+
+
+# Tensor encodings: name -> (torch dtype, bytes per element). "f16"/"bf16"
+# carry a scale so large gradients do not overflow (value = wire * scale).
+ENCODINGS: dict[str, tuple[torch.dtype, int]] = {
+    "f32": (torch.float32, 4),
+    "f16": (torch.float16, 2),
+    "bf16": (torch.bfloat16, 2),
+}
+
+
+@dataclass(frozen=True)
+class Record:
+    TYPE: ClassVar[MsgType]
+    req: int = 0  # request id, echoed in the reply so clients can match it
+
+
+@dataclass(frozen=True)
+class Register(Record):
+    TYPE: ClassVar[MsgType] = MsgType.REGISTER
+    rank: int = 0
+    role: str = "worker"        # worker | evaluator
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True)
+class Welcome(Record):
+    TYPE: ClassVar[MsgType] = MsgType.WELCOME
+    shard: int = 0
+    version: int = 0            # updates applied to this shard so far
+    clock: int = 0              # clock the worker continues from
+    last_seq: int = -1          # last push seq applied for this worker (for resumed clients)
+
+
+@dataclass(frozen=True)
+class Pull(Record):
+    TYPE: ClassVar[MsgType] = MsgType.PULL
+    rank: int = 0
+    clock: int = 0
+
+
+@dataclass(frozen=True)
+class Push(Record):
+    TYPE: ClassVar[MsgType] = MsgType.PUSH
+    rank: int = 0
+    seq: int = 0                # per-worker sequence number; a resend reuses it
+    clock: int = 0              # worker clock this gradient belongs to
+    read_version: int = 0       # shard version of the parameters the gradient was computed on
+    encoding: str = "f32"
+    scale: float = 1.0
+    numel: int = 0
+
+
+@dataclass(frozen=True)
+class PushPull(Push):
+    TYPE: ClassVar[MsgType] = MsgType.PUSH_PULL
+
+
+@dataclass(frozen=True)
+class Params(Record):
+    TYPE: ClassVar[MsgType] = MsgType.PARAMS
+    version: int = 0
+    clock: int = 0              # the requester's clock as the shard sees it
+    min_clock: int = 0          # slowest live worker's clock when answered
+    encoding: str = "f32"
+    numel: int = 0
+
+
+@dataclass(frozen=True)
+class Ack(Record):
+    TYPE: ClassVar[MsgType] = MsgType.ACK
+    version: int = 0
+    applied: bool = True
+    staleness: int = 0
+
+
+@dataclass(frozen=True)
+class Heartbeat(Record):
+    TYPE: ClassVar[MsgType] = MsgType.HEARTBEAT
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class Leave(Record):
+    TYPE: ClassVar[MsgType] = MsgType.LEAVE
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class Stats(Record):
+    TYPE: ClassVar[MsgType] = MsgType.STATS
+
+
+@dataclass(frozen=True)
+class StatsReply(Record):
+    TYPE: ClassVar[MsgType] = MsgType.STATS_REPLY
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Shutdown(Record):
+    TYPE: ClassVar[MsgType] = MsgType.SHUTDOWN
+
+
+@dataclass(frozen=True)
+class Error(Record):
+    TYPE: ClassVar[MsgType] = MsgType.ERROR
+    code: str = "error"
+    reason: str = ""
+
+
+RECORDS: dict[MsgType, type[Record]] = {
+    cls.TYPE: cls
+    for cls in (Register, Welcome, Pull, Push, PushPull, Params, Ack, Heartbeat, Leave,
+                Stats, StatsReply, Shutdown, Error)
+}
+# Every message type has exactly one record: checked once, at import.
+if set(RECORDS) != set(MsgType):
+    raise ImportError(f"message types without a record: {set(MsgType) - set(RECORDS)}")
+
+_FIELDS = {t: {f.name: f.type for f in dataclasses.fields(cls)} for t, cls in RECORDS.items()}
+_PY_TYPES = {"int": int, "str": str, "bool": bool, "float": (float, int), "dict": dict}
+
+
+def encode(record: Record, frames: Sequence[Any] = ()) -> list:
+    """Header bytes followed by the given payload frames (buffers, not copied)."""
+    fields = {f: getattr(record, f) for f in _FIELDS[record.TYPE] if f != "req"}
+    header = msgpack.packb([PROTOCOL_VERSION, int(record.TYPE), record.req, fields], use_bin_type=True)
+    return [header, *frames]
+
+
+def decode(frames: Sequence[Any]) -> tuple[Record, list]:
+    """Parse a message into (record, payload frames). Raises ProtocolError."""
+    if not frames:
+        raise ProtocolError("empty", "message has no frames")
+    head = memoryview(frames[0])
+    if head.nbytes > MAX_HEADER_BYTES:
+        raise ProtocolError("header_too_large", f"header is {head.nbytes} bytes")
+    try:
+        obj = msgpack.unpackb(head, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage input
+        raise ProtocolError("bad_header", f"header is not msgpack: {type(exc).__name__}") from None
+    if not (isinstance(obj, list) and len(obj) == 4):
+        raise ProtocolError("bad_header", "header must be [version, type, request_id, fields]")
+    version, mtype, req, fields = obj
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError("bad_version", f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
+    if not isinstance(mtype, int) or isinstance(mtype, bool) or mtype not in RECORDS:
+        raise ProtocolError("bad_type", f"unknown message type {mtype!r}")
+    if not isinstance(req, int) or isinstance(req, bool) or not (0 <= req < 2**63):
+        raise ProtocolError("bad_header", "request id must be a non-negative integer")
+    if not isinstance(fields, dict):
+        raise ProtocolError("bad_header", "fields must be a mapping")
+    spec = _FIELDS[MsgType(mtype)]
+    for name, value in fields.items():
+        if name not in spec or name == "req":
+            raise ProtocolError("bad_field", f"unknown field {name!r} for {MsgType(mtype).name}")
+        expected = _PY_TYPES[spec[name]]
+        if not isinstance(value, expected) or (spec[name] != "bool" and isinstance(value, bool)):
+            raise ProtocolError("bad_field", f"field {name!r} must be {spec[name]}")
+    record = RECORDS[MsgType(mtype)](req=req, **fields)
+    return record, list(frames[1:])
+
+
+def tensor_frame(t: torch.Tensor):
+    """A zero-copy buffer over a contiguous CPU tensor's bytes."""
+    if not t.is_contiguous() or t.device.type != "cpu":
+        raise ValueError("tensor frames need a contiguous CPU tensor")
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16; ship the raw 16-bit words
+        t = t.view(torch.int16)
+    return memoryview(t.numpy()).cast("B")
+
+
+def frame_to_tensor(frame: Any, encoding: str, numel: int) -> torch.Tensor:
+    """View a received frame as a 1-D tensor without copying; checks its size.
+
+    The tensor aliases the frame's memory and is read-only in spirit: copy it
+    before modifying or keeping it past the frame's lifetime.
+    """
+    if encoding not in ENCODINGS:
+        raise ProtocolError("bad_encoding", f"unknown tensor encoding {encoding!r}")
+    dtype, itemsize = ENCODINGS[encoding]
+    buf = memoryview(frame)
+    if numel < 0 or buf.nbytes != numel * itemsize:
+        raise ProtocolError("bad_size", f"frame has {buf.nbytes} bytes, header says {numel} x {encoding}")
+    if numel == 0:
+        return torch.empty(0, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # received frames are read-only buffers
+        if dtype == torch.bfloat16:
+            return torch.frombuffer(buf, dtype=torch.int16).view(torch.bfloat16)
+        return torch.frombuffer(buf, dtype=dtype)
+

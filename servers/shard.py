@@ -1,0 +1,245 @@
+"""The parameter-server shard process: one ROUTER socket, one event loop.
+
+The loop never blocks on a client: pulls that the consistency mode does not
+allow yet are parked and answered when clocks move. Every request is decoded
+and checked before it can touch the state; a bad one gets an ERROR reply and
+is counted. Public entry points: `ShardServer` (embed a shard in your own
+process) and `main` (the `psgd server` command).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Callable, Optional
+
+import torch
+
+from psgd import protocol as P
+from psgd.config import Config, ConfigError
+from psgd.consistency import DeferredPulls
+from psgd.metrics import EventLog
+from psgd.process import parse_role_args, start_role
+from psgd.protocol import MsgType, ProtocolError
+from psgd.sharding import layout_for_module
+from psgd.tasks import build_model, load_task
+from psgd.transport import ServerSocket
+from servers.state import PushStatus, ShardState
+
+__all__ = ["ShardServer", "initial_shard_params", "main"]
+
+STATS_EVERY_S = 1.0
+
+# Request type -> handler method. Replies (WELCOME, PARAMS, ...) are not
+# requests and get an ERROR. Checked below to cover every message type.
+_HANDLERS = {
+    MsgType.REGISTER: "_on_register",
+    MsgType.PULL: "_on_pull",
+    MsgType.PUSH: "_on_push",
+    MsgType.PUSH_PULL: "_on_push",
+    MsgType.HEARTBEAT: "_on_heartbeat",
+    MsgType.LEAVE: "_on_leave",
+    MsgType.STATS: "_on_stats",
+    MsgType.SHUTDOWN: "_on_shutdown",
+}
+_REPLY_TYPES = {MsgType.WELCOME, MsgType.PARAMS, MsgType.ACK, MsgType.STATS_REPLY, MsgType.ERROR}
+if set(_HANDLERS) | _REPLY_TYPES != set(MsgType):
+    raise ImportError(f"shard does not route message types {set(MsgType) - set(_HANDLERS) - _REPLY_TYPES}")
+
+
+class ShardServer:
+    """Serves one shard. `serve` blocks until `stop` is set or a SHUTDOWN arrives."""
+
+    def __init__(self, cfg: Config, shard: int, address: str, params: torch.Tensor,
+                 fingerprint: str, events: Optional[EventLog] = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.cfg = cfg
+        self.state = ShardState(cfg, shard, params)
+        self.fingerprint = fingerprint
+        self.events = events or EventLog(None, "server", shard)
+        self._clock = clock
+        self._sock = ServerSocket(address, cfg.wire.max_message_mb << 20)
+        self.address = self._sock.address
+        self._peers: dict[bytes, tuple[str, int]] = {}  # identity -> (role, rank)
+        self._parked = DeferredPulls()
+        self._running = False
+
+    # ---- loop -------------------------------------------------------------
+    def serve(self, stop: threading.Event, should_stop: Callable[[], bool] = lambda: False) -> None:
+        self._running = True
+        last_stats = self._clock()
+        try:
+            while self._running and not stop.is_set() and not should_stop():
+                msg = self._sock.recv(timeout_ms=50)
+                if msg is not None:
+                    self.handle(*msg)
+                now = self._clock()
+                if self.state.expire(now):
+                    self._release()
+                if now - last_stats >= STATS_EVERY_S:
+                    self.emit_stats()
+                    last_stats = now
+        finally:
+            self.emit_stats(final=True)
+            self._sock.close()
+
+    def handle(self, identity: bytes, frames: list) -> None:
+        req = 0
+        try:
+            record, payload = P.decode(frames)
+            req = record.req
+            name = _HANDLERS.get(record.TYPE)
+            if name is None:
+                raise ProtocolError("not_a_request", f"{record.TYPE.name} is a reply, not a request")
+            getattr(self, name)(identity, record, payload)
+        except ProtocolError as exc:
+            self.state.counters["bad_requests"] += 1
+            self.state.counters[f"bad_requests_{exc.code}"] += 1
+            self._reply(identity, P.Error(req=req, code=exc.code, reason=exc.reason))
+
+    def _reply(self, identity: bytes, record: P.Record, frames=()) -> None:
+        self._sock.send(identity, P.encode(record, frames))
+
+    def _release(self) -> None:
+        for identity, record in self._parked.release(self.state.pull_ready):
+            self._send_params(identity, record)
+
+    # ---- handlers ---------------------------------------------------------
+    def _peer(self, identity: bytes, rank: int, role: str = "worker") -> None:
+        peer = self._peers.get(identity)
+        if peer is None:
+            raise ProtocolError("not_registered", "register with this shard first")
+        if peer[0] != role or peer[1] != rank:
+            raise ProtocolError("bad_rank", f"connection registered as {peer[0]} {peer[1]}, message says {role} {rank}")
+
+    def _check_rank(self, rank: int) -> None:
+        if not 0 <= rank < self.state.workers:
+            raise ProtocolError("bad_rank", f"rank {rank} outside 0..{self.state.workers - 1}")
+
+    def _on_register(self, identity: bytes, rec: P.Register, payload: list) -> None:
+        if payload:
+            raise ProtocolError("bad_frames", "REGISTER carries no frames")
+        if rec.fingerprint != self.fingerprint:
+            raise ProtocolError("layout_mismatch",
+                                f"client layout {rec.fingerprint!r} != shard layout {self.fingerprint!r}; "
+                                "model, shard count or parameter order differ")
+        if rec.role not in ("worker", "evaluator"):
+            raise ProtocolError("bad_role", f"unknown role {rec.role!r}")
+        clock, last_seq = 0, -1
+        if rec.role == "worker":
+            self._check_rank(rec.rank)
+            self._parked.drop_rank(rec.rank)  # a previous incarnation's pulls have no reader now
+            clock = self.state.register(rec.rank, self._clock())
+            last_seq = self.state.last_seq[rec.rank]
+            self.events.emit("register", rank=rec.rank, clock=clock)
+        self._peers[identity] = (rec.role, rec.rank)
+        snap = self.state.snapshot()
+        self._reply(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
+                                        clock=clock, last_seq=last_seq), [P.tensor_frame(snap)])
+        self._release()
+
+    def _on_pull(self, identity: bytes, rec: P.Pull, payload: list) -> None:
+        if payload:
+            raise ProtocolError("bad_frames", "PULL carries no frames")
+        role, rank = self._peers.get(identity, (None, None))
+        if role == "evaluator":
+            snap = self.state.snapshot()
+            self._reply(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel()),
+                        [P.tensor_frame(snap)])
+            return
+        self._peer(identity, rec.rank)
+        self.state.seen(rec.rank, self._clock())
+        self._answer_or_park(identity, rec, rec.rank, rec.clock)
+
+    def _on_push(self, identity: bytes, rec: P.Push, payload: list) -> None:
+        self._peer(identity, rec.rank)
+        if len(payload) != 1:
+            raise ProtocolError("bad_frames", f"{rec.TYPE.name} needs exactly one gradient frame")
+        if rec.numel != self.state.numel:
+            raise ProtocolError("bad_size", f"gradient has {rec.numel} elements, shard holds {self.state.numel}")
+        if rec.clock < 0 or rec.seq < 0 or rec.read_version < 0:
+            raise ProtocolError("bad_field", "clock, seq and read_version must be >= 0")
+        if not (rec.scale > 0 and rec.scale < float("inf")):
+            raise ProtocolError("bad_field", "scale must be positive and finite")
+        grad = P.frame_to_tensor(payload[0], rec.encoding, rec.numel)
+        if grad.dtype != torch.float32:
+            grad = grad.float().mul_(rec.scale)
+        self.state.seen(rec.rank, self._clock())
+        result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad)
+        if result.status is not PushStatus.DUPLICATE:
+            self.state.counters[f"push_{result.status.value}"] += 1
+        self._release()
+        if rec.TYPE is MsgType.PUSH:
+            self._reply(identity, P.Ack(req=rec.req, version=self.state.version,
+                                        applied=result.status in (PushStatus.APPLIED, PushStatus.BUFFERED),
+                                        staleness=result.staleness))
+        else:
+            self._answer_or_park(identity, P.Pull(req=rec.req, rank=rec.rank, clock=rec.clock + 1),
+                                 rec.rank, rec.clock + 1)
+
+    def _answer_or_park(self, identity: bytes, pull: P.Pull, rank: int, clock: int) -> None:
+        if self.state.pull_ready(rank, clock):
+            self._send_params(identity, pull)
+        else:
+            self.state.counters["pulls_deferred"] += 1
+            self._parked.park((identity, pull), rank, clock)
+
+    def _send_params(self, identity: bytes, pull: P.Pull) -> None:
+        snap, clock, low = self.state.answer_pull(pull.rank, pull.clock)
+        self._reply(identity, P.Params(req=pull.req, version=self.state.version, clock=clock,
+                                       min_clock=low, numel=snap.numel()), [P.tensor_frame(snap)])
+
+    def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
+        self._check_rank(rec.rank)
+        self.state.seen(rec.rank, self._clock())
+
+    def _on_leave(self, identity: bytes, rec: P.Leave, payload: list) -> None:
+        self._peer(identity, rec.rank)
+        self.state.leave(rec.rank)
+        self.events.emit("leave", rank=rec.rank, clock=self.state.board.clocks[rec.rank])
+        self._release()
+        self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
+
+    def _on_stats(self, identity: bytes, rec: P.Stats, payload: list) -> None:
+        self._reply(identity, P.StatsReply(req=rec.req, stats=self.state.stats()))
+
+    def _on_shutdown(self, identity: bytes, rec: P.Shutdown, payload: list) -> None:
+        self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
+        self._running = False
+
+    def emit_stats(self, final: bool = False) -> None:
+        self.events.emit("server_stats", final=final, **self.state.stats())
+
+
+def initial_shard_params(cfg: Config, shard: int) -> tuple[torch.Tensor, str]:
+    """The shard's slice of the seeded initial model, and the layout fingerprint."""
+    task = load_task(cfg)
+    model = build_model(cfg, task)
+    layout = layout_for_module(model, cfg.cluster.num_servers)
+    params = [p.detach() for p in model.parameters() if p.requires_grad]
+    return layout.flatten(params)[shard], layout.fingerprint
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_role_args("server", "--shard", argv)
+    try:
+        ctx = start_role("server", args)
+        cfg = ctx.cfg
+        if isinstance(cfg.cluster.servers, int):
+            raise ConfigError("cluster.servers", "a single server needs the list of host:port addresses")
+        if not 0 <= ctx.index < cfg.cluster.num_servers:
+            raise ConfigError("cluster.servers", f"no shard {ctx.index} (there are {cfg.cluster.num_servers})")
+    except (ConfigError, ValueError) as exc:
+        print(f"psgd server: {exc}", file=sys.stderr)
+        return 2
+    params, fingerprint = initial_shard_params(cfg, ctx.index)
+    server = ShardServer(cfg, ctx.index, cfg.cluster.servers[ctx.index], params, fingerprint, ctx.events)
+    ctx.events.emit("ready", address=server.address, numel=params.numel())
+    # Serve at once: workers register before the common start signal.
+    server.serve(ctx.stop, lambda: ctx.poll_start() or ctx.orphaned())
+    ctx.events.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

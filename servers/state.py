@@ -1,0 +1,185 @@
+"""One shard's state and the rules for changing it, without any sockets.
+
+ShardState owns the flat parameter tensor, the update rule, the clocks and
+the counters. The event loop in shard.py decodes requests and calls these
+methods; everything here is synchronous and single-threaded.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from enum import Enum
+from typing import Optional
+
+import torch
+
+from psgd.config import Config
+from psgd.consistency import BspAggregator, ClockBoard, Mode, PushOutcome
+from psgd.metrics import Histogram
+from psgd.optim import UpdateRule
+from psgd.protocol import ProtocolError
+
+__all__ = ["ShardState", "PushStatus", "PushResult"]
+
+
+class PushStatus(str, Enum):
+    APPLIED = "applied"          # applied now (ASP/SSP) or completed a BSP clock
+    BUFFERED = "buffered"        # BSP: counted toward the current clock's aggregate
+    DUPLICATE = "duplicate"      # seq already seen: a resend, not applied again
+    LATE = "late"                # BSP: clock already applied (backup workers)
+    TOO_STALE = "too_stale"      # staleness above max_staleness_drop
+    NON_FINITE = "non_finite"    # NaN or Inf in the gradient
+
+
+@dataclass(frozen=True)
+class PushResult:
+    status: PushStatus
+    staleness: int = 0
+
+
+class ShardState:
+    def __init__(self, cfg: Config, shard: int, params: torch.Tensor):
+        self.cfg = cfg
+        self.shard = shard
+        self.mode = Mode(cfg.consistency.mode)
+        self.workers = cfg.cluster.workers
+        self.params = params.detach().clone().float().contiguous()
+        self.rule = UpdateRule(cfg.optimizer, self.params)
+        self.board = ClockBoard(self.mode, self.workers, cfg.consistency.staleness)
+        self.bsp = BspAggregator(self.params.numel(), cfg.consistency.backup_workers) if self.mode is Mode.BSP else None
+        self.version = 0                       # updates applied to this shard
+        self.last_seq = [-1] * self.workers    # exactly-once: highest push seq seen per worker
+        self.last_seen: dict[int, float] = {}  # worker -> monotonic time of last message
+        self.registered: set[int] = set()
+        self.counters: Counter[str] = Counter()
+        self.staleness = Histogram()
+        self.clock_gaps = Histogram()
+        self._snapshot: Optional[tuple[int, torch.Tensor]] = None
+        self._read: dict[int, torch.Tensor] = {}  # DC-ASGD: parameters each worker last read
+
+    @property
+    def numel(self) -> int:
+        return self.params.numel()
+
+    def snapshot(self) -> torch.Tensor:
+        """An immutable copy of the parameters at the current version, shared by
+        every reply at this version (replies are sent asynchronously, so the live
+        tensor must never be handed to the socket)."""
+        if self._snapshot is None or self._snapshot[0] != self.version:
+            self._snapshot = (self.version, self.params.clone())
+        return self._snapshot[1]
+
+    # ---- membership -------------------------------------------------------
+    def register(self, rank: int, now: float) -> int:
+        """A worker (re)joins; returns the clock it continues from."""
+        self.registered.add(rank)
+        self.last_seen[rank] = now
+        return self.board.join(rank, floor=self.bsp.step if self.bsp else 0)
+
+    def seen(self, rank: int, now: float) -> None:
+        if rank in self.registered:
+            self.last_seen[rank] = now
+
+    def leave(self, rank: int) -> None:
+        self.board.depart(rank)
+        self.last_seen.pop(rank, None)
+        self._maybe_complete_bsp()
+
+    def expire(self, now: float) -> list[int]:
+        """Drop workers silent for longer than cluster.timeout_s from the quorum."""
+        gone = [r for r, t in self.last_seen.items() if now - t > self.cfg.cluster.timeout_s]
+        for r in gone:
+            self.counters["workers_timed_out"] += 1
+            self.leave(r)
+        return gone
+
+    # ---- pushes -----------------------------------------------------------
+    def push(self, rank: int, seq: int, clock: int, read_version: int, grad: torch.Tensor) -> PushResult:
+        """Handle one gradient. `grad` is read, never modified or kept.
+        Raises ProtocolError, with the state untouched, for an impossible push."""
+        self.check_push(rank, clock, read_version)
+        if seq <= self.last_seq[rank]:
+            self.counters["duplicates"] += 1
+            return PushResult(PushStatus.DUPLICATE)
+        self.last_seq[rank] = seq
+        self.counters["pushes"] += 1
+        staleness = max(0, self.version - read_version)
+        if not bool(torch.isfinite(grad).all()):
+            self.counters["rejected_nonfinite"] += 1
+            return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE, staleness), skip=True)
+        if self.bsp is not None:
+            return self._finish_push(rank, clock, PushResult(PushStatus.BUFFERED, staleness), grad=grad)
+        limit = self.cfg.optimizer.max_staleness_drop
+        if limit is not None and staleness > limit:
+            self.counters["rejected_stale"] += 1
+            return self._finish_push(rank, clock, PushResult(PushStatus.TOO_STALE, staleness))
+        self.rule.apply(self.params, grad, staleness, self._read.get(rank))
+        self._applied(grad.numel(), [staleness])
+        return self._finish_push(rank, clock, PushResult(PushStatus.APPLIED, staleness))
+
+    def check_push(self, rank: int, clock: int, read_version: int) -> None:
+        if rank not in self.registered:
+            raise ProtocolError("not_registered", f"worker {rank} has not registered with shard {self.shard}")
+        if read_version > self.version:
+            raise ProtocolError("bad_version", f"read_version {read_version} is ahead of the shard ({self.version})")
+        if self.bsp is not None and clock > self.bsp.step:
+            raise ProtocolError("bad_clock", f"BSP push for clock {clock} while the shard is at step {self.bsp.step}")
+
+    def _finish_push(self, rank, clock, result: PushResult, grad=None, skip=False) -> PushResult:
+        if self.bsp is not None:
+            outcome = self.bsp.add(rank, clock, None if skip else grad, len(self.board.quorum()))
+            if outcome is PushOutcome.LATE:
+                self.counters["late_dropped"] += 1
+                result = PushResult(PushStatus.LATE, result.staleness)
+            self.board.advance(rank, clock)
+            self._maybe_complete_bsp()
+            return result
+        self.board.advance(rank, clock)
+        return result
+
+    def _maybe_complete_bsp(self) -> None:
+        if self.bsp is None or self.bsp.check(len(self.board.quorum())) is not PushOutcome.COMPLETE:
+            return
+        valid = self.bsp.valid
+        avg = self.bsp.take_average()
+        if avg is not None:
+            self.rule.apply(self.params, avg, 0)
+            self._applied(avg.numel(), [0] * valid)
+
+    def _applied(self, numel: int, staleness: list[int]) -> None:
+        self.version += 1
+        self.counters["updates"] += 1
+        self.counters["bytes_applied"] += numel * 4
+        for s in staleness:
+            self.staleness.add(s)
+
+    # ---- pulls ------------------------------------------------------------
+    def pull_clock(self, rank: int, clock: int) -> int:
+        # A client may not claim to be behind its own pushes (that would dodge the bound).
+        return max(clock, self.board.clocks[rank])
+
+    def pull_ready(self, rank: int, clock: int) -> bool:
+        return self.board.pull_ready(self.pull_clock(rank, clock), self.bsp.step if self.bsp else 0)
+
+    def answer_pull(self, rank: int, clock: int) -> tuple[torch.Tensor, int, int]:
+        """(parameters, clock, slowest quorum clock) for a worker's ready pull; records the gap."""
+        clock = self.pull_clock(rank, clock)
+        low = self.board.min_clock()
+        low = clock if low is None else low
+        self.clock_gaps.add(max(0, clock - low))
+        self.counters["pulls"] += 1
+        snap = self.snapshot()
+        if self.cfg.optimizer.dc_asgd is not None:
+            self._read[rank] = snap
+        return snap, clock, low
+
+    def stats(self) -> dict:
+        return {
+            "shard": self.shard,
+            "version": self.version,
+            "counters": dict(self.counters),
+            "staleness_hist": self.staleness.as_dict(),
+            "clock_gap_hist": self.clock_gaps.as_dict(),
+            "clocks": list(self.board.clocks),
+            "quorum": self.board.quorum(),
+        }

@@ -1,0 +1,179 @@
+"""The public worker-side client: pull, push, push_pull and clock against psgd shards.
+
+    client = PSClient(["127.0.0.1:7000", "127.0.0.1:7001"], layout, rank=0)
+    params = client.register()          # one flat tensor per shard
+    params = client.push_pull(grads)    # grads: one flat float32 tensor per shard
+
+Every call addresses all shards at once and blocks until each has answered
+(a pull may be held back by the shard under SSP/BSP). Returned parameter
+tensors alias the received frames (no copy): read them before the next call.
+Calls are not thread-safe; heartbeats run on a private thread with their own
+sockets. Pushes carry (rank, seq); resends reuse the seq, so a shard applies
+each push once.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from psgd import protocol as P
+from psgd.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
+from psgd.sharding import Layout
+from psgd.transport import ShardConnections
+
+__all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted"]
+
+F16_RANGE = 1024.0  # f16 payloads are scaled so the largest magnitude maps here
+
+
+class PSClient:
+    def __init__(self, addresses: Sequence[str], layout: Layout, rank: int = 0, role: str = "worker",
+                 request_timeout_s: float = 30.0, max_retries: int = 5, heartbeat_s: Optional[float] = 1.0,
+                 encoding: str = "f32", max_message_bytes: int = -1,
+                 should_stop: Optional[Callable[[], bool]] = None):
+        if len(addresses) != layout.num_shards:
+            raise ValueError(f"{len(addresses)} addresses for a layout of {layout.num_shards} shards")
+        if encoding not in P.ENCODINGS:
+            raise ValueError(f"unknown encoding {encoding!r}")
+        self.layout = layout
+        self.rank = rank
+        self.role = role
+        self.encoding = encoding
+        self._conns = ShardConnections(addresses, max_message_bytes)
+        self._rpc = RequestTracker(self._conns, request_timeout_s, max_retries, should_stop)
+        self.clock = 0                # pushes completed
+        self.versions = [0] * layout.num_shards  # shard versions of the parameters last read
+        self.min_clocks = [0] * layout.num_shards
+        self.seq = 0                  # next push sequence number
+        self.bytes_sent = 0
+        self._hb_stop = threading.Event()
+        self._hb_thread = None
+        if heartbeat_s and role == "worker":
+            self._hb_thread = threading.Thread(target=self._heartbeat, args=(list(addresses), heartbeat_s),
+                                               name="psgd-heartbeat", daemon=True)
+
+    # ---- public API -------------------------------------------------------
+    def register(self) -> list[torch.Tensor]:
+        """Join every shard; returns the current parameters (one flat tensor per shard)
+        and sets `clock` to where this worker continues (a restarted worker resumes)."""
+        out = self._register_shards(range(self.layout.num_shards))
+        if self._hb_thread is not None and not self._hb_thread.is_alive():
+            self._hb_thread.start()
+        return out
+
+    def pull(self) -> list[torch.Tensor]:
+        """Current parameters; under SSP/BSP this waits as the consistency mode requires."""
+        return self._params(self._call_all(lambda s, req: P.encode(P.Pull(req=req, rank=self.rank, clock=self.clock))))
+
+    def push(self, grads: Sequence[torch.Tensor]) -> list[P.Ack]:
+        """Send one gradient per shard; returns the shards' acknowledgements."""
+        replies = self._send_grads(P.Push, grads)
+        return [replies[s][0] for s in range(self.layout.num_shards)]
+
+    def push_pull(self, grads: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Push, then read the parameters for the next clock, in one round trip."""
+        return self._params(self._send_grads(P.PushPull, grads))
+
+    def leave(self, timeout_s: float = 2.0) -> bool:
+        """Tell every shard this worker is done so nobody waits for it. Best effort,
+        also while stopping: returns False if a shard did not confirm in time."""
+        self._hb_stop.set()
+        try:
+            self._rpc.call({s: P.encode(P.Leave(req=self._rpc.next_id(), rank=self.rank))
+                            for s in range(self.layout.num_shards)},
+                           timeout_s=timeout_s, max_retries=0, interruptible=False)
+            return True
+        except (RequestFailed, RemoteError):
+            return False
+
+    def stats(self) -> list[dict]:
+        replies = self._call_all(lambda s, req: P.encode(P.Stats(req=req)))
+        return [replies[s][0].stats for s in range(self.layout.num_shards)]
+
+    def shutdown_servers(self) -> None:
+        self._call_all(lambda s, req: P.encode(P.Shutdown(req=req)))
+
+    def close(self) -> None:
+        self._hb_stop.set()
+        if self._hb_thread is not None and self._hb_thread.is_alive():
+            self._hb_thread.join(timeout=2)
+        self._conns.close()
+
+    @property
+    def resends(self) -> int:
+        return self._rpc.resends
+
+    # ---- internals --------------------------------------------------------
+    def _register_shards(self, shards) -> list[torch.Tensor]:
+        fp = self.layout.fingerprint
+        replies = self._rpc.call({s: P.encode(P.Register(req=self._rpc.next_id(), rank=self.rank, role=self.role,
+                                                          fingerprint=fp)) for s in shards})
+        out = []
+        for s in sorted(replies):
+            welcome, payload = replies[s]
+            self.clock = max(self.clock, welcome.clock)
+            self.seq = max(self.seq, welcome.last_seq + 1)
+            self.versions[s] = welcome.version
+            out.append(P.frame_to_tensor(payload[0], "f32", self.layout.shard_sizes[s]))
+        return out
+
+    def _call_all(self, make: Callable[[int, int], list]) -> dict:
+        shards = range(self.layout.num_shards)
+        try:
+            return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
+        except RemoteError as exc:
+            if exc.code != "not_registered":
+                raise
+            # The shard restarted and forgot us: join again, then repeat the same request.
+            self._register_shards([exc.shard])
+            return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
+
+    def _send_grads(self, kind, grads: Sequence[torch.Tensor]) -> dict:
+        if len(grads) != self.layout.num_shards:
+            raise ValueError(f"expected {self.layout.num_shards} gradient tensors, got {len(grads)}")
+        frames, scales = [], []
+        for s, g in enumerate(grads):
+            if g.numel() != self.layout.shard_sizes[s] or g.dtype != torch.float32:
+                raise ValueError(f"shard {s} gradient must be float32 with {self.layout.shard_sizes[s]} elements")
+            wire, scale = self._encode(g)
+            frames.append(P.tensor_frame(wire))
+            scales.append(scale)
+        seq, clock = self.seq, self.clock
+        replies = self._call_all(lambda s, req: P.encode(
+            kind(req=req, rank=self.rank, seq=seq, clock=clock, read_version=self.versions[s],
+                 encoding=self.encoding, scale=scales[s], numel=self.layout.shard_sizes[s]), [frames[s]]))
+        self.seq += 1
+        self.clock += 1
+        self.bytes_sent += sum(f.nbytes for f in frames)
+        return replies
+
+    def _encode(self, g: torch.Tensor) -> tuple[torch.Tensor, float]:
+        if self.encoding == "f32":
+            return g.contiguous(), 1.0
+        if self.encoding == "bf16":
+            return g.to(torch.bfloat16).contiguous(), 1.0
+        amax = float(g.abs().max()) if g.numel() else 0.0
+        scale = amax / F16_RANGE if amax > 0 and amax == amax and amax != float("inf") else 1.0
+        return (g / scale).to(torch.float16).contiguous(), scale
+
+    def _params(self, replies: dict) -> list[torch.Tensor]:
+        out = []
+        for s in range(self.layout.num_shards):
+            rec, payload = replies[s]
+            if not isinstance(rec, P.Params) or len(payload) != 1:
+                raise RemoteError(s, "bad_reply", f"expected PARAMS with one frame, got {rec.TYPE.name}")
+            self.versions[s] = rec.version
+            self.min_clocks[s] = rec.min_clock
+            out.append(P.frame_to_tensor(payload[0], rec.encoding, rec.numel))
+        return out
+
+    def _heartbeat(self, addresses: list[str], period: float) -> None:
+        conns = ShardConnections(addresses)
+        try:
+            while not self._hb_stop.wait(period):
+                for s in range(len(addresses)):
+                    conns.send(s, P.encode(P.Heartbeat(rank=self.rank)))
+        finally:
+            conns.close()

@@ -1,0 +1,142 @@
+"""The evaluator: pulls the parameters on a timer (it has no clock and never
+waits on the consistency mode), evaluates the test set and logs accuracy
+against wall time and updates. On stop it evaluates once more and writes the
+final parameters as model.pt (a state_dict the user's model loads).
+
+`evaluate_once` backs `psgd eval`: one pull from running servers, one evaluation.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from psgd.config import ConfigError, load_config
+from psgd.process import RoleContext, parse_role_args, start_role
+from psgd.sharding import layout_for_module
+from psgd.tasks import build_model, load_task
+from workers.client import Interrupted, PSClient, RemoteError, RequestFailed
+from workers.model_sync import ModelSync
+from workers.worker import make_client, require_addresses
+
+__all__ = ["Evaluator", "evaluate_once", "main"]
+
+
+class Evaluator:
+    """Pulls parameters from the shards into a CPU copy of the model and scores it."""
+
+    def __init__(self, cfg, should_stop=None):
+        self.cfg = cfg
+        self.interruptible = True  # False for the final evaluation, which must finish
+        outer = should_stop or (lambda: False)
+        self.task = load_task(cfg)
+        self.model = build_model(self.cfg, self.task)
+        self.layout = layout_for_module(self.model, cfg.cluster.num_servers)
+        self.sync = ModelSync(self.model, self.layout, torch.device("cpu"))
+        self.client: PSClient = make_client(cfg, self.layout, 0, "evaluator",
+                                           lambda: self.interruptible and outer())
+
+    def connect(self) -> None:
+        self.sync.load(self.client.register())
+
+    def evaluate(self) -> dict:
+        self.sync.load(self.client.pull())
+        accuracy, loss = self.task.evaluate(self.model)
+        return {"accuracy": accuracy, "test_loss": loss, "updates": sum(self.client.versions),
+                "versions": list(self.client.versions)}
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        torch.save(self.model.state_dict(), tmp)
+        tmp.replace(path)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def run_evaluator(ctx: RoleContext) -> int:
+    cfg = ctx.cfg
+    ev = Evaluator(cfg, ctx.should_stop)
+    target = cfg.train.target_accuracy
+    try:
+        ev.connect()
+        ctx.events.emit("ready")
+        if not ctx.wait_for_start():
+            return 0
+        reached = False
+        while not ctx.stop.wait(cfg.eval.every_s) and not ctx.orphaned():
+            result = ev.evaluate()
+            ctx.events.emit("eval", **result)
+            if target is not None and not reached and result["accuracy"] >= target:
+                reached = True
+                ctx.events.emit("target_reached", accuracy=result["accuracy"])
+    except Interrupted:
+        pass
+    # Final evaluation after the launcher stopped the workers; servers are still up.
+    ev.interruptible = False
+    try:
+        result = ev.evaluate()
+        ctx.events.emit("eval", final=True, **result)
+        if ctx.run_dir is not None:
+            ev.save(ctx.run_dir / "model.pt")
+    except (RequestFailed, RemoteError) as exc:
+        ctx.events.emit("error", reason=f"final evaluation failed: {exc}")
+        return 1
+    finally:
+        ev.close()
+    return 0
+
+
+def evaluate_once(argv: Optional[list[str]] = None) -> int:
+    """`psgd eval CONFIG [--json] [--save model.pt]`."""
+    p = argparse.ArgumentParser(prog="psgd eval")
+    p.add_argument("config")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--save", type=Path, default=None, help="write the parameters as a state_dict")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.overrides)
+        require_addresses(cfg)
+    except ConfigError as exc:
+        print(f"psgd eval: {exc}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(cfg.run.threads)
+    ev = Evaluator(cfg)
+    try:
+        ev.connect()
+        result = ev.evaluate()
+        if args.save:
+            ev.save(args.save)
+    except (RequestFailed, RemoteError) as exc:
+        print(f"psgd eval: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        ev.close()
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"accuracy {result['accuracy']:.4f}  test_loss {result['test_loss']:.4f}  updates {result['updates']}")
+    return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_role_args("evaluator", "--index", argv)
+    try:
+        ctx = start_role("evaluator", args)
+        require_addresses(ctx.cfg)
+    except (ConfigError, ValueError) as exc:
+        print(f"psgd evaluator: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run_evaluator(ctx)
+    finally:
+        ctx.events.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Moves parameters and gradients between a model and per-shard flat tensors.
+
+On CUDA, gradients are gathered on the device, copied into pinned host
+buffers with non-blocking copies (one synchronise before sending), and pulled
+parameters are staged through pinned buffers into the existing parameter
+storage: nothing is reallocated per step. On CPU the same code runs with
+ordinary host buffers.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from psgd.sharding import Layout
+
+__all__ = ["ModelSync", "select_device"]
+
+
+def select_device(name: str) -> torch.device:
+    """'auto' -> cuda when available, else cpu; 'cuda' without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("workers.device is 'cuda' but torch sees no CUDA device")
+    return torch.device(name)
+
+
+class ModelSync:
+    def __init__(self, model: nn.Module, layout: Layout, device: torch.device, pin_memory: bool = True):
+        self.layout = layout
+        self.device = torch.device(device)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        cuda = self.device.type == "cuda"
+        pin = pin_memory and cuda
+        sizes = layout.shard_sizes
+        # Host buffers: what goes on the wire (gradients) and what came off it (parameters).
+        self.host_grads = [torch.zeros(n, pin_memory=pin) for n in sizes]
+        self.host_params = [torch.zeros(n, pin_memory=pin) for n in sizes] if cuda else None
+        self.dev_grads = [torch.zeros(n, device=self.device) for n in sizes] if cuda else None
+
+    def load(self, shard_params: list[torch.Tensor]) -> None:
+        """Copy pulled flat parameters (CPU, e.g. views of received frames) into the model."""
+        with torch.no_grad():
+            if self.host_params is None:
+                self.layout.unflatten(shard_params, self.params)
+                return
+            for buf, src in zip(self.host_params, shard_params):
+                buf.copy_(src)
+            self.layout.unflatten(self.host_params, self.params)  # non-blocking H2D from pinned memory
+
+    def gradients(self) -> list[torch.Tensor]:
+        """The model's current gradients as one flat float32 host tensor per shard.
+        The returned buffers are reused: send them before the next call."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        with torch.no_grad():
+            if self.dev_grads is None:
+                return self.layout.flatten(grads, out=self.host_grads)
+            self.layout.flatten(grads, out=self.dev_grads)
+            for host, dev in zip(self.host_grads, self.dev_grads):
+                host.copy_(dev, non_blocking=True)
+            torch.cuda.synchronize(self.device)  # the host buffers must be complete before sending
+            return self.host_grads
