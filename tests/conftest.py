@@ -1,0 +1,141 @@
+"""Shared fixtures: small configs, in-process shards on free loopback ports,
+launcher runs as real subprocesses, and a session guard that reaps any child
+process a test left behind."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+torch.set_num_threads(1)  # the suite shares two cores with the processes it starts
+
+ROOT = Path(__file__).resolve().parents[1]
+_SPAWNED: list[subprocess.Popen] = []
+
+
+def spawn(cmd: list[str], **kw) -> subprocess.Popen:
+    """Start a child process that the session guard will reap if the test does not."""
+    kw.setdefault("start_new_session", True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.update(kw.pop("env", {}))
+    proc = subprocess.Popen(cmd, env=env, **kw)
+    _SPAWNED.append(proc)
+    return proc
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def reap_children():
+    yield
+    for proc in _SPAWNED:
+        kill_tree(proc)
+
+
+def write_config(path: Path, **sections) -> Path:
+    """A small, fast config; keyword sections are merged over the defaults."""
+    cfg = {
+        "run": {"name": "test", "seed": 0},
+        "cluster": {"servers": 2, "workers": 2, "timeout_s": 5.0, "heartbeat_s": 0.5, "request_timeout_s": 10.0},
+        "consistency": {"mode": "asp"},
+        "task": {"model": "mlp", "dataset": "digits", "batch_size": 32},
+        "optimizer": {"name": "sgd", "lr": 0.1},
+        "train": {"steps_per_worker": 60, "max_time_s": 60, "target_accuracy": 0.8},
+        "eval": {"every_s": 0.5},
+        "workers": {"device": "cpu"},
+    }
+    for section, values in sections.items():
+        cfg.setdefault(section, {}).update(values)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture
+def small_config(tmp_path):
+    return lambda **sections: write_config(tmp_path / "config.yaml", **sections)
+
+
+def psgd_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "psgd.cli", *args]
+
+
+def launch(config: Path, out: Path, *overrides: str, timeout: float = 90.0) -> tuple[int, str, dict]:
+    """Run `psgd launch` to completion; returns (exit code, stderr+stdout, summary)."""
+    cmd = psgd_cmd("launch", str(config), "--out", str(out), "--quiet")
+    for o in overrides:
+        cmd += ["--set", o]
+    proc = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(config.parent))
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        raise AssertionError(f"psgd launch did not finish in {timeout}s")
+    summary_path = out / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    return proc.returncode, output, summary
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+class InProcessShards:
+    """Real ShardServer loops on loopback ports, each on its own thread."""
+
+    def __init__(self, cfg, params_per_shard, fingerprint):
+        from servers.shard import ShardServer
+        self.stop = threading.Event()
+        self.servers = [ShardServer(cfg, i, "127.0.0.1:0", p, fingerprint)
+                        for i, p in enumerate(params_per_shard)]
+        self.addresses = [s.address.replace("tcp://", "") for s in self.servers]
+        self.threads = [threading.Thread(target=s.serve, args=(self.stop,), daemon=True) for s in self.servers]
+        for t in self.threads:
+            t.start()
+
+    def close(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=5)
+
+
+@pytest.fixture
+def shards():
+    """Factory: shards(cfg, model) -> InProcessShards serving the model's initial parameters."""
+    made = []
+
+    def make(cfg, model):
+        from psgd.sharding import layout_for_module
+        layout = layout_for_module(model, cfg.cluster.num_servers)
+        params = layout.flatten([p.detach() for p in model.parameters()])
+        s = InProcessShards(cfg, params, layout.fingerprint)
+        s.layout = layout
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        s.close()
+
+
+def wait_for(cond, timeout=10.0, interval=0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(interval)
+    return False
