@@ -123,6 +123,8 @@ def _convert(tp, value: Any, path: str):
             raise ConfigError(path, f"expected an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str):
+            value = _float_or_none(value)  # PyYAML reads "1e-10" (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, f"expected a number, got {value!r}")
         if value != value or value in (float("inf"), float("-inf")):
@@ -133,6 +135,13 @@ def _convert(tp, value: Any, path: str):
             raise ConfigError(path, f"expected a string, got {value!r}")
         return value
     raise ConfigError(path, f"unsupported type {tp}")  # schema bug, not user input
+
+
+def _float_or_none(text: str):
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def _join(path: str, key: str) -> str:

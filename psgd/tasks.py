@@ -118,7 +118,7 @@ def load_task(cfg: Config) -> Task:
     spec = cfg.task.dataset
     fn = BUILTIN_DATASETS.get(spec) or resolve_callable(spec, cfg.base_dir)
     result = fn(**cfg.task.dataset_args)
-    if not (isinstance(result, tuple) and len(result) == 2):
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
         raise ValueError(f"dataset {spec!r} must return (train, test), got {type(result).__name__}")
     (xtr, ytr), (xte, yte) = (_as_tensors(d) for d in result)
     xtr, xte = xtr.float(), xte.float()
