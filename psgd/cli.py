@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 from typing import Optional
 
@@ -25,17 +24,23 @@ def _run_module(spec: str, argv: list[str]) -> int:
 
 def _progress_bar(total: int):
     from tqdm import tqdm
-    bar = tqdm(total=total, unit="step", dynamic_ncols=True, file=sys.stderr, leave=True)
+    bar = tqdm(total=total, unit="step", dynamic_ncols=True, file=sys.stderr, desc="starting")
+    started = False
 
     def update(p) -> None:
-        bar.n = min(p.steps, total)
+        nonlocal started
+        if p.started and not started:
+            started = True
+            bar.reset(total=total)  # the bar's clock starts with training, not with spawning
+            bar.set_description("training")
         post = {"upd/s": f"{p.updates_per_s:.0f}"}
         if p.accuracy is not None:
             post["acc"] = f"{p.accuracy:.3f}"
         if p.staleness_mean is not None:
             post["stale"] = f"{p.staleness_mean:.2f}"
         bar.set_postfix(post, refresh=False)
-        bar.refresh()
+        if p.steps > bar.n:
+            bar.update(min(p.steps, total) - bar.n)  # redraws at most every tqdm mininterval
     return bar, update
 
 

@@ -50,6 +50,7 @@ class Progress:
     accuracy: Optional[float] = None
     staleness_mean: Optional[float] = None
     t: float = 0.0
+    started: bool = False   # every process is ready and the training clock runs
 
 
 @dataclass
@@ -158,6 +159,8 @@ class Launcher:
             self._wait_ready()
             self._t0 = time.time()
             _atomic_write(self.run_dir / START_FILE, json.dumps({"t0": self._t0}))
+            self.progress.started = True
+            self.on_progress(self.progress)
             self._supervise()
         except LaunchFailed as exc:
             code, reason, status = 1, str(exc), "failed"
