@@ -15,12 +15,17 @@ def synthetic_cfg(**over):
     return load_config(None, sets)
 
 
-def test_n_pushes_move_parameters_by_n_lr_v(shards):
-    cfg = synthetic_cfg(**{"optimizer.lr": 0.5})
-    model = build_model(cfg, load_task(cfg))
-    cluster = shards(cfg, model)
+def connect(shards, **over):
+    """Two in-process shards serving the synthetic linear model, and a registered
+    client; returns (cluster, client, parameters at registration)."""
+    cfg = synthetic_cfg(**over)
+    cluster = shards(cfg, build_model(cfg, load_task(cfg)))
     client = PSClient(cluster.addresses, cluster.layout, rank=0, heartbeat_s=None)
-    start = [t.clone() for t in client.register()]
+    return cluster, client, [t.clone() for t in client.register()]
+
+
+def test_n_pushes_move_parameters_by_n_lr_v(shards):
+    cluster, client, start = connect(shards, **{"optimizer.lr": 0.5})
     grads = [torch.full((n,), 0.25) for n in cluster.layout.shard_sizes]
     for _ in range(50):
         out = client.push_pull(grads)
@@ -31,11 +36,7 @@ def test_n_pushes_move_parameters_by_n_lr_v(shards):
 
 
 def test_resent_push_is_applied_once(shards):
-    cfg = synthetic_cfg(**{"optimizer.lr": 1.0})
-    model = build_model(cfg, load_task(cfg))
-    cluster = shards(cfg, model)
-    client = PSClient(cluster.addresses, cluster.layout, rank=0, heartbeat_s=None)
-    start = [t.clone() for t in client.register()]
+    cluster, client, start = connect(shards, **{"optimizer.lr": 1.0})
     grads = [torch.ones(n) for n in cluster.layout.shard_sizes]
     client.push(grads)
     client.seq -= 1  # resend the same (rank, seq), as a retry after a lost reply would
@@ -52,11 +53,7 @@ def test_resent_push_is_applied_once(shards):
 
 def test_bad_requests_get_errors_and_leave_state_untouched(shards):
     from psgd.transport import ShardConnections
-    cfg = synthetic_cfg()
-    model = build_model(cfg, load_task(cfg))
-    cluster = shards(cfg, model)
-    client = PSClient(cluster.addresses, cluster.layout, rank=0, heartbeat_s=None)
-    before = [t.clone() for t in client.register()]
+    cluster, client, before = connect(shards)
     stranger = ShardConnections(cluster.addresses[:1])
     stranger.send(0, P.encode(P.Pull(req=1, rank=0)))
     [(_, reply)] = stranger.recv(timeout_ms=5000)
@@ -94,11 +91,7 @@ def test_bad_requests_get_errors_and_leave_state_untouched(shards):
 
 
 def test_non_finite_gradient_is_rejected_and_counted(shards):
-    cfg = synthetic_cfg()
-    model = build_model(cfg, load_task(cfg))
-    cluster = shards(cfg, model)
-    client = PSClient(cluster.addresses, cluster.layout, rank=0, heartbeat_s=None)
-    before = [t.clone() for t in client.register()]
+    cluster, client, before = connect(shards)
     grads = [torch.ones(n) for n in cluster.layout.shard_sizes]
     grads[0][0] = float("nan")
     grads[1][-1] = float("inf")
