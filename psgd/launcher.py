@@ -35,6 +35,7 @@ ROLE_MODULES = {
 }
 READY_TIMEOUT_S = 180.0
 STOP_GRACE_S = 10.0
+INTERRUPT_BUDGET_S = 4.0  # after SIGTERM/SIGINT, every child is gone within this
 
 
 class LaunchFailed(RuntimeError):
@@ -169,7 +170,7 @@ class Launcher:
             reason, status = f"stopped by signal {signal.Signals(self._signal).name}", "interrupted"
         finally:
             try:
-                self._shutdown()
+                self._shutdown(interrupted=status == "interrupted")
             finally:
                 for s, h in old.items():
                     signal.signal(s, h)
@@ -291,20 +292,26 @@ class Launcher:
         p.updates_per_s = p.updates / p.t if p.t > 0 else 0.0
         self.on_progress(p)
 
-    def _shutdown(self) -> None:
-        """Stop in order: workers, then the evaluator (final eval + model.pt), then servers."""
-        order = [("worker", "allreduce"), ("evaluator",), ("server",)]
-        for roles in order:
+    def _shutdown(self, interrupted: bool = False) -> None:
+        """Stop in order: workers, then the evaluator (final eval + model.pt), then
+        servers. When interrupted, everything must be gone within INTERRUPT_BUDGET_S:
+        workers and evaluator are stopped together and stragglers are killed."""
+        if interrupted:
+            stages = [(("worker", "allreduce", "evaluator"), 0.5 * INTERRUPT_BUDGET_S),
+                      (("server",), 0.3 * INTERRUPT_BUDGET_S)]
+        else:
+            stages = [(("worker", "allreduce"), STOP_GRACE_S), (("evaluator",), 3 * STOP_GRACE_S),
+                      (("server",), STOP_GRACE_S)]
+        for roles, grace in stages:
             group = [c for c in self.children if c.role in roles and c.proc.poll() is None]
             for c in group:
                 _terminate(c.proc)
-            deadline = time.monotonic() + STOP_GRACE_S * (3 if roles == ("evaluator",) else 1)
+            deadline = time.monotonic() + grace
             for c in group:
                 try:
-                    c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                    c.proc.wait(timeout=max(0.05, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    os.killpg(c.proc.pid, signal.SIGKILL)
-                    c.proc.wait()
+                    _kill(c.proc)
         for c in self.children:
             for e in c.read_events():
                 self._record(c, e)
@@ -315,6 +322,14 @@ class Launcher:
 
 class _Stopped(Exception):
     pass
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # children run in their own session: pgid == pid
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _terminate(proc: subprocess.Popen) -> None:

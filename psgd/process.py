@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import torch
-
 from psgd.config import Config, load_config
 from psgd.metrics import EventLog
 
@@ -78,6 +76,8 @@ def parse_role_args(role: str, index_flag: str, argv: Optional[list[str]]) -> ar
 
 def start_role(role: str, args: argparse.Namespace) -> RoleContext:
     """Load config and set the process up for `role`. Raises ConfigError."""
+    import torch  # here, not at module level: the launcher imports this module and never needs torch
+
     cfg = load_config(args.config, args.overrides)
     torch.set_num_threads(cfg.run.threads)
     stop = threading.Event()
