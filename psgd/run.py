@@ -20,6 +20,7 @@ import importlib
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -32,6 +33,7 @@ from psgd.collect import atomic_write, collect
 from psgd.config import Config, ConfigError, dump_config, load_config
 from psgd.discovery import EVAL_DONE, EXITED, FAILED, WORKERS_DONE, JobStore, open_store
 from psgd.launcher import free_ports
+from psgd.metrics import EventLog
 from psgd.process import START_FILE
 
 __all__ = ["Role", "assign_role", "run_job", "ROLE_MODULES"]
@@ -85,6 +87,7 @@ def run_job(config: str, overrides: list[str], run_dir: Optional[str] = None,
     (out / "events").mkdir(parents=True, exist_ok=True)
     events = out / "events" / f"{role.role}-{role.index}.jsonl"
     events.unlink(missing_ok=True)  # a reused run directory must not look ready already
+    (out / "events" / f"run-{launch.rank}.jsonl").unlink(missing_ok=True)
     if launch.rank == 0:
         (out / START_FILE).unlink(missing_ok=True)  # before server 0 publishes, so before any role starts
     job = open_store(launch, STORE_TIMEOUT_S)
@@ -92,6 +95,7 @@ def run_job(config: str, overrides: list[str], run_dir: Optional[str] = None,
         job.publish_server(role.index, _server_address(cfg, role.index, launch))
     sets = [*overrides, "cluster.servers=" + json.dumps(job.server_addresses(cfg.cluster.num_servers))]
     resolved = load_config(config, sets)
+    _record_role(out, launch, role, resolved)
     if launch.rank == 0:
         atomic_write(out / "config.yaml", dump_config(resolved))
     module, flag = ROLE_MODULES[role.role]
@@ -112,6 +116,16 @@ def run_job(config: str, overrides: list[str], run_dir: Optional[str] = None,
     return code
 
 
+def _record_role(out: Path, launch: ClusterEnv, role: Role, cfg: Config) -> None:
+    """One `role` event per rank (events/run-<rank>.jsonl): which launcher rank
+    became which role, where, and which servers it found in the store."""
+    log = EventLog(out / "events" / f"run-{launch.rank}.jsonl", "run", launch.rank)
+    log.emit("role", launcher=launch.launcher, rank=launch.rank, world_size=launch.world_size,
+             role_name=role.role, role_index=role.index, host=socket.gethostname(), pid=os.getpid(),
+             servers=list(cfg.cluster.servers))
+    log.close()
+
+
 def _server_address(cfg: Config, shard: int, launch: ClusterEnv) -> str:
     """The configured address if the config lists them, else this host's
     reachable address and a port free on it now."""
@@ -126,12 +140,13 @@ def _watch(job: JobStore, role: Role, launch: ClusterEnv, cfg: Config, events: P
     """Start the common clock once every rank's role is ready, then ask our own
     role to stop (SIGTERM, which every role turns into its stop event) once the
     job has moved past it or another rank failed."""
-    while not finished.wait(POLL_S) and not _is_ready(events):
-        pass
-    if finished.is_set():
-        return
     try:
-        t0 = job.start_barrier(launch.world_size)
+        failed = False
+        while not finished.wait(POLL_S) and not _is_ready(events) and not failed:
+            failed = job.is_set(FAILED)  # e.g. a server could not bind: registering would never end
+        if finished.is_set():
+            return
+        t0 = None if failed else job.start_barrier(launch.world_size)
         if t0 is not None:
             # Every rank writes the same t0, also into a shared directory: the roles wait for it.
             atomic_write(events.parent.parent / START_FILE, json.dumps({"t0": t0}))
