@@ -23,6 +23,7 @@ EVAL_DONE = "eval_done"
 EXITED = "exited"
 ARRIVED = "arrived"
 T0 = "t0"
+TARGET_REACHED = "target_reached"  # the evaluator saw train.target_accuracy (stop_at_target)
 FAILED = "failed"      # set by a rank whose role ended badly: the others stop
 
 

@@ -31,7 +31,7 @@ from typing import Optional
 from psgd.cluster_env import ClusterEnv, detect, reachable_address
 from psgd.collect import atomic_write, collect
 from psgd.config import Config, ConfigError, dump_config, load_config
-from psgd.discovery import EVAL_DONE, EXITED, FAILED, WORKERS_DONE, JobStore, open_store
+from psgd.discovery import EVAL_DONE, EXITED, FAILED, TARGET_REACHED, WORKERS_DONE, JobStore, open_store
 from psgd.launcher import free_ports
 from psgd.metrics import EventLog
 from psgd.process import START_FILE
@@ -142,7 +142,7 @@ def _watch(job: JobStore, role: Role, launch: ClusterEnv, cfg: Config, events: P
     job has moved past it or another rank failed."""
     try:
         failed = False
-        while not finished.wait(POLL_S) and not _is_ready(events) and not failed:
+        while not finished.wait(POLL_S) and not _has_event(events, "ready") and not failed:
             failed = job.is_set(FAILED)  # e.g. a server could not bind: registering would never end
         if finished.is_set():
             return
@@ -150,7 +150,7 @@ def _watch(job: JobStore, role: Role, launch: ClusterEnv, cfg: Config, events: P
         if t0 is not None:
             # Every rank writes the same t0, also into a shared directory: the roles wait for it.
             atomic_write(events.parent.parent / START_FILE, json.dumps({"t0": t0}))
-        while t0 is not None and not finished.wait(POLL_S) and not _job_past(job, role, cfg, t0):
+        while t0 is not None and not finished.wait(POLL_S) and not _job_past(job, role, cfg, t0, events):
             pass
     except RuntimeError:
         pass  # the store's host is gone: the job cannot end in order any more
@@ -163,20 +163,24 @@ def _watch(job: JobStore, role: Role, launch: ClusterEnv, cfg: Config, events: P
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _is_ready(events: Path) -> bool:
+def _has_event(events: Path, name: str) -> bool:
+    """Whether the role has logged event `name` (complete lines only)."""
     try:
         lines = events.read_text().splitlines()
     except FileNotFoundError:
         return False
-    return any(line.endswith("}") and json.loads(line).get("event") == "ready" for line in lines)
+    return any(line.endswith("}") and json.loads(line).get("event") == name for line in lines)
 
 
-def _job_past(job: JobStore, role: Role, cfg: Config, t0: float) -> bool:
+def _job_past(job: JobStore, role: Role, cfg: Config, t0: float, events: Path) -> bool:
     """True once this role has nothing left to do in the job."""
     if job.is_set(FAILED):
         return True
     if role.role == "worker":
-        return time.time() - t0 > cfg.train.max_time_s
+        return time.time() - t0 > cfg.train.max_time_s or job.is_set(TARGET_REACHED)
+    if (role.role == "evaluator" and cfg.train.stop_at_target and not job.is_set(TARGET_REACHED)
+            and _has_event(events, "target_reached")):
+        job.mark(TARGET_REACHED)  # train.stop_at_target: the workers stop, then we measure once more
     workers_done = job.count(WORKERS_DONE) >= cfg.cluster.workers
     if role.role == "evaluator":
         return workers_done

@@ -111,18 +111,24 @@ def _start_slurm_ranks(config, run_dir, world, tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.timeout(90)
-def test_slurm_ranks_with_rank_zero_hosting_the_store(small_config, tmp_path):
-    steps = 30
-    config = small_config(cluster={"servers": 1, "workers": 1}, eval={"enabled": False},
-                          train={"steps_per_worker": steps, "max_time_s": 60})
+def test_slurm_ranks_with_rank_zero_hosting_the_store_stop_at_target(small_config, tmp_path):
+    steps = 100000  # never reached: the evaluator's target ends the job
+    config = small_config(cluster={"servers": 1, "workers": 1}, eval={"every_s": 0.2},
+                          train={"steps_per_worker": steps, "max_time_s": 60, "target_accuracy": 0.6,
+                                 "stop_at_target": True})
     run_dir = tmp_path / "run"
-    codes = _finish(_start_slurm_ranks(config, run_dir, 2, tmp_path), timeout=70)
+    codes = _finish(_start_slurm_ranks(config, run_dir, 3, tmp_path), timeout=70)
     logs = "".join(p.read_text() for p in sorted(tmp_path.glob("rank*.log")))
-    assert codes == [0, 0], logs[-3000:]
+    assert codes == [0, 0, 0], logs[-3000:]
     roles = _role_events(run_dir)
-    assert [(roles[r]["launcher"], roles[r]["role_name"]) for r in (0, 1)] == [("slurm", "server"), ("slurm", "worker")]
+    assert [(roles[r]["launcher"], roles[r]["role_name"]) for r in range(3)] == [
+        ("slurm", "server"), ("slurm", "worker"), ("slurm", "evaluator")]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["total_updates"] == steps
+    done = [e for e in read_events(run_dir) if e["event"] == "done"]
+    assert len(done) == 1 and 0 < done[0]["clock"] < steps
+    # The stop may interrupt a push the shard applied before its reply arrived.
+    assert summary["total_updates"] - done[0]["clock"] in (0, 1)
+    assert summary["time_to_target_s"] is not None and summary["final_test_accuracy"] >= 0.6
 
 
 @pytest.mark.e2e
