@@ -2,9 +2,11 @@
 addresses through TCPStore, an orderly end, and failures that end the job."""
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +146,13 @@ def test_a_server_that_cannot_start_ends_the_job_with_its_cause(small_config, tm
     assert codes[0] != 0 and "cannot bind" in server_log, server_log[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "failed"
+
+
+def test_committed_cluster_files_agree():
+    """configs/slurm.sbatch starts exactly as many tasks as configs/cluster.yaml needs."""
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "configs" / "cluster.yaml")
+    ntasks = int(re.search(r"#SBATCH --ntasks=(\d+)", (root / "configs" / "slurm.sbatch").read_text()).group(1))
+    roles = [assign_role(r, ntasks, cfg) for r in range(ntasks)]
+    assert [r.role for r in roles].count("server") == 2 and roles[-1] == Role("evaluator", 0)
+    assert load_config(root / "configs" / "multihost.yaml").cluster.num_servers == 2
