@@ -14,7 +14,7 @@ from pathlib import Path
 from psgd.config import Config, load_config
 from psgd.summary import summarize
 
-__all__ = ["atomic_write", "collect", "read_event_files"]
+__all__ = ["atomic_write", "collect", "expected_processes", "read_event_files"]
 
 
 def read_event_files(run_dir: Path) -> list[dict]:
@@ -33,7 +33,8 @@ def read_event_files(run_dir: Path) -> list[dict]:
 
 def collect(run_dir: Path, cfg: Config | None = None, status: str = "ok") -> dict:
     """Write run_dir/metrics.jsonl and summary.json; returns the summary.
-    `cfg` defaults to run_dir/config.yaml. Wall time is the last worker event's `t`."""
+    `cfg` defaults to run_dir/config.yaml. Wall time is the last worker event's `t`;
+    `missing_events` lists the processes whose events file is not there."""
     run_dir = Path(run_dir)
     if cfg is None:
         cfg = load_config(run_dir / "config.yaml")
@@ -41,8 +42,18 @@ def collect(run_dir: Path, cfg: Config | None = None, status: str = "ok") -> dic
     wall = max((e.get("t", 0.0) for e in events if e.get("role") in ("worker", "allreduce")), default=0.0)
     atomic_write(run_dir / "metrics.jsonl", "".join(json.dumps(e) + "\n" for e in events))
     summary = summarize(cfg, events, wall, status=status)
+    # Without a shared filesystem a host sees only its own processes' events: say whose are absent.
+    summary["missing_events"] = [name for name in expected_processes(cfg)
+                                 if not (run_dir / "events" / f"{name}.jsonl").exists()]
     atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2))
     return summary
+
+
+def expected_processes(cfg: Config) -> list[str]:
+    """'<role>-<index>' of every process a parameter-server run has."""
+    names = [f"server-{i}" for i in range(cfg.cluster.num_servers)]
+    names += [f"worker-{r}" for r in range(cfg.cluster.workers)]
+    return names + (["evaluator-0"] if cfg.eval.enabled else [])
 
 
 def atomic_write(path: Path, text: str) -> None:

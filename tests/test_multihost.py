@@ -108,6 +108,7 @@ def test_shards_on_host_a_workers_on_host_b(two_hosts, tmp_path):
     assert collected.returncode == 0, collected.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["worker_steps"] == pushed and summary["total_updates"] == pushed
+    assert summary["missing_events"] == []
     assert summary["final_test_accuracy"] == pytest.approx(measured["accuracy"])
     events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     bound = sorted(e["address"] for e in events if e["role"] == "server" and e["event"] == "ready")
