@@ -88,8 +88,9 @@ def run_job(config: str, overrides: list[str], run_dir: Optional[str] = None,
     events = out / "events" / f"{role.role}-{role.index}.jsonl"
     events.unlink(missing_ok=True)  # a reused run directory must not look ready already
     (out / "events" / f"run-{launch.rank}.jsonl").unlink(missing_ok=True)
-    if launch.rank == 0:
-        (out / START_FILE).unlink(missing_ok=True)  # before server 0 publishes, so before any role starts
+    # Every rank clears a stale start signal before it can count as ready; the
+    # new one is written only after the barrier, i.e. after every rank got here.
+    (out / START_FILE).unlink(missing_ok=True)
     job = open_store(launch, STORE_TIMEOUT_S)
     if role.role == "server":
         job.publish_server(role.index, _server_address(cfg, role.index, launch))
@@ -201,7 +202,7 @@ def _leave(job: JobStore, role: Role, launch: ClusterEnv, cfg: Config, out: Path
     deadline = time.monotonic() + FINISH_WAIT_S
     while job.count(EXITED) < launch.world_size - 1 and time.monotonic() < deadline:
         time.sleep(POLL_S)
-    collect(out, cfg, status="ok" if code == 0 else "failed")
+    collect(out, cfg, status="failed" if code != 0 or job.is_set(FAILED) else "ok")
 
 
 if __name__ == "__main__":
