@@ -63,7 +63,7 @@ def two_hosts():
 @pytest.mark.timeout(150)
 def test_shards_on_host_a_workers_on_host_b(two_hosts, tmp_path):
     on_a, on_b = two_hosts
-    steps, workers = 150, 4
+    steps, workers = 200, 4
     config = write_config(tmp_path / "config.yaml",
                           cluster={"servers": [f"{HOST_A}:7000", f"{HOST_A}:7001"], "workers": workers},
                           train={"steps_per_worker": steps, "max_time_s": 90, "target_accuracy": 0.9},
