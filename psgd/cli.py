@@ -14,6 +14,7 @@ ROLE_COMMANDS = {
     "server": "servers.shard",
     "worker": "workers.worker",
     "eval": "workers.evaluator:evaluate_once",
+    "evaluator": "workers.evaluator",
 }
 
 
@@ -73,6 +74,30 @@ def cmd_launch(args: argparse.Namespace) -> int:
     return result.code
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from psgd.run import run_job
+    try:
+        return run_job(args.config, args.overrides, args.run_dir)
+    except ValueError as exc:  # ConfigError, ClusterEnvError
+        print(f"psgd run: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # the launcher's TCPStore could not be reached
+        print(f"psgd run: {exc}", file=sys.stderr)
+        return 1
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from pathlib import Path
+    from psgd.collect import collect
+    try:
+        s = collect(Path(args.run_dir))
+    except (ValueError, OSError) as exc:
+        print(f"psgd collect: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(s, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="psgd", description="Parameter-server SGD: BSP, SSP and ASP over ZeroMQ.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -87,10 +112,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, help_text in (("server", "run one server shard (multi-host runs)"),
                             ("worker", "run one worker (multi-host runs)"),
+                            ("evaluator", "run the periodic evaluator (multi-host runs)"),
                             ("eval", "evaluate the parameters held by running servers")):
         r = sub.add_parser(name, help=help_text, add_help=False)
         r.add_argument("rest", nargs=argparse.REMAINDER)
         r.set_defaults(func=lambda a, n=name: _run_module(ROLE_COMMANDS[n], a.rest))
+
+    run = sub.add_parser("run", help="one process of a job started by srun or torchrun (role from the environment)")
+    run.add_argument("config")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key, value parsed as YAML (repeatable)")
+    run.add_argument("--run-dir", default=None, help="run directory (default: run.out_dir/NAME-JOBID)")
+    run.set_defaults(func=cmd_run)
+
+    collect = sub.add_parser("collect", help="merge a multi-host run's events into metrics.jsonl and summary.json")
+    collect.add_argument("run_dir")
+    collect.set_defaults(func=cmd_collect)
     return p
 
 

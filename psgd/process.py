@@ -86,4 +86,6 @@ def start_role(role: str, args: argparse.Namespace) -> RoleContext:
     run_dir = Path(args.run_dir) if args.run_dir else None
     path = run_dir / "events" / f"{role}-{args.index}.jsonl" if run_dir else None
     events = EventLog(path, role, args.index)
+    if not args.supervised:
+        events.t0 = time.time()  # no common start signal: this process's clock starts now
     return RoleContext(cfg, role, args.index, run_dir, events, stop, args.supervised, os.getppid())

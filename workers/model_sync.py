@@ -37,6 +37,8 @@ class ModelSync:
         self.host_grads = [torch.zeros(n, pin_memory=pin) for n in sizes]
         self.host_params = [torch.zeros(n, pin_memory=pin) for n in sizes] if cuda else None
         self.dev_grads = [torch.zeros(n, device=self.device) for n in sizes] if cuda else None
+        # Marks the end of the last host-to-device parameter copy, which reads host_params.
+        self._h2d_done = torch.cuda.Event() if cuda else None
 
     def load(self, shard_params: list[torch.Tensor]) -> None:
         """Copy pulled flat parameters (CPU, e.g. views of received frames) into the model."""
@@ -44,9 +46,11 @@ class ModelSync:
             if self.host_params is None:
                 self.layout.unflatten(shard_params, self.params)
                 return
+            self._h2d_done.synchronize()  # never overwrite pinned buffers a pending copy still reads
             for buf, src in zip(self.host_params, shard_params):
                 buf.copy_(src)
             self.layout.unflatten(self.host_params, self.params)  # non-blocking H2D from pinned memory
+            self._h2d_done.record()
 
     def gradients(self) -> list[torch.Tensor]:
         """The model's current gradients as one flat float32 host tensor per shard.

@@ -1,0 +1,25 @@
+"""Which torch.distributed backend fits a device: nccl for CUDA tensors, gloo otherwise.
+
+The all-reduce baseline calls `dist_backend(device)` when it initialises its
+process group, so the same config runs on CPU hosts and GPU hosts.
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["dist_backend"]
+
+
+def dist_backend(device: Union[str, torch.device], nccl_available: Optional[bool] = None) -> str:
+    """'nccl' for a CUDA device when torch was built with NCCL, else 'gloo'.
+    `nccl_available` overrides the build check (for tests)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        has_nccl = dist.is_nccl_available() if nccl_available is None else nccl_available
+        return "nccl" if has_nccl else "gloo"  # gloo also reduces CUDA tensors, only slower
+    if kind != "cpu":
+        raise ValueError(f"no torch.distributed backend chosen for device type {kind!r} (cpu or cuda)")
+    return "gloo"
