@@ -67,7 +67,7 @@ def run_worker(ctx: RoleContext) -> int:
             t1 = time.perf_counter()
             sync.load(client.push_pull(grads))
             steps += 1
-            ctx.events.emit("step", rank=rank, clock=client.clock, loss=float(loss), compute_s=round(compute_s, 6),
+            ctx.events.emit("step", rank=rank, clock=client.clock, loss=float(loss.detach()), compute_s=round(compute_s, 6),
                             comm_s=round(time.perf_counter() - t1, 6), step_s=round(time.perf_counter() - t0, 6),
                             gap=client.clock - min(client.min_clocks))
     except Interrupted:
