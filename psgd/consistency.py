@@ -45,18 +45,22 @@ class ClockBoard:
         self.staleness = staleness
         self.clocks = [0] * workers
         self.departed: set[int] = set()
+        self.joined: set[int] = set()  # ranks that have registered at least once
 
     def join(self, rank: int, at: Optional[int] = None) -> int:
         """(Re)admit a rank and return the clock it pushes next.
 
-        `at` (BSP: the step being aggregated) fixes that clock; otherwise the
-        rank continues from the slowest other quorum worker, so a returning
-        worker neither holds the others back nor runs ahead of the bound.
+        `at` (BSP: the step being aggregated) fixes that clock. Otherwise a
+        first registration keeps the rank's clock (the others waited for it),
+        and a returning rank continues from the slowest other quorum worker,
+        so it neither holds the others back nor runs ahead of the bound.
         A rank's recorded clock never moves backwards."""
         self.departed.discard(rank)
         if at is None:
             others = [self.clocks[r] for r in self.quorum() if r != rank]
-            at = max(self.clocks[rank], min(others)) if others else self.clocks[rank]
+            returning = rank in self.joined
+            at = max(self.clocks[rank], min(others)) if others and returning else self.clocks[rank]
+        self.joined.add(rank)
         self.clocks[rank] = max(self.clocks[rank], at)
         return at
 

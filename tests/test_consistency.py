@@ -69,8 +69,21 @@ def test_drop_rank_forgets_only_that_ranks_pulls():
     assert parked.release(lambda r, c: True) == ["y"]
 
 
+def test_ssp_first_join_keeps_the_clock_the_others_wait_at():
+    board = ssp_board(workers=3, s=1)
+    board.join(0)
+    board.advance(0, 0)
+    board.advance(0, 1)
+    board.join(2)
+    board.advance(2, 0)
+    assert board.join(1) == 0               # a late first registration starts at 0
+    assert board.clocks == [2, 0, 1]
+
+
 def test_ssp_rejoin_continues_from_the_slowest_other_worker():
     board = ssp_board(workers=3, s=2)
+    for rank in range(3):
+        board.join(rank)
     board.clocks[:] = [9, 7, 3]
     board.depart(2)
     assert board.join(2) == 7               # not 3: it would hold the others back
