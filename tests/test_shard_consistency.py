@@ -168,3 +168,27 @@ def test_timed_out_worker_releases_the_others_then_rejoins_at_the_current_clock(
     for c in (fast, quiet):
         c.leave()
         c.close()
+
+
+@pytest.mark.timeout(30)
+def test_parked_pull_of_a_timed_out_worker_is_refused_not_left_hanging(shards):
+    from psgd import protocol as P
+    from workers.client import RemoteError
+    cfg = cfg_for("ssp", workers=2, staleness=0, **{"cluster.timeout_s": 0.5, "cluster.heartbeat_s": 0.1})
+    model = build_model(cfg, load_task(cfg))
+    cluster = shards(cfg, model)
+    alive = PSClient(cluster.addresses, cluster.layout, rank=1, heartbeat_s=0.1)  # never pushes
+    alive.register()
+    silent = PSClient(cluster.addresses, cluster.layout, rank=0, heartbeat_s=None)
+    silent.register()
+    silent.push([torch.zeros(n) for n in cluster.layout.shard_sizes])
+    t0 = time.monotonic()
+    req = silent._rpc.next_id()
+    with pytest.raises(RemoteError) as err:   # parked at clock 1 until rank 0 itself times out
+        silent._rpc.call({0: P.encode(P.Pull(req=req, rank=0, clock=1))})
+    assert err.value.code == "not_registered" and "timed out" in err.value.reason
+    assert time.monotonic() - t0 >= 0.4
+    assert len(cluster.servers[0]._parked) == 0
+    assert cluster.servers[0].state.board.quorum() == [1]
+    for c in (alive, silent):
+        c.close()

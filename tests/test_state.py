@@ -150,3 +150,14 @@ def test_ssp_timed_out_worker_rejoins_at_the_slowest_other_clock():
     assert st.pull_ready(0, 2) and st.pull_ready(0, 3) and not st.pull_ready(0, 4)
     assert st.register(2, now=6.0) == 2
     assert st.board.min_clock() == 2 and st.board.gap(0) == 0
+
+
+def test_dc_asgd_compensates_with_the_parameters_the_worker_read():
+    st = make_state("asp", **{"optimizer.dc_asgd": "{lambda: 1.0}"})
+    read, _, _ = st.answer_pull(1, 0)        # rank 1 reads w = [0, 0]
+    st.push(0, 0, 0, 0, g(2, -2))            # w = [-1, 1]
+    st.answer_pull(0, 1)
+    res = st.push(1, 0, 0, 0, g(1, 2))       # staleness 1, drift w_now - w_read = [-1, 1]
+    assert res.staleness == 1 and torch.equal(read, g(0, 0))
+    # g' = g + 1.0 * g*g * drift = [1 - 1, 2 + 4] = [0, 6]; lr 0.5
+    assert torch.allclose(st.params, g(-1, 1 - 3))
