@@ -73,7 +73,8 @@ class ShardState:
     # ---- membership -------------------------------------------------------
     def register(self, rank: int, now: float) -> int:
         """A worker (re)joins; returns the clock it continues from: under BSP the
-        step being aggregated, otherwise the slowest other worker's clock."""
+        step being aggregated; otherwise its own clock on a first registration
+        and the slowest other worker's clock when it returns."""
         self.registered.add(rank)
         self.last_seen[rank] = now
         return self.board.join(rank, at=self.bsp.step if self.bsp else None)

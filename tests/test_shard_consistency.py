@@ -192,3 +192,46 @@ def test_parked_pull_of_a_timed_out_worker_is_refused_not_left_hanging(shards):
     assert cluster.servers[0].state.board.quorum() == [1]
     for c in (alive, silent):
         c.close()
+
+
+@pytest.mark.timeout(60)
+def test_bsp_backup_worker_run_drops_the_straggler_and_keeps_one_update_per_clock(shards):
+    cfg = cfg_for("bsp", workers=3, **{"consistency.backup_workers": 1})
+    model = build_model(cfg, load_task(cfg))
+    cluster = shards(cfg, model)
+    pushes, errors = {}, []
+
+    def work(rank):
+        client = PSClient(cluster.addresses, cluster.layout, rank=rank, heartbeat_s=None)
+        try:
+            client.register()
+            grads = [torch.full((n,), 0.01) for n in cluster.layout.shard_sizes]
+            n = 0
+            while client.clock < STEPS:
+                time.sleep(BASE_STEP_S * (4.0 if rank == 2 else 1.0))
+                client.push_pull(grads)
+                n += 1
+            pushes[rank] = n
+            client.leave()
+        except Exception as exc:  # reported by the test thread below
+            errors.append(exc)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=50)
+    assert not errors, errors
+    for server in cluster.servers:
+        st = server.state
+        assert st.version == STEPS and st.bsp.step == STEPS   # one averaged update per clock
+        assert st.counters["late_dropped"] > 0
+        # Each clock used at most W - b = 2 gradients (fewer once a worker has left);
+        # every other push was dropped as late.
+        used = sum(st.staleness.counts.values())
+        assert STEPS <= used <= 2 * STEPS
+        assert st.counters["pushes"] == used + st.counters["late_dropped"]
+    # The straggler was moved on to the step in progress instead of replaying old clocks.
+    assert pushes[2] < STEPS
