@@ -39,7 +39,7 @@ def _progress_bar(total: int):
         if p.accuracy is not None:
             post["acc"] = f"{p.accuracy:.3f}"
         if p.staleness_mean is not None:
-            post["stale"] = f"{p.staleness_mean:.2f}"
+            post["stale"] = f"{p.staleness_mean:.2f}/{p.staleness_max}"  # mean/max over every shard
         bar.set_postfix(post, refresh=False)
         if p.steps > bar.n:
             bar.update(min(p.steps, total) - bar.n)  # redraws at most every tqdm mininterval

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Collection, Optional
 
 import torch
 
@@ -45,21 +45,39 @@ class ClockBoard:
         self.staleness = staleness
         self.clocks = [0] * workers
         self.departed: set[int] = set()
+        self.joined: set[int] = set()  # ranks that have registered at least once
 
-    def join(self, rank: int, floor: int = 0) -> int:
-        """(Re)admit a rank; it continues from the current clock. Returns its clock."""
+    def join(self, rank: int, at: Optional[int] = None) -> int:
+        """(Re)admit a rank and return the clock it pushes next.
+
+        `at` (BSP: the step being aggregated) fixes that clock. Otherwise a
+        first registration keeps the rank's clock (the others waited for it),
+        and a returning rank continues from the slowest other quorum worker,
+        so it neither holds the others back nor runs ahead of the bound.
+        A rank's recorded clock never moves backwards."""
         self.departed.discard(rank)
-        others = [self.clocks[r] for r in self.quorum() if r != rank]
-        current = min(others) if others else self.clocks[rank]
-        self.clocks[rank] = max(self.clocks[rank], current, floor)
-        return self.clocks[rank]
+        if at is None:
+            others = [self.clocks[r] for r in self.quorum() if r != rank]
+            returning = rank in self.joined
+            at = max(self.clocks[rank], min(others)) if others and returning else self.clocks[rank]
+        self.joined.add(rank)
+        self.clocks[rank] = max(self.clocks[rank], at)
+        return at
 
-    def depart(self, rank: int) -> None:
+    def depart(self, rank: int) -> bool:
+        """Remove a rank from the quorum; False if it had already left."""
+        if rank in self.departed:
+            return False
         self.departed.add(rank)
+        return True
 
     def advance(self, rank: int, clock: int) -> None:
         """A push for `clock` completed: the rank is now at clock + 1."""
         self.clocks[rank] = max(self.clocks[rank], clock + 1)
+
+    def skip_to(self, rank: int, clock: int) -> None:
+        """Move a rank that fell behind forward to `clock` (BSP backup workers)."""
+        self.clocks[rank] = max(self.clocks[rank], clock)
 
     def quorum(self) -> list[int]:
         return [r for r in range(self.workers) if r not in self.departed]
@@ -129,8 +147,12 @@ class PushOutcome(str, Enum):
 class BspAggregator:
     """Sums the gradients of the current clock; averages once the quorum is in.
 
-    With `backup` workers, the first (quorum - backup) arrivals complete a
-    clock and later arrivals for it are dropped as LATE (Chen et al. 2016).
+    A clock completes when (quorum size - backup) members of the current
+    quorum have pushed for it; later pushes for it are dropped as LATE (Chen
+    et al. 2016). A gradient from a worker that has since left the quorum
+    stays in the sum (it was computed on this clock's parameters) but does
+    not count toward completion, so a departure never makes a quorum
+    member's push arrive "late".
     """
 
     def __init__(self, numel: int, backup: int = 0, dtype=torch.float32):
@@ -147,7 +169,10 @@ class BspAggregator:
     def count(self) -> int:
         return len(self._contributors)
 
-    def add(self, rank: int, clock: int, grad: Optional[torch.Tensor], quorum_size: int) -> PushOutcome:
+    def contributed(self, rank: int) -> bool:
+        return rank in self._contributors
+
+    def add(self, rank: int, clock: int, grad: Optional[torch.Tensor], quorum: Collection[int]) -> PushOutcome:
         """Count `rank`'s push for `clock`. grad=None counts the push toward the
         quorum without a gradient (it was rejected), so the clock still completes."""
         if clock < self.step or rank in self._contributors:
@@ -159,10 +184,12 @@ class BspAggregator:
             self._sum.add_(grad)
             self.valid += 1
         self._contributors.add(rank)
-        return self.check(quorum_size)
+        return self.check(quorum)
 
-    def check(self, quorum_size: int) -> PushOutcome:
-        if self._contributors and self.count >= self.needed(quorum_size):
+    def check(self, quorum: Collection[int]) -> PushOutcome:
+        """COMPLETE once enough members of `quorum` have pushed for the current clock."""
+        members = sum(1 for r in quorum if r in self._contributors)
+        if members and members >= self.needed(len(quorum)):
             return PushOutcome.COMPLETE
         return PushOutcome.BUFFERED
 

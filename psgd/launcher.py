@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.config import Config, dump_config
+from psgd.metrics import Histogram
 from psgd.process import START_FILE
 from psgd.summary import summarize
 
@@ -50,6 +51,7 @@ class Progress:
     updates_per_s: float = 0.0
     accuracy: Optional[float] = None
     staleness_mean: Optional[float] = None
+    staleness_max: Optional[int] = None
     t: float = 0.0
     started: bool = False   # every process is ready and the training clock runs
 
@@ -148,6 +150,7 @@ class Launcher:
         self._t0: Optional[float] = None
         self._metrics = None
         self._training_time: Optional[float] = None
+        self._staleness: dict[int, dict] = {}  # shard -> its latest (cumulative) staleness histogram
 
     # ---- public -----------------------------------------------------------
     def run(self) -> LaunchResult:
@@ -284,9 +287,11 @@ class Launcher:
             p.accuracy = e.get("accuracy")
             p.updates = max(p.updates, int(e.get("updates", 0) / max(1, self.cfg.cluster.num_servers)))
         elif ev == "server_stats":
-            hist = e.get("staleness_hist", {})
-            n = sum(hist.values())
-            p.staleness_mean = sum(int(k) * v for k, v in hist.items()) / n if n else 0.0
+            self._staleness[e.get("index", 0)] = e.get("staleness_hist", {})
+            merged = Histogram()
+            for hist in self._staleness.values():
+                merged.merge(hist)
+            p.staleness_mean, p.staleness_max = merged.mean, merged.max
             p.updates = max(p.updates, int(e.get("version", 0)))
         p.t = e.get("t", p.t)
         p.updates_per_s = p.updates / p.t if p.t > 0 else 0.0

@@ -74,7 +74,11 @@ class ShardServer:
                 if msg is not None:
                     self.handle(*msg)
                 now = self._clock()
-                if self.state.expire(now):
+                gone = self.state.expire(now)
+                if gone:
+                    for rank in gone:
+                        self.events.emit("worker_timed_out", rank=rank, clock=self.state.board.clocks[rank])
+                    self._refuse_parked(gone, "timed out: no message for cluster.timeout_s; register again")
                     self._release()
                 if now - last_stats >= STATS_EVERY_S:
                     self.emit_stats()
@@ -104,6 +108,13 @@ class ShardServer:
         for identity, record in self._parked.release(self.state.pull_ready):
             self._send_params(identity, record)
 
+    def _refuse_parked(self, ranks: list[int], reason: str) -> None:
+        """Answer the parked pulls of workers that left the quorum with an error,
+        so a worker that is in fact alive re-registers instead of waiting."""
+        for rank in ranks:
+            for identity, pull in self._parked.drop_rank(rank):
+                self._reply(identity, P.Error(req=pull.req, code="not_registered", reason=reason))
+
     # ---- handlers ---------------------------------------------------------
     def _peer(self, identity: bytes, rank: int, role: str = "worker") -> None:
         peer = self._peers.get(identity)
@@ -111,6 +122,11 @@ class ShardServer:
             raise ProtocolError("not_registered", "register with this shard first")
         if peer[0] != role or peer[1] != rank:
             raise ProtocolError("bad_rank", f"connection registered as {peer[0]} {peer[1]}, message says {role} {rank}")
+
+    def _check_member(self, rank: int) -> None:
+        if rank not in self.state.registered:
+            raise ProtocolError("not_registered", f"worker {rank} left the quorum of shard {self.state.shard}; "
+                                "register again")
 
     def _check_rank(self, rank: int) -> None:
         if not 0 <= rank < self.state.workers:
@@ -148,6 +164,7 @@ class ShardServer:
                         [P.tensor_frame(snap)])
             return
         self._peer(identity, rec.rank)
+        self._check_member(rec.rank)
         self.state.seen(rec.rank, self._clock())
         self._answer_or_park(identity, rec, rec.rank, rec.clock)
 
@@ -196,6 +213,7 @@ class ShardServer:
     def _on_leave(self, identity: bytes, rec: P.Leave, payload: list) -> None:
         self._peer(identity, rec.rank)
         self.state.leave(rec.rank)
+        self._refuse_parked([rec.rank], "worker left")
         self.events.emit("leave", rank=rec.rank, clock=self.state.board.clocks[rec.rank])
         self._release()
         self._reply(identity, P.Ack(req=rec.req, version=self.state.version))

@@ -56,6 +56,7 @@ class ShardState:
         self.clock_gaps = Histogram()
         self._snapshot: Optional[tuple[int, torch.Tensor]] = None
         self._read: dict[int, torch.Tensor] = {}  # DC-ASGD: parameters each worker last read
+        self._bsp_staleness: list[int] = []       # BSP: staleness of the gradients buffered for this step
 
     @property
     def numel(self) -> int:
@@ -71,22 +72,29 @@ class ShardState:
 
     # ---- membership -------------------------------------------------------
     def register(self, rank: int, now: float) -> int:
-        """A worker (re)joins; returns the clock it continues from."""
+        """A worker (re)joins; returns the clock it continues from: under BSP the
+        step being aggregated; otherwise its own clock on a first registration
+        and the slowest other worker's clock when it returns."""
         self.registered.add(rank)
         self.last_seen[rank] = now
-        return self.board.join(rank, floor=self.bsp.step if self.bsp else 0)
+        return self.board.join(rank, at=self.bsp.step if self.bsp else None)
 
     def seen(self, rank: int, now: float) -> None:
         if rank in self.registered:
             self.last_seen[rank] = now
 
     def leave(self, rank: int) -> None:
-        self.board.depart(rank)
+        """The worker leaves the quorum and must register again to take part;
+        a BSP clock that was only waiting for it completes now."""
+        self.registered.discard(rank)
         self.last_seen.pop(rank, None)
+        self.board.depart(rank)
         self._maybe_complete_bsp()
 
     def expire(self, now: float) -> list[int]:
-        """Drop workers silent for longer than cluster.timeout_s from the quorum."""
+        """Drop workers silent for longer than cluster.timeout_s from the quorum.
+        A dropped worker that is still alive gets `not_registered` on its next
+        request and re-registers (workers.client does this by itself)."""
         gone = [r for r, t in self.last_seen.items() if now - t > self.cfg.cluster.timeout_s]
         for r in gone:
             self.counters["workers_timed_out"] += 1
@@ -127,10 +135,15 @@ class ShardState:
 
     def _finish_push(self, rank, clock, result: PushResult, grad=None, skip=False) -> PushResult:
         if self.bsp is not None:
-            outcome = self.bsp.add(rank, clock, None if skip else grad, len(self.board.quorum()))
+            outcome = self.bsp.add(rank, clock, None if skip else grad, self.board.quorum())
             if outcome is PushOutcome.LATE:
                 self.counters["late_dropped"] += 1
                 result = PushResult(PushStatus.LATE, result.staleness)
+                # A straggler whose clock was already applied continues from the
+                # step in progress instead of staying behind forever.
+                self.board.skip_to(rank, self.bsp.step + int(self.bsp.contributed(rank)))
+            elif grad is not None and not skip:
+                self._bsp_staleness.append(result.staleness)
             self.board.advance(rank, clock)
             self._maybe_complete_bsp()
             return result
@@ -138,13 +151,13 @@ class ShardState:
         return result
 
     def _maybe_complete_bsp(self) -> None:
-        if self.bsp is None or self.bsp.check(len(self.board.quorum())) is not PushOutcome.COMPLETE:
+        if self.bsp is None or self.bsp.check(self.board.quorum()) is not PushOutcome.COMPLETE:
             return
-        valid = self.bsp.valid
         avg = self.bsp.take_average()
+        staleness, self._bsp_staleness = self._bsp_staleness, []
         if avg is not None:
-            self.rule.apply(self.params, avg, 0)
-            self._applied(avg.numel(), [0] * valid)
+            self.rule.apply(self.params, avg, max(staleness, default=0))
+            self._applied(avg.numel(), staleness)
 
     def _applied(self, numel: int, staleness: list[int]) -> None:
         self.version += 1

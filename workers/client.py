@@ -111,9 +111,9 @@ class PSClient:
         replies = self._rpc.call({s: P.encode(P.Register(req=self._rpc.next_id(), rank=self.rank, role=self.role,
                                                           fingerprint=fp)) for s in shards})
         out = []
+        self._adopt_clock(welcome.clock for welcome, _ in replies.values())
         for s in sorted(replies):
             welcome, payload = replies[s]
-            self.clock = max(self.clock, welcome.clock)
             self.seq = max(self.seq, welcome.last_seq + 1)
             self.versions[s] = welcome.version
             out.append(P.frame_to_tensor(payload[0], "f32", self.layout.shard_sizes[s]))
@@ -121,14 +121,16 @@ class PSClient:
 
     def _call_all(self, make: Callable[[int, int], list]) -> dict:
         shards = range(self.layout.num_shards)
-        try:
-            return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
-        except RemoteError as exc:
-            if exc.code != "not_registered":
-                raise
-            # The shard restarted and forgot us: join again, then repeat the same request.
-            self._register_shards([exc.shard])
-            return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
+        for _ in shards:
+            try:
+                return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
+            except RemoteError as exc:
+                if exc.code != "not_registered":
+                    raise
+                # The shard restarted or timed us out and forgot us: join again, then
+                # repeat the same request (pushes keep their seq, so none applies twice).
+                self._register_shards([exc.shard])
+        return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
 
     def _send_grads(self, kind, grads: Sequence[torch.Tensor]) -> dict:
         if len(grads) != self.layout.num_shards:
@@ -145,7 +147,7 @@ class PSClient:
             kind(req=req, rank=self.rank, seq=seq, clock=clock, read_version=self.versions[s],
                  encoding=self.encoding, scale=scales[s], numel=self.layout.shard_sizes[s]), [frames[s]]))
         self.seq += 1
-        self.clock += 1
+        self.clock = max(self.clock, clock + 1)  # a re-registration may have moved it on already
         self.bytes_sent += sum(f.nbytes for f in frames)
         return replies
 
@@ -167,7 +169,18 @@ class PSClient:
             self.versions[s] = rec.version
             self.min_clocks[s] = rec.min_clock
             out.append(P.frame_to_tensor(payload[0], rec.encoding, rec.numel))
+        if self.role == "worker":
+            self._adopt_clock(replies[s][0].clock for s in replies)
         return out
+
+    def _adopt_clock(self, shard_clocks) -> None:
+        """Continue from the clock the shards assign (a rejoin, or a BSP straggler
+        moved on). The lowest shard's view wins: pushing a clock one shard has
+        already applied is dropped there as late, whereas a clock ahead of a
+        BSP shard's step would be refused."""
+        clocks = list(shard_clocks)
+        if clocks:
+            self.clock = max(self.clock, min(clocks))
 
     def _heartbeat(self, addresses: list[str], period: float) -> None:
         conns = ShardConnections(addresses)
