@@ -77,7 +77,8 @@ def run_worker(ctx: RoleContext) -> int:
     finally:
         client.leave()
         client.close()
-    ctx.events.emit("done", rank=rank, clock=client.clock, steps=steps, resends=client.resends,
+    # pushes: distinct pushes every shard acknowledged (seqs used), across restarts of this rank.
+    ctx.events.emit("done", rank=rank, clock=client.clock, steps=steps, pushes=client.seq, resends=client.resends,
                     bytes_sent=client.bytes_sent)
     return 0
 
