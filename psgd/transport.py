@@ -187,8 +187,16 @@ class ShardConnections:
     def __len__(self) -> int:
         return len(self._socks)
 
-    def send(self, shard: int, frames: Sequence) -> None:
-        self._socks[shard].send_multipart(list(frames), copy=False)
+    def send(self, shard: int, frames: Sequence) -> bool:
+        """Queue a request; returns False if the shard has no usable connection
+        right now (e.g. its CurveZMQ handshake was refused). Never blocks: the
+        caller's resend timer tries again, so an unreachable shard ends in a
+        timeout error instead of a hang."""
+        try:
+            self._socks[shard].send_multipart(list(frames), flags=zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.Again:
+            return False
 
     def recv(self, timeout_ms: int) -> list[tuple[int, list]]:
         """Every message ready within `timeout_ms`, as (shard, frames)."""

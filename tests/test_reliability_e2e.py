@@ -84,12 +84,17 @@ def test_sigkill_server_restarts_from_snapshot_and_loses_nothing(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_sigkill_worker_is_restarted_and_rejoins(tmp_path):
+def test_sigkill_worker_is_restarted_and_rejoins_over_curvezmq(tmp_path):
     steps = 200
+    keys = spawn(psgd_cmd("keys", "generate", str(tmp_path / "keys")), stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT, text=True)
+    assert finish(keys, 30)[0] == 0
+    # Encrypted and authenticated throughout: the processes find keys/ beside the config.
     cfg = write_config(tmp_path / "c.yaml", cluster=FAST_RETRY,
                        consistency={"mode": "ssp", "staleness": 2},
                        train={"steps_per_worker": steps, "max_time_s": 90},
-                       supervision={"max_restarts": 1, "backoff_s": 0.2})
+                       supervision={"max_restarts": 1, "backoff_s": 0.2},
+                       security={"curve": True, "keys_dir": "keys"})
     out = tmp_path / "run"
     proc = start_launch(cfg, out)
     assert wait_for(lambda: worker_steps(out, 1) >= 50, timeout=60), "training did not get going"
