@@ -47,11 +47,16 @@ class ClockBoard:
         self.departed: set[int] = set()
 
     def join(self, rank: int, floor: int = 0) -> int:
-        """(Re)admit a rank; it continues from the current clock. Returns its clock."""
-        self.departed.discard(rank)
-        others = [self.clocks[r] for r in self.quorum() if r != rank]
-        current = min(others) if others else self.clocks[rank]
-        self.clocks[rank] = max(self.clocks[rank], current, floor)
+        """(Re)admit a rank; returns the clock it continues from. A rank that had
+        left the quorum comes back at the slowest member's clock, so nobody waits
+        for it; a member re-registering (its shard restarted) keeps its own clock,
+        since moving it ahead would skip clocks it has not pushed."""
+        if rank in self.departed:
+            self.departed.discard(rank)
+            others = [self.clocks[r] for r in self.quorum() if r != rank]
+            if others:
+                self.clocks[rank] = max(self.clocks[rank], min(others))
+        self.clocks[rank] = max(self.clocks[rank], floor)
         return self.clocks[rank]
 
     def depart(self, rank: int) -> None:

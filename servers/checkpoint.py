@@ -37,6 +37,9 @@ from servers.state import PushStatus, ShardState
 __all__ = ["CheckpointError", "ShardCheckpoint", "shard_state_dict", "load_shard_state"]
 
 SNAPSHOT_FORMAT = 1
+# Also snapshot once the log holds this many snapshots' worth of bytes, so its
+# disk use stays bounded whatever every_updates says.
+LOG_TO_SNAPSHOT_RATIO = 8
 _RECORD_HEAD = struct.Struct("<III")  # meta length, payload length, crc32(meta + payload)
 
 # Log operations: what changed the state, in the order it happened.
@@ -120,6 +123,7 @@ class ShardCheckpoint:
         self.path = self.dir / f"shard-{shard}.pt"
         self.generation = 0
         self.logged = 0                      # log records since the last snapshot
+        self.logged_bytes = 0
         self._log: Optional[BinaryIO] = None
         self._saved_version = 0
         self._saved_at = clock()
@@ -169,7 +173,8 @@ class ShardCheckpoint:
             return False
         by_count = self.cfg.every_updates and state.version - self._saved_version >= self.cfg.every_updates
         by_time = self.cfg.every_s and self._clock() - self._saved_at >= self.cfg.every_s
-        return bool(by_count or by_time)
+        by_size = self.logged_bytes >= LOG_TO_SNAPSHOT_RATIO * state.params.nbytes
+        return bool(by_count or by_time or by_size)
 
     def save(self, state: ShardState) -> None:
         """Write snapshot generation G+1 atomically, then switch to its (empty) log."""
@@ -189,6 +194,7 @@ class ShardCheckpoint:
         self.log_path(self.generation).unlink(missing_ok=True)
         self.generation = nxt
         self.logged = 0
+        self.logged_bytes = 0
         self._saved_version = state.version
         self._saved_at = self._clock()
 
@@ -211,6 +217,7 @@ class ShardCheckpoint:
         if self.cfg.fsync_log:
             os.fsync(self._log.fileno())
         self.logged += 1
+        self.logged_bytes += _RECORD_HEAD.size + len(m) + len(payload)
 
     def close(self) -> None:
         if self._log is not None:

@@ -260,13 +260,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"psgd server: {exc}", file=sys.stderr)
         return 2
-    params, fingerprint = initial_shard_params(cfg, ctx.index)
-    checkpoint = None
-    if cfg.checkpoint.enabled and ctx.run_dir is not None:
-        checkpoint = ShardCheckpoint(ctx.run_dir / "checkpoints", ctx.index, fingerprint, cfg.checkpoint)
     try:
+        curve = server_curve(cfg)  # before the model is built: missing keys fail fast
+        params, fingerprint = initial_shard_params(cfg, ctx.index)
+        checkpoint = None
+        if cfg.checkpoint.enabled and ctx.run_dir is not None:
+            checkpoint = ShardCheckpoint(ctx.run_dir / "checkpoints", ctx.index, fingerprint, cfg.checkpoint)
         server = ShardServer(cfg, ctx.index, cfg.cluster.servers[ctx.index], params, fingerprint, ctx.events,
-                             checkpoint=checkpoint, curve=server_curve(cfg))
+                             checkpoint=checkpoint, curve=curve)
     except (CheckpointError, TransportError) as exc:
         print(f"psgd server: shard {ctx.index}: {exc}", file=sys.stderr)
         return 1

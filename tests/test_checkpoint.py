@@ -110,3 +110,18 @@ def test_due_by_update_count(tmp_path):
         assert not ckpt.due(state)
         state.push(0, i, i, state.version, torch.zeros(NUMEL))
     assert ckpt.due(state)
+
+
+def test_log_size_bounds_the_time_between_snapshots(tmp_path):
+    cfg = make_cfg()  # neither count nor time triggers a snapshot
+    state = fresh(cfg)
+    ckpt = ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint)
+    ckpt.resume(state)
+    state.register(0, 0.0)
+    seq = 0
+    while not ckpt.due(state):
+        g = torch.zeros(NUMEL)
+        state.push(0, seq, seq, state.version, g)
+        ckpt.log_push(0, seq, seq, state.version, g)
+        seq += 1
+    assert 7 <= seq <= 8  # each record is one gradient (the size of the parameters) plus a few bytes

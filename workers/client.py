@@ -145,8 +145,9 @@ class PSClient:
         replies = self._call_all(lambda s, req: P.encode(
             kind(req=req, rank=self.rank, seq=seq, clock=clock, read_version=self.versions[s],
                  encoding=self.encoding, scale=scales[s], numel=self.layout.shard_sizes[s]), [frames[s]]))
-        self.seq += 1
-        self.clock += 1
+        # max, not += 1: a re-registration during the call may already have moved them on.
+        self.seq = max(self.seq, seq + 1)
+        self.clock = max(self.clock, clock + 1)
         self.bytes_sent += sum(f.nbytes for f in frames)
         return replies
 
