@@ -84,7 +84,7 @@ def test_sigkill_server_restarts_from_snapshot_and_loses_nothing(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_sigkill_worker_is_restarted_and_rejoins_over_curvezmq(tmp_path):
-    steps = 200
+    steps = 150
     keys = spawn(psgd_cmd("keys", "generate", str(tmp_path / "keys")), stdout=subprocess.PIPE,
                  stderr=subprocess.STDOUT, text=True)
     assert finish(keys, 30)[0] == 0
@@ -93,7 +93,7 @@ def test_sigkill_worker_is_restarted_and_rejoins_over_curvezmq(tmp_path):
                        consistency={"mode": "ssp", "staleness": 2},
                        train={"steps_per_worker": steps, "max_time_s": 90},
                        supervision={"max_restarts": 1, "backoff_s": 0.2},
-                       security={"curve": True, "keys_dir": "keys"})
+                       security={"curve": True, "keys_dir": "keys"}, eval={"enabled": False})
     out = tmp_path / "run"
     proc = start_launch(cfg, out)
     assert wait_for(lambda: worker_steps(out, 1) >= 50, timeout=60), "training did not get going"
@@ -114,10 +114,10 @@ def test_sigkill_worker_is_restarted_and_rejoins_over_curvezmq(tmp_path):
 
 @pytest.mark.timeout(150)
 def test_resume_after_sigterm_continues_from_snapshot(tmp_path):
-    steps = 250
+    steps = 200
     cfg = write_config(tmp_path / "c.yaml", cluster=FAST_RETRY,
                        train={"steps_per_worker": steps, "max_time_s": 90},
-                       checkpoint={"every_updates": 50, "every_s": 1.0})
+                       checkpoint={"every_updates": 50, "every_s": 1.0}, eval={"enabled": False})
     out = tmp_path / "run"
     proc = start_launch(cfg, out)
     assert wait_for(lambda: worker_steps(out, 0) >= 60, timeout=60), "training did not get going"
@@ -146,7 +146,7 @@ def test_resume_after_sigterm_continues_from_snapshot(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok"
     assert summary["wall_time_s"] > first["wall_time_s"]
-    assert min(e["t"] for e in after if e.get("event") == "eval") >= first["wall_time_s"]
+    assert min(e["t"] for e in after if e.get("event") == "step") >= first["wall_time_s"]  # the clock continued
 
 
 @pytest.mark.timeout(90)
