@@ -211,10 +211,12 @@ class CheckpointConfig:
     every_updates: int = 500     # snapshot after this many updates (0: never by count)
     every_s: float = 10.0        # snapshot after this many seconds (0: never by time)
     fsync_log: bool = False      # fsync each log record (survives power loss, not just a process kill)
+    max_log_mb: int = 1024       # snapshot early once the log (one gradient per push) reaches this size
 
     def __post_init__(self):
         _check(self.every_updates >= 0, "every_updates", "must be >= 0")
         _check(self.every_s >= 0, "every_s", "must be >= 0")
+        _check(self.max_log_mb >= 1, "max_log_mb", "must be >= 1")
 
 
 @dataclass(frozen=True)

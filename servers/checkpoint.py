@@ -37,9 +37,6 @@ from servers.state import PushStatus, ShardState
 __all__ = ["CheckpointError", "ShardCheckpoint", "shard_state_dict", "load_shard_state"]
 
 SNAPSHOT_FORMAT = 1
-# Also snapshot once the log holds this many snapshots' worth of bytes, so its
-# disk use stays bounded whatever every_updates says.
-LOG_TO_SNAPSHOT_RATIO = 8
 _RECORD_HEAD = struct.Struct("<III")  # meta length, payload length, crc32(meta + payload)
 
 # Log operations: what changed the state, in the order it happened.
@@ -173,7 +170,7 @@ class ShardCheckpoint:
             return False
         by_count = self.cfg.every_updates and state.version - self._saved_version >= self.cfg.every_updates
         by_time = self.cfg.every_s and self._clock() - self._saved_at >= self.cfg.every_s
-        by_size = self.logged_bytes >= LOG_TO_SNAPSHOT_RATIO * state.params.nbytes
+        by_size = self.logged_bytes >= self.cfg.max_log_mb << 20
         return bool(by_count or by_time or by_size)
 
     def save(self, state: ShardState) -> None:
