@@ -21,8 +21,8 @@ from psgd.consistency import DeferredPulls
 from psgd.metrics import EventLog
 from psgd.process import parse_role_args, start_role
 from psgd.protocol import MsgType, ProtocolError
-from psgd.sharding import layout_for_module
 from psgd.security import server_curve
+from psgd.sharding import layout_for_module
 from psgd.tasks import build_model, load_task
 from psgd.transport import CurveKeys, ServerSocket, TransportError
 from servers.checkpoint import CheckpointError, ShardCheckpoint
