@@ -122,14 +122,16 @@ class PSClient:
 
     def _call_all(self, make: Callable[[int, int], list]) -> dict:
         shards = range(self.layout.num_shards)
-        try:
-            return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
-        except RemoteError as exc:
-            if exc.code != "not_registered":
-                raise
-            # The shard restarted and forgot us: join again, then repeat the same request.
-            self._register_shards([exc.shard])
-            return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
+        for _ in range(self.layout.num_shards):
+            try:
+                return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
+            except RemoteError as exc:
+                if exc.code != "not_registered":
+                    raise
+                # The shard restarted and forgot us: join again, then repeat the same request
+                # (pushes keep their seq, so shards that already applied it answer without reapplying).
+                self._register_shards([exc.shard])
+        return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
 
     def _send_grads(self, kind, grads: Sequence[torch.Tensor]) -> dict:
         if len(grads) != self.layout.num_shards:
