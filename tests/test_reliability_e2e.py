@@ -98,6 +98,8 @@ def test_sigkill_worker_is_restarted_and_rejoins_over_curvezmq(tmp_path):
     proc = start_launch(cfg, out)
     assert wait_for(lambda: worker_steps(out, 1) >= 50, timeout=60), "training did not get going"
     old_pid = pid_of(out, "worker", 1)
+    servers = [e for e in json.loads((out / "processes.json").read_text()) if e["role"] == "server"]
+    assert len(servers) == 2 and all(e["address"].startswith("127.0.0.1:") for e in servers)  # loopback only
     os.kill(old_pid, signal.SIGKILL)
     assert wait_for(lambda: pid_of(out, "worker", 1) != old_pid, timeout=20), "processes.json not rewritten"
     code, output = finish(proc, 90)
