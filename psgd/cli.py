@@ -47,17 +47,33 @@ def _progress_bar(total: int):
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from psgd.launcher import Launcher, make_run_dir
+    from pathlib import Path
+
+    from psgd.launcher import LaunchFailed, Launcher, make_run_dir, read_launch_file
+    config, overrides = args.config, args.overrides
+    if args.resume:
+        if config is not None or overrides or args.out:
+            print("psgd launch: --resume RUN_DIR takes no CONFIG, --set or --out: "
+                  "the run continues with its own config", file=sys.stderr)
+            return 2
+        try:
+            config, overrides = read_launch_file(Path(args.resume))
+        except LaunchFailed as exc:
+            print(f"psgd launch: cannot resume: {exc}", file=sys.stderr)
+            return 2
+    elif config is None:
+        print("psgd launch: give a CONFIG file, or --resume RUN_DIR", file=sys.stderr)
+        return 2
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_config(config, overrides)
     except ConfigError as exc:
         print(f"psgd launch: config error: {exc}", file=sys.stderr)
         return 2
-    run_dir = make_run_dir(cfg, args.out)
-    print(f"run directory: {run_dir}", file=sys.stderr)
+    run_dir = Path(args.resume) if args.resume else make_run_dir(cfg, args.out)
+    print(f"run directory: {run_dir}{' (resuming)' if args.resume else ''}", file=sys.stderr)
     bar, update = _progress_bar(cfg.cluster.workers * cfg.train.steps_per_worker) if not args.quiet else (None, None)
     try:
-        result = Launcher(cfg, args.config, args.overrides, run_dir, on_progress=update).run()
+        result = Launcher(cfg, config, overrides, run_dir, on_progress=update, resume=bool(args.resume)).run()
     finally:
         if bar is not None:
             bar.close()
@@ -99,17 +115,40 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys(args: argparse.Namespace) -> int:
+    from psgd.transport import generate_keys
+    if args.clients < 1:
+        print("psgd keys generate: --clients must be >= 1", file=sys.stderr)
+        return 2
+    written = generate_keys(args.dir, clients=args.clients)
+    for path in written:
+        print(path)
+    print(f"server key pair and {args.clients} authorised client key pair(s) in {args.dir}; "
+          "give clients server.key and their own client*.key_secret, keep server.key_secret private",
+          file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="psgd", description="Parameter-server SGD: BSP, SSP and ASP over ZeroMQ.")
     sub = p.add_subparsers(dest="command", required=True)
 
     launch = sub.add_parser("launch", help="run servers, workers and the evaluator on this machine")
-    launch.add_argument("config")
+    launch.add_argument("config", nargs="?", default=None)
     launch.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, value parsed as YAML (repeatable)")
     launch.add_argument("--out", default=None, help="run directory (default: run.out_dir/NAME-TIMESTAMP)")
     launch.add_argument("--quiet", action="store_true", help="no progress bar")
+    launch.add_argument("--resume", metavar="RUN_DIR", default=None,
+                        help="continue a stopped run from its checkpoints, with its own config")
     launch.set_defaults(func=cmd_launch)
+
+    keys = sub.add_parser("keys", help="CurveZMQ keys for security.curve")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    gen = keys_sub.add_parser("generate", help="make a server key pair and authorised client key pairs in DIR")
+    gen.add_argument("dir")
+    gen.add_argument("--clients", type=int, default=1, help="client key pairs to make and authorise")
+    gen.set_defaults(func=cmd_keys)
 
     for name, help_text in (("server", "run one server shard (multi-host runs)"),
                             ("worker", "run one worker (multi-host runs)"),

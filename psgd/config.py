@@ -202,6 +202,45 @@ class WireConfig:
 
 
 @dataclass(frozen=True)
+class CheckpointConfig:
+    # Shard snapshots under RUN_DIR/checkpoints/: every N updates or T seconds,
+    # whichever comes first, plus one on a clean stop. Pushes applied since the
+    # last snapshot go to an append-only log, written before they are
+    # acknowledged, so a killed shard replays them on restart.
+    enabled: bool = True
+    every_updates: int = 500     # snapshot after this many updates (0: never by count)
+    every_s: float = 10.0        # snapshot after this many seconds (0: never by time)
+    fsync_log: bool = False      # fsync each log record (survives power loss, not just a process kill)
+    max_log_mb: int = 1024       # snapshot early once the log (one gradient per push) reaches this size
+
+    def __post_init__(self):
+        _check(self.every_updates >= 0, "every_updates", "must be >= 0")
+        _check(self.every_s >= 0, "every_s", "must be >= 0")
+        _check(self.max_log_mb >= 1, "max_log_mb", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class SupervisionConfig:
+    # The launcher restarts a crashed server or worker up to max_restarts times
+    # per process, waiting backoff_s * 2**k before the k-th restart.
+    max_restarts: int = 3
+    backoff_s: float = 0.5
+
+    def __post_init__(self):
+        _check(self.max_restarts >= 0, "max_restarts", "must be >= 0")
+        _check(self.backoff_s >= 0, "backoff_s", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    # CurveZMQ: encrypt all traffic and accept only clients whose public key is
+    # in KEYS_DIR/authorized/ (keys made by `psgd keys generate KEYS_DIR`).
+    curve: bool = False
+    keys_dir: str = "keys"       # relative paths are resolved against the config file's directory
+    client_key: str = ""         # a client's key pair (*.key_secret); default KEYS_DIR/client.key_secret
+
+
+@dataclass(frozen=True)
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -212,6 +251,9 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     wire: WireConfig = field(default_factory=WireConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
     # Directory of the config file, so "module:callable" finds modules beside it.
     base_dir: str = field(default=".", metadata={"internal": True})
 

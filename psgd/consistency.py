@@ -45,22 +45,23 @@ class ClockBoard:
         self.staleness = staleness
         self.clocks = [0] * workers
         self.departed: set[int] = set()
-        self.joined: set[int] = set()  # ranks that have registered at least once
 
     def join(self, rank: int, at: Optional[int] = None) -> int:
         """(Re)admit a rank and return the clock it pushes next.
 
-        `at` (BSP: the step being aggregated) fixes that clock. Otherwise a
-        first registration keeps the rank's clock (the others waited for it),
-        and a returning rank continues from the slowest other quorum worker,
-        so it neither holds the others back nor runs ahead of the bound.
-        A rank's recorded clock never moves backwards."""
-        self.departed.discard(rank)
-        if at is None:
+        `at` (BSP: the step being aggregated) fixes that clock. Otherwise a rank
+        that had left the quorum comes back at the slowest member's clock, so
+        nobody waits for it; a first registration, or a member re-registering
+        because its shard or its own process restarted, keeps its clock, since
+        moving it ahead would skip clocks it has not pushed. A rank's recorded
+        clock never moves backwards."""
+        if rank in self.departed:
+            self.departed.discard(rank)
             others = [self.clocks[r] for r in self.quorum() if r != rank]
-            returning = rank in self.joined
-            at = max(self.clocks[rank], min(others)) if others and returning else self.clocks[rank]
-        self.joined.add(rank)
+            if others and at is None:
+                self.clocks[rank] = max(self.clocks[rank], min(others))
+        if at is None:
+            return self.clocks[rank]
         self.clocks[rank] = max(self.clocks[rank], at)
         return at
 

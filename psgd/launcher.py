@@ -6,7 +6,11 @@ launcher merges them into metrics.jsonl as they arrive, reports progress
 through a callback, starts the common training clock once every child is
 ready, and stops everything in order: workers finish (or are stopped at
 max_time_s), the evaluator takes its final measurement and saves model.pt,
-then the servers stop. A child that dies is reported with its cause.
+then the servers stop. A server, worker or evaluator that crashes is
+restarted (bounded retries with backoff, see supervisor.py); once its retries
+are spent the run fails with the crash's cause. `resume=True` continues a
+stopped run in its own directory: shards reload their checkpoints, workers
+continue from the shards' clocks and the training clock continues.
 """
 from __future__ import annotations
 
@@ -25,8 +29,10 @@ from psgd.config import Config, dump_config
 from psgd.metrics import Histogram
 from psgd.process import START_FILE
 from psgd.summary import summarize
+from psgd.supervisor import PendingRestart, RestartBudget
 
-__all__ = ["Launcher", "LaunchResult", "Progress", "ROLE_MODULES", "free_ports", "make_run_dir"]
+__all__ = ["Launcher", "LaunchResult", "Progress", "ROLE_MODULES", "free_ports", "make_run_dir",
+           "LAUNCH_FILE", "read_launch_file"]
 
 ROLE_MODULES = {
     "server": ("servers.shard", "--shard"),
@@ -37,6 +43,16 @@ ROLE_MODULES = {
 READY_TIMEOUT_S = 180.0
 STOP_GRACE_S = 10.0
 INTERRUPT_BUDGET_S = 4.0  # after SIGTERM/SIGINT, every child is gone within this
+LAUNCH_FILE = "launch.json"  # how the run was started, for `psgd launch --resume`
+
+
+def read_launch_file(run_dir: Path) -> tuple[str, list[str]]:
+    """(config path, overrides) a run was launched with. Raises LaunchFailed."""
+    path = Path(run_dir) / LAUNCH_FILE
+    if not path.is_file():
+        raise LaunchFailed(f"{run_dir} is not a psgd run directory (no {LAUNCH_FILE})")
+    data = json.loads(path.read_text())
+    return data["config"], list(data["overrides"])
 
 
 class LaunchFailed(RuntimeError):
@@ -137,7 +153,7 @@ class Launcher:
     child's failure: the result carries the exit code and a one-line reason."""
 
     def __init__(self, cfg: Config, config_path: str, overrides: list[str], run_dir: Path,
-                 on_progress: Optional[Callable[[Progress], None]] = None):
+                 on_progress: Optional[Callable[[Progress], None]] = None, resume: bool = False):
         self.cfg = cfg
         self.config_path = str(config_path)
         self.overrides = list(overrides)
@@ -151,17 +167,30 @@ class Launcher:
         self._metrics = None
         self._training_time: Optional[float] = None
         self._staleness: dict[int, dict] = {}  # shard -> its latest (cumulative) staleness histogram
+        self.resume = resume
+        self.budget = RestartBudget(cfg.supervision)
+        self._pending: list[PendingRestart] = []
+        self._sets: list[str] = []
+        self._prior_time = 0.0  # training time of the runs this one resumes
 
     # ---- public -----------------------------------------------------------
     def run(self) -> LaunchResult:
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        code, reason, status = 0, "ok", "ok"
+        if self.resume:
+            try:
+                self._load_previous()
+            except LaunchFailed as exc:
+                return LaunchResult(1, str(exc), self.run_dir)
         self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
         (self.run_dir / "config.yaml").write_text(dump_config(self.cfg))
-        code, reason, status = 0, "ok", "ok"
+        _atomic_write(self.run_dir / LAUNCH_FILE, json.dumps(
+            {"config": str(Path(self.config_path).resolve()), "overrides": self.overrides}))
+        (self.run_dir / START_FILE).unlink(missing_ok=True)  # children wait for this run's start
         try:
             self._start_all()
             self._wait_ready()
-            self._t0 = time.time()
+            self._t0 = time.time() - self._prior_time
             _atomic_write(self.run_dir / START_FILE, json.dumps({"t0": self._t0}))
             self.progress.started = True
             self.on_progress(self.progress)
@@ -177,14 +206,28 @@ class Launcher:
             finally:
                 for s, h in old.items():
                     signal.signal(s, h)
-        wall = self._training_time or ((time.time() - self._t0) if self._t0 else 0.0)
-        summary = summarize(self.cfg, self.events, wall, status=status)
+        wall = self._training_time or ((time.time() - self._t0) if self._t0 else self._prior_time)
+        summary = summarize(self.cfg, self.events, wall, status=status, restarts=self.budget.total)
         _atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         self._metrics.close()
         (self.run_dir / "processes.json").unlink(missing_ok=True)
         return LaunchResult(code, reason, self.run_dir, summary)
 
     # ---- phases -----------------------------------------------------------
+    def _load_previous(self) -> None:
+        """Pick up the events and training time of the stopped run being resumed."""
+        if not (self.run_dir / "checkpoints").is_dir():
+            raise LaunchFailed(f"nothing to resume in {self.run_dir}: it has no checkpoints/")
+        metrics = self.run_dir / "metrics.jsonl"
+        if metrics.exists():
+            self.events = [json.loads(ln) for ln in metrics.read_text().splitlines() if ln.strip()]
+        self.progress.steps = sum(1 for e in self.events if e.get("event") == "step")
+        summary = self.run_dir / "summary.json"
+        if summary.exists():
+            self._prior_time = float(json.loads(summary.read_text()).get("wall_time_s") or 0.0)
+        else:  # the launcher itself was killed: the last event time is the best estimate
+            self._prior_time = max((float(e.get("t", 0.0)) for e in self.events), default=0.0)
+
     def _addresses(self) -> list[str]:
         servers = self.cfg.cluster.servers
         if isinstance(servers, list):
@@ -201,6 +244,7 @@ class Launcher:
         if mode == "allreduce":
             if not self.cfg.cluster.allreduce_port:
                 sets.append(f"cluster.allreduce_port={free_ports(self.cfg.cluster.host, 1)[0]}")
+        self._sets = sets
         for i, addr in enumerate(addresses):
             self._spawn("server", i, sets, address=addr)
         worker_role = "allreduce" if mode == "allreduce" else "worker"
@@ -220,11 +264,14 @@ class Launcher:
         log = self.run_dir / "logs" / f"{role}-{index}.log"
         env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(self.cfg.run.threads),
                    MKL_NUM_THREADS=str(self.cfg.run.threads))
-        with open(log, "wb") as out:
+        with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=env, start_new_session=True)
-        self.children.append(_Child(role, index, proc, log, self.run_dir / "events" / f"{role}-{index}.jsonl",
-                                    address=address))
+        events = self.run_dir / "events" / f"{role}-{index}.jsonl"
+        child = _Child(role, index, proc, log, events, address=address)
+        # Earlier incarnations' events were merged already: read only what this one writes.
+        child._offset = events.stat().st_size if events.exists() else 0
+        self.children.append(child)
 
     def _write_processes(self) -> None:
         entries = [{"role": c.role, "index": c.index, "pid": c.proc.pid,
@@ -233,7 +280,7 @@ class Launcher:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not all(c.ready for c in self.children):
+        while self._pending or not all(c.ready for c in self.children):
             self._poll(started=False)
             if time.monotonic() > deadline:
                 late = ", ".join(c.name for c in self.children if not c.ready)
@@ -246,7 +293,7 @@ class Launcher:
         while True:
             self._poll(started=True)
             workers = [c for c in self.children if c.role in ("worker", "allreduce")]
-            if all(c.done for c in workers):
+            if all(c.done for c in workers) and not any(p.role == "worker" for p in self._pending):
                 break
             elapsed = time.time() - self._t0
             target_hit = self.cfg.train.stop_at_target and any(
@@ -272,7 +319,30 @@ class Launcher:
             if code == 0 and c.role in ("worker", "allreduce") and started:
                 c.done = True
                 continue
-            raise LaunchFailed(f"{c.name} exited with code {code}: {c.cause()}")
+            self._crashed(c, code)
+        self._respawn_due()
+
+    def _crashed(self, c: _Child, code: int) -> None:
+        """Book a restart of a crashed child, or fail once its retries are spent."""
+        cause = f"{c.name} exited with code {code}: {c.cause()}"
+        pending = self.budget.schedule(c.role, c.index, time.monotonic(), c.address)
+        if pending is None:
+            used = self.budget.used(c.role, c.index)
+            raise LaunchFailed(cause + (f" (after {used} restart{'s' * (used != 1)})" if used else ""))
+        self.children.remove(c)
+        self._pending.append(pending)
+        self._record(c, {"t": round(time.time() - self._t0, 4) if self._t0 else 0.0, "role": "launcher",
+                         "index": 0, "event": "restart", "process": c.role, "process_index": c.index,
+                         "attempt": self.budget.used(c.role, c.index), "cause": cause})
+
+    def _respawn_due(self) -> None:
+        now = time.monotonic()
+        due = [p for p in self._pending if p.due <= now]
+        for p in due:
+            self._pending.remove(p)
+            self._spawn(p.role, p.index, self._sets, address=p.address)
+        if due:
+            self._write_processes()
 
     def _record(self, child: _Child, e: dict) -> None:
         if e.get("event") == "ready":

@@ -5,19 +5,98 @@ shard so it can send to every shard before waiting for any reply. Frames are
 sent with copy=False (pyzmq copies frames below its copy threshold itself,
 which is cheaper for small headers) and received as zero-copy memoryviews.
 Sockets are not thread-safe: use each from one thread.
+
+CurveZMQ (optional): key pairs are made by `generate_keys`; a server socket
+encrypts and admits only clients whose public key is in its authorised
+directory, checked by a ZAP authenticator thread (one per process).
 """
 from __future__ import annotations
 
 import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Sequence
 
 import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
 
-__all__ = ["ServerSocket", "ShardConnections", "TransportError", "tcp_address"]
+__all__ = ["ServerSocket", "ShardConnections", "TransportError", "tcp_address", "CurveKeys",
+           "generate_keys", "server_keys", "client_keys"]
 
 
 class TransportError(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class CurveKeys:
+    """One side's CurveZMQ keys (Z85 bytes). A server also names the directory
+    of authorised client public keys; a client names the server's public key."""
+    public: bytes
+    secret: bytes
+    server_public: bytes
+    authorized_dir: Optional[Path] = None
+
+
+SERVER_KEY = "server"
+AUTHORIZED_DIR = "authorized"
+
+
+def generate_keys(directory, clients: int = 1) -> list[Path]:
+    """Make DIR/server.key(_secret), `clients` client key pairs DIR/client[-k].key(_secret)
+    and copy their public keys into DIR/authorized/. Returns the files written."""
+    d = Path(directory)
+    (d / AUTHORIZED_DIR).mkdir(parents=True, exist_ok=True)
+    written = list(zmq.auth.create_certificates(d, SERVER_KEY))
+    for k in range(clients):
+        name = "client" if k == 0 else f"client-{k}"
+        public, secret = zmq.auth.create_certificates(d, name)
+        written += [Path(public), Path(secret), Path(shutil.copy(public, d / AUTHORIZED_DIR))]
+    for path in written:
+        if str(path).endswith("_secret"):
+            os.chmod(path, 0o600)
+    return [Path(p) for p in written]
+
+
+def _load(path: Path, need_secret: bool) -> tuple[bytes, bytes]:
+    if not Path(path).is_file():
+        raise TransportError(f"key file not found: {path} (make keys with `psgd keys generate DIR`)")
+    try:
+        public, secret = zmq.auth.load_certificate(path)
+    except (ValueError, OSError) as exc:
+        raise TransportError(f"cannot read key file {path}: {exc}") from None
+    if need_secret and secret is None:
+        raise TransportError(f"{path} holds no secret key (use the *.key_secret file)")
+    return public, secret
+
+
+def server_keys(directory) -> CurveKeys:
+    d = Path(directory)
+    public, secret = _load(d / f"{SERVER_KEY}.key_secret", need_secret=True)
+    if not (d / AUTHORIZED_DIR).is_dir():
+        raise TransportError(f"no authorised client keys: {d / AUTHORIZED_DIR} is missing")
+    return CurveKeys(public, secret, public, d / AUTHORIZED_DIR)
+
+
+def client_keys(directory, key_file=None) -> CurveKeys:
+    d = Path(directory)
+    server_public, _ = _load(d / f"{SERVER_KEY}.key", need_secret=False)
+    public, secret = _load(Path(key_file) if key_file else d / "client.key_secret", need_secret=True)
+    return CurveKeys(public, secret, server_public)
+
+
+_AUTH: dict[int, ThreadAuthenticator] = {}
+
+
+def _authenticator(authorized_dir: Path) -> None:
+    """Start (once per process) the ZAP handler that admits only authorised client keys."""
+    auth = _AUTH.get(os.getpid())
+    if auth is None:
+        auth = _AUTH[os.getpid()] = ThreadAuthenticator(_context())
+        auth.start()
+    auth.configure_curve(domain="*", location=str(authorized_dir))
 
 
 def tcp_address(hostport: str) -> str:
@@ -39,9 +118,14 @@ _CTX_PID = -1
 class ServerSocket:
     """A bound ROUTER socket. `recv` returns (identity, frames) or None on timeout."""
 
-    def __init__(self, address: str, max_message_bytes: int = -1):
+    def __init__(self, address: str, max_message_bytes: int = -1, curve: Optional[CurveKeys] = None):
         self._sock = _context().socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            _authenticator(curve.authorized_dir)
+            self._sock.curve_secretkey = curve.secret
+            self._sock.curve_publickey = curve.public
+            self._sock.curve_server = True
         self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         # Deferred replies can pile up for a slow client; never drop them silently.
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -79,7 +163,7 @@ class ServerSocket:
 class ShardConnections:
     """One DEALER socket per shard address."""
 
-    def __init__(self, addresses: Sequence[str], max_message_bytes: int = -1):
+    def __init__(self, addresses: Sequence[str], max_message_bytes: int = -1, curve: Optional[CurveKeys] = None):
         self.addresses = list(addresses)
         self._socks = []
         self._poller = zmq.Poller()
@@ -91,6 +175,10 @@ class ShardConnections:
             sock.setsockopt(zmq.RCVHWM, 0)
             sock.setsockopt(zmq.RECONNECT_IVL, 100)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            if curve is not None:
+                sock.curve_secretkey = curve.secret
+                sock.curve_publickey = curve.public
+                sock.curve_serverkey = curve.server_public
             sock.connect(tcp_address(addr))
             self._poller.register(sock, zmq.POLLIN)
             self._socks.append(sock)
@@ -99,8 +187,16 @@ class ShardConnections:
     def __len__(self) -> int:
         return len(self._socks)
 
-    def send(self, shard: int, frames: Sequence) -> None:
-        self._socks[shard].send_multipart(list(frames), copy=False)
+    def send(self, shard: int, frames: Sequence) -> bool:
+        """Queue a request; returns False if the shard has no usable connection
+        right now (e.g. its CurveZMQ handshake was refused). Never blocks: the
+        caller's resend timer tries again, so an unreachable shard ends in a
+        timeout error instead of a hang."""
+        try:
+            self._socks[shard].send_multipart(list(frames), flags=zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.Again:
+            return False
 
     def recv(self, timeout_ms: int) -> list[tuple[int, list]]:
         """Every message ready within `timeout_ms`, as (shard, frames)."""

@@ -21,9 +21,11 @@ from psgd.consistency import DeferredPulls
 from psgd.metrics import EventLog
 from psgd.process import parse_role_args, start_role
 from psgd.protocol import MsgType, ProtocolError
+from psgd.security import server_curve
 from psgd.sharding import layout_for_module
 from psgd.tasks import build_model, load_task
-from psgd.transport import ServerSocket
+from psgd.transport import CurveKeys, ServerSocket, TransportError
+from servers.checkpoint import CheckpointError, ShardCheckpoint
 from servers.state import PushStatus, ShardState
 
 __all__ = ["ShardServer", "initial_shard_params", "main"]
@@ -45,6 +47,8 @@ _HANDLERS = {
 _REPLY_TYPES = {MsgType.WELCOME, MsgType.PARAMS, MsgType.ACK, MsgType.STATS_REPLY, MsgType.ERROR}
 if set(_HANDLERS) | _REPLY_TYPES != set(MsgType):
     raise ImportError(f"shard does not route message types {set(MsgType) - set(_HANDLERS) - _REPLY_TYPES}")
+# Payload frames each request carries (all others carry none).
+_FRAMES = {MsgType.PUSH: 1, MsgType.PUSH_PULL: 1}
 
 
 class ShardServer:
@@ -52,13 +56,17 @@ class ShardServer:
 
     def __init__(self, cfg: Config, shard: int, address: str, params: torch.Tensor,
                  fingerprint: str, events: Optional[EventLog] = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 checkpoint: Optional[ShardCheckpoint] = None, curve: Optional[CurveKeys] = None):
         self.cfg = cfg
         self.state = ShardState(cfg, shard, params)
+        # Snapshot + log of everything applied since (None: in-memory only).
+        self.checkpoint = checkpoint
+        self.resumed = checkpoint.resume(self.state) if checkpoint is not None else None
         self.fingerprint = fingerprint
         self.events = events or EventLog(None, "server", shard)
         self._clock = clock
-        self._sock = ServerSocket(address, cfg.wire.max_message_mb << 20)
+        self._sock = ServerSocket(address, cfg.wire.max_message_mb << 20, curve=curve)
         self.address = self._sock.address
         self._peers: dict[bytes, tuple[str, int]] = {}  # identity -> (role, rank)
         self._parked = DeferredPulls()
@@ -78,12 +86,18 @@ class ShardServer:
                 if gone:
                     for rank in gone:
                         self.events.emit("worker_timed_out", rank=rank, clock=self.state.board.clocks[rank])
+                        self._journal("log_depart", rank)
                     self._refuse_parked(gone, "timed out: no message for cluster.timeout_s; register again")
                     self._release()
+                if self.checkpoint is not None and self.checkpoint.due(self.state):
+                    self.checkpoint.save(self.state)
                 if now - last_stats >= STATS_EVERY_S:
                     self.emit_stats()
                     last_stats = now
         finally:
+            if self.checkpoint is not None:
+                self.checkpoint.save(self.state)  # a clean stop resumes without replay
+                self.checkpoint.close()
             self.emit_stats(final=True)
             self._sock.close()
 
@@ -95,11 +109,18 @@ class ShardServer:
             name = _HANDLERS.get(record.TYPE)
             if name is None:
                 raise ProtocolError("not_a_request", f"{record.TYPE.name} is a reply, not a request")
+            if len(payload) != _FRAMES.get(record.TYPE, 0):
+                raise ProtocolError("bad_frames", f"{record.TYPE.name} carries {_FRAMES.get(record.TYPE, 0)} "
+                                                  f"payload frame(s), got {len(payload)}")
             getattr(self, name)(identity, record, payload)
         except ProtocolError as exc:
             self.state.counters["bad_requests"] += 1
             self.state.counters[f"bad_requests_{exc.code}"] += 1
             self._reply(identity, P.Error(req=req, code=exc.code, reason=exc.reason))
+
+    def _journal(self, op: str, *args) -> None:
+        if self.checkpoint is not None:
+            getattr(self.checkpoint, op)(*args)
 
     def _reply(self, identity: bytes, record: P.Record, frames=()) -> None:
         self._sock.send(identity, P.encode(record, frames))
@@ -146,6 +167,7 @@ class ShardServer:
             self._check_rank(rec.rank)
             self._parked.drop_rank(rec.rank)  # a previous incarnation's pulls have no reader now
             clock = self.state.register(rec.rank, self._clock())
+            self._journal("log_join", rec.rank)
             last_seq = self.state.last_seq[rec.rank]
             self.events.emit("register", rank=rec.rank, clock=clock)
         self._peers[identity] = (rec.role, rec.rank)
@@ -184,6 +206,7 @@ class ShardServer:
         self.state.seen(rec.rank, self._clock())
         result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad)
         if result.status is not PushStatus.DUPLICATE:
+            self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, grad)  # before the ack
             self.state.counters[f"push_{result.status.value}"] += 1
         self._release()
         if rec.TYPE is MsgType.PUSH:
@@ -214,6 +237,7 @@ class ShardServer:
         self._peer(identity, rec.rank)
         self.state.leave(rec.rank)
         self._refuse_parked([rec.rank], "worker left")
+        self._journal("log_depart", rec.rank)
         self.events.emit("leave", rank=rec.rank, clock=self.state.board.clocks[rec.rank])
         self._release()
         self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
@@ -222,6 +246,8 @@ class ShardServer:
         self._reply(identity, P.StatsReply(req=rec.req, stats=self.state.stats()))
 
     def _on_shutdown(self, identity: bytes, rec: P.Shutdown, payload: list) -> None:
+        if identity not in self._peers:
+            raise ProtocolError("not_registered", "only a registered client may shut a shard down")
         self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
         self._running = False
 
@@ -250,8 +276,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"psgd server: {exc}", file=sys.stderr)
         return 2
-    params, fingerprint = initial_shard_params(cfg, ctx.index)
-    server = ShardServer(cfg, ctx.index, cfg.cluster.servers[ctx.index], params, fingerprint, ctx.events)
+    try:
+        curve = server_curve(cfg)  # before the model is built: missing keys fail fast
+        params, fingerprint = initial_shard_params(cfg, ctx.index)
+        checkpoint = None
+        if cfg.checkpoint.enabled and ctx.run_dir is not None:
+            checkpoint = ShardCheckpoint(ctx.run_dir / "checkpoints", ctx.index, fingerprint, cfg.checkpoint)
+        server = ShardServer(cfg, ctx.index, cfg.cluster.servers[ctx.index], params, fingerprint, ctx.events,
+                             checkpoint=checkpoint, curve=curve)
+    except (CheckpointError, TransportError) as exc:
+        print(f"psgd server: shard {ctx.index}: {exc}", file=sys.stderr)
+        return 1
+    if server.resumed is not None:
+        ctx.events.emit("resumed", **server.resumed)
     ctx.events.emit("ready", address=server.address, numel=params.numel())
     # Serve at once: workers register before the common start signal.
     server.serve(ctx.stop, lambda: ctx.poll_start() or ctx.orphaned())

@@ -21,7 +21,7 @@ import torch
 from psgd import protocol as P
 from psgd.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
 from psgd.sharding import Layout
-from psgd.transport import ShardConnections
+from psgd.transport import CurveKeys, ShardConnections
 
 __all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted"]
 
@@ -32,7 +32,7 @@ class PSClient:
     def __init__(self, addresses: Sequence[str], layout: Layout, rank: int = 0, role: str = "worker",
                  request_timeout_s: float = 30.0, max_retries: int = 5, heartbeat_s: Optional[float] = 1.0,
                  encoding: str = "f32", max_message_bytes: int = -1,
-                 should_stop: Optional[Callable[[], bool]] = None):
+                 should_stop: Optional[Callable[[], bool]] = None, curve: Optional[CurveKeys] = None):
         if len(addresses) != layout.num_shards:
             raise ValueError(f"{len(addresses)} addresses for a layout of {layout.num_shards} shards")
         if encoding not in P.ENCODINGS:
@@ -41,7 +41,8 @@ class PSClient:
         self.rank = rank
         self.role = role
         self.encoding = encoding
-        self._conns = ShardConnections(addresses, max_message_bytes)
+        self._curve = curve  # CurveZMQ keys, also for the heartbeat sockets
+        self._conns = ShardConnections(addresses, max_message_bytes, curve=curve)
         self._rpc = RequestTracker(self._conns, request_timeout_s, max_retries, should_stop)
         self.clock = 0                # pushes completed
         self.versions = [0] * layout.num_shards  # shard versions of the parameters last read
@@ -146,8 +147,9 @@ class PSClient:
         replies = self._call_all(lambda s, req: P.encode(
             kind(req=req, rank=self.rank, seq=seq, clock=clock, read_version=self.versions[s],
                  encoding=self.encoding, scale=scales[s], numel=self.layout.shard_sizes[s]), [frames[s]]))
-        self.seq += 1
-        self.clock = max(self.clock, clock + 1)  # a re-registration may have moved it on already
+        # max, not += 1: a re-registration during the call may already have moved them on.
+        self.seq = max(self.seq, seq + 1)
+        self.clock = max(self.clock, clock + 1)
         self.bytes_sent += sum(f.nbytes for f in frames)
         return replies
 
@@ -183,7 +185,7 @@ class PSClient:
             self.clock = max(self.clock, min(clocks))
 
     def _heartbeat(self, addresses: list[str], period: float) -> None:
-        conns = ShardConnections(addresses)
+        conns = ShardConnections(addresses, curve=self._curve)
         try:
             while not self._hb_stop.wait(period):
                 for s in range(len(addresses)):

@@ -12,6 +12,7 @@ from typing import Optional
 
 from psgd.config import ConfigError
 from psgd.process import RoleContext, parse_role_args, start_role
+from psgd.security import client_curve
 from psgd.sharding import layout_for_module
 from psgd.tasks import build_model, load_task, worker_batches
 from workers.client import Interrupted, PSClient
@@ -32,7 +33,8 @@ def make_client(cfg, layout, rank: int, role: str, should_stop=None) -> PSClient
     return PSClient(require_addresses(cfg), layout, rank=rank, role=role,
                     request_timeout_s=c.request_timeout_s, max_retries=c.max_retries,
                     heartbeat_s=c.heartbeat_s, encoding=encoding,
-                    max_message_bytes=cfg.wire.max_message_mb << 20, should_stop=should_stop)
+                    max_message_bytes=cfg.wire.max_message_mb << 20, should_stop=should_stop,
+                    curve=client_curve(cfg))
 
 
 def run_worker(ctx: RoleContext) -> int:
@@ -75,7 +77,8 @@ def run_worker(ctx: RoleContext) -> int:
     finally:
         client.leave()
         client.close()
-    ctx.events.emit("done", rank=rank, clock=client.clock, steps=steps, resends=client.resends,
+    # pushes: distinct pushes every shard acknowledged (seqs used), across restarts of this rank.
+    ctx.events.emit("done", rank=rank, clock=client.clock, steps=steps, pushes=client.seq, resends=client.resends,
                     bytes_sent=client.bytes_sent)
     return 0
 
