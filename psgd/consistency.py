@@ -203,3 +203,13 @@ class BspAggregator:
         self.valid = 0
         self.step += 1
         return avg
+
+    def state_dict(self) -> dict:
+        """The in-progress clock, for shard snapshots."""
+        return {"step": self.step, "valid": self.valid, "sum": self._sum.clone(),
+                "contributors": sorted(self._contributors)}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.step, self.valid = int(sd["step"]), int(sd["valid"])
+        self._sum.copy_(sd["sum"])
+        self._contributors = set(sd["contributors"])

@@ -69,9 +69,7 @@ def shard_state_dict(state: ShardState, fingerprint: str) -> dict:
         "counters": dict(state.counters),
         "staleness": {int(k): int(v) for k, v in state.staleness.counts.items()},
         "clock_gaps": {int(k): int(v) for k, v in state.clock_gaps.counts.items()},
-        "bsp": None if bsp is None else {
-            "step": bsp.step, "valid": bsp.valid, "sum": bsp._sum.clone(),
-            "contributors": sorted(bsp._contributors)},
+        "bsp": None if bsp is None else bsp.state_dict(),
     }
 
 
@@ -100,10 +98,7 @@ def load_shard_state(state: ShardState, sd: dict, fingerprint: str, now: float) 
     state.clock_gaps.counts.clear()
     state.clock_gaps.counts.update(sd["clock_gaps"])
     if state.bsp is not None and sd["bsp"] is not None:
-        b = sd["bsp"]
-        state.bsp.step, state.bsp.valid = int(b["step"]), int(b["valid"])
-        state.bsp._sum.copy_(b["sum"])
-        state.bsp._contributors = set(b["contributors"])
+        state.bsp.load_state_dict(sd["bsp"])
 
 
 class ShardCheckpoint:
