@@ -109,7 +109,7 @@ def run_job(config: str, overrides: list[str], run_dir: Optional[str] = None,
     watcher.start()
     code = 1
     try:
-        code = getattr(importlib.import_module(module), "main")(argv)
+        code = importlib.import_module(module).main(argv)
     finally:
         finished.set()
         watcher.join()

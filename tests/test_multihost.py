@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 from conftest import kill_tree, psgd_cmd, spawn, write_config
 
