@@ -95,7 +95,7 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
     rule = UpdateRule(cfg.optimizer, flat)
     batches = worker_batches(len(task.y_train), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
     hook = _SlowdownHook(cfg.workers.slowdown.get(rank, 1.0))
-    publisher = SnapshotPublisher(ctx.run_dir, cfg.eval.every_s) if rank == 0 else None
+    publisher = SnapshotPublisher(ctx.run_dir) if rank == 0 else None
 
     _init_group(cfg, rank, device)
     steps = 0
