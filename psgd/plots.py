@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from psgd.run_data import RunData, group_by_label  # noqa: E402
 
@@ -109,6 +110,8 @@ def _staleness_plot(groups, title, path) -> None:
         if total:
             ks = sorted(hist)
             ax.bar(ks, [hist[k] / total for k in ks], width=0.8)
+            ax.set_xlim(-0.6, max(ks[-1], 1) + 0.6)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("staleness τ (updates)")
         ax.set_ylabel("fraction of gradients")
