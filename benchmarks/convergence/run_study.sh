@@ -21,8 +21,8 @@ mkdir -p "$STUDY_RUNS"
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); seeds $SEEDS; modes $MODES"
 } > "$LOG"
 
-for task in mlp cnn; do
-  for case in none straggler; do
+for task in cnn mlp; do
+  for case in straggler none; do
     name="$task-$case"
     if [ "$case" = straggler ]; then
       sets=(--set 'workers.slowdown={3: 4.0}'); title="$task, 4 workers, rank 3 slowed 4x"
