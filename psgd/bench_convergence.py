@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from psgd.config import Config, ConfigError, load_config
+from psgd.config import Config, load_config
 from psgd.launcher import Launcher
 from psgd.plots import plot_runs
 from psgd.run_data import RunData, group_by_label, load_run

@@ -4,7 +4,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import shlex
 import sys
+import time
+from pathlib import Path
 from typing import Optional
 
 from psgd.config import ConfigError, load_config
@@ -68,16 +71,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
     return result.code
 
 
-def _bench_out(args, kind: str, cfg) -> "Path":
-    import time
-    from pathlib import Path
+def _bench_out(args, kind: str, cfg) -> Path:
     if args.out:
         return Path(args.out)
     return Path(cfg.run.out_dir) / f"{kind}-{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def _command_line(args) -> str:
-    import shlex
     return "psgd " + shlex.join(args.argv)
 
 
@@ -144,7 +144,6 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from pathlib import Path
     from psgd.plots import plot_runs
     from psgd.run_data import load_run
     try:
