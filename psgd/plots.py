@@ -62,9 +62,10 @@ def _band(ax, grid, rows: np.ndarray, label: str) -> None:
         ax.fill_between(g, np.nanmin(r, axis=0), np.nanmax(r, axis=0), color=line.get_color(), alpha=0.15)
 
 
-def _series_plot(groups, x_of, y_label, x_label, title, path, target=None) -> None:
+def _series_plot(groups, x_of, y_label, x_label, title, path, target=None, x_max=None) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    x_max = max((max(x_of(r)[0], default=0.0) for runs in groups.values() for r in runs), default=0.0)
+    if x_max is None:
+        x_max = max((max(x_of(r)[0], default=0.0) for runs in groups.values() for r in runs), default=0.0)
     grid = np.linspace(0.0, x_max or 1.0, GRID_POINTS)
     for label, runs in groups.items():
         rows = np.vstack([_step_values(*x_of(r), grid) for r in runs])
@@ -141,8 +142,12 @@ def plot_runs(runs: list[RunData], out_dir: Path, title: str = "", target: Optio
         order = np.argsort(ups, kind="stable")
         return [ups[i] for i in order], [acc[i] for i in order]
 
+    # The final evaluation comes after the processes have stopped; the time
+    # axis ends with training (plus one evaluation period) so it stays readable.
+    last_step = max((r.steps[-1]["t"] for r in runs if r.steps), default=None)
+    t_max = last_step * 1.05 if last_step else None
     _series_plot(groups, by_time, "test accuracy", "wall time since start (s)",
-                 prefix + "test accuracy vs wall time", paths["accuracy_vs_time"], target)
+                 prefix + "test accuracy vs wall time", paths["accuracy_vs_time"], target, t_max)
     _series_plot(groups, by_updates, "test accuracy", "model updates",
                  prefix + "test accuracy vs updates", paths["accuracy_vs_updates"], target)
     _loss_plot(groups, prefix + "training loss vs wall time", paths["loss_vs_time"])

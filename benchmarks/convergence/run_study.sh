@@ -40,3 +40,4 @@ for task in cnn mlp; do
   done
 done
 echo "study finished $(date -u +%FT%TZ)" >> "$LOG"
+"${PYTHON:-python}" "$HERE/make_report.py"
