@@ -6,7 +6,9 @@ analysis.md. Run by run_study.sh after the runs; safe to re-run alone."""
 from __future__ import annotations
 
 import csv
+import json
 import math
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -51,6 +53,27 @@ def headline(cases: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def step_anatomy(study_runs: Path) -> str:
+    """Median per-step times of the ASP runs (no synchronisation waits), normal
+    ranks vs the slowed rank 3: how much slower the straggler really is."""
+    lines = ["| case | ranks | compute (ms) | communication (ms) | whole step (ms) | steps |",
+             "|---|---|---|---|---|---|"]
+    for name, title in CASES:
+        runs = sorted((study_runs / name / "runs").glob("asp-seed*"))
+        steps = []
+        for run in runs:
+            with open(run / "metrics.jsonl") as f:
+                steps += [e for e in map(json.loads, f) if e.get("event") == "step"]
+        if not steps:
+            return ""
+        for ranks, sel in (("0–2", lambda e: e["rank"] != 3), ("3", lambda e: e["rank"] == 3)):
+            part = [e for e in steps if sel(e)]
+            med = lambda k: statistics.median(e[k] for e in part) * 1000  # noqa: E731
+            lines.append(f"| {title} | {ranks} | {med('compute_s'):.2f} | {med('comm_s'):.2f} | "
+                         f"{med('step_s'):.2f} | {len(part)} |")
+    return "\n".join(lines)
+
+
 def case_table(name: str) -> str:
     text = (HERE / name / "report.md").read_text().splitlines()
     return "\n".join(ln for ln in text if ln.startswith("|"))
@@ -67,6 +90,11 @@ def main() -> int:
              "Every figure below comes from the runs' summary.csv files in the case directories.", "",
              "## Headline: median time to target accuracy (3 seeds)", "", headline(CASES), "",
              "## Discussion", "", (HERE / "analysis.md").read_text().strip(), ""]
+    anatomy = step_anatomy(Path(os.environ.get("STUDY_RUNS", "/tmp/psgd-study")))
+    if anatomy:
+        parts += ["## How slow is the straggler? (ASP runs, median per step over 3 seeds)", "",
+                  "`workers.slowdown` stretches only the compute part of a step, so the straggler's whole "
+                  "step is much less than 4× slower when communication dominates.", "", anatomy, ""]
     for name, title in CASES:
         parts += [f"## {title}", "", "Medians over seeds with [min–max]; updates/s counts model updates "
                   "per second of training (a PS update applies one worker's gradient; an allreduce or BSP "
