@@ -18,6 +18,7 @@ waiting in a collective.
 from __future__ import annotations
 
 import datetime
+import gc
 import sys
 import time
 from typing import Optional
@@ -99,6 +100,7 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
 
     _init_group(cfg, rank, device)
     steps = 0
+    ddp = None
     try:
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         ddp.register_comm_hook(None, hook.communicate)
@@ -108,7 +110,12 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
         started = ctx.wait_for_start()
         if not _all_agree_to_stop(not started):
             steps = _train(ctx, ddp, task, batches, params, flat, rule, hook, publisher)
+        dist.barrier()  # nobody tears down while a peer may still be in a collective
     finally:
+        # DDP's reducer must go before its process group: the other order can
+        # abort the interpreter at exit ("terminate called without an active exception").
+        del ddp
+        gc.collect()
         dist.destroy_process_group()
     if rank == 0:
         # The summary reads staleness and clock gaps from "server_stats"; in
