@@ -355,7 +355,8 @@ class Launcher:
             p.steps += 1
         elif ev == "eval":
             p.accuracy = e.get("accuracy")
-            p.updates = max(p.updates, int(e.get("updates", 0) / max(1, self.cfg.cluster.num_servers)))
+            # `updates` sums the versions of every parameter source (shards, or rank 0 in allreduce).
+            p.updates = max(p.updates, int(e.get("updates", 0) / max(1, len(e.get("versions") or [0]))))
         elif ev == "server_stats":
             self._staleness[e.get("index", 0)] = e.get("staleness_hist", {})
             merged = Histogram()

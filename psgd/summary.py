@@ -45,7 +45,7 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
     return {
         "mode": cfg.consistency.mode,
         "staleness": cfg.consistency.staleness if cfg.consistency.mode == "ssp" else None,
-        "servers": cfg.cluster.num_servers,
+        "servers": 0 if cfg.consistency.mode == "allreduce" else cfg.cluster.num_servers,
         "workers": cfg.cluster.workers,
         "status": status,
         "seed": cfg.run.seed,

@@ -21,6 +21,7 @@ from psgd.sharding import layout_for_module
 from psgd.tasks import build_model, load_task
 from workers.client import Interrupted, PSClient, RemoteError, RequestFailed
 from workers.model_sync import ModelSync
+from workers.param_snapshot import SnapshotEvaluator
 from workers.worker import make_client, require_addresses
 
 __all__ = ["Evaluator", "evaluate_once", "main"]
@@ -60,7 +61,10 @@ class Evaluator:
 
 def run_evaluator(ctx: RoleContext) -> int:
     cfg = ctx.cfg
-    ev = Evaluator(cfg, ctx.should_stop)
+    if cfg.consistency.mode == "allreduce":
+        ev = SnapshotEvaluator(cfg, ctx.run_dir)  # no servers: read rank 0's published parameters
+    else:
+        ev = Evaluator(cfg, ctx.should_stop)
     target = cfg.train.target_accuracy
     try:
         ev.connect()
@@ -128,7 +132,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parse_role_args("evaluator", "--index", argv)
     try:
         ctx = start_role("evaluator", args)
-        require_addresses(ctx.cfg)
+        if ctx.cfg.consistency.mode != "allreduce":
+            require_addresses(ctx.cfg)
     except (ConfigError, ValueError) as exc:
         print(f"psgd evaluator: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,75 @@
+"""`psgd tune staleness`: the recommendation rule on hand-made results (exact),
+and one real smoke run of the CLI on a tiny config."""
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import kill_tree, psgd_cmd, spawn
+from psgd.run_data import RunData
+from psgd.tune import BoundResult, parse_bounds, recommend, tabulate
+
+
+def _run(bound, ttt, acc):
+    return RunData(Path("/r"), f"ssp:{bound}", {"time_to_target_s": ttt, "final_test_accuracy": acc})
+
+
+def test_tabulate_takes_medians_and_counts_seeds_that_reached_the_target():
+    runs = [_run(0, 4.0, 0.9), _run(0, 6.0, 0.92), _run(0, 5.0, 0.91), _run(2, None, 0.85), _run(2, 3.0, 0.9)]
+    rows = tabulate(runs, [0, 2, 8])
+    assert (rows[0].seeds, rows[0].reached, rows[0].median_time_s, rows[0].median_accuracy) == (3, 3, 5.0, 0.91)
+    assert (rows[1].reached, math.isinf(rows[1].median_time_s), rows[1].times) == (1, True, [None, 3.0])
+    assert rows[2].seeds == 0
+
+
+def test_recommends_the_fastest_bound_that_always_reached_the_target():
+    rows = [BoundResult(0, 3, 3, 6.0, [], 0.9), BoundResult(2, 3, 3, 4.0, [], 0.9),
+            BoundResult(8, 3, 2, 2.0, [], 0.8)]
+    bound, why = recommend(rows, 0.9)
+    assert bound == 2  # s=8 is faster in median but missed the target in one seed
+    assert why.startswith("s=2 reached 0.9 in 3/3 seeds with median time 4.00s")
+
+
+def test_near_ties_go_to_the_smallest_bound():
+    rows = [BoundResult(1, 3, 3, 4.1, [], 0.9), BoundResult(4, 3, 3, 4.0, [], 0.9)]
+    bound, why = recommend(rows, 0.9)
+    assert bound == 1 and "within 5% of the fastest" in why
+
+
+def test_without_any_hit_the_best_final_accuracy_is_named():
+    rows = [BoundResult(0, 2, 0, math.inf, [None, None], 0.7), BoundResult(4, 2, 0, math.inf, [None, None], 0.8)]
+    bound, why = recommend(rows, 0.99)
+    assert bound == 4 and why.startswith("no bound reached 0.99")
+
+
+@pytest.mark.parametrize("text", ["", "1,x", "-1", "2,2"])
+def test_parse_bounds_rejects_bad_lists(text):
+    with pytest.raises(ValueError, match="--bounds"):
+        parse_bounds(text)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_tune_staleness_cli_prints_table_and_recommended_bound(small_config, tmp_path):
+    cfg = small_config(consistency={"mode": "ssp", "staleness": 1},
+                       train={"steps_per_worker": 30, "max_time_s": 30, "target_accuracy": 0.99},
+                       eval={"every_s": 0.25})
+    out = tmp_path / "tune"
+    proc = spawn(psgd_cmd("tune", "staleness", str(cfg), "--bounds", "0,2", "--target-accuracy", "0.3",
+                          "--out", str(out), "--set", "optimizer.lr=0.2"),
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+    try:
+        stdout, stderr = proc.communicate(timeout=140)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 0, stderr
+    lines = stdout.splitlines()
+    assert lines[0].startswith("| bound s | seeds | reached 0.3 |")
+    assert [ln.split("|")[1].strip() for ln in lines[2:4]] == ["0", "2"]
+    assert lines[4].startswith("recommended bound: ") and int(lines[4].split()[2]) in (0, 2)
+    # --target-accuracy overrides the config's target in every run.
+    assert all("target_accuracy: 0.3" in (d / "config.yaml").read_text() for d in (out / "runs").iterdir())
+    md = (out / "tune.md").read_text()
+    assert lines[4] in md and (out / "tune.csv").read_text().startswith("bound,seeds,reached")
+    assert (out / "report.md").is_file() and (out / "accuracy_vs_time.png").stat().st_size > 5000
