@@ -10,14 +10,13 @@ Every figure is a median; ratios are computed from the medians of this run.
 from __future__ import annotations
 
 import importlib
-import multiprocessing as mp
 import statistics
 import time
 from typing import Callable, Optional
 
 import torch
 
-from psgd.bench_procs import BenchShards
+from psgd.bench_procs import BenchShards, bench_context
 from psgd.bench_rpc_ps import time_gloo_allreduce, time_torch_rpc_ps
 from psgd.transport import RawEchoClient, serve_raw_echo
 
@@ -47,7 +46,7 @@ def comm_row(size_bytes: int, shards: int, psgd: list[float], raw: list[float], 
 def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) -> tuple[list, list]:
     client_mod = importlib.import_module("workers.client")
     numel = size_bytes // 4
-    ctx = mp.get_context("spawn")
+    ctx = bench_context()
     parent, child = ctx.Pipe(duplex=False)
     echo = ctx.Process(target=_raw_echo_child, args=(size_bytes, child), daemon=True)
     echo.start()

@@ -1,5 +1,6 @@
 """Child processes shared by the benchmarks: shard servers on synthetic flat
-parameters, started with multiprocessing's spawn method and torch at one thread.
+parameters, started with multiprocessing's spawn method (a clean interpreter:
+no inherited sockets, threads or torch state), each child at one torch thread.
 
 psgd does not import servers/ at module level; the shard child imports
 `servers.shard` by name, as the launcher does.
@@ -18,9 +19,14 @@ import torch
 from psgd.config import load_config
 from psgd.sharding import Layout, make_layout
 
-__all__ = ["BenchShards", "bench_layout", "bench_config", "process_cpu_s", "parse_size", "parse_list"]
+__all__ = ["BenchShards", "bench_context", "bench_layout", "bench_config", "process_cpu_s", "parse_size", "parse_list"]
 
 START_TIMEOUT_S = 120.0
+
+
+def bench_context():
+    """The multiprocessing context every benchmark child is started with."""
+    return mp.get_context("spawn")
 
 
 def parse_size(text: str) -> int:
@@ -93,7 +99,7 @@ class BenchShards:
     addresses: Optional[list[str]] = None
 
     def __enter__(self) -> "BenchShards":
-        ctx = mp.get_context("spawn")
+        ctx = bench_context()
         self.procs, self.addresses = [], []
         pipes = []
         for i in range(self.shards):

@@ -1,18 +1,19 @@
 """Baselines for `psgd bench comm` that are not psgd: a minimal parameter server
 on torch.distributed.rpc, and gloo all-reduce between two processes.
 
-Both run in their own pair of spawned processes on loopback TCP (TensorPipe's
+Both run in their own pair of child processes on loopback TCP (TensorPipe's
 "uv" transport, gloo on `lo`), so they move bytes the way psgd does rather
 than through shared memory. Each returns its per-iteration times in seconds.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import socket
 import time
 
 import torch
+
+from psgd.bench_procs import bench_context
 
 __all__ = ["RpcParameterServer", "time_torch_rpc_ps", "time_gloo_allreduce"]
 
@@ -91,7 +92,7 @@ def _gloo_child(rank: int, port: int, numel: int, warmup: int, repeats: int, con
 
 
 def _run_pair(target, numel: int, warmup: int, repeats: int) -> list[float]:
-    ctx = mp.get_context("spawn")
+    ctx = bench_context()
     port = _free_port()
     parent, child = ctx.Pipe(duplex=False)
     procs = [ctx.Process(target=target, args=(rank, port, numel, warmup, repeats, child), daemon=True)

@@ -45,6 +45,7 @@ class UpdateRule:
         elif cfg.name == "adam":
             self.state["exp_avg"] = zeros()
             self.state["exp_avg_sq"] = zeros()
+            self._denom = zeros()  # scratch, reused every step (large temporaries cost page faults)
         elif cfg.name == "adagrad":
             self.state["sum"] = zeros()
 
@@ -107,7 +108,7 @@ class UpdateRule:
         t = self.updates + 1
         m.mul_(b1).add_(grad, alpha=1 - b1)
         v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-        denom = v.sqrt().div_(math.sqrt(1 - b2 ** t)).add_(self.cfg.eps)
+        denom = torch.sqrt(v, out=self._denom).div_(math.sqrt(1 - b2 ** t)).add_(self.cfg.eps)
         params.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))
 
     def _adagrad(self, params, grad, lr):
