@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 
 import torch
@@ -22,15 +23,20 @@ PAIR_TIMEOUT_S = 300.0
 
 class RpcParameterServer:
     """The whole server: a flat fp32 tensor, an SGD step, and the new parameters
-    returned to the caller (TensorPipe serialises them). Lives on rank 0."""
+    returned to the caller. Lives on rank 0. RPCs run on a thread pool and the
+    reply is serialised after the call returns, so the update and the copy
+    returned happen under a lock (without them, concurrent trainers could read
+    torn parameters)."""
 
     def __init__(self, numel: int, lr: float):
         self.params = torch.zeros(numel)
         self.lr = lr
+        self.lock = threading.Lock()
 
     def push_pull(self, grad: torch.Tensor) -> torch.Tensor:
-        self.params.add_(grad, alpha=-self.lr)
-        return self.params
+        with self.lock:
+            self.params.add_(grad, alpha=-self.lr)
+            return self.params.clone()
 
 
 def _free_port() -> int:
