@@ -122,6 +122,21 @@ def write_apply_report(result: dict, out: Path, command: str) -> None:
     _save(out, result, lines)
 
 
+def _cause(p: dict, busy: float, cores: int) -> str:
+    """Which resource ran out at a saturation point, read off its CPU figures."""
+    if p["shard_cpu_cores"] >= 0.8:
+        return ("Cause: the shard's own CPU: it is single-threaded and was busy almost all the time, so "
+                "requests queued in front of it.")
+    if busy >= 0.8 * cores:
+        return ("Cause: the machine's cores: shards and light workers together used nearly all of them, so "
+                "adding workers only added queueing.")
+    if p["load_avg_1m"] > cores:
+        return (f"Cause: CPU contention from other processes on the machine: this benchmark got only "
+                f"{busy:.2f} of {cores} cores while the load average was {p['load_avg_1m']}, so its shard and "
+                "workers waited to be scheduled rather than for each other.")
+    return "Cause: not CPU (none of it was busy): latency, not throughput, limited this point."
+
+
 def write_scale_report(result: dict, out: Path, command: str) -> None:
     plt = _plt()
     rows = result["rows"]
@@ -153,7 +168,7 @@ def write_scale_report(result: dict, out: Path, command: str) -> None:
             f"{sat['peak_updates_per_s']:.0f}/s at {sat['peak_workers']} workers. There, each shard kept "
             f"{p['shard_cpu_cores']:.2f} of a core busy and the light workers {p['worker_cpu_cores']:.2f} cores, "
             f"{busy:.2f} of the machine's {cores} cores in all (1-minute load average {p['load_avg_1m']}), "
-            f"and the median pull latency was {p['pull_latency_ms_median']} ms.")
+            f"and the median pull latency was {p['pull_latency_ms_median']} ms. " + _cause(p, busy, cores))
     lines += ["", "How to read it: a shard serves requests one at a time on one Python thread, so its rate is "
               "capped at 1 / (CPU time per request); once the offered load (workers / compute time) passes that "
               "cap, requests queue at the shard and pull latency grows with the number of workers while "

@@ -62,7 +62,7 @@ def test_bench_apply_reports_bytes_over_time():
 @pytest.mark.timeout(120)
 def test_bench_scale_tiny_run():
     result = run_scale_bench([1], [1, 4], grad_bytes=4096, compute_ms=5.0, warmup_s=0.2, window_s=0.5,
-                             processes=2)
+                             processes=1)
     assert [(r["shards"], r["workers"]) for r in result["rows"]] == [(1, 1), (1, 4)]
     for r in result["rows"]:
         assert r["updates_per_s"] > 0 and r["pull_latency_ms_median"] > 0
@@ -70,12 +70,14 @@ def test_bench_scale_tiny_run():
     assert set(result["saturation"]) == {"1"}
 
 
-def test_find_saturation_is_the_first_point_below_80_percent_of_linear():
+def test_find_saturation_is_where_scaling_stays_below_80_percent_of_linear():
     rows = [{"shards": 1, "workers": w, "updates_per_s": u} for w, u in
-            ((1, 50), (4, 200), (16, 700), (64, 1000), (256, 1100))]
+            ((1, 50), (4, 120), (16, 700), (64, 1000), (256, 1100))]
     sat = find_saturation(rows)[1]
-    assert sat["saturates_at_workers"] == 64            # 1000 < 0.8 * 64 * 50
+    assert sat["saturates_at_workers"] == 64            # 1000 < 0.8 * 64 * 50; the dip at 4 recovered
     assert (sat["peak_updates_per_s"], sat["peak_workers"]) == (1100, 256)
+    linear = [{"shards": 2, "workers": w, "updates_per_s": 50 * w} for w in (1, 8, 64)]
+    assert find_saturation(linear)[2]["saturates_at_workers"] is None
 
 
 @pytest.mark.parametrize("text,expected", [("1MB", 1 << 20), ("64KB", 65536), ("0.5MB", 1 << 19), ("4096", 4096)])
