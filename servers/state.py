@@ -64,8 +64,8 @@ class ShardState:
         self.staleness = Histogram()
         self.clock_gaps = Histogram()
         self._snapshot: Optional[tuple[int, torch.Tensor]] = None  # DC-ASGD reads only
-        self._in_flight: list = []
-        self._dense_buf: Optional[torch.Tensor] = None             # trackers of zero-copy replies reading `params`
+        self._in_flight: list = []             # trackers of zero-copy replies reading `params`
+        self._dense_buf: Optional[torch.Tensor] = None  # sparse gradients scattered for dense rules
         self._read: dict[int, torch.Tensor] = {}  # DC-ASGD: parameters each worker last read
 
     @property
@@ -83,6 +83,8 @@ class ShardState:
         """Register a send that still reads `snapshot()` (anything with `done`
         and `wait(timeout_s)`)."""
         if tracker is not None and not tracker.done:
+            if len(self._in_flight) >= 64:  # many reads, no update in between: forget finished sends
+                self._in_flight = [t for t in self._in_flight if not t.done]
             self._in_flight.append(tracker)
 
     def _writable(self) -> torch.Tensor:
