@@ -8,6 +8,7 @@ figure is the shard's compute ceiling rather than the network's.
 from __future__ import annotations
 
 import importlib
+import os
 import statistics
 import time
 
@@ -42,4 +43,4 @@ def apply_throughput(size_bytes: int, optimizer: str, repeats: int = 30, warmup:
 def run_apply_bench(sizes: list[int], optimizers: list[str], repeats: int = 30) -> dict:
     torch.set_num_threads(1)
     return {"rows": [apply_throughput(size, opt, repeats) for opt in optimizers for size in sizes],
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "load_avg_end": round(os.getloadavg()[0], 2)}

@@ -10,6 +10,7 @@ Every figure is a median; ratios are computed from the medians of this run.
 from __future__ import annotations
 
 import importlib
+import os
 import statistics
 import time
 from typing import Callable, Optional
@@ -93,4 +94,5 @@ def run_comm_bench(sizes: list[int], shards: list[int], repeats: int = 30, warmu
             rows.append(row)
             if on_row is not None:
                 on_row(row)
-    return {"rows": rows, "repeats": repeats, "warmup": warmup, "torch": torch.__version__}
+    return {"rows": rows, "repeats": repeats, "warmup": warmup, "torch": torch.__version__,
+            "load_avg_end": round(os.getloadavg()[0], 2)}

@@ -23,7 +23,7 @@ def _plt():
 def _header(title: str, command: str, result: dict) -> list[str]:
     return [f"# {title}", "", "Produced by:", "", "```", command, "```", "",
             f"Machine: {os.cpu_count()} cores, 1-minute load average at the end "
-            f"{os.getloadavg()[0]:.1f} (the machine is shared; medians of repeated runs, ratios from one run).", ""]
+            f"{result.get('load_avg_end', os.getloadavg()[0]):.1f} (the machine is shared; medians of repeated runs, ratios from one run).", ""]
 
 
 def _save(out: Path, result: dict, lines: list[str]) -> None:
@@ -122,6 +122,10 @@ def write_apply_report(result: dict, out: Path, command: str) -> None:
     _save(out, result, lines)
 
 
+def _per_request_ms(r: dict) -> float:
+    return r["shard_cpu_cores"] / r["updates_per_s"] * 1e3 if r["updates_per_s"] else float("nan")
+
+
 def _cause(p: dict, busy: float, cores: int) -> str:
     """Which resource ran out at a saturation point, read off its CPU figures."""
     if p["shard_cpu_cores"] >= 0.8:
@@ -146,12 +150,14 @@ def write_scale_report(result: dict, out: Path, command: str) -> None:
               f"Workers run as threads in {result['processes']} processes; each point is counted over "
               f"a {result['window_s']:g} s window. 'ideal' is workers / compute time (zero-cost round trips). "
               "CPU columns are cores busy during the window (1.0 = one full core), from /proc.", "",
+              "'shard CPU ms per request' = a shard's CPU time / the requests it served "
+              "(each update is one request to every shard).", "",
               "| shards | workers | updates/s | ideal | pull latency median ms | p95 ms | CPU per shard | "
-              "CPU all workers | load avg |", "|---|---|---|---|---|---|---|---|---|"]
+              "shard CPU ms per request | CPU all workers | load avg |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['shards']} | {r['workers']} | {r['updates_per_s']:.0f} | {r['ideal_updates_per_s']:.0f} | "
                      f"{r['pull_latency_ms_median']} | {r['pull_latency_ms_p95']} | {r['shard_cpu_cores']:.2f} | "
-                     f"{r['worker_cpu_cores']:.2f} | {r['load_avg_1m']} |")
+                     f"{_per_request_ms(r):.3f} | {r['worker_cpu_cores']:.2f} | {r['load_avg_1m']} |")
     lines += ["", "## Where a shard saturates", ""]
     cores = result.get("cores") or os.cpu_count()
     for s, sat in result["saturation"].items():
@@ -168,7 +174,9 @@ def write_scale_report(result: dict, out: Path, command: str) -> None:
             f"{sat['peak_updates_per_s']:.0f}/s at {sat['peak_workers']} workers. There, each shard kept "
             f"{p['shard_cpu_cores']:.2f} of a core busy and the light workers {p['worker_cpu_cores']:.2f} cores, "
             f"{busy:.2f} of the machine's {cores} cores in all (1-minute load average {p['load_avg_1m']}), "
-            f"and the median pull latency was {p['pull_latency_ms_median']} ms. " + _cause(p, busy, cores))
+            f"and the median pull latency was {p['pull_latency_ms_median']} ms. A shard spent "
+            f"{_per_request_ms(p):.3f} ms of CPU per request, so with a whole core to itself it could serve at "
+            f"most ~{1e3 / _per_request_ms(p):.0f} requests/s. " + _cause(p, busy, cores))
     lines += ["", "How to read it: a shard serves requests one at a time on one Python thread, so its rate is "
               "capped at 1 / (CPU time per request); once the offered load (workers / compute time) passes that "
               "cap, requests queue at the shard and pull latency grows with the number of workers while "

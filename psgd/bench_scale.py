@@ -170,4 +170,4 @@ def run_scale_bench(shards: list[int], workers: list[int], grad_bytes: int = 64 
     sat = find_saturation(rows)
     return {"rows": rows, "saturation": {str(k): v for k, v in sat.items()},
             "grad_bytes": grad_bytes, "compute_ms": compute_ms, "window_s": window_s,
-            "processes": processes, "cores": os.cpu_count()}
+            "processes": processes, "cores": os.cpu_count(), "load_avg_end": round(os.getloadavg()[0], 2)}
