@@ -4,12 +4,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import shlex
 import sys
-import time
-from pathlib import Path
 from typing import Optional
 
+from psgd.cli_bench import add_measurement_commands
 from psgd.config import ConfigError, load_config
 
 # Single-role commands run the role's module by path: psgd never imports
@@ -132,99 +130,6 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_out(args, kind: str, cfg) -> Path:
-    if args.out:
-        return Path(args.out)
-    return Path(cfg.run.out_dir) / f"{kind}-{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def _command_line(args) -> str:
-    return "psgd " + shlex.join(args.argv)
-
-
-def _print_progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def cmd_bench_convergence(args: argparse.Namespace) -> int:
-    from psgd import bench_convergence as bc
-    from psgd.config import dump_config
-    try:
-        specs = bc.parse_modes(args.modes)
-        if args.seeds < 1:
-            raise ValueError("--seeds must be >= 1")
-        cfg = load_config(args.config, args.overrides)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd bench convergence: {exc}", file=sys.stderr)
-        return 2
-    out = _bench_out(args, "bench", cfg)
-    print(f"output directory: {out}", file=sys.stderr)
-    try:
-        result = bc.run_matrix(args.config, args.overrides, specs, args.seeds, out, on_run=_print_progress)
-    except ConfigError as exc:
-        print(f"psgd bench convergence: config error: {exc}", file=sys.stderr)
-        return 2
-    title = args.title or f"{cfg.task.model} on {cfg.task.dataset}, {cfg.cluster.workers} workers"
-    report, csv_path, plots = bc.write_outputs(result, title, dump_config(cfg), _command_line(args))
-    print(bc.mode_table(result.runs, result.target))
-    for f in result.failed:
-        print(f"failed: {f}", file=sys.stderr)
-    print(f"wrote {report}, {csv_path} and {len(plots)} plots", file=sys.stderr)
-    return 1 if result.failed else 0
-
-
-def cmd_tune_staleness(args: argparse.Namespace) -> int:
-    from psgd import bench_convergence as bc
-    from psgd import tune
-    from psgd.config import dump_config
-    overrides = list(args.overrides) + [f"train.target_accuracy={args.target_accuracy}"]
-    try:
-        bounds = tune.parse_bounds(args.bounds)
-        if args.seeds < 1:
-            raise ValueError("--seeds must be >= 1")
-        cfg = load_config(args.config, overrides)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd tune staleness: {exc}", file=sys.stderr)
-        return 2
-    out = _bench_out(args, "tune", cfg)
-    print(f"output directory: {out}", file=sys.stderr)
-    try:
-        result = bc.run_matrix(args.config, overrides, tune.bound_specs(bounds), args.seeds, out,
-                               on_run=_print_progress)
-    except ConfigError as exc:
-        print(f"psgd tune staleness: config error: {exc}", file=sys.stderr)
-        return 2
-    table, bound, line, md = tune.write_tune_outputs(result, bounds, args.target_accuracy, dump_config(cfg),
-                                                     _command_line(args))
-    print(table)
-    print(line)
-    for f in result.failed:
-        print(f"failed: {f}", file=sys.stderr)
-    print(f"wrote {md}", file=sys.stderr)
-    return 0 if bound is not None else 1
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-    from psgd.plots import plot_runs
-    from psgd.run_data import load_run
-    try:
-        runs = [load_run(Path(d)) for d in args.run_dirs]
-    except (FileNotFoundError, ValueError, KeyError) as exc:
-        print(f"psgd plot: {exc}", file=sys.stderr)
-        return 2
-    target = args.target if args.target is not None else runs[0].summary.get("target_accuracy")
-    for path in plot_runs(runs, Path(args.out), args.title, target):
-        print(path)
-    return 0
-
-
-def _target(text: str) -> float:
-    v = float(text)
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return v
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="psgd", description="Parameter-server SGD: BSP, SSP and ASP over ZeroMQ.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -245,33 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("dir")
     gen.add_argument("--clients", type=int, default=1, help="client key pairs to make and authorise")
     gen.set_defaults(func=cmd_keys)
-    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
-    conv = bench.add_parser("convergence", help="the same task under several consistency modes and seeds")
-    conv.add_argument("config")
-    conv.add_argument("--modes", default="allreduce,bsp,ssp:2,ssp:4,asp",
-                      help="comma-separated: allreduce, bsp, ssp:S, asp; '+sa' = staleness-aware (e.g. asp+sa)")
-    conv.add_argument("--seeds", type=int, default=1, help="runs per mode, seeds run.seed, run.seed+1, ...")
-    conv.add_argument("--out", default=None, help="output directory (default: run.out_dir/bench-NAME-TIMESTAMP)")
-    conv.add_argument("--title", default="", help="title of the report and plots")
-    conv.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    conv.set_defaults(func=cmd_bench_convergence)
-
-    tune = sub.add_parser("tune", help="tuning").add_subparsers(dest="tune", required=True)
-    stale = tune.add_parser("staleness", help="time to target accuracy per SSP bound, and the bound to use")
-    stale.add_argument("config")
-    stale.add_argument("--bounds", default="0,1,2,4,8", help="comma-separated SSP bounds")
-    stale.add_argument("--target-accuracy", type=_target, required=True)
-    stale.add_argument("--seeds", type=int, default=1)
-    stale.add_argument("--out", default=None, help="output directory (default: run.out_dir/tune-NAME-TIMESTAMP)")
-    stale.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    stale.set_defaults(func=cmd_tune_staleness)
-
-    plot = sub.add_parser("plot", help="plots of existing run directories")
-    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    plot.add_argument("--out", default="plots", help="where the PNGs go (default: ./plots)")
-    plot.add_argument("--title", default="")
-    plot.add_argument("--target", type=_target, default=None, help="target accuracy line (default: the run's)")
-    plot.set_defaults(func=cmd_plot)
+    add_measurement_commands(sub)
 
     for name, help_text in (("server", "run one server shard (multi-host runs)"),
                             ("worker", "run one worker (multi-host runs)"),
@@ -298,7 +177,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded in reports, so a study can be re-run
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ValueError as exc:  # bad bench arguments (sizes, lists)
+        if getattr(args, "command", None) != "bench":
+            raise
+        print(f"psgd bench: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -194,11 +194,18 @@ class WorkersConfig:
 @dataclass(frozen=True)
 class WireConfig:
     # Gradient encoding on the wire: fp32, fp16/bf16 (scaled), or top-k with error feedback.
-    compression: Literal["none", "fp16", "bf16"] = "none"
+    compression: Literal["none", "fp16", "bf16", "topk"] = "none"
+    topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
     max_message_mb: int = 1024   # sockets refuse larger messages
 
     def __post_init__(self):
+        _check(0 < self.topk_ratio <= 1, "topk_ratio", f"must be in (0, 1], got {self.topk_ratio}")
         _check(self.max_message_mb >= 1, "max_message_mb", "must be >= 1")
+
+    @property
+    def encoding(self) -> str:
+        """The protocol's tensor encoding for `compression`."""
+        return {"none": "f32", "fp16": "f16", "bf16": "bf16", "topk": "topk"}[self.compression]
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ class UpdateRule:
         elif cfg.name == "adam":
             self.state["exp_avg"] = zeros()
             self.state["exp_avg_sq"] = zeros()
+            self._denom = zeros()  # scratch, reused every step (large temporaries cost page faults)
         elif cfg.name == "adagrad":
             self.state["sum"] = zeros()
 
@@ -74,6 +75,22 @@ class UpdateRule:
             self._adagrad(params, grad, lr)
         self.updates += 1
 
+    @property
+    def sparse_exact(self) -> bool:
+        """True if a sparse gradient changes only its own coordinates (plain SGD,
+        no momentum, weight decay or delay compensation); other rules see it dense."""
+        return (self.cfg.name in ("sgd", "momentum") and self.momentum == 0 and not self.cfg.weight_decay
+                and self.cfg.dc_asgd is None)
+
+    def apply_sparse(self, params: torch.Tensor, indices: torch.Tensor, values: torch.Tensor,
+                     staleness: int = 0) -> None:
+        """One plain-SGD update from (indices, values): one vectorised index_add_,
+        touching only those coordinates. Requires `sparse_exact`."""
+        if not self.sparse_exact:
+            raise ValueError(f"{self.cfg.name} with these options needs dense gradients")
+        params.index_add_(0, indices, values, alpha=-self.lr(staleness))
+        self.updates += 1
+
     def _sgd(self, params, grad, lr):
         if self.momentum == 0:
             params.add_(grad, alpha=-lr)
@@ -91,7 +108,7 @@ class UpdateRule:
         t = self.updates + 1
         m.mul_(b1).add_(grad, alpha=1 - b1)
         v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-        denom = v.sqrt().div_(math.sqrt(1 - b2 ** t)).add_(self.cfg.eps)
+        denom = torch.sqrt(v, out=self._denom).div_(math.sqrt(1 - b2 ** t)).add_(self.cfg.eps)
         params.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))
 
     def _adagrad(self, params, grad, lr):

@@ -3,6 +3,8 @@
 A message is a list of frames: one msgpack header
 ``[PROTOCOL_VERSION, type, request_id, {field: value}]`` followed by zero or
 more raw tensor frames (little-endian, C order), sent zero-copy when large.
+A dense gradient is one frame; a sparse ("topk") gradient is two frames, the
+int32 indices then the float32 values of its `nnz` kept coordinates.
 Nothing is ever pickled. `decode` checks version, type, field names and field
 types and raises ProtocolError with a reason; checks against the parameter
 layout (sizes, shard) belong to the server.
@@ -54,6 +56,10 @@ ENCODINGS: dict[str, tuple[torch.dtype, int]] = {
     "f16": (torch.float16, 2),
     "bf16": (torch.bfloat16, 2),
 }
+# Sparse encodings: name -> (index dtype, value dtype); two frames, nnz elements each.
+SPARSE_ENCODINGS: dict[str, tuple[torch.dtype, torch.dtype]] = {
+    "topk": (torch.int32, torch.float32),
+}
 
 
 @dataclass(frozen=True)
@@ -93,9 +99,10 @@ class Push(Record):
     seq: int = 0                # per-worker sequence number; a resend reuses it
     clock: int = 0              # worker clock this gradient belongs to
     read_version: int = 0       # shard version of the parameters the gradient was computed on
-    encoding: str = "f32"
+    encoding: str = "f32"       # a dense ENCODINGS name, or a SPARSE_ENCODINGS name
     scale: float = 1.0
-    numel: int = 0
+    numel: int = 0              # elements of the (dense) gradient
+    nnz: int = 0                # sparse encodings: coordinates carried
 
 
 @dataclass(frozen=True)
@@ -238,3 +245,46 @@ def frame_to_tensor(frame: Any, encoding: str, numel: int) -> torch.Tensor:
             return torch.frombuffer(buf, dtype=torch.int16).view(torch.bfloat16)
         return torch.frombuffer(buf, dtype=dtype)
 
+
+
+def sparse_frames(indices: torch.Tensor, values: torch.Tensor, encoding: str = "topk") -> list:
+    """The two zero-copy frames of a sparse gradient (indices, then values)."""
+    idx_dtype, val_dtype = SPARSE_ENCODINGS[encoding]
+    if indices.dtype != idx_dtype or values.dtype != val_dtype or indices.numel() != values.numel():
+        raise ValueError(f"{encoding} needs {idx_dtype} indices and as many {val_dtype} values")
+    return [tensor_frame(indices), tensor_frame(values)]
+
+
+def frames_to_sparse(frames: Sequence[Any], encoding: str, numel: int, nnz: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indices, values) viewing a sparse gradient's two frames without copying.
+    Checks frame sizes and that every index lies in [0, numel)."""
+    if encoding not in SPARSE_ENCODINGS:
+        raise ProtocolError("bad_encoding", f"unknown sparse encoding {encoding!r}")
+    if len(frames) != 2:
+        raise ProtocolError("bad_frames", f"{encoding} gradient needs an index and a value frame, got {len(frames)}")
+    if not 0 <= nnz <= numel:
+        raise ProtocolError("bad_size", f"nnz {nnz} outside 0..{numel}")
+    idx_dtype, val_dtype = SPARSE_ENCODINGS[encoding]
+    out = []
+    for frame, dtype, what in ((frames[0], idx_dtype, "index"), (frames[1], val_dtype, "value")):
+        buf = memoryview(frame)
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        if buf.nbytes != nnz * itemsize:
+            raise ProtocolError("bad_size", f"{what} frame has {buf.nbytes} bytes, header says {nnz} x {dtype}")
+        if nnz == 0:
+            out.append(torch.empty(0, dtype=dtype))
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # received frames are read-only buffers
+            out.append(torch.frombuffer(buf, dtype=dtype))
+    indices, values = out
+    if nnz and (int(indices.min()) < 0 or int(indices.max()) >= numel):
+        raise ProtocolError("bad_index", f"{encoding} index outside 0..{numel - 1}")
+    return indices, values
+
+
+def wire_nbytes(encoding: str, numel: int, nnz: int = 0) -> int:
+    """Payload bytes of one gradient in `encoding` (headers excluded)."""
+    if encoding in SPARSE_ENCODINGS:
+        return sum(torch.empty(0, dtype=d).element_size() for d in SPARSE_ENCODINGS[encoding]) * nnz
+    return ENCODINGS[encoding][1] * numel

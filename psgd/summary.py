@@ -41,6 +41,9 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
     else:
         # A model update touches every shard once, so one shard's version counts them.
         total_updates = max((int(st.get("version", 0)) for st in latest.values()), default=0)
+    done = [e for e in events if e.get("event") == "done" and e.get("role") == "worker"]
+    wire_bytes = sum(int(e.get("bytes_sent", 0)) for e in done)
+    fp32_bytes = sum(int(e.get("fp32_bytes", 0)) for e in done)
     losses = [e["loss"] for e in steps[-max(1, cfg.cluster.workers * 5):] if e.get("loss") is not None]
     return {
         "mode": cfg.consistency.mode,
@@ -69,4 +72,7 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
         "bad_requests": counters.get("bad_requests", 0),
         "workers_timed_out": counters.get("workers_timed_out", 0),
         "restarts": restarts,
+        # Gradient payload bytes the workers pushed, and that over what fp32 would have sent.
+        "wire_bytes_sent": wire_bytes,
+        "compression_ratio": round(wire_bytes / fp32_bytes, 6) if fp32_bytes else None,
     }

@@ -16,14 +16,14 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-__all__ = ["ServerSocket", "ShardConnections", "TransportError", "tcp_address", "CurveKeys",
-           "generate_keys", "server_keys", "client_keys"]
+__all__ = ["ServerSocket", "ShardConnections", "SendTracker", "TransportError", "tcp_address", "CurveKeys",
+           "generate_keys", "server_keys", "client_keys", "serve_raw_echo", "RawEchoClient"]
 
 
 class TransportError(RuntimeError):
@@ -156,8 +156,43 @@ class ServerSocket:
                 return False
             raise
 
+    def send_tracked(self, identity: bytes, frames: Sequence) -> Optional["SendTracker"]:
+        """Send a reply whose buffers the caller will modify later; returns a
+        tracker that reports when ZeroMQ no longer reads them, or None if the
+        peer is gone (nothing was sent)."""
+        try:
+            self._sock.send(identity, zmq.SNDMORE, copy=False)
+            trackers = []
+            for i, frame in enumerate(frames):
+                flags = zmq.SNDMORE if i < len(frames) - 1 else 0
+                trackers.append(self._sock.send(frame, flags, copy=False, track=True))
+            return SendTracker(zmq.MessageTracker(*trackers))
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                return None
+            raise
+
     def close(self) -> None:
         self._sock.close(0)
+
+
+class SendTracker:
+    """Whether ZeroMQ has released the buffers of a zero-copy send."""
+
+    def __init__(self, tracker: "zmq.MessageTracker"):
+        self._tracker = tracker
+
+    @property
+    def done(self) -> bool:
+        return self._tracker.done
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block up to `timeout_s`; True once the buffers are released."""
+        try:
+            self._tracker.wait(timeout_s)
+            return True
+        except zmq.NotDone:
+            return False
 
 
 class ShardConnections:
@@ -211,3 +246,48 @@ class ShardConnections:
         for sock in self._socks:
             sock.close(0)
         self._socks = []
+
+
+# ---- raw ZeroMQ round trip: the baseline psgd's data path is measured against ----
+
+def serve_raw_echo(reply_nbytes: int, on_bound: Callable[[str], None], host: str = "127.0.0.1") -> None:
+    """A bare ROUTER that answers every request with one small header frame and
+    a preallocated `reply_nbytes` frame, zero-copy, until it receives b"stop".
+    Blocks; `on_bound` receives the bound address first."""
+    sock = _context().socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(f"tcp://{host}:0")
+    on_bound(sock.getsockopt(zmq.LAST_ENDPOINT).decode())
+    reply = memoryview(bytearray(reply_nbytes))
+    try:
+        while True:
+            parts = sock.recv_multipart(copy=False)
+            if parts[1].bytes == b"stop":
+                sock.send_multipart([parts[0], b"bye"])
+                return
+            sock.send_multipart([parts[0], b"reply-header", reply], copy=False)
+    finally:
+        sock.close(0)
+
+
+class RawEchoClient:
+    """A DEALER talking to `serve_raw_echo`: one request, one reply, zero-copy both ways."""
+
+    def __init__(self, address: str):
+        self._sock = _context().socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(address)
+
+    def round_trip(self, payload) -> int:
+        """Send a small header and `payload` (a buffer), wait for the reply;
+        returns the reply's payload size. Blocks."""
+        self._sock.send_multipart([b"request-header", payload], copy=False)
+        parts = self._sock.recv_multipart(copy=False)
+        return len(parts[-1].buffer)
+
+    def stop_server(self) -> None:
+        self._sock.send_multipart([b"stop"])
+        self._sock.recv_multipart()
+
+    def close(self) -> None:
+        self._sock.close(0)

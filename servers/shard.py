@@ -71,6 +71,7 @@ class ShardServer:
         self._peers: dict[bytes, tuple[str, int]] = {}  # identity -> (role, rank)
         self._parked = DeferredPulls()
         self._running = False
+        self._f32: Optional[torch.Tensor] = None  # reused buffer for decoding fp16/bf16 gradients
 
     # ---- loop -------------------------------------------------------------
     def serve(self, stop: threading.Event, should_stop: Callable[[], bool] = lambda: False) -> None:
@@ -125,6 +126,11 @@ class ShardServer:
     def _reply(self, identity: bytes, record: P.Record, frames=()) -> None:
         self._sock.send(identity, P.encode(record, frames))
 
+    def _reply_params(self, identity: bytes, record: P.Record, params: torch.Tensor) -> None:
+        """Reply with the live parameters, zero-copy; the state keeps the tracker
+        so it does not update them in place while the send still reads them."""
+        self.state.sending(self._sock.send_tracked(identity, P.encode(record, [P.tensor_frame(params)])))
+
     def _release(self) -> None:
         for identity, record in self._parked.release(self.state.pull_ready):
             self._send_params(identity, record)
@@ -172,8 +178,8 @@ class ShardServer:
             self.events.emit("register", rank=rec.rank, clock=clock)
         self._peers[identity] = (rec.role, rec.rank)
         snap = self.state.snapshot()
-        self._reply(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
-                                        clock=clock, last_seq=last_seq), [P.tensor_frame(snap)])
+        self._reply_params(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
+                                               clock=clock, last_seq=last_seq), snap)
         self._release()
 
     def _on_pull(self, identity: bytes, rec: P.Pull, payload: list) -> None:
@@ -182,8 +188,8 @@ class ShardServer:
         role, rank = self._peers.get(identity, (None, None))
         if role == "evaluator":
             snap = self.state.snapshot()
-            self._reply(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel()),
-                        [P.tensor_frame(snap)])
+            self._reply_params(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel()),
+                               snap)
             return
         self._peer(identity, rec.rank)
         self._check_member(rec.rank)
@@ -192,17 +198,22 @@ class ShardServer:
 
     def _on_push(self, identity: bytes, rec: P.Push, payload: list) -> None:
         self._peer(identity, rec.rank)
-        if len(payload) != 1:
-            raise ProtocolError("bad_frames", f"{rec.TYPE.name} needs exactly one gradient frame")
+        sparse = rec.encoding in P.SPARSE_ENCODINGS
+        if len(payload) != (2 if sparse else 1):
+            raise ProtocolError("bad_frames", f"{rec.TYPE.name} needs exactly {2 if sparse else 1} gradient "
+                                              f"frame(s) for encoding {rec.encoding!r}")
         if rec.numel != self.state.numel:
             raise ProtocolError("bad_size", f"gradient has {rec.numel} elements, shard holds {self.state.numel}")
         if rec.clock < 0 or rec.seq < 0 or rec.read_version < 0:
             raise ProtocolError("bad_field", "clock, seq and read_version must be >= 0")
         if not (rec.scale > 0 and rec.scale < float("inf")):
             raise ProtocolError("bad_field", "scale must be positive and finite")
-        grad = P.frame_to_tensor(payload[0], rec.encoding, rec.numel)
-        if grad.dtype != torch.float32:
-            grad = grad.float().mul_(rec.scale)
+        if sparse:
+            grad = P.frames_to_sparse(payload, rec.encoding, rec.numel, rec.nnz)
+        else:
+            grad = P.frame_to_tensor(payload[0], rec.encoding, rec.numel)
+            if grad.dtype != torch.float32:
+                grad = self._decode_f32(grad, rec.scale)
         self.state.seen(rec.rank, self._clock())
         result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad)
         if result.status is not PushStatus.DUPLICATE:
@@ -217,6 +228,12 @@ class ShardServer:
             self._answer_or_park(identity, P.Pull(req=rec.req, rank=rec.rank, clock=rec.clock + 1),
                                  rec.rank, rec.clock + 1)
 
+    def _decode_f32(self, wire: torch.Tensor, scale: float) -> torch.Tensor:
+        if self._f32 is None:
+            self._f32 = torch.empty(self.state.numel)
+        self._f32.copy_(wire)
+        return self._f32.mul_(scale) if scale != 1.0 else self._f32
+
     def _answer_or_park(self, identity: bytes, pull: P.Pull, rank: int, clock: int) -> None:
         if self.state.pull_ready(rank, clock):
             self._send_params(identity, pull)
@@ -226,8 +243,8 @@ class ShardServer:
 
     def _send_params(self, identity: bytes, pull: P.Pull) -> None:
         snap, clock, low = self.state.answer_pull(pull.rank, pull.clock)
-        self._reply(identity, P.Params(req=pull.req, version=self.state.version, clock=clock,
-                                       min_clock=low, numel=snap.numel()), [P.tensor_frame(snap)])
+        self._reply_params(identity, P.Params(req=pull.req, version=self.state.version, clock=clock,
+                                              min_clock=low, numel=snap.numel()), snap)
 
     def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
         self._check_rank(rec.rank)

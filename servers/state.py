@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
@@ -20,6 +20,8 @@ from psgd.optim import UpdateRule
 from psgd.protocol import ProtocolError
 
 __all__ = ["ShardState", "PushStatus", "PushResult"]
+
+COW_WAIT_S = 0.0005  # how long an update waits for an in-flight reply before copying instead
 
 
 class PushStatus(str, Enum):
@@ -35,6 +37,13 @@ class PushStatus(str, Enum):
 class PushResult:
     status: PushStatus
     staleness: int = 0
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """True if no element is NaN or +-Inf. One vectorised sum, no temporaries:
+    any NaN/Inf makes the sum non-finite; only then (or if a huge finite
+    gradient overflows it) is the exact elementwise check run."""
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
 
 
 class ShardState:
@@ -54,7 +63,9 @@ class ShardState:
         self.counters: Counter[str] = Counter()
         self.staleness = Histogram()
         self.clock_gaps = Histogram()
-        self._snapshot: Optional[tuple[int, torch.Tensor]] = None
+        self._snapshot: Optional[tuple[int, torch.Tensor]] = None  # DC-ASGD reads only
+        self._in_flight: list = []             # trackers of zero-copy replies reading `params`
+        self._dense_buf: Optional[torch.Tensor] = None  # sparse gradients scattered for dense rules
         self._read: dict[int, torch.Tensor] = {}  # DC-ASGD: parameters each worker last read
         self._bsp_staleness: list[int] = []       # BSP: staleness of the gradients buffered for this step
 
@@ -63,9 +74,34 @@ class ShardState:
         return self.params.numel()
 
     def snapshot(self) -> torch.Tensor:
-        """An immutable copy of the parameters at the current version, shared by
-        every reply at this version (replies are sent asynchronously, so the live
-        tensor must never be handed to the socket)."""
+        """The parameters at the current version, for a zero-copy reply. No copy:
+        the caller hands the send's tracker to `sending`, and the next in-place
+        update waits for it or, if the send is still running, continues on a
+        copy (copy-on-write), so a reply never carries torn parameters."""
+        return self.params
+
+    def sending(self, tracker) -> None:
+        """Register a send that still reads `snapshot()` (anything with `done`
+        and `wait(timeout_s)`)."""
+        if tracker is not None and not tracker.done:
+            if len(self._in_flight) >= 64:  # many reads, no update in between: forget finished sends
+                self._in_flight = [t for t in self._in_flight if not t.done]
+            self._in_flight.append(tracker)
+
+    def _writable(self) -> torch.Tensor:
+        """The live parameters, safe to change in place."""
+        if self._in_flight:
+            # In a request/reply round trip the previous reply is normally
+            # released by now; only a send still on the wire forces a copy.
+            busy = [t for t in self._in_flight if not t.wait(COW_WAIT_S)]
+            self._in_flight = []
+            if busy:
+                self.params = self.params.clone()
+                self.counters["copy_on_write"] += 1
+        return self.params
+
+    def _frozen(self) -> torch.Tensor:
+        """An immutable copy at the current version, shared by every reader at it."""
         if self._snapshot is None or self._snapshot[0] != self.version:
             self._snapshot = (self.version, self.params.clone())
         return self._snapshot[1]
@@ -102,8 +138,10 @@ class ShardState:
         return gone
 
     # ---- pushes -----------------------------------------------------------
-    def push(self, rank: int, seq: int, clock: int, read_version: int, grad: torch.Tensor) -> PushResult:
-        """Handle one gradient. `grad` is read, never modified or kept.
+    def push(self, rank: int, seq: int, clock: int, read_version: int,
+             grad: Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]) -> PushResult:
+        """Handle one gradient: a dense flat tensor, or sparse (indices, values)
+        meaning zero elsewhere. `grad` is read, never modified or kept.
         Raises ProtocolError, with the state untouched, for an impossible push."""
         self.check_push(rank, clock, read_version)
         if seq <= self.last_seq[rank]:
@@ -112,18 +150,33 @@ class ShardState:
         self.last_seq[rank] = seq
         self.counters["pushes"] += 1
         staleness = max(0, self.version - read_version)
-        if not bool(torch.isfinite(grad).all()):
+        if not all_finite(grad[1] if isinstance(grad, tuple) else grad):
             self.counters["rejected_nonfinite"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE, staleness), skip=True)
+        if isinstance(grad, tuple) and (self.bsp is not None or not self.rule.sparse_exact):
+            grad = self._dense(*grad)
         if self.bsp is not None:
             return self._finish_push(rank, clock, PushResult(PushStatus.BUFFERED, staleness), grad=grad)
         limit = self.cfg.optimizer.max_staleness_drop
         if limit is not None and staleness > limit:
             self.counters["rejected_stale"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.TOO_STALE, staleness))
-        self.rule.apply(self.params, grad, staleness, self._read.get(rank))
-        self._applied(grad.numel(), [staleness])
+        if isinstance(grad, tuple):
+            self.rule.apply_sparse(self._writable(), grad[0], grad[1], staleness)
+            self._applied(self.numel, [staleness])
+        else:
+            self.rule.apply(self._writable(), grad, staleness, self._read.get(rank))
+            self._applied(grad.numel(), [staleness])
         return self._finish_push(rank, clock, PushResult(PushStatus.APPLIED, staleness))
+
+    def _dense(self, indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """A sparse gradient scattered into a reused zero buffer (for rules that
+        touch every coordinate, and for BSP's aggregate)."""
+        if self._dense_buf is None:
+            self._dense_buf = torch.zeros(self.numel)
+        else:
+            self._dense_buf.zero_()
+        return self._dense_buf.index_add_(0, indices, values)
 
     def check_push(self, rank: int, clock: int, read_version: int) -> None:
         if rank not in self.registered:
@@ -156,7 +209,7 @@ class ShardState:
         avg = self.bsp.take_average()
         staleness, self._bsp_staleness = self._bsp_staleness, []
         if avg is not None:
-            self.rule.apply(self.params, avg, max(staleness, default=0))
+            self.rule.apply(self._writable(), avg, max(staleness, default=0))
             self._applied(avg.numel(), staleness)
 
     def _applied(self, numel: int, staleness: list[int]) -> None:
@@ -181,10 +234,9 @@ class ShardState:
         low = clock if low is None else low
         self.clock_gaps.add(max(0, clock - low))
         self.counters["pulls"] += 1
-        snap = self.snapshot()
         if self.cfg.optimizer.dc_asgd is not None:
-            self._read[rank] = snap
-        return snap, clock, low
+            self._read[rank] = self._frozen()
+        return self.snapshot(), clock, low
 
     def stats(self) -> dict:
         return {

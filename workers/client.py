@@ -19,24 +19,23 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from psgd import protocol as P
+from psgd.compression import WireEncoder
 from psgd.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
 from psgd.sharding import Layout
 from psgd.transport import CurveKeys, ShardConnections
 
 __all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted"]
 
-F16_RANGE = 1024.0  # f16 payloads are scaled so the largest magnitude maps here
-
 
 class PSClient:
     def __init__(self, addresses: Sequence[str], layout: Layout, rank: int = 0, role: str = "worker",
                  request_timeout_s: float = 30.0, max_retries: int = 5, heartbeat_s: Optional[float] = 1.0,
                  encoding: str = "f32", max_message_bytes: int = -1,
-                 should_stop: Optional[Callable[[], bool]] = None, curve: Optional[CurveKeys] = None):
+                 should_stop: Optional[Callable[[], bool]] = None, curve: Optional[CurveKeys] = None,
+                 topk_ratio: float = 0.01):
         if len(addresses) != layout.num_shards:
             raise ValueError(f"{len(addresses)} addresses for a layout of {layout.num_shards} shards")
-        if encoding not in P.ENCODINGS:
-            raise ValueError(f"unknown encoding {encoding!r}")
+        self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio)  # validates encoding
         self.layout = layout
         self.rank = rank
         self.role = role
@@ -136,31 +135,21 @@ class PSClient:
     def _send_grads(self, kind, grads: Sequence[torch.Tensor]) -> dict:
         if len(grads) != self.layout.num_shards:
             raise ValueError(f"expected {self.layout.num_shards} gradient tensors, got {len(grads)}")
-        frames, scales = [], []
         for s, g in enumerate(grads):
             if g.numel() != self.layout.shard_sizes[s] or g.dtype != torch.float32:
                 raise ValueError(f"shard {s} gradient must be float32 with {self.layout.shard_sizes[s]} elements")
-            wire, scale = self._encode(g)
-            frames.append(P.tensor_frame(wire))
-            scales.append(scale)
+        before = self.encoder.wire_bytes
+        wire = [self.encoder.encode(s, g) for s, g in enumerate(grads)]
         seq, clock = self.seq, self.clock
         replies = self._call_all(lambda s, req: P.encode(
             kind(req=req, rank=self.rank, seq=seq, clock=clock, read_version=self.versions[s],
-                 encoding=self.encoding, scale=scales[s], numel=self.layout.shard_sizes[s]), [frames[s]]))
+                 encoding=wire[s].encoding, scale=wire[s].scale, numel=self.layout.shard_sizes[s],
+                 nnz=wire[s].nnz), wire[s].frames))
         # max, not += 1: a re-registration during the call may already have moved them on.
         self.seq = max(self.seq, seq + 1)
         self.clock = max(self.clock, clock + 1)
-        self.bytes_sent += sum(f.nbytes for f in frames)
+        self.bytes_sent += self.encoder.wire_bytes - before
         return replies
-
-    def _encode(self, g: torch.Tensor) -> tuple[torch.Tensor, float]:
-        if self.encoding == "f32":
-            return g.contiguous(), 1.0
-        if self.encoding == "bf16":
-            return g.to(torch.bfloat16).contiguous(), 1.0
-        amax = float(g.abs().max()) if g.numel() else 0.0
-        scale = amax / F16_RANGE if amax > 0 and amax == amax and amax != float("inf") else 1.0
-        return (g / scale).to(torch.float16).contiguous(), scale
 
     def _params(self, replies: dict) -> list[torch.Tensor]:
         out = []

@@ -29,10 +29,9 @@ def require_addresses(cfg) -> list[str]:
 
 def make_client(cfg, layout, rank: int, role: str, should_stop=None) -> PSClient:
     c = cfg.cluster
-    encoding = {"none": "f32", "fp16": "f16", "bf16": "bf16"}[cfg.wire.compression]
     return PSClient(require_addresses(cfg), layout, rank=rank, role=role,
                     request_timeout_s=c.request_timeout_s, max_retries=c.max_retries,
-                    heartbeat_s=c.heartbeat_s, encoding=encoding,
+                    heartbeat_s=c.heartbeat_s, encoding=cfg.wire.encoding, topk_ratio=cfg.wire.topk_ratio,
                     max_message_bytes=cfg.wire.max_message_mb << 20, should_stop=should_stop,
                     curve=client_curve(cfg))
 
@@ -79,7 +78,8 @@ def run_worker(ctx: RoleContext) -> int:
         client.close()
     # pushes: distinct pushes every shard acknowledged (seqs used), across restarts of this rank.
     ctx.events.emit("done", rank=rank, clock=client.clock, steps=steps, pushes=client.seq, resends=client.resends,
-                    bytes_sent=client.bytes_sent)
+                    bytes_sent=client.bytes_sent, fp32_bytes=client.encoder.fp32_bytes,
+                    compression_ratio=round(client.encoder.compression_ratio, 6))
     return 0
 
 

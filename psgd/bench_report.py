@@ -1,0 +1,207 @@
+"""Markdown reports and PNG plots (matplotlib, Agg) for `psgd bench comm`,
+`psgd bench apply` and `psgd bench scale`, written from their result dicts.
+
+Every figure in a report comes from the result it is given; the command that
+produced the result is written at the top so the report can be remade.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+__all__ = ["write_comm_report", "write_apply_report", "write_scale_report", "comm_checks"]
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _header(title: str, command: str, result: dict) -> list[str]:
+    return [f"# {title}", "", "Produced by:", "", "```", command, "```", "",
+            f"Machine: {os.cpu_count()} cores, 1-minute load average at the end "
+            f"{result.get('load_avg_end', os.getloadavg()[0]):.1f} (the machine is shared; medians of repeated runs, ratios from one run).", ""]
+
+
+def _save(out: Path, result: dict, lines: list[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):g} MB"
+
+
+def comm_checks(rows: list[dict]) -> list[tuple[str, bool, str]]:
+    """The issue's acceptance checks evaluated on a comm result: (check, passed, evidence)."""
+    checks = []
+    for r in rows:
+        if r["shards"] == 1 and r["size_bytes"] in (1 << 20, 10 << 20):
+            checks.append((f"{_mb(r['size_bytes'])}, 1 shard: psgd <= 1.25 x raw ZeroMQ",
+                           r["psgd_over_raw_zmq"] <= 1.25, f"{r['psgd_over_raw_zmq']:.3f} x"))
+            checks.append((f"{_mb(r['size_bytes'])}, 1 shard: torch.rpc PS >= 3 x psgd",
+                           r["torch_rpc_over_psgd"] >= 3.0, f"{r['torch_rpc_over_psgd']:.3f} x"))
+    one = {r["size_bytes"]: r for r in rows if r["shards"] == 1}
+    for r in rows:
+        if r["shards"] == 2 and r["size_bytes"] == 10 << 20 and r["size_bytes"] in one:
+            base = one[r["size_bytes"]]["psgd_ms"]
+            checks.append(("10 MB: 2 shards not slower than 1", r["psgd_ms"] <= base,
+                           f"{r['psgd_ms']:.3f} ms vs {base:.3f} ms"))
+    return checks
+
+
+def write_comm_report(result: dict, out: Path, command: str) -> None:
+    plt = _plt()
+    rows = result["rows"]
+    lines = _header("psgd bench comm: push+pull round trip", command, result)
+    lines += [f"Median of {result['repeats']} round trips per method (after {result['warmup']} warm-up); "
+              "psgd and raw ZeroMQ alternate one round trip each, so noise hits both alike.", "",
+              "| size | shards | psgd ms | raw ZeroMQ ms | gloo all-reduce ms | torch.rpc PS ms | "
+              "psgd / raw | torch.rpc / psgd | gloo / psgd |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {_mb(r['size_bytes'])} | {r['shards']} | {r['psgd_ms']:.3f} | {r['raw_zmq_ms']:.3f} | "
+                     f"{r['gloo_ms']:.3f} | {r['torch_rpc_ms']:.3f} | {r['psgd_over_raw_zmq']:.3f} | "
+                     f"{r['torch_rpc_over_psgd']:.3f} | {r['gloo_over_psgd']:.3f} |")
+    lines += ["", "## Acceptance checks on this run", "", "| check | result | measured |", "|---|---|---|"]
+    lines += [f"| {c} | {'pass' if ok else 'FAIL'} | {ev} |" for c, ok, ev in comm_checks(rows)]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for s in sorted({r["shards"] for r in rows}):
+        pts = [r for r in rows if r["shards"] == s]
+        ax.plot([r["size_bytes"] / (1 << 20) for r in pts], [r["psgd_ms"] for r in pts], "o-",
+                label=f"psgd ({s} shard{'s' if s > 1 else ''})")
+    base = [r for r in rows if r["shards"] == min(x["shards"] for x in rows)]
+    for key, label in (("raw_zmq_ms", "raw ZeroMQ"), ("gloo_ms", "gloo all-reduce"),
+                       ("torch_rpc_ms", "torch.rpc PS")):
+        ax.plot([r["size_bytes"] / (1 << 20) for r in base], [r[key] for r in base], "s--", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("payload per direction (MB)")
+    ax.set_ylabel("median round trip (ms)")
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    out.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out / "round_trip.png", dpi=110)
+    plt.close(fig)
+    lines += ["", "![round trip](round_trip.png)"]
+    _save(out, result, lines)
+
+
+def write_apply_report(result: dict, out: Path, command: str) -> None:
+    plt = _plt()
+    rows = result["rows"]
+    lines = _header("psgd bench apply: server update throughput per shard", command, result)
+    lines += ["`ShardState.push` on one thread: bookkeeping, non-finite check and the in-place update.", "",
+              "| optimizer | gradient | median ms | GB/s of fp32 gradient |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['optimizer']} | {_mb(r['size_bytes'])} | {r['median_ms']:.3f} | {r['gb_per_s']:.2f} |")
+    sgd = [r["gb_per_s"] for r in rows if r["optimizer"] == "sgd"]
+    if sgd:
+        lines += ["", f"Acceptance (sgd >= 1 GB/s): {'pass' if min(sgd) >= 1.0 else 'FAIL'} "
+                      f"(slowest sgd size: {min(sgd):.2f} GB/s)."]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for opt in dict.fromkeys(r["optimizer"] for r in rows):
+        pts = [r for r in rows if r["optimizer"] == opt]
+        ax.plot([r["size_bytes"] / (1 << 20) for r in pts], [r["gb_per_s"] for r in pts], "o-", label=opt)
+    ax.axhline(1.0, color="grey", ls=":", label="1 GB/s")
+    ax.set_xscale("log")
+    ax.set_xlabel("gradient size (MB)")
+    ax.set_ylabel("GB/s applied")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    out.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out / "apply_throughput.png", dpi=110)
+    plt.close(fig)
+    lines += ["", "![apply throughput](apply_throughput.png)"]
+    _save(out, result, lines)
+
+
+def _per_request_ms(r: dict) -> float:
+    return r["shard_cpu_cores"] / r["updates_per_s"] * 1e3 if r["updates_per_s"] else float("nan")
+
+
+def _cause(p: dict, busy: float, cores: int) -> str:
+    """Which resource ran out at a saturation point, read off its CPU figures."""
+    if p["shard_cpu_cores"] >= 0.8:
+        return ("Cause: the shard's own CPU: it is single-threaded and was busy almost all the time, so "
+                "requests queued in front of it.")
+    if busy >= 0.8 * cores:
+        return ("Cause: the machine's cores: shards and light workers together used nearly all of them, so "
+                "adding workers only added queueing.")
+    if p["load_avg_1m"] > cores:
+        return (f"Cause: CPU contention from other processes on the machine: this benchmark got only "
+                f"{busy:.2f} of {cores} cores while the load average was {p['load_avg_1m']}, so its shard and "
+                "workers waited to be scheduled rather than for each other.")
+    return "Cause: not CPU (none of it was busy): latency, not throughput, limited this point."
+
+
+def write_scale_report(result: dict, out: Path, command: str) -> None:
+    plt = _plt()
+    rows = result["rows"]
+    lines = _header("psgd bench scale: light workers against 1, 2 and 4 shards", command, result)
+    lines += [f"Each light worker sleeps {result['compute_ms']:g} ms (simulated compute), then pushes and pulls "
+              f"a {result['grad_bytes'] // 1024} KB fp32 gradient split over the shards (ASP). "
+              f"Workers run as threads in {result['processes']} processes; each point is counted over "
+              f"a {result['window_s']:g} s window. 'ideal' is workers / compute time (zero-cost round trips). "
+              "CPU columns are cores busy during the window (1.0 = one full core), from /proc.", "",
+              "'shard CPU ms per request' = a shard's CPU time / the requests it served "
+              "(each update is one request to every shard).", "",
+              "| shards | workers | updates/s | ideal | pull latency median ms | p95 ms | CPU per shard | "
+              "shard CPU ms per request | CPU all workers | load avg |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['shards']} | {r['workers']} | {r['updates_per_s']:.0f} | {r['ideal_updates_per_s']:.0f} | "
+                     f"{r['pull_latency_ms_median']} | {r['pull_latency_ms_p95']} | {r['shard_cpu_cores']:.2f} | "
+                     f"{_per_request_ms(r):.3f} | {r['worker_cpu_cores']:.2f} | {r['load_avg_1m']} |")
+    lines += ["", "## Where a shard saturates", ""]
+    cores = result.get("cores") or os.cpu_count()
+    for s, sat in result["saturation"].items():
+        p = sat["point"]
+        if p is None:
+            lines.append(f"- {s} shard(s): updates/s stayed within 80% of linear scaling up to "
+                         f"{max(r['workers'] for r in rows if str(r['shards']) == s)} workers "
+                         f"(peak {sat['peak_updates_per_s']:.0f}/s).")
+            continue
+        busy = p["shard_cpu_cores"] * p["shards"] + p["worker_cpu_cores"]
+        lines.append(
+            f"- {s} shard(s): falls below 80% of linear scaling at **{p['workers']} workers** "
+            f"({p['updates_per_s']:.0f} updates/s against an ideal {p['ideal_updates_per_s']:.0f}); peak "
+            f"{sat['peak_updates_per_s']:.0f}/s at {sat['peak_workers']} workers. There, each shard kept "
+            f"{p['shard_cpu_cores']:.2f} of a core busy and the light workers {p['worker_cpu_cores']:.2f} cores, "
+            f"{busy:.2f} of the machine's {cores} cores in all (1-minute load average {p['load_avg_1m']}), "
+            f"and the median pull latency was {p['pull_latency_ms_median']} ms. A shard spent "
+            f"{_per_request_ms(p):.3f} ms of CPU per request, so with a whole core to itself it could serve at "
+            f"most ~{1e3 / _per_request_ms(p):.0f} requests/s. " + _cause(p, busy, cores))
+    lines += ["", "How to read it: a shard serves requests one at a time on one Python thread, so its rate is "
+              "capped at 1 / (CPU time per request); once the offered load (workers / compute time) passes that "
+              "cap, requests queue at the shard and pull latency grows with the number of workers while "
+              "updates/s stay flat. A shard CPU column near 1.0 means the shard itself is the bottleneck; a "
+              "lower value with shards + workers near the core count means the machine's cores (shared by the "
+              "shards, the light workers and other users' processes) ran out first, and more shards cannot help "
+              "because every push+pull visits every shard."]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for s in sorted({r["shards"] for r in rows}):
+        pts = sorted((r for r in rows if r["shards"] == s), key=lambda r: r["workers"])
+        w = [r["workers"] for r in pts]
+        axes[0].plot(w, [r["updates_per_s"] for r in pts], "o-", label=f"{s} shard{'s' if s > 1 else ''}")
+        axes[1].plot(w, [r["pull_latency_ms_median"] for r in pts], "o-", label=f"{s} shard{'s' if s > 1 else ''}")
+    ideal = sorted({(r["workers"], r["ideal_updates_per_s"]) for r in rows})
+    axes[0].plot([i[0] for i in ideal], [i[1] for i in ideal], "k:", label="ideal (workers / compute)")
+    for ax, ylabel in ((axes[0], "updates/s"), (axes[1], "median push+pull latency (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("light workers")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    out.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out / "scale.png", dpi=110)
+    plt.close(fig)
+    lines += ["", "![scale](scale.png)"]
+    _save(out, result, lines)

@@ -1,0 +1,91 @@
+"""Benchmark commands on tiny sizes: output schema, ratios derived from the
+measured numbers, reports written. No absolute times are asserted."""
+import json
+import subprocess
+
+import pytest
+
+from conftest import kill_tree, psgd_cmd, spawn
+from psgd.bench_apply import run_apply_bench
+from psgd.bench_comm import comm_row
+from psgd.bench_procs import parse_size
+from psgd.bench_scale import find_saturation, run_scale_bench
+
+ROW_KEYS = {"size_bytes", "shards", "psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms",
+            "psgd_over_raw_zmq", "torch_rpc_over_psgd", "gloo_over_psgd", "repeats"}
+
+
+def _run(args, timeout):
+    proc = spawn(psgd_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        raise AssertionError(f"{args} did not finish in {timeout}s")
+    assert proc.returncode == 0, err
+    return out
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_bench_comm_json_schema_and_ratios(tmp_path):
+    out = _run(["bench", "comm", "--sizes", "64KB", "--shards", "1", "--repeats", "3", "--json",
+                "--out", str(tmp_path / "comm")], timeout=140)
+    rows = json.loads(out)["rows"]
+    assert [(r["size_bytes"], r["shards"]) for r in rows] == [(65536, 1)]
+    for r in rows:
+        assert set(r) == ROW_KEYS
+        assert all(r[k] > 0 for k in ("psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms"))
+        assert r["psgd_over_raw_zmq"] == pytest.approx(r["psgd_ms"] / r["raw_zmq_ms"], rel=1e-3)
+        assert r["torch_rpc_over_psgd"] == pytest.approx(r["torch_rpc_ms"] / r["psgd_ms"], rel=1e-3)
+        assert r["gloo_over_psgd"] == pytest.approx(r["gloo_ms"] / r["psgd_ms"], rel=1e-3)
+    report = (tmp_path / "comm" / "report.md").read_text()
+    assert "psgd bench comm --sizes 64KB" in report and (tmp_path / "comm" / "round_trip.png").stat().st_size
+    assert json.loads((tmp_path / "comm" / "results.json").read_text())["rows"] == rows
+
+
+def test_comm_row_takes_medians_and_their_ratios():
+    row = comm_row(1024, 1, psgd=[0.003, 0.001, 0.002], raw=[0.001, 0.004, 0.0005],
+                   gloo=[0.002], rpc=[0.010, 0.006, 0.008])
+    assert (row["psgd_ms"], row["raw_zmq_ms"], row["gloo_ms"], row["torch_rpc_ms"]) == (2.0, 1.0, 2.0, 8.0)
+    assert (row["psgd_over_raw_zmq"], row["torch_rpc_over_psgd"], row["gloo_over_psgd"]) == (2.0, 4.0, 1.0)
+
+
+def test_bench_apply_reports_bytes_over_time():
+    rows = run_apply_bench([64 << 10], ["sgd", "adam"], repeats=3)["rows"]
+    assert [r["optimizer"] for r in rows] == ["sgd", "adam"]
+    for r in rows:
+        assert r["gb_per_s"] == pytest.approx(r["size_bytes"] / (r["median_ms"] / 1e3) / 1e9, rel=1e-2)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(120)
+def test_bench_scale_tiny_run():
+    result = run_scale_bench([1], [1, 4], grad_bytes=4096, compute_ms=5.0, warmup_s=0.2, window_s=0.5,
+                             processes=1)
+    assert [(r["shards"], r["workers"]) for r in result["rows"]] == [(1, 1), (1, 4)]
+    for r in result["rows"]:
+        assert r["updates_per_s"] > 0 and r["pull_latency_ms_median"] > 0
+        assert r["ideal_updates_per_s"] == r["workers"] / 0.005
+    assert set(result["saturation"]) == {"1"}
+
+
+def test_find_saturation_is_where_scaling_stays_below_80_percent_of_linear():
+    rows = [{"shards": 1, "workers": w, "updates_per_s": u} for w, u in
+            ((1, 50), (4, 120), (16, 700), (64, 1000), (256, 1100))]
+    sat = find_saturation(rows)[1]
+    assert sat["saturates_at_workers"] == 64            # 1000 < 0.8 * 64 * 50; the dip at 4 recovered
+    assert (sat["peak_updates_per_s"], sat["peak_workers"]) == (1100, 256)
+    linear = [{"shards": 2, "workers": w, "updates_per_s": 50 * w} for w in (1, 8, 64)]
+    assert find_saturation(linear)[2]["saturates_at_workers"] is None
+
+
+@pytest.mark.parametrize("text,expected", [("1MB", 1 << 20), ("64KB", 65536), ("0.5MB", 1 << 19), ("4096", 4096)])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["x", "3", "-4", "1.5B"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError, match="bad size"):
+        parse_size(text)

@@ -1,0 +1,151 @@
+"""Wire compression: exact byte counts, top-k error feedback, and the server's
+sparse update touching exactly the chosen coordinates."""
+import pytest
+import torch
+
+from psgd import protocol as P
+from psgd.compression import F16_RANGE, WireEncoder, topk_count
+from psgd.config import ConfigError, load_config
+from psgd.sharding import make_layout
+from servers.state import PushStatus, ShardState
+from workers.client import PSClient
+
+
+def dense(idx: torch.Tensor, values: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.zeros(n).index_put_((idx.long(),), values)
+
+
+def test_topk_error_feedback_partitions_the_accumulated_gradient_exactly():
+    torch.manual_seed(0)
+    n = 1000
+    enc = WireEncoder("topk", [n], topk_ratio=0.03)
+    for _ in range(20):
+        g = torch.randn(n)
+        accumulated = enc.residuals[0] + g          # what this step owes the server
+        idx, values = enc.topk(0, g)
+        assert idx.numel() == 30 and idx.unique().numel() == 30
+        assert torch.equal(dense(idx, values, n) + enc.residuals[0], accumulated)
+        assert torch.all(enc.residuals[0][idx.long()] == 0)
+        # Every kept coordinate is at least as large as anything left behind.
+        assert values.abs().min() >= enc.residuals[0].abs().max()
+
+
+def test_topk_sent_plus_residual_equals_sum_of_gradients():
+    # Integer-valued gradients keep every float sum exact, so the identity is checked bit for bit.
+    gen = torch.Generator().manual_seed(1)
+    n = 257
+    enc = WireEncoder("topk", [n], topk_ratio=0.05)
+    total, sent = torch.zeros(n), torch.zeros(n)
+    for _ in range(40):
+        g = torch.randint(-50, 50, (n,), generator=gen).float()
+        total += g
+        idx, values = enc.topk(0, g)
+        sent.index_add_(0, idx.long(), values)
+    assert torch.equal(sent + enc.residuals[0], total)
+
+
+@pytest.mark.parametrize("encoding,per_elem", [("f32", 4), ("f16", 2), ("bf16", 2)])
+def test_dense_wire_bytes_are_exact(encoding, per_elem):
+    sizes = [1000, 999]
+    enc = WireEncoder(encoding, sizes)
+    for step in range(3):
+        for s, n in enumerate(sizes):
+            out = enc.encode(s, torch.randn(n))
+            assert [memoryview(f).nbytes for f in out.frames] == [per_elem * n]
+    assert enc.wire_bytes == 3 * per_elem * sum(sizes)
+    assert enc.fp32_bytes == 3 * 4 * sum(sizes)
+    assert enc.compression_ratio == per_elem / 4
+
+
+def test_topk_wire_bytes_are_exact():
+    sizes = [1000, 10]
+    enc = WireEncoder("topk", sizes, topk_ratio=0.01)
+    ks = [topk_count(n, 0.01) for n in sizes]
+    assert ks == [10, 1]
+    for s, n in enumerate(sizes):
+        out = enc.encode(s, torch.randn(n))
+        assert out.nnz == ks[s]
+        assert [memoryview(f).nbytes for f in out.frames] == [4 * ks[s], 4 * ks[s]]
+    assert enc.wire_bytes == 8 * sum(ks) == P.wire_nbytes("topk", 1010, sum(ks))
+    assert enc.compression_ratio == 8 * 11 / (4 * 1010)
+
+
+def test_f16_scaling_keeps_large_gradients_finite():
+    g = torch.tensor([1e6, -3e5, 2.0, 0.0])
+    out = WireEncoder("f16", [4]).encode(0, g)
+    wire = P.frame_to_tensor(out.frames[0], "f16", 4)
+    assert out.scale == 1e6 / F16_RANGE
+    decoded = wire.float() * out.scale
+    assert torch.isfinite(decoded).all()
+    torch.testing.assert_close(decoded, g, rtol=1e-3, atol=out.scale * 1e-3)
+
+
+def _cfg(**over):
+    sets = ["task.model=linear", "task.dataset=synthetic", "cluster.servers=1", "cluster.workers=1",
+            "consistency.mode=asp"] + [f"{k}={v}" for k, v in over.items()]
+    return load_config(None, sets)
+
+
+def test_server_topk_push_moves_exactly_the_chosen_coordinates(shards):
+    cfg = _cfg(**{"optimizer.lr": 0.5})
+    model = torch.nn.Linear(40, 10)
+    cluster = shards(cfg, model)
+    n = cluster.layout.shard_sizes[0]
+    client = PSClient(cluster.addresses, cluster.layout, heartbeat_s=None, encoding="topk", topk_ratio=0.02)
+    before = client.register()[0].clone()
+    k = topk_count(n, 0.02)
+    grad = torch.full((n,), 0.125)        # small everywhere ...
+    chosen = torch.randperm(n)[:k]
+    grad[chosen] = torch.arange(1, k + 1, dtype=torch.float32) * 4.0  # ... except k coordinates
+    after = client.push_pull([grad])[0]
+    moved = (after != before).nonzero().flatten()
+    assert sorted(moved.tolist()) == sorted(chosen.tolist())
+    assert torch.equal(after[chosen], before[chosen] - 0.5 * grad[chosen])
+    assert client.bytes_sent == 8 * k
+    # The chosen coordinates went out in full; everything else waits in the residual.
+    assert torch.equal(client.encoder.residuals[0], torch.where(after != before, 0.0, grad))
+    client.close()
+
+
+def test_sparse_push_with_momentum_equals_the_dense_push():
+    cfg = _cfg(**{"optimizer.momentum": 0.9, "optimizer.lr": 0.25})
+    a, b = ShardState(cfg, 0, torch.zeros(100)), ShardState(cfg, 0, torch.zeros(100))
+    for st in (a, b):
+        st.register(0, 0.0)
+    idx = torch.tensor([3, 50, 99], dtype=torch.int32)
+    vals = torch.tensor([1.0, -2.0, 0.5])
+    for seq in range(3):
+        assert a.push(0, seq, seq, a.version, (idx, vals)).status is PushStatus.APPLIED
+        b.push(0, seq, seq, b.version, dense(idx, vals, 100))
+    assert torch.equal(a.params, b.params)
+
+
+@pytest.mark.parametrize("frames,nnz,code", [
+    ([torch.tensor([0, 100], dtype=torch.int32), torch.tensor([1.0, 1.0])], 2, "bad_index"),
+    ([torch.tensor([0, -1], dtype=torch.int32), torch.tensor([1.0, 1.0])], 2, "bad_index"),
+    ([torch.tensor([0, 1], dtype=torch.int32), torch.tensor([1.0, 1.0])], 3, "bad_size"),
+    ([torch.tensor([0, 1], dtype=torch.int32)], 2, "bad_frames"),
+])
+def test_bad_sparse_push_is_refused_and_leaves_state_untouched(frames, nnz, code):
+    from servers.shard import ShardServer
+    cfg = _cfg()
+    layout = make_layout([("w", (100,))], 1)
+    server = ShardServer(cfg, 0, "127.0.0.1:0", torch.ones(100), layout.fingerprint)
+    replies = []
+    server._reply = lambda identity, record, frames=(): replies.append(record)
+    server._reply_params = lambda identity, record, params: replies.append(record)
+    try:
+        server.handle(b"w0", P.encode(P.Register(req=1, rank=0, fingerprint=layout.fingerprint)))
+        push = P.PushPull(req=2, rank=0, seq=0, clock=0, encoding="topk", numel=100, nnz=nnz)
+        server.handle(b"w0", P.encode(push, [P.tensor_frame(t) for t in frames]))
+    finally:
+        server._sock.close()
+    assert isinstance(replies[-1], P.Error) and replies[-1].code == code
+    assert torch.equal(server.state.params, torch.ones(100))
+    assert server.state.version == 0 and server.state.last_seq[0] == -1
+
+
+def test_topk_ratio_is_validated():
+    with pytest.raises(ConfigError, match="wire.topk_ratio"):
+        load_config(None, ["wire.compression=topk", "wire.topk_ratio=0"])
+    assert load_config(None, ["wire.compression=topk"]).wire.encoding == "topk"
