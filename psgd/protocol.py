@@ -62,6 +62,13 @@ SPARSE_ENCODINGS: dict[str, tuple[torch.dtype, torch.dtype]] = {
 }
 
 
+def payload_frames(record: "Record") -> int:
+    """How many tensor frames follow the header of `record`."""
+    if isinstance(record, Push):
+        return 2 if record.encoding in SPARSE_ENCODINGS else 1
+    return 1 if isinstance(record, (Welcome, Params)) else 0
+
+
 @dataclass(frozen=True)
 class Record:
     TYPE: ClassVar[MsgType]

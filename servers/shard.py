@@ -48,7 +48,6 @@ _REPLY_TYPES = {MsgType.WELCOME, MsgType.PARAMS, MsgType.ACK, MsgType.STATS_REPL
 if set(_HANDLERS) | _REPLY_TYPES != set(MsgType):
     raise ImportError(f"shard does not route message types {set(MsgType) - set(_HANDLERS) - _REPLY_TYPES}")
 # Payload frames each request carries (all others carry none).
-_FRAMES = {MsgType.PUSH: 1, MsgType.PUSH_PULL: 1}
 
 
 class ShardServer:
@@ -110,9 +109,9 @@ class ShardServer:
             name = _HANDLERS.get(record.TYPE)
             if name is None:
                 raise ProtocolError("not_a_request", f"{record.TYPE.name} is a reply, not a request")
-            if len(payload) != _FRAMES.get(record.TYPE, 0):
-                raise ProtocolError("bad_frames", f"{record.TYPE.name} carries {_FRAMES.get(record.TYPE, 0)} "
-                                                  f"payload frame(s), got {len(payload)}")
+            if len(payload) != P.payload_frames(record):
+                raise ProtocolError("bad_frames", f"{record.TYPE.name} ({getattr(record, 'encoding', '')}) carries "
+                                                  f"{P.payload_frames(record)} payload frame(s), got {len(payload)}")
             getattr(self, name)(identity, record, payload)
         except ProtocolError as exc:
             self.state.counters["bad_requests"] += 1
@@ -198,10 +197,7 @@ class ShardServer:
 
     def _on_push(self, identity: bytes, rec: P.Push, payload: list) -> None:
         self._peer(identity, rec.rank)
-        sparse = rec.encoding in P.SPARSE_ENCODINGS
-        if len(payload) != (2 if sparse else 1):
-            raise ProtocolError("bad_frames", f"{rec.TYPE.name} needs exactly {2 if sparse else 1} gradient "
-                                              f"frame(s) for encoding {rec.encoding!r}")
+        sparse = rec.encoding in P.SPARSE_ENCODINGS  # frame count already checked in `handle`
         if rec.numel != self.state.numel:
             raise ProtocolError("bad_size", f"gradient has {rec.numel} elements, shard holds {self.state.numel}")
         if rec.clock < 0 or rec.seq < 0 or rec.read_version < 0:

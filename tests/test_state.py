@@ -154,7 +154,7 @@ def test_ssp_timed_out_worker_rejoins_at_the_slowest_other_clock():
 
 def test_dc_asgd_compensates_with_the_parameters_the_worker_read():
     st = make_state("asp", **{"optimizer.dc_asgd": "{lambda: 1.0}"})
-    read, _, _ = st.answer_pull(1, 0)        # rank 1 reads w = [0, 0]
+    read = st.answer_pull(1, 0)[0].clone()   # rank 1 reads w = [0, 0] (replies alias live params)
     st.push(0, 0, 0, 0, g(2, -2))            # w = [-1, 1]
     st.answer_pull(0, 1)
     res = st.push(1, 0, 0, 0, g(1, 2))       # staleness 1, drift w_now - w_read = [-1, 1]
