@@ -262,7 +262,9 @@ class Launcher:
             cmd += ["--set", s]
         (self.run_dir / "logs").mkdir(exist_ok=True)
         log = self.run_dir / "logs" / f"{role}-{index}.log"
-        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(self.cfg.run.threads),
+        # PYTHONSAFEPATH: `python -m` would otherwise put the current directory first on
+        # sys.path, and any `servers/` or `workers/` folder there would shadow psgd's.
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1", OMP_NUM_THREADS=str(self.cfg.run.threads),
                    MKL_NUM_THREADS=str(self.cfg.run.threads))
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -303,7 +305,9 @@ class Launcher:
                 for c in workers:
                     _terminate(c.proc)
             time.sleep(0.1)
-        self._training_time = time.time() - self._t0
+        # Training ends with the last worker's last step, not when its process has exited.
+        done = [e["t"] for e in self.events if e.get("event") == "done" and e.get("role") in ("worker", "allreduce")]
+        self._training_time = max(done) if done else time.time() - self._t0
 
     def _poll(self, started: bool) -> None:
         if self._signal is not None:

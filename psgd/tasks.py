@@ -9,6 +9,7 @@ once, so batching is indexing.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -65,6 +66,8 @@ def resolve_callable(spec: str, base_dir: str) -> Callable:
         raise ValueError(f"expected 'module.path:callable', got {spec!r}")
     if base_dir and base_dir not in sys.path:
         sys.path.insert(0, base_dir)
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())  # after installed packages: processes run with PYTHONSAFEPATH
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
