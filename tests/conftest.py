@@ -75,6 +75,16 @@ def psgd_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "psgd.cli", *args]
 
 
+def run_psgd(*args: str, cwd: Path, timeout: float = 140.0) -> tuple[int, str, str]:
+    """Run a psgd command to completion as a real process; returns (code, stdout, stderr)."""
+    proc = spawn(psgd_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(cwd))
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        kill_tree(proc)
+    return proc.returncode, stdout, stderr
+
+
 def launch(config: Path, out: Path, *overrides: str, timeout: float = 90.0) -> tuple[int, str, dict]:
     """Run `psgd launch` to completion; returns (exit code, stderr+stdout, summary)."""
     cmd = psgd_cmd("launch", str(config), "--out", str(out), "--quiet")

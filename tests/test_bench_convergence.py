@@ -1,12 +1,11 @@
 """`psgd bench convergence` and `psgd plot`: mode parsing and the report table
 on hand-made runs (exact), plus one real smoke run of the CLI on a tiny config."""
 import csv
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import psgd_cmd, spawn, kill_tree
+from conftest import run_psgd
 from psgd.bench_convergence import mode_table, parse_modes, train_time_s
 from psgd.plots import PLOT_FILES
 from psgd.run_data import RunData, mode_label
@@ -66,14 +65,9 @@ def test_bench_convergence_cli_writes_report_csv_plots_and_prints_the_table(smal
     cfg = small_config(train={"steps_per_worker": 30, "max_time_s": 30, "target_accuracy": 0.3},
                        eval={"every_s": 0.25})
     out = tmp_path / "bench"
-    proc = spawn(psgd_cmd("bench", "convergence", str(cfg), "--modes", "allreduce,asp+sa", "--seeds", "1",
-                          "--out", str(out), "--set", "optimizer.lr=0.2"),
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
-    try:
-        stdout, stderr = proc.communicate(timeout=140)
-    finally:
-        kill_tree(proc)
-    assert proc.returncode == 0, stderr
+    code, stdout, stderr = run_psgd("bench", "convergence", str(cfg), "--modes", "allreduce,asp+sa", "--seeds", "1",
+                          "--out", str(out), "--set", "optimizer.lr=0.2", cwd=tmp_path)
+    assert code == 0, stderr
     lines = stdout.splitlines()
     assert lines[0].startswith("| mode | seeds | time to 0.3 (s) |")
     assert [ln.split("|")[1].strip() for ln in lines[2:]] == ["allreduce", "asp+sa"]
@@ -96,14 +90,13 @@ def test_bench_convergence_cli_writes_report_csv_plots_and_prints_the_table(smal
     # psgd plot redraws the same four plots from the run directories alone.
     plots = tmp_path / "replot"
     run_dirs = sorted(str(p) for p in (out / "runs").iterdir())
-    done = subprocess.run(psgd_cmd("plot", *run_dirs, "--out", str(plots), "--title", "replot"),
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert sorted(Path(p).name for p in done.stdout.split()) == sorted(PLOT_FILES.values())
+    code, stdout, stderr = run_psgd("plot", *run_dirs, "--out", str(plots), "--title", "replot", cwd=tmp_path,
+                                    timeout=60)
+    assert code == 0, stderr
+    assert sorted(Path(p).name for p in stdout.split()) == sorted(PLOT_FILES.values())
     assert all((plots / n).read_bytes().startswith(PNG_MAGIC) for n in PLOT_FILES.values())
 
 
 def test_plot_cli_rejects_a_directory_that_is_not_a_run(tmp_path):
-    done = subprocess.run(psgd_cmd("plot", str(tmp_path), "--out", str(tmp_path / "p")),
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "not a psgd run directory: no summary.json" in done.stderr
+    code, _, stderr = run_psgd("plot", str(tmp_path), "--out", str(tmp_path / "p"), cwd=tmp_path, timeout=60)
+    assert code == 2 and "not a psgd run directory: no summary.json" in stderr

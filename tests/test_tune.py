@@ -1,12 +1,11 @@
 """`psgd tune staleness`: the recommendation rule on hand-made results (exact),
 and one real smoke run of the CLI on a tiny config."""
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import kill_tree, psgd_cmd, spawn
+from conftest import run_psgd
 from psgd.run_data import RunData
 from psgd.tune import BoundResult, parse_bounds, recommend, tabulate
 
@@ -56,14 +55,9 @@ def test_tune_staleness_cli_prints_table_and_recommended_bound(small_config, tmp
                        train={"steps_per_worker": 30, "max_time_s": 30, "target_accuracy": 0.99},
                        eval={"every_s": 0.25})
     out = tmp_path / "tune"
-    proc = spawn(psgd_cmd("tune", "staleness", str(cfg), "--bounds", "0,2", "--target-accuracy", "0.3",
-                          "--out", str(out), "--set", "optimizer.lr=0.2"),
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
-    try:
-        stdout, stderr = proc.communicate(timeout=140)
-    finally:
-        kill_tree(proc)
-    assert proc.returncode == 0, stderr
+    code, stdout, stderr = run_psgd("tune", "staleness", str(cfg), "--bounds", "0,2", "--target-accuracy", "0.3",
+                          "--out", str(out), "--set", "optimizer.lr=0.2", cwd=tmp_path)
+    assert code == 0, stderr
     lines = stdout.splitlines()
     assert lines[0].startswith("| bound s | seeds | reached 0.3 |")
     assert [ln.split("|")[1].strip() for ln in lines[2:4]] == ["0", "2"]
