@@ -158,7 +158,9 @@ def run_scale_bench(shards: list[int], workers: list[int], grad_bytes: int = 64 
                         if on_row is not None:
                             on_row(row)
                 finally:
-                    admin = client_mod.PSClient(cluster.addresses, cluster.layout, heartbeat_s=None)
+                    admin = client_mod.PSClient(cluster.addresses, cluster.layout, role="evaluator",
+                                                heartbeat_s=None)
+                    admin.register()
                     admin.shutdown_servers()
                     admin.close()
     finally:

@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from psgd.config import ConfigError
+from psgd.devices import dist_backend
 from psgd.optim import UpdateRule
 from psgd.process import RoleContext, parse_role_args, start_role
 from psgd.tasks import build_model, load_task, worker_batches
@@ -66,7 +67,7 @@ class _SlowdownHook:
 
 
 def _init_group(cfg, rank: int, device: torch.device) -> None:
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = dist_backend(device)
     c = cfg.cluster
     if not c.allreduce_port:
         raise ConfigError("cluster.allreduce_port", "allreduce mode needs a rendezvous port (psgd launch picks one)")

@@ -93,7 +93,10 @@ class PSClient:
         return [replies[s][0].stats for s in range(self.layout.num_shards)]
 
     def shutdown_servers(self) -> None:
-        self._call_all(lambda s, req: P.encode(P.Shutdown(req=req)))
+        """Stop every shard. Shards only take this from a registered client, so
+        register first; no re-register-and-retry here, since a shard that has
+        already stopped would never answer the repeat."""
+        self._rpc.call({s: P.encode(P.Shutdown(req=self._rpc.next_id())) for s in range(self.layout.num_shards)})
 
     def close(self) -> None:
         self._hb_stop.set()
