@@ -27,19 +27,13 @@ from typing import Callable, Optional
 
 from psgd.config import Config, dump_config
 from psgd.metrics import Histogram
-from psgd.process import START_FILE
+from psgd.process import ROLE_MODULES, START_FILE
 from psgd.summary import summarize
 from psgd.supervisor import PendingRestart, RestartBudget
 
 __all__ = ["Launcher", "LaunchResult", "Progress", "ROLE_MODULES", "free_ports", "make_run_dir",
            "LAUNCH_FILE", "read_launch_file"]
 
-ROLE_MODULES = {
-    "server": ("servers.shard", "--shard"),
-    "worker": ("workers.worker", "--rank"),
-    "evaluator": ("workers.evaluator", "--index"),
-    "allreduce": ("workers.allreduce_worker", "--rank"),
-}
 READY_TIMEOUT_S = 180.0
 STOP_GRACE_S = 10.0
 INTERRUPT_BUDGET_S = 4.0  # after SIGTERM/SIGINT, every child is gone within this

@@ -20,9 +20,18 @@ from typing import Optional
 from psgd.config import Config, load_config
 from psgd.metrics import EventLog
 
-__all__ = ["RoleContext", "start_role", "START_FILE"]
+__all__ = ["RoleContext", "start_role", "START_FILE", "ROLE_MODULES"]
 
 START_FILE = "start.json"
+
+# Role -> (module started with `python -m`, its index flag). psgd starts roles by
+# these paths and never imports servers/ or workers/ itself.
+ROLE_MODULES = {
+    "server": ("servers.shard", "--shard"),
+    "worker": ("workers.worker", "--rank"),
+    "evaluator": ("workers.evaluator", "--index"),
+    "allreduce": ("workers.allreduce_worker", "--rank"),
+}
 
 
 @dataclass

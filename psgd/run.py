@@ -34,15 +34,10 @@ from psgd.config import Config, ConfigError, dump_config, load_config
 from psgd.discovery import EVAL_DONE, EXITED, FAILED, TARGET_REACHED, WORKERS_DONE, JobStore, open_store
 from psgd.launcher import free_ports
 from psgd.metrics import EventLog
-from psgd.process import START_FILE
+from psgd.process import ROLE_MODULES, START_FILE
 
 __all__ = ["Role", "assign_role", "run_job", "ROLE_MODULES"]
 
-ROLE_MODULES = {
-    "server": ("servers.shard", "--shard"),
-    "worker": ("workers.worker", "--rank"),
-    "evaluator": ("workers.evaluator", "--index"),
-}
 STORE_TIMEOUT_S = 300.0   # how long a rank waits for the others to reach the store
 POLL_S = 0.2              # how often a rank checks the job's counters
 FINISH_WAIT_S = 60.0      # how long rank 0 waits for the others to leave
