@@ -26,6 +26,15 @@ def _header(title: str, command: str, result: dict) -> list[str]:
             f"{result.get('load_avg_end', os.getloadavg()[0]):.1f} (the machine is shared; medians of repeated runs, ratios from one run).", ""]
 
 
+def _save_figure(plt, fig, out: Path, png: str, alt: str, lines: list[str]) -> None:
+    """Write the figure as `png` in `out` and link it from the report lines."""
+    out.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out / png, dpi=110)
+    plt.close(fig)
+    lines += ["", f"![{alt}]({png})"]
+
+
 def _save(out: Path, result: dict, lines: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -84,11 +93,7 @@ def write_comm_report(result: dict, out: Path, command: str) -> None:
     ax.set_ylabel("median round trip (ms)")
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
-    out.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out / "round_trip.png", dpi=110)
-    plt.close(fig)
-    lines += ["", "![round trip](round_trip.png)"]
+    _save_figure(plt, fig, out, "round_trip.png", "round trip", lines)
     _save(out, result, lines)
 
 
@@ -114,11 +119,7 @@ def write_apply_report(result: dict, out: Path, command: str) -> None:
     ax.set_ylabel("GB/s applied")
     ax.legend()
     ax.grid(True, alpha=0.3)
-    out.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out / "apply_throughput.png", dpi=110)
-    plt.close(fig)
-    lines += ["", "![apply throughput](apply_throughput.png)"]
+    _save_figure(plt, fig, out, "apply_throughput.png", "apply throughput", lines)
     _save(out, result, lines)
 
 
@@ -199,9 +200,5 @@ def write_scale_report(result: dict, out: Path, command: str) -> None:
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
-    out.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out / "scale.png", dpi=110)
-    plt.close(fig)
-    lines += ["", "![scale](scale.png)"]
+    _save_figure(plt, fig, out, "scale.png", "scale", lines)
     _save(out, result, lines)
