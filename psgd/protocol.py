@@ -181,11 +181,16 @@ if set(RECORDS) != set(MsgType):
 
 _FIELDS = {t: {f.name: f.type for f in dataclasses.fields(cls)} for t, cls in RECORDS.items()}
 _PY_TYPES = {"int": int, "str": str, "bool": bool, "float": (float, int), "dict": dict}
+# Per type, computed once (encode/decode run for every message):
+# the header fields, and for each its accepted Python types and whether bool is refused.
+_HEADER_FIELDS = {t: tuple(f for f in spec if f != "req") for t, spec in _FIELDS.items()}
+_CHECKS = {t: {f: (_PY_TYPES[spec[f]], spec[f] != "bool") for f in _HEADER_FIELDS[t]}
+           for t, spec in _FIELDS.items()}
 
 
 def encode(record: Record, frames: Sequence[Any] = ()) -> list:
     """Header bytes followed by the given payload frames (buffers, not copied)."""
-    fields = {f: getattr(record, f) for f in _FIELDS[record.TYPE] if f != "req"}
+    fields = {f: getattr(record, f) for f in _HEADER_FIELDS[record.TYPE]}
     header = msgpack.packb([PROTOCOL_VERSION, int(record.TYPE), record.req, fields], use_bin_type=True)
     return [header, *frames]
 
@@ -212,15 +217,20 @@ def decode(frames: Sequence[Any]) -> tuple[Record, list]:
         raise ProtocolError("bad_header", "request id must be a non-negative integer")
     if not isinstance(fields, dict):
         raise ProtocolError("bad_header", "fields must be a mapping")
-    spec = _FIELDS[MsgType(mtype)]
+    checks = _CHECKS[mtype]
     for name, value in fields.items():
-        if name not in spec or name == "req":
+        check = checks.get(name)
+        if check is None:
             raise ProtocolError("bad_field", f"unknown field {name!r} for {MsgType(mtype).name}")
-        expected = _PY_TYPES[spec[name]]
-        if not isinstance(value, expected) or (spec[name] != "bool" and isinstance(value, bool)):
-            raise ProtocolError("bad_field", f"field {name!r} must be {spec[name]}")
-    record = RECORDS[MsgType(mtype)](req=req, **fields)
+        if not isinstance(value, check[0]) or (check[1] and isinstance(value, bool)):
+            raise ProtocolError("bad_field", f"field {name!r} must be {_FIELDS[mtype][name]}")
+    record = RECORDS[mtype](req=req, **fields)
     return record, list(frames[1:])
+
+
+def request_id(frames: Sequence[Any]) -> int:
+    """The request id of a message this process encoded (no validation)."""
+    return msgpack.unpackb(frames[0])[2]
 
 
 def tensor_frame(t: torch.Tensor):
@@ -246,6 +256,10 @@ def frame_to_tensor(frame: Any, encoding: str, numel: int) -> torch.Tensor:
         raise ProtocolError("bad_size", f"frame has {buf.nbytes} bytes, header says {numel} x {encoding}")
     if numel == 0:
         return torch.empty(0, dtype=dtype)
+    if not buf.readonly:  # received ZeroMQ frames are writable: no warning to silence
+        if dtype == torch.bfloat16:
+            return torch.frombuffer(buf, dtype=torch.int16).view(torch.bfloat16)
+        return torch.frombuffer(buf, dtype=dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # received frames are read-only buffers
         if dtype == torch.bfloat16:

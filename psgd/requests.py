@@ -56,7 +56,7 @@ class RequestTracker:
         Interrupted if `should_stop` turns true (unless not interruptible)."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         max_retries = self.max_retries if max_retries is None else max_retries
-        want = {shard: P.decode(frames[:1])[0].req for shard, frames in requests.items()}
+        want = {shard: P.request_id(frames) for shard, frames in requests.items()}
         for shard, frames in requests.items():
             self.conns.send(shard, frames)
         replies: dict[int, tuple[P.Record, list]] = {}

@@ -115,6 +115,11 @@ _CTX: Optional[zmq.Context] = None
 _CTX_PID = -1
 
 
+# Frames below this size are copied when sent instead of tracked (pyzmq copies
+# below its own copy threshold, 64 KiB, even when asked not to).
+TRACK_MIN_BYTES = 1 << 16
+
+
 class ServerSocket:
     """A bound ROUTER socket. `recv` returns (identity, frames) or None on timeout."""
 
@@ -158,15 +163,21 @@ class ServerSocket:
 
     def send_tracked(self, identity: bytes, frames: Sequence) -> Optional["SendTracker"]:
         """Send a reply whose buffers the caller will modify later; returns a
-        tracker that reports when ZeroMQ no longer reads them, or None if the
-        peer is gone (nothing was sent)."""
+        tracker that reports when ZeroMQ no longer reads them, or None if no
+        buffer needs watching (all were copied, or the peer is gone)."""
+        # Small frames (identity, header) are copied: cheaper than tracking them,
+        # and only the large ones can alias memory the caller will change.
         try:
-            self._sock.send(identity, zmq.SNDMORE, copy=False)
+            self._sock.send(identity, zmq.SNDMORE)
             trackers = []
+            last = len(frames) - 1
             for i, frame in enumerate(frames):
-                flags = zmq.SNDMORE if i < len(frames) - 1 else 0
-                trackers.append(self._sock.send(frame, flags, copy=False, track=True))
-            return SendTracker(zmq.MessageTracker(*trackers))
+                flags = zmq.SNDMORE if i < last else 0
+                if memoryview(frame).nbytes < TRACK_MIN_BYTES:
+                    self._sock.send(frame, flags)
+                else:
+                    trackers.append(self._sock.send(frame, flags, copy=False, track=True))
+            return SendTracker(zmq.MessageTracker(*trackers)) if trackers else None
         except zmq.ZMQError as exc:
             if exc.errno == zmq.EHOSTUNREACH:
                 return None

@@ -71,6 +71,8 @@ class ShardServer:
         self._parked = DeferredPulls()
         self._running = False
         self._f32: Optional[torch.Tensor] = None  # reused buffer for decoding fp16/bf16 gradients
+        self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
+        self._frame = None
 
     # ---- loop -------------------------------------------------------------
     def serve(self, stop: threading.Event, should_stop: Callable[[], bool] = lambda: False) -> None:
@@ -128,7 +130,9 @@ class ShardServer:
     def _reply_params(self, identity: bytes, record: P.Record, params: torch.Tensor) -> None:
         """Reply with the live parameters, zero-copy; the state keeps the tracker
         so it does not update them in place while the send still reads them."""
-        self.state.sending(self._sock.send_tracked(identity, P.encode(record, [P.tensor_frame(params)])))
+        if self._frame_of is not params:  # the live tensor changes only on copy-on-write
+            self._frame_of, self._frame = params, P.tensor_frame(params)
+        self.state.sending(self._sock.send_tracked(identity, P.encode(record, [self._frame])))
 
     def _release(self) -> None:
         for identity, record in self._parked.release(self.state.pull_ready):

@@ -6,6 +6,7 @@ methods; everything here is synchronous and single-threaded.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
@@ -43,7 +44,7 @@ def all_finite(t: torch.Tensor) -> bool:
     """True if no element is NaN or +-Inf. One vectorised sum, no temporaries:
     any NaN/Inf makes the sum non-finite; only then (or if a huge finite
     gradient overflows it) is the exact elementwise check run."""
-    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+    return math.isfinite(t.sum().item()) or bool(torch.isfinite(t).all())
 
 
 class ShardState:
