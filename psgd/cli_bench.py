@@ -125,12 +125,14 @@ def cmd_bench_comm(args: argparse.Namespace) -> int:
     sizes, shards = parse_list(args.sizes, parse_size), parse_list(args.shards)
     show = None if args.json else lambda r: print(
         f"{r['size_bytes']:>10} B  {r['shards']} shard(s): psgd {r['psgd_ms']:.3f} ms, raw zmq "
-        f"{r['raw_zmq_ms']:.3f} ms, gloo {r['gloo_ms']:.3f} ms, torch.rpc {r['torch_rpc_ms']:.3f} ms", file=sys.stderr)
+        f"{r['raw_zmq_ms']:.3f} ms, raw zmq + sgd {r['raw_zmq_sgd_ms']:.3f} ms, gloo {r['gloo_ms']:.3f} ms, "
+        f"torch.rpc {r['torch_rpc_ms']:.3f} ms", file=sys.stderr)
     result = run_comm_bench(sizes, shards, args.repeats, on_row=show)
-    table = [f"{'bytes':>10} {'shards':>6} {'psgd ms':>9} {'raw zmq':>9} {'gloo':>9} {'torch.rpc':>9} "
-             f"{'psgd/raw':>8} {'rpc/psgd':>8}"]
+    table = [f"{'bytes':>10} {'shards':>6} {'psgd ms':>9} {'raw zmq':>9} {'raw+sgd':>9} {'gloo':>9} "
+             f"{'torch.rpc':>9} {'psgd/raw':>8} {'psgd/floor':>10} {'rpc/psgd':>8}"]
     table += [f"{r['size_bytes']:>10} {r['shards']:>6} {r['psgd_ms']:>9.3f} {r['raw_zmq_ms']:>9.3f} "
-              f"{r['gloo_ms']:>9.3f} {r['torch_rpc_ms']:>9.3f} {r['psgd_over_raw_zmq']:>8.3f} "
+              f"{r['raw_zmq_sgd_ms']:>9.3f} {r['gloo_ms']:>9.3f} {r['torch_rpc_ms']:>9.3f} "
+              f"{r['psgd_over_raw_zmq']:>8.3f} {r['psgd_over_raw_zmq_sgd']:>10.3f} "
               f"{r['torch_rpc_over_psgd']:>8.3f}" for r in result["rows"]]
     return _bench_output(args, result, write_comm_report, table)
 

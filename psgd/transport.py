@@ -16,7 +16,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import zmq
 import zmq.auth
@@ -259,24 +259,39 @@ class ShardConnections:
         self._socks = []
 
 
-# ---- raw ZeroMQ round trip: the baseline psgd's data path is measured against ----
+# ---- raw ZeroMQ round trips: the baselines psgd's data path is measured against ----
 
-def serve_raw_echo(reply_nbytes: int, on_bound: Callable[[str], None], host: str = "127.0.0.1") -> None:
-    """A bare ROUTER that answers every request with one small header frame and
-    a preallocated `reply_nbytes` frame, zero-copy, until it receives b"stop".
-    Blocks; `on_bound` receives the bound address first."""
+def serve_raw_echo(reply_nbytes: int, on_bound: Callable[[str], None], host: str = "127.0.0.1",
+                   handle: Optional[Callable[[memoryview], Any]] = None) -> None:
+    """A bare ROUTER answering every request with one small header frame and a
+    `reply_nbytes` frame, zero-copy, until it receives b"stop". Blocks;
+    `on_bound` receives the bound address first.
+
+    Without `handle` the reply is a preallocated buffer: the bytes are moved
+    and nothing else. With it, `handle(payload)` is called on each request's
+    last frame and returns the buffer to reply with; that buffer is sent
+    zero-copy and tracked, and the next `handle` call waits until ZeroMQ has
+    released it (the handler may then change it in place)."""
     sock = _context().socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind(f"tcp://{host}:0")
     on_bound(sock.getsockopt(zmq.LAST_ENDPOINT).decode())
     reply = memoryview(bytearray(reply_nbytes))
+    tracker = None
     try:
         while True:
             parts = sock.recv_multipart(copy=False)
             if parts[1].bytes == b"stop":
                 sock.send_multipart([parts[0], b"bye"])
                 return
-            sock.send_multipart([parts[0], b"reply-header", reply], copy=False)
+            if handle is None:
+                sock.send_multipart([parts[0], b"reply-header", reply], copy=False)
+                continue
+            if tracker is not None:
+                tracker.wait()
+            out = handle(parts[-1].buffer)
+            sock.send_multipart([parts[0], b"reply-header"], zmq.SNDMORE)
+            tracker = sock.send(out, copy=False, track=True)
     finally:
         sock.close(0)
 
@@ -289,12 +304,12 @@ class RawEchoClient:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.connect(address)
 
-    def round_trip(self, payload) -> int:
+    def round_trip(self, payload) -> memoryview:
         """Send a small header and `payload` (a buffer), wait for the reply;
-        returns the reply's payload size. Blocks."""
+        returns the reply's payload (valid until the next call). Blocks."""
         self._sock.send_multipart([b"request-header", payload], copy=False)
         parts = self._sock.recv_multipart(copy=False)
-        return len(parts[-1].buffer)
+        return parts[-1].buffer
 
     def stop_server(self) -> None:
         self._sock.send_multipart([b"stop"])

@@ -4,15 +4,17 @@ import json
 import subprocess
 
 import pytest
+import torch
 
 from conftest import kill_tree, psgd_cmd, spawn
 from psgd.bench_apply import run_apply_bench
-from psgd.bench_comm import comm_row
+from psgd.bench_comm import RAW_SGD_LR, comm_row, start_raw_server
 from psgd.bench_procs import parse_size
 from psgd.bench_scale import find_saturation, run_scale_bench
 
-ROW_KEYS = {"size_bytes", "shards", "psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms",
-            "psgd_over_raw_zmq", "torch_rpc_over_psgd", "gloo_over_psgd", "repeats"}
+ROW_KEYS = {"size_bytes", "shards", "psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms", "raw_zmq_sgd_ms",
+            "psgd_over_raw_zmq", "torch_rpc_over_psgd", "gloo_over_psgd", "raw_zmq_sgd_over_raw_zmq",
+            "psgd_over_raw_zmq_sgd", "repeats"}
 
 
 def _run(args, timeout):
@@ -35,7 +37,8 @@ def test_bench_comm_json_schema_and_ratios(tmp_path):
     assert [(r["size_bytes"], r["shards"]) for r in rows] == [(65536, 1)]
     for r in rows:
         assert set(r) == ROW_KEYS
-        assert all(r[k] > 0 for k in ("psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms"))
+        assert all(r[k] > 0 for k in ("psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms", "raw_zmq_sgd_ms"))
+        assert r["psgd_over_raw_zmq_sgd"] == pytest.approx(r["psgd_ms"] / r["raw_zmq_sgd_ms"], rel=1e-3)
         assert r["psgd_over_raw_zmq"] == pytest.approx(r["psgd_ms"] / r["raw_zmq_ms"], rel=1e-3)
         assert r["torch_rpc_over_psgd"] == pytest.approx(r["torch_rpc_ms"] / r["psgd_ms"], rel=1e-3)
         assert r["gloo_over_psgd"] == pytest.approx(r["gloo_ms"] / r["psgd_ms"], rel=1e-3)
@@ -46,9 +49,10 @@ def test_bench_comm_json_schema_and_ratios(tmp_path):
 
 def test_comm_row_takes_medians_and_their_ratios():
     row = comm_row(1024, 1, psgd=[0.003, 0.001, 0.002], raw=[0.001, 0.004, 0.0005],
-                   gloo=[0.002], rpc=[0.010, 0.006, 0.008])
+                   gloo=[0.002], rpc=[0.010, 0.006, 0.008], raw_sgd=[0.0015, 0.0016, 0.0014])
     assert (row["psgd_ms"], row["raw_zmq_ms"], row["gloo_ms"], row["torch_rpc_ms"]) == (2.0, 1.0, 2.0, 8.0)
     assert (row["psgd_over_raw_zmq"], row["torch_rpc_over_psgd"], row["gloo_over_psgd"]) == (2.0, 4.0, 1.0)
+    assert (row["raw_zmq_sgd_ms"], row["raw_zmq_sgd_over_raw_zmq"], row["psgd_over_raw_zmq_sgd"]) == (1.5, 1.5, 1.3333)
 
 
 def test_bench_apply_reports_bytes_over_time():
@@ -89,3 +93,26 @@ def test_parse_size(text, expected):
 def test_parse_size_rejects(text):
     with pytest.raises(ValueError, match="bad size"):
         parse_size(text)
+
+
+@pytest.mark.timeout(60)
+def test_raw_sgd_floor_applies_exactly_the_sgd_step_and_skips_non_finite():
+    """The floor baseline must do the work it stands for: each round trip applies
+    p -= lr * g to the server's parameters (a non-finite gradient is skipped)
+    and replies with them, zero-copy."""
+    numel = 32768  # 128 KiB: above pyzmq's copy threshold, so the reply is tracked zero-copy
+    proc, raw = start_raw_server(numel * 4, sgd=True)
+    try:
+        grads = [torch.randn(numel), torch.full((numel,), float("nan")), torch.randn(numel)]
+        expected = torch.zeros(numel)
+        for g in grads * 3:
+            reply = torch.frombuffer(bytearray(raw.round_trip(memoryview(g.numpy()).cast("B"))), dtype=torch.float32)
+            if torch.isfinite(g).all():
+                expected.add_(g, alpha=-RAW_SGD_LR)
+            assert torch.equal(reply, expected)
+        assert not torch.equal(expected, torch.zeros(numel))
+    finally:
+        raw.stop_server()
+        raw.close()
+        proc.join(timeout=10)
+    assert proc.exitcode == 0
