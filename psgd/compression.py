@@ -50,6 +50,7 @@ class WireEncoder:
         self.ratio = topk_ratio
         self.wire_bytes = 0     # payload bytes encoded so far
         self.fp32_bytes = 0     # what the same gradients cost as fp32
+        self._frames: dict[int, tuple] = {}  # shard -> (tensor, data_ptr, frame) of the last dense payload
         if encoding in ("f16", "bf16"):
             dtype = P.ENCODINGS[encoding][0]
             self._buffers = [torch.empty(n, dtype=dtype) for n in self.sizes]
@@ -69,19 +70,28 @@ class WireEncoder:
         self.fp32_bytes += 4 * grad.numel()
         return out
 
+    def _frame(self, shard: int, t: torch.Tensor):
+        """The frame over `t`, the same object while `t` and its storage are the
+        ones of the last call (workers reuse their gradient buffers), so the
+        transport can keep reusing the message it built around it."""
+        hit = self._frames.get(shard)
+        if hit is None or hit[0] is not t or hit[1] != t.data_ptr():
+            hit = self._frames[shard] = (t, t.data_ptr(), P.tensor_frame(t))
+        return hit[2]
+
     def _encode(self, shard: int, g: torch.Tensor) -> Encoded:
         if self.encoding == "f32":
-            return Encoded([P.tensor_frame(g.contiguous())], "f32")
+            return Encoded([self._frame(shard, g.contiguous())], "f32")
         if self.encoding == "bf16":
             buf = self._buffers[shard]
             buf.copy_(g)
-            return Encoded([P.tensor_frame(buf)], "bf16")
+            return Encoded([self._frame(shard, buf)], "bf16")
         if self.encoding == "f16":
             amax = float(g.abs().max()) if g.numel() else 0.0
             scale = amax / F16_RANGE if 0 < amax < float("inf") else 1.0
             buf = self._buffers[shard]
             torch.div(g, scale, out=buf)  # computed in fp32, rounded once to fp16
-            return Encoded([P.tensor_frame(buf)], "f16", scale=scale)
+            return Encoded([self._frame(shard, buf)], "f16", scale=scale)
         indices, values = self.topk(shard, g)
         return Encoded(P.sparse_frames(indices, values), "topk", nnz=indices.numel())
 

@@ -229,6 +229,7 @@ class ShardConnections:
             self._poller.register(sock, zmq.POLLIN)
             self._socks.append(sock)
         self._index = {s: i for i, s in enumerate(self._socks)}
+        self._messages: dict[tuple[int, int], tuple] = {}  # (shard, id(buffer)) -> (buffer, zmq.Frame)
 
     def __len__(self) -> int:
         return len(self._socks)
@@ -237,12 +238,28 @@ class ShardConnections:
         """Queue a request; returns False if the shard has no usable connection
         right now (e.g. its CurveZMQ handshake was refused). Never blocks: the
         caller's resend timer tries again, so an unreachable shard ends in a
-        timeout error instead of a hang."""
+        timeout error instead of a hang.
+
+        Large frames are sent zero-copy: their buffers must stay unchanged
+        until the request is answered. Passing the same buffer object again
+        (a reused gradient buffer, a resend) reuses its ZeroMQ message, which
+        saves pyzmq's per-send release notification."""
         try:
-            self._socks[shard].send_multipart(list(frames), flags=zmq.NOBLOCK, copy=False)
+            self._socks[shard].send_multipart([self._reusable(shard, f) for f in frames],
+                                              flags=zmq.NOBLOCK, copy=False)
             return True
         except zmq.Again:
             return False
+
+    def _reusable(self, shard: int, frame):
+        if memoryview(frame).nbytes < TRACK_MIN_BYTES:
+            return frame
+        cached = self._messages.get((shard, id(frame)))
+        if cached is None or cached[0] is not frame:
+            if len(self._messages) >= 8 * len(self._socks):  # buffers come and go: start afresh
+                self._messages.clear()
+            cached = self._messages[(shard, id(frame))] = (frame, zmq.Frame(frame, copy=False))
+        return cached[1]
 
     def recv(self, timeout_ms: int) -> list[tuple[int, list]]:
         """Every message ready within `timeout_ms`, as (shard, frames)."""
@@ -254,6 +271,7 @@ class ShardConnections:
         return out
 
     def close(self) -> None:
+        self._messages.clear()
         for sock in self._socks:
             sock.close(0)
         self._socks = []

@@ -89,6 +89,35 @@ def test_concurrent_clients_never_receive_torn_parameters(shards):
     assert max(versions) == 100
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("encoding", ["f32", "bf16"])
+def test_a_reused_gradient_buffer_sends_its_current_contents_every_push(shards, encoding):
+    # Workers overwrite one gradient buffer per step and the client reuses the
+    # ZeroMQ message built around it; each push must still carry what the buffer
+    # holds at that push. lr 1 and small integers keep every sum exact in bf16.
+    cfg = load_config(None, ["task.model=linear", "task.dataset=synthetic", "cluster.servers=1",
+                             "cluster.workers=1", "consistency.mode=asp", "optimizer.lr=1.0"])
+    model = torch.nn.Linear(400, 100)  # 40,100 elements: zero-copy even as bf16
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    cluster = shards(cfg, model)
+    n = cluster.layout.shard_sizes[0]
+    client = PSClient(cluster.addresses, cluster.layout, rank=0, heartbeat_s=None, encoding=encoding)
+    try:
+        client.register()
+        grad = torch.empty(n)
+        total = torch.zeros(n)
+        for step in range(1, 6):
+            grad.copy_(torch.arange(n) % 7 + step)
+            total += grad
+            out = client.push_pull([grad])[0]
+            assert torch.equal(out.float(), -total), f"push {step} carried stale contents"
+        assert client.encoder._frames[0][0] is (grad if encoding == "f32" else client.encoder._buffers[0])
+    finally:
+        client.close()
+
+
 def test_all_finite_is_exact():
     assert all_finite(torch.randn(1000))
     assert all_finite(torch.full((10,), 3e38))          # the sum overflows; the exact check still passes it
