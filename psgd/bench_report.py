@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["write_comm_report", "write_apply_report", "write_scale_report", "comm_checks"]
+__all__ = ["write_comm_report", "write_apply_report", "write_scale_report", "comm_checks", "comm_bounds"]
 
 
 def _plt():
@@ -63,6 +63,25 @@ def comm_checks(rows: list[dict]) -> list[tuple[str, bool, str]]:
     return checks
 
 
+def comm_bounds(rows: list[dict]) -> list[str]:
+    """Sentences, computed from a comm result, on how close any parameter server
+    could come to the acceptance targets: the SGD floor against raw ZeroMQ, and
+    the psgd time a 3x torch.rpc margin would need against the raw echo."""
+    out = []
+    for r in rows:
+        if r["shards"] != 1:
+            continue
+        size, raw, floor, psgd = _mb(r["size_bytes"]), r["raw_zmq_ms"], r["raw_zmq_sgd_ms"], r["psgd_ms"]
+        need = r["torch_rpc_ms"] / 3
+        out.append(
+            f"- {size}: the finite check and SGD step alone take the bare loop from {raw:.3f} to {floor:.3f} ms "
+            f"({r['raw_zmq_sgd_over_raw_zmq']:.2f} x raw ZeroMQ; a 1.25 x target would allow {1.25 * raw:.3f} ms). "
+            f"psgd adds {psgd - floor:+.3f} ms to the floor ({r['psgd_over_raw_zmq_sgd']:.2f} x). "
+            f"torch.rpc at 3 x would need psgd at {need:.3f} ms, "
+            f"{need / raw:.2f} x the raw echo that moves the same bytes and does no work.")
+    return out
+
+
 def write_comm_report(result: dict, out: Path, command: str) -> None:
     plt = _plt()
     rows = result["rows"]
@@ -84,6 +103,7 @@ def write_comm_report(result: dict, out: Path, command: str) -> None:
                      f"{r['psgd_over_raw_zmq_sgd']:.3f} | {r['torch_rpc_over_psgd']:.3f} | {r['gloo_over_psgd']:.3f} |")
     lines += ["", "## Acceptance checks on this run", "", "| check | result | measured |", "|---|---|---|"]
     lines += [f"| {c} | {'pass' if ok else 'FAIL'} | {ev} |" for c, ok, ev in comm_checks(rows)]
+    lines += ["", "## What bounds the round trip (1 shard)", ""] + comm_bounds(rows)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for s in sorted({r["shards"] for r in rows}):
         pts = [r for r in rows if r["shards"] == s]
