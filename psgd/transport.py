@@ -229,7 +229,7 @@ class ShardConnections:
             self._poller.register(sock, zmq.POLLIN)
             self._socks.append(sock)
         self._index = {s: i for i, s in enumerate(self._socks)}
-        self._messages: dict[tuple[int, int], tuple] = {}  # (shard, id(buffer)) -> (buffer, zmq.Frame)
+        self._messages: dict[tuple[int, int], tuple] = {}  # (shard, frame position) -> (buffer, zmq.Frame)
 
     def __len__(self) -> int:
         return len(self._socks)
@@ -245,20 +245,20 @@ class ShardConnections:
         (a reused gradient buffer, a resend) reuses its ZeroMQ message, which
         saves pyzmq's per-send release notification."""
         try:
-            self._socks[shard].send_multipart([self._reusable(shard, f) for f in frames],
+            self._socks[shard].send_multipart([self._reusable(shard, i, f) for i, f in enumerate(frames)],
                                               flags=zmq.NOBLOCK, copy=False)
             return True
         except zmq.Again:
             return False
 
-    def _reusable(self, shard: int, frame):
+    def _reusable(self, shard: int, position: int, frame):
+        # One message per (shard, frame position): the last buffer sent there,
+        # so nothing but that buffer is kept alive.
         if memoryview(frame).nbytes < TRACK_MIN_BYTES:
             return frame
-        cached = self._messages.get((shard, id(frame)))
+        cached = self._messages.get((shard, position))
         if cached is None or cached[0] is not frame:
-            if len(self._messages) >= 8 * len(self._socks):  # buffers come and go: start afresh
-                self._messages.clear()
-            cached = self._messages[(shard, id(frame))] = (frame, zmq.Frame(frame, copy=False))
+            cached = self._messages[(shard, position)] = (frame, zmq.Frame(frame, copy=False))
         return cached[1]
 
     def recv(self, timeout_ms: int) -> list[tuple[int, list]]:
