@@ -22,8 +22,8 @@ from typing import Callable, Optional
 import torch
 
 from psgd.bench_procs import BenchShards, bench_context
-from psgd.protocol import tensor_frame
 from psgd.bench_rpc_ps import time_gloo_allreduce, time_torch_rpc_ps
+from psgd.protocol import tensor_frame
 from psgd.transport import RawEchoClient, serve_raw_echo
 
 __all__ = ["run_comm_bench", "comm_row", "RawSgdStep", "RAW_SGD_LR", "start_raw_server"]
@@ -124,6 +124,8 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
             conn.stop_server()
             conn.close()
             proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
     return times
 
 

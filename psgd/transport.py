@@ -329,9 +329,13 @@ class RawEchoClient:
         parts = self._sock.recv_multipart(copy=False)
         return parts[-1].buffer
 
-    def stop_server(self) -> None:
+    def stop_server(self, timeout_s: float = 5.0) -> bool:
+        """Ask the server to exit; False if it did not confirm in time (e.g. it died)."""
         self._sock.send_multipart([b"stop"])
+        if not self._sock.poll(int(timeout_s * 1000)):
+            return False
         self._sock.recv_multipart()
+        return True
 
     def close(self) -> None:
         self._sock.close(0)
