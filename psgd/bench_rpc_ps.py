@@ -52,6 +52,23 @@ def _loopback_env() -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
 
 
+def _time_each(call, warmup: int, repeats: int, before=None, check=None, what: str = "") -> list[float]:
+    """Seconds per `call()` for `repeats` calls after `warmup` untimed ones;
+    `before` runs untimed ahead of each call, `check(result)` must hold after it."""
+    times = []
+    for i in range(warmup + repeats):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        out = call()
+        dt = time.perf_counter() - t0
+        if check is not None and not check(out):
+            raise RuntimeError(what)
+        if i >= warmup:
+            times.append(dt)
+    return times
+
+
 def _rpc_child(rank: int, port: int, numel: int, warmup: int, repeats: int, conn) -> None:
     import torch.distributed.rpc as rpc
     torch.set_num_threads(1)
@@ -64,14 +81,9 @@ def _rpc_child(rank: int, port: int, numel: int, warmup: int, repeats: int, conn
     if rank == 1:
         ps = rpc.remote("ps", RpcParameterServer, args=(numel, 1e-6))
         grad = torch.randn(numel) * 1e-3
-        for i in range(warmup + repeats):
-            t0 = time.perf_counter()
-            out = ps.rpc_sync().push_pull(grad)
-            dt = time.perf_counter() - t0
-            if out.numel() != numel:
-                raise RuntimeError("torch.rpc parameter server returned the wrong size")
-            if i >= warmup:
-                times.append(dt)
+        times = _time_each(lambda: ps.rpc_sync().push_pull(grad), warmup, repeats,
+                           check=lambda out: out.numel() == numel,
+                           what="torch.rpc parameter server returned the wrong size")
     rpc.shutdown()
     if rank == 1:
         conn.send(times)
@@ -86,14 +98,7 @@ def _gloo_child(rank: int, port: int, numel: int, warmup: int, repeats: int, con
     _loopback_env()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     t = torch.randn(numel)
-    times = []
-    for i in range(warmup + repeats):
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_reduce(t)
-        dt = time.perf_counter() - t0
-        if i >= warmup:
-            times.append(dt)
+    times = _time_each(lambda: dist.all_reduce(t), warmup, repeats, before=dist.barrier)
     dist.destroy_process_group()
     if rank == 0:
         conn.send(times)
