@@ -1,0 +1,61 @@
+"""Pre-flight: build the user's task once in the launching process, before any spawn.
+
+Imports the model and dataset, checks the dataset contract, builds the
+parameter layout and runs one forward/backward pass on one training batch.
+Every mistake in the user's code (a typo in an import path, numpy arrays,
+mismatched lengths, float labels for a classifier, a forward that raises)
+then fails here, within seconds, with the user's own file and line, instead
+of in a child process that supervision would restart.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from psgd.config import Config
+from psgd.runtime.user_errors import StartupError, user_code
+
+__all__ = ["Preflight", "preflight", "StartupError"]
+
+
+@dataclass(frozen=True)
+class Preflight:
+    seconds: float          # how long the check took
+    train_examples: int
+    test_examples: int
+    parameters: int         # trainable parameters of the model
+    first_loss: float       # loss of the initial model on the first batch
+
+
+def preflight(cfg: Config) -> Preflight:
+    """Raises StartupError with a message naming the problem (and the user's frame)."""
+    import torch  # here: the launcher imports this module before it needs torch
+
+    from psgd.core.sharding import layout_for_module
+    from psgd.tasks import build_model, load_task
+
+    t0 = time.perf_counter()
+    with user_code(f"dataset {cfg.task.dataset!r}"):
+        task = load_task(cfg)
+    with user_code(f"model {cfg.task.model!r}"):
+        model = build_model(cfg, task)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise StartupError(f"model {cfg.task.model!r} has no trainable parameters")
+    if cfg.consistency.mode != "allreduce":
+        with user_code(f"the parameter layout of model {cfg.task.model!r}"):
+            layout_for_module(model, cfg.cluster.num_servers)
+    n = min(cfg.task.batch_size, len(task.y_train))
+    with user_code(f"one forward/backward of model {cfg.task.model!r} on a batch of {n} training examples"):
+        loss = task.loss(model(task.x_train[:n]), task.y_train[:n])
+        if loss.dim() != 0:
+            raise ValueError(f"the loss must be a scalar, got shape {tuple(loss.shape)}")
+        loss.backward()
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        raise StartupError(f"model {cfg.task.model!r}: the loss of the initial model on the first batch is {value}")
+    with torch.no_grad():
+        model.zero_grad(set_to_none=True)
+    return Preflight(round(time.perf_counter() - t0, 3), len(task.y_train), len(task.y_test),
+                     sum(p.numel() for p in params), value)
