@@ -20,31 +20,20 @@ built-in worker role trains through this class too.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 from torch import nn
 
-from psgd.config import Config, ConfigError, load_config
+from psgd.config import Config, ConfigError
+from psgd.config.coerce import ConfigLike, as_config
 from psgd.core.sharding import layout_for_module
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
 from psgd.wire.curve import client_curve
 from psgd.workers.client import PSClient
 from psgd.workers.model_sync import ModelSync
 
-__all__ = ["Optimizer", "as_config", "make_client", "require_addresses", "rank_from_env"]
-
-ConfigLike = Union[Config, str, Path, Mapping[str, Any]]
-
-
-def as_config(cfg: ConfigLike) -> Config:
-    """A Config from a Config, a YAML path or a mapping of sections."""
-    if isinstance(cfg, Config):
-        return cfg
-    if isinstance(cfg, Mapping):
-        return load_config(None, data=dict(cfg))
-    return load_config(cfg)
+__all__ = ["Optimizer", "make_client", "require_addresses", "rank_from_env"]
 
 
 def require_addresses(cfg: Config) -> list[str]:
