@@ -1,0 +1,122 @@
+"""Mistakes in the user's own model or data fail `psgd launch` in the parent, at once,
+naming the problem, with nothing spawned and nothing restarted."""
+import json
+import subprocess
+import time
+
+import pytest
+
+from conftest import launch, psgd_cmd
+
+pytestmark = pytest.mark.e2e
+
+USER_TASK = '''
+import numpy as np
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class Exploding(Net):
+    def forward(self, x):
+        raise RuntimeError("forward exploded")  # LINE_OF_FORWARD
+
+
+def _xy(n=64):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 4, generator=g)
+    return x, (x[:, 0] > 0).long()
+
+
+def good():
+    x, y = _xy()
+    return (x[:48], y[:48]), (x[48:], y[48:])
+
+
+def numpy_data():
+    x, y = _xy()
+    return (x[:48].numpy(), y[:48].numpy()), (x[48:].numpy(), y[48:].numpy())
+
+
+def short_labels():
+    x, y = _xy()
+    return (x[:48], y[:40]), (x[48:], y[48:])
+
+
+def float_labels():
+    x, y = _xy()
+    return (x[:48], y[:48].float()), (x[48:], y[48:].float())
+'''
+FORWARD_LINE = next(i for i, line in enumerate(USER_TASK.splitlines(), start=1) if "LINE_OF_FORWARD" in line)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("task, words", [
+    ({"model": "user_tsk:Net"}, ["model 'user_tsk:Net'", "cannot import 'user_tsk'"]),
+    ({"dataset": "user_task:numpy_data"}, ["train x must be a torch.Tensor, got numpy.ndarray"]),
+    ({"dataset": "user_task:short_labels"}, ["train: x has 48 examples but y has 40"]),
+    ({"dataset": "user_task:float_labels"}, ["train y has dtype torch.float32 but the task is classification"]),
+    ({"model": "user_task:Exploding"}, ["one forward/backward", "RuntimeError: forward exploded",
+                                        f"user_task.py\", line {FORWARD_LINE}, in forward"]),
+], ids=["model-typo", "numpy", "lengths", "float-labels", "forward-raises"])
+def test_user_code_mistakes_fail_in_the_parent_before_any_spawn(small_config, tmp_path, task, words):
+    (tmp_path / "user_task.py").write_text(USER_TASK)
+    config = small_config(task={"model": "user_task:Net", "dataset": "user_task:good", "batch_size": 16, **task})
+    out = tmp_path / "run"
+    start = time.monotonic()
+    proc = subprocess.run(psgd_cmd("launch", str(config), "--out", str(out), "--quiet"), cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=50)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, proc.stderr
+    for w in words:
+        assert w in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr  # one message, not psgd's own stack
+    assert not out.exists()  # nothing was started
+    assert elapsed < 20  # seconds, not the minute of restarts it used to take (generous: shared machine)
+
+
+@pytest.mark.timeout(60)
+def test_the_same_user_code_passes_preflight_and_trains(small_config, tmp_path):
+    (tmp_path / "user_task.py").write_text(USER_TASK)
+    config = small_config(task={"model": "user_task:Net", "dataset": "user_task:good", "batch_size": 16},
+                          train={"steps_per_worker": 20, "target_accuracy": None})
+    code, output, summary = launch(config, tmp_path / "run")
+    assert code == 0, output
+    assert summary["total_updates"] == 40
+
+
+CHILD_ONLY = '''
+import sys
+import torch
+
+
+def data():
+    if "--supervised" in sys.argv:  # only in the launcher's children: pre-flight passes
+        raise RuntimeError("dataset exploded in a child")
+    x = torch.randn(256, 64)
+    y = torch.arange(256) % 10
+    return (x[:192], y[:192]), (x[192:], y[192:])
+'''
+
+
+@pytest.mark.timeout(60)
+def test_a_start_up_error_in_a_child_is_reported_once_and_not_restarted(small_config, tmp_path):
+    (tmp_path / "child_only.py").write_text(CHILD_ONLY)
+    config = small_config(task={"dataset": "child_only:data"}, supervision={"max_restarts": 3, "backoff_s": 2.0})
+    start = time.monotonic()
+    code, output, summary = launch(config, tmp_path / "run", timeout=50)
+    elapsed = time.monotonic() - start
+    assert code == 1, output
+    assert "dataset exploded in a child" in output and "not restarted" in output
+    assert summary["status"] == "failed" and summary["restarts"] == 0
+    metrics = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if ln]
+    assert not [e for e in metrics if e.get("event") == "restart"]
+    assert elapsed < 30  # three restarts with 2 s, 4 s and 8 s backoff would take longer than this
