@@ -40,7 +40,7 @@ def serve(cfg: ConfigLike, shard: int = 0, *, overrides: Sequence[str] = (), add
     events = events or EventLog(None, "server", shard)
     curve = server_curve(cfg)  # before the model is built: missing keys fail fast
     with user_code(f"model {cfg.task.model!r}"):
-        params, fingerprint = initial_shard_params(cfg, shard)
+        params, fingerprint = initial_shard_params(cfg, shard, run_dir)
     checkpoint = None
     if cfg.checkpoint.enabled and run_dir is not None:
         checkpoint = ShardCheckpoint(Path(run_dir) / "checkpoints", shard, fingerprint, cfg.checkpoint)

@@ -15,14 +15,13 @@ from typing import Callable, Optional
 import torch
 
 from psgd.wire import protocol as P
-from psgd.config import Config, ConfigError
+from psgd.config import Config
 from psgd.core.consistency import DeferredPulls
 from psgd.runtime.events import EventLog
 from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.wire.protocol import MsgType, ProtocolError
-from psgd.wire.curve import server_curve
 from psgd.core.sharding import layout_for_module
-from psgd.tasks import build_model, load_task
+from psgd.tasks import build_model, task_shape
 from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
 from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
 from psgd.servers.state import PushStatus, ShardState
@@ -271,40 +270,26 @@ class ShardServer:
         self.events.emit("server_stats", final=final, **self.state.stats())
 
 
-def initial_shard_params(cfg: Config, shard: int) -> tuple[torch.Tensor, str]:
-    """The shard's slice of the seeded initial model, and the layout fingerprint."""
-    task = load_task(cfg)
-    model = build_model(cfg, task)
+def initial_shard_params(cfg: Config, shard: int, run_dir=None) -> tuple[torch.Tensor, str]:
+    """The shard's slice of the seeded initial model, and the layout fingerprint.
+    Needs only the model: the data's shape comes from the run (or a built-in)."""
+    model = build_model(cfg, task_shape(cfg, run_dir))
     layout = layout_for_module(model, cfg.cluster.num_servers)
     params = [p.detach() for p in model.parameters() if p.requires_grad]
     return layout.flatten(params)[shard], layout.fingerprint
 
 
 def run_role(ctx: RoleContext) -> int:
-    """The `server` role: serve shard `ctx.index` until stopped. Raises
-    ConfigError for a config that cannot run and RoleFailed when the shard
-    cannot start (keys, checkpoint, address)."""
-    cfg = ctx.cfg
+    """The `server` role: serve shard `ctx.index` until stopped (see serve.py).
+    Raises ConfigError for a config that cannot run, StartupError when the
+    user's model fails, and RoleFailed when the shard cannot start (keys,
+    checkpoint, address)."""
+    from psgd.servers.serve import serve
     try:
-        if isinstance(cfg.cluster.servers, int):
-            raise ConfigError("cluster.servers", "a single server needs the list of host:port addresses")
-        if not 0 <= ctx.index < cfg.cluster.num_servers:
-            raise ConfigError("cluster.servers", f"no shard {ctx.index} (there are {cfg.cluster.num_servers})")
-        try:
-            curve = server_curve(cfg)  # before the model is built: missing keys fail fast
-            params, fingerprint = initial_shard_params(cfg, ctx.index)
-            checkpoint = None
-            if cfg.checkpoint.enabled and ctx.run_dir is not None:
-                checkpoint = ShardCheckpoint(ctx.run_dir / "checkpoints", ctx.index, fingerprint, cfg.checkpoint)
-            server = ShardServer(cfg, ctx.index, cfg.cluster.servers[ctx.index], params, fingerprint, ctx.events,
-                                 checkpoint=checkpoint, curve=curve)
-        except (CheckpointError, TransportError) as exc:
-            raise RoleFailed(f"shard {ctx.index}: {exc}") from None
-        if server.resumed is not None:
-            ctx.events.emit("resumed", **server.resumed)
-        ctx.events.emit("ready", address=server.address, numel=params.numel())
-        # Serve at once: workers register before the common start signal.
-        server.serve(ctx.stop, lambda: ctx.poll_start() or ctx.orphaned())
+        serve(ctx.cfg, ctx.index, run_dir=ctx.run_dir, stop=ctx.stop, events=ctx.events,
+              should_stop=lambda: ctx.poll_start() or ctx.orphaned())
         return 0
+    except (CheckpointError, TransportError) as exc:
+        raise RoleFailed(f"shard {ctx.index}: {exc}") from None
     finally:
         ctx.events.close()

@@ -11,6 +11,7 @@ from psgd.cli.bench import add_measurement_commands
 from psgd.config import ConfigError, load_config
 from psgd.launch.roles import ROLES, run_role
 from psgd.runtime.role import RoleFailed
+from psgd.runtime.user_errors import STARTUP_EXIT_CODE, StartupError
 
 
 def _progress_bar(total: int):
@@ -56,7 +57,14 @@ def cmd_launch(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             print(f"psgd launch: config error: {exc}", file=sys.stderr)
             return 2
+    from psgd.launch.preflight import preflight, write_task_cache
+    try:
+        checked = preflight(cfg)  # the user's model and data, here, before anything is spawned
+    except StartupError as exc:
+        print(f"psgd launch: {exc}", file=sys.stderr)
+        return STARTUP_EXIT_CODE
     run_dir = Path(args.resume) if args.resume else make_run_dir(cfg, args.out)
+    write_task_cache(run_dir, checked)
     print(f"run directory: {run_dir}{' (resuming)' if args.resume else ''}", file=sys.stderr)
     bar, update = _progress_bar(cfg.cluster.workers * cfg.train.steps_per_worker) if not args.quiet else (None, None)
     try:
@@ -96,9 +104,9 @@ def cmd_role(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         return run_role(args.command, args.index, cfg, args.run_dir, supervised=args.supervised)
-    except ConfigError as exc:
+    except (ConfigError, StartupError) as exc:  # the same every time: the launcher does not restart these
         print(f"{name}: {exc}", file=sys.stderr)
-        return 2
+        return STARTUP_EXIT_CODE
     except RoleFailed as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return 1

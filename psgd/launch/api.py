@@ -13,10 +13,10 @@ in `__main__` or a notebook work. The task is checked in this process first
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
-from psgd.config import dump_config
 from psgd.config.coerce import ConfigLike, as_config
 
 __all__ = ["launch", "Summary", "LaunchError"]
@@ -63,23 +63,27 @@ def launch(cfg: ConfigLike, model: Any = None, dataset: Any = None, *, overrides
     for it. Raises ConfigError or StartupError before anything starts, and
     LaunchError when a process fails for good."""
     from psgd.launch.launcher import Launcher, make_run_dir
-    from psgd.launch.preflight import preflight
+    from psgd.launch.preflight import preflight, write_task_cache
     from psgd.tasks.objects import save_object
 
     config = as_config(cfg, overrides)
+    fresh = out is None or not Path(out).exists()
     run_dir = make_run_dir(config, out)
-    task = {}
-    if model is not None:
-        task["model"] = save_object(model, run_dir / "objects" / "model.pkl")
-    if dataset is not None:
-        task["dataset"] = save_object(dataset, run_dir / "objects" / "dataset.pkl")
-    if task:
-        config = dataclasses.replace(config, task=dataclasses.replace(config.task, **task))
-    preflight(config)
-    # Children read the resolved config (it keeps base_dir, so "module:callable" specs still resolve).
-    config_path = run_dir / "launch-config.yaml"
-    config_path.write_text(dump_config(config))
-    result = Launcher(config, str(config_path), [], run_dir, on_progress=on_progress).run()
+    try:
+        task = {}
+        if model is not None:
+            task["model"] = save_object(model, run_dir / "objects" / "model.pkl")
+        if dataset is not None:
+            task["dataset"] = save_object(dataset, run_dir / "objects" / "dataset.pkl")
+        if task:
+            config = dataclasses.replace(config, task=dataclasses.replace(config.task, **task))
+        checked = preflight(config)  # reads the objects back, as every child will
+    except BaseException:
+        if fresh:
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave nothing behind
+        raise
+    write_task_cache(run_dir, checked)
+    result = Launcher(config, run_dir, on_progress=on_progress).run()
     summary = Summary(result.summary or {}, run_dir)
     if result.code != 0:
         raise LaunchError(result.reason, run_dir, summary)

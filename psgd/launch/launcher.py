@@ -32,6 +32,7 @@ from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
 from psgd.runtime.ports import free_ports
 from psgd.runtime.role import START_FILE
+from psgd.runtime.user_errors import STARTUP_EXIT_CODE
 
 __all__ = ["Launcher", "LaunchFailed", "LaunchResult", "Progress", "make_run_dir", "resume_config"]
 
@@ -231,6 +232,8 @@ class Launcher:
     def _crashed(self, c: Child, code: int) -> None:
         """Book a restart of a crashed child, or fail once its retries are spent."""
         cause = f"{c.name} exited with code {code}: {c.cause()}"
+        if code == STARTUP_EXIT_CODE:  # a bad config or user code: a restart would fail the same way
+            raise LaunchFailed(cause + " (a start-up error: not restarted)")
         pending = self.budget.schedule(c.role, c.index, time.monotonic(), c.address)
         if pending is None:
             used = self.budget.used(c.role, c.index)

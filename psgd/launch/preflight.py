@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from psgd.config import Config
 from psgd.runtime.user_errors import StartupError, user_code
 
-__all__ = ["Preflight", "preflight", "StartupError"]
+__all__ = ["Preflight", "preflight", "StartupError", "write_task_cache"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class Preflight:
     test_examples: int
     parameters: int         # trainable parameters of the model
     first_loss: float       # loss of the initial model on the first batch
+    task: Any = field(default=None, repr=False, compare=False)  # the built Task, for write_task_cache
 
 
 def preflight(cfg: Config) -> Preflight:
@@ -58,4 +61,12 @@ def preflight(cfg: Config) -> Preflight:
     with torch.no_grad():
         model.zero_grad(set_to_none=True)
     return Preflight(round(time.perf_counter() - t0, 3), len(task.y_train), len(task.y_test),
-                     sum(p.numel() for p in params), value)
+                     sum(p.numel() for p in params), value, task)
+
+
+def write_task_cache(run_dir: Path, checked: Preflight) -> None:
+    """Keep the task pre-flight built in the run directory: the children read
+    their split from it instead of importing and calling the dataset again."""
+    from psgd.tasks.cache import save_task_cache
+    t = checked.task
+    save_task_cache(run_dir, (t.x_train, t.y_train), (t.x_test, t.y_test), t.shape)

@@ -45,13 +45,13 @@ def user_frame(exc: BaseException) -> Optional[traceback.FrameSummary]:
 
 
 def describe(exc: BaseException) -> str:
-    """'ValueError: msg' plus, when there is one, the user's file:line and source line."""
+    """One line: 'ValueError: msg' and, when there is one, the user's file:line,
+    function and source line (one line, so a launcher's one-line cause keeps it)."""
     text = f"{type(exc).__name__}: {exc}"
     frame = user_frame(exc)
     if frame is not None:
-        text += f"\n  File \"{frame.filename}\", line {frame.lineno}, in {frame.name}"
-        if frame.line:
-            text += f"\n    {frame.line.strip()}"
+        text += f" (at {frame.filename}:{frame.lineno} in {frame.name}"
+        text += f": {frame.line.strip()})" if frame.line else ")"
     return text
 
 

@@ -65,7 +65,7 @@ FORWARD_LINE = next(i for i, line in enumerate(USER_TASK.splitlines(), start=1) 
     ({"dataset": "user_task:short_labels"}, ["train: x has 48 examples but y has 40"]),
     ({"dataset": "user_task:float_labels"}, ["train y has dtype torch.float32 but the task is classification"]),
     ({"model": "user_task:Exploding"}, ["one forward/backward", "RuntimeError: forward exploded",
-                                        f"user_task.py\", line {FORWARD_LINE}, in forward"]),
+                                        f"user_task.py:{FORWARD_LINE} in forward"]),
 ], ids=["model-typo", "numpy", "lengths", "float-labels", "forward-raises"])
 def test_user_code_mistakes_fail_in_the_parent_before_any_spawn(small_config, tmp_path, task, words):
     (tmp_path / "user_task.py").write_text(USER_TASK)
