@@ -2,7 +2,6 @@
 naming the problem, with nothing spawned and nothing restarted."""
 import json
 import subprocess
-import time
 
 import pytest
 
@@ -71,16 +70,13 @@ def test_user_code_mistakes_fail_in_the_parent_before_any_spawn(small_config, tm
     (tmp_path / "user_task.py").write_text(USER_TASK)
     config = small_config(task={"model": "user_task:Net", "dataset": "user_task:good", "batch_size": 16, **task})
     out = tmp_path / "run"
-    start = time.monotonic()
     proc = subprocess.run(psgd_cmd("launch", str(config), "--out", str(out), "--quiet"), cwd=str(tmp_path),
                           capture_output=True, text=True, timeout=50)
-    elapsed = time.monotonic() - start
     assert proc.returncode == 2, proc.stderr
     for w in words:
         assert w in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr  # one message, not psgd's own stack
-    assert not out.exists()  # nothing was started
-    assert elapsed < 20  # seconds, not the minute of restarts it used to take (generous: shared machine)
+    assert not out.exists()  # nothing was started, so nothing could be restarted
 
 
 @pytest.mark.timeout(60)
@@ -95,28 +91,23 @@ def test_the_same_user_code_passes_preflight_and_trains(small_config, tmp_path):
 
 CHILD_ONLY = '''
 import sys
-import torch
+from torch import nn
 
 
-def data():
+def make():
     if "--supervised" in sys.argv:  # only in the launcher's children: pre-flight passes
-        raise RuntimeError("dataset exploded in a child")
-    x = torch.randn(256, 64)
-    y = torch.arange(256) % 10
-    return (x[:192], y[:192]), (x[192:], y[192:])
+        raise RuntimeError("model exploded in a child")
+    return nn.Linear(64, 10)
 '''
 
 
 @pytest.mark.timeout(60)
 def test_a_start_up_error_in_a_child_is_reported_once_and_not_restarted(small_config, tmp_path):
     (tmp_path / "child_only.py").write_text(CHILD_ONLY)
-    config = small_config(task={"dataset": "child_only:data"}, supervision={"max_restarts": 3, "backoff_s": 2.0})
-    start = time.monotonic()
+    config = small_config(task={"model": "child_only:make"}, supervision={"max_restarts": 3, "backoff_s": 2.0})
     code, output, summary = launch(config, tmp_path / "run", timeout=50)
-    elapsed = time.monotonic() - start
     assert code == 1, output
-    assert "dataset exploded in a child" in output and "not restarted" in output
+    assert "model exploded in a child" in output and "not restarted" in output
     assert summary["status"] == "failed" and summary["restarts"] == 0
     metrics = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if ln]
     assert not [e for e in metrics if e.get("event") == "restart"]
-    assert elapsed < 30  # three restarts with 2 s, 4 s and 8 s backoff would take longer than this
