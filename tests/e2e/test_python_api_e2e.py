@@ -19,7 +19,7 @@ EPOCHS = 3  # 45 batches an epoch: 135 steps per worker
 
 
 def free_port_pair():
-    from psgd.launch.launcher import free_ports
+    from psgd.runtime.ports import free_ports
     return free_ports("127.0.0.1", 2)
 
 
@@ -64,6 +64,8 @@ def test_plain_script_under_torchrun_reaches_the_builtin_workers_accuracy(tmp_pa
         "eval": {"every_s": 5.0}}))
     code, output, summary = launch(builtin, tmp_path / "builtin-run", timeout=300)
     assert code == 0, output
+    print(f"torchrun script: {served['accuracy']:.4f} (ranks' own: {scripts}); "
+          f"built-in worker: {summary['final_test_accuracy']:.4f}")
     assert served["accuracy"] >= summary["final_test_accuracy"] - 0.03, (served, summary["final_test_accuracy"])
     assert served["accuracy"] >= 0.9
 
