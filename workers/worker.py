@@ -11,7 +11,8 @@ import time
 from psgd.config import ConfigError
 from psgd.runtime.role import RoleContext
 from psgd.runtime.user_errors import user_code
-from psgd.tasks import build_model, load_task, worker_batches
+from psgd.tasks import build_model, load_task
+from psgd.tasks.loaders import train_loader
 from psgd.workers.client import Interrupted
 from psgd.workers.model_sync import select_device
 from psgd.workers.optimizer import Optimizer, make_client, require_addresses
@@ -29,7 +30,10 @@ def run_worker(ctx: RoleContext) -> int:
         task = load_task(cfg, ctx.run_dir, splits=("train",))
     with user_code(f"model {cfg.task.model!r}"):
         model = build_model(cfg, task).to(device)
-    batches = worker_batches(len(task.y_train), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
+    loader = cfg.workers.loader
+    with user_code(f"the DataLoader of dataset {cfg.task.dataset!r}"):
+        batches = train_loader(task.train_data(), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed,
+                               loader.num_workers, loader.pin_memory and device.type == "cuda")
     slowdown = cfg.workers.slowdown.get(rank, 1.0)
     try:
         opt = Optimizer(model, cfg, rank=rank, should_stop=ctx.should_stop)  # joins and loads the parameters
@@ -43,8 +47,8 @@ def run_worker(ctx: RoleContext) -> int:
             return 0
         while opt.clock < cfg.train.steps_per_worker and not ctx.should_stop():
             t0 = time.perf_counter()
-            idx = next(batches)
-            x, y = task.x_train[idx].to(device), task.y_train[idx].to(device)
+            x, y = next(batches)
+            x, y = task.inputs(x).to(device, non_blocking=True), task.targets(y).to(device, non_blocking=True)
             opt.zero_grad(set_to_none=False)
             loss = task.loss(model(x), y)
             loss.backward()

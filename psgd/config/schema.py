@@ -188,10 +188,21 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class LoaderConfig:
+    # The torch DataLoader that feeds each worker its share of the train split.
+    num_workers: int = 0         # loader processes per worker (for Datasets that load examples on access)
+    pin_memory: bool = True      # pinned batches, on cuda only
+
+    def __post_init__(self):
+        _check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
+
+
+@dataclass(frozen=True)
 class WorkersConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     slowdown: dict[int, float] = field(default_factory=dict)  # rank -> step-time multiplier (>= 1)
     pin_memory: bool = True      # stage gradients through pinned host buffers on cuda
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
 
     def __post_init__(self):
         for rank, mult in self.slowdown.items():

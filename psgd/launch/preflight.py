@@ -49,9 +49,13 @@ def preflight(cfg: Config) -> Preflight:
     if cfg.consistency.mode != "allreduce":
         with user_code(f"the parameter layout of model {cfg.task.model!r}"):
             layout_for_module(model, cfg.cluster.num_servers)
-    n = min(cfg.task.batch_size, len(task.y_train))
+    from psgd.tasks.loaders import eval_batches
+    train = task.train_data()
+    n = min(cfg.task.batch_size, len(train))
+    with user_code(f"reading a batch of {n} training examples"):
+        x, y = next(eval_batches(train, n, limit=n))
     with user_code(f"one forward/backward of model {cfg.task.model!r} on a batch of {n} training examples"):
-        loss = task.loss(model(task.x_train[:n]), task.y_train[:n])
+        loss = task.loss(model(task.inputs(x)), task.targets(y))
         if loss.dim() != 0:
             raise ValueError(f"the loss must be a scalar, got shape {tuple(loss.shape)}")
         loss.backward()
@@ -60,7 +64,7 @@ def preflight(cfg: Config) -> Preflight:
         raise StartupError(f"model {cfg.task.model!r}: the loss of the initial model on the first batch is {value}")
     with torch.no_grad():
         model.zero_grad(set_to_none=True)
-    return Preflight(round(time.perf_counter() - t0, 3), len(task.y_train), len(task.y_test),
+    return Preflight(round(time.perf_counter() - t0, 3), len(train), len(task.test_data()),
                      sum(p.numel() for p in params), value, task)
 
 
@@ -69,4 +73,6 @@ def write_task_cache(run_dir: Path, checked: Preflight) -> None:
     their split from it instead of importing and calling the dataset again."""
     from psgd.tasks.cache import save_task_cache
     t = checked.task
+    if t.lazy:
+        return  # a Dataset read on access stays where it is: each child opens it itself
     save_task_cache(run_dir, (t.x_train, t.y_train), (t.x_test, t.y_test), t.shape)

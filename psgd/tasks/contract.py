@@ -2,7 +2,8 @@
 
 A dataset callable returns `(train, test)`; each split is `(x, y)` tensors of
 equal length, a `TensorDataset` of two tensors, or a map-style `Dataset` whose
-items are `(x, y)` pairs. x is a float tensor (never a numpy array: psgd
+items are `(x, y)` pairs (kept as it is and read through a DataLoader: it
+need not fit in memory; its first item is checked). x is a float tensor (never a numpy array: psgd
 does not guess dtypes); y holds integer class labels for classification, or
 float targets when the task says `objective: regression`. A mistake is a
 `DatasetContractError` naming the split and what is wrong, never a silent
@@ -14,7 +15,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["DatasetContractError", "OBJECTIVES", "split_tensors", "check_targets", "resolve_objective"]
+__all__ = ["DatasetContractError", "OBJECTIVES", "is_tensor_pair", "split_tensors", "check_targets",
+           "check_items", "resolve_objective"]
 
 OBJECTIVES = ("classification", "regression")
 
@@ -41,6 +43,34 @@ def _require_tensor(value: Any, what: str) -> torch.Tensor:
         return value
     hint = " (convert it with torch.from_numpy)" if type(value).__module__.startswith("numpy") else ""
     raise DatasetContractError(f"{what} must be a torch.Tensor, got {_describe(value)}{hint}")
+
+
+def is_tensor_pair(ds: Any) -> bool:
+    """(x, y) given as two tensors or a TensorDataset: materialised and indexed directly."""
+    return (isinstance(ds, (tuple, list)) and len(ds) == 2) or isinstance(getattr(ds, "tensors", None), tuple)
+
+
+def check_items(split: str, ds: Any, objective: str) -> torch.Tensor:
+    """Checks a map-style Dataset kept as it is: a length, and a first item that
+    follows the contract. Returns the first x (its shape is the input shape)."""
+    if isinstance(ds, torch.utils.data.IterableDataset):
+        raise DatasetContractError(f"{split}: an IterableDataset has no length to split between workers; "
+                                   "return a map-style Dataset or (x, y) tensors")
+    if not (hasattr(ds, "__getitem__") and hasattr(ds, "__len__")):
+        raise DatasetContractError(f"{split} must be (x, y) tensors or a torch Dataset of (x, y) pairs, "
+                                   f"got {_describe(ds)}")
+    if len(ds) == 0:
+        raise DatasetContractError(f"{split} is empty")
+    item = ds[0]
+    if not (isinstance(item, (tuple, list)) and len(item) == 2):
+        raise DatasetContractError(f"{split}[0] must be an (x, y) pair, got {_describe(item)}")
+    x, y = item
+    x = _require_tensor(x, f"{split}[0] x")
+    if isinstance(y, (bool, int, float)) and not isinstance(y, bool):
+        y = torch.tensor(y)
+    y = _require_tensor(y, f"{split}[0] y")
+    check_targets(f"{split}[0]", y.reshape(-1)[:1], objective)
+    return x
 
 
 def split_tensors(split: str, ds: Any) -> tuple[torch.Tensor, torch.Tensor]:

@@ -20,10 +20,14 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
 from psgd.config import Config
 from psgd.tasks.cache import TaskShape, load_shape, load_split
-from psgd.tasks.contract import DatasetContractError, check_targets, resolve_objective, split_tensors
+from psgd.tasks.contract import (
+    DatasetContractError, check_items, check_targets, is_tensor_pair, resolve_objective, split_tensors,
+)
+from psgd.tasks.loaders import TensorPairs, eval_batches
 from psgd.tasks.objects import is_object_spec, load_object
 
 __all__ = ["Task", "TaskShape", "load_task", "task_shape", "build_model", "worker_batches", "resolve_callable"]
@@ -33,16 +37,31 @@ DATA_SPLIT_SEED = 1234  # fixed, so every run and mode sees the same test set
 
 @dataclass
 class Task:
-    """The splits a process loaded (None for a split it did not ask for) and the model's shape."""
+    """The splits a process loaded and the model's shape. Tensor data fills
+    x_*/y_*; a map-style Dataset is kept as `*_set` and read through a
+    DataLoader. A split the process did not ask for is None."""
     x_train: Optional[torch.Tensor]
     y_train: Optional[torch.Tensor]
     x_test: Optional[torch.Tensor]
     y_test: Optional[torch.Tensor]
     shape: TaskShape
+    train_set: Optional[Dataset] = None
+    test_set: Optional[Dataset] = None
 
     @property
     def regression(self) -> bool:
         return self.shape.regression
+
+    @property
+    def lazy(self) -> bool:
+        """True when the data is a Dataset read on access rather than tensors in memory."""
+        return self.train_set is not None or self.test_set is not None
+
+    def train_data(self) -> Dataset:
+        return self.train_set if self.train_set is not None else TensorPairs(self.x_train, self.y_train)
+
+    def test_data(self) -> Dataset:
+        return self.test_set if self.test_set is not None else TensorPairs(self.x_test, self.y_test)
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.regression:
@@ -54,10 +73,10 @@ class Task:
         """(accuracy, mean loss) on the test set. For regression, accuracy is the
         fraction of predictions within 0.1 of the target."""
         model.eval()
-        total_loss, correct, n = 0.0, 0, len(self.y_test)
-        for i in range(0, n, chunk):
-            x = self.x_test[i:i + chunk].to(device)
-            y = self.y_test[i:i + chunk].to(device)
+        total_loss, correct, n = 0.0, 0, 0
+        for x, y in eval_batches(self.test_data(), chunk):
+            x, y = self.inputs(x).to(device), self.targets(y).to(device)
+            n += len(y)
             out = model(x)
             total_loss += float(self.loss(out, y)) * len(y)
             if self.regression:
@@ -66,6 +85,12 @@ class Task:
                 correct += int((out.argmax(dim=1) == y).sum())
         model.train()
         return correct / max(n, 1), total_loss / max(n, 1)
+
+    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float()
+
+    def targets(self, y: torch.Tensor) -> torch.Tensor:
+        return y.float() if self.regression else y.long()
 
 
 def resolve_callable(spec: str, base_dir: str) -> Callable:
@@ -141,16 +166,24 @@ def build_splits(cfg: Config) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
         raise DatasetContractError(f"dataset {spec!r} must return (train, test), got {type(result).__name__}")
     objective = resolve_objective(cfg.task.objective, BUILTIN_OBJECTIVES.get(spec))
+    regression = objective == "regression"
+    if not all(is_tensor_pair(ds) for ds in result):
+        # Map-style Datasets stay as they are: checked on their first item, read on access.
+        firsts = [check_items(name, ds, objective) for name, ds in zip(SPLITS, result)]
+        if firsts[0].shape != firsts[1].shape:
+            raise DatasetContractError(f"train examples have shape {tuple(firsts[0].shape)} but test examples "
+                                       f"{tuple(firsts[1].shape)}")
+        # The number of classes is unknown without reading every label: only the user's own model can say.
+        return result[0], result[1], TaskShape(firsts[0].numel(), 1 if regression else 0, regression)
     splits = []
     for name, ds in zip(SPLITS, result):
         x, y = split_tensors(name, ds)
         check_targets(name, y, objective)
-        splits.append((x.float(), y.float() if objective == "regression" else y.long()))
+        splits.append((x.float(), y.float() if regression else y.long()))
     (xtr, ytr), (xte, yte) = splits
     if xtr.shape[1:] != xte.shape[1:]:
         raise DatasetContractError(f"train examples have shape {tuple(xtr.shape[1:])} but test examples "
                                    f"{tuple(xte.shape[1:])}")
-    regression = objective == "regression"
     outputs = 1 if regression else int(max(ytr.max(), yte.max())) + 1
     return splits[0], splits[1], TaskShape(xtr[0].numel(), outputs, regression)
 
@@ -165,9 +198,10 @@ def load_task(cfg: Config, run_dir: Optional[Union[str, Path]] = None,
     if shape is None or any(v is None for v in cached.values()):
         train, test, shape = build_splits(cfg)
         cached = {k: v for k, v in (("train", train), ("test", test)) if k in splits}
-    (xtr, ytr) = cached.get("train") or (None, None)
-    (xte, yte) = cached.get("test") or (None, None)
-    return Task(xtr, ytr, xte, yte, shape)
+    sets = {k: v for k, v in cached.items() if not isinstance(v, tuple)}
+    (xtr, ytr) = cached.get("train") if "train" in cached and "train" not in sets else (None, None)
+    (xte, yte) = cached.get("test") if "test" in cached and "test" not in sets else (None, None)
+    return Task(xtr, ytr, xte, yte, shape, sets.get("train"), sets.get("test"))
 
 
 def task_shape(cfg: Config, run_dir: Optional[Union[str, Path]] = None) -> TaskShape:
@@ -228,6 +262,9 @@ def build_model(cfg: Config, task: Union[Task, TaskShape]) -> nn.Module:
     spec = cfg.task.model
     shape = task.shape if isinstance(task, Task) else task
     if spec in BUILTIN_MODELS:
+        if shape.num_outputs < 1:
+            raise ValueError(f"the built-in model {spec!r} needs the number of classes, which a Dataset read on "
+                             "access does not tell: use your own model (task.model: module:callable)")
         model = BUILTIN_MODELS[spec](shape.in_features, shape.num_outputs, **cfg.task.model_args)
     elif is_object_spec(spec):
         obj = load_object(spec)  # a module (its own parameters) or a callable making one
