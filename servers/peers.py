@@ -23,7 +23,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Optional
 
-from psgd.protocol import ProtocolError
+from psgd.wire.protocol import ProtocolError
 
 __all__ = ["PeerTable", "Binding", "check_ahead", "MAX_AHEAD"]
 

@@ -104,9 +104,10 @@ class SnapshotFiles:
         self.newest = self.dir / f"{stem}.pt"
         self.previous = self.dir / f"{stem}.prev.pt"
 
-    def save(self, state: dict) -> None:
-        """Write a new newest snapshot; the old newest becomes the previous one."""
-        _atomic_write_bytes(self.newest, *_encode(state), keep_old_as=self.previous)
+    def save(self, state: dict, rotate: bool = True) -> None:
+        """Write a new newest snapshot; the old newest becomes the previous one
+        (with `rotate` False it is replaced, e.g. because it is damaged)."""
+        _atomic_write_bytes(self.newest, *_encode(state), keep_old_as=self.previous if rotate else None)
 
     def candidates(self) -> list[Path]:
         """Existing snapshot files, newest first."""

@@ -10,6 +10,7 @@ import time
 
 from psgd.config import ConfigError
 from psgd.runtime.role import RoleContext
+from psgd.runtime.token import read_run_token
 from psgd.wire.curve import client_curve
 from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task, worker_batches
@@ -25,13 +26,13 @@ def require_addresses(cfg) -> list[str]:
     return list(cfg.cluster.servers)
 
 
-def make_client(cfg, layout, rank: int, role: str, should_stop=None) -> PSClient:
+def make_client(cfg, layout, rank: int, role: str, should_stop=None, token=None) -> PSClient:
     c = cfg.cluster
     return PSClient(require_addresses(cfg), layout, rank=rank, role=role,
                     request_timeout_s=c.request_timeout_s, max_retries=c.max_retries,
                     heartbeat_s=c.heartbeat_s, encoding=cfg.wire.encoding, topk_ratio=cfg.wire.topk_ratio,
                     max_message_bytes=cfg.wire.max_message_mb << 20, should_stop=should_stop,
-                    curve=client_curve(cfg))
+                    curve=client_curve(cfg), token=token)
 
 
 def run_worker(ctx: RoleContext) -> int:
@@ -45,7 +46,7 @@ def run_worker(ctx: RoleContext) -> int:
     sync = ModelSync(model, layout, device, cfg.workers.pin_memory)
     batches = worker_batches(len(task.y_train), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
     slowdown = cfg.workers.slowdown.get(rank, 1.0)
-    client = make_client(cfg, layout, rank, "worker", ctx.should_stop)
+    client = make_client(cfg, layout, rank, "worker", ctx.should_stop, token=read_run_token(ctx.run_dir))
     steps = 0
     try:
         sync.load(client.register())

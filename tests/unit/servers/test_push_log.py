@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from servers.push_log import OP_DEPART, OP_JOIN, OP_PUSH, OP_PUSH_SPARSE, LogCorrupt, PushLogWriter, read_log
+from psgd.servers.push_log import OP_DEPART, OP_JOIN, OP_PUSH, OP_PUSH_SPARSE, LogCorrupt, PushLogWriter, read_log
 
 
 def write_sample(path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from servers.snapshot_file import SnapshotCorrupt, SnapshotFiles, read_snapshot, write_snapshot
+from psgd.servers.snapshot_file import SnapshotCorrupt, SnapshotFiles, read_snapshot, write_snapshot
 
 
 def test_round_trip_is_exact(tmp_path):
