@@ -17,7 +17,7 @@ import torch
 from conftest import kill_tree, spawn, wait_for, write_config
 from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
-from psgd.launch.launcher import free_ports
+from psgd.runtime.ports import free_ports
 from psgd.tasks import build_model, load_task
 from psgd.workers.client import PSClient
 
@@ -31,7 +31,7 @@ def events(run_dir):
 
 
 def start_shard(config, run_dir):
-    proc = spawn([sys.executable, "-m", "psgd.servers.shard", str(config), "--shard", "0", "--run-dir",
+    proc = spawn([sys.executable, "-m", "psgd.cli", "server", str(config), "--shard", "0", "--run-dir",
                   str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     n = sum(e["event"] == "ready" for e in events(run_dir))
     wait_for(lambda: sum(e["event"] == "ready" for e in events(run_dir)) > n or proc.poll() is not None,

@@ -16,7 +16,7 @@ import torch
 from conftest import ROOT, kill_tree, psgd_cmd, read_events, spawn, wait_for, write_config
 from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
-from psgd.launch.launcher import free_ports
+from psgd.runtime.ports import free_ports
 from psgd.tasks import build_model, load_task
 from psgd.workers.client import PSClient
 
@@ -89,7 +89,7 @@ def shard_events(run_dir):
 
 
 def start_shard(config, run_dir):
-    proc = spawn([sys.executable, "-m", "psgd.servers.shard", str(config), "--shard", "0", "--run-dir",
+    proc = spawn([sys.executable, "-m", "psgd.cli", "server", str(config), "--shard", "0", "--run-dir",
                   str(run_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     n = sum(e["event"] == "ready" for e in shard_events(run_dir))
     wait_for(lambda: sum(e["event"] == "ready" for e in shard_events(run_dir)) > n or proc.poll() is not None,

@@ -16,7 +16,7 @@ import zmq
 from conftest import kill_tree, spawn, wait_for, write_config
 from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
-from psgd.launch.launcher import free_ports
+from psgd.runtime.ports import free_ports
 from psgd.runtime.token import new_run_token
 from psgd.tasks import build_model, load_task
 from psgd.wire import protocol as P
@@ -57,7 +57,7 @@ class Raw:
 def start_shards(config, run_dir, addresses):
     procs = []
     for i in range(len(addresses)):
-        procs.append(spawn([sys.executable, "-m", "psgd.servers.shard", str(config), "--shard", str(i),
+        procs.append(spawn([sys.executable, "-m", "psgd.cli", "server", str(config), "--shard", str(i),
                             "--run-dir", str(run_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
     return procs
 
