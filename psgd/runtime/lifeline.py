@@ -1,16 +1,19 @@
 """Children die with the launcher that started them.
 
 Two mechanisms, because either alone has a gap:
-- Linux's PR_SET_PDEATHSIG asks the kernel to send SIGTERM when the parent
-  dies (the role's SIGTERM handler then stops it the normal way);
+- Linux's PR_SET_PDEATHSIG asks the kernel to send SIGHUP the moment the
+  parent dies, caught here;
 - a watchdog thread polls the parent pid, so the check also runs where prctl
-  does not exist, and a role stuck somewhere that never looks at its stop flag
-  is ended anyway: `grace_s` after the parent is gone the process exits hard.
+  does not exist, and even if the signal was missed.
 
-The launcher passes its pid in PSGD_LAUNCHER_PID: a child whose launcher is
-already gone before the death signal was armed notices at once. An orphan
-also removes the run's processes.json if it lists its own pid, since the
-launcher that would have removed it is dead.
+Either way the orphan exits at once (os._exit), without the graceful stop a
+SIGTERM would start: nothing is lost by it (a shard's log already holds every
+acknowledged push; a worker redoes its unacknowledged step on resume), and a
+graceful stop can take seconds on a loaded machine. Before exiting it removes
+the run's processes.json if the file lists its own pid, since the launcher
+that would have removed it is dead. The launcher passes its pid in
+PSGD_LAUNCHER_PID, so a child whose launcher died before the death signal was
+armed notices at once.
 """
 from __future__ import annotations
 
@@ -57,21 +60,28 @@ def forget_processes_file(run_dir: Optional[Path], pid: int) -> None:
         pass  # gone already, or not ours to judge
 
 
-def watch_parent(parent_pid: int, on_orphan: Callable[[], None], grace_s: float = 2.0,
-                 poll_s: float = 0.2) -> threading.Thread:
-    """Arm the death signal and start the watchdog. `on_orphan` runs once, on
-    the watchdog thread, when the parent is gone (it should ask the role to
-    stop); `grace_s` later the process exits with EXIT_ORPHANED."""
-    set_parent_death_signal(signal.SIGTERM)
+def watch_parent(parent_pid: int, on_orphan: Callable[[], None], poll_s: float = 0.1) -> threading.Thread:
+    """Arm the death signal (main thread only) and start the watchdog. When the
+    parent is gone, `on_orphan` runs once (keep it short) and the process exits
+    with EXIT_ORPHANED."""
+    done = threading.Lock()
+
+    def orphaned(*_) -> None:
+        if not done.acquire(blocking=False):
+            return  # the other mechanism got here first
+        try:
+            on_orphan()
+        finally:
+            os._exit(EXIT_ORPHANED)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGHUP, orphaned)
+        set_parent_death_signal(signal.SIGHUP)
 
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(poll_s)
-        try:
-            on_orphan()
-        finally:
-            time.sleep(grace_s)
-            os._exit(EXIT_ORPHANED)
+        orphaned()
 
     t = threading.Thread(target=watch, name="psgd-parent-watch", daemon=True)
     t.start()

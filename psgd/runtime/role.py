@@ -24,7 +24,6 @@ __all__ = ["RoleContext", "RoleFailed", "start_role", "START_FILE", "EXIT_NO_RET
 
 START_FILE = "start.json"
 EXIT_NO_RETRY = 2  # like a config error: starting again would fail the same way
-ORPHAN_GRACE_S = 2.0  # after the launcher is gone: time to stop cleanly before a hard exit
 
 
 @dataclass
@@ -96,8 +95,5 @@ def start_role(role: str, index: int, cfg: Config, run_dir: Optional[Path] = Non
         events.t0 = time.time()  # no common start signal: this process's clock starts now
     parent = launcher_pid_from_env() or os.getppid()
     if supervised:  # never outlive the launcher, even one killed with -9
-        def orphaned() -> None:
-            forget_processes_file(run_dir, os.getpid())
-            stop.set()
-        watch_parent(parent, orphaned, grace_s=ORPHAN_GRACE_S)
+        watch_parent(parent, lambda: forget_processes_file(run_dir, os.getpid()))
     return RoleContext(cfg, role, index, run_dir, events, stop, supervised, parent)
