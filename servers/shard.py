@@ -159,12 +159,11 @@ class ShardServer:
                 self._reply(identity, P.Error(req=pull.req, code="not_registered", reason=reason))
 
     def _cut_off(self, identity: bytes) -> None:
-        """A peer stopped reading its replies: forget it and its parked pulls."""
+        """A peer's reply queue is full (it does not read): its replies are dropped
+        until it reads again. Counted here; the socket counts the dropped replies."""
         self.state.counters["peers_cut_off"] += 1
-        peer = self._peers.forget(identity)
-        if peer is not None and peer[0] == "worker":
-            self._parked.drop_rank(peer[1])
-        self.events.emit("peer_cut_off", role=peer[0] if peer else None, rank=peer[1] if peer else None)
+        role = self._peers.roles.get(identity)
+        self.events.emit("peer_cut_off", role=role[0] if role else None, rank=role[1] if role else None)
 
     # ---- handlers ---------------------------------------------------------
     def _peer(self, identity: bytes, rank: int) -> None:
@@ -271,7 +270,10 @@ class ShardServer:
     def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
         self._check_rank(rec.rank)
         if not self._peers.heartbeat_ok(rec.rank, rec.session):
-            raise ProtocolError("bad_session", f"heartbeat for worker {rec.rank} without its current session")
+            # Counted, not answered: heartbeats never are, and a worker's heartbeat socket
+            # still sending the session of a shard that restarted must not pile up replies.
+            self.state.counters["bad_heartbeats"] += 1
+            return
         self.state.seen(rec.rank, self._clock())
 
     def _on_leave(self, identity: bytes, rec: P.Leave, payload: list) -> None:

@@ -129,13 +129,15 @@ class ServerSocket:
             self._sock.curve_server = True
         self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         # Memory per peer is bounded: at most PEER_SEND_HWM replies queue for one
-        # client; a client that lets them pile up (it does not read) is cut off
-        # and counted, never silently dropped from (ROUTER_MANDATORY reports it).
+        # client (ROUTER_MANDATORY reports a full queue instead of blocking). A
+        # client that lets them pile up is cut off (and counted by the caller):
+        # further replies to it are dropped until it reads again. A real client that missed
+        # one (a burst of its own resends) resends after its timeout.
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock.setsockopt(zmq.SNDHWM, PEER_SEND_HWM)
         self._sock.setsockopt(zmq.RCVHWM, PEER_RECV_HWM)
         self._curve = curve is not None
-        self.cut_off: set[bytes] = set()    # peers refused for not reading their replies
+        self.cut_off: set[bytes] = set()    # peers whose reply queue is full right now
         self.on_cut_off: Callable[[bytes], None] = lambda identity: None
         self.peer_key: Optional[str] = None  # Curve public key (Z85) of the last message's sender
         try:
@@ -148,26 +150,24 @@ class ServerSocket:
         self._poller.register(self._sock, zmq.POLLIN)
 
     def recv(self, timeout_ms: int) -> Optional[tuple[bytes, list]]:
-        """The next message as (identity, frames), or None on timeout (or when
-        it came from a peer that was cut off: those are dropped unread)."""
+        """The next message as (identity, frames), or None on timeout."""
         if not self._poller.poll(timeout_ms):
             return None
         parts = self._sock.recv_multipart(copy=False)
         identity = parts[0].bytes
-        if identity in self.cut_off:
-            return None
         if self._curve:
             self.peer_key = parts[0].get("User-Id")  # set by the ZAP handler: the client's public key
         return identity, [p.buffer for p in parts[1:]]
 
     def send(self, identity: bytes, frames: Sequence) -> bool:
         """Send a reply without blocking; returns False if the peer is gone or
-        was cut off for not reading (its reply is dropped)."""
+        its reply queue is full (the reply is dropped and counted)."""
         try:
             self._sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
         except zmq.ZMQError as exc:
             return self._unsent(identity, exc)
         self._sock.send_multipart(list(frames), copy=False)  # the rest of a started message never blocks
+        self.cut_off.discard(identity)
         return True
 
     def _unsent(self, identity: bytes, exc: zmq.ZMQError) -> bool:
@@ -191,6 +191,7 @@ class ServerSocket:
         except zmq.ZMQError as exc:
             self._unsent(identity, exc)
             return None
+        self.cut_off.discard(identity)
         try:
             trackers = []
             last = len(frames) - 1
