@@ -259,7 +259,7 @@ class Launcher:
         if self._signal is not None:
             raise _Stopped()
         if self._metrics_error is not None:
-            raise LaunchFailed(f"{self._metrics_error}; the events are still in {self.run_dir / 'events'}")
+            raise LaunchFailed(f"{self._metrics_error}; metrics.jsonl ends there")
         for c in self.children:
             for e in c.events.read():
                 self._record(c, e)

@@ -46,7 +46,8 @@ def launch(cfg, out, *extra, timeout=120):
 
 
 def one_clear_line(output: str) -> str:
-    lines = [ln for ln in output.splitlines() if ln.strip()]
+    """The one line that says what failed (besides `psgd launch`'s usual "run directory:" line)."""
+    lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("run directory: ")]
     assert "Traceback" not in output, output
     assert len(lines) == 1, output
     return lines[0]
