@@ -16,6 +16,7 @@ from typing import Callable, Optional, Sequence
 from psgd.config import ConfigError
 from psgd.config.coerce import ConfigLike, as_config
 from psgd.runtime.events import EventLog
+from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
 from psgd.wire.curve import server_curve
 from psgd.servers.checkpoint import ShardCheckpoint
@@ -44,7 +45,8 @@ def serve(cfg: ConfigLike, shard: int = 0, *, overrides: Sequence[str] = (), add
     checkpoint = None
     if cfg.checkpoint.enabled and run_dir is not None:
         checkpoint = ShardCheckpoint(Path(run_dir) / "checkpoints", shard, fingerprint, cfg.checkpoint)
-    server = ShardServer(cfg, shard, address, params, fingerprint, events, checkpoint=checkpoint, curve=curve)
+    server = ShardServer(cfg, shard, address, params, fingerprint, events, checkpoint=checkpoint, curve=curve,
+                         run_token=read_run_token(run_dir))
     if server.resumed is not None:
         events.emit("resumed", **server.resumed)
     events.emit("ready", address=server.address, numel=params.numel())

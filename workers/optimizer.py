@@ -42,13 +42,13 @@ def require_addresses(cfg: Config) -> list[str]:
     return list(cfg.cluster.servers)
 
 
-def make_client(cfg: Config, layout, rank: int, role: str, should_stop=None) -> PSClient:
+def make_client(cfg: Config, layout, rank: int, role: str, should_stop=None, token: Optional[str] = None) -> PSClient:
     c = cfg.cluster
     return PSClient(require_addresses(cfg), layout, rank=rank, role=role,
                     request_timeout_s=c.request_timeout_s, max_retries=c.max_retries,
                     heartbeat_s=c.heartbeat_s, encoding=cfg.wire.encoding, topk_ratio=cfg.wire.topk_ratio,
                     max_message_bytes=cfg.wire.max_message_mb << 20, should_stop=should_stop,
-                    curve=client_curve(cfg))
+                    curve=client_curve(cfg), token=token)
 
 
 def rank_from_env(cfg: Config) -> int:
@@ -71,7 +71,8 @@ class Optimizer:
     (every worker starts from the same point). Not thread-safe."""
 
     def __init__(self, model: nn.Module, cfg: ConfigLike, optimizer: Optional[torch.optim.Optimizer] = None,
-                 rank: Optional[int] = None, *, should_stop: Optional[Callable[[], bool]] = None):
+                 rank: Optional[int] = None, *, should_stop: Optional[Callable[[], bool]] = None,
+                 token: Optional[str] = None):
         self.cfg = as_config(cfg)
         self.model = model
         self.torch_optimizer = optimizer
@@ -88,7 +89,8 @@ class Optimizer:
         self.device = params[0].device
         self.layout = layout_for_module(model, self.cfg.cluster.num_servers)
         self.sync = ModelSync(model, self.layout, self.device, self.cfg.workers.pin_memory)
-        self.client = make_client(self.cfg, self.layout, self.rank, "worker", should_stop)
+        # token: the run token lets a restarted worker take its rank over from its dead predecessor
+        self.client = make_client(self.cfg, self.layout, self.rank, "worker", should_stop, token)
         self._closed = False
         try:
             self.sync.load(self.client.register())

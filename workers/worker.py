@@ -10,6 +10,7 @@ import time
 
 from psgd.config import ConfigError
 from psgd.runtime.role import RoleContext
+from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
@@ -36,7 +37,8 @@ def run_worker(ctx: RoleContext) -> int:
                                loader.num_workers, loader.pin_memory and device.type == "cuda")
     slowdown = cfg.workers.slowdown.get(rank, 1.0)
     try:
-        opt = Optimizer(model, cfg, rank=rank, should_stop=ctx.should_stop)  # joins and loads the parameters
+        opt = Optimizer(model, cfg, rank=rank, should_stop=ctx.should_stop,
+                        token=read_run_token(ctx.run_dir))  # joins and loads the parameters
     except Interrupted:
         return 0  # stopped before the shards answered
     client = opt.client

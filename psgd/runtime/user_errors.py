@@ -13,11 +13,13 @@ import traceback
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
+from psgd.runtime.role import EXIT_NO_RETRY
+
 __all__ = ["STARTUP_EXIT_CODE", "StartupError", "user_frame", "describe", "user_code"]
 
 # Exit status of a deterministic start-up failure (bad config, user code that
 # raises while the model or data is built). Supervision does not restart it.
-STARTUP_EXIT_CODE = 2
+STARTUP_EXIT_CODE = EXIT_NO_RETRY
 
 _PSGD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # psgd/ plus the servers/ and workers/ folders installed beside it as psgd.servers and psgd.workers.

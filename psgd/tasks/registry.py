@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence, Union
@@ -256,8 +257,18 @@ def _linear(in_features: int, num_outputs: int, **_):
 BUILTIN_MODELS = {"mlp": MLP, "cnn": SmallCNN, "linear": _linear}
 
 
+# Seeding and building share torch's global generator: shards, clients and tests
+# that build models on several threads of one process take turns.
+_BUILD_LOCK = threading.Lock()
+
+
 def build_model(cfg: Config, task: Union[Task, TaskShape]) -> nn.Module:
-    """The model with the run's initial parameters (seeded: identical in every process)."""
+    """The model with the run's initial parameters (seeded: identical in every process and thread)."""
+    with _BUILD_LOCK:
+        return _build_model(cfg, task)
+
+
+def _build_model(cfg: Config, task: Union[Task, TaskShape]) -> nn.Module:
     torch.manual_seed(cfg.run.seed)
     spec = cfg.task.model
     shape = task.shape if isinstance(task, Task) else task
