@@ -1,0 +1,65 @@
+"""`psgd launch --on ray` against a local Ray instance started by the test
+(ray.init(num_cpus=2)): the quickstart job reaches the local launcher's
+accuracy and leaves the same run directory."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+import ray
+
+from conftest import ROOT, run_psgd
+
+pytestmark = pytest.mark.e2e
+
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+# Seven processes on a 2-CPU Ray instance: each role asks for a quarter of a CPU.
+QUARTER_CPU = ["--set", "ray.server.num_cpus=0.25", "--set", "ray.worker.num_cpus=0.25",
+               "--set", "ray.evaluator.num_cpus=0.25"]
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def _tree(run_dir: Path) -> dict[str, list[str]]:
+    """Top-level entries and the files inside each folder of a run directory."""
+    tree = {".": sorted(p.name for p in run_dir.iterdir())}
+    for sub in run_dir.iterdir():
+        if sub.is_dir():
+            tree[sub.name] = sorted(p.name for p in sub.iterdir())
+    return tree
+
+
+@pytest.mark.timeout(240)
+def test_quickstart_on_ray_matches_the_local_launcher(ray_address, tmp_path):
+    code, _, err = run_psgd("launch", str(QUICKSTART), "--on", "ray", "--address", ray_address, *QUARTER_CPU,
+                            "--out", str(tmp_path / "ray"), "--quiet", cwd=tmp_path, timeout=200)
+    assert code == 0, err
+    code, _, err = run_psgd("launch", str(QUICKSTART), "--out", str(tmp_path / "local"), "--quiet",
+                            cwd=tmp_path, timeout=200)
+    assert code == 0, err
+    on_ray, local = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("ray", "local"))
+    assert _tree(tmp_path / "ray") == _tree(tmp_path / "local")
+    assert "processes.json" not in _tree(tmp_path / "ray")["."]
+    assert set(on_ray) == set(local)
+    for s in (on_ray, local):
+        assert s["status"] == "ok" and s["total_updates"] == 2000 and s["worker_steps"] == 2000
+        assert s["final_test_accuracy"] >= 0.93  # quickstart's target
+    assert math.isclose(on_ray["final_test_accuracy"], local["final_test_accuracy"], abs_tol=0.03)
+    assert "launcher: ray" in (tmp_path / "ray" / "config.yaml").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_requests_beyond_the_cluster_fail_up_front_naming_the_keys(ray_address, tmp_path):
+    # One CPU per role (the default) is 7 CPUs: more than the instance has.
+    code, _, err = run_psgd("launch", str(QUICKSTART), "--on", "ray", "--address", ray_address,
+                            "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path, timeout=100)
+    assert code == 1
+    assert "asks Ray for 7 CPU" in err and "has 2 CPU" in err and "ray.worker.num_cpus=1" in err, err
+    assert not (tmp_path / "run" / "events").exists()  # no role was started
