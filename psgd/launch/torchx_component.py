@@ -12,7 +12,6 @@ replica id), so no role is inferred from a rank. Server 0 is the first
 replica of the first role: it hosts the job's TCPStore, where the servers
 publish their addresses, at the host torchx names in `rank0_env`.
 """
-from __future__ import annotations
 
 import torchx
 import torchx.specs as specs
