@@ -61,8 +61,8 @@ def check_resources(requests: dict[tuple[str, int], dict], available: dict) -> N
         have = float(available.get(ray_name, 0.0))
         if need > have + 1e-9:
             per_role = ", ".join(f"ray.{role}.{unit}={r[unit]:g}" for role, r in _one_per_role(requests).items())
-            raise LaunchFailed(f"the job asks Ray for {need:g} {ray_name} in all but the cluster has {have:g} {ray_name} "
-                               f"({per_role}): lower them or add nodes")
+            raise LaunchFailed(f"the job asks Ray for {need:g} {ray_name} in all but the cluster has "
+                               f"{have:g} {ray_name} ({per_role}): lower them or add nodes")
 
 
 def _one_per_role(requests: dict[tuple[str, int], dict]) -> dict[str, dict]:
