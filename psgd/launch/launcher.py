@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.config import Config, dump_config, load_config, override_config
+from psgd.launch.metrics_export import MetricsExport
 from psgd.launch.progress import Progress, ProgressTracker
 from psgd.launch.roles import CONFIG_FILE
 from psgd.launch.spawn import Child, kill, spawn_child, terminate
@@ -108,11 +109,12 @@ class Launcher:
         self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
         self.cfg = self._resolve()
         atomic_write(self.run_dir / CONFIG_FILE, dump_config(self.cfg))  # what every child reads
+        self._export = MetricsExport(self.run_dir, self.cfg)  # metrics.csv (+ TensorBoard)
         (self.run_dir / START_FILE).unlink(missing_ok=True)  # children wait for this run's start
         try:
             self._start_all()
             self._wait_ready()
-            self._t0 = time.time() - self._prior_time
+            self._t0 = self._export.t0 = time.time() - self._prior_time
             atomic_write(self.run_dir / START_FILE, json.dumps({"t0": self._t0}))
             self.progress.started = True
             self.on_progress(self.progress)
@@ -132,6 +134,7 @@ class Launcher:
         summary = summarize(self.cfg, self.events, wall, status=status, restarts=self.budget.total)
         atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         self._metrics.close()
+        self._export.close()
         (self.run_dir / "processes.json").unlink(missing_ok=True)
         return LaunchResult(code, reason, self.run_dir, summary)
 
@@ -255,6 +258,7 @@ class Launcher:
             child.ready = True
         self.events.append(e)
         self._metrics.write(json.dumps(e) + "\n")
+        self._export.add(e)
         self.on_progress(self._tracker.record(e))
 
     def _shutdown(self, interrupted: bool = False) -> None:

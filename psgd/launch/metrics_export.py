@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from psgd.config import Config
-from psgd.metrics import Histogram
+from psgd.core.histogram import Histogram
 
 __all__ = ["MetricsExport", "CSV_FILE", "CSV_COLUMNS", "TENSORBOARD_DIR", "eval_updates", "export_events"]
 

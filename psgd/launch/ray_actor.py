@@ -24,7 +24,10 @@ from typing import Optional
 
 import ray
 
-from psgd.process import START_FILE
+from psgd.launch.roles import CONFIG_FILE
+from psgd.runtime.events import EventTail
+from psgd.runtime.files import atomic_write
+from psgd.runtime.role import START_FILE
 
 __all__ = ["RoleHost", "TOKEN_FILE"]
 
@@ -35,7 +38,7 @@ TOKEN_FILE = "ray-token"   # written by the launcher into the run directory
 class RoleHost:
     """One role process and the files it writes, on this actor's node."""
 
-    def __init__(self, run_dir: str, token: str, config_text: str):
+    def __init__(self, run_dir: str, token: str):
         here = Path(run_dir)
         try:
             shared = (here / TOKEN_FILE).read_text() == token
@@ -43,13 +46,9 @@ class RoleHost:
             shared = False
         self.shared = shared
         self.workdir = here if shared else Path(tempfile.mkdtemp(prefix="psgd-ray-"))
-        if not shared:
-            (self.workdir / "config.yaml").write_text(config_text)
         self.proc: Optional[subprocess.Popen] = None
-        self.events: Optional[Path] = None
+        self.events: Optional[EventTail] = None
         self.log: Optional[Path] = None
-        self._offset = 0
-        self._partial = ""
 
     def info(self) -> dict:
         return {"node_ip": ray.util.get_node_ip_address(), "node_id": ray.get_runtime_context().get_node_id(),
@@ -61,36 +60,29 @@ class RoleHost:
             s.bind((host, 0))
             return f"{host}:{s.getsockname()[1]}"
 
-    def start(self, args: list[str], env: dict, role: str, index: int) -> int:
-        """Start (or restart) the role: `python ARGS` with this node's interpreter.
-        Returns the child's pid."""
+    def start(self, args: list[str], env: dict, role: str, index: int, config_text: str) -> int:
+        """Start (or restart) the role: `python ARGS` with this node's interpreter,
+        on the run's resolved config (written here first when the run directory is
+        not visible from this node). Returns the child's pid."""
+        if not self.shared:
+            atomic_write(self.workdir / CONFIG_FILE, config_text)
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         self.log = self.workdir / "logs" / f"{role}-{index}.log"
-        self.events = self.workdir / "events" / f"{role}-{index}.jsonl"
         # Earlier incarnations' events were reported already: read only what this one writes.
-        self._offset = self.events.stat().st_size if self.events.exists() else 0
-        self._partial = ""
+        self.events = EventTail(self.workdir / "events" / f"{role}-{index}.jsonl", from_end=True)
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env={**os.environ, **env},
                                          start_new_session=True)
         return self.proc.pid
 
-    def poll(self) -> tuple[list[str], Optional[int], str]:
-        """(new complete event lines, exit code or None while running, last log line
-        once it has exited). The exit code is read first, so the lines include
-        everything an exited child wrote."""
+    def poll(self) -> tuple[list[dict], Optional[int], str]:
+        """(new events, exit code or None while running, last log line once it has
+        exited). The exit code is read first, so the events include everything an
+        exited child wrote."""
         code = self.proc.poll() if self.proc is not None else None
-        lines: list[str] = []
-        if self.events is not None and self.events.exists():
-            with open(self.events) as f:
-                f.seek(self._offset)
-                chunk = f.read()
-                self._offset = f.tell()
-            parts = (self._partial + chunk).split("\n")
-            self._partial = parts.pop()
-            lines = [ln for ln in parts if ln.strip()]
-        return lines, code, self._last_log_line() if code is not None else ""
+        events = self.events.read() if self.events is not None else []
+        return events, code, self._last_log_line() if code is not None else ""
 
     def send_signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -111,9 +103,7 @@ class RoleHost:
     def write_start(self, t0: float) -> None:
         """The common training clock, for roles in a directory of their own."""
         if not self.shared:
-            tmp = self.workdir / (START_FILE + ".tmp")
-            tmp.write_text(json.dumps({"t0": t0}))
-            os.replace(tmp, self.workdir / START_FILE)
+            atomic_write(self.workdir / START_FILE, json.dumps({"t0": t0}))
 
     def fetch(self, name: str) -> Optional[bytes]:
         """A file the role wrote under its directory (model.pt, its log), or None."""

@@ -26,10 +26,11 @@ from typing import Optional
 import ray
 from ray.exceptions import RayError
 
-from psgd.config import Config, dump_config
+from psgd.config import Config, dump_config, override_config
+from psgd.launch.launcher import INTERRUPT_BUDGET_S, STOP_GRACE_S, LaunchFailed, Launcher
 from psgd.launch.ray_actor import TOKEN_FILE, RoleHost
-from psgd.launcher import INTERRUPT_BUDGET_S, STOP_GRACE_S, Launcher, LaunchFailed
-from psgd.process import ROLE_MODULES
+from psgd.launch.roles import CONFIG_FILE, child_command
+from psgd.runtime.files import atomic_write
 
 __all__ = ["RayLauncher", "role_resources", "check_resources"]
 
@@ -86,6 +87,7 @@ class _RemoteProc:
 
 @dataclass
 class _RayChild:
+    """The slice of spawn.Child the local launcher's supervision uses."""
     role: str
     index: int
     proc: _RemoteProc
@@ -94,11 +96,15 @@ class _RayChild:
     ready: bool = False
     done: bool = False
     cause_line: str = "no output"
-    lines: list[str] = field(default_factory=list)
+    pending: list[dict] = field(default_factory=list)
 
-    def read_events(self) -> list[dict]:
-        lines, self.lines = self.lines, []
-        return [json.loads(line) for line in lines]
+    @property
+    def events(self) -> "_RayChild":
+        return self  # the launcher calls child.events.read()
+
+    def read(self) -> list[dict]:
+        events, self.pending = self.pending, []
+        return events
 
     def cause(self) -> str:
         return self.cause_line
@@ -118,7 +124,7 @@ class RayLauncher(Launcher):
         self.address = address if address is not None else self.cfg.ray.address
         self._hosts: dict[tuple[str, int], "ray.actor.ActorHandle"] = {}
         self._infos: dict[tuple[str, int], dict] = {}
-        self._started_ray = False
+        self._placement_error: Optional[LaunchFailed] = None
 
     def run(self):
         try:
@@ -129,6 +135,21 @@ class RayLauncher(Launcher):
                 ray.shutdown()  # our actors are not detached: they go with the driver
 
     # ---- start -------------------------------------------------------------
+    def _resolve(self) -> Config:
+        """Place every role's actor, then fill in the servers' addresses they
+        reserved. A failure here is raised by _start_all, inside the run's
+        error handling."""
+        try:
+            if self.cfg.consistency.mode == "allreduce":
+                raise LaunchFailed("--on ray runs the parameter-server modes (bsp, ssp, asp); "
+                                   "run the allreduce baseline with the local launcher")
+            self._connect()
+            self._place()
+            return override_config(self.cfg, ["cluster.servers=" + json.dumps(self._server_addresses())])
+        except LaunchFailed as exc:
+            self._placement_error = exc
+            return self.cfg
+
     def _connect(self) -> None:
         requests = role_resources(self.cfg)
         address = self.address or os.environ.get("RAY_ADDRESS") or None
@@ -145,31 +166,20 @@ class RayLauncher(Launcher):
             raise LaunchFailed(f"cannot reach Ray{f' at {address}' if address else ''}: {exc}") from None
         check_resources(requests, ray.cluster_resources())
 
-    def _start_all(self) -> None:
-        if self.cfg.consistency.mode == "allreduce":
-            raise LaunchFailed("--on ray runs the parameter-server modes (bsp, ssp, asp); "
-                               "run the allreduce baseline with the local launcher")
-        self._connect()
+    def _place(self) -> None:
         token = secrets.token_hex(16)
-        (self.run_dir / TOKEN_FILE).write_text(token)
-        config_text = dump_config(self.cfg)
+        atomic_write(self.run_dir / TOKEN_FILE, token)  # an actor that reads it shares our run directory
         for key, res in role_resources(self.cfg).items():
-            self._hosts[key] = RoleHost.options(**res).remote(str(self.run_dir.resolve()), token,
-                                                                         config_text)
+            self._hosts[key] = RoleHost.options(**res).remote(str(self.run_dir.resolve()), token)
         keys = list(self._hosts)
         infos = self._get([self._hosts[k].info.remote() for k in keys], PLACEMENT_TIMEOUT_S,
                           "placing the roles' actors")
         self._infos = dict(zip(keys, infos))
-        addresses = self._server_addresses()
-        sets = list(self.overrides) + ["cluster.servers=" + json.dumps(addresses)]
-        self._sets = sets
-        for i, addr in enumerate(addresses):
-            self._spawn("server", i, sets, address=addr)
-        for r in range(self.cfg.cluster.workers):
-            self._spawn("worker", r, sets)
-        if self.cfg.eval.enabled:
-            self._spawn("evaluator", 0, sets)
-        self._write_processes()
+
+    def _start_all(self) -> None:
+        if self._placement_error is not None:
+            raise self._placement_error
+        super()._start_all()
 
     def _server_addresses(self) -> list[str]:
         """Configured addresses, else each server actor's node with a port free there.
@@ -184,24 +194,19 @@ class RayLauncher(Launcher):
         return self._get([self._hosts[k].reserve_address.remote(h) for k, h in zip(keys, hosts)],
                          CALL_TIMEOUT_S, "reserving server ports")
 
-    def _spawn(self, role: str, index: int, sets: list[str], address: Optional[str] = None) -> None:
+    def _spawn(self, role: str, index: int, address: Optional[str] = None) -> None:
         host, info = self._hosts[(role, index)], self._infos[(role, index)]
-        module, flag = ROLE_MODULES[role]
-        config = str(Path(self.config_path).resolve()) if info["shared"] else str(Path(info["workdir"]) / "config.yaml")
-        args = ["-m", module, config, flag, str(index), "--run-dir", info["workdir"], "--supervised"]
-        for s in sets:
-            args += ["--set", s]
+        args = child_command(role, index, Path(info["workdir"]))[1:]  # the actor's node has its own python
         threads = str(self.cfg.run.threads)
-        # PYTHONSAFEPATH: the actor's working directory must not shadow psgd's servers/ and workers/.
-        env = {"PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-        pid = self._get([host.start.remote(args, env, role, index)], CALL_TIMEOUT_S, f"starting {role} {index}")[0]
+        env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        pid = self._get([host.start.remote(args, env, role, index, dump_config(self.cfg))], CALL_TIMEOUT_S,
+                        f"starting {role} {index}")[0]
         self.children.append(_RayChild(role, index, _RemoteProc(host, pid, info["node_ip"]), info, address=address))
 
     def _write_processes(self) -> None:
         entries = [{"role": c.role, "index": c.index, "pid": c.proc.pid, "node": c.proc.node_ip,
                     **({"address": c.address} if c.address else {})} for c in self.children]
-        (self.run_dir / "processes.json.tmp").write_text(json.dumps(entries, indent=2))
-        os.replace(self.run_dir / "processes.json.tmp", self.run_dir / "processes.json")
+        atomic_write(self.run_dir / "processes.json", json.dumps(entries, indent=2))
 
     # ---- supervise ---------------------------------------------------------
     def _supervise(self) -> None:
@@ -219,16 +224,16 @@ class RayLauncher(Launcher):
         """One round of calls: every child's new events and exit status."""
         children = list(self.children)
         results = self._get([c.proc.actor.poll.remote() for c in children], CALL_TIMEOUT_S, "polling the roles")
-        for c, (lines, code, cause) in zip(children, results):
-            c.lines.extend(lines)
+        for c, (events, code, cause) in zip(children, results):
+            c.pending.extend(events)
             c.proc.code = code
             if code is not None:
                 c.cause_line = cause
-            if lines and not c.info["shared"]:  # keep events/ complete in the launcher's run directory
-                events = self.run_dir / "events" / f"{c.role}-{c.index}.jsonl"
-                events.parent.mkdir(exist_ok=True)
-                with open(events, "a") as f:
-                    f.write("".join(line + "\n" for line in lines))
+            if events and not c.info["shared"]:  # keep events/ complete in the launcher's run directory
+                path = self.run_dir / "events" / f"{c.role}-{c.index}.jsonl"
+                path.parent.mkdir(exist_ok=True)
+                with open(path, "a") as f:
+                    f.write("".join(json.dumps(e) + "\n" for e in events))
 
     def _get(self, refs: list, timeout: float, doing: str) -> list:
         try:
@@ -259,7 +264,7 @@ class RayLauncher(Launcher):
         except LaunchFailed:
             pass
         for c in self.children:
-            for e in c.read_events():
+            for e in c.events.read():
                 self._record(c, e)
         self._fetch_outputs()
 

@@ -1,12 +1,14 @@
 """`psgd launch --on ray` against a local Ray instance started by the test
 (ray.init(num_cpus=2)): the quickstart job reaches the local launcher's
 accuracy and leaves the same run directory."""
+import csv
 import json
 import math
 from pathlib import Path
 
 import pytest
 import ray
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import ROOT, run_psgd
 
@@ -32,16 +34,33 @@ def _tree(run_dir: Path) -> dict[str, list[str]]:
     tree = {".": sorted(p.name for p in run_dir.iterdir())}
     for sub in run_dir.iterdir():
         if sub.is_dir():
-            tree[sub.name] = sorted(p.name for p in sub.iterdir())
+            names = sorted(p.name for p in sub.iterdir())
+            # TensorBoard names its files by host, time and pid: compare their number only
+            tree[sub.name] = len(names) if sub.name == "tensorboard" else names
     return tree
+
+
+def _check_exports(run_dir: Path) -> None:
+    """metrics.csv has one row per evaluation; TensorBoard has accuracy and staleness."""
+    evals = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if '"event": "eval"' in line]
+    with open(run_dir / "metrics.csv", newline="") as f:  # pandas is not among psgd's dependencies
+        rows = list(csv.DictReader(f))
+    assert [float(r["test_accuracy"]) for r in rows] == [e["accuracy"] for e in evals]
+    assert [int(r["updates"]) for r in rows] == [max(e["versions"]) for e in evals]
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    assert [s.value for s in acc.Scalars("test/accuracy")] == pytest.approx([e["accuracy"] for e in evals])
+    assert len(acc.Scalars("staleness/mean")) == len(evals) and acc.Histograms("staleness")
 
 
 @pytest.mark.timeout(240)
 def test_quickstart_on_ray_matches_the_local_launcher(ray_address, tmp_path):
+    tensorboard = ["--set", "logging.tensorboard=true"]
     code, _, err = run_psgd("launch", str(QUICKSTART), "--on", "ray", "--address", ray_address, *QUARTER_CPU,
-                            "--out", str(tmp_path / "ray"), "--quiet", cwd=tmp_path, timeout=200)
+                            *tensorboard, "--out", str(tmp_path / "ray"), "--quiet", cwd=tmp_path, timeout=200)
     assert code == 0, err
-    code, _, err = run_psgd("launch", str(QUICKSTART), "--out", str(tmp_path / "local"), "--quiet",
+    code, _, err = run_psgd("launch", str(QUICKSTART), *tensorboard, "--out", str(tmp_path / "local"), "--quiet",
                             cwd=tmp_path, timeout=200)
     assert code == 0, err
     on_ray, local = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("ray", "local"))
@@ -53,6 +72,8 @@ def test_quickstart_on_ray_matches_the_local_launcher(ray_address, tmp_path):
         assert s["final_test_accuracy"] >= 0.93  # quickstart's target
     assert math.isclose(on_ray["final_test_accuracy"], local["final_test_accuracy"], abs_tol=0.03)
     assert "launcher: ray" in (tmp_path / "ray" / "config.yaml").read_text()
+    for run in ("ray", "local"):
+        _check_exports(tmp_path / run)
 
 
 @pytest.mark.timeout(120)
