@@ -4,13 +4,17 @@ accuracy and leaves the same run directory."""
 import csv
 import json
 import math
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import ray
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import ROOT, run_psgd
+from conftest import ROOT, kill_tree, psgd_cmd, run_psgd, spawn, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -84,3 +88,34 @@ def test_requests_beyond_the_cluster_fail_up_front_naming_the_keys(ray_address, 
     assert code == 1
     assert "asks Ray for 7 CPU" in err and "has 2 CPU" in err and "ray.worker.num_cpus=1" in err, err
     assert not (tmp_path / "run" / "events").exists()  # no role was started
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.timeout(150)
+def test_ctrl_c_stops_every_role_and_says_how_to_resume(ray_address, tmp_path):
+    out = tmp_path / "run"
+    cmd = psgd_cmd("launch", str(QUICKSTART), "--on", "ray", "--address", ray_address, *QUARTER_CPU, "--out",
+                   str(out), "--quiet", "--set", "train.steps_per_worker=100000", "--set", "checkpoint.every_s=0.5")
+    proc = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+    try:
+        assert wait_for(lambda: (out / "start.json").exists() and any((out / "checkpoints").glob("*")), timeout=100)
+        pids = [e["pid"] for e in json.loads((out / "processes.json").read_text())]
+        assert len(pids) == 7 and all(_alive(p) for p in pids)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole foreground group
+        t = time.monotonic()
+        output, _ = proc.communicate(timeout=60)
+        stopped_in = time.monotonic() - t
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 128 + signal.SIGINT, output
+    assert f"continue this run with: psgd launch --resume {out}" in output
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+    assert not any(_alive(p) for p in pids), "a role outlived the launcher"
+    assert stopped_in < 30, stopped_in  # the roles get the local launcher's 4 s; Ray's shutdown adds its own
