@@ -5,8 +5,11 @@ import csv
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -119,3 +122,44 @@ def test_ctrl_c_stops_every_role_and_says_how_to_resume(ray_address, tmp_path):
     assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
     assert not any(_alive(p) for p in pids), "a role outlived the launcher"
     assert stopped_in < 30, stopped_in  # the roles get the local launcher's 4 s; Ray's shutdown adds its own
+
+
+# The launcher's token file under another name: the actors cannot find it, so they
+# behave as on other nodes without a shared filesystem (a directory of their own).
+NOT_SHARED = """
+import sys
+import psgd.launch.ray_launcher as ray_launcher
+ray_launcher.TOKEN_FILE = "token-the-actors-do-not-look-for"
+from psgd.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(200)
+def test_without_a_shared_directory_events_logs_and_model_come_back_through_ray(ray_address, tmp_path):
+    before = set(Path(tempfile.gettempdir()).glob("psgd-ray-*"))
+    out = tmp_path / "run"
+    try:
+        proc = spawn([sys.executable, "-c", NOT_SHARED, "launch", str(QUICKSTART), "--on", "ray", "--address",
+                      ray_address, *QUARTER_CPU, "--set", "train.steps_per_worker=100", "--out", str(out), "--quiet"],
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+        try:
+            output, _ = proc.communicate(timeout=180)
+        finally:
+            kill_tree(proc)
+        assert proc.returncode == 0, output
+        private = set(Path(tempfile.gettempdir()).glob("psgd-ray-*")) - before
+        assert len(private) == 7  # one directory per actor: the run directory was not shared
+    finally:
+        for d in set(Path(tempfile.gettempdir()).glob("psgd-ray-*")) - before:
+            shutil.rmtree(d, ignore_errors=True)
+    names = ["server-0", "server-1", "worker-0", "worker-1", "worker-2", "worker-3", "evaluator-0"]
+    assert sorted(p.stem for p in (out / "events").glob("*.jsonl")) == sorted(names)
+    assert sorted(p.stem for p in (out / "logs").glob("*.log")) == sorted(names)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["total_updates"] == 400 and summary["worker_steps"] == 400
+    events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    mirrored = [json.loads(line) for name in names
+                for line in (out / "events" / f"{name}.jsonl").read_text().splitlines()]
+    assert sorted(map(json.dumps, events)) == sorted(map(json.dumps, mirrored))
+    assert (out / "model.pt").stat().st_size > 0 and not (out / "checkpoints").exists()  # checkpoints stay on the node
