@@ -1,7 +1,7 @@
 """The Ray actor that hosts one psgd process (a server shard, a worker or the
 evaluator) on whichever node Ray placed it with the role's resources.
 
-The actor starts the role as a child process by module path, exactly as the
+The actor starts the role as a child process (`python -m psgd.cli ROLE ...`) as the
 local launcher does (the roles keep their own signal handling, and a child
 whose actor dies notices it is orphaned and stops). It works in the launcher's
 run directory when that directory is visible from its node (same node or a

@@ -1,5 +1,4 @@
 """What `psgd launch` prints at the end, and which launcher it picks."""
-from pathlib import Path
 
 from psgd.cli.launch_text import launch_result_lines, launcher_for
 from psgd.config import load_config
