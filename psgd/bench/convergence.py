@@ -9,6 +9,7 @@ figures come from the same summary and metrics any run leaves behind.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import math
 import statistics
 import time
@@ -83,6 +84,9 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
     Raises ConfigError up front if any (mode, seed) config is invalid."""
     out_dir = Path(out_dir)
     base = load_config(config_path, overrides)
+    if importlib.util.find_spec("tensorboard") is not None:
+        # One TensorBoard run per mode and seed (OUT/runs/<mode>-seed<N>/tensorboard): the modes overlay.
+        overrides = [*overrides, "logging.tensorboard=true"]
     plan: list[tuple[ModeSpec, int, list[str], Config]] = []
     for spec in specs:
         for k in range(seeds):
@@ -106,9 +110,10 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
         run.label = spec.label
         runs.append(run)
         s = run.summary
+        ttt = s.get("time_to_target_s")
         on_run(f"    accuracy {_fmt(s.get('final_test_accuracy'), 4)}, time to target "
-               f"{_fmt(s.get('time_to_target_s'), 2)}, {s.get('total_updates')} updates "
-               f"({time.monotonic() - t:.0f}s with start-up)")
+               f"{'not reached' if ttt is None else f'{ttt:.2f} s'}, {s.get('total_updates')} updates "
+               f"({time.monotonic() - t:.0f} s with start-up)")
     return BenchResult(out_dir, runs, failed, base.train.target_accuracy)
 
 
@@ -209,6 +214,8 @@ def write_report(result: BenchResult, title: str, config_text: str, command: str
         parts += ["Failed runs:", ""] + [f"- {f}" for f in result.failed] + [""]
     if notes:
         parts += [notes, ""]
+    if any((r.run_dir / "tensorboard").is_dir() for r in result.runs):
+        parts += ["TensorBoard, one run per mode and seed: `tensorboard --logdir runs` in this directory.", ""]
     for p in plots:
         parts += [f"![{p.stem}]({p.name})", ""]
     parts += ["Resolved base config (each run's own config.yaml is in its run directory):", "",

@@ -87,7 +87,7 @@ def recommend(rows: list[BoundResult], target: float) -> tuple[Optional[int], st
 
 
 def _t(v: float) -> str:
-    return "not reached" if math.isinf(v) else f"{v:.2f}s"
+    return "not reached" if math.isinf(v) else f"{v:.2f} s"
 
 
 def staleness_table(rows: list[BoundResult], target: float) -> str:
@@ -96,7 +96,7 @@ def staleness_table(rows: list[BoundResult], target: float) -> str:
     for r in rows:
         per_seed = ", ".join("n.r." if t is None else f"{t:.2f}" for t in r.times)
         acc = "—" if r.median_accuracy is None else f"{r.median_accuracy:.4f}"
-        lines.append(f"| {r.bound} | {r.seeds} | {r.reached}/{r.seeds} | {_t(r.median_time_s).rstrip('s')} | "
+        lines.append(f"| {r.bound} | {r.seeds} | {r.reached}/{r.seeds} | {_t(r.median_time_s).removesuffix(' s')} | "
                      f"{per_seed} | {acc} |")
     return "\n".join(lines)
 

@@ -60,15 +60,22 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
     from psgd.bench import convergence as bc
     from psgd.bench import tune
     from psgd.config import dump_config
-    overrides = list(args.overrides) + [f"train.target_accuracy={args.target_accuracy}"]
+    overrides = list(args.overrides)
+    if args.target_accuracy is not None:
+        overrides.append(f"train.target_accuracy={args.target_accuracy}")
     try:
         bounds = tune.parse_bounds(args.bounds)
         if args.seeds < 1:
             raise ValueError("--seeds must be >= 1")
         cfg = load_config(args.config, overrides)
+        if cfg.train.target_accuracy is None:
+            raise ValueError("give --target-accuracy, or set train.target_accuracy in the config")
     except (ConfigError, ValueError) as exc:
         print(f"psgd tune staleness: {exc}", file=sys.stderr)
         return 2
+    target = cfg.train.target_accuracy
+    source = "--target-accuracy" if args.target_accuracy is not None else "train.target_accuracy"
+    print(f"target accuracy {target:g} ({source})", file=sys.stderr)
     out = _bench_out(args, "tune", cfg)
     print(f"output directory: {out}", file=sys.stderr)
     try:
@@ -77,7 +84,7 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"psgd tune staleness: config error: {exc}", file=sys.stderr)
         return 2
-    table, bound, line, md = tune.write_tune_outputs(result, bounds, args.target_accuracy, dump_config(cfg),
+    table, bound, line, md = tune.write_tune_outputs(result, bounds, target, dump_config(cfg),
                                                      _command_line(args))
     print(table)
     print(line)
@@ -199,7 +206,8 @@ def add_measurement_commands(sub) -> None:
     stale = tune.add_parser("staleness", help="time to target accuracy per SSP bound, and the bound to use")
     stale.add_argument("config")
     stale.add_argument("--bounds", default="0,1,2,4,8", help="comma-separated SSP bounds")
-    stale.add_argument("--target-accuracy", type=_target, required=True)
+    stale.add_argument("--target-accuracy", type=_target, default=None,
+                       help="accuracy to reach (default: the config's train.target_accuracy)")
     stale.add_argument("--seeds", type=int, default=1)
     stale.add_argument("--out", default=None, help="output directory (default: run.out_dir/tune-NAME-TIMESTAMP)")
     stale.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")

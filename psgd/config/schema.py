@@ -52,6 +52,7 @@ class ClusterConfig:
     request_timeout_s: float = 30.0  # client resends (same seq) after this
     max_retries: int = 5         # resends before a request fails
     allreduce_port: int = 0      # torch.distributed rendezvous port (0: the launcher picks one)
+    launcher: Literal["local", "ray"] = "local"  # what `psgd launch` starts the processes with
 
     def __post_init__(self):
         if isinstance(self.servers, int):
@@ -267,6 +268,37 @@ class SecurityConfig:
 
 
 @dataclass(frozen=True)
+class RayRoleConfig:
+    # Resources Ray reserves for each process of this role (logical units, as in
+    # @ray.remote(num_cpus=..., num_gpus=...)); a role's torch threads are run.threads.
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+    def __post_init__(self):
+        _check(self.num_cpus >= 0, "num_cpus", f"must be >= 0, got {self.num_cpus}")
+        _check(self.num_gpus >= 0, "num_gpus", f"must be >= 0, got {self.num_gpus}")
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    # `psgd launch --on ray` (or cluster.launcher: ray). address "": join RAY_ADDRESS if set,
+    # else start a local Ray instance sized to fit the job; "auto", "HOST:6379" or
+    # "ray://HOST:10001": join that cluster.
+    address: str = ""
+    server: RayRoleConfig = field(default_factory=RayRoleConfig)
+    worker: RayRoleConfig = field(default_factory=RayRoleConfig)
+    evaluator: RayRoleConfig = field(default_factory=RayRoleConfig)
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    # Every run writes metrics.jsonl and metrics.csv (one row per evaluation);
+    # tensorboard: true also writes TensorBoard event files under RUN_DIR/tensorboard
+    # (needs the `tensorboard` package: pip install 'psgd[tensorboard]').
+    tensorboard: bool = False
+
+
+@dataclass(frozen=True)
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -280,6 +312,8 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
     # Directory of the config file, so "module:callable" finds modules beside it.
     base_dir: str = field(default=".", metadata={"internal": True})
 

@@ -24,7 +24,7 @@ def test_recommends_the_fastest_bound_that_always_reached_the_target():
             BoundResult(8, 3, 2, 2.0, [], 0.8)]
     bound, why = recommend(rows, 0.9)
     assert bound == 2  # s=8 is faster in median but missed the target in one seed
-    assert why.startswith("s=2 reached 0.9 in 3/3 seeds with median time 4.00s")
+    assert why.startswith("s=2 reached 0.9 in 3/3 seeds with median time 4.00 s")
 
 
 def test_near_ties_go_to_the_smallest_bound():

@@ -99,14 +99,15 @@ def test_an_lr_scheduler_on_the_wrapped_optimizer_is_refused_at_the_next_step(jo
 def test_rank_comes_from_torchrun_and_must_fit_the_config(job, monkeypatch):
     model = net()
     cfg = job(model)
-    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}.items():
+    torchrun = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
+    for k, v in torchrun.items():
         monkeypatch.setenv(k, v)
     with psgd.Optimizer(model, cfg) as opt:
         assert opt.rank == 0
     monkeypatch.setenv("WORLD_SIZE", "3")
     with pytest.raises(psgd.ConfigError, match="torchrun started 3 processes but the config has 1 workers"):
         psgd.Optimizer(model, cfg)
-    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    for k in torchrun:
         monkeypatch.delenv(k)
     monkeypatch.delenv("SLURM_PROCID", raising=False)
     with pytest.raises(ValueError, match="rank=None takes the rank from torchrun or SLURM"):
