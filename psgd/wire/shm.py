@@ -139,6 +139,8 @@ class Segment:
         self._reply = whole[reply_at:reply_at + reply_capacity]
         self._request_gen = 0
         self.last_reply_req = -1        # attach side: the newest request id answered through the segment
+        self._src: tuple = (None, 0, None)   # the last payload copied in: (object, data_ptr, its byte view)
+        self._views: dict = {}          # (region, nbytes, dtype) -> typed view, made once
 
     # ---- both sides ---------------------------------------------------------
     @property
@@ -164,6 +166,7 @@ class Segment:
         if self.owner:
             self.unlink()
         self._request = self._reply = None
+        self._src, self._views = (None, 0, None), {}
         self._mm = None
 
     # ---- client side ------------------------------------------------------
@@ -198,7 +201,7 @@ class Segment:
     def put_request(self, data: Union[torch.Tensor, memoryview, bytes]) -> tuple[int, int]:
         """Copy one request payload into the request region; returns
         (generation, bytes) for the request's descriptor."""
-        src = _bytes_of(data)
+        src = self._bytes(data)
         n = src.numel()
         if n > self.request_capacity:
             raise ValueError(f"payload of {n} bytes exceeds the segment's {self.request_capacity}")
@@ -214,6 +217,31 @@ class Segment:
         if not 0 <= nbytes <= self.reply_capacity or _GEN.unpack_from(self._mm, _REPLY_GEN_AT)[0] != req:
             return None
         return self._reply[:nbytes]
+
+    def reply_tensor(self, req: int, dtype: torch.dtype, numel: int) -> Optional[torch.Tensor]:
+        """`reply_view` as a `numel`-element tensor of `dtype` (the same tensor
+        object every time for the same shape: it aliases the region)."""
+        nbytes = numel * dtype.itemsize
+        if not 0 <= nbytes <= self.reply_capacity or _GEN.unpack_from(self._mm, _REPLY_GEN_AT)[0] != req:
+            return None
+        return self._typed("reply", self._reply, nbytes, dtype)
+
+    def _typed(self, region: str, whole: torch.Tensor, nbytes: int, dtype: torch.dtype) -> torch.Tensor:
+        key = (region, nbytes, dtype)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = whole[:nbytes].view(dtype)
+        return view
+
+    def _bytes(self, data) -> torch.Tensor:
+        """`data`'s bytes as a uint8 tensor; the view is reused while the same
+        object (at the same address) is passed again, as reused buffers are."""
+        obj, ptr, view = self._src
+        if obj is data and (not isinstance(data, torch.Tensor) or data.data_ptr() == ptr):
+            return view
+        view = _bytes_of(data)
+        self._src = (data, data.data_ptr() if isinstance(data, torch.Tensor) else 0, view)
+        return view
 
     # ---- shard side -------------------------------------------------------
     @classmethod
@@ -266,11 +294,18 @@ class Segment:
             return None
         return self._request[:nbytes]
 
+    def request_tensor(self, gen: int, dtype: torch.dtype, numel: int) -> Optional[torch.Tensor]:
+        """`request_view` as a `numel`-element tensor of `dtype` (made once per shape)."""
+        nbytes = numel * dtype.itemsize
+        if not 0 <= nbytes <= self.request_capacity or _GEN.unpack_from(self._mm, _REQUEST_GEN_AT)[0] != gen:
+            return None
+        return self._typed("request", self._request, nbytes, dtype)
+
     def put_reply(self, req: int, data: Union[torch.Tensor, memoryview, bytes]) -> bool:
         """Copy a reply payload in and stamp it with request id `req`. Refuses
         (returns False: send it inline) a request id not above the last one
         answered here, or a payload larger than the region."""
-        src = _bytes_of(data)
+        src = self._bytes(data)
         n = src.numel()
         if req <= self.last_reply_req or n > self.reply_capacity:
             return False

@@ -132,11 +132,12 @@ class ShardSegments:
         self._identity_of[(role, rank)] = identity
         return True
 
-    def request(self, identity: bytes, gen: int, nbytes: int) -> Optional[torch.Tensor]:
-        """The request payload (uint8 view) this connection's segment holds at
-        generation `gen`, or None (no segment, stale generation, too large)."""
+    def request(self, identity: bytes, gen: int, dtype: torch.dtype, numel: int) -> Optional[torch.Tensor]:
+        """The request payload (a `numel`-element `dtype` view, no copy) this
+        connection's segment holds at generation `gen`, or None (no segment,
+        stale generation, larger than the region)."""
         seg = self._by_identity.get(identity)
-        return None if seg is None else seg.request_view(gen, nbytes)
+        return None if seg is None else seg.request_tensor(gen, dtype, numel)
 
     def reply(self, identity: bytes, req: int, data: torch.Tensor) -> bool:
         """Copy a reply payload into the connection's segment; False: send it inline."""

@@ -42,3 +42,24 @@ def test_floor_skips_a_non_finite_gradient_with_the_parameters_untouched(tmp_pat
 def test_time_shm_floor_returns_one_time_per_repeat():
     times = time_shm_floor(256, warmup=2, repeats=5)
     assert len(times) == 5 and all(t > 0 for t in times)
+
+
+def test_floor_peer_applies_the_step_in_its_own_process_and_leaves_no_file():
+    from psgd.bench.raw_shm import ShmFloorPeer
+    from psgd.wire import shm
+    if not shm.available():
+        import pytest
+        pytest.skip("no writable /dev/shm")
+    peer = ShmFloorPeer(1000, lr=0.5)
+    try:
+        expect = torch.zeros(1000)
+        for _ in range(3):
+            g = torch.randn(1000)
+            out = peer.round_trip(g)
+            expect.add_(g, alpha=-0.5)
+            assert torch.equal(out, expect)
+        bad = torch.full((1000,), float("inf"))
+        assert torch.equal(peer.round_trip(bad), expect)
+        assert not [n for n in os.listdir(shm.SHM_DIR) if n.startswith(f"psgd-{os.getpid()}-")]
+    finally:
+        peer.close()

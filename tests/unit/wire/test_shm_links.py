@@ -24,8 +24,8 @@ def test_an_accepted_offer_carries_payloads_both_ways_and_leaves_no_file(tmp_pat
     assert os.listdir(tmp_path) == []  # unlinked as soon as the shard answered
     g = torch.randn(100)
     gen = PayloadCache(client).generation(0, g)
-    assert torch.equal(shard.request(b"id-a", gen, 400).view(torch.float32), g)
-    assert shard.request(b"id-b", gen, 400) is None  # another connection has no segment
+    assert torch.equal(shard.request(b"id-a", gen, torch.float32, 100), g)
+    assert shard.request(b"id-b", gen, torch.float32, 100) is None  # another connection has no segment
     p = torch.randn(100)
     assert shard.reply(b"id-a", 5, p)
     assert torch.equal(client.segment(0).reply_view(5, 400).view(torch.float32), p)
@@ -58,9 +58,9 @@ def test_a_rank_registering_again_replaces_its_segment(tmp_path):
     second = ClientSegments([400], enabled=True, directory=tmp_path)  # the restarted worker
     assert _register(second, shard, 0, b"new", rank=3)
     assert len(shard) == 1
-    assert shard.request(b"old", 1, 400) is None
+    assert shard.request(b"old", 1, torch.float32, 100) is None
     gen = PayloadCache(second).generation(0, torch.ones(100))
-    assert torch.equal(shard.request(b"new", gen, 400).view(torch.float32), torch.ones(100))
+    assert torch.equal(shard.request(b"new", gen, torch.float32, 100), torch.ones(100))
 
 
 def test_payload_written_once_per_request_and_again_into_a_new_segment(tmp_path):
@@ -73,7 +73,7 @@ def test_payload_written_once_per_request_and_again_into_a_new_segment(tmp_path)
     assert cache.generation(0, g) == gen  # a resend names the same bytes
     _register(client, shard, 0, b"a")     # the shard restarted: a new segment
     gen2 = cache.generation(0, g)
-    assert torch.equal(shard.request(b"a", gen2, 400).view(torch.float32), g)
+    assert torch.equal(shard.request(b"a", gen2, torch.float32, 100), g)
 
 
 @pytest.mark.parametrize("setting, secured, want", [("auto", False, True), ("auto", True, False),
