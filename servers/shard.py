@@ -24,6 +24,8 @@ from psgd.wire.curve import server_curve
 from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task
 from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
+from psgd.wire.shm import reclaim
+from psgd.wire.shm_links import ShardSegments, shared_memory_wanted
 from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
 from psgd.servers.state import PushStatus, ShardState
 
@@ -72,6 +74,10 @@ class ShardServer:
         self._f32: Optional[torch.Tensor] = None  # reused buffer for decoding fp16/bf16 gradients
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
         self._frame = None
+        # Same-host clients' shared-memory segments (psgd.wire.shm); reclaim dead processes' files first.
+        self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None))
+        if self._shm.enabled:
+            reclaim()
 
     # ---- loop -------------------------------------------------------------
     def serve(self, stop: threading.Event, should_stop: Callable[[], bool] = lambda: False) -> None:
@@ -129,6 +135,9 @@ class ShardServer:
     def _reply_params(self, identity: bytes, record: P.Record, params: torch.Tensor) -> None:
         """Reply with the live parameters, zero-copy; the state keeps the tracker
         so it does not update them in place while the send still reads them."""
+        if isinstance(record, P.Params) and record.shm:  # already copied into the client's segment
+            self._sock.send(identity, P.encode(record))
+            return
         if self._frame_of is not params:  # the live tensor changes only on copy-on-write
             self._frame_of, self._frame = params, P.tensor_frame(params)
         self.state.sending(self._sock.send_tracked(identity, P.encode(record, [self._frame])))
@@ -179,9 +188,10 @@ class ShardServer:
             last_seq = self.state.last_seq[rec.rank]
             self.events.emit("register", rank=rec.rank, clock=clock)
         self._peers[identity] = (rec.role, rec.rank)
+        shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token)
         snap = self.state.snapshot()
         self._reply_params(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
-                                               clock=clock, last_seq=last_seq), snap)
+                                               clock=clock, last_seq=last_seq, shm=shm), snap)
         self._release()
 
     def _on_pull(self, identity: bytes, rec: P.Pull, payload: list) -> None:
@@ -190,8 +200,8 @@ class ShardServer:
         role, rank = self._peers.get(identity, (None, None))
         if role == "evaluator":
             snap = self.state.snapshot()
-            self._reply_params(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel()),
-                               snap)
+            self._reply_params(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel(),
+                                                  shm=self._shm.reply(identity, rec.req, snap)), snap)
             return
         self._peer(identity, rec.rank)
         self._check_member(rec.rank)
@@ -207,7 +217,9 @@ class ShardServer:
             raise ProtocolError("bad_field", "clock, seq and read_version must be >= 0")
         if not (rec.scale > 0 and rec.scale < float("inf")):
             raise ProtocolError("bad_field", "scale must be positive and finite")
-        if sparse:
+        if rec.shm:
+            grad = self._shm_gradient(identity, rec)
+        elif sparse:
             grad = P.frames_to_sparse(payload, rec.encoding, rec.numel, rec.nnz)
         else:
             grad = P.frame_to_tensor(payload[0], rec.encoding, rec.numel)
@@ -227,6 +239,16 @@ class ShardServer:
             self._answer_or_park(identity, P.Pull(req=rec.req, rank=rec.rank, clock=rec.clock + 1),
                                  rec.rank, rec.clock + 1)
 
+    def _shm_gradient(self, identity: bytes, rec: P.Push) -> torch.Tensor:
+        """A dense gradient read where the same-host client wrote it (no copy)."""
+        if rec.encoding not in P.ENCODINGS:
+            raise ProtocolError("bad_encoding", f"{rec.encoding!r} cannot travel through shared memory")
+        dtype = P.ENCODINGS[rec.encoding][0]
+        grad = self._shm.request(identity, rec.shm, dtype, rec.numel)
+        if grad is None:
+            raise ProtocolError("bad_shm", f"no shared-memory payload at generation {rec.shm} for this connection")
+        return grad if dtype == torch.float32 else self._decode_f32(grad, rec.scale)
+
     def _decode_f32(self, wire: torch.Tensor, scale: float) -> torch.Tensor:
         if self._f32 is None:
             self._f32 = torch.empty(self.state.numel)
@@ -242,8 +264,9 @@ class ShardServer:
 
     def _send_params(self, identity: bytes, pull: P.Pull) -> None:
         snap, clock, low = self.state.answer_pull(pull.rank, pull.clock)
-        self._reply_params(identity, P.Params(req=pull.req, version=self.state.version, clock=clock,
-                                              min_clock=low, numel=snap.numel()), snap)
+        self._reply_params(identity, P.Params(req=pull.req, version=self.state.version, clock=clock, min_clock=low,
+                                              numel=snap.numel(), shm=self._shm.reply(identity, pull.req, snap)),
+                           snap)
 
     def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
         self._check_rank(rec.rank)

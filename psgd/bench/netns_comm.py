@@ -9,7 +9,6 @@ Each part is this module run as `python -m psgd.bench.netns_comm ROLE ...`.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import statistics
 import subprocess
@@ -31,25 +30,25 @@ def median_ms(times: list[float]) -> float:
 
 
 def _shard(numel: int, host: str) -> None:
-    from psgd.bench_procs import bench_config, bench_layout
-    server_mod = importlib.import_module("servers.shard")
-    server = server_mod.ShardServer(bench_config(1), 0, f"{host}:0", torch.zeros(numel),
+    from psgd.bench.procs import bench_config, bench_layout
+    from psgd.servers.shard import ShardServer
+    server = ShardServer(bench_config(1), 0, f"{host}:0", torch.zeros(numel),
                                     bench_layout(numel, 1).fingerprint)
     print(server.address.replace("tcp://", ""), flush=True)
     server.serve(threading.Event())  # until SHUTDOWN
 
 
 def _raw(numel: int, host: str) -> None:
-    from psgd.bench_comm import RawSgdStep
-    from psgd.transport import serve_raw_echo
+    from psgd.bench.comm import RawSgdStep
+    from psgd.bench.raw_zmq import serve_raw_echo
     serve_raw_echo(4 * numel, lambda address: print(address, flush=True), host=host, handle=RawSgdStep(numel))
 
 
 def _client(shard: str, raw: str, numel: int, warmup: int, repeats: int) -> None:
-    from psgd.bench_procs import bench_layout
-    from psgd.transport import RawEchoClient
-    client_mod = importlib.import_module("workers.client")
-    client = client_mod.PSClient([shard], bench_layout(numel, 1), heartbeat_s=None)
+    from psgd.bench.procs import bench_layout
+    from psgd.bench.raw_zmq import RawEchoClient
+    from psgd.workers.client import PSClient
+    client = PSClient([shard], bench_layout(numel, 1), heartbeat_s=None)
     floor = RawEchoClient(f"tcp://{raw}")
     try:
         client.register()

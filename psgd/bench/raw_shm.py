@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from psgd.bench_procs import bench_context
+from psgd.bench.procs import bench_context
 from psgd.wire.shm import Segment
 
 __all__ = ["ShmSgdFloor", "ShmFloorPeer", "time_shm_floor"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 import time
 
-from psgd.bench_procs import bench_context
+from psgd.bench.procs import bench_context
 
 __all__ = ["ray_available", "time_ray_actor_ps"]
 

@@ -14,14 +14,14 @@ import pytest
 import torch
 
 from conftest import kill_tree, spawn, wait_for, write_config
-from psgd.bench_procs import BenchShards
-from psgd import protocol as P
+from psgd.bench.procs import BenchShards
+from psgd.wire import protocol as P
 from psgd.config import load_config
-from psgd.launcher import free_ports
-from psgd.sharding import layout_for_module
+from psgd.runtime.ports import free_ports
+from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task
 from psgd.wire import shm
-from workers.client import PSClient, RemoteError
+from psgd.workers.client import PSClient, RemoteError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not shm.available(), reason="no writable /dev/shm")]
 
@@ -117,8 +117,8 @@ def test_a_push_naming_a_wrong_or_missing_segment_is_refused_with_the_state_unto
 
 CLIENT_LOOP = """
 import sys, torch
-from psgd.bench_procs import bench_layout
-from workers.client import PSClient
+from psgd.bench.procs import bench_layout
+from psgd.workers.client import PSClient
 address, rank, numel = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 c = PSClient([address], bench_layout(numel, 1), rank=rank, heartbeat_s=None, request_timeout_s=60)
 c.register()
@@ -166,7 +166,7 @@ def test_no_segment_outlives_a_sigkilled_client_and_a_restarted_one_uses_shared_
 
 
 def _start_shard(config: Path, run_dir: Path, n_ready: int):
-    proc = spawn([sys.executable, "-m", "servers.shard", str(config), "--shard", "0", "--run-dir", str(run_dir)],
+    proc = spawn([sys.executable, "-m", "psgd.cli", "server", str(config), "--shard", "0", "--run-dir", str(run_dir)],
                  stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     events = run_dir / "events" / "server-0.jsonl"
     assert wait_for(lambda: (events.exists() and events.read_text().count('"ready"') > n_ready)
