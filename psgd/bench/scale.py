@@ -22,7 +22,7 @@ import torch
 from psgd.bench.procs import BenchShards, bench_context, bench_layout, process_cpu_s
 from psgd.workers.client import PSClient
 
-__all__ = ["run_scale_bench", "find_saturation"]
+__all__ = ["run_scale_bench", "find_saturation", "path_speedups"]
 
 READY_TIMEOUT_S = 120.0
 
@@ -121,19 +121,42 @@ def _run_point(pool, cluster: BenchShards, workers: int, numel: int, compute_s: 
 
 
 def find_saturation(rows: list[dict], efficiency: float = 0.8) -> dict:
-    """Per shard count: the smallest worker count from which on every point's
-    updates/s stay below `efficiency` x linear scaling from the smallest
-    measured worker count (so one noisy dip that recovers does not count),
-    and the peak updates/s."""
+    """Per shard count (and data path, where rows measure several): the smallest
+    worker count from which on every point's updates/s stay below `efficiency`
+    x linear scaling from the smallest measured worker count (so one noisy dip
+    that recovers does not count), and the peak updates/s. Keys are the shard
+    count, or "S/path" when several paths were measured."""
     out = {}
+    paths = sorted({r.get("shared_memory", "auto") for r in rows})
     for s in sorted({r["shards"] for r in rows}):
-        pts = sorted((r for r in rows if r["shards"] == s), key=lambda r: r["workers"])
-        base = pts[0]["updates_per_s"] / pts[0]["workers"]
-        below = [r["updates_per_s"] < efficiency * base * r["workers"] for r in pts]
-        sat = next((r for i, r in enumerate(pts) if all(below[i:])), None)
-        peak = max(pts, key=lambda r: r["updates_per_s"])
-        out[s] = {"saturates_at_workers": sat["workers"] if sat else None, "point": sat,
-                  "peak_updates_per_s": peak["updates_per_s"], "peak_workers": peak["workers"]}
+        for path in paths:
+            pts = sorted((r for r in rows if r["shards"] == s and r.get("shared_memory", "auto") == path),
+                         key=lambda r: r["workers"])
+            if not pts:
+                continue
+            base = pts[0]["updates_per_s"] / pts[0]["workers"]
+            below = [r["updates_per_s"] < efficiency * base * r["workers"] for r in pts]
+            sat = next((r for i, r in enumerate(pts) if all(below[i:])), None)
+            peak = max(pts, key=lambda r: r["updates_per_s"])
+            key = s if len(paths) == 1 else f"{s}/{path}"
+            out[key] = {"saturates_at_workers": sat["workers"] if sat else None, "point": sat,
+                        "peak_updates_per_s": peak["updates_per_s"], "peak_workers": peak["workers"],
+                        "max_workers": pts[-1]["workers"]}
+    return out
+
+
+def path_speedups(rows: list[dict]) -> list[dict]:
+    """Where both paths were measured at a point: updates/s with shared memory
+    ("auto") over TCP ("off"), each the median of its repeats at that point."""
+    out = []
+    points = sorted({(r["shards"], r["workers"]) for r in rows})
+    for s, w in points:
+        got = {p: [r["updates_per_s"] for r in rows if (r["shards"], r["workers"]) == (s, w)
+                   and r.get("shared_memory") == p] for p in ("auto", "off")}
+        if got["auto"] and got["off"]:
+            auto, off = statistics.median(got["auto"]), statistics.median(got["off"])
+            out.append({"shards": s, "workers": w, "auto_updates_per_s": auto, "off_updates_per_s": off,
+                        "auto_over_off": round(auto / off, 3) if off else None, "repeats": len(got["auto"])})
     return out
 
 
@@ -174,6 +197,6 @@ def run_scale_bench(shards: list[int], workers: list[int], grad_bytes: int = 64 
             if p.is_alive():
                 p.terminate()
     sat = find_saturation(rows)
-    return {"rows": rows, "saturation": {str(k): v for k, v in sat.items()},
+    return {"rows": rows, "saturation": {str(k): v for k, v in sat.items()}, "path_speedups": path_speedups(rows),
             "grad_bytes": grad_bytes, "compute_ms": compute_ms, "window_s": window_s,
             "processes": processes, "cores": os.cpu_count(), "load_avg_end": round(os.getloadavg()[0], 2)}
