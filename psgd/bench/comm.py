@@ -177,6 +177,15 @@ def run_comm_bench(sizes: list[int], shards: list[int], repeats: int = 30, warmu
     """Blocks for the whole benchmark; returns {"rows": [...], "cross_host": [...], ...}.
     With `cross_host` (and root), each size is also measured between two network
     namespaces; otherwise "cross_host_skipped" says why not."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # this process is the client (and the in-process floor): one thread, like a worker
+    try:
+        return _run_comm_bench(sizes, shards, repeats, warmup, on_row, cross_host)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_comm_bench(sizes, shards, repeats, warmup, on_row, cross_host) -> dict:
     rows, cross, skipped = [], [], None
     load = [os.getloadavg()[0]]
     for size in sizes:
