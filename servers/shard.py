@@ -32,6 +32,7 @@ from psgd.servers.state import PushStatus, ShardState
 __all__ = ["ShardServer", "initial_shard_params", "run_role"]
 
 STATS_EVERY_S = 1.0
+EXPIRE_EVERY_S = 0.01  # how often the loop looks for silent workers
 
 # Request type -> handler method. Replies (WELCOME, PARAMS, ...) are not
 # requests and get an ERROR. Checked below to cover every message type.
@@ -82,14 +83,17 @@ class ShardServer:
     # ---- loop -------------------------------------------------------------
     def serve(self, stop: threading.Event, should_stop: Callable[[], bool] = lambda: False) -> None:
         self._running = True
-        last_stats = self._clock()
+        last_stats = last_expire = self._clock()
         try:
             while self._running and not stop.is_set() and not should_stop():
                 msg = self._sock.recv(timeout_ms=50)
                 if msg is not None:
                     self.handle(*msg)
                 now = self._clock()
-                gone = self.state.expire(now)
+                # Timeouts are seconds long: scanning every worker after every message is wasted work.
+                gone = self.state.expire(now) if now - last_expire >= EXPIRE_EVERY_S else None
+                if gone is not None:
+                    last_expire = now
                 if gone:
                     for rank in gone:
                         self.events.emit("worker_timed_out", rank=rank, clock=self.state.board.clocks[rank])
@@ -189,6 +193,8 @@ class ShardServer:
             self.events.emit("register", rank=rec.rank, clock=clock)
         self._peers[identity] = (rec.role, rec.rank)
         shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token)
+        if rec.shm:
+            self.state.counters["shm_attached" if shm else "shm_refused"] += 1
         snap = self.state.snapshot()
         self._reply_params(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
                                                clock=clock, last_seq=last_seq, shm=shm), snap)

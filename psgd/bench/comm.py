@@ -188,11 +188,17 @@ def run_comm_bench(sizes: list[int], shards: list[int], repeats: int = 30, warmu
 def _run_comm_bench(sizes, shards, repeats, warmup, on_row, cross_host) -> dict:
     rows, cross, skipped = [], [], None
     load = [os.getloadavg()[0]]
+    ray_times, ray_state = {}, "not installed (pip install ray)"
+    if ray_available():
+        try:
+            ray_times, ray_state = time_ray_actor_ps([size // 4 for size in sizes], warmup, repeats), "measured"
+        except RuntimeError as exc:  # Ray failing to start must not lose the rest of the run
+            ray_state = f"failed: {exc}"
     for size in sizes:
         numel = size // 4
         gloo = time_gloo_allreduce(numel, warmup, repeats)
         rpc = time_torch_rpc_ps(numel, warmup, repeats)
-        ray = time_ray_actor_ps(numel, warmup, repeats) if ray_available() else []
+        ray = ray_times.get(numel, [])
         for s in shards:
             times, used_shm = _time_psgd_and_raw(size, s, warmup, repeats)
             more = {k: times[k] for k in ("psgd_tcp", "shm_floor", "shm_floor_inproc")}
@@ -209,7 +215,7 @@ def _run_comm_bench(sizes, shards, repeats, warmup, on_row, cross_host) -> dict:
                 if on_row is not None:
                     on_row(cross[-1])
     return {"rows": rows, "cross_host": cross, "cross_host_skipped": skipped if cross_host else "not asked",
-            "ray": "measured" if ray_available() else "not installed (pip install ray)",
+            "ray": ray_state,
             "repeats": repeats, "warmup": warmup, "torch": torch.__version__,
             "load_avg_end": round(os.getloadavg()[0], 2), "load_avg_max": round(max(load), 2)}
 

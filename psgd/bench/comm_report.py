@@ -46,8 +46,9 @@ def combine_runs(results: list[dict]) -> dict:
                 groups.setdefault(_key(row), []).append(row)
         combined[part] = [_median_rows(g) for g in groups.values()]
     first = results[0]
-    for k in ("repeats", "warmup", "torch", "ray", "cross_host_skipped"):
+    for k in ("repeats", "warmup", "torch", "cross_host_skipped"):
         combined[k] = first.get(k)
+    combined["ray"] = "; ".join(dict.fromkeys(str(r.get("ray")) for r in results))
     combined["load_avg_end"] = results[-1].get("load_avg_end")
     combined["load_avg_max"] = max(r.get("load_avg_max", 0) for r in results)
     return combined
