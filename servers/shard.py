@@ -24,6 +24,8 @@ from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, task_shape
 from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
 from psgd.runtime.safe_io import WriteFailed
+from psgd.wire.shm import reclaim
+from psgd.wire.shm_links import ShardSegments, shared_memory_wanted
 from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
 from psgd.servers.peers import PeerTable, check_ahead
 from psgd.servers.state import PushStatus, ShardState
@@ -32,6 +34,7 @@ __all__ = ["ShardServer", "initial_shard_params", "run_role"]
 
 STATS_EVERY_S = 1.0
 MAX_PARKED_PER_RANK = 8  # memory per peer stays bounded while its pulls wait for the clocks
+EXPIRE_EVERY_S = 0.01  # how often the loop looks for silent workers
 
 # Request type -> handler method. Replies (WELCOME, PARAMS, ...) are not
 # requests and get an ERROR. Checked below to cover every message type.
@@ -76,13 +79,17 @@ class ShardServer:
         self._f32: Optional[torch.Tensor] = None  # reused buffer for decoding fp16/bf16 gradients
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
         self._frame = None
+        # Same-host clients' shared-memory segments (psgd.wire.shm); reclaim dead processes' files first.
+        self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None))
+        if self._shm.enabled:
+            reclaim()
 
     # ---- loop -------------------------------------------------------------
     def serve(self, stop: threading.Event, should_stop: Callable[[], bool] = lambda: False) -> None:
         """Raises WriteFailed (naming the file) when a checkpoint write fails:
         nothing more can be acknowledged durably, so the shard stops."""
         self._running = True
-        last_stats = self._clock()
+        last_stats = last_expire = self._clock()
         failed = False
         try:
             while self._running and not stop.is_set() and not should_stop():
@@ -90,7 +97,10 @@ class ShardServer:
                 if msg is not None:
                     self.handle(*msg)
                 now = self._clock()
-                gone = self.state.expire(now)
+                # Timeouts are seconds long: scanning every worker after every message is wasted work.
+                gone = self.state.expire(now) if now - last_expire >= EXPIRE_EVERY_S else None
+                if gone is not None:
+                    last_expire = now
                 if gone:
                     for rank in gone:
                         self._peers.release(rank)
@@ -141,6 +151,9 @@ class ShardServer:
     def _reply_params(self, identity: bytes, record: P.Record, params: torch.Tensor) -> None:
         """Reply with the live parameters, zero-copy; the state keeps the tracker
         so it does not update them in place while the send still reads them."""
+        if isinstance(record, P.Params) and record.shm:  # already copied into the client's segment
+            self._sock.send(identity, P.encode(record))
+            return
         if self._frame_of is not params:  # the live tensor changes only on copy-on-write
             self._frame_of, self._frame = params, P.tensor_frame(params)
         self.state.sending(self._sock.send_tracked(identity, P.encode(record, [self._frame])))
@@ -194,9 +207,12 @@ class ShardServer:
             self._journal("log_join", rec.rank)
             last_seq = self.state.last_seq[rec.rank]
             self.events.emit("register", rank=rec.rank, clock=clock)
+        shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token)
+        if rec.shm:
+            self.state.counters["shm_attached" if shm else "shm_refused"] += 1
         snap = self.state.snapshot()
         self._reply_params(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
-                                               clock=clock, last_seq=last_seq, session=session), snap)
+                                               clock=clock, last_seq=last_seq, session=session, shm=shm), snap)
         self._release()
 
     def _on_pull(self, identity: bytes, rec: P.Pull, payload: list) -> None:
@@ -204,8 +220,8 @@ class ShardServer:
             raise ProtocolError("bad_frames", "PULL carries no frames")
         if self._peers.role_of(identity) == "evaluator":
             snap = self.state.snapshot()
-            self._reply_params(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel()),
-                               snap)
+            self._reply_params(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel(),
+                                                  shm=self._shm.reply(identity, rec.req, snap)), snap)
             return
         self._peer(identity, rec.rank)
         self._check_member(rec.rank)
@@ -224,7 +240,9 @@ class ShardServer:
             raise ProtocolError("bad_field", "scale must be positive and finite")
         check_ahead("seq", rec.seq, self.state.last_seq[rec.rank])
         check_ahead("clock", rec.clock, self.state.board.clocks[rec.rank])
-        if sparse:
+        if rec.shm:
+            grad = self._shm_gradient(identity, rec)
+        elif sparse:
             grad = P.frames_to_sparse(payload, rec.encoding, rec.numel, rec.nnz)
         else:
             grad = P.frame_to_tensor(payload[0], rec.encoding, rec.numel)
@@ -244,6 +262,16 @@ class ShardServer:
             self._answer_or_park(identity, P.Pull(req=rec.req, rank=rec.rank, clock=rec.clock + 1),
                                  rec.rank, rec.clock + 1)
 
+    def _shm_gradient(self, identity: bytes, rec: P.Push) -> torch.Tensor:
+        """A dense gradient read where the same-host client wrote it (no copy)."""
+        if rec.encoding not in P.ENCODINGS:
+            raise ProtocolError("bad_encoding", f"{rec.encoding!r} cannot travel through shared memory")
+        dtype = P.ENCODINGS[rec.encoding][0]
+        grad = self._shm.request(identity, rec.shm, dtype, rec.numel)
+        if grad is None:
+            raise ProtocolError("bad_shm", f"no shared-memory payload at generation {rec.shm} for this connection")
+        return grad if dtype == torch.float32 else self._decode_f32(grad, rec.scale)
+
     def _decode_f32(self, wire: torch.Tensor, scale: float) -> torch.Tensor:
         if self._f32 is None:
             self._f32 = torch.empty(self.state.numel)
@@ -262,8 +290,9 @@ class ShardServer:
 
     def _send_params(self, identity: bytes, pull: P.Pull) -> None:
         snap, clock, low = self.state.answer_pull(pull.rank, pull.clock)
-        self._reply_params(identity, P.Params(req=pull.req, version=self.state.version, clock=clock,
-                                              min_clock=low, numel=snap.numel()), snap)
+        self._reply_params(identity, P.Params(req=pull.req, version=self.state.version, clock=clock, min_clock=low,
+                                              numel=snap.numel(), shm=self._shm.reply(identity, pull.req, snap)),
+                           snap)
 
     def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
         self._check_rank(rec.rank)

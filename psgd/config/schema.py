@@ -217,6 +217,10 @@ class WireConfig:
     compression: Literal["none", "fp16", "bf16", "topk"] = "none"
     topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
     max_message_mb: int = 1024   # sockets refuse larger messages
+    # Same-host data path: "auto" moves gradients and parameters through a shared-memory
+    # segment per connection where client and shard share a host (TCP otherwise, and in
+    # CurveZMQ-secured runs); "off" keeps every byte on the socket.
+    shared_memory: Literal["auto", "off"] = "auto"
 
     def __post_init__(self):
         _check(0 < self.topk_ratio <= 1, "topk_ratio", f"must be in (0, 1], got {self.topk_ratio}")
