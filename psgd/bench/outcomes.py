@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 from psgd.bench.stats import HoldRule, Interval, compare, held_target_time, median_ci
 
 __all__ = ["METRICS", "metric_series", "examples_per_update", "RunOutcome", "ModeStats", "mode_stats",
-           "conclusion", "resolution_check", "describe_target"]
+           "conclusion", "resolution_check", "describe_target", "best_lr"]
 
 # metric name in `train.target` -> (key in eval events, higher is better)
 METRICS = {"accuracy": ("accuracy", True), "loss": ("test_loss", False)}
@@ -140,3 +140,22 @@ def resolution_check(eval_times: Sequence[Sequence[float]], baseline_median_s: f
     spacing = gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2
     ok = math.isfinite(baseline_median_s) and spacing <= limit_fraction * baseline_median_s
     return spacing, ok
+
+
+def best_lr(outcomes: Sequence[RunOutcome], higher_is_better: bool = True) -> dict[str, float]:
+    """Each label's best learning rate: the lowest median time to target
+    (not reached = inf), then the better median final metric, then the
+    smaller rate."""
+    by: dict[str, dict[float, list[RunOutcome]]] = {}
+    for o in outcomes:
+        by.setdefault(o.label, {}).setdefault(o.lr, []).append(o)
+    best = {}
+    for label, per_lr in by.items():
+        def key(lr):
+            runs = per_lr[lr]
+            t = median_ci([o.time_to_target_s if o.time_to_target_s is not None else math.inf for o in runs]).median
+            finals = [o.final_metric for o in runs if o.final_metric is not None]
+            f = median_ci(finals).median if finals else (-math.inf if higher_is_better else math.inf)
+            return (t, -f if higher_is_better else f, lr)
+        best[label] = min(per_lr, key=key)
+    return best
