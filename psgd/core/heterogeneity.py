@@ -23,7 +23,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-__all__ = ["DelaySpec", "TransientSpec", "StragglerModel", "DELAY_DISTS", "describe"]
+__all__ = ["DelaySpec", "TransientSpec", "StragglerModel", "DELAY_DISTS", "describe", "delay_spec", "transient_specs",
+           "straggler_for"]
 
 DELAY_DISTS = ("exponential", "pareto")
 _STREAM = 0x5EED  # keeps these draws independent of any other use of (seed, rank)
@@ -134,3 +135,23 @@ def describe(slowdown: dict[int, float], delay: Optional[DelaySpec], transients:
     for tr in transients:
         parts.append(f"rank {tr.rank} slowed {tr.factor:g}x from {tr.start_s:g}s to {tr.start_s + tr.duration_s:g}s")
     return "; ".join(parts) if parts else "no straggler (all workers at their natural speed)"
+
+
+# --- from the `workers` config section (read by attribute, so core needs no config import) ---
+
+def delay_spec(workers_cfg) -> Optional[DelaySpec]:
+    d = getattr(workers_cfg, "delay", None)
+    if d is None:
+        return None
+    return DelaySpec(d.dist, float(d.mean), float(d.shape), tuple(int(r) for r in d.ranks))
+
+
+def transient_specs(workers_cfg) -> list[TransientSpec]:
+    return [TransientSpec(int(t.rank), float(t.start_s), float(t.duration_s), float(t.factor))
+            for t in getattr(workers_cfg, "transient", None) or []]
+
+
+def straggler_for(workers_cfg, rank: int, seed: int) -> StragglerModel:
+    """Rank `rank`'s model from `workers.slowdown`, `workers.delay` and `workers.transient`."""
+    return StragglerModel.for_rank(rank, seed, dict(getattr(workers_cfg, "slowdown", {}) or {}),
+                                   delay_spec(workers_cfg), transient_specs(workers_cfg))

@@ -87,3 +87,16 @@ def test_describe_in_words():
     text = describe({}, DelaySpec("pareto", 1.0, 1.5), [TransientSpec(1, 5.0, 10.0, 2.0)])
     assert text == ("every rank delayed each step by a random pareto (shape 1.5) multiple of its compute time, "
                     "mean 1; rank 1 slowed 2x from 5s to 15s")
+
+
+def test_straggler_from_a_workers_section():
+    from types import SimpleNamespace as NS
+
+    from psgd.core.heterogeneity import straggler_for
+    workers = NS(slowdown={1: 2.0}, delay=NS(dist="exponential", mean=0.5, shape=1.5, ranks=[1]),
+                 transient=[NS(rank=1, start_s=0.0, duration_s=1.0, factor=3.0)])
+    m = straggler_for(workers, 1, seed=3)
+    ref = StragglerModel.for_rank(1, 3, {1: 2.0}, DelaySpec("exponential", 0.5, 1.5, (1,)),
+                                  [TransientSpec(1, 0.0, 1.0, 3.0)])
+    assert m.extra_s(0.01, 0.5) == ref.extra_s(0.01, 0.5)
+    assert not straggler_for(NS(slowdown={}), 0, 0).active
