@@ -32,8 +32,10 @@ def encode(text: str) -> torch.Tensor:
     return torch.tensor([_INDEX.get(ch, OTHER) for ch in text], dtype=torch.int64)
 
 
-def charlm_dataset(context: int = 64, val_every: int = 10, max_chars: int = 0, **_):
-    """((x_train, y_train), (x_val, y_val)): int64 tensors of shape (N, context)."""
+def charlm_dataset(context: int = 64, val_every: int = 10, max_chars: int = 0, val_windows: int = 0, **_):
+    """((x_train, y_train), (x_val, y_val)): int64 tensors of shape (N, context).
+    `val_windows` > 0 keeps only that many held-out windows (spread over the
+    whole text), so an evaluation stays fast enough to evaluate often."""
     if context < 2:
         raise ValueError(f"charlm: context must be >= 2, got {context}")
     if val_every < 2:
@@ -48,6 +50,8 @@ def charlm_dataset(context: int = 64, val_every: int = 10, max_chars: int = 0, *
     val = torch.zeros(n, dtype=torch.bool)
     val[val_every - 1::val_every] = True
     train, held = windows[~val], windows[val]
+    if 0 < val_windows < len(held):
+        held = held[torch.linspace(0, len(held) - 1, val_windows).long()]
     return (train[:, :-1], train[:, 1:]), (held[:, :-1], held[:, 1:])
 
 
