@@ -1,8 +1,9 @@
 """The worker process: pull -> forward/backward -> push, asynchronously against all shards.
 
 Each rank trains on its own disjoint share of the training set, reshuffled
-every epoch from the run seed. `workers.slowdown[rank] = m` emulates slower
-hardware: the worker sleeps (m - 1) x its measured compute time every step.
+every epoch from the run seed. Slower hardware is emulated by sleeping after
+each step's compute (`workers.slowdown`, `workers.delay`, `workers.transient`:
+psgd.core.heterogeneity).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from psgd.config import ConfigError
 from psgd.runtime.role import RoleContext
 from psgd.wire.curve import client_curve
+from psgd.core.heterogeneity import straggler_for
 from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task, worker_batches
 from psgd.workers.client import Interrupted, PSClient
@@ -44,7 +46,7 @@ def run_worker(ctx: RoleContext) -> int:
     layout = layout_for_module(model, cfg.cluster.num_servers)
     sync = ModelSync(model, layout, device, cfg.workers.pin_memory)
     batches = worker_batches(len(task.y_train), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
-    slowdown = cfg.workers.slowdown.get(rank, 1.0)
+    straggler = straggler_for(cfg.workers, rank, cfg.run.seed)
     client = make_client(cfg, layout, rank, "worker", ctx.should_stop)
     steps = 0
     try:
@@ -52,6 +54,7 @@ def run_worker(ctx: RoleContext) -> int:
         ctx.events.emit("ready", clock=client.clock, device=str(device))
         if not ctx.wait_for_start():
             return 0
+        started = time.monotonic()
         while client.clock < cfg.train.steps_per_worker and not ctx.should_stop():
             t0 = time.perf_counter()
             idx = next(batches)
@@ -61,7 +64,7 @@ def run_worker(ctx: RoleContext) -> int:
             loss.backward()
             grads = sync.gradients()
             compute_s = time.perf_counter() - t0
-            if slowdown > 1.0 and ctx.stop.wait((slowdown - 1.0) * compute_s):
+            if straggler.active and ctx.stop.wait(straggler.extra_s(compute_s, time.monotonic() - started)):
                 break
             t1 = time.perf_counter()
             sync.load(client.push_pull(grads))

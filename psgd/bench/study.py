@@ -3,7 +3,7 @@ seeds.csv files that `psgd bench convergence` wrote: per workload, a headline
 table (median time to target [95% CI] and ratio to BSP per mode and case) and
 the literature verdicts those intervals support.
 
-    python -m psgd.bench.study benchmarks/convergence
+    psgd bench study benchmarks/convergence
 
 reads <dir>/<workload>-<case>/seeds.csv for every such directory and writes
 <dir>/verdicts.md. Everything is computed here from the CSVs; nothing is
@@ -12,7 +12,6 @@ typed in by hand.
 from __future__ import annotations
 
 import csv
-import sys
 from pathlib import Path
 
 from psgd.bench.literature import study_verdicts
@@ -67,7 +66,7 @@ def verdicts_page(study_dir: Path) -> str:
         summary = list(csv.DictReader(open(d / "summary.csv"))) if (d / "summary.csv").is_file() else []
         higher[workload] = not summary or summary[0].get("metric", "accuracy") == "accuracy"
     parts = ["# Literature verdicts", "",
-             "Computed by `python -m psgd.bench.study` from each case's seeds.csv (times are the held time to "
+             "Computed by `psgd bench study` from each case's seeds.csv (times are the held time to "
              "target, median [95% bootstrap CI] over seeds). A claim that one mode beats another is *confirmed* "
              "only where the intervals separate in its favour, *not confirmed* where they separate against it, "
              "and *inconclusive* where they overlap; a claimed tie is *confirmed* where they overlap.", ""]
@@ -82,17 +81,3 @@ def verdicts_page(study_dir: Path) -> str:
     if not workloads:
         parts.append("No case directories with a seeds.csv were found.")
     return "\n".join(parts) + "\n"
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m psgd.bench.study STUDY_DIR", file=sys.stderr)
-        return 2
-    out = Path(argv[0]) / "verdicts.md"
-    out.write_text(verdicts_page(Path(argv[0])))
-    print(out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -43,7 +43,8 @@ class Task:
     @torch.no_grad()
     def evaluate(self, model: nn.Module, device: torch.device | str = "cpu", chunk: int = 2048) -> tuple[float, float]:
         """(accuracy, mean loss) on the test set. For regression, accuracy is the
-        fraction of predictions within 0.1 of the target."""
+        fraction of predictions within 0.1 of the target; for sequence targets
+        (a language model's next characters) it is per element."""
         model.eval()
         total_loss, correct, n = 0.0, 0, len(self.y_test)
         for i in range(0, n, chunk):
@@ -56,7 +57,7 @@ class Task:
             else:
                 correct += int((out.argmax(dim=1) == y).sum())
         model.train()
-        return correct / max(n, 1), total_loss / max(n, 1)
+        return correct / max(self.y_test.numel(), 1), total_loss / max(n, 1)
 
 
 def resolve_callable(spec: str, base_dir: str) -> Callable:
@@ -102,7 +103,17 @@ def _split(x, y, test_fraction):
     return (x[train], y[train]), (x[test], y[test])
 
 
-BUILTIN_DATASETS = {"digits": _digits, "synthetic": _synthetic}
+def _mnist1d(**kwargs):
+    from psgd.tasks.mnist1d import mnist1d_dataset  # scipy-heavy: imported only when used
+    return mnist1d_dataset(**kwargs)
+
+
+def _charlm(**kwargs):
+    from psgd.tasks.charlm import charlm_dataset
+    return charlm_dataset(**kwargs)
+
+
+BUILTIN_DATASETS = {"digits": _digits, "synthetic": _synthetic, "mnist1d": _mnist1d, "charlm": _charlm}
 
 
 def _as_tensors(ds) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,7 +179,18 @@ def _linear(in_features: int, num_outputs: int, **_):
     return nn.Linear(in_features, num_outputs)
 
 
-BUILTIN_MODELS = {"mlp": MLP, "cnn": SmallCNN, "linear": _linear}
+def _cnn1d(in_features: int, num_outputs: int, **kwargs):
+    from psgd.tasks.mnist1d import CNN1D
+    return CNN1D(in_features, num_outputs, **kwargs)
+
+
+def _char_transformer(in_features: int, num_outputs: int, **kwargs):
+    from psgd.tasks.charlm import CharTransformer
+    return CharTransformer(in_features, num_outputs, **kwargs)
+
+
+BUILTIN_MODELS = {"mlp": MLP, "cnn": SmallCNN, "linear": _linear, "cnn1d": _cnn1d,
+                  "char_transformer": _char_transformer}
 
 
 def build_model(cfg: Config, task: Task) -> nn.Module:

@@ -42,3 +42,17 @@ def test_loss_falls_below_uniform_after_a_few_steps():
         loss.backward()
         opt.step()
     assert loss.item() < 0.75 * torch.log(torch.tensor(float(VOCAB_SIZE))).item()
+
+
+def test_builtin_names_load_the_task_and_score_sequences_per_character(tmp_path):
+    from psgd.config import load_config
+    from psgd.tasks import build_model, load_task
+    cfg = load_config(None, ["task.dataset=charlm", "task.model=char_transformer",
+                             "task.dataset_args={context: 16, max_chars: 1700, val_windows: 7}",
+                             "task.model_args={d_model: 16, heads: 2, layers: 1}"])
+    task = load_task(cfg)
+    model = build_model(cfg, task)
+    assert task.x_test.shape == (7, 16)
+    accuracy, loss = task.evaluate(model)
+    assert 0.0 <= accuracy <= 1.0   # per character, not per window
+    assert abs(loss - torch.log(torch.tensor(float(VOCAB_SIZE))).item()) < 1.0

@@ -32,3 +32,14 @@ def test_cnn_shapes_and_a_few_steps_of_learning(tmp_path):
         loss.backward()
         opt.step()
     assert loss.item() < 0.7 * first
+
+
+def test_builtin_names(tmp_path, monkeypatch):
+    from psgd.config import load_config
+    from psgd.tasks import build_model, load_task
+    monkeypatch.setenv("PSGD_CACHE_DIR", str(tmp_path))
+    cfg = load_config(None, ["task.dataset=mnist1d", "task.model=cnn1d", "task.dataset_args={num_samples: 100}",
+                             "task.model_args={channels: 8}"])
+    task = load_task(cfg)
+    assert task.x_train.shape == (80, 40)
+    assert build_model(cfg, task)(task.x_test).shape == (20, 10)
