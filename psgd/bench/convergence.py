@@ -171,7 +171,7 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
         lr_note = f" lr {cfg.optimizer.lr:g}"
         on_run(f"[{i}/{len(plan)}] {spec.label}{lr_note} seed {seed} -> {run_dir}")
         t = time.monotonic()
-        result = Launcher(cfg, config_path, sets, run_dir).run()
+        result = Launcher(cfg, run_dir).run()
         if result.code != 0:
             failed.append(f"{spec.label}{lr_note} seed {seed}: {result.reason}")
             on_run(f"    failed: {result.reason}")

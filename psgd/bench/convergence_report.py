@@ -57,7 +57,7 @@ def outcome_of(run, target: TargetSpec) -> RunOutcome:
     per_update = examples_per_update(run.summary["mode"], int(run.summary.get("workers") or 1),
                                      int(cfg.get("task", {}).get("batch_size", 1)),
                                      int(cfg.get("consistency", {}).get("backup_workers", 0) or 0))
-    return RunOutcome.from_evals(run.label, int(run.summary.get("seed") or 0), run_lr(run), run.evals,
+    return RunOutcome.from_evals(run.label, int(run.summary.get("seed") or 0), run_lr(run), run.training_evals,
                                  target.metric, target.value, target.rule, train_time_s(run),
                                  float(run.summary.get("total_updates") or 0), per_update)
 
@@ -82,7 +82,7 @@ def analyse(runs: Sequence, target: TargetSpec, baseline: str = "bsp") -> Analys
     chosen = best_lr(outcomes, target.higher_is_better)
     stats = mode_stats([o for o in outcomes if chosen[o.label] == o.lr], baseline)
     base = stats.get(baseline)
-    times = [[float(e["t"]) for e in r.evals] for r in runs if chosen.get(r.label) == run_lr(r)]
+    times = [[float(e["t"]) for e in r.training_evals] for r in runs if chosen.get(r.label) == run_lr(r)]
     spacing, ok = resolution_check(times, base.time.median if base else math.inf)
     return Analysis(target, outcomes, chosen, stats, grid, spacing, ok)
 

@@ -41,6 +41,21 @@ class RunData:
         return self.summary.get("seed")
 
     @property
+    def train_end_s(self) -> float:
+        """When the last worker step finished."""
+        return max((float(e["t"]) for e in self.steps), default=0.0)
+
+    @property
+    def training_evals(self) -> list[dict]:
+        """Evaluations made while training ran, plus the first one after it
+        (the final parameters). Later ones only repeat the final model, so they
+        would make a run look as if it held its last value for longer."""
+        end = self.train_end_s
+        inside = [e for e in self.evals if float(e["t"]) <= end]
+        after = [e for e in self.evals if float(e["t"]) > end]
+        return inside + after[:1]
+
+    @property
     def examples_per_update(self) -> int:
         c = self.config
         return examples_per_update(self.summary.get("mode", c.get("consistency", {}).get("mode", "asp")),
@@ -56,7 +71,7 @@ class RunData:
         key, _ = METRICS[metric]
         per = self.examples_per_update
         ts, exs, vals = [], [], []
-        for e in self.evals:
+        for e in self.training_evals:
             if e.get(key) is None:
                 continue
             versions = e.get("versions") or [e.get("updates", 0)]
