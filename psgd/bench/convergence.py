@@ -191,8 +191,9 @@ def setting_lines(cfg: Config, specs: list[ModeSpec]) -> list[str]:
     """The setting a report's conclusion holds for, in words."""
     t, o, w = cfg.task, cfg.optimizer, cfg.workers
     args = lambda d: f" {d}" if d else ""  # noqa: E731
-    scaling = (" with linear scaling (bsp/all-reduce: lr x the number of gradients averaged per update)"
-               if o.lr_scaling == "linear" else "")
+    scaling = (f" with linear scaling: bsp and all-reduce step at lr x {cfg.cluster.workers} (x W - b with b backup "
+               "workers), the gradients one of their updates averages; ssp/asp at lr"
+               if o.lr_scaling == "linear" else ", the same learning rate in every mode")
     return [
         f"Workload: model `{t.model}`{args(t.model_args)} on dataset `{t.dataset}`{args(t.dataset_args)}, "
         f"{cfg.cluster.workers} workers with batch {t.batch_size} each, {cfg.cluster.num_servers} server shards "
@@ -205,6 +206,17 @@ def setting_lines(cfg: Config, specs: list[ModeSpec]) -> list[str]:
         f"Machine: {os.cpu_count()} cores, 1-minute load average at the end {os.getloadavg()[0]:.1f} "
         "(absolute times are specific to it; compare modes by their ratios, measured in one bench).",
     ]
+
+
+def _compute_line(runs: list[RunData]) -> str:
+    """The measured forward/backward time per worker step (the work that
+    communication is compared against)."""
+    c = sorted(float(e["compute_s"]) for r in runs for e in r.steps if e.get("compute_s") is not None)
+    if not c:
+        return "Per-step compute: not recorded."
+    return (f"Per-step compute (forward and backward of one batch, measured in every step of every run): median "
+            f"{1000 * c[len(c) // 2]:.1f} ms, 10th-90th percentile {1000 * c[len(c) // 10]:.1f}-"
+            f"{1000 * c[(9 * len(c)) // 10]:.1f} ms.")
 
 
 def write_outputs(result: BenchResult, title: str, config_text: str, command: str, setting: list[str],
@@ -220,7 +232,7 @@ def write_outputs(result: BenchResult, title: str, config_text: str, command: st
         write_summary_csv(csv_path, a)
         write_seeds_csv(out / "seeds.csv", a)
         plots = plot_runs(a.chosen_runs(result.runs), out, title, result.target.value, result.target.metric)
-        parts += report_sections(a, setting) + ["", "## Per mode", "", mode_table(a), ""]
+        parts += report_sections(a, setting + [_compute_line(result.runs)]) + ["", "## Per mode", "", mode_table(a), ""]
         if a.grid:
             parts += ["## Learning-rate grid", "", "Median held time to target (seeds that held it) for every "
                       "rate; the rate each mode is compared at in bold.", "", grid_table(a), ""]
