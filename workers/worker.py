@@ -1,8 +1,9 @@
 """The worker process: pull -> forward/backward -> push through psgd.Optimizer, against all shards at once.
 
 Each rank trains on its own disjoint share of the training set, reshuffled
-every epoch from the run seed. `workers.slowdown[rank] = m` emulates slower
-hardware: the worker sleeps (m - 1) x its measured compute time every step.
+every epoch from the run seed. Slower hardware is emulated by sleeping after
+each step's compute (`workers.slowdown`, `workers.delay`, `workers.transient`:
+psgd.core.heterogeneity).
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 
 from psgd.config import ConfigError
 from psgd.runtime.role import RoleContext
+from psgd.core.heterogeneity import straggler_for
 from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
 from psgd.tasks import build_model, load_task
@@ -35,7 +37,7 @@ def run_worker(ctx: RoleContext) -> int:
     with user_code(f"the DataLoader of dataset {cfg.task.dataset!r}"):
         batches = train_loader(task.train_data(), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed,
                                loader.num_workers, loader.pin_memory and device.type == "cuda")
-    slowdown = cfg.workers.slowdown.get(rank, 1.0)
+    straggler = straggler_for(cfg.workers, rank, cfg.run.seed)
     try:
         opt = Optimizer(model, cfg, rank=rank, should_stop=ctx.should_stop,
                         token=read_run_token(ctx.run_dir))  # joins and loads the parameters
@@ -47,6 +49,7 @@ def run_worker(ctx: RoleContext) -> int:
         ctx.events.emit("ready", clock=opt.clock, device=str(device))
         if not ctx.wait_for_start():
             return 0
+        started = time.monotonic()
         while opt.clock < cfg.train.steps_per_worker and not ctx.should_stop():
             t0 = time.perf_counter()
             x, y = next(batches)
@@ -55,7 +58,7 @@ def run_worker(ctx: RoleContext) -> int:
             loss = task.loss(model(x), y)
             loss.backward()
             compute_s = time.perf_counter() - t0
-            if slowdown > 1.0 and ctx.stop.wait((slowdown - 1.0) * compute_s):
+            if straggler.active and ctx.stop.wait(straggler.extra_s(compute_s, time.monotonic() - started)):
                 break
             t1 = time.perf_counter()
             opt.step()

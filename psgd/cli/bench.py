@@ -7,112 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
-import time
-from pathlib import Path
 
-from psgd.config import ConfigError, load_config
+from psgd.cli.convergence import add_convergence_commands, add_study_command
 
 
-def _bench_out(args, kind: str, cfg) -> Path:
-    if args.out:
-        return Path(args.out)
-    return Path(cfg.run.out_dir) / f"{kind}-{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def _command_line(args) -> str:
-    return "psgd " + shlex.join(args.argv)
-
-
-def _print_progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def cmd_bench_convergence(args: argparse.Namespace) -> int:
-    from psgd.bench import convergence as bc
-    from psgd.config import dump_config
-    try:
-        specs = bc.parse_modes(args.modes)
-        if args.seeds < 1:
-            raise ValueError("--seeds must be >= 1")
-        cfg = load_config(args.config, args.overrides)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd bench convergence: {exc}", file=sys.stderr)
-        return 2
-    out = _bench_out(args, "bench", cfg)
-    print(f"output directory: {out}", file=sys.stderr)
-    try:
-        result = bc.run_matrix(args.config, args.overrides, specs, args.seeds, out, on_run=_print_progress)
-    except ConfigError as exc:
-        print(f"psgd bench convergence: config error: {exc}", file=sys.stderr)
-        return 2
-    title = args.title or f"{cfg.task.model} on {cfg.task.dataset}, {cfg.cluster.workers} workers"
-    report, csv_path, plots = bc.write_outputs(result, title, dump_config(cfg), _command_line(args))
-    print(bc.mode_table(result.runs, result.target))
-    for f in result.failed:
-        print(f"failed: {f}", file=sys.stderr)
-    print(f"wrote {report}, {csv_path} and {len(plots)} plots", file=sys.stderr)
-    return 1 if result.failed else 0
-
-
-def cmd_tune_staleness(args: argparse.Namespace) -> int:
-    from psgd.bench import convergence as bc
-    from psgd.bench import tune
-    from psgd.config import dump_config
-    overrides = list(args.overrides)
-    if args.target_accuracy is not None:
-        overrides.append(f"train.target_accuracy={args.target_accuracy}")
-    try:
-        bounds = tune.parse_bounds(args.bounds)
-        if args.seeds < 1:
-            raise ValueError("--seeds must be >= 1")
-        cfg = load_config(args.config, overrides)
-        if cfg.train.target_accuracy is None:
-            raise ValueError("give --target-accuracy, or set train.target_accuracy in the config")
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd tune staleness: {exc}", file=sys.stderr)
-        return 2
-    target = cfg.train.target_accuracy
-    source = "--target-accuracy" if args.target_accuracy is not None else "train.target_accuracy"
-    print(f"target accuracy {target:g} ({source})", file=sys.stderr)
-    out = _bench_out(args, "tune", cfg)
-    print(f"output directory: {out}", file=sys.stderr)
-    try:
-        result = bc.run_matrix(args.config, overrides, tune.bound_specs(bounds), args.seeds, out,
-                               on_run=_print_progress)
-    except ConfigError as exc:
-        print(f"psgd tune staleness: config error: {exc}", file=sys.stderr)
-        return 2
-    table, bound, line, md = tune.write_tune_outputs(result, bounds, target, dump_config(cfg),
-                                                     _command_line(args))
-    print(table)
-    print(line)
-    for f in result.failed:
-        print(f"failed: {f}", file=sys.stderr)
-    print(f"wrote {md}", file=sys.stderr)
-    return 0 if bound is not None else 1
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-    from psgd.bench.plots import plot_runs
-    from psgd.bench.run_data import load_run
-    try:
-        runs = [load_run(Path(d)) for d in args.run_dirs]
-    except (FileNotFoundError, ValueError, KeyError) as exc:
-        print(f"psgd plot: {exc}", file=sys.stderr)
-        return 2
-    target = args.target if args.target is not None else runs[0].summary.get("target_accuracy")
-    for path in plot_runs(runs, Path(args.out), args.title, target):
-        print(path)
-    return 0
-
-
-def _target(text: str) -> float:
-    v = float(text)
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return v
 def _bench_output(args: argparse.Namespace, result: dict, write_report, table: list[str]) -> int:
     if args.out:
         from pathlib import Path
@@ -196,7 +95,7 @@ def _path(text: str) -> str:
 
 
 def add_measurement_commands(sub) -> None:
-    """`psgd bench {convergence,comm,apply,scale}`, `psgd tune staleness` and `psgd plot`."""
+    """`psgd bench {convergence,study,comm,apply,scale}`, `psgd tune staleness` and `psgd plot`."""
     bench = sub.add_parser("bench", help="reproducible measurements").add_subparsers(dest="bench", required=True)
     comm = bench.add_parser("comm", help="push+pull vs raw ZeroMQ and shared-memory floors, gloo all-reduce, "
                                          "a torch.rpc PS and a Ray actor PS, on one host and across namespaces")
@@ -225,30 +124,5 @@ def add_measurement_commands(sub) -> None:
     for p in (comm, apply, scale):
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.add_argument("--out", default=None, help="write results.json, report.md and plots here")
-    conv = bench.add_parser("convergence", help="the same task under several consistency modes and seeds")
-    conv.add_argument("config")
-    conv.add_argument("--modes", default="allreduce,bsp,ssp:2,ssp:4,asp",
-                      help="comma-separated: allreduce, bsp, ssp:S, asp; '+sa' = staleness-aware (e.g. asp+sa)")
-    conv.add_argument("--seeds", type=int, default=1, help="runs per mode, seeds run.seed, run.seed+1, ...")
-    conv.add_argument("--out", default=None, help="output directory (default: run.out_dir/bench-NAME-TIMESTAMP)")
-    conv.add_argument("--title", default="", help="title of the report and plots")
-    conv.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    conv.set_defaults(func=cmd_bench_convergence)
-
-    tune = sub.add_parser("tune", help="tuning").add_subparsers(dest="tune", required=True)
-    stale = tune.add_parser("staleness", help="time to target accuracy per SSP bound, and the bound to use")
-    stale.add_argument("config")
-    stale.add_argument("--bounds", default="0,1,2,4,8", help="comma-separated SSP bounds")
-    stale.add_argument("--target-accuracy", type=_target, default=None,
-                       help="accuracy to reach (default: the config's train.target_accuracy)")
-    stale.add_argument("--seeds", type=int, default=1)
-    stale.add_argument("--out", default=None, help="output directory (default: run.out_dir/tune-NAME-TIMESTAMP)")
-    stale.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    stale.set_defaults(func=cmd_tune_staleness)
-
-    plot = sub.add_parser("plot", help="plots of existing run directories")
-    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    plot.add_argument("--out", default="plots", help="where the PNGs go (default: ./plots)")
-    plot.add_argument("--title", default="")
-    plot.add_argument("--target", type=_target, default=None, help="target accuracy line (default: the run's)")
-    plot.set_defaults(func=cmd_plot)
+    add_study_command(bench)
+    add_convergence_commands(sub)

@@ -90,8 +90,8 @@ class ConsistencyConfig:
 @dataclass(frozen=True)
 class TaskConfig:
     # Built-in name or "module.path:callable"; a module beside the config file is importable.
-    model: str = "mlp"           # mlp | cnn | linear | module:callable -> torch.nn.Module
-    dataset: str = "digits"      # digits | synthetic | module:callable -> (train, test) Datasets
+    model: str = "mlp"           # mlp | cnn | linear | cnn1d | char_transformer | module:callable -> nn.Module
+    dataset: str = "digits"      # digits | synthetic | mnist1d | charlm | module:callable -> (train, test)
     batch_size: int = 32         # per worker
     model_args: dict[str, Any] = field(default_factory=dict)    # keyword arguments for the model
     dataset_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments for the dataset
@@ -136,6 +136,9 @@ class ScheduleConfig:
 class OptimizerConfig:
     name: Literal["sgd", "momentum", "adam", "adamw", "adagrad"] = "sgd"  # adamw: decoupled weight decay
     lr: float = 0.05
+    # linear: bsp/allreduce use lr x (workers - backup_workers), the number of
+    # gradients one of their updates averages; ssp/asp keep lr (psgd.core.lr_scaling)
+    lr_scaling: Literal["none", "linear"] = "none"
     momentum: float = 0.0        # sgd uses momentum when > 0; `momentum` defaults it to 0.9
     nesterov: bool = False
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # adam
@@ -166,10 +169,31 @@ class OptimizerConfig:
 
 
 @dataclass(frozen=True)
+class TargetConfig:
+    # What `psgd bench convergence` and `psgd tune staleness` time: the first
+    # evaluation meeting `value` after which the next `hold_evals` evaluations
+    # stay within `tolerance` of it (psgd.bench.stats.HoldRule).
+    metric: Literal["accuracy", "loss"] = "accuracy"   # test accuracy (higher is better) or test loss
+    value: Optional[float] = None
+    hold_evals: int = 3
+    tolerance: float = 0.01
+
+    def __post_init__(self):
+        _check(self.value is not None, "value", "give the target value of the metric")
+        if self.metric == "accuracy":
+            _check(0 < self.value <= 1, "value", f"an accuracy target must be in (0, 1], got {self.value}")
+        else:
+            _check(self.value > 0, "value", f"a loss target must be > 0, got {self.value}")
+        _check(self.hold_evals >= 0, "hold_evals", f"must be >= 0, got {self.hold_evals}")
+        _check(self.tolerance >= 0, "tolerance", f"must be >= 0, got {self.tolerance}")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     steps_per_worker: int = 500
     max_time_s: float = 120.0    # workers are stopped after this much training time
-    target_accuracy: Optional[float] = 0.95  # for time_to_target_s
+    target_accuracy: Optional[float] = 0.95  # for time_to_target_s (the bench uses `target` when set)
+    target: Optional[TargetConfig] = None    # metric + value (+ hold rule) for the bench and the tuner
     stop_at_target: bool = False  # end the run once the evaluator sees the target
 
     def __post_init__(self):
@@ -199,9 +223,42 @@ class LoaderConfig:
 
 
 @dataclass(frozen=True)
+class DelayConfig:
+    # Random extra delay after every step (Dutta et al. 2018), as a multiple of
+    # the step's compute time, drawn per step from a generator seeded by
+    # (run.seed, rank) (psgd.core.heterogeneity).
+    dist: Literal["exponential", "pareto"] = "exponential"
+    mean: float = 1.0            # mean delay / compute time
+    shape: float = 1.5           # pareto tail index (> 1); smaller = heavier tail
+    ranks: list[int] = field(default_factory=list)  # ranks delayed; empty = all
+
+    def __post_init__(self):
+        _check(self.mean >= 0, "mean", f"must be >= 0, got {self.mean}")
+        _check(self.dist != "pareto" or self.shape > 1, "shape", f"a pareto delay needs shape > 1, got {self.shape}")
+        _check(all(r >= 0 for r in self.ranks), "ranks", "ranks must be >= 0")
+
+
+@dataclass(frozen=True)
+class TransientConfig:
+    # Rank `rank` runs `factor` times slower during [start_s, start_s + duration_s) of training.
+    rank: int = 0
+    start_s: float = 0.0
+    duration_s: float = 1.0
+    factor: float = 4.0
+
+    def __post_init__(self):
+        _check(self.rank >= 0, "rank", "must be >= 0")
+        _check(self.start_s >= 0, "start_s", "must be >= 0")
+        _check(self.duration_s > 0, "duration_s", "must be > 0")
+        _check(self.factor >= 1, "factor", f"must be >= 1, got {self.factor}")
+
+
+@dataclass(frozen=True)
 class WorkersConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     slowdown: dict[int, float] = field(default_factory=dict)  # rank -> step-time multiplier (>= 1)
+    delay: Optional[DelayConfig] = None                        # random per-step delays
+    transient: list[TransientConfig] = field(default_factory=list)  # ranks slowed for a time window
     pin_memory: bool = True      # stage gradients through pinned host buffers on cuda
     loader: LoaderConfig = field(default_factory=LoaderConfig)
 
@@ -325,6 +382,12 @@ class Config:
         for rank in self.workers.slowdown:
             _check(rank < self.cluster.workers, f"workers.slowdown[{rank}]",
                    f"no such worker rank (cluster.workers is {self.cluster.workers})")
+        for rank in self.workers.delay.ranks if self.workers.delay else []:
+            _check(rank < self.cluster.workers, "workers.delay.ranks",
+                   f"no worker rank {rank} (cluster.workers is {self.cluster.workers})")
+        for i, tr in enumerate(self.workers.transient):
+            _check(tr.rank < self.cluster.workers, f"workers.transient[{i}].rank",
+                   f"no worker rank {tr.rank} (cluster.workers is {self.cluster.workers})")
         if self.consistency.backup_workers:
             _check(self.consistency.backup_workers < self.cluster.workers,
                    "consistency.backup_workers", "must be < cluster.workers")

@@ -72,12 +72,14 @@ class Task:
     @torch.no_grad()
     def evaluate(self, model: nn.Module, device: torch.device | str = "cpu", chunk: int = 2048) -> tuple[float, float]:
         """(accuracy, mean loss) on the test set. For regression, accuracy is the
-        fraction of predictions within 0.1 of the target."""
+        fraction of predictions within 0.1 of the target; for sequence targets
+        (a language model's next characters) it is per element."""
         model.eval()
-        total_loss, correct, n = 0.0, 0, 0
+        total_loss, correct, n, labels = 0.0, 0, 0, 0
         for x, y in eval_batches(self.test_data(), chunk):
             x, y = self.inputs(x).to(device), self.targets(y).to(device)
             n += len(y)
+            labels += y.numel()  # one per example, or one per position of a sequence
             out = model(x)
             total_loss += float(self.loss(out, y)) * len(y)
             if self.regression:
@@ -85,7 +87,7 @@ class Task:
             else:
                 correct += int((out.argmax(dim=1) == y).sum())
         model.train()
-        return correct / max(n, 1), total_loss / max(n, 1)
+        return correct / max(labels, 1), total_loss / max(n, 1)
 
     def inputs(self, x: torch.Tensor) -> torch.Tensor:
         return x.float()
@@ -137,7 +139,17 @@ def _split(x, y, test_fraction):
     return (x[train], y[train]), (x[test], y[test])
 
 
-BUILTIN_DATASETS = {"digits": _digits, "synthetic": _synthetic}
+def _mnist1d(**kwargs):
+    from psgd.tasks.mnist1d import mnist1d_dataset  # scipy-heavy: imported only when used
+    return mnist1d_dataset(**kwargs)
+
+
+def _charlm(**kwargs):
+    from psgd.tasks.charlm import charlm_dataset
+    return charlm_dataset(**kwargs)
+
+
+BUILTIN_DATASETS = {"digits": _digits, "synthetic": _synthetic, "mnist1d": _mnist1d, "charlm": _charlm}
 
 
 # What each built-in dataset holds, so a process that needs only the model's
@@ -254,7 +266,18 @@ def _linear(in_features: int, num_outputs: int, **_):
     return nn.Linear(in_features, num_outputs)
 
 
-BUILTIN_MODELS = {"mlp": MLP, "cnn": SmallCNN, "linear": _linear}
+def _cnn1d(in_features: int, num_outputs: int, **kwargs):
+    from psgd.tasks.mnist1d import CNN1D
+    return CNN1D(in_features, num_outputs, **kwargs)
+
+
+def _char_transformer(in_features: int, num_outputs: int, **kwargs):
+    from psgd.tasks.charlm import CharTransformer
+    return CharTransformer(in_features, num_outputs, **kwargs)
+
+
+BUILTIN_MODELS = {"mlp": MLP, "cnn": SmallCNN, "linear": _linear, "cnn1d": _cnn1d,
+                  "char_transformer": _char_transformer}
 
 
 # Seeding and building share torch's global generator: shards, clients and tests
