@@ -14,7 +14,8 @@ recorded per clock. Every shard receives the same pushes, so every shard holds
 the same samples for the clocks below its slowest worker's clock.
 
 The rule, evaluated every `every` clocks when the slowest worker reaches
-decision clock D, over each member's samples of the clocks [D - window, D):
+decision clock D, over each member's samples of the clocks [D - window, D)
+(members without a sample for every one of those clocks are left out):
 
 1. pace     = the median, over workers, of each worker's median step time
               (the typical worker; robust to one straggler and to outliers);
@@ -146,8 +147,10 @@ class StalenessPolicy:
         """The bound to use from decision clock `clock` on, given the bound in force."""
         rule = self.rule
         current_c = rule.clamp(current)
-        need_samples = max(2, rule.window // 2)
-        windows = {r: w for r in members if len(w := self.window_of(r, clock)) >= need_samples}
+        # Only full windows: a worker that (re)joined inside the window waits
+        # until it has one sample per clock (its first step after joining is
+        # not timed: it may include the wait for the run to start).
+        windows = {r: w for r in members if len(w := self.window_of(r, clock)) >= rule.window}
         if len(windows) < 2:  # one worker alone has nobody to wait for: nothing to measure
             self._narrow_votes = 0
             return BoundDecision(clock, current_c, current, current_c)

@@ -49,11 +49,11 @@ def test_one_persistent_laggard_widens_to_its_lag():
     # 3x slower: ceil(3 - 1 - 0.25) = 2 extra clocks; jitter of +-5% does not change that.
     rule = BoundRule(staleness_min=0, staleness_max=8)
     out = run(persistent(3.0), rule, 4, 60, start=0)
-    first_with_data = next(b for c, b in out if c >= rule.window // 2)
+    first_with_data = next(b for c, b in out if c >= rule.window)
     assert first_with_data == 2
-    assert all(b == 2 for c, b in out if c >= rule.window // 2)
+    assert all(b == 2 for c, b in out if c >= rule.window)
     # 5.8x slower: lag within 5.8 * (1 +- 0.05), so ceil(lag - 1.25) is 5 at every window
-    assert {b for c, b in run(persistent(5.8), rule, 4, 60, start=0) if c >= rule.window // 2} == {5}
+    assert {b for c, b in run(persistent(5.8), rule, 4, 60, start=0) if c >= rule.window} == {5}
 
 
 def test_a_wide_lag_is_clamped_to_the_maximum():
@@ -71,7 +71,7 @@ def test_even_workers_narrow_a_wide_bound_one_step_per_patience_decisions():
     steps = [a - b for a, b in zip([6] + bounds, bounds)]
     assert all(s in (0, 1) for s in steps)
     # the first decision with data only casts a vote (patience 2)
-    with_data = [b for c, b in out if c >= rule.window // 2]
+    with_data = [b for c, b in out if c >= rule.window]
     assert with_data[0] == 6 and with_data[1] == 5
 
 
