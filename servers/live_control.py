@@ -67,8 +67,8 @@ class ShardLive:
     def clocks_moved(self, min_clock: Optional[int], members: Iterable[int]) -> None:
         """The slowest clock may have crossed a decision clock: let the policy decide.
 
-        The decision uses the setting in force at D - 1, which every shard has
-        answered under the same settings, and the change takes effect at
+        The decision starts from the last scheduled setting (a change decided
+        earlier may not be in force yet), and the change takes effect at
         D + 1 + (largest bound in force from then on) + 1: no shard can have
         answered a pull that far ahead, since the slowest worker's clock on any
         shard is at most D while this shard's just reached D."""
@@ -77,7 +77,7 @@ class ShardLive:
         due = self.policy.decision_due(min_clock)
         if due is None:
             return
-        before = self.settings.at(due - 1)
+        before = self.settings.latest()
         if not before.auto or before.mode != "ssp":
             return
         decision = self.policy.decide(due, before.staleness, members)

@@ -110,6 +110,10 @@ class LiveSettings:
         i = bisect_right(self._clocks, clock)
         return self._settings[i - 1] if i else self.initial
 
+    def latest(self) -> LiveSetting:
+        """The setting of the last scheduled change (in force from its clock on)."""
+        return self._settings[-1] if self._settings else self.initial
+
     def max_bound_from(self, clock: int) -> int:
         """The largest SSP bound in force at `clock` or any later clock."""
         i = max(0, bisect_right(self._clocks, clock) - 1)

@@ -30,7 +30,9 @@ decision clock D, over each member's samples of the clocks [D - window, D)
 4. target   = need clamped to [staleness_min, staleness_max];
 5. widen at once to `target` when it is above the bound in force (waiting
    costs throughput now); narrow by one step only after `patience`
-   consecutive decisions asked for less (a lag seen once may come back).
+   consecutive decisions asked for less (a lag seen once may come back),
+   where "less" is judged with half the tolerance (ceil(lag - 1 - tolerance/2)
+   below the bound), a hysteresis band against a lag hovering at a threshold.
 
 The shard applies a new bound at an effective clock far enough ahead that no
 shard has answered a pull at that clock yet, so all shards switch at the same
@@ -56,7 +58,7 @@ class BoundRule:
     every: int = 4              # decide every this many clocks of the slowest worker
     window: int = 10            # recent clocks of each worker considered
     quantile: float = 0.9       # a worker's "slow" step time: this quantile of its window
-    tolerance: float = 0.25     # a lag below 1 + tolerance steps asks for no extra clock
+    tolerance: float = 0.5      # a lag below 1 + tolerance steps asks for no extra clock (timing noise)
     patience: int = 2           # consecutive decisions asking for less before narrowing
 
     def __post_init__(self):
@@ -158,12 +160,14 @@ class StalenessPolicy:
         slow = {r: _quantile(w, rule.quantile) / pace for r, w in windows.items()}
         laggard = max(slow, key=lambda r: (slow[r], -r))
         lag = slow[laggard]
-        need = max(0, math.ceil(lag - 1.0 - rule.tolerance))
-        target = rule.clamp(need)
+        target = rule.clamp(max(0, math.ceil(lag - 1.0 - rule.tolerance)))
+        # Narrowing must clear a band of half the tolerance, so a lag that
+        # hovers at a threshold does not flip the bound at every decision.
+        keep = rule.clamp(max(0, math.ceil(lag - 1.0 - rule.tolerance / 2)))
         bound = current_c
         if target > current_c:
             bound, self._narrow_votes = target, 0
-        elif target < current_c:
+        elif keep < current_c:
             self._narrow_votes += 1
             if self._narrow_votes >= rule.patience:
                 bound, self._narrow_votes = current_c - 1, 0
