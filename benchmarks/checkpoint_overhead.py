@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 
 from psgd.config import load_config
-from psgd.sharding import layout_for_module
+from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task
-from servers.checkpoint import ShardCheckpoint
-from servers.shard import ShardServer
-from workers.client import PSClient
+from psgd.servers.checkpoint import ShardCheckpoint
+from psgd.servers.shard import ShardServer
+from psgd.workers.client import PSClient
 
 VARIANTS = {
     "none": None,

@@ -32,7 +32,7 @@ import msgpack
 import torch
 
 from psgd.config import CheckpointConfig
-from servers.state import PushStatus, ShardState
+from psgd.servers.state import PushStatus, ShardState
 
 __all__ = ["CheckpointError", "ShardCheckpoint", "shard_state_dict", "load_shard_state"]
 

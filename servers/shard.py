@@ -8,27 +8,26 @@ process) and `main` (the `psgd server` command).
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from typing import Callable, Optional
 
 import torch
 
-from psgd import protocol as P
+from psgd.wire import protocol as P
 from psgd.config import Config, ConfigError
-from psgd.consistency import DeferredPulls
-from psgd.metrics import EventLog
-from psgd.process import parse_role_args, start_role
-from psgd.protocol import MsgType, ProtocolError
-from psgd.security import server_curve
-from psgd.sharding import layout_for_module
+from psgd.core.consistency import DeferredPulls
+from psgd.runtime.events import EventLog
+from psgd.runtime.role import RoleContext, RoleFailed
+from psgd.wire.protocol import MsgType, ProtocolError
+from psgd.wire.curve import server_curve
+from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task
-from psgd.transport import CurveKeys, ServerSocket, TransportError
-from servers.checkpoint import CheckpointError, ShardCheckpoint
-from servers.state import PushStatus, ShardState
+from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
+from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
+from psgd.servers.state import PushStatus, ShardState
 
-__all__ = ["ShardServer", "initial_shard_params", "main"]
+__all__ = ["ShardServer", "initial_shard_params", "run_role"]
 
 STATS_EVERY_S = 1.0
 
@@ -281,37 +280,31 @@ def initial_shard_params(cfg: Config, shard: int) -> tuple[torch.Tensor, str]:
     return layout.flatten(params)[shard], layout.fingerprint
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = parse_role_args("server", "--shard", argv)
+def run_role(ctx: RoleContext) -> int:
+    """The `server` role: serve shard `ctx.index` until stopped. Raises
+    ConfigError for a config that cannot run and RoleFailed when the shard
+    cannot start (keys, checkpoint, address)."""
+    cfg = ctx.cfg
     try:
-        ctx = start_role("server", args)
-        cfg = ctx.cfg
         if isinstance(cfg.cluster.servers, int):
             raise ConfigError("cluster.servers", "a single server needs the list of host:port addresses")
         if not 0 <= ctx.index < cfg.cluster.num_servers:
             raise ConfigError("cluster.servers", f"no shard {ctx.index} (there are {cfg.cluster.num_servers})")
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd server: {exc}", file=sys.stderr)
-        return 2
-    try:
-        curve = server_curve(cfg)  # before the model is built: missing keys fail fast
-        params, fingerprint = initial_shard_params(cfg, ctx.index)
-        checkpoint = None
-        if cfg.checkpoint.enabled and ctx.run_dir is not None:
-            checkpoint = ShardCheckpoint(ctx.run_dir / "checkpoints", ctx.index, fingerprint, cfg.checkpoint)
-        server = ShardServer(cfg, ctx.index, cfg.cluster.servers[ctx.index], params, fingerprint, ctx.events,
-                             checkpoint=checkpoint, curve=curve)
-    except (CheckpointError, TransportError) as exc:
-        print(f"psgd server: shard {ctx.index}: {exc}", file=sys.stderr)
-        return 1
-    if server.resumed is not None:
-        ctx.events.emit("resumed", **server.resumed)
-    ctx.events.emit("ready", address=server.address, numel=params.numel())
-    # Serve at once: workers register before the common start signal.
-    server.serve(ctx.stop, lambda: ctx.poll_start() or ctx.orphaned())
-    ctx.events.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        try:
+            curve = server_curve(cfg)  # before the model is built: missing keys fail fast
+            params, fingerprint = initial_shard_params(cfg, ctx.index)
+            checkpoint = None
+            if cfg.checkpoint.enabled and ctx.run_dir is not None:
+                checkpoint = ShardCheckpoint(ctx.run_dir / "checkpoints", ctx.index, fingerprint, cfg.checkpoint)
+            server = ShardServer(cfg, ctx.index, cfg.cluster.servers[ctx.index], params, fingerprint, ctx.events,
+                                 checkpoint=checkpoint, curve=curve)
+        except (CheckpointError, TransportError) as exc:
+            raise RoleFailed(f"shard {ctx.index}: {exc}") from None
+        if server.resumed is not None:
+            ctx.events.emit("resumed", **server.resumed)
+        ctx.events.emit("ready", address=server.address, numel=params.numel())
+        # Serve at once: workers register before the common start signal.
+        server.serve(ctx.stop, lambda: ctx.poll_start() or ctx.orphaned())
+        return 0
+    finally:
+        ctx.events.close()

@@ -15,10 +15,10 @@ from typing import Optional, Union
 import torch
 
 from psgd.config import Config
-from psgd.consistency import BspAggregator, ClockBoard, Mode, PushOutcome
-from psgd.metrics import Histogram
-from psgd.optim import UpdateRule
-from psgd.protocol import ProtocolError
+from psgd.core.consistency import BspAggregator, ClockBoard, Mode, PushOutcome
+from psgd.core.histogram import Histogram
+from psgd.core.update_rules import UpdateRule
+from psgd.wire.protocol import ProtocolError
 
 __all__ = ["ShardState", "PushStatus", "PushResult"]
 
@@ -131,7 +131,7 @@ class ShardState:
     def expire(self, now: float) -> list[int]:
         """Drop workers silent for longer than cluster.timeout_s from the quorum.
         A dropped worker that is still alive gets `not_registered` on its next
-        request and re-registers (workers.client does this by itself)."""
+        request and re-registers (psgd.workers.client does this by itself)."""
         gone = [r for r, t in self.last_seen.items() if now - t > self.cfg.cluster.timeout_s]
         for r in gone:
             self.counters["workers_timed_out"] += 1

@@ -102,14 +102,16 @@ def launch(config: Path, out: Path, *overrides: str, timeout: float = 90.0) -> t
 
 
 def read_events(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    """The run's merged metrics.jsonl."""
+    from psgd.runtime.events import read_events as read_jsonl
+    return read_jsonl(run_dir / "metrics.jsonl")
 
 
 class InProcessShards:
     """Real ShardServer loops on loopback ports, each on its own thread."""
 
     def __init__(self, cfg, params_per_shard, fingerprint):
-        from servers.shard import ShardServer
+        from psgd.servers.shard import ShardServer
         self.stop = threading.Event()
         self.servers = [ShardServer(cfg, i, "127.0.0.1:0", p, fingerprint)
                         for i, p in enumerate(params_per_shard)]
@@ -130,7 +132,7 @@ def shards():
     made = []
 
     def make(cfg, model):
-        from psgd.sharding import layout_for_module
+        from psgd.core.sharding import layout_for_module
         layout = layout_for_module(model, cfg.cluster.num_servers)
         params = layout.flatten([p.detach() for p in model.parameters()])
         s = InProcessShards(cfg, params, layout.fingerprint)

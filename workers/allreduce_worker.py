@@ -2,7 +2,7 @@
 
 Each rank wraps the task's model in DistributedDataParallel (gloo on CPU,
 nccl on CUDA), trains on the same per-rank data share as a parameter-server
-worker, and applies the averaged gradient with psgd.optim.UpdateRule on one
+worker, and applies the averaged gradient with psgd.core.update_rules.UpdateRule on one
 flat parameter vector, the exact update maths of a BSP shard. With plain SGD
 an allreduce run and a bsp run of the same config and seed therefore follow
 the same trajectory.
@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import datetime
 import gc
-import sys
 import time
-from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -30,14 +28,14 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from psgd.config import ConfigError
-from psgd.devices import dist_backend
-from psgd.optim import UpdateRule
-from psgd.process import RoleContext, parse_role_args, start_role
+from psgd.runtime.devices import dist_backend
+from psgd.core.update_rules import UpdateRule
+from psgd.runtime.role import RoleContext
 from psgd.tasks import build_model, load_task, worker_batches
-from workers.model_sync import select_device
-from workers.param_snapshot import SnapshotPublisher
+from psgd.workers.model_sync import select_device
+from psgd.workers.param_snapshot import SnapshotPublisher
 
-__all__ = ["run_allreduce_worker", "main"]
+__all__ = ["run_allreduce_worker", "run_role"]
 
 STOP_CHECK_EVERY = 10   # steps between stop votes (a tiny all-reduce each)
 COLLECTIVE_TIMEOUT_S = 60.0  # a dead peer becomes an error, not a hang
@@ -156,21 +154,9 @@ def _train(ctx, ddp, task, batches, params, flat, rule, hook, publisher) -> int:
     return steps
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = parse_role_args("allreduce", "--rank", argv)
-    try:
-        ctx = start_role("allreduce", args)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd allreduce worker: {exc}", file=sys.stderr)
-        return 2
+def run_role(ctx: RoleContext) -> int:
+    """The `allreduce` role: one rank of the all-reduce baseline."""
     try:
         return run_allreduce_worker(ctx)
-    except ConfigError as exc:
-        print(f"psgd allreduce worker: {exc}", file=sys.stderr)
-        return 2
     finally:
         ctx.events.close()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

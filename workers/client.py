@@ -18,11 +18,11 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from psgd import protocol as P
-from psgd.compression import WireEncoder
-from psgd.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
-from psgd.sharding import Layout
-from psgd.transport import CurveKeys, ShardConnections
+from psgd.wire import protocol as P
+from psgd.wire.codecs import WireEncoder
+from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
+from psgd.core.sharding import Layout
+from psgd.wire.transport import CurveKeys, ShardConnections
 
 __all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted"]
 

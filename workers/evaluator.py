@@ -7,24 +7,21 @@ final parameters as model.pt (a state_dict the user's model loads).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-from psgd.config import ConfigError, load_config
-from psgd.process import RoleContext, parse_role_args, start_role
-from psgd.sharding import layout_for_module
+from psgd.config import Config
+from psgd.runtime.role import RoleContext, RoleFailed
+from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task
-from workers.client import Interrupted, PSClient, RemoteError, RequestFailed
-from workers.model_sync import ModelSync
-from workers.param_snapshot import SnapshotEvaluator
-from workers.worker import make_client, require_addresses
+from psgd.workers.client import Interrupted, PSClient, RemoteError, RequestFailed
+from psgd.workers.model_sync import ModelSync
+from psgd.workers.param_snapshot import SnapshotEvaluator
+from psgd.workers.worker import make_client, require_addresses
 
-__all__ = ["Evaluator", "evaluate_once", "main"]
+__all__ = ["Evaluator", "evaluate_servers", "run_evaluator", "run_role"]
 
 
 class Evaluator:
@@ -95,53 +92,30 @@ def run_evaluator(ctx: RoleContext) -> int:
     return 0
 
 
-def evaluate_once(argv: Optional[list[str]] = None) -> int:
-    """`psgd eval CONFIG [--json] [--save model.pt]`."""
-    p = argparse.ArgumentParser(prog="psgd eval")
-    p.add_argument("config")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--save", type=Path, default=None, help="write the parameters as a state_dict")
-    args = p.parse_args(argv)
-    try:
-        cfg = load_config(args.config, args.overrides)
-        require_addresses(cfg)
-    except ConfigError as exc:
-        print(f"psgd eval: {exc}", file=sys.stderr)
-        return 2
+def evaluate_servers(cfg: Config, save: Optional[Path] = None) -> dict:
+    """`psgd eval`: pull what the running servers hold and score it on the test
+    set once; optionally save it as a state_dict. Raises ConfigError without
+    server addresses and RoleFailed when the servers cannot be reached."""
+    require_addresses(cfg)
     torch.set_num_threads(cfg.run.threads)
     ev = Evaluator(cfg)
     try:
         ev.connect()
         result = ev.evaluate()
-        if args.save:
-            ev.save(args.save)
+        if save:
+            ev.save(save)
     except (RequestFailed, RemoteError) as exc:
-        print(f"psgd eval: {exc}", file=sys.stderr)
-        return 1
+        raise RoleFailed(str(exc)) from None
     finally:
         ev.close()
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"accuracy {result['accuracy']:.4f}  test_loss {result['test_loss']:.4f}  updates {result['updates']}")
-    return 0
+    return result
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = parse_role_args("evaluator", "--index", argv)
+def run_role(ctx: RoleContext) -> int:
+    """The `evaluator` role: score the servers' parameters on a timer."""
     try:
-        ctx = start_role("evaluator", args)
         if ctx.cfg.consistency.mode != "allreduce":
             require_addresses(ctx.cfg)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd evaluator: {exc}", file=sys.stderr)
-        return 2
-    try:
         return run_evaluator(ctx)
     finally:
         ctx.events.close()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from psgd.sharding import Layout
+from psgd.core.sharding import Layout
 
 __all__ = ["ModelSync", "select_device"]
 

@@ -54,7 +54,7 @@ def read_snapshot(run_dir: Path) -> Optional[dict]:
 
 class SnapshotEvaluator:
     """The evaluator's parameter source in allreduce mode: same interface as
-    workers.evaluator.Evaluator, but reads rank 0's published snapshot."""
+    psgd.workers.evaluator.Evaluator, but reads rank 0's published snapshot."""
 
     def __init__(self, cfg, run_dir: Optional[Path]):
         from psgd.tasks import build_model, load_task

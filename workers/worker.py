@@ -6,19 +6,17 @@ hardware: the worker sleeps (m - 1) x its measured compute time every step.
 """
 from __future__ import annotations
 
-import sys
 import time
-from typing import Optional
 
 from psgd.config import ConfigError
-from psgd.process import RoleContext, parse_role_args, start_role
-from psgd.security import client_curve
-from psgd.sharding import layout_for_module
+from psgd.runtime.role import RoleContext
+from psgd.wire.curve import client_curve
+from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task, worker_batches
-from workers.client import Interrupted, PSClient
-from workers.model_sync import ModelSync, select_device
+from psgd.workers.client import Interrupted, PSClient
+from psgd.workers.model_sync import ModelSync, select_device
 
-__all__ = ["run_worker", "main"]
+__all__ = ["run_worker", "run_role"]
 
 
 def require_addresses(cfg) -> list[str]:
@@ -83,19 +81,10 @@ def run_worker(ctx: RoleContext) -> int:
     return 0
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = parse_role_args("worker", "--rank", argv)
+def run_role(ctx: RoleContext) -> int:
+    """The `worker` role. Raises ConfigError when the config names no servers."""
     try:
-        ctx = start_role("worker", args)
         require_addresses(ctx.cfg)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd worker: {exc}", file=sys.stderr)
-        return 2
-    try:
         return run_worker(ctx)
     finally:
         ctx.events.close()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

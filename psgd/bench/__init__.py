@@ -1,0 +1,1 @@
+"""Everything that measures. Nothing outside psgd.bench imports it."""

@@ -1,0 +1,136 @@
+"""Child processes shared by the benchmarks: shard servers on synthetic flat
+parameters, started with multiprocessing's spawn method (a clean interpreter:
+no inherited sockets, threads or torch state), each child at one torch thread.
+
+psgd does not import servers/ at module level; the shard child imports
+`psgd.servers.shard` by name, as the launcher does.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from psgd.config import load_config
+from psgd.core.sharding import Layout, make_layout
+from psgd.servers.shard import ShardServer
+
+__all__ = ["BenchShards", "bench_context", "bench_layout", "bench_config", "process_cpu_s", "parse_size", "parse_list"]
+
+START_TIMEOUT_S = 120.0
+
+
+def bench_context():
+    """The multiprocessing context every benchmark child is started with."""
+    return mp.get_context("spawn")
+
+
+def parse_size(text: str) -> int:
+    """'1MB' -> 1048576 bytes (binary units: KB, MB, GB); a bare number is bytes."""
+    t = text.strip().upper()
+    for suffix, mult in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10), ("B", 1)):
+        if t.endswith(suffix):
+            t, scale = t[: -len(suffix)], mult
+            break
+    else:
+        scale = 1
+    try:
+        value = float(t)
+    except ValueError:
+        raise ValueError(f"bad size {text!r}: expected a number with KB, MB or GB") from None
+    nbytes = int(value * scale)
+    if nbytes < 4 or nbytes % 4:
+        raise ValueError(f"bad size {text!r}: must be a positive multiple of 4 bytes (fp32 elements)")
+    return nbytes
+
+
+def parse_list(text: str, convert=int) -> list:
+    try:
+        items = [convert(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ValueError(f"bad list {text!r}: {exc}") from None
+    if not items:
+        raise ValueError(f"bad list {text!r}: empty")
+    return items
+
+
+def bench_layout(numel: int, shards: int) -> Layout:
+    """One flat fp32 'model' of `numel` elements split evenly over `shards`."""
+    return make_layout([("w", (numel,))], shards)
+
+
+def bench_config(workers: int, optimizer: str = "sgd", lr: float = 1e-6):
+    return load_config(None, [f"cluster.workers={workers}", "consistency.mode=asp",
+                              f"optimizer.name={optimizer}", f"optimizer.lr={lr:.12f}",
+                              "cluster.timeout_s=600", "cluster.heartbeat_s=100"])
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _shard_child(numel: int, shards: int, index: int, workers: int, optimizer: str, conn) -> None:
+    torch.set_num_threads(1)
+    layout = bench_layout(numel, shards)
+    cfg = bench_config(workers, optimizer)
+    params = torch.zeros(layout.shard_sizes[index])
+    server = ShardServer(cfg, index, "127.0.0.1:0", params, layout.fingerprint)
+    conn.send(server.address.replace("tcp://", ""))
+    conn.close()
+    server.serve(threading.Event())  # until a SHUTDOWN request
+
+
+@dataclass
+class BenchShards:
+    """`shards` real shard processes serving a flat model of `numel` fp32 elements."""
+    numel: int
+    shards: int
+    workers: int = 1
+    optimizer: str = "sgd"
+    procs: Optional[list] = None
+    addresses: Optional[list[str]] = None
+
+    def __enter__(self) -> "BenchShards":
+        ctx = bench_context()
+        self.procs, self.addresses = [], []
+        pipes = []
+        for i in range(self.shards):
+            parent, child = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_shard_child, args=(self.numel, self.shards, i, self.workers,
+                                                       self.optimizer, child), daemon=True)
+            p.start()
+            child.close()
+            self.procs.append(p)
+            pipes.append(parent)
+        for i, pipe in enumerate(pipes):
+            try:
+                if not pipe.poll(START_TIMEOUT_S):
+                    raise EOFError
+                self.addresses.append(pipe.recv())
+            except EOFError:
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"bench shard {i} did not start (exit code {self.procs[i].exitcode})") from None
+        return self
+
+    @property
+    def layout(self) -> Layout:
+        return bench_layout(self.numel, self.shards)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def __exit__(self, *exc) -> None:
+        # Callers send SHUTDOWN first; a shard that ignored it is terminated.
+        for p in self.procs or []:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)

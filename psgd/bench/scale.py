@@ -1,0 +1,173 @@
+"""`psgd bench scale`: many light workers against 1, 2 and 4 shards.
+
+A light worker has no model: it sleeps a fixed simulated compute time, then
+does one push+pull of a fixed-size gradient through a real PSClient, again
+and again. Many logical workers share a process (one thread each; they
+mostly sleep or wait on sockets), so hundreds fit on a small machine. For
+each (shards, workers) point every worker runs for warmup + window seconds
+from a common start; only round trips finishing inside the window count.
+The CPU time of every shard and worker process over the window is read
+from /proc, which is what shows where and why a shard saturates.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from typing import Callable, Optional
+
+import torch
+
+from psgd.bench.procs import BenchShards, bench_context, bench_layout, process_cpu_s
+from psgd.workers.client import PSClient
+
+__all__ = ["run_scale_bench", "find_saturation"]
+
+READY_TIMEOUT_S = 120.0
+
+
+def _light_worker(addresses, layout, rank, grads, compute_s, t0, t_end, window, out) -> None:
+    client = PSClient(addresses, layout, rank=rank, heartbeat_s=None, request_timeout_s=60)
+    done, lat = 0, []
+    try:
+        client.register()
+        out["ready"].wait()
+        delay = t0 - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        while time.time() < t_end:
+            time.sleep(compute_s)
+            start = time.perf_counter()
+            client.push_pull(grads)
+            finish = time.time()
+            if window[0] <= finish < window[1]:
+                done += 1
+                lat.append(time.perf_counter() - start)
+    finally:
+        client.close()
+    with out["lock"]:
+        out["updates"] += done
+        out["latencies"].extend(lat)
+
+
+def _worker_proc(conn) -> None:
+    """A long-lived process running a batch of light workers per task."""
+    torch.set_num_threads(1)
+    while True:
+        task = conn.recv()
+        if task is None:
+            return
+        addresses, numel, shards, ranks, compute_s = task["addresses"], task["numel"], task["shards"], \
+            task["ranks"], task["compute_s"]
+        layout = bench_layout(numel, shards)
+        grads = [torch.randn(n) * 1e-3 for n in layout.shard_sizes]
+        out = {"ready": threading.Event(), "lock": threading.Lock(), "updates": 0, "latencies": []}
+        t0, t_end = task["t0"], task["t0"] + task["warmup_s"] + task["window_s"]
+        window = (task["t0"] + task["warmup_s"], t_end)
+        threads = [threading.Thread(target=_light_worker, args=(addresses, layout, r, grads,
+                                                                compute_s, t0, t_end, window, out))
+                   for r in ranks]
+        for t in threads:
+            t.start()
+        out["ready"].set()
+        for t in threads:
+            t.join()
+        conn.send({"updates": out["updates"], "latencies": out["latencies"]})
+
+
+def _cpu(pids: list[int]) -> float:
+    return sum(process_cpu_s(p) for p in pids)
+
+
+def _run_point(pool, cluster: BenchShards, workers: int, numel: int, compute_s: float,
+               warmup_s: float, window_s: float) -> dict:
+    procs = [p for p, _ in pool]
+    ranks = [list(range(i, workers, len(pool))) for i in range(len(pool))]
+    t0 = time.time() + 1.0 + workers * 0.02  # time for every light worker to connect and register
+    for (proc, conn), rs in zip(pool, ranks):
+        if rs:
+            conn.send({"addresses": cluster.addresses, "numel": numel, "shards": cluster.shards, "ranks": rs,
+                       "compute_s": compute_s, "t0": t0, "warmup_s": warmup_s, "window_s": window_s})
+    time.sleep(max(0.0, t0 + warmup_s - time.time()))
+    cpu_shard0, cpu_work0, wall0 = _cpu(cluster.pids), _cpu([p.pid for p in procs]), time.time()
+    time.sleep(max(0.0, t0 + warmup_s + window_s - time.time()))
+    cpu_shard1, cpu_work1, wall1 = _cpu(cluster.pids), _cpu([p.pid for p in procs]), time.time()
+    updates, lat = 0, []
+    for (proc, conn), rs in zip(pool, ranks):
+        if rs:
+            if not conn.poll(READY_TIMEOUT_S):
+                raise RuntimeError("a light-worker process did not report")
+            res = conn.recv()
+            updates += res["updates"]
+            lat += res["latencies"]
+    lat.sort()
+    wall = wall1 - wall0
+    return {
+        "shards": cluster.shards, "workers": workers,
+        "updates_per_s": round(updates / window_s, 2),
+        "pull_latency_ms_median": round(statistics.median(lat) * 1e3, 3) if lat else None,
+        "pull_latency_ms_p95": round(lat[int(0.95 * (len(lat) - 1))] * 1e3, 3) if lat else None,
+        "ideal_updates_per_s": round(workers / compute_s, 2),
+        # CPU cores busy over the window: per shard (mean) and all light workers together.
+        "shard_cpu_cores": round((cpu_shard1 - cpu_shard0) / wall / cluster.shards, 3),
+        "worker_cpu_cores": round((cpu_work1 - cpu_work0) / wall, 3),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def find_saturation(rows: list[dict], efficiency: float = 0.8) -> dict:
+    """Per shard count: the smallest worker count from which on every point's
+    updates/s stay below `efficiency` x linear scaling from the smallest
+    measured worker count (so one noisy dip that recovers does not count),
+    and the peak updates/s."""
+    out = {}
+    for s in sorted({r["shards"] for r in rows}):
+        pts = sorted((r for r in rows if r["shards"] == s), key=lambda r: r["workers"])
+        base = pts[0]["updates_per_s"] / pts[0]["workers"]
+        below = [r["updates_per_s"] < efficiency * base * r["workers"] for r in pts]
+        sat = next((r for i, r in enumerate(pts) if all(below[i:])), None)
+        peak = max(pts, key=lambda r: r["updates_per_s"])
+        out[s] = {"saturates_at_workers": sat["workers"] if sat else None, "point": sat,
+                  "peak_updates_per_s": peak["updates_per_s"], "peak_workers": peak["workers"]}
+    return out
+
+
+def run_scale_bench(shards: list[int], workers: list[int], grad_bytes: int = 64 << 10,
+                    compute_ms: float = 20.0, warmup_s: float = 1.0, window_s: float = 3.0,
+                    processes: int = 4, on_row: Optional[Callable[[dict], None]] = None) -> dict:
+    """Blocks for the whole benchmark; returns {"rows": [...], "saturation": {...}, ...}."""
+    numel = grad_bytes // 4
+    ctx = bench_context()
+    pool = []
+    for _ in range(processes):
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=_worker_proc, args=(child,), daemon=True)
+        p.start()
+        pool.append((p, parent))
+    rows = []
+    try:
+        for s in shards:
+            with BenchShards(numel, s, workers=max(workers)) as cluster:
+                try:
+                    for w in workers:
+                        row = _run_point(pool, cluster, w, numel, compute_ms / 1e3, warmup_s, window_s)
+                        rows.append(row)
+                        if on_row is not None:
+                            on_row(row)
+                finally:
+                    admin = PSClient(cluster.addresses, cluster.layout, role="evaluator",
+                                                heartbeat_s=None)
+                    admin.register()
+                    admin.shutdown_servers()
+                    admin.close()
+    finally:
+        for p, conn in pool:
+            conn.send(None)
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+    sat = find_saturation(rows)
+    return {"rows": rows, "saturation": {str(k): v for k, v in sat.items()},
+            "grad_bytes": grad_bytes, "compute_ms": compute_ms, "window_s": window_s,
+            "processes": processes, "cores": os.cpu_count(), "load_avg_end": round(os.getloadavg()[0], 2)}

@@ -1,0 +1,217 @@
+"""The `psgd` command line. The only place that parses arguments, prints or shows progress."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+from psgd.cli.bench import add_measurement_commands
+from psgd.config import ConfigError, load_config
+from psgd.launch.roles import ROLES, run_role
+from psgd.runtime.role import RoleFailed
+
+
+def _progress_bar(total: int):
+    from tqdm import tqdm
+    bar = tqdm(total=total, unit="step", dynamic_ncols=True, file=sys.stderr, desc="starting")
+    started = False
+
+    def update(p) -> None:
+        nonlocal started
+        if p.started and not started:
+            started = True
+            bar.reset(total=total)  # the bar's clock starts with training, not with spawning
+            bar.set_description("training")
+        post = {"upd/s": f"{p.updates_per_s:.0f}"}
+        if p.accuracy is not None:
+            post["acc"] = f"{p.accuracy:.3f}"
+        if p.staleness_mean is not None:
+            post["stale"] = f"{p.staleness_mean:.2f}/{p.staleness_max}"  # mean/max over every shard
+        bar.set_postfix(post, refresh=False)
+        if p.steps > bar.n:
+            bar.update(min(p.steps, total) - bar.n)  # redraws at most every tqdm mininterval
+    return bar, update
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from psgd.launch.launcher import LaunchFailed, Launcher, make_run_dir, resume_config
+    if args.resume:
+        if args.config is not None or args.overrides or args.out:
+            print("psgd launch: --resume RUN_DIR takes no CONFIG, --set or --out: "
+                  "the run continues with its own config", file=sys.stderr)
+            return 2
+        try:
+            cfg = resume_config(Path(args.resume))
+        except (LaunchFailed, ConfigError) as exc:
+            print(f"psgd launch: cannot resume: {exc}", file=sys.stderr)
+            return 2
+    elif args.config is None:
+        print("psgd launch: give a CONFIG file, or --resume RUN_DIR", file=sys.stderr)
+        return 2
+    else:
+        try:
+            cfg = load_config(args.config, args.overrides)
+        except ConfigError as exc:
+            print(f"psgd launch: config error: {exc}", file=sys.stderr)
+            return 2
+    run_dir = Path(args.resume) if args.resume else make_run_dir(cfg, args.out)
+    print(f"run directory: {run_dir}{' (resuming)' if args.resume else ''}", file=sys.stderr)
+    bar, update = _progress_bar(cfg.cluster.workers * cfg.train.steps_per_worker) if not args.quiet else (None, None)
+    try:
+        result = Launcher(cfg, run_dir, on_progress=update, resume=bool(args.resume)).run()
+    finally:
+        if bar is not None:
+            bar.close()
+    s = result.summary or {}
+    if result.code == 0:
+        acc = s.get("final_test_accuracy")
+        ttt = s.get("time_to_target_s")
+        print(f"done: {s.get('mode')} accuracy {acc if acc is None else round(acc, 4)} "
+              f"in {s.get('wall_time_s')}s, {s.get('total_updates')} updates, "
+              f"time to target {ttt if ttt is not None else 'not reached'}, "
+              f"staleness mean {s.get('staleness_mean')} max {s.get('staleness_max')}, "
+              f"max clock gap {s.get('max_clock_gap')} -> {run_dir}")
+    else:
+        print(f"psgd launch: failed: {result.reason} (logs in {run_dir / 'logs'})", file=sys.stderr)
+    return result.code
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from psgd.launch.cluster_run import run_job
+    try:
+        return run_job(args.config, args.overrides, args.run_dir)
+    except ValueError as exc:  # ConfigError, ClusterEnvError
+        print(f"psgd run: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # the launcher's TCPStore could not be reached
+        print(f"psgd run: {exc}", file=sys.stderr)
+        return 1
+
+
+def cmd_role(args: argparse.Namespace) -> int:
+    """`psgd server|worker|evaluator|allreduce CONFIG --FLAG I`: one role in this process."""
+    name = f"psgd {args.command}"
+    try:
+        cfg = load_config(args.config, args.overrides)
+        return run_role(args.command, args.index, cfg, args.run_dir, supervised=args.supervised)
+    except ConfigError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    except RoleFailed as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 1
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from psgd.workers.evaluator import evaluate_servers
+    try:
+        cfg = load_config(args.config, args.overrides)
+        result = evaluate_servers(cfg, save=args.save)
+    except ConfigError as exc:
+        print(f"psgd eval: {exc}", file=sys.stderr)
+        return 2
+    except RoleFailed as exc:
+        print(f"psgd eval: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"accuracy {result['accuracy']:.4f}  test_loss {result['test_loss']:.4f}  updates {result['updates']}")
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from psgd.launch.collect import collect
+    try:
+        s = collect(Path(args.run_dir))
+    except (ValueError, OSError) as exc:
+        print(f"psgd collect: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(s, indent=2))
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from psgd.wire.transport import generate_keys
+    if args.clients < 1:
+        print("psgd keys generate: --clients must be >= 1", file=sys.stderr)
+        return 2
+    written = generate_keys(args.dir, clients=args.clients)
+    for path in written:
+        print(path)
+    print(f"server key pair and {args.clients} authorised client key pair(s) in {args.dir}; "
+          "give clients server.key and their own client*.key_secret, keep server.key_secret private",
+          file=sys.stderr)
+    return 0
+
+
+def _add_set(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, value parsed as YAML (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="psgd", description="Parameter-server SGD: BSP, SSP and ASP over ZeroMQ.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    launch = sub.add_parser("launch", help="run servers, workers and the evaluator on this machine")
+    launch.add_argument("config", nargs="?", default=None)
+    launch.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, value parsed as YAML (repeatable)")
+    launch.add_argument("--out", default=None, help="run directory (default: run.out_dir/NAME-TIMESTAMP)")
+    launch.add_argument("--quiet", action="store_true", help="no progress bar")
+    launch.add_argument("--resume", metavar="RUN_DIR", default=None,
+                        help="continue a stopped run from its checkpoints, with its own config")
+    launch.set_defaults(func=cmd_launch)
+
+    keys = sub.add_parser("keys", help="CurveZMQ keys for security.curve")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    gen = keys_sub.add_parser("generate", help="make a server key pair and authorised client key pairs in DIR")
+    gen.add_argument("dir")
+    gen.add_argument("--clients", type=int, default=1, help="client key pairs to make and authorise")
+    gen.set_defaults(func=cmd_keys)
+    add_measurement_commands(sub)
+
+    for spec in ROLES.values():
+        r = sub.add_parser(spec.name, help=spec.help)
+        r.add_argument("config")
+        r.add_argument(spec.index_flag, dest="index", type=int, default=0)
+        _add_set(r)
+        r.add_argument("--run-dir", default=None, help="where events and outputs go")
+        r.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+        r.set_defaults(func=cmd_role)
+
+    ev = sub.add_parser("eval", help="evaluate the parameters held by running servers")
+    ev.add_argument("config")
+    _add_set(ev)
+    ev.add_argument("--json", action="store_true", help="print the result as JSON")
+    ev.add_argument("--save", type=Path, default=None, help="write the parameters as a state_dict")
+    ev.set_defaults(func=cmd_eval)
+
+    run = sub.add_parser("run", help="one process of a job started by srun or torchrun (role from the environment)")
+    run.add_argument("config")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key, value parsed as YAML (repeatable)")
+    run.add_argument("--run-dir", default=None, help="run directory (default: run.out_dir/NAME-JOBID)")
+    run.set_defaults(func=cmd_run)
+
+    collect = sub.add_parser("collect", help="merge a multi-host run's events into metrics.jsonl and summary.json")
+    collect.add_argument("run_dir")
+    collect.set_defaults(func=cmd_collect)
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv  # recorded in reports, so a study can be re-run
+    try:
+        return args.func(args)
+    except ValueError as exc:  # bad bench arguments (sizes, lists)
+        if getattr(args, "command", None) != "bench":
+            raise
+        print(f"psgd bench: {exc}", file=sys.stderr)
+        return 2
+

@@ -1,0 +1,349 @@
+"""Run configuration: a tree of frozen dataclasses with commented defaults.
+
+`load_config` reads YAML, applies `--set a.b=value` overrides, rejects unknown
+keys with their full path and validates every value, raising `ConfigError`
+(a ValueError) before any process is started.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+from psgd.config.loader import ConfigError, build, parse_override, set_path
+
+__all__ = ["Config", "ConfigError", "load_config", "override_config", "config_to_dict", "dump_config"]
+
+
+# The consistency modes, named once: the parameter-server modes and the all-reduce baseline.
+PS_MODES = ("bsp", "ssp", "asp")
+MODES = (*PS_MODES, "allreduce")
+
+
+def _check(cond: bool, key: str, reason: str) -> None:
+    if not cond:
+        raise ConfigError(key, reason)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = "run"            # run directory prefix
+    seed: int = 0                # seeds model init, data split and shuffling
+    out_dir: str = "runs"        # parent of run directories
+    threads: int = 1             # torch threads per process (cores are shared)
+
+    def __post_init__(self):
+        _check(bool(self.name) and "/" not in self.name, "name", "must be a non-empty name without '/'")
+        _check(self.threads >= 1, "threads", f"must be >= 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    # Either a shard count (the launcher picks free ports on `host`) or the
+    # explicit "host:port" of every shard, for runs across machines.
+    servers: Union[int, list[str]] = 2
+    workers: int = 4
+    host: str = "127.0.0.1"      # bind/connect address for launcher-picked ports
+    timeout_s: float = 10.0      # a worker silent this long leaves the quorum
+    heartbeat_s: float = 1.0     # worker heartbeat period
+    request_timeout_s: float = 30.0  # client resends (same seq) after this
+    max_retries: int = 5         # resends before a request fails
+    allreduce_port: int = 0      # torch.distributed rendezvous port (0: the launcher picks one)
+
+    def __post_init__(self):
+        if isinstance(self.servers, int):
+            _check(self.servers >= 1, "servers", f"must be >= 1, got {self.servers}")
+        else:
+            _check(len(self.servers) >= 1, "servers", "needs at least one host:port")
+            for i, addr in enumerate(self.servers):
+                host, _, port = addr.rpartition(":")
+                _check(bool(host) and port.isdigit() and 0 < int(port) < 65536,
+                       f"servers[{i}]", f"expected host:port, got {addr!r}")
+        _check(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
+        _check(self.timeout_s > 0, "timeout_s", "must be > 0")
+        _check(0 < self.heartbeat_s < self.timeout_s, "heartbeat_s", "must be > 0 and < timeout_s")
+        _check(self.request_timeout_s > 0, "request_timeout_s", "must be > 0")
+        _check(self.max_retries >= 0, "max_retries", "must be >= 0")
+        _check(0 <= self.allreduce_port < 65536, "allreduce_port", "must be a port number or 0")
+
+    @property
+    def num_servers(self) -> int:
+        return self.servers if isinstance(self.servers, int) else len(self.servers)
+
+
+@dataclass(frozen=True)
+class ConsistencyConfig:
+    mode: Literal[MODES] = "asp"
+    staleness: int = 0           # SSP bound s: a pull at clock c waits for min clock >= c - s
+    backup_workers: int = 0      # BSP: aggregate the first W - b gradients of a clock
+
+    def __post_init__(self):
+        _check(self.staleness >= 0, "staleness", f"must be >= 0, got {self.staleness}")
+        _check(self.backup_workers >= 0, "backup_workers", f"must be >= 0, got {self.backup_workers}")
+        _check(self.backup_workers == 0 or self.mode == "bsp", "backup_workers", "only applies to mode bsp")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    # Built-in name or "module.path:callable"; a module beside the config file is importable.
+    model: str = "mlp"           # mlp | cnn | linear | module:callable -> torch.nn.Module
+    dataset: str = "digits"      # digits | synthetic | module:callable -> (train, test) Datasets
+    batch_size: int = 32         # per worker
+    model_args: dict[str, Any] = field(default_factory=dict)    # keyword arguments for the model
+    dataset_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments for the dataset
+
+    def __post_init__(self):
+        _check(bool(self.model), "model", "must not be empty")
+        _check(bool(self.dataset), "dataset", "must not be empty")
+        _check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+
+
+@dataclass(frozen=True)
+class DcAsgdConfig:
+    # Delay compensation (Zheng et al. 2017): g + lambda * g * g * (w_now - w_read).
+    # YAML key is `lambda`.
+    lambda_: float = 0.04
+
+    def __post_init__(self):
+        _check(self.lambda_ >= 0, "lambda", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    name: Literal["constant", "step", "cosine"] = "constant"
+    warmup_updates: int = 0      # linear ramp from 0 over this many server updates
+    step_size: int = 1000        # step: multiply by gamma every step_size updates
+    gamma: float = 0.1
+    total_updates: int = 10000   # cosine: updates until lr reaches min_lr
+    min_lr: float = 0.0
+
+    def __post_init__(self):
+        _check(self.warmup_updates >= 0, "warmup_updates", "must be >= 0")
+        _check(self.step_size >= 1, "step_size", "must be >= 1")
+        _check(0 < self.gamma <= 1, "gamma", "must be in (0, 1]")
+        _check(self.total_updates >= 1, "total_updates", "must be >= 1")
+        _check(self.min_lr >= 0, "min_lr", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    name: Literal["sgd", "momentum", "adam", "adagrad"] = "sgd"
+    lr: float = 0.05
+    momentum: float = 0.0        # sgd uses momentum when > 0; `momentum` defaults it to 0.9
+    nesterov: bool = False
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # adam
+    eps: float = 1e-8            # adam and adagrad denominator term
+    weight_decay: float = 0.0    # L2 added to the gradient, as torch.optim does
+    staleness_aware: bool = False  # divide the step by max(1, staleness) (Zhang et al. 2016)
+    dc_asgd: Optional[DcAsgdConfig] = None
+    max_staleness_drop: Optional[int] = None  # drop gradients with staleness > k
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+
+    def __post_init__(self):
+        _check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        _check(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
+        _check(not self.nesterov or self.momentum > 0 or self.name == "momentum",
+               "nesterov", "needs momentum > 0")
+        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas",
+               "must be two numbers in [0, 1)")
+        _check(self.eps > 0, "eps", "must be > 0")
+        _check(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        _check(self.max_staleness_drop is None or self.max_staleness_drop >= 0,
+               "max_staleness_drop", "must be >= 0")
+
+    @property
+    def effective_momentum(self) -> float:
+        if self.name == "momentum" and self.momentum == 0.0:
+            return 0.9
+        return self.momentum
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps_per_worker: int = 500
+    max_time_s: float = 120.0    # workers are stopped after this much training time
+    target_accuracy: Optional[float] = 0.95  # for time_to_target_s
+    stop_at_target: bool = False  # end the run once the evaluator sees the target
+
+    def __post_init__(self):
+        _check(self.steps_per_worker >= 1, "steps_per_worker", "must be >= 1")
+        _check(self.max_time_s > 0, "max_time_s", "must be > 0")
+        _check(self.target_accuracy is None or 0 < self.target_accuracy <= 1,
+               "target_accuracy", "must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every_s: float = 1.0         # evaluator period
+    enabled: bool = True
+
+    def __post_init__(self):
+        _check(self.every_s > 0, "every_s", "must be > 0")
+
+
+@dataclass(frozen=True)
+class WorkersConfig:
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    slowdown: dict[int, float] = field(default_factory=dict)  # rank -> step-time multiplier (>= 1)
+    pin_memory: bool = True      # stage gradients through pinned host buffers on cuda
+
+    def __post_init__(self):
+        for rank, mult in self.slowdown.items():
+            _check(rank >= 0, f"slowdown[{rank}]", "rank must be >= 0")
+            _check(mult >= 1.0, f"slowdown[{rank}]", f"multiplier must be >= 1, got {mult}")
+
+
+@dataclass(frozen=True)
+class WireConfig:
+    # Gradient encoding on the wire: fp32, fp16/bf16 (scaled), or top-k with error feedback.
+    compression: Literal["none", "fp16", "bf16", "topk"] = "none"
+    topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
+    max_message_mb: int = 1024   # sockets refuse larger messages
+
+    def __post_init__(self):
+        _check(0 < self.topk_ratio <= 1, "topk_ratio", f"must be in (0, 1], got {self.topk_ratio}")
+        _check(self.max_message_mb >= 1, "max_message_mb", "must be >= 1")
+
+    @property
+    def encoding(self) -> str:
+        """The protocol's tensor encoding for `compression`."""
+        return {"none": "f32", "fp16": "f16", "bf16": "bf16", "topk": "topk"}[self.compression]
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    # Shard snapshots under RUN_DIR/checkpoints/: every N updates or T seconds,
+    # whichever comes first, plus one on a clean stop. Pushes applied since the
+    # last snapshot go to an append-only log, written before they are
+    # acknowledged, so a killed shard replays them on restart.
+    enabled: bool = True
+    every_updates: int = 500     # snapshot after this many updates (0: never by count)
+    every_s: float = 10.0        # snapshot after this many seconds (0: never by time)
+    fsync_log: bool = False      # fsync each log record (survives power loss, not just a process kill)
+    max_log_mb: int = 1024       # snapshot early once the log (one gradient per push) reaches this size
+
+    def __post_init__(self):
+        _check(self.every_updates >= 0, "every_updates", "must be >= 0")
+        _check(self.every_s >= 0, "every_s", "must be >= 0")
+        _check(self.max_log_mb >= 1, "max_log_mb", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class SupervisionConfig:
+    # The launcher restarts a crashed server or worker up to max_restarts times
+    # per process, waiting backoff_s * 2**k before the k-th restart.
+    max_restarts: int = 3
+    backoff_s: float = 0.5
+
+    def __post_init__(self):
+        _check(self.max_restarts >= 0, "max_restarts", "must be >= 0")
+        _check(self.backoff_s >= 0, "backoff_s", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    # CurveZMQ: encrypt all traffic and accept only clients whose public key is
+    # in KEYS_DIR/authorized/ (keys made by `psgd keys generate KEYS_DIR`).
+    curve: bool = False
+    keys_dir: str = "keys"       # relative paths are resolved against the config file's directory
+    client_key: str = ""         # a client's key pair (*.key_secret); default KEYS_DIR/client.key_secret
+
+
+@dataclass(frozen=True)
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    consistency: ConsistencyConfig = field(default_factory=ConsistencyConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
+    wire: WireConfig = field(default_factory=WireConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    # Directory of the config file, so "module:callable" finds modules beside it.
+    base_dir: str = field(default=".", metadata={"internal": True})
+
+    def __post_init__(self):
+        for rank in self.workers.slowdown:
+            _check(rank < self.cluster.workers, f"workers.slowdown[{rank}]",
+                   f"no such worker rank (cluster.workers is {self.cluster.workers})")
+        if self.consistency.backup_workers:
+            _check(self.consistency.backup_workers < self.cluster.workers,
+                   "consistency.backup_workers", "must be < cluster.workers")
+
+
+def load_config(path: Union[str, Path, None], overrides: list[str] = (), data: Optional[dict] = None) -> Config:
+    """Read a YAML config (or `data`), apply `key.path=value` overrides, validate.
+
+    Raises ConfigError naming the key path on any unknown key or bad value.
+    """
+    base_dir = "."
+    if data is None:
+        if path is None:
+            data = {}
+        else:
+            p = Path(path)
+            if not p.is_file():
+                raise ConfigError("", f"config file not found: {p}")
+            try:
+                data = yaml.safe_load(p.read_text()) or {}
+            except yaml.YAMLError as exc:
+                raise ConfigError("", f"{p} is not valid YAML: {exc}") from None
+            base_dir = str(p.resolve().parent)
+    if not isinstance(data, dict):
+        raise ConfigError("", "the config must be a mapping of sections")
+    data = _deep_copy(data)
+    for item in overrides:
+        key, value = parse_override(item)
+        set_path(data, key, value)
+    # A resolved config (a run directory's config.yaml) records where the
+    # original config lived, so user modules beside it are still found.
+    recorded = data.pop("base_dir", None)
+    if isinstance(recorded, str) and recorded:
+        base_dir = str(Path(base_dir, recorded).resolve())
+    cfg = build(Config, data, "")
+    return dataclasses.replace(cfg, base_dir=base_dir)
+
+
+def override_config(cfg: Config, overrides: list[str]) -> Config:
+    """`cfg` with `key.path=value` overrides applied and validated again (no file is read)."""
+    if not overrides:
+        return cfg
+    return load_config(None, overrides, data={**config_to_dict(cfg), "base_dir": cfg.base_dir})
+
+
+def config_to_dict(cfg: Config) -> dict:
+    """The config as plain YAML-able data, with the YAML key names."""
+    def conv(obj):
+        if dataclasses.is_dataclass(obj):
+            return {_yaml_key(f.name): conv(getattr(obj, f.name))
+                    for f in dataclasses.fields(obj) if not f.metadata.get("internal")}
+        if isinstance(obj, dict):
+            return {k: conv(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [conv(v) for v in obj]
+        return obj
+    return conv(cfg)
+
+
+def dump_config(cfg: Config) -> str:
+    """The resolved config as YAML, with `base_dir` (where user modules are found)."""
+    return yaml.safe_dump({**config_to_dict(cfg), "base_dir": cfg.base_dir}, sort_keys=False)
+
+
+def _yaml_key(name: str) -> str:
+    return name[:-1] if name.endswith("_") else name
+
+
+def _deep_copy(obj):
+    if isinstance(obj, dict):
+        return {k: _deep_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_deep_copy(v) for v in obj]
+    return obj

@@ -1,0 +1,1 @@
+"""Socket-free policy: sharding, consistency rules, update rules, histograms."""

@@ -1,0 +1,1 @@
+"""Orchestration: the role table, the local launcher, cluster runs, discovery, collect, summary."""

@@ -1,0 +1,289 @@
+"""`psgd launch`: start every process of a run on this machine and supervise it.
+
+Servers, workers and the evaluator are started from the role table
+(roles.py) on the run's resolved config.yaml. Each child writes its own events file; the
+launcher merges them into metrics.jsonl as they arrive, reports progress
+through a callback, starts the common training clock once every child is
+ready, and stops everything in order: workers finish (or are stopped at
+max_time_s), the evaluator takes its final measurement and saves model.pt,
+then the servers stop. A server, worker or evaluator that crashes is
+restarted (bounded retries with backoff, see supervise.py); once its retries
+are spent the run fails with the crash's cause. `resume=True` continues a
+stopped run in its own directory: shards reload their checkpoints, workers
+continue from the shards' clocks and the training clock continues.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from psgd.config import Config, dump_config, load_config, override_config
+from psgd.launch.progress import Progress, ProgressTracker
+from psgd.launch.roles import CONFIG_FILE
+from psgd.launch.spawn import Child, kill, spawn_child, terminate
+from psgd.launch.summary import summarize
+from psgd.launch.supervise import PendingRestart, RestartBudget
+from psgd.runtime.events import read_events
+from psgd.runtime.files import atomic_write
+from psgd.runtime.ports import free_ports
+from psgd.runtime.role import START_FILE
+
+__all__ = ["Launcher", "LaunchFailed", "LaunchResult", "Progress", "make_run_dir", "resume_config"]
+
+READY_TIMEOUT_S = 180.0
+STOP_GRACE_S = 10.0
+INTERRUPT_BUDGET_S = 4.0  # after SIGTERM/SIGINT, every child is gone within this
+
+
+def resume_config(run_dir: Path) -> Config:
+    """The resolved config of a run to resume. Raises LaunchFailed."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise LaunchFailed(f"{run_dir} is not a psgd run directory (no {CONFIG_FILE})")
+    return load_config(path)
+
+
+class LaunchFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class LaunchResult:
+    code: int
+    reason: str
+    run_dir: Path
+    summary: Optional[dict] = None
+
+
+def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
+    if out:
+        path = Path(out)
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = Path(cfg.run.out_dir) / f"{cfg.run.name}-{stamp}"
+        k = 1
+        while path.exists():
+            path = Path(cfg.run.out_dir) / f"{cfg.run.name}-{stamp}-{k}"
+            k += 1
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class Launcher:
+    """Runs one training job. `run` blocks until it ends and never raises for a
+    child's failure: the result carries the exit code and a one-line reason."""
+
+    def __init__(self, cfg: Config, run_dir: Path,
+                 on_progress: Optional[Callable[[Progress], None]] = None, resume: bool = False):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.on_progress = on_progress or (lambda p: None)
+        self.children: list[Child] = []
+        self.events: list[dict] = []
+        self._tracker = ProgressTracker(cfg.cluster.workers * cfg.train.steps_per_worker)
+        self.progress = self._tracker.progress
+        self._signal: Optional[int] = None
+        self._t0: Optional[float] = None
+        self._metrics = None
+        self._training_time: Optional[float] = None
+        self.resume = resume
+        self.budget = RestartBudget(cfg.supervision)
+        self._pending: list[PendingRestart] = []
+        self._prior_time = 0.0  # training time of the runs this one resumes
+
+    # ---- public -----------------------------------------------------------
+    def run(self) -> LaunchResult:
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        code, reason, status = 0, "ok", "ok"
+        if self.resume:
+            try:
+                self._load_previous()
+            except LaunchFailed as exc:
+                return LaunchResult(1, str(exc), self.run_dir)
+        self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        self.cfg = self._resolve()
+        atomic_write(self.run_dir / CONFIG_FILE, dump_config(self.cfg))  # what every child reads
+        (self.run_dir / START_FILE).unlink(missing_ok=True)  # children wait for this run's start
+        try:
+            self._start_all()
+            self._wait_ready()
+            self._t0 = time.time() - self._prior_time
+            atomic_write(self.run_dir / START_FILE, json.dumps({"t0": self._t0}))
+            self.progress.started = True
+            self.on_progress(self.progress)
+            self._supervise()
+        except LaunchFailed as exc:
+            code, reason, status = 1, str(exc), "failed"
+        except _Stopped:
+            code = 128 + (self._signal or signal.SIGTERM)
+            reason, status = f"stopped by signal {signal.Signals(self._signal).name}", "interrupted"
+        finally:
+            try:
+                self._shutdown(interrupted=status == "interrupted")
+            finally:
+                for s, h in old.items():
+                    signal.signal(s, h)
+        wall = self._training_time or ((time.time() - self._t0) if self._t0 else self._prior_time)
+        summary = summarize(self.cfg, self.events, wall, status=status, restarts=self.budget.total)
+        atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+        self._metrics.close()
+        (self.run_dir / "processes.json").unlink(missing_ok=True)
+        return LaunchResult(code, reason, self.run_dir, summary)
+
+    # ---- phases -----------------------------------------------------------
+    def _load_previous(self) -> None:
+        """Pick up the events and training time of the stopped run being resumed."""
+        if not (self.run_dir / "checkpoints").is_dir():
+            raise LaunchFailed(f"nothing to resume in {self.run_dir}: it has no checkpoints/")
+        metrics = self.run_dir / "metrics.jsonl"
+        if metrics.exists():
+            self.events = read_events(metrics)
+        self.progress.steps = sum(1 for e in self.events if e.get("event") == "step")
+        summary = self.run_dir / "summary.json"
+        if summary.exists():
+            self._prior_time = float(json.loads(summary.read_text()).get("wall_time_s") or 0.0)
+        else:  # the launcher itself was killed: the last event time is the best estimate
+            self._prior_time = max((float(e.get("t", 0.0)) for e in self.events), default=0.0)
+
+    def _resolve(self) -> Config:
+        """The config with the addresses and ports this run uses filled in."""
+        sets = []
+        cluster = self.cfg.cluster
+        if self.cfg.consistency.mode == "allreduce":
+            if not cluster.allreduce_port:
+                sets.append(f"cluster.allreduce_port={free_ports(cluster.host, 1)[0]}")
+        elif isinstance(cluster.servers, int):
+            addresses = [f"{cluster.host}:{p}" for p in free_ports(cluster.host, cluster.servers)]
+            sets.append("cluster.servers=" + json.dumps(addresses))
+        return override_config(self.cfg, sets)
+
+    def _start_all(self) -> None:
+        mode = self.cfg.consistency.mode
+        addresses = list(self.cfg.cluster.servers) if mode != "allreduce" else []
+        for i, addr in enumerate(addresses):
+            self._spawn("server", i, address=addr)
+        worker_role = "allreduce" if mode == "allreduce" else "worker"
+        for r in range(self.cfg.cluster.workers):
+            self._spawn(worker_role, r)
+        if self.cfg.eval.enabled:
+            self._spawn("evaluator", 0)
+        self._write_processes()
+
+    def _spawn(self, role: str, index: int, address: Optional[str] = None) -> None:
+        self.children.append(spawn_child(self.cfg, role, index, self.run_dir, address))
+
+    def _write_processes(self) -> None:
+        entries = [{"role": c.role, "index": c.index, "pid": c.proc.pid,
+                    **({"address": c.address} if c.address else {})} for c in self.children]
+        atomic_write(self.run_dir / "processes.json", json.dumps(entries, indent=2))
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while self._pending or not all(c.ready for c in self.children):
+            self._poll(started=False)
+            if time.monotonic() > deadline:
+                late = ", ".join(c.name for c in self.children if not c.ready)
+                raise LaunchFailed(f"not ready after {READY_TIMEOUT_S:.0f}s: {late}")
+            time.sleep(0.05)
+
+    def _supervise(self) -> None:
+        max_time = self.cfg.train.max_time_s
+        stopping_workers = False
+        while True:
+            self._poll(started=True)
+            workers = [c for c in self.children if c.role in ("worker", "allreduce")]
+            if all(c.done for c in workers) and not any(p.role == "worker" for p in self._pending):
+                break
+            elapsed = time.time() - self._t0
+            target_hit = self.cfg.train.stop_at_target and any(
+                e.get("event") == "target_reached" for e in self.events[-50:])
+            if not stopping_workers and (elapsed > max_time or target_hit):
+                stopping_workers = True
+                for c in workers:
+                    terminate(c.proc)
+            time.sleep(0.1)
+        # Training ends with the last worker's last step, not when its process has exited.
+        done = [e["t"] for e in self.events if e.get("event") == "done" and e.get("role") in ("worker", "allreduce")]
+        self._training_time = max(done) if done else time.time() - self._t0
+
+    def _poll(self, started: bool) -> None:
+        if self._signal is not None:
+            raise _Stopped()
+        for c in self.children:
+            for e in c.events.read():
+                self._record(c, e)
+            code = c.proc.poll()
+            if code is None or c.done:
+                continue
+            for e in c.events.read():
+                self._record(c, e)
+            if code == 0 and c.role in ("worker", "allreduce") and started:
+                c.done = True
+                continue
+            self._crashed(c, code)
+        self._respawn_due()
+
+    def _crashed(self, c: Child, code: int) -> None:
+        """Book a restart of a crashed child, or fail once its retries are spent."""
+        cause = f"{c.name} exited with code {code}: {c.cause()}"
+        pending = self.budget.schedule(c.role, c.index, time.monotonic(), c.address)
+        if pending is None:
+            used = self.budget.used(c.role, c.index)
+            raise LaunchFailed(cause + (f" (after {used} restart{'s' * (used != 1)})" if used else ""))
+        self.children.remove(c)
+        self._pending.append(pending)
+        self._record(c, {"t": round(time.time() - self._t0, 4) if self._t0 else 0.0, "role": "launcher",
+                         "index": 0, "event": "restart", "process": c.role, "process_index": c.index,
+                         "attempt": self.budget.used(c.role, c.index), "cause": cause})
+
+    def _respawn_due(self) -> None:
+        now = time.monotonic()
+        due = [p for p in self._pending if p.due <= now]
+        for p in due:
+            self._pending.remove(p)
+            self._spawn(p.role, p.index, address=p.address)
+        if due:
+            self._write_processes()
+
+    def _record(self, child: Child, e: dict) -> None:
+        if e.get("event") == "ready":
+            child.ready = True
+        self.events.append(e)
+        self._metrics.write(json.dumps(e) + "\n")
+        self.on_progress(self._tracker.record(e))
+
+    def _shutdown(self, interrupted: bool = False) -> None:
+        """Stop in order: workers, then the evaluator (final eval + model.pt), then
+        servers. When interrupted, everything must be gone within INTERRUPT_BUDGET_S:
+        workers and evaluator are stopped together and stragglers are killed."""
+        if interrupted:
+            stages = [(("worker", "allreduce", "evaluator"), 0.5 * INTERRUPT_BUDGET_S),
+                      (("server",), 0.3 * INTERRUPT_BUDGET_S)]
+        else:
+            stages = [(("worker", "allreduce"), STOP_GRACE_S), (("evaluator",), 3 * STOP_GRACE_S),
+                      (("server",), STOP_GRACE_S)]
+        for roles, grace in stages:
+            group = [c for c in self.children if c.role in roles and c.proc.poll() is None]
+            for c in group:
+                terminate(c.proc)
+            deadline = time.monotonic() + grace
+            for c in group:
+                try:
+                    c.proc.wait(timeout=max(0.05, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    kill(c.proc)
+        for c in self.children:
+            for e in c.events.read():
+                self._record(c, e)
+
+    def _on_signal(self, signum, frame) -> None:
+        self._signal = signum
+
+
+class _Stopped(Exception):
+    pass

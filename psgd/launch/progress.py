@@ -1,0 +1,50 @@
+"""Progress of a live run, folded from the events the launcher merges."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from psgd.core.histogram import Histogram
+
+__all__ = ["Progress", "ProgressTracker"]
+
+
+@dataclass
+class Progress:
+    steps: int = 0
+    total_steps: int = 0
+    updates: int = 0
+    updates_per_s: float = 0.0
+    accuracy: Optional[float] = None
+    staleness_mean: Optional[float] = None
+    staleness_max: Optional[int] = None
+    t: float = 0.0
+    started: bool = False   # every process is ready and the training clock runs
+
+
+class ProgressTracker:
+    """Updates one Progress from each event; shards' staleness histograms are merged."""
+
+    def __init__(self, total_steps: int):
+        self.progress = Progress(total_steps=total_steps)
+        self._staleness: dict[int, dict] = {}  # shard -> its latest (cumulative) staleness histogram
+
+    def record(self, e: dict) -> Progress:
+        p = self.progress
+        ev = e.get("event")
+        if ev == "step":
+            p.steps += 1
+        elif ev == "eval":
+            p.accuracy = e.get("accuracy")
+            # `updates` sums the versions of every parameter source (shards, or rank 0 in allreduce).
+            p.updates = max(p.updates, int(e.get("updates", 0) / max(1, len(e.get("versions") or [0]))))
+        elif ev == "server_stats":
+            self._staleness[e.get("index", 0)] = e.get("staleness_hist", {})
+            merged = Histogram()
+            for hist in self._staleness.values():
+                merged.merge(hist)
+            p.staleness_mean, p.staleness_max = merged.mean, merged.max
+            p.updates = max(p.updates, int(e.get("version", 0)))
+        p.t = e.get("t", p.t)
+        p.updates_per_s = p.updates / p.t if p.t > 0 else 0.0
+        return p

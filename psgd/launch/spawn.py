@@ -1,0 +1,69 @@
+"""Starting and stopping one child process of a local run."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from psgd.config import Config
+from psgd.launch.roles import child_command
+from psgd.runtime.events import EventTail
+
+__all__ = ["Child", "spawn_child", "terminate", "kill"]
+
+
+@dataclass
+class Child:
+    role: str
+    index: int
+    proc: subprocess.Popen
+    log: Path
+    events: EventTail
+    address: Optional[str] = None
+    ready: bool = False
+    done: bool = False
+
+    def cause(self) -> str:
+        """The last meaningful line the child printed (usually the exception)."""
+        try:
+            lines = [ln.strip() for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
+        except FileNotFoundError:
+            return "no output"
+        return lines[-1][:300] if lines else "no output"
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} {self.index} (pid {self.proc.pid})"
+
+
+def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Optional[str] = None) -> Child:
+    """Start `role` `index` on the run's config.yaml, its output going to logs/ROLE-I.log."""
+    (run_dir / "logs").mkdir(exist_ok=True)
+    log = run_dir / "logs" / f"{role}-{index}.log"
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(cfg.run.threads),
+               MKL_NUM_THREADS=str(cfg.run.threads))
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(child_command(role, index, run_dir), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    # Earlier incarnations' events were merged already: read only what this one writes.
+    events = EventTail(run_dir / "events" / f"{role}-{index}.jsonl", from_end=True)
+    return Child(role, index, proc, log, events, address=address)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # children run in their own session: pgid == pid
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def terminate(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,78 @@
+"""summary.json: the figures of one run, computed from its metric events."""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from psgd.config import Config
+from psgd.core.histogram import Histogram
+
+__all__ = ["summarize", "time_to_target"]
+
+
+def time_to_target(evals: list[dict], target: Optional[float]) -> Optional[float]:
+    if target is None:
+        return None
+    for e in evals:
+        if e.get("accuracy") is not None and e["accuracy"] >= target:
+            return e["t"]
+    return None
+
+
+def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: str = "ok",
+              restarts: int = 0) -> dict:
+    events = list(events)
+    evals = sorted((e for e in events if e.get("event") == "eval"), key=lambda e: e["t"])
+    final_eval = next((e for e in reversed(evals) if e.get("final")), evals[-1] if evals else None)
+    # Each shard's latest stats are cumulative; the allreduce workers report their own.
+    latest: dict[tuple[str, int], dict] = {}
+    for e in events:
+        if e.get("event") == "server_stats":
+            latest[(e["role"], e["index"])] = e
+    staleness, gaps = Histogram(), Histogram()
+    counters: dict[str, int] = {}
+    for st in latest.values():
+        staleness.merge(st.get("staleness_hist", {}))
+        gaps.merge(st.get("clock_gap_hist", {}))
+        for k, v in st.get("counters", {}).items():
+            counters[k] = counters.get(k, 0) + int(v)
+    steps = [e for e in events if e.get("event") == "step"]
+    if cfg.consistency.mode == "allreduce":
+        total_updates = max((e.get("clock", 0) for e in steps), default=0)
+    else:
+        # A model update touches every shard once, so one shard's version counts them.
+        total_updates = max((int(st.get("version", 0)) for st in latest.values()), default=0)
+    done = [e for e in events if e.get("event") == "done" and e.get("role") == "worker"]
+    wire_bytes = sum(int(e.get("bytes_sent", 0)) for e in done)
+    fp32_bytes = sum(int(e.get("fp32_bytes", 0)) for e in done)
+    losses = [e["loss"] for e in steps[-max(1, cfg.cluster.workers * 5):] if e.get("loss") is not None]
+    return {
+        "mode": cfg.consistency.mode,
+        "staleness": cfg.consistency.staleness if cfg.consistency.mode == "ssp" else None,
+        "servers": 0 if cfg.consistency.mode == "allreduce" else cfg.cluster.num_servers,
+        "workers": cfg.cluster.workers,
+        "status": status,
+        "seed": cfg.run.seed,
+        "wall_time_s": round(wall_time_s, 3),
+        "total_updates": total_updates,
+        "worker_steps": len(steps),
+        "updates_per_s": round(total_updates / wall_time_s, 3) if wall_time_s > 0 else 0.0,
+        "final_test_accuracy": final_eval["accuracy"] if final_eval else None,
+        "final_test_loss": final_eval["test_loss"] if final_eval else None,
+        "final_train_loss": sum(losses) / len(losses) if losses else None,
+        "target_accuracy": cfg.train.target_accuracy,
+        "time_to_target_s": time_to_target(evals, cfg.train.target_accuracy),
+        "staleness_mean": round(staleness.mean, 4),
+        "staleness_max": staleness.max,
+        "staleness_hist": staleness.as_dict(),
+        "max_clock_gap": gaps.max,
+        "clock_gap_hist": gaps.as_dict(),
+        "rejected_updates": counters.get("rejected_nonfinite", 0) + counters.get("rejected_stale", 0),
+        "late_dropped": counters.get("late_dropped", 0),
+        "duplicate_pushes": counters.get("duplicates", 0),
+        "bad_requests": counters.get("bad_requests", 0),
+        "workers_timed_out": counters.get("workers_timed_out", 0),
+        "restarts": restarts,
+        # Gradient payload bytes the workers pushed, and that over what fp32 would have sent.
+        "wire_bytes_sent": wire_bytes,
+        "compression_ratio": round(wire_bytes / fp32_bytes, 6) if fp32_bytes else None,
+    }

@@ -1,0 +1,1 @@
+"""The wire: protocol (the bytes), codecs, transport (the only zmq code), request tracking, CurveZMQ."""

@@ -1,0 +1,93 @@
+"""Request tracking over per-shard connections: ids, waiting for N replies, resends.
+
+`RequestTracker.call` sends one request to each addressed shard, all before
+waiting for any reply, then collects the replies, matching them by request
+id. A shard that has not answered within the timeout is sent the same bytes
+again (same request id, same push seq, so the shard recognises the resend).
+Replies to requests already answered are discarded. Blocking; not
+thread-safe.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Callable, Optional
+
+from psgd.wire import protocol as P
+from psgd.wire.transport import ShardConnections
+
+__all__ = ["RequestTracker", "RemoteError", "RequestFailed", "Interrupted"]
+
+
+class RemoteError(RuntimeError):
+    """A shard answered with an ERROR message."""
+
+    def __init__(self, shard: int, code: str, reason: str):
+        self.shard, self.code, self.reason = shard, code, reason
+        super().__init__(f"shard {shard} refused the request ({code}): {reason}")
+
+
+class RequestFailed(RuntimeError):
+    """A shard did not answer after every resend."""
+
+
+class Interrupted(RuntimeError):
+    """The caller's stop condition became true while waiting."""
+
+
+class RequestTracker:
+    def __init__(self, conns: ShardConnections, timeout_s: float, max_retries: int,
+                 should_stop: Optional[Callable[[], bool]] = None):
+        self.conns = conns
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.should_stop = should_stop or (lambda: False)
+        self._ids = itertools.count(1)
+        self.resends = 0
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def call(self, requests: dict[int, list], timeout_s: Optional[float] = None,
+             max_retries: Optional[int] = None, interruptible: bool = True) -> dict[int, tuple[P.Record, list]]:
+        """`requests` maps shard -> encoded frames (whose header carries a fresh
+        request id from `next_id`). Returns shard -> (reply record, payload).
+        Raises RemoteError for an ERROR reply, RequestFailed after max_retries,
+        Interrupted if `should_stop` turns true (unless not interruptible)."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        max_retries = self.max_retries if max_retries is None else max_retries
+        want = {shard: P.request_id(frames) for shard, frames in requests.items()}
+        for shard, frames in requests.items():
+            self.conns.send(shard, frames)
+        replies: dict[int, tuple[P.Record, list]] = {}
+        attempts = {shard: 0 for shard in requests}
+        deadline = {shard: time.monotonic() + timeout_s for shard in requests}
+        while len(replies) < len(requests):
+            if interruptible and self.should_stop():
+                raise Interrupted("stopped while waiting for shards")
+            for shard, frames in self.conns.recv(timeout_ms=100):
+                try:
+                    record, payload = P.decode(frames)
+                except P.ProtocolError as exc:
+                    raise RemoteError(shard, "bad_reply", str(exc)) from None
+                if shard not in want or record.req != want[shard] or shard in replies:
+                    continue  # a late answer to an earlier attempt or request
+                if isinstance(record, P.Error):
+                    raise RemoteError(shard, record.code, record.reason)
+                replies[shard] = (record, payload)
+            now = time.monotonic()
+            for shard in requests:
+                if shard in replies or now < deadline[shard]:
+                    continue
+                if attempts[shard] >= max_retries:
+                    raise RequestFailed(f"shard {shard} ({self.conns.addresses[shard]}) did not answer "
+                                        f"after {attempts[shard] + 1} attempts of {timeout_s:g}s")
+                attempts[shard] += 1
+                self.resends += 1
+                self.conns.send(shard, requests[shard])
+                deadline[shard] = now + timeout_s
+        return replies
+
+    def send_only(self, shard: int, frames: list) -> None:
+        """Fire-and-forget (heartbeats)."""
+        self.conns.send(shard, frames)

@@ -1,0 +1,277 @@
+"""ZeroMQ sockets: the only module that imports zmq.
+
+A shard serves on one ROUTER socket; a client holds one DEALER socket per
+shard so it can send to every shard before waiting for any reply. Frames are
+sent with copy=False (pyzmq copies frames below its copy threshold itself,
+which is cheaper for small headers) and received as zero-copy memoryviews.
+Sockets are not thread-safe: use each from one thread.
+
+CurveZMQ (optional): key pairs are made by `generate_keys`; a server socket
+encrypts and admits only clients whose public key is in its authorised
+directory, checked by a ZAP authenticator thread (one per process).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+__all__ = ["ServerSocket", "ShardConnections", "SendTracker", "TransportError", "tcp_address", "CurveKeys",
+           "generate_keys", "server_keys", "client_keys", "zmq_context"]
+
+
+class TransportError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class CurveKeys:
+    """One side's CurveZMQ keys (Z85 bytes). A server also names the directory
+    of authorised client public keys; a client names the server's public key."""
+    public: bytes
+    secret: bytes
+    server_public: bytes
+    authorized_dir: Optional[Path] = None
+
+
+SERVER_KEY = "server"
+AUTHORIZED_DIR = "authorized"
+
+
+def generate_keys(directory, clients: int = 1) -> list[Path]:
+    """Make DIR/server.key(_secret), `clients` client key pairs DIR/client[-k].key(_secret)
+    and copy their public keys into DIR/authorized/. Returns the files written."""
+    d = Path(directory)
+    (d / AUTHORIZED_DIR).mkdir(parents=True, exist_ok=True)
+    written = list(zmq.auth.create_certificates(d, SERVER_KEY))
+    for k in range(clients):
+        name = "client" if k == 0 else f"client-{k}"
+        public, secret = zmq.auth.create_certificates(d, name)
+        written += [Path(public), Path(secret), Path(shutil.copy(public, d / AUTHORIZED_DIR))]
+    for path in written:
+        if str(path).endswith("_secret"):
+            os.chmod(path, 0o600)
+    return [Path(p) for p in written]
+
+
+def _load(path: Path, need_secret: bool) -> tuple[bytes, bytes]:
+    if not Path(path).is_file():
+        raise TransportError(f"key file not found: {path} (make keys with `psgd keys generate DIR`)")
+    try:
+        public, secret = zmq.auth.load_certificate(path)
+    except (ValueError, OSError) as exc:
+        raise TransportError(f"cannot read key file {path}: {exc}") from None
+    if need_secret and secret is None:
+        raise TransportError(f"{path} holds no secret key (use the *.key_secret file)")
+    return public, secret
+
+
+def server_keys(directory) -> CurveKeys:
+    d = Path(directory)
+    public, secret = _load(d / f"{SERVER_KEY}.key_secret", need_secret=True)
+    if not (d / AUTHORIZED_DIR).is_dir():
+        raise TransportError(f"no authorised client keys: {d / AUTHORIZED_DIR} is missing")
+    return CurveKeys(public, secret, public, d / AUTHORIZED_DIR)
+
+
+def client_keys(directory, key_file=None) -> CurveKeys:
+    d = Path(directory)
+    server_public, _ = _load(d / f"{SERVER_KEY}.key", need_secret=False)
+    public, secret = _load(Path(key_file) if key_file else d / "client.key_secret", need_secret=True)
+    return CurveKeys(public, secret, server_public)
+
+
+_AUTH: dict[int, ThreadAuthenticator] = {}
+
+
+def _authenticator(authorized_dir: Path) -> None:
+    """Start (once per process) the ZAP handler that admits only authorised client keys."""
+    auth = _AUTH.get(os.getpid())
+    if auth is None:
+        auth = _AUTH[os.getpid()] = ThreadAuthenticator(zmq_context())
+        auth.start()
+    auth.configure_curve(domain="*", location=str(authorized_dir))
+
+
+def tcp_address(hostport: str) -> str:
+    return hostport if hostport.startswith(("tcp://", "ipc://", "inproc://")) else f"tcp://{hostport}"
+
+
+def zmq_context() -> zmq.Context:
+    # One context per process; zmq.Context.instance() is fork-unsafe, so key it by pid.
+    global _CTX, _CTX_PID
+    if _CTX is None or _CTX_PID != os.getpid():
+        _CTX, _CTX_PID = zmq.Context(), os.getpid()
+    return _CTX
+
+
+_CTX: Optional[zmq.Context] = None
+_CTX_PID = -1
+
+
+# Frames below this size are copied when sent instead of tracked (pyzmq copies
+# below its own copy threshold, 64 KiB, even when asked not to).
+TRACK_MIN_BYTES = 1 << 16
+
+
+class ServerSocket:
+    """A bound ROUTER socket. `recv` returns (identity, frames) or None on timeout."""
+
+    def __init__(self, address: str, max_message_bytes: int = -1, curve: Optional[CurveKeys] = None):
+        self._sock = zmq_context().socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            _authenticator(curve.authorized_dir)
+            self._sock.curve_secretkey = curve.secret
+            self._sock.curve_publickey = curve.public
+            self._sock.curve_server = True
+        self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+        # Deferred replies can pile up for a slow client; never drop them silently.
+        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._sock.setsockopt(zmq.SNDHWM, 0)
+        self._sock.setsockopt(zmq.RCVHWM, 0)
+        try:
+            self._sock.bind(tcp_address(address))
+        except zmq.ZMQError as exc:
+            self._sock.close(0)
+            raise TransportError(f"cannot bind {address}: {exc}") from None
+        self.address = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+
+    def recv(self, timeout_ms: int) -> Optional[tuple[bytes, list]]:
+        if not self._poller.poll(timeout_ms):
+            return None
+        parts = self._sock.recv_multipart(copy=False)
+        return parts[0].bytes, [p.buffer for p in parts[1:]]
+
+    def send(self, identity: bytes, frames: Sequence) -> bool:
+        """Send a reply; returns False if the peer is gone (its reply is dropped)."""
+        try:
+            self._sock.send_multipart([identity, *frames], copy=False)
+            return True
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                return False
+            raise
+
+    def send_tracked(self, identity: bytes, frames: Sequence) -> Optional["SendTracker"]:
+        """Send a reply whose buffers the caller will modify later; returns a
+        tracker that reports when ZeroMQ no longer reads them, or None if no
+        buffer needs watching (all were copied, or the peer is gone)."""
+        # Small frames (identity, header) are copied: cheaper than tracking them,
+        # and only the large ones can alias memory the caller will change.
+        try:
+            self._sock.send(identity, zmq.SNDMORE)
+            trackers = []
+            last = len(frames) - 1
+            for i, frame in enumerate(frames):
+                flags = zmq.SNDMORE if i < last else 0
+                if memoryview(frame).nbytes < TRACK_MIN_BYTES:
+                    self._sock.send(frame, flags)
+                else:
+                    trackers.append(self._sock.send(frame, flags, copy=False, track=True))
+            return SendTracker(zmq.MessageTracker(*trackers)) if trackers else None
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                return None
+            raise
+
+    def close(self) -> None:
+        self._sock.close(0)
+
+
+class SendTracker:
+    """Whether ZeroMQ has released the buffers of a zero-copy send."""
+
+    def __init__(self, tracker: "zmq.MessageTracker"):
+        self._tracker = tracker
+
+    @property
+    def done(self) -> bool:
+        return self._tracker.done
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block up to `timeout_s`; True once the buffers are released."""
+        try:
+            self._tracker.wait(timeout_s)
+            return True
+        except zmq.NotDone:
+            return False
+
+
+class ShardConnections:
+    """One DEALER socket per shard address."""
+
+    def __init__(self, addresses: Sequence[str], max_message_bytes: int = -1, curve: Optional[CurveKeys] = None):
+        self.addresses = list(addresses)
+        self._socks = []
+        self._poller = zmq.Poller()
+        for addr in self.addresses:
+            sock = zmq_context().socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+            sock.setsockopt(zmq.SNDHWM, 0)
+            sock.setsockopt(zmq.RCVHWM, 0)
+            sock.setsockopt(zmq.RECONNECT_IVL, 100)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            if curve is not None:
+                sock.curve_secretkey = curve.secret
+                sock.curve_publickey = curve.public
+                sock.curve_serverkey = curve.server_public
+            sock.connect(tcp_address(addr))
+            self._poller.register(sock, zmq.POLLIN)
+            self._socks.append(sock)
+        self._index = {s: i for i, s in enumerate(self._socks)}
+        self._messages: dict[tuple[int, int], tuple] = {}  # (shard, frame position) -> (buffer, zmq.Frame)
+
+    def __len__(self) -> int:
+        return len(self._socks)
+
+    def send(self, shard: int, frames: Sequence) -> bool:
+        """Queue a request; returns False if the shard has no usable connection
+        right now (e.g. its CurveZMQ handshake was refused). Never blocks: the
+        caller's resend timer tries again, so an unreachable shard ends in a
+        timeout error instead of a hang.
+
+        Large frames are sent zero-copy: their buffers must stay unchanged
+        until the request is answered. Passing the same buffer object again
+        (a reused gradient buffer, a resend) reuses its ZeroMQ message, which
+        saves pyzmq's per-send release notification."""
+        try:
+            self._socks[shard].send_multipart([self._reusable(shard, i, f) for i, f in enumerate(frames)],
+                                              flags=zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.Again:
+            return False
+
+    def _reusable(self, shard: int, position: int, frame):
+        # One message per (shard, frame position): the last buffer sent there,
+        # so nothing but that buffer is kept alive.
+        if memoryview(frame).nbytes < TRACK_MIN_BYTES:
+            return frame
+        cached = self._messages.get((shard, position))
+        if cached is None or cached[0] is not frame:
+            cached = self._messages[(shard, position)] = (frame, zmq.Frame(frame, copy=False))
+        return cached[1]
+
+    def recv(self, timeout_ms: int) -> list[tuple[int, list]]:
+        """Every message ready within `timeout_ms`, as (shard, frames)."""
+        ready = self._poller.poll(timeout_ms)
+        out = []
+        for sock, _ in ready:
+            parts = sock.recv_multipart(copy=False)
+            out.append((self._index[sock], [p.buffer for p in parts]))
+        return out
+
+    def close(self) -> None:
+        self._messages.clear()
+        for sock in self._socks:
+            sock.close(0)
+        self._socks = []

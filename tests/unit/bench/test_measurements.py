@@ -1,0 +1,94 @@
+"""Benchmark commands on tiny sizes: output schema, ratios derived from the
+measured numbers, reports written. No absolute times are asserted."""
+import subprocess
+import pytest
+import torch
+from conftest import kill_tree, psgd_cmd, spawn
+from psgd.bench.apply import run_apply_bench
+from psgd.bench.comm import RAW_SGD_LR, comm_row, start_raw_server
+from psgd.bench.report import comm_bounds
+from psgd.bench.procs import parse_size
+from psgd.bench.scale import find_saturation
+
+
+ROW_KEYS = {"size_bytes", "shards", "psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms", "raw_zmq_sgd_ms",
+            "psgd_over_raw_zmq", "torch_rpc_over_psgd", "gloo_over_psgd", "raw_zmq_sgd_over_raw_zmq",
+            "psgd_over_raw_zmq_sgd", "repeats"}
+
+
+def _run(args, timeout):
+    proc = spawn(psgd_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        raise AssertionError(f"{args} did not finish in {timeout}s")
+    assert proc.returncode == 0, err
+    return out
+
+
+def test_comm_row_takes_medians_and_their_ratios():
+    row = comm_row(1024, 1, psgd=[0.003, 0.001, 0.002], raw=[0.001, 0.004, 0.0005],
+                   gloo=[0.002], rpc=[0.010, 0.006, 0.008], raw_sgd=[0.0015, 0.0016, 0.0014])
+    assert (row["psgd_ms"], row["raw_zmq_ms"], row["gloo_ms"], row["torch_rpc_ms"]) == (2.0, 1.0, 2.0, 8.0)
+    assert (row["psgd_over_raw_zmq"], row["torch_rpc_over_psgd"], row["gloo_over_psgd"]) == (2.0, 4.0, 1.0)
+    assert (row["raw_zmq_sgd_ms"], row["raw_zmq_sgd_over_raw_zmq"], row["psgd_over_raw_zmq_sgd"]) == (1.5, 1.5, 1.3333)
+
+
+def test_bench_apply_reports_bytes_over_time():
+    rows = run_apply_bench([64 << 10], ["sgd", "adam"], repeats=3)["rows"]
+    assert [r["optimizer"] for r in rows] == ["sgd", "adam"]
+    for r in rows:
+        assert r["gb_per_s"] == pytest.approx(r["size_bytes"] / (r["median_ms"] / 1e3) / 1e9, rel=1e-2)
+
+
+def test_find_saturation_is_where_scaling_stays_below_80_percent_of_linear():
+    rows = [{"shards": 1, "workers": w, "updates_per_s": u} for w, u in
+            ((1, 50), (4, 120), (16, 700), (64, 1000), (256, 1100))]
+    sat = find_saturation(rows)[1]
+    assert sat["saturates_at_workers"] == 64            # 1000 < 0.8 * 64 * 50; the dip at 4 recovered
+    assert (sat["peak_updates_per_s"], sat["peak_workers"]) == (1100, 256)
+    linear = [{"shards": 2, "workers": w, "updates_per_s": 50 * w} for w in (1, 8, 64)]
+    assert find_saturation(linear)[2]["saturates_at_workers"] is None
+
+
+@pytest.mark.parametrize("text,expected", [("1MB", 1 << 20), ("64KB", 65536), ("0.5MB", 1 << 19), ("4096", 4096)])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["x", "3", "-4", "1.5B"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError, match="bad size"):
+        parse_size(text)
+
+
+@pytest.mark.timeout(60)
+def test_raw_sgd_floor_applies_exactly_the_sgd_step_and_skips_non_finite():
+    """The floor baseline must do the work it stands for: each round trip applies
+    p -= lr * g to the server's parameters (a non-finite gradient is skipped)
+    and replies with them, zero-copy."""
+    numel = 32768  # 128 KiB: above pyzmq's copy threshold, so the reply is tracked zero-copy
+    proc, raw = start_raw_server(numel * 4, sgd=True)
+    try:
+        grads = [torch.randn(numel), torch.full((numel,), float("nan")), torch.randn(numel)]
+        expected = torch.zeros(numel)
+        for g in grads * 3:
+            reply = torch.frombuffer(bytearray(raw.round_trip(memoryview(g.numpy()).cast("B"))), dtype=torch.float32)
+            if torch.isfinite(g).all():
+                expected.add_(g, alpha=-RAW_SGD_LR)
+            assert torch.equal(reply, expected)
+        assert not torch.equal(expected, torch.zeros(numel))
+    finally:
+        raw.stop_server()
+        raw.close()
+        proc.join(timeout=10)
+    assert proc.exitcode == 0
+
+
+def test_comm_bounds_are_computed_from_the_row():
+    row = comm_row(1 << 20, 1, psgd=[0.0009], raw=[0.0004], gloo=[0.002], rpc=[0.0015], raw_sgd=[0.0006])
+    (line,) = comm_bounds([row, {**row, "shards": 2}])
+    assert "from 0.400 to 0.600 ms (1.50 x raw ZeroMQ; a 1.25 x target would allow 0.500 ms)" in line
+    assert "psgd adds +0.300 ms to the floor (1.50 x)" in line
+    assert "need psgd at 0.500 ms, 1.25 x the raw echo" in line

@@ -1,0 +1,176 @@
+"""psgd.core.consistency without sockets: SSP deferral and release order, BSP
+aggregation, backup-worker dropping, departures and re-joins."""
+import pytest
+import torch
+from psgd.core.consistency import BspAggregator, ClockBoard, DeferredPulls, Mode, PushOutcome
+
+
+def ssp_board(workers=3, s=1):
+    return ClockBoard(Mode.SSP, workers, staleness=s)
+
+
+def test_ssp_pull_waits_until_slowest_clock_is_within_s():
+    board = ssp_board(workers=3, s=1)
+    assert board.pull_ready(0) and board.pull_ready(1)
+    assert not board.pull_ready(2)          # min clock 0 < 2 - 1
+    for rank in (0, 1):
+        board.advance(rank, 0)
+    assert not board.pull_ready(2)          # rank 2 still at clock 0
+    board.advance(2, 0)
+    assert board.pull_ready(2) and not board.pull_ready(3)
+    assert board.gap(0) == 0
+
+
+def test_ssp_zero_is_lock_step():
+    board = ssp_board(workers=2, s=0)
+    board.advance(0, 0)
+    assert not board.pull_ready(1)
+    board.advance(1, 0)
+    assert board.pull_ready(1)
+
+
+def test_deferred_pulls_release_ready_ones_in_arrival_order():
+    board = ssp_board(workers=3, s=1)
+    parked = DeferredPulls()
+    # Ranks 0 and 1 ran ahead to clock 2 and 3; rank 2 is still at clock 0.
+    board.clocks[:] = [2, 3, 0]
+    parked.park("a", 1, 3)
+    parked.park("b", 0, 2)
+    parked.park("c", 1, 2)  # an older clock parked after a newer one
+    ready = lambda rank, clock: board.pull_ready(clock)  # noqa: E731
+    assert parked.release(ready) == [] and len(parked) == 3
+    board.advance(2, 0)                     # min clock 1: clock-2 pulls may go
+    assert parked.release(ready) == ["b", "c"]
+    assert len(parked) == 1
+    board.advance(2, 1)                     # min clock 2: the clock-3 pull may go
+    assert parked.release(ready) == ["a"]
+    assert len(parked) == 0
+
+
+def test_departure_of_the_slowest_releases_the_others():
+    board = ssp_board(workers=3, s=0)
+    board.clocks[:] = [4, 4, 1]
+    assert not board.pull_ready(4)
+    assert board.depart(2) is True
+    assert board.depart(2) is False         # idempotent
+    assert board.quorum() == [0, 1]
+    assert board.min_clock() == 4 and board.pull_ready(4)
+
+
+def test_drop_rank_forgets_only_that_ranks_pulls():
+    parked = DeferredPulls()
+    parked.park("x", 0, 5)
+    parked.park("y", 1, 5)
+    parked.park("z", 0, 6)
+    assert parked.drop_rank(0) == ["x", "z"]
+    assert parked.release(lambda r, c: True) == ["y"]
+
+
+def test_ssp_first_join_keeps_the_clock_the_others_wait_at():
+    board = ssp_board(workers=3, s=1)
+    board.join(0)
+    board.advance(0, 0)
+    board.advance(0, 1)
+    board.join(2)
+    board.advance(2, 0)
+    assert board.join(1) == 0               # a late first registration starts at 0
+    assert board.clocks == [2, 0, 1]
+
+
+def test_ssp_rejoin_continues_from_the_slowest_other_worker():
+    board = ssp_board(workers=3, s=2)
+    for rank in range(3):
+        board.join(rank)
+    board.clocks[:] = [9, 7, 3]
+    board.depart(2)
+    assert board.join(2) == 7               # not 3: it would hold the others back
+    assert board.clocks[2] == 7 and 2 in board.quorum()
+    board.clocks[1] = 12                    # a rank ahead of the others keeps its clock
+    assert board.join(1) == 12
+
+
+def test_asp_never_waits():
+    board = ClockBoard(Mode.ASP, 2)
+    board.advance(0, 99)
+    assert board.pull_ready(100)
+    assert board.gap(0) == 100
+
+
+def test_bsp_pull_waits_for_the_previous_clock_to_be_applied():
+    board = ClockBoard(Mode.BSP, 2)
+    assert board.pull_ready(0, bsp_step=0)
+    assert not board.pull_ready(1, bsp_step=0)
+    assert board.pull_ready(1, bsp_step=1)
+
+
+def test_bsp_rejoin_continues_at_the_step_in_progress():
+    board = ClockBoard(Mode.BSP, 3)
+    board.clocks[:] = [6, 5, 2]
+    board.depart(2)
+    assert board.join(2, at=5) == 5
+    assert board.clocks[2] == 5
+    assert board.join(0, at=5) == 5 and board.clocks[0] == 6  # never moves back
+
+
+def test_bsp_averages_the_clock_once_every_quorum_member_pushed():
+    agg = BspAggregator(3)
+    quorum = [0, 1, 2]
+    grads = [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 5.0, 6.0]), torch.tensor([-2.0, 2.0, 1.5])]
+    assert agg.add(0, 0, grads[0], quorum) is PushOutcome.BUFFERED
+    assert agg.add(2, 0, grads[2], quorum) is PushOutcome.BUFFERED
+    assert agg.add(1, 0, grads[1], quorum) is PushOutcome.COMPLETE
+    avg = agg.take_average()
+    assert torch.equal(avg, torch.tensor([1.0, 3.0, 3.5]))
+    assert agg.step == 1 and agg.count == 0
+    assert agg.add(0, 0, grads[0], quorum) is PushOutcome.LATE
+    with pytest.raises(ValueError, match="clock 2"):
+        agg.add(0, 2, grads[0], quorum)
+
+
+def test_bsp_second_push_of_a_rank_in_one_clock_is_late():
+    agg = BspAggregator(1)
+    assert agg.add(0, 0, torch.ones(1), [0, 1]) is PushOutcome.BUFFERED
+    assert agg.add(0, 0, torch.ones(1), [0, 1]) is PushOutcome.LATE
+    assert agg.count == 1
+
+
+def test_bsp_backup_workers_take_the_first_arrivals_and_drop_the_rest():
+    agg = BspAggregator(2, backup=1)
+    quorum = [0, 1, 2]
+    assert agg.needed(3) == 2
+    assert agg.add(2, 0, torch.tensor([2.0, 0.0]), quorum) is PushOutcome.BUFFERED
+    assert agg.add(0, 0, torch.tensor([0.0, 4.0]), quorum) is PushOutcome.COMPLETE
+    assert torch.equal(agg.take_average(), torch.tensor([1.0, 2.0]))
+    # The straggler's gradient for the applied clock is dropped, not added to clock 1.
+    assert agg.add(1, 0, torch.tensor([100.0, 100.0]), quorum) is PushOutcome.LATE
+    assert agg.add(1, 1, torch.tensor([6.0, 6.0]), quorum) is PushOutcome.BUFFERED
+    assert agg.add(0, 1, torch.tensor([0.0, 2.0]), quorum) is PushOutcome.COMPLETE
+    assert torch.equal(agg.take_average(), torch.tensor([3.0, 4.0]))
+
+
+def test_bsp_departed_contributor_does_not_make_a_member_late():
+    agg = BspAggregator(1)
+    assert agg.add(2, 0, torch.tensor([3.0]), [0, 1, 2]) is PushOutcome.BUFFERED
+    quorum = [0, 1]                          # rank 2 timed out after pushing
+    assert agg.check(quorum) is PushOutcome.BUFFERED
+    assert agg.add(0, 0, torch.tensor([6.0]), quorum) is PushOutcome.BUFFERED
+    assert agg.add(1, 0, torch.tensor([0.0]), quorum) is PushOutcome.COMPLETE
+    assert torch.equal(agg.take_average(), torch.tensor([3.0]))  # its gradient still counts
+
+
+def test_bsp_departure_completes_a_clock_that_waited_only_for_it():
+    agg = BspAggregator(1)
+    agg.add(0, 0, torch.tensor([2.0]), [0, 1])
+    assert agg.check([0, 1]) is PushOutcome.BUFFERED
+    assert agg.check([0]) is PushOutcome.COMPLETE
+    assert agg.check([]) is PushOutcome.BUFFERED  # nobody left: nothing to complete for
+
+
+def test_bsp_rejected_pushes_count_toward_the_quorum_but_not_the_average():
+    agg = BspAggregator(1)
+    assert agg.add(0, 0, None, [0, 1]) is PushOutcome.BUFFERED
+    assert agg.add(1, 0, torch.tensor([5.0]), [0, 1]) is PushOutcome.COMPLETE
+    assert torch.equal(agg.take_average(), torch.tensor([5.0]))
+    agg.add(0, 1, None, [0, 1])
+    assert agg.add(1, 1, None, [0, 1]) is PushOutcome.COMPLETE
+    assert agg.take_average() is None and agg.step == 2

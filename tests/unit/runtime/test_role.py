@@ -1,0 +1,54 @@
+"""What every process does on start: threads, events file, the common start signal."""
+import json
+import os
+import threading
+
+import torch
+
+from psgd.config import load_config
+from psgd.runtime.role import START_FILE, start_role
+
+
+def test_start_role_sets_threads_and_opens_the_role_events_file(tmp_path):
+    cfg = load_config(None, ["run.threads=1"])
+    ctx = start_role("worker", 2, cfg, tmp_path, supervised=False)
+    try:
+        assert torch.get_num_threads() == 1
+        ctx.events.emit("hello")
+        assert (tmp_path / "events" / "worker-2.jsonl").exists()
+        assert ctx.events.t0 is not None  # unsupervised: its own clock starts now
+        assert not ctx.should_stop()
+    finally:
+        ctx.events.close()
+
+
+def test_supervised_role_waits_for_the_launchers_start_file(tmp_path):
+    ctx = start_role("server", 0, load_config(None), tmp_path, supervised=True)
+    try:
+        assert ctx.events.t0 is None
+        assert ctx.poll_start() is False and ctx.events.t0 is None
+        timer = threading.Timer(0.1, lambda: (tmp_path / START_FILE).write_text(json.dumps({"t0": 123.5})))
+        timer.start()
+        assert ctx.wait_for_start(poll_s=0.01)
+        assert ctx.events.t0 == 123.5
+    finally:
+        ctx.events.close()
+
+
+def test_a_stop_request_ends_the_wait_for_start(tmp_path):
+    ctx = start_role("evaluator", 0, load_config(None), tmp_path, supervised=True)
+    try:
+        ctx.stop.set()
+        assert ctx.wait_for_start(poll_s=0.01) is False
+    finally:
+        ctx.events.close()
+
+
+def test_a_supervised_role_knows_when_its_launcher_is_gone(tmp_path):
+    ctx = start_role("worker", 0, load_config(None), tmp_path, supervised=True)
+    try:
+        assert not ctx.orphaned()
+        ctx.parent_pid = os.getppid() + 1_000_000  # as if our parent had changed (re-parented to init)
+        assert ctx.orphaned() and ctx.should_stop()
+    finally:
+        ctx.events.close()

@@ -1,0 +1,72 @@
+"""Wire format: every record round-trips; malformed headers are refused with a reason; tensor frames are zero-copy."""
+import msgpack
+import pytest
+import torch
+from psgd.wire import protocol as P
+
+
+@pytest.mark.parametrize("record", [
+    P.Register(req=1, rank=3, role="evaluator", fingerprint="abc"),
+    P.Welcome(req=2, shard=1, version=10, clock=4, last_seq=7),
+    P.Pull(req=3, rank=1, clock=9),
+    P.Push(req=4, rank=2, seq=5, clock=5, read_version=40, encoding="f16", scale=0.5, numel=100),
+    P.PushPull(req=5, rank=2, seq=6, clock=6, read_version=41, numel=100),
+    P.Params(req=6, version=3, clock=2, min_clock=1, numel=10),
+    P.Ack(req=7, version=3, applied=False, staleness=2),
+    P.Heartbeat(rank=1), P.Leave(req=8, rank=1), P.Stats(req=9),
+    P.StatsReply(req=9, stats={"counters": {"a": 1}}), P.Shutdown(req=10),
+    P.Error(req=11, code="bad", reason="why"),
+])
+def test_every_record_round_trips(record):
+    frames = P.encode(record, [b"payload"])
+    back, payload = P.decode(frames)
+    assert back == record and type(back) is type(record)
+    assert [bytes(f) for f in payload] == [b"payload"]
+
+
+def test_every_message_type_has_a_record():
+    assert set(P.RECORDS) == set(P.MsgType)
+
+
+def header(*items):
+    return msgpack.packb(list(items))
+
+
+@pytest.mark.parametrize("frames, code", [
+    ([], "empty"),
+    ([b"\xc1\xc1garbage"], "bad_header"),
+    ([header(1, 3)], "bad_header"),
+    ([header(99, 3, 1, {})], "bad_version"),
+    ([header(1, 999, 1, {})], "bad_type"),
+    ([header(1, True, 1, {})], "bad_type"),
+    ([header(1, 3, -1, {})], "bad_header"),
+    ([header(1, 3, 1, [])], "bad_header"),
+    ([header(1, 3, 1, {"rank": "zero"})], "bad_field"),
+    ([header(1, 3, 1, {"rank": True})], "bad_field"),
+    ([header(1, 3, 1, {"bogus": 1})], "bad_field"),
+    ([header(1, 3, 1, {"req": 5})], "bad_field"),
+    ([b"\x00" * (P.MAX_HEADER_BYTES + 1)], "header_too_large"),
+])
+def test_malformed_headers_are_refused(frames, code):
+    with pytest.raises(P.ProtocolError) as info:
+        P.decode(frames)
+    assert info.value.code == code
+
+
+@pytest.mark.parametrize("encoding", ["f32", "f16", "bf16"])
+def test_tensor_frames_round_trip_without_copy(encoding):
+    dtype = P.ENCODINGS[encoding][0]
+    t = torch.arange(1000, dtype=torch.float32).to(dtype)
+    frame = P.tensor_frame(t)
+    assert frame.nbytes == 1000 * P.ENCODINGS[encoding][1]
+    back = P.frame_to_tensor(frame, encoding, 1000)
+    assert torch.equal(back, t)
+    assert back.data_ptr() == t.data_ptr()  # a view of the same memory, not a copy
+
+
+def test_frame_size_must_match_header():
+    frame = P.tensor_frame(torch.zeros(10))
+    with pytest.raises(P.ProtocolError, match="bad_size"):
+        P.frame_to_tensor(frame, "f32", 11)
+    with pytest.raises(P.ProtocolError, match="bad_encoding"):
+        P.frame_to_tensor(frame, "f64", 5)
