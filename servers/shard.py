@@ -24,7 +24,9 @@ from psgd.wire.curve import server_curve
 from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task
 from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
+from psgd.runtime.token import read_run_token
 from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
+from psgd.servers.live_control import ControlError
 from psgd.servers.state import PushStatus, ShardState
 
 __all__ = ["ShardServer", "initial_shard_params", "run_role"]
@@ -42,8 +44,10 @@ _HANDLERS = {
     MsgType.LEAVE: "_on_leave",
     MsgType.STATS: "_on_stats",
     MsgType.SHUTDOWN: "_on_shutdown",
+    MsgType.CONTROL: "_on_control",
 }
-_REPLY_TYPES = {MsgType.WELCOME, MsgType.PARAMS, MsgType.ACK, MsgType.STATS_REPLY, MsgType.ERROR}
+_REPLY_TYPES = {MsgType.WELCOME, MsgType.PARAMS, MsgType.ACK, MsgType.STATS_REPLY, MsgType.CONTROL_REPLY,
+                MsgType.ERROR}
 if set(_HANDLERS) | _REPLY_TYPES != set(MsgType):
     raise ImportError(f"shard does not route message types {set(MsgType) - set(_HANDLERS) - _REPLY_TYPES}")
 # Payload frames each request carries (all others carry none).
@@ -55,7 +59,8 @@ class ShardServer:
     def __init__(self, cfg: Config, shard: int, address: str, params: torch.Tensor,
                  fingerprint: str, events: Optional[EventLog] = None,
                  clock: Callable[[], float] = time.monotonic,
-                 checkpoint: Optional[ShardCheckpoint] = None, curve: Optional[CurveKeys] = None):
+                 checkpoint: Optional[ShardCheckpoint] = None, curve: Optional[CurveKeys] = None,
+                 run_token: Optional[str] = None):
         self.cfg = cfg
         self.state = ShardState(cfg, shard, params)
         # Snapshot + log of everything applied since (None: in-memory only).
@@ -63,6 +68,7 @@ class ShardServer:
         self.resumed = checkpoint.resume(self.state) if checkpoint is not None else None
         self.fingerprint = fingerprint
         self.events = events or EventLog(None, "server", shard)
+        self.state.live.token, self.state.live.emit = run_token, self.events.emit  # psgd ctl; setting_change events
         self._clock = clock
         self._sock = ServerSocket(address, cfg.wire.max_message_mb << 20, curve=curve)
         self.address = self._sock.address
@@ -89,6 +95,8 @@ class ShardServer:
                         self.events.emit("worker_timed_out", rank=rank, clock=self.state.board.clocks[rank])
                         self._journal("log_depart", rank)
                     self._refuse_parked(gone, "timed out: no message for cluster.timeout_s; register again")
+                    self._release()
+                if self.state.live.expire(now):  # a psgd ctl change that was never committed
                     self._release()
                 if self.checkpoint is not None and self.checkpoint.due(self.state):
                     self.checkpoint.save(self.state)
@@ -207,6 +215,8 @@ class ShardServer:
             raise ProtocolError("bad_field", "clock, seq and read_version must be >= 0")
         if not (rec.scale > 0 and rec.scale < float("inf")):
             raise ProtocolError("bad_field", "scale must be positive and finite")
+        if not (0 <= rec.step_s < float("inf")):
+            raise ProtocolError("bad_field", "step_s must be finite and >= 0")
         if sparse:
             grad = P.frames_to_sparse(payload, rec.encoding, rec.numel, rec.nnz)
         else:
@@ -214,7 +224,7 @@ class ShardServer:
             if grad.dtype != torch.float32:
                 grad = self._decode_f32(grad, rec.scale)
         self.state.seen(rec.rank, self._clock())
-        result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad)
+        result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s)
         if result.status is not PushStatus.DUPLICATE:
             self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, grad)  # before the ack
             self.state.counters[f"push_{result.status.value}"] += 1
@@ -267,6 +277,14 @@ class ShardServer:
         self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
         self._running = False
 
+    def _on_control(self, identity: bytes, rec: P.Control, payload: list) -> None:
+        try:
+            clock, detail = self.state.live.control(rec.op, rec.token, rec.clock, rec.settings, self._clock())
+        except ControlError as exc:
+            raise ProtocolError(exc.code, exc.reason) from None
+        self._reply(identity, P.ControlReply(req=rec.req, clock=clock, detail=detail))
+        self._release()  # a commit or abort ends a hold
+
     def emit_stats(self, final: bool = False) -> None:
         self.events.emit("server_stats", final=final, **self.state.stats())
 
@@ -297,7 +315,7 @@ def run_role(ctx: RoleContext) -> int:
             if cfg.checkpoint.enabled and ctx.run_dir is not None:
                 checkpoint = ShardCheckpoint(ctx.run_dir / "checkpoints", ctx.index, fingerprint, cfg.checkpoint)
             server = ShardServer(cfg, ctx.index, cfg.cluster.servers[ctx.index], params, fingerprint, ctx.events,
-                                 checkpoint=checkpoint, curve=curve)
+                                 checkpoint=checkpoint, curve=curve, run_token=read_run_token(ctx.run_dir))
         except (CheckpointError, TransportError) as exc:
             raise RoleFailed(f"shard {ctx.index}: {exc}") from None
         if server.resumed is not None:

@@ -14,7 +14,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from psgd.config import PS_MODES, Config, load_config
 from psgd.launch.launcher import Launcher
@@ -30,7 +30,7 @@ __all__ = ["ModeSpec", "parse_modes", "run_matrix", "BenchResult", "write_report
 class ModeSpec:
     label: str
     mode: str
-    staleness: int = 0
+    staleness: Union[int, str] = 0   # "auto": the adaptive bound
     staleness_aware: bool = False
 
     @property
@@ -59,9 +59,9 @@ def parse_modes(text: str) -> list[ModeSpec]:
             raise ValueError(f"--modes: {item!r}: '+sa' needs a parameter-server mode (all-reduce has no staleness)")
         if (name == "ssp") != bool(colon):
             raise ValueError(f"--modes: {item!r}: ssp needs a bound (ssp:S), other modes take none")
-        if colon and not (bound.isdigit()):
-            raise ValueError(f"--modes: {item!r}: the bound must be an integer >= 0")
-        specs.append(ModeSpec(item, name, int(bound) if colon else 0, bool(plus)))
+        if colon and not (bound.isdigit() or bound == "auto"):
+            raise ValueError(f"--modes: {item!r}: the bound must be an integer >= 0 or auto")
+        specs.append(ModeSpec(item, name, (bound if bound == "auto" else int(bound)) if colon else 0, bool(plus)))
     if not specs:
         raise ValueError("--modes: give at least one mode")
     if len({s.label for s in specs}) != len(specs):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from psgd.cli.bench import add_measurement_commands
+from psgd.cli.ctl import add_ctl_command
 from psgd.config import ConfigError, load_config
 from psgd.launch.roles import ROLES, run_role
 from psgd.runtime.role import RoleFailed
@@ -173,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--clients", type=int, default=1, help="client key pairs to make and authorise")
     gen.set_defaults(func=cmd_keys)
     add_measurement_commands(sub)
+    add_ctl_command(sub)
 
     for spec in ROLES.values():
         r = sub.add_parser(spec.name, help=spec.help)

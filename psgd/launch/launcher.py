@@ -32,6 +32,7 @@ from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
 from psgd.runtime.ports import free_ports
 from psgd.runtime.role import START_FILE
+from psgd.runtime.token import new_run_token
 
 __all__ = ["Launcher", "LaunchFailed", "LaunchResult", "Progress", "make_run_dir", "resume_config"]
 
@@ -108,6 +109,7 @@ class Launcher:
         self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
         self.cfg = self._resolve()
         atomic_write(self.run_dir / CONFIG_FILE, dump_config(self.cfg))  # what every child reads
+        new_run_token(self.run_dir)  # SHUTDOWN and live control (psgd ctl) need it
         (self.run_dir / START_FILE).unlink(missing_ok=True)  # children wait for this run's start
         try:
             self._start_all()
