@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Optional
 
 import matplotlib
+import yaml
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["bound_series", "has_setting_changes", "plot_bounds", "BOUND_PLOT"]
+__all__ = ["bound_series", "has_setting_changes", "initial_bound", "plot_bounds", "BOUND_PLOT"]
 
 BOUND_PLOT = "bound_vs_time.png"
 
@@ -25,6 +26,17 @@ BOUND_PLOT = "bound_vs_time.png"
 def _events(run_dir: Path) -> list[dict]:
     with open(Path(run_dir) / "metrics.jsonl") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def initial_bound(run_dir: Path) -> Optional[int]:
+    """The bound a run started with (staleness_min for auto; None unless ssp)."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        return None
+    c = (yaml.safe_load(path.read_text()) or {}).get("consistency", {})
+    if c.get("mode") != "ssp":
+        return None
+    return c.get("staleness_min", 0) if c.get("staleness") == "auto" else c.get("staleness", 0)
 
 
 def has_setting_changes(run_dir: Path) -> bool:
@@ -51,10 +63,11 @@ def bound_series(events: list[dict], initial: Optional[int] = None, shard: int =
 
 
 def plot_bounds(runs: list[tuple[str, Path, Optional[int]]], path: Path, title: str = "") -> Path:
-    """`runs`: (label, run directory, initial bound); one panel each."""
+    """`runs`: (label, run directory, initial bound or None to read it from the run's
+    config.yaml); one panel each."""
     fig, axes = plt.subplots(len(runs), 1, figsize=(7.5, 2.4 * len(runs) + 0.6), squeeze=False, sharex=True)
     for ax, (label, run_dir, initial) in zip(axes[:, 0], runs):
-        points, gaps = bound_series(_events(run_dir), initial)
+        points, gaps = bound_series(_events(run_dir), initial if initial is not None else initial_bound(run_dir))
         if gaps:
             ax.scatter([t for t, _ in gaps], [g for _, g in gaps], s=3, alpha=0.35, color="tab:gray",
                        label="clock gap at each step")

@@ -1,7 +1,7 @@
 """The bound-over-time plot's series, from synthetic events."""
 import json
 
-from psgd.bench.bound_plot import bound_series, has_setting_changes, plot_bounds
+from psgd.bench.bound_plot import bound_series, has_setting_changes, initial_bound, plot_bounds
 
 
 def ev(event, t, **f):
@@ -30,5 +30,7 @@ def test_plot_is_written(tmp_path):
     run.mkdir()
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(e) for e in EVENTS) + "\n")
     assert has_setting_changes(run)
-    out = plot_bounds([("ssp:auto seed 0", run, 0)], tmp_path / "b.png", title="t")
+    (run / "config.yaml").write_text("consistency: {mode: ssp, staleness: auto, staleness_min: 2}\n")
+    assert initial_bound(run) == 2
+    out = plot_bounds([("ssp:auto seed 0", run, None)], tmp_path / "b.png", title="t")
     assert out.stat().st_size > 1000
