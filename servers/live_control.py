@@ -19,19 +19,20 @@ __all__ = ["ShardLive", "ControlError", "HOLD_TTL_S"]
 HOLD_TTL_S = 10.0  # a prepared change nobody commits stops holding pulls after this
 
 
-def _initial(cfg) -> LiveSetting:
+def _initial(cfg, lr: float) -> LiveSetting:
     c = cfg.consistency
     auto = c.staleness == "auto"
-    return LiveSetting(mode=c.mode, staleness=c.staleness_min if auto else c.staleness, auto=auto,
-                       lr=cfg.optimizer.lr)
+    return LiveSetting(mode=c.mode, staleness=c.staleness_min if auto else c.staleness, auto=auto, lr=lr)
 
 
 class ShardLive:
-    def __init__(self, cfg, workers: int, token: Optional[str] = None,
+    def __init__(self, cfg, workers: int, lr: Optional[float] = None, token: Optional[str] = None,
                  emit: Callable[..., None] = lambda event, **fields: None):
+        """`lr`: the learning rate the shard's update rule starts with (the
+        configured one unless the shard scales it); `psgd ctl` replaces it."""
         c = cfg.consistency
         self.run_mode = c.mode
-        self.settings = LiveSettings(_initial(cfg))
+        self.settings = LiveSettings(_initial(cfg, cfg.optimizer.lr if lr is None else lr))
         self.policy: Optional[StalenessPolicy] = None
         if c.mode in ("ssp", "asp"):
             self.policy = StalenessPolicy(BoundRule(c.staleness_min, c.staleness_max), workers)

@@ -71,7 +71,7 @@ class ShardState:
         self._dense_buf: Optional[torch.Tensor] = None  # sparse gradients scattered for dense rules
         self._read: dict[int, torch.Tensor] = {}  # DC-ASGD: parameters each worker last read
         self._bsp_staleness: list[int] = []       # BSP: staleness of the gradients buffered for this step
-        self.live = ShardLive(cfg, self.workers)  # bound/mode/lr in force per clock; adaptive bound
+        self.live = ShardLive(cfg, self.workers, lr=self.rule.cfg.lr)  # bound/mode/lr per clock; adaptive bound
 
     @property
     def numel(self) -> int:

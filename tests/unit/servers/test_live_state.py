@@ -130,3 +130,15 @@ def test_auto_is_refused_outside_ssp_and_limits_are_checked():
         load_config(None, ["consistency.mode=asp", "consistency.staleness=auto"])
     with pytest.raises(ConfigError, match="consistency.staleness_max"):
         load_config(None, ["consistency.mode=ssp", "consistency.staleness_min=3", "consistency.staleness_max=2"])
+
+
+def test_the_live_lr_starts_from_the_update_rules_lr():
+    # A shard that scales the configured rate (e.g. linear scaling for bsp)
+    # must not have it reset to the configured one by the live settings.
+    from psgd.servers.live_control import ShardLive
+    cfg = load_config(None, ["consistency.mode=ssp", "optimizer.lr=0.1"])
+    assert ShardLive(cfg, 2, lr=0.4).lr_at(0) == 0.4
+    assert ShardLive(cfg, 2).lr_at(0) == 0.1
+    st = make_state()
+    st.push(0, 0, 0, 0, g(1, 0))
+    assert st.rule.cfg.lr == 0.5 and torch.allclose(st.params, g(-0.5, 0))
