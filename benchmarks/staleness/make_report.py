@@ -54,7 +54,7 @@ def case_section(case: str, runs: Path) -> tuple[list[str], str]:
     tune_md = (d / "tune.md").read_text() if (d / "tune.md").exists() else ""
     m = re.search(r"recommended bound: (\d+)", tune_md)
     best = int(m.group(1)) if m else None
-    tuned = seeds(runs / f"{case}-tune" / "seeds.csv")
+    tuned = seeds(d / "tune_seeds.csv")
     tuner_s = (d / "tuner_seconds").read_text().strip() if (d / "tuner_seconds").exists() else "?"
     tuner_runs = sum(len(v) for v in tuned.values())
     rows = [("bsp", bench.get("bsp", [])), ("asp", bench.get("asp", [])), ("ssp:auto", bench.get("ssp:auto", []))]
@@ -73,8 +73,14 @@ def case_section(case: str, runs: Path) -> tuple[list[str], str]:
         acc = statistics.median(float(r["final_metric"]) for r in rs if r["final_metric"])
         held = sum(1 for t in times(rs) if math.isfinite(t))
         lines.append(f"| {label} | {len(rs)} | {held}/{len(rs)} | {iv.text(2)} | {acc:.4f} |")
+    # Bound changes of the auto runs: counted from their run directories when
+    # present, and kept beside the committed report so it can be rebuilt without them.
     auto_runs = sorted((runs / f"{case}-bench" / "runs").glob("sspauto-seed*"))
     changes = [bound_changes(r) for r in auto_runs if (r / "metrics.jsonl").exists()]
+    if changes:
+        (d / "auto_bounds.json").write_text(json.dumps(changes))
+    elif (d / "auto_bounds.json").exists():
+        changes = [tuple(c) for c in json.loads((d / "auto_bounds.json").read_text())]
     lines += [""]
     if changes:
         lines.append("ssp:auto changed its bound " + ", ".join(str(n) for n, _ in changes)

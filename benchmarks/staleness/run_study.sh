@@ -53,6 +53,7 @@ for c in $CASES; do
   cp "$STUDY_RUNS/$c-bench"/report.md "$STUDY_RUNS/$c-bench"/*.csv "$STUDY_RUNS/$c-bench"/*.png "$HERE/$c/" || true
   cp "$STUDY_RUNS/$c-tune"/tune.md "$HERE/$c/tune.md" 2>/dev/null || true
   cp "$STUDY_RUNS/$c-tune"/tune.csv "$STUDY_RUNS/$c-tune"/tuner_seconds "$HERE/$c/" 2>/dev/null || true
+  cp "$STUDY_RUNS/$c-tune"/seeds.csv "$HERE/$c/tune_seeds.csv" 2>/dev/null || true
 done
 echo "study finished $(date -u +%FT%TZ) (exit status $status)" >> "$LOG"
 "${PYTHON:-python}" "$HERE/make_report.py" "$STUDY_RUNS" || status=1
