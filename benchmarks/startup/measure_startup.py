@@ -6,6 +6,8 @@ Each run starts `psgd launch CONFIG --quiet` (30 steps per worker, no evaluator
 wait) as a fresh process and reads, from its run directory, the training start
 time (start.json) and the time of the first worker step (metrics.jsonl); the
 first step's push is the first update. Also prints the launch-to-ready part.
+On a shared machine wall times swing with other users' load; for the CPU a
+whole run costs, wrap one `psgd launch` in `/usr/bin/time -f "%e %U %S"`.
 """
 from __future__ import annotations
 
