@@ -34,7 +34,7 @@ class RunConfig:
     seed: int = 0                # seeds model init, data split and shuffling
     out_dir: str = "runs"        # parent of run directories
     threads: int = 1             # torch threads per process (cores are shared)
-    # How `psgd launch` starts its children: fork (from the launcher, which has
+    # How `psgd launch` starts its children: fork (Linux; from the launcher, which has
     # torch and the task loaded already: fast) or exec (a fresh `python -m psgd.cli`).
     start_method: Literal["fork", "exec"] = "fork"
 

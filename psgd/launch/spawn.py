@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -46,7 +47,7 @@ def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Opti
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(cfg.run.threads),
                MKL_NUM_THREADS=str(cfg.run.threads))
     command = child_command(role, index, run_dir)
-    if cfg.run.start_method == "fork" and hasattr(os, "fork"):
+    if cfg.run.start_method == "fork" and sys.platform.startswith("linux"):  # macOS: fork and torch do not mix
         from psgd.launch.fork import fork_child, preload
         preload()  # imported once here; every forked child starts with it
         proc = fork_child(command[3:], log, env)  # the arguments after `python -m psgd.cli`
