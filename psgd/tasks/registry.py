@@ -256,11 +256,19 @@ def _linear(in_features: int, num_outputs: int, **_):
 BUILTIN_MODELS = {"mlp": MLP, "cnn": SmallCNN, "linear": _linear}
 
 
-def build_model(cfg: Config, task: Union[Task, TaskShape]) -> nn.Module:
-    """The model with the run's initial parameters (seeded: identical in every process)."""
+def needs_shape(cfg: Config) -> bool:
+    """Built-in models are sized from the data; a user's model sizes itself."""
+    return cfg.task.model in BUILTIN_MODELS
+
+
+def build_model(cfg: Config, task: Union[Task, TaskShape, None]) -> nn.Module:
+    """The model with the run's initial parameters (seeded: identical in every process).
+    `task` may be None for a user's own model (see needs_shape)."""
     torch.manual_seed(cfg.run.seed)
     spec = cfg.task.model
     shape = task.shape if isinstance(task, Task) else task
+    if shape is None and needs_shape(cfg):
+        raise ValueError(f"the built-in model {spec!r} is sized from the data: pass the task or its shape")
     if spec in BUILTIN_MODELS:
         if shape.num_outputs < 1:
             raise ValueError(f"the built-in model {spec!r} needs the number of classes, which a Dataset read on "
