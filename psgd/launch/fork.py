@@ -12,6 +12,7 @@ before it runs any tensor code, so no OpenMP thread pool exists at fork time.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -21,7 +22,9 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["ForkedProcess", "fork_child", "preload"]
+__all__ = ["ForkedProcess", "fork_child", "preload", "PRELOAD"]
+
+PRELOAD = ("torch", "psgd.cli", "psgd.servers.shard", "psgd.workers.worker", "psgd.workers.evaluator")
 
 
 class ForkedProcess:
@@ -64,11 +67,8 @@ class ForkedProcess:
 
 def preload() -> None:
     """Import what every role needs, once, in the launcher (children inherit it)."""
-    import torch  # noqa: F401
-    import psgd.cli  # noqa: F401
-    import psgd.servers.shard  # noqa: F401
-    import psgd.workers.evaluator  # noqa: F401
-    import psgd.workers.worker  # noqa: F401
+    for module in PRELOAD:
+        importlib.import_module(module)
 
 
 def fork_child(argv: list[str], log: Path, env: dict[str, str]) -> ForkedProcess:

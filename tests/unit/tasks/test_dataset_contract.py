@@ -1,5 +1,4 @@
 """The dataset contract: what a user's dataset may return, and the message for each mistake."""
-import numpy as np
 import pytest
 import torch
 from torch.utils.data import Dataset, IterableDataset, TensorDataset
