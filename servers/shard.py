@@ -22,6 +22,7 @@ from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.wire.protocol import MsgType, ProtocolError
 from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, task_shape
+from psgd.tasks.registry import needs_shape
 from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire.shm import reclaim
@@ -344,8 +345,9 @@ class ShardServer:
 
 def initial_shard_params(cfg: Config, shard: int, run_dir=None) -> tuple[torch.Tensor, str]:
     """The shard's slice of the seeded initial model, and the layout fingerprint.
-    Needs only the model: the data's shape comes from the run (or a built-in)."""
-    model = build_model(cfg, task_shape(cfg, run_dir))
+    Never builds the data: a user's model needs none, a built-in one only its
+    shape (from the run's task cache, a built-in dataset, or as a last resort the data)."""
+    model = build_model(cfg, task_shape(cfg, run_dir) if needs_shape(cfg) else None)
     layout = layout_for_module(model, cfg.cluster.num_servers)
     params = [p.detach() for p in model.parameters() if p.requires_grad]
     return layout.flatten(params)[shard], layout.fingerprint

@@ -34,7 +34,8 @@ from psgd.core.lr_scaling import scaled_optimizer
 from psgd.core.update_rules import UpdateRule
 from psgd.runtime.devices import dist_backend
 from psgd.runtime.role import RoleContext
-from psgd.tasks import build_model, load_task, worker_batches
+from psgd.tasks import build_model, load_task
+from psgd.tasks.loaders import train_loader
 from psgd.workers.model_sync import select_device
 from psgd.workers.param_snapshot import SnapshotPublisher
 
@@ -97,7 +98,8 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
     params = [p for p in model.parameters() if p.requires_grad]
     flat = parameters_to_vector(params).detach().clone()
     rule = UpdateRule(scaled_optimizer(cfg), flat)
-    batches = worker_batches(len(task.y_train), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
+    batches = train_loader(task.train_data(), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed,
+                           cfg.workers.loader.num_workers, cfg.workers.loader.pin_memory and device.type == "cuda")
     hook = _SlowdownHook(straggler_for(cfg.workers, rank, cfg.run.seed))
     publisher = SnapshotPublisher(ctx.run_dir) if rank == 0 else None
 
@@ -139,8 +141,8 @@ def _train(ctx, ddp, task, batches, params, flat, rule, hook, publisher) -> int:
         if steps % STOP_CHECK_EVERY == 0 and steps and _all_agree_to_stop(ctx.should_stop()):
             break
         hook.start_step()
-        idx = next(batches)
-        x, y = task.x_train[idx].to(device), task.y_train[idx].to(device)
+        x, y = next(batches)
+        x, y = task.inputs(x).to(device), task.targets(y).to(device)
         ddp.zero_grad(set_to_none=False)
         loss = task.loss(ddp(x), y)
         loss.backward()  # the comm hook averages gradients across ranks

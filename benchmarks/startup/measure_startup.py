@@ -1,11 +1,13 @@
 """Seconds from `psgd launch` to the first parameter update, median of several runs.
 
-    python benchmarks/startup/measure_startup.py configs/quickstart.yaml --runs 5
+    python benchmarks/startup/measure_startup.py configs/quickstart.yaml --runs 5 [--set run.start_method=exec]
 
 Each run starts `psgd launch CONFIG --quiet` (30 steps per worker, no evaluator
 wait) as a fresh process and reads, from its run directory, the training start
 time (start.json) and the time of the first worker step (metrics.jsonl); the
 first step's push is the first update. Also prints the launch-to-ready part.
+On a shared machine wall times swing with other users' load; for the CPU a
+whole run costs, wrap one `psgd launch` in `/usr/bin/time -f "%e %U %S"`.
 """
 from __future__ import annotations
 
@@ -19,10 +21,13 @@ import time
 from pathlib import Path
 
 
-def one_run(config: str, out: Path) -> tuple[float, float]:
+def one_run(config: str, out: Path, sets: list[str]) -> tuple[float, float]:
     start = time.time()
-    subprocess.run([sys.executable, "-m", "psgd.cli", "launch", config, "--quiet", "--out", str(out),
-                    "--set", "train.steps_per_worker=30"], check=True, capture_output=True)
+    cmd = [sys.executable, "-m", "psgd.cli", "launch", config, "--quiet", "--out", str(out),
+           "--set", "train.steps_per_worker=30"]
+    for s in sets:
+        cmd += ["--set", s]
+    subprocess.run(cmd, check=True, capture_output=True)
     t0 = json.loads((out / "start.json").read_text())["t0"]
     events = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     first = min(e["t"] for e in events if e.get("event") == "step")
@@ -33,11 +38,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("config")
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--set", dest="sets", action="append", default=[], help="extra config overrides")
     args = p.parse_args()
     ready, first = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
-            r, f = one_run(args.config, Path(tmp) / f"run{i}")
+            r, f = one_run(args.config, Path(tmp) / f"run{i}", args.sets)
             ready.append(r)
             first.append(f)
     print(json.dumps({"runs": args.runs, "launch_to_ready_s": [round(v, 2) for v in ready],

@@ -34,6 +34,9 @@ class RunConfig:
     seed: int = 0                # seeds model init, data split and shuffling
     out_dir: str = "runs"        # parent of run directories
     threads: int = 1             # torch threads per process (cores are shared)
+    # How `psgd launch` starts its children: fork (Linux; from the launcher, which has
+    # torch and the task loaded already: fast) or exec (a fresh `python -m psgd.cli`).
+    start_method: Literal["fork", "exec"] = "fork"
 
     def __post_init__(self):
         _check(bool(self.name) and "/" not in self.name, "name", "must be a non-empty name without '/'")

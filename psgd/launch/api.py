@@ -67,6 +67,9 @@ def launch(cfg: ConfigLike, model: Any = None, dataset: Any = None, *, overrides
     from psgd.tasks.objects import save_object
 
     config = as_config(cfg, overrides)
+    # The caller's process (a notebook, a script with threads and its own torch
+    # settings) is no safe thing to fork: its children start fresh instead.
+    config = dataclasses.replace(config, run=dataclasses.replace(config.run, start_method="exec"))
     fresh = out is None or not Path(out).exists()
     run_dir = make_run_dir(config, out)
     try:

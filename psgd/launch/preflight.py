@@ -39,6 +39,7 @@ def preflight(cfg: Config) -> Preflight:
     from psgd.tasks import build_model, load_task
 
     t0 = time.perf_counter()
+    torch.set_num_threads(cfg.run.threads)  # before any tensor code: children may be forked from here
     with user_code(f"dataset {cfg.task.dataset!r}"):
         task = load_task(cfg)
     with user_code(f"model {cfg.task.model!r}"):

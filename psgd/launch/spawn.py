@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -47,9 +48,15 @@ def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Opti
     # LAUNCHER_PID_ENV: the child dies with this process (runtime/lifeline.py).
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(cfg.run.threads),
                MKL_NUM_THREADS=str(cfg.run.threads), **{LAUNCHER_PID_ENV: str(os.getpid())})
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(child_command(role, index, run_dir), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    command = child_command(role, index, run_dir)
+    if cfg.run.start_method == "fork" and sys.platform.startswith("linux"):  # macOS: fork and torch do not mix
+        from psgd.launch.fork import fork_child, preload
+        preload()  # imported once here; every forked child starts with it
+        proc = fork_child(command[3:], log, env)  # the arguments after `python -m psgd.cli`
+    else:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     # Earlier incarnations' events were merged already: read only what this one writes.
     events = EventTail(run_dir / "events" / f"{role}-{index}.jsonl", from_end=True)
     return Child(role, index, proc, log, events, address=address)

@@ -285,16 +285,24 @@ BUILTIN_MODELS = {"mlp": MLP, "cnn": SmallCNN, "linear": _linear, "cnn1d": _cnn1
 _BUILD_LOCK = threading.Lock()
 
 
-def build_model(cfg: Config, task: Union[Task, TaskShape]) -> nn.Module:
-    """The model with the run's initial parameters (seeded: identical in every process and thread)."""
+def needs_shape(cfg: Config) -> bool:
+    """Built-in models are sized from the data; a user's model sizes itself."""
+    return cfg.task.model in BUILTIN_MODELS
+
+
+def build_model(cfg: Config, task: Union[Task, TaskShape, None]) -> nn.Module:
+    """The model with the run's initial parameters (seeded: identical in every process and thread).
+    `task` may be None for a user's own model (see needs_shape)."""
     with _BUILD_LOCK:
         return _build_model(cfg, task)
 
 
-def _build_model(cfg: Config, task: Union[Task, TaskShape]) -> nn.Module:
+def _build_model(cfg: Config, task: Union[Task, TaskShape, None]) -> nn.Module:
     torch.manual_seed(cfg.run.seed)
     spec = cfg.task.model
     shape = task.shape if isinstance(task, Task) else task
+    if shape is None and needs_shape(cfg):
+        raise ValueError(f"the built-in model {spec!r} is sized from the data: pass the task or its shape")
     if spec in BUILTIN_MODELS:
         if shape.num_outputs < 1:
             raise ValueError(f"the built-in model {spec!r} needs the number of classes, which a Dataset read on "

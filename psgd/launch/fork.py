@@ -1,0 +1,108 @@
+"""Starting a child of a local run by forking the launcher (`run.start_method: fork`).
+
+Every child used to be a fresh `python -m psgd.cli ROLE ...` that imported
+torch again: seconds per process, seven processes per quickstart, on shared
+cores. The launcher has imported torch, psgd and the user's modules already
+(pre-flight ran the model), so a forked child starts at once and runs the same
+`psgd.cli` entry with the same arguments as the exec'd one would. The forked
+process gets its own session and its output goes to its log file, as with
+`subprocess.Popen(start_new_session=True)`; `ForkedProcess` offers the part of
+Popen's interface the launcher uses. The launcher keeps torch to one thread
+before it runs any tensor code, so no OpenMP thread pool exists at fork time.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Optional
+
+__all__ = ["ForkedProcess", "fork_child", "preload", "PRELOAD"]
+
+PRELOAD = ("torch", "psgd.cli", "psgd.servers.shard", "psgd.workers.worker", "psgd.workers.evaluator")
+
+
+class ForkedProcess:
+    """A forked child, with the pid/poll/wait/send_signal of subprocess.Popen."""
+
+    def __init__(self, pid: int, args: list[str]):
+        self.pid = pid
+        self.args = args
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: treat as gone
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def preload() -> None:
+    """Import what every role needs, once, in the launcher (children inherit it)."""
+    for module in PRELOAD:
+        importlib.import_module(module)
+
+
+def fork_child(argv: list[str], log: Path, env: dict[str, str]) -> ForkedProcess:
+    """Fork a child that runs `psgd <argv>` with stdout/stderr appended to `log`."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    pid = os.fork()
+    if pid:
+        os.close(log_fd)
+        return ForkedProcess(pid, argv)
+    code = 1
+    try:  # the child: never returns into the launcher
+        os.setsid()
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        os.environ.update(env)
+        sys.argv = ["psgd", *argv]  # what a user's code inspecting argv sees in an exec'd child too
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_DFL)  # not the launcher's handlers; the role installs its own
+        sys.stdout.reconfigure(line_buffering=True)
+        sys.stderr.reconfigure(line_buffering=True)
+        from psgd.cli import main
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported in the log, like an uncaught exception
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code if isinstance(code, int) else 1)
