@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from psgd.config import ConfigError, load_config
 from psgd.core.live_settings import ControlError, parse_change
