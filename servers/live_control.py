@@ -17,6 +17,7 @@ from psgd.core.staleness_policy import BoundRule, StalenessPolicy
 __all__ = ["ShardLive", "ControlError", "HOLD_TTL_S"]
 
 HOLD_TTL_S = 10.0  # a prepared change nobody commits stops holding pulls after this
+RECENT_CHANGES = 20  # changes listed in stats (emitted every second: kept short on long runs)
 
 
 def _initial(cfg, lr: float) -> LiveSetting:
@@ -130,5 +131,7 @@ class ShardLive:
 
     def describe(self) -> dict:
         nxt = self.settings.answered + 1
-        return {"setting": self.settings.at(nxt).as_dict(), "next_clock": nxt, "changes": self.settings.changes(),
+        changes = self.settings.changes()  # every change is also its own setting_change event
+        return {"setting": self.settings.at(nxt).as_dict(), "next_clock": nxt, "changes_total": len(changes),
+                "changes": changes[-RECENT_CHANGES:],
                 "pulls_by_bound": dict(self.pulls_by_bound), "max_gap_over_bound": self.max_gap_over_bound}

@@ -94,10 +94,11 @@ def case_section(case: str, runs: Path) -> tuple[list[str], str]:
     verdict = "no verdict (missing runs)"
     if "ssp:auto" in ivs and len(ivs) == 4:
         tuned_label = rows[3][0]
+        tuned_name = tuned_label.replace(" (tuned)", "")
         v = compare(ivs["ssp:auto"], ivs[tuned_label])
-        verdict = {"faster": f"auto reached the target faster than the tuned {tuned_label}",
-                   "slower": f"auto was slower than the tuned {tuned_label}",
-                   "indistinguishable": f"auto and the tuned {tuned_label} are indistinguishable "
+        verdict = {"faster": f"auto reached the target faster than the tuned {tuned_name}",
+                   "slower": f"auto was slower than the tuned {tuned_name}",
+                   "indistinguishable": f"auto and the tuned {tuned_name} are indistinguishable "
                                         "(their intervals overlap)"}[v.kind]
         others = [f"{v2.kind} than {b}" if v2.kind != "indistinguishable" else f"indistinguishable from {b}"
                   for b in ("bsp", "asp") if b in ivs for v2 in [compare(ivs["ssp:auto"], ivs[b])]]
@@ -120,7 +121,10 @@ def main(argv: list[str]) -> int:
             lines, v = case_section(case, runs)
             parts += lines
             verdicts.append(f"- {case}: {v}.")
-    parts += ["## Summary", ""] + verdicts + ["", "## Study log", "", "```", log.strip(), "```", ""]
+    parts += ["## Summary", ""] + verdicts + [""]
+    if (HERE / "discussion.md").exists():  # hand-written reading of these numbers
+        parts += [(HERE / "discussion.md").read_text().strip(), ""]
+    parts += ["## Study log", "", "```", log.strip(), "```", ""]
     (HERE / "report.md").write_text("\n".join(parts))
     print(f"wrote {HERE / 'report.md'}")
     return 0

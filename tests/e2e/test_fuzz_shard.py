@@ -70,7 +70,7 @@ class BadMessages:
         return True, [head(P.MsgType.PULL, {"rank": FUZZER}, version=self.rng.choice([0, 2, 99, "1", None]))]
 
     def k_bad_type(self):
-        return True, [head(self.rng.choice([0, 14, 255, -1, "PUSH", 1.5, True, None]), {})]
+        return True, [head(self.rng.choice([0, 16, 255, -1, "PUSH", 1.5, True, None]), {})]
 
     def k_bad_request_id(self):
         return True, [head(P.MsgType.PULL, {"rank": FUZZER}, req=self.rng.choice([-1, 2**63, "x", 1.0, None]))]
@@ -87,9 +87,18 @@ class BadMessages:
                                       ("encoding", 3), ("clock", None), ("read_version", [0])])
         return True, [head(P.MsgType.PUSH, self._push(**{key: value})), self._grad()]
 
+    def k_bad_step_time(self):
+        return True, [head(P.MsgType.PUSH, self._push(step_s=self.rng.choice([-1.0, float("inf"), float("nan")]))),
+                      self._grad()]
+
+    def k_control_without_the_token(self):
+        op = self.rng.choice(["show", "prepare", "commit", "abort", "x"])
+        return self.rng.random() < 0.5, [head(P.MsgType.CONTROL, {"op": op, "token": self._bytes(4).hex(),
+                                                                  "settings": {"consistency.staleness": "0"}})]
+
     def k_reply_type(self):
         mtype = self.rng.choice([P.MsgType.WELCOME, P.MsgType.PARAMS, P.MsgType.ACK, P.MsgType.STATS_REPLY,
-                                 P.MsgType.ERROR])
+                                 P.MsgType.CONTROL_REPLY, P.MsgType.ERROR])
         return True, [head(mtype, {})]
 
     def k_push_wrong_numel(self):

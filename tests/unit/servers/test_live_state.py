@@ -142,3 +142,13 @@ def test_the_live_lr_starts_from_the_update_rules_lr():
     st = make_state()
     st.push(0, 0, 0, 0, g(1, 0))
     assert st.rule.cfg.lr == 0.5 and torch.allclose(st.params, g(-0.5, 0))
+
+
+def test_stats_list_only_recent_changes():
+    from psgd.servers.live_control import RECENT_CHANGES
+    st = make_state(**{"consistency.staleness": 1})
+    for k in range(RECENT_CHANGES + 5):
+        st.live.settings.schedule(10 + k, {"staleness": k % 3}, "auto")
+    live = st.stats()["live"]
+    assert live["changes_total"] == RECENT_CHANGES + 5 and len(live["changes"]) == RECENT_CHANGES
+    assert live["changes"][-1]["clock"] == 10 + RECENT_CHANGES + 4
