@@ -13,6 +13,7 @@ convergence_report, outcomes and stats.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import math
 import os
 import re
@@ -151,6 +152,9 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
     target = target_spec(base)
     if target is None:
         raise ValueError("the config sets no target: give train.target (metric, value) or train.target_accuracy")
+    if importlib.util.find_spec("tensorboard") is not None:
+        # One TensorBoard run per mode and seed (OUT/runs/<mode>-seed<N>/tensorboard): the modes overlay.
+        overrides = [*overrides, "logging.tensorboard=true"]
     plan: list[tuple[ModeSpec, Optional[float], int, list[str], Config]] = []
     for spec in specs:
         if lr_for is not None and spec.label not in lr_for:
@@ -243,6 +247,8 @@ def write_outputs(result: BenchResult, title: str, config_text: str, command: st
         parts += ["Failed runs:", ""] + [f"- {f}" for f in result.failed] + [""]
     if notes:
         parts += [notes, ""]
+    if any((r.run_dir / "tensorboard").is_dir() for r in result.runs):
+        parts += ["TensorBoard, one run per mode and seed: `tensorboard --logdir runs` in this directory.", ""]
     if plots:
         parts += ["## Plots", "", "Median over seeds with a min–max band; every seed's curve ends where its run "
                   "ended (x).", ""]

@@ -26,20 +26,40 @@ def _bench_output(args: argparse.Namespace, result: dict, write_report, table: l
 
 def cmd_bench_comm(args: argparse.Namespace) -> int:
     from psgd.bench.comm import run_comm_bench
+    from psgd.bench.comm_report import combine_runs, write_comm_report
     from psgd.bench.procs import parse_list, parse_size
-    from psgd.bench.report import write_comm_report
     sizes, shards = parse_list(args.sizes, parse_size), parse_list(args.shards)
-    show = None if args.json else lambda r: print(
-        f"{r['size_bytes']:>10} B  {r['shards']} shard(s): psgd {r['psgd_ms']:.3f} ms, raw zmq "
-        f"{r['raw_zmq_ms']:.3f} ms, raw zmq + sgd {r['raw_zmq_sgd_ms']:.3f} ms, gloo {r['gloo_ms']:.3f} ms, "
-        f"torch.rpc {r['torch_rpc_ms']:.3f} ms", file=sys.stderr)
-    result = run_comm_bench(sizes, shards, args.repeats, on_row=show)
-    table = [f"{'bytes':>10} {'shards':>6} {'psgd ms':>9} {'raw zmq':>9} {'raw+sgd':>9} {'gloo':>9} "
-             f"{'torch.rpc':>9} {'psgd/raw':>8} {'psgd/floor':>10} {'rpc/psgd':>8}"]
-    table += [f"{r['size_bytes']:>10} {r['shards']:>6} {r['psgd_ms']:>9.3f} {r['raw_zmq_ms']:>9.3f} "
-              f"{r['raw_zmq_sgd_ms']:>9.3f} {r['gloo_ms']:>9.3f} {r['torch_rpc_ms']:>9.3f} "
-              f"{r['psgd_over_raw_zmq']:>8.3f} {r['psgd_over_raw_zmq_sgd']:>10.3f} "
-              f"{r['torch_rpc_over_psgd']:>8.3f}" for r in result["rows"]]
+    if args.runs < 1:
+        print("psgd bench comm: --runs must be >= 1", file=sys.stderr)
+        return 2
+
+    def show(r: dict) -> None:
+        if args.json:
+            return
+        if r.get("where") == "netns":
+            print(f"{r['size_bytes']:>10} B  across namespaces: psgd {r['psgd_ms']:.3f} ms, ZeroMQ floor "
+                  f"{r['raw_zmq_sgd_ms']:.3f} ms", file=sys.stderr)
+            return
+        print(f"{r['size_bytes']:>10} B  {r['shards']} shard(s): psgd {r['psgd_ms']:.3f} ms "
+              f"(shared memory: {r['shared_memory']}), psgd TCP {r['psgd_tcp_ms']:.3f} ms, raw zmq "
+              f"{r['raw_zmq_ms']:.3f} ms, zmq floor {r['raw_zmq_sgd_ms']:.3f} ms, shm floor "
+              f"{r['shm_floor_ms']:.3f} ms, torch.rpc {r['torch_rpc_ms']:.3f} ms, ray {r['ray_ms']} ms",
+              file=sys.stderr)
+
+    results = []
+    for i in range(args.runs):
+        if args.runs > 1 and not args.json:
+            print(f"run {i + 1} of {args.runs}", file=sys.stderr)
+        results.append(run_comm_bench(sizes, shards, args.repeats, on_row=show, cross_host=not args.no_cross_host))
+    result = combine_runs(results)
+    table = [f"{'bytes':>10} {'shards':>6} {'psgd ms':>9} {'psgd TCP':>9} {'zmq floor':>9} {'shm floor':>9} "
+             f"{'torch.rpc':>9} {'ray':>9} {'psgd/shm':>8} {'psgd/zmq':>8}"]
+    table += [f"{r['size_bytes']:>10} {r['shards']:>6} {r['psgd_ms']:>9.3f} {r['psgd_tcp_ms']:>9.3f} "
+              f"{r['raw_zmq_sgd_ms']:>9.3f} {r['shm_floor_ms']:>9.3f} {r['torch_rpc_ms']:>9.3f} "
+              f"{r['ray_ms'] if r['ray_ms'] is not None else float('nan'):>9.3f} {r['psgd_over_shm_floor']:>8.3f} "
+              f"{r['psgd_over_raw_zmq_sgd']:>8.3f}" for r in result["rows"]]
+    table += [f"{r['size_bytes']:>10} {'netns':>6} {r['psgd_ms']:>9.3f} {'':>9} {r['raw_zmq_sgd_ms']:>9.3f} "
+              f"{'':>9} {'':>9} {'':>9} {'':>8} {r['psgd_over_raw_zmq_sgd']:>8.3f}" for r in result["cross_host"]]
     return _bench_output(args, result, write_comm_report, table)
 
 
@@ -61,19 +81,30 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
         f"{r['shards']} shard(s) {r['workers']:>4} workers: {r['updates_per_s']:8.1f} updates/s, "
         f"pull {r['pull_latency_ms_median']} ms", file=sys.stderr)
     result = run_scale_bench(parse_list(args.shards), parse_list(args.workers), parse_size(args.grad_size),
-                             args.compute_ms, window_s=args.window_s, processes=args.processes, on_row=show)
+                             args.compute_ms, window_s=args.window_s, processes=args.processes, on_row=show,
+                             paths=parse_list(args.paths, _path))
     table = [f"{s} shard(s): saturates at {v['saturates_at_workers']} workers, peak "
              f"{v['peak_updates_per_s']:.0f} updates/s" for s, v in result["saturation"].items()]
     return _bench_output(args, result, write_scale_report, table)
 
 
+def _path(text: str) -> str:
+    if text not in ("auto", "off"):
+        raise ValueError(f"{text!r} is not a data path (auto or off)")
+    return text
+
+
 def add_measurement_commands(sub) -> None:
     """`psgd bench {convergence,study,comm,apply,scale}`, `psgd tune staleness` and `psgd plot`."""
     bench = sub.add_parser("bench", help="reproducible measurements").add_subparsers(dest="bench", required=True)
-    comm = bench.add_parser("comm", help="push+pull vs raw ZeroMQ, gloo all-reduce and a torch.rpc PS")
+    comm = bench.add_parser("comm", help="push+pull vs raw ZeroMQ and shared-memory floors, gloo all-reduce, "
+                                         "a torch.rpc PS and a Ray actor PS, on one host and across namespaces")
     comm.add_argument("--sizes", default="1MB,10MB,40MB", help="payload sizes (KB/MB/GB)")
     comm.add_argument("--shards", default="1,2", help="shard counts for psgd")
     comm.add_argument("--repeats", type=int, default=30, help="timed round trips per method and size")
+    comm.add_argument("--runs", type=int, default=1, help="whole runs; the report gives medians over them")
+    comm.add_argument("--no-cross-host", action="store_true",
+                      help="skip the rows between two network namespaces (they need root)")
     comm.set_defaults(func=cmd_bench_comm)
     apply = bench.add_parser("apply", help="gradient bytes a shard applies per second")
     apply.add_argument("--sizes", default="1MB,10MB,40MB")
@@ -87,6 +118,8 @@ def add_measurement_commands(sub) -> None:
     scale.add_argument("--compute-ms", type=float, default=20.0, help="simulated compute per step")
     scale.add_argument("--window-s", type=float, default=3.0, help="measured seconds per point")
     scale.add_argument("--processes", type=int, default=4, help="processes hosting the light workers")
+    scale.add_argument("--paths", default="auto", help="data paths to measure back to back at each point: "
+                       "auto (shared memory on one host), off (TCP), or both: auto,off")
     scale.set_defaults(func=cmd_bench_scale)
     for p in (comm, apply, scale):
         p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -2,16 +2,17 @@
 from psgd.config.loader import ConfigError
 from psgd.config.schema import (
     MODES, PS_MODES, CheckpointConfig, ClusterConfig, Config, ConsistencyConfig, DcAsgdConfig, DelayConfig,
-    EvalConfig, OptimizerConfig, RunConfig, ScheduleConfig, SecurityConfig, SupervisionConfig, TargetConfig,
-    TaskConfig, TrainConfig, TransientConfig, WireConfig, WorkersConfig, config_to_dict, dump_config, load_config,
+    EvalConfig, LoaderConfig, LoggingConfig, OptimizerConfig, RayConfig, RayRoleConfig, RunConfig, ScheduleConfig,
+    SecurityConfig, SupervisionConfig, TargetConfig, TaskConfig, TrainConfig, TransientConfig, WireConfig,
+    WorkersConfig, config_to_dict, dump_config, load_config,
     override_config,
 )
 
 __all__ = [
     "MODES", "PS_MODES",
     "CheckpointConfig", "ClusterConfig", "Config", "ConfigError", "ConsistencyConfig", "DcAsgdConfig",
-    "DelayConfig", "TargetConfig", "TransientConfig",
-    "EvalConfig", "OptimizerConfig", "RunConfig", "ScheduleConfig", "SecurityConfig", "SupervisionConfig",
-    "TaskConfig", "TrainConfig", "WireConfig", "WorkersConfig", "config_to_dict", "dump_config", "load_config",
+    "DelayConfig", "EvalConfig", "LoggingConfig", "OptimizerConfig", "RayConfig", "RayRoleConfig", "RunConfig",
+    "ScheduleConfig", "SecurityConfig", "SupervisionConfig", "TargetConfig", "TaskConfig", "TrainConfig",
+    "TransientConfig", "WireConfig", "WorkersConfig", "LoaderConfig", "config_to_dict", "dump_config", "load_config",
     "override_config",
 ]

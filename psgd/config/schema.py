@@ -52,6 +52,7 @@ class ClusterConfig:
     request_timeout_s: float = 30.0  # client resends (same seq) after this
     max_retries: int = 5         # resends before a request fails
     allreduce_port: int = 0      # torch.distributed rendezvous port (0: the launcher picks one)
+    launcher: Literal["local", "ray"] = "local"  # what `psgd launch` starts the processes with
 
     def __post_init__(self):
         if isinstance(self.servers, int):
@@ -94,6 +95,9 @@ class TaskConfig:
     batch_size: int = 32         # per worker
     model_args: dict[str, Any] = field(default_factory=dict)    # keyword arguments for the model
     dataset_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments for the dataset
+    # What y holds: integer class labels (classification) or float targets
+    # (regression). auto: a built-in dataset's own; classification for a user's.
+    objective: Literal["auto", "classification", "regression"] = "auto"
 
     def __post_init__(self):
         _check(bool(self.model), "model", "must not be empty")
@@ -130,7 +134,7 @@ class ScheduleConfig:
 
 @dataclass(frozen=True)
 class OptimizerConfig:
-    name: Literal["sgd", "momentum", "adam", "adagrad"] = "sgd"
+    name: Literal["sgd", "momentum", "adam", "adamw", "adagrad"] = "sgd"  # adamw: decoupled weight decay
     lr: float = 0.05
     # linear: bsp/allreduce use lr x (workers - backup_workers), the number of
     # gradients one of their updates averages; ssp/asp keep lr (psgd.core.lr_scaling)
@@ -240,12 +244,23 @@ class TransientConfig:
 
 
 @dataclass(frozen=True)
+class LoaderConfig:
+    # The torch DataLoader that feeds each worker its share of the train split.
+    num_workers: int = 0         # loader processes per worker (for Datasets that load examples on access)
+    pin_memory: bool = True      # pinned batches, on cuda only
+
+    def __post_init__(self):
+        _check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
+
+
+@dataclass(frozen=True)
 class WorkersConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     slowdown: dict[int, float] = field(default_factory=dict)  # rank -> step-time multiplier (>= 1)
     delay: Optional[DelayConfig] = None                        # random per-step delays
     transient: list[TransientConfig] = field(default_factory=list)  # ranks slowed for a time window
     pin_memory: bool = True      # stage gradients through pinned host buffers on cuda
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
 
     def __post_init__(self):
         for rank, mult in self.slowdown.items():
@@ -259,6 +274,10 @@ class WireConfig:
     compression: Literal["none", "fp16", "bf16", "topk"] = "none"
     topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
     max_message_mb: int = 1024   # sockets refuse larger messages
+    # Same-host data path: "auto" moves gradients and parameters through a shared-memory
+    # segment per connection where client and shard share a host (TCP otherwise, and in
+    # CurveZMQ-secured runs); "off" keeps every byte on the socket.
+    shared_memory: Literal["auto", "off"] = "auto"
 
     def __post_init__(self):
         _check(0 < self.topk_ratio <= 1, "topk_ratio", f"must be in (0, 1], got {self.topk_ratio}")
@@ -310,6 +329,37 @@ class SecurityConfig:
 
 
 @dataclass(frozen=True)
+class RayRoleConfig:
+    # Resources Ray reserves for each process of this role (logical units, as in
+    # @ray.remote(num_cpus=..., num_gpus=...)); a role's torch threads are run.threads.
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+    def __post_init__(self):
+        _check(self.num_cpus >= 0, "num_cpus", f"must be >= 0, got {self.num_cpus}")
+        _check(self.num_gpus >= 0, "num_gpus", f"must be >= 0, got {self.num_gpus}")
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    # `psgd launch --on ray` (or cluster.launcher: ray). address "": join RAY_ADDRESS if set,
+    # else start a local Ray instance sized to fit the job; "auto", "HOST:6379" or
+    # "ray://HOST:10001": join that cluster.
+    address: str = ""
+    server: RayRoleConfig = field(default_factory=RayRoleConfig)
+    worker: RayRoleConfig = field(default_factory=RayRoleConfig)
+    evaluator: RayRoleConfig = field(default_factory=RayRoleConfig)
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    # Every run writes metrics.jsonl and metrics.csv (one row per evaluation);
+    # tensorboard: true also writes TensorBoard event files under RUN_DIR/tensorboard
+    # (needs the `tensorboard` package: pip install 'psgd[tensorboard]').
+    tensorboard: bool = False
+
+
+@dataclass(frozen=True)
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -323,6 +373,8 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
     # Directory of the config file, so "module:callable" finds modules beside it.
     base_dir: str = field(default=".", metadata={"internal": True})
 
