@@ -28,6 +28,7 @@ from psgd.wire.shm import reclaim
 from psgd.wire.shm_links import ShardSegments, shared_memory_wanted
 from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
 from psgd.servers.peers import PeerTable, check_ahead
+from psgd.servers.live_control import ControlError
 from psgd.servers.state import PushStatus, ShardState
 
 __all__ = ["ShardServer", "initial_shard_params", "run_role"]
@@ -47,8 +48,10 @@ _HANDLERS = {
     MsgType.LEAVE: "_on_leave",
     MsgType.STATS: "_on_stats",
     MsgType.SHUTDOWN: "_on_shutdown",
+    MsgType.CONTROL: "_on_control",
 }
-_REPLY_TYPES = {MsgType.WELCOME, MsgType.PARAMS, MsgType.ACK, MsgType.STATS_REPLY, MsgType.ERROR}
+_REPLY_TYPES = {MsgType.WELCOME, MsgType.PARAMS, MsgType.ACK, MsgType.STATS_REPLY, MsgType.CONTROL_REPLY,
+                MsgType.ERROR}
 if set(_HANDLERS) | _REPLY_TYPES != set(MsgType):
     raise ImportError(f"shard does not route message types {set(MsgType) - set(_HANDLERS) - _REPLY_TYPES}")
 # Payload frames each request carries (all others carry none).
@@ -69,6 +72,7 @@ class ShardServer:
         self.resumed = checkpoint.resume(self.state) if checkpoint is not None else None
         self.fingerprint = fingerprint
         self.events = events or EventLog(None, "server", shard)
+        self.state.live.token, self.state.live.emit = run_token, self.events.emit  # psgd ctl; setting_change events
         self._clock = clock
         self._sock = ServerSocket(address, cfg.wire.max_message_mb << 20, curve=curve)
         self.address = self._sock.address
@@ -107,6 +111,8 @@ class ShardServer:
                         self.events.emit("worker_timed_out", rank=rank, clock=self.state.board.clocks[rank])
                         self._journal("log_depart", rank)
                     self._refuse_parked(gone, "timed out: no message for cluster.timeout_s; register again")
+                    self._release()
+                if self.state.live.expire(now):  # a psgd ctl change that was never committed
                     self._release()
                 if self.checkpoint is not None and self.checkpoint.due(self.state):
                     self.checkpoint.save(self.state)
@@ -240,6 +246,8 @@ class ShardServer:
             raise ProtocolError("bad_field", "scale must be positive and finite")
         check_ahead("seq", rec.seq, self.state.last_seq[rec.rank])
         check_ahead("clock", rec.clock, self.state.board.clocks[rec.rank])
+        if not (0 <= rec.step_s < float("inf")):
+            raise ProtocolError("bad_field", "step_s must be finite and >= 0")
         if rec.shm:
             grad = self._shm_gradient(identity, rec)
         elif sparse:
@@ -249,7 +257,7 @@ class ShardServer:
             if grad.dtype != torch.float32:
                 grad = self._decode_f32(grad, rec.scale)
         self.state.seen(rec.rank, self._clock())
-        result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad)
+        result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s)
         if result.status is not PushStatus.DUPLICATE:
             self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, grad)  # before the ack
             self.state.counters[f"push_{result.status.value}"] += 1
@@ -321,6 +329,14 @@ class ShardServer:
             raise ProtocolError("unauthorized", "SHUTDOWN needs the run token")
         self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
         self._running = False
+
+    def _on_control(self, identity: bytes, rec: P.Control, payload: list) -> None:
+        try:
+            clock, detail = self.state.live.control(rec.op, rec.token, rec.clock, rec.settings, self._clock())
+        except ControlError as exc:
+            raise ProtocolError(exc.code, exc.reason) from None
+        self._reply(identity, P.ControlReply(req=rec.req, clock=clock, detail=detail))
+        self._release()  # a commit or abort ends a hold
 
     def emit_stats(self, final: bool = False) -> None:
         self.events.emit("server_stats", final=final, **self.state.stats())

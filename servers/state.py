@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Optional, Union
 
@@ -20,6 +20,7 @@ from psgd.core.histogram import Histogram
 from psgd.core.lr_scaling import scaled_optimizer
 from psgd.core.update_rules import UpdateRule
 from psgd.wire.protocol import ProtocolError
+from psgd.servers.live_control import ShardLive
 
 __all__ = ["ShardState", "PushStatus", "PushResult"]
 
@@ -56,7 +57,8 @@ class ShardState:
         self.workers = cfg.cluster.workers
         self.params = params.detach().clone().float().contiguous()
         self.rule = UpdateRule(scaled_optimizer(cfg), self.params)
-        self.board = ClockBoard(self.mode, self.workers, cfg.consistency.staleness)
+        bound = cfg.consistency.staleness
+        self.board = ClockBoard(self.mode, self.workers, cfg.consistency.staleness_min if bound == "auto" else bound)
         self.bsp = BspAggregator(self.params.numel(), cfg.consistency.backup_workers) if self.mode is Mode.BSP else None
         self.version = 0                       # updates applied to this shard
         self.last_seq = [-1] * self.workers    # exactly-once: highest push seq seen per worker
@@ -70,6 +72,7 @@ class ShardState:
         self._dense_buf: Optional[torch.Tensor] = None  # sparse gradients scattered for dense rules
         self._read: dict[int, torch.Tensor] = {}  # DC-ASGD: parameters each worker last read
         self._bsp_staleness: list[int] = []       # BSP: staleness of the gradients buffered for this step
+        self.live = ShardLive(cfg, self.workers, lr=self.rule.cfg.lr)  # bound/mode/lr per clock; adaptive bound
 
     @property
     def numel(self) -> int:
@@ -141,7 +144,7 @@ class ShardState:
 
     # ---- pushes -----------------------------------------------------------
     def push(self, rank: int, seq: int, clock: int, read_version: int,
-             grad: Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]) -> PushResult:
+             grad: Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]], step_s: float = 0.0) -> PushResult:
         """Handle one gradient: a dense flat tensor, or sparse (indices, values)
         meaning zero elsewhere. `grad` is read, never modified or kept.
         Raises ProtocolError, with the state untouched, for an impossible push."""
@@ -155,6 +158,8 @@ class ShardState:
             self.counters["partial_pushes"] += seq - self.last_seq[rank] - 1
         self.last_seq[rank] = seq
         self.counters["pushes"] += 1
+        self.live.pushed(rank, clock, step_s)
+        self._use_lr(self.bsp.step if self.bsp is not None else clock)
         staleness = max(0, self.version - read_version)
         if not all_finite(grad[1] if isinstance(grad, tuple) else grad):
             self.counters["rejected_nonfinite"] += 1
@@ -207,7 +212,14 @@ class ShardState:
             self._maybe_complete_bsp()
             return result
         self.board.advance(rank, clock)
+        self.live.clocks_moved(self.board.min_clock(), self.board.quorum())
         return result
+
+    def _use_lr(self, clock: int) -> None:
+        """The learning rate in force for gradients of `clock` (changed by psgd ctl)."""
+        lr = self.live.lr_at(clock)
+        if lr != self.rule.cfg.lr:
+            self.rule.cfg = replace(self.rule.cfg, lr=lr)
 
     def _maybe_complete_bsp(self) -> None:
         if self.bsp is None or self.bsp.check(self.board.quorum()) is not PushOutcome.COMPLETE:
@@ -231,7 +243,13 @@ class ShardState:
         return max(clock, self.board.clocks[rank])
 
     def pull_ready(self, rank: int, clock: int) -> bool:
-        return self.board.pull_ready(self.pull_clock(rank, clock), self.bsp.step if self.bsp else 0)
+        clock = self.pull_clock(rank, clock)
+        if self.live.holds(clock):  # a `psgd ctl` change is being agreed for this clock
+            return False
+        if self.bsp is not None:
+            return self.board.pull_ready(clock, self.bsp.step)
+        bound, low = self.live.bound_at(clock), self.board.min_clock()
+        return bound is None or low is None or low >= clock - bound
 
     def answer_pull(self, rank: int, clock: int) -> tuple[torch.Tensor, int, int]:
         """(parameters, clock, slowest quorum clock) for a worker's ready pull; records the gap."""
@@ -239,6 +257,7 @@ class ShardState:
         low = self.board.min_clock()
         low = clock if low is None else low
         self.clock_gaps.add(max(0, clock - low))
+        self.live.answered(clock, max(0, clock - low))
         self.counters["pulls"] += 1
         if self.cfg.optimizer.dc_asgd is not None:
             self._read[rank] = self._frozen()
@@ -253,4 +272,5 @@ class ShardState:
             "clock_gap_hist": self.clock_gaps.as_dict(),
             "clocks": list(self.board.clocks),
             "quorum": self.board.quorum(),
+            "live": self.live.describe(),
         }

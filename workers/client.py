@@ -14,6 +14,7 @@ each push once.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -54,6 +55,7 @@ class PSClient:
         self.min_clocks = [0] * layout.num_shards
         self.seq = 0                  # next push sequence number
         self.bytes_sent = 0
+        self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
         self._hb_stop = threading.Event()
         self._hb_thread = None
         if heartbeat_s and role == "worker":
@@ -139,6 +141,7 @@ class PSClient:
             self._sessions[s] = welcome.session
             self.versions[s] = welcome.version
             out.append(P.frame_to_tensor(payload[0], "f32", self.layout.shard_sizes[s]))
+        self._params_at = None  # the first step after joining is not timed (it may wait for the start)
         return out
 
     def _call_all(self, make: Callable[[int, int], list]) -> dict:
@@ -164,12 +167,15 @@ class PSClient:
         wire = [self.encoder.encode(s, g) for s, g in enumerate(grads)]
         seq, clock = self.seq, self.clock
         in_shm = PayloadCache(self._shm)  # dense payloads go to a same-host shard's segment, once per request
+        # The step time (work since the parameters arrived, never the wait for
+        # them) feeds the shards' adaptive staleness bound.
+        step_s = time.monotonic() - self._params_at if self._params_at is not None else 0.0
 
         def make(s: int, req: int) -> list:
             gen = in_shm.generation(s, wire[s].frames[0]) if wire[s].nnz == 0 and wire[s].encoding != "topk" else 0
             return P.encode(kind(req=req, rank=self.rank, seq=seq, clock=clock, read_version=self.versions[s],
                                  encoding=wire[s].encoding, scale=wire[s].scale, numel=self.layout.shard_sizes[s],
-                                 nnz=wire[s].nnz, shm=gen), () if gen else wire[s].frames)
+                                 nnz=wire[s].nnz, shm=gen, step_s=step_s), () if gen else wire[s].frames)
         replies = self._call_all(make)
         # max, not += 1: a re-registration during the call may already have moved them on.
         self.seq = max(self.seq, seq + 1)
@@ -188,6 +194,7 @@ class PSClient:
             out.append(self._shm_params(s, rec) if rec.shm else P.frame_to_tensor(payload[0], rec.encoding, rec.numel))
         if self.role == "worker":
             self._adopt_clock(replies[s][0].clock for s in replies)
+        self._params_at = time.monotonic()
         return out
 
     def _shm_params(self, s: int, rec: P.Params) -> torch.Tensor:

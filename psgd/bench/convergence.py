@@ -20,7 +20,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from psgd.bench.convergence_report import (Analysis, TargetSpec, analyse, grid_table, mode_table, report_sections,
                                            write_seeds_csv, write_summary_csv)
@@ -41,7 +41,7 @@ _BACKUP = re.compile(r"b(\d+)")
 class ModeSpec:
     label: str
     mode: str
-    staleness: int = 0
+    staleness: Union[int, str] = 0   # "auto": the adaptive bound
     staleness_aware: bool = False
     dc_asgd: bool = False
     backup_workers: int = 0
@@ -65,8 +65,8 @@ def _parse_mode(item: str) -> ModeSpec:
         raise ValueError(f"--modes: {item!r}: mode must be allreduce, bsp, ssp:S or asp")
     if (name == "ssp") != bool(colon):
         raise ValueError(f"--modes: {item!r}: ssp needs a bound (ssp:S), other modes take none")
-    if colon and not bound.isdigit():
-        raise ValueError(f"--modes: {item!r}: the bound must be an integer >= 0")
+    if colon and not (bound.isdigit() or bound == "auto"):
+        raise ValueError(f"--modes: {item!r}: the bound must be an integer >= 0 or auto")
     aware = dc = False
     backup = 0
     for s in suffixes:
@@ -82,11 +82,12 @@ def _parse_mode(item: str) -> ModeSpec:
         else:
             raise ValueError(f"--modes: {item!r}: suffixes are '+sa' (staleness-aware), '+dc' (DC-ASGD) "
                              "and '+bN' (bsp with N backup workers)")
-    return ModeSpec(item, name, int(bound) if colon else 0, aware, dc, backup)
+    staleness = (bound if bound == "auto" else int(bound)) if colon else 0
+    return ModeSpec(item, name, staleness, aware, dc, backup)
 
 
 def parse_modes(text: str) -> list[ModeSpec]:
-    """'allreduce,bsp,bsp+b1,ssp:2,asp+sa,asp+dc' -> specs. Raises ValueError naming the bad item."""
+    """'allreduce,bsp,bsp+b1,ssp:2,ssp:auto,asp+sa,asp+dc' -> specs. Raises ValueError naming the bad item."""
     specs = [_parse_mode(item) for item in (s.strip() for s in text.split(",")) if item]
     if not specs:
         raise ValueError("--modes: give at least one mode")
@@ -187,7 +188,7 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
         runs.append(run)
         s = run.summary
         on_run(f"    final accuracy {s.get('final_test_accuracy')}, loss {s.get('final_test_loss')}, "
-               f"{s.get('total_updates')} updates ({time.monotonic() - t:.0f}s with start-up)")
+               f"{s.get('total_updates')} updates ({time.monotonic() - t:.0f} s with start-up)")
     return BenchResult(out_dir, runs, failed, target)
 
 

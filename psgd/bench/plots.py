@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from psgd.bench.bound_plot import BOUND_PLOT, has_setting_changes, plot_bounds  # noqa: E402
 from psgd.bench.run_data import RunData, group_by_label  # noqa: E402
 
 __all__ = ["plot_runs", "PLOT_FILES", "curve_on_grid"]
@@ -176,4 +177,9 @@ def plot_runs(runs: list[RunData], out_dir: Path, title: str = "", target: Optio
                  prefix + f"{name} vs examples processed", paths["metric_vs_examples"], target)
     _loss_plot(groups, prefix + "training loss vs wall time", paths["loss_vs_time"])
     _staleness_plot(groups, prefix + "staleness of applied gradients", paths["staleness_hist"])
+    # Runs whose bound changed while they ran (staleness: auto, psgd ctl): the bound in force over time.
+    changed = [r for r in runs if has_setting_changes(r.run_dir)][:6]
+    if changed:
+        panels = [(f"{r.label} seed {r.seed}", r.run_dir, None) for r in changed]
+        paths["bound_vs_time"] = plot_bounds(panels, out_dir / BOUND_PLOT, prefix + "SSP bound in force")
     return list(paths.values())

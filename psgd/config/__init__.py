@@ -11,8 +11,8 @@ from psgd.config.schema import (
 __all__ = [
     "MODES", "PS_MODES",
     "CheckpointConfig", "ClusterConfig", "Config", "ConfigError", "ConsistencyConfig", "DcAsgdConfig",
-    "DelayConfig", "EvalConfig", "LoggingConfig", "OptimizerConfig", "RayConfig", "RayRoleConfig", "RunConfig",
-    "ScheduleConfig", "SecurityConfig", "SupervisionConfig", "TargetConfig", "TaskConfig", "TrainConfig",
-    "TransientConfig", "WireConfig", "WorkersConfig", "LoaderConfig", "config_to_dict", "dump_config", "load_config",
+    "DelayConfig", "TargetConfig", "TransientConfig", "LoaderConfig", "LoggingConfig", "RayConfig", "RayRoleConfig",
+    "EvalConfig", "OptimizerConfig", "RunConfig", "ScheduleConfig", "SecurityConfig", "SupervisionConfig",
+    "TaskConfig", "TrainConfig", "WireConfig", "WorkersConfig", "config_to_dict", "dump_config", "load_config",
     "override_config",
 ]

@@ -78,11 +78,21 @@ class ClusterConfig:
 @dataclass(frozen=True)
 class ConsistencyConfig:
     mode: Literal[MODES] = "asp"
-    staleness: int = 0           # SSP bound s: a pull at clock c waits for min clock >= c - s
+    # SSP bound s: a pull at clock c waits for min clock >= c - s. "auto": the
+    # shards adapt s within [staleness_min, staleness_max] from the workers'
+    # step times (psgd/core/staleness_policy.py), starting at staleness_min.
+    staleness: Union[int, Literal["auto"]] = 0
+    staleness_min: int = 0
+    staleness_max: int = 8
     backup_workers: int = 0      # BSP: aggregate the first W - b gradients of a clock
 
     def __post_init__(self):
-        _check(self.staleness >= 0, "staleness", f"must be >= 0, got {self.staleness}")
+        _check(self.staleness == "auto" or self.staleness >= 0, "staleness",
+               f"must be >= 0 or auto, got {self.staleness}")
+        _check(self.staleness != "auto" or self.mode == "ssp", "staleness", "auto needs mode ssp")
+        _check(self.staleness_min >= 0, "staleness_min", f"must be >= 0, got {self.staleness_min}")
+        _check(self.staleness_max >= self.staleness_min, "staleness_max",
+               f"must be >= staleness_min ({self.staleness_min}), got {self.staleness_max}")
         _check(self.backup_workers >= 0, "backup_workers", f"must be >= 0, got {self.backup_workers}")
         _check(self.backup_workers == 0 or self.mode == "bsp", "backup_workers", "only applies to mode bsp")
 
@@ -213,6 +223,16 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class LoaderConfig:
+    # The torch DataLoader that feeds each worker its share of the train split.
+    num_workers: int = 0         # loader processes per worker (for Datasets that load examples on access)
+    pin_memory: bool = True      # pinned batches, on cuda only
+
+    def __post_init__(self):
+        _check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
+
+
+@dataclass(frozen=True)
 class DelayConfig:
     # Random extra delay after every step (Dutta et al. 2018), as a multiple of
     # the step's compute time, drawn per step from a generator seeded by
@@ -241,16 +261,6 @@ class TransientConfig:
         _check(self.start_s >= 0, "start_s", "must be >= 0")
         _check(self.duration_s > 0, "duration_s", "must be > 0")
         _check(self.factor >= 1, "factor", f"must be >= 1, got {self.factor}")
-
-
-@dataclass(frozen=True)
-class LoaderConfig:
-    # The torch DataLoader that feeds each worker its share of the train split.
-    num_workers: int = 0         # loader processes per worker (for Datasets that load examples on access)
-    pin_memory: bool = True      # pinned batches, on cuda only
-
-    def __post_init__(self):
-        _check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
 
 
 @dataclass(frozen=True)

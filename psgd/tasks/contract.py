@@ -130,7 +130,7 @@ def check_targets(split: str, y: torch.Tensor, objective: str) -> None:
             raise DatasetContractError(
                 f"{split} y has dtype {y.dtype} but the task is classification, which needs integer class "
                 "labels: cast them with .long(), or set task.objective: regression for float targets")
-        if y.dim() not in (1, 2):  # 2: one label per position of a sequence (a language model's next tokens)
+        if y.dim() < 1:
             raise DatasetContractError(f"{split} y must hold one class label per example (or per position of a "
                                        f"sequence), got shape {tuple(y.shape)}")
         if int(y.min()) < 0:

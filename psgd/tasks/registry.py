@@ -75,11 +75,11 @@ class Task:
         fraction of predictions within 0.1 of the target; for sequence targets
         (a language model's next characters) it is per element."""
         model.eval()
-        total_loss, correct, n, elements = 0.0, 0, 0, 0
+        total_loss, correct, n, labels = 0.0, 0, 0, 0
         for x, y in eval_batches(self.test_data(), chunk):
             x, y = self.inputs(x).to(device), self.targets(y).to(device)
             n += len(y)
-            elements += y.numel()
+            labels += y.numel()  # one per example, or one per position of a sequence
             out = model(x)
             total_loss += float(self.loss(out, y)) * len(y)
             if self.regression:
@@ -87,7 +87,7 @@ class Task:
             else:
                 correct += int((out.argmax(dim=1) == y).sum())
         model.train()
-        return correct / max(elements, 1), total_loss / max(n, 1)
+        return correct / max(labels, 1), total_loss / max(n, 1)
 
     def inputs(self, x: torch.Tensor) -> torch.Tensor:
         return x.float()

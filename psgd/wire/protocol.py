@@ -38,6 +38,8 @@ class MsgType(IntEnum):
     STATS_REPLY = 11  # shard -> client: counters and histograms
     SHUTDOWN = 12    # client -> shard: stop serving; answered with ACK
     ERROR = 13       # shard -> client: request refused; carries code and reason
+    CONTROL = 14     # controller -> shard: show/prepare/commit/abort a live change; carries the run token
+    CONTROL_REPLY = 15  # shard -> controller: the clock of a prepared or committed change, and settings
 
 
 class ProtocolError(ValueError):
@@ -118,6 +120,7 @@ class Push(Record):
     numel: int = 0              # elements of the (dense) gradient
     nnz: int = 0                # sparse encodings: coordinates carried
     shm: int = 0                # >0: the dense payload lies in the segment at this generation; no frame follows
+    step_s: float = 0.0         # the worker's step time before this push (0: not measured)
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,22 @@ class Shutdown(Record):
 
 
 @dataclass(frozen=True)
+class Control(Record):
+    TYPE: ClassVar[MsgType] = MsgType.CONTROL
+    op: str = "show"            # show | prepare | commit | abort
+    token: str = ""             # the run token (RUN_DIR/run.token)
+    clock: int = 0              # commit: the effective clock
+    settings: dict = field(default_factory=dict)  # key -> value, as `psgd ctl set` takes them
+
+
+@dataclass(frozen=True)
+class ControlReply(Record):
+    TYPE: ClassVar[MsgType] = MsgType.CONTROL_REPLY
+    clock: int = 0              # prepare: the first clock held; commit: the effective clock
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Error(Record):
     TYPE: ClassVar[MsgType] = MsgType.ERROR
     code: str = "error"
@@ -184,7 +203,7 @@ class Error(Record):
 RECORDS: dict[MsgType, type[Record]] = {
     cls.TYPE: cls
     for cls in (Register, Welcome, Pull, Push, PushPull, Params, Ack, Heartbeat, Leave,
-                Stats, StatsReply, Shutdown, Error)
+                Stats, StatsReply, Shutdown, Control, ControlReply, Error)
 }
 # Every message type has exactly one record: checked once, at import.
 if set(RECORDS) != set(MsgType):

@@ -1,0 +1,182 @@
+"""Settings a live run may change, keyed by the clock they take effect at.
+
+A shard enforces, for the pull (and the push) of clock c, the settings in
+force at c: consistency mode (ssp or asp), SSP bound, whether the bound is
+adaptive, and the learning rate. A change names an effective clock E; pulls
+and pushes of clocks below E keep the old settings, from E on the new ones.
+Because E is chosen above every clock any shard has answered, all shards
+switch at the same clock.
+
+Two ways in:
+- `psgd ctl` (two phases): `prepare` holds every pull at or above the shard's
+  next unanswered clock and returns that clock; the controller takes the
+  largest over all shards as E and `commit`s the change at E everywhere,
+  which releases the hold. A hold that is never committed expires.
+- the adaptive policy (`schedule` with origin "auto") at a clock it derives
+  from the slowest worker's clock and the largest bound in force.
+
+Pure bookkeeping, no sockets and no time source of its own (callers pass `now`).
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, replace
+from typing import Any, Optional
+
+__all__ = ["LiveSetting", "LiveSettings", "ControlError", "CONTROL_KEYS", "parse_change"]
+
+CONTROL_KEYS = ("consistency.staleness", "consistency.mode", "optimizer.lr")
+
+
+class ControlError(ValueError):
+    """A control request that cannot be applied; `code` is sent back to the caller."""
+
+    def __init__(self, code: str, reason: str):
+        self.code = code
+        self.reason = reason
+        super().__init__(f"{code}: {reason}")
+
+
+@dataclass(frozen=True)
+class LiveSetting:
+    mode: str                   # "ssp" | "asp" | "bsp"
+    staleness: int              # SSP bound in force (also kept while in asp, for switching back)
+    auto: bool                  # the bound follows the adaptive policy
+    lr: float
+
+    @property
+    def bound(self) -> Optional[int]:
+        """The clock gap a pull may have; None: pulls never wait (asp, and bsp's own rule)."""
+        return self.staleness if self.mode == "ssp" else None
+
+    def as_dict(self) -> dict:
+        return {"mode": self.mode, "staleness": "auto" if self.auto else self.staleness,
+                "bound": self.staleness, "lr": self.lr}
+
+
+def parse_change(key: str, value: Any, run_mode: str) -> dict:
+    """Validate one `key=value` of `psgd ctl set` for a run started in `run_mode`;
+    returns the LiveSetting fields it changes. Raises ControlError naming the key."""
+    if key not in CONTROL_KEYS:
+        raise ControlError("bad_key", f"{key!r} cannot be changed live (one of {', '.join(CONTROL_KEYS)})")
+    if key == "optimizer.lr":
+        lr = _number(key, value)
+        if not (lr > 0 and math.isfinite(lr)):
+            raise ControlError("bad_value", f"{key} must be a finite number > 0, got {value!r}")
+        return {"lr": lr}
+    if run_mode not in ("ssp", "asp"):
+        raise ControlError("bad_mode", f"{key} can be changed only in ssp or asp runs; this run is {run_mode}")
+    if key == "consistency.mode":
+        if value not in ("ssp", "asp"):
+            raise ControlError("bad_value", f"{key} can switch between ssp and asp only, got {value!r}")
+        return {"mode": value}
+    if value == "auto":
+        return {"auto": True}
+    bound = _number(key, value)
+    if bound != int(bound) or bound < 0:
+        raise ControlError("bad_value", f"{key} must be an integer >= 0 or 'auto', got {value!r}")
+    return {"staleness": int(bound), "auto": False}
+
+
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise ControlError("bad_value", f"{key} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ControlError("bad_value", f"{key} must be a number, got {value!r}") from None
+
+
+@dataclass
+class _Hold:
+    clock: int
+    deadline: float
+
+
+class LiveSettings:
+    """The settings schedule of one shard, and the hold of a two-phase change."""
+
+    def __init__(self, initial: LiveSetting):
+        self.initial = initial
+        self._changes: list[tuple[int, str, dict]] = []   # (effective clock, origin, fields), by clock
+        self._clocks: list[int] = []                       # effective clocks of _settings
+        self._settings: list[LiveSetting] = []             # the setting from each effective clock on
+        self.answered = -1          # highest clock this shard answered a worker's pull for
+        self.hold: Optional[_Hold] = None
+
+    # ---- reading -----------------------------------------------------------
+    def at(self, clock: int) -> LiveSetting:
+        i = bisect_right(self._clocks, clock)
+        return self._settings[i - 1] if i else self.initial
+
+    def latest(self) -> LiveSetting:
+        """The setting of the last scheduled change (in force from its clock on)."""
+        return self._settings[-1] if self._settings else self.initial
+
+    def max_bound_from(self, clock: int) -> int:
+        """The largest SSP bound in force at `clock` or any later clock."""
+        i = max(0, bisect_right(self._clocks, clock) - 1)
+        return max([self.at(clock).staleness] + [s.staleness for s in self._settings[i:]])
+
+    def changes(self) -> list[dict]:
+        return [{"clock": c, "origin": o, **f} for c, o, f in self._changes]
+
+    def holds(self, clock: int) -> bool:
+        """Must a pull at `clock` wait for a two-phase change in progress?"""
+        return self.hold is not None and clock >= self.hold.clock
+
+    def note_answered(self, clock: int) -> None:
+        self.answered = max(self.answered, clock)
+
+    # ---- changing ----------------------------------------------------------
+    def schedule(self, clock: int, fields: dict, origin: str) -> LiveSetting:
+        """Take `fields` into force from `clock` on. A change of the bound or mode
+        by hand ("ctl") replaces the adaptive policy's own changes at or after it."""
+        if clock <= self.answered:
+            raise ControlError("too_late", f"clock {clock} was already answered here (up to {self.answered})")
+        if origin != "auto" and ({"staleness", "mode", "auto"} & set(fields)):
+            self._changes = [ch for ch in self._changes if not (ch[1] == "auto" and ch[0] >= clock)]
+        at = bisect_right([c for c, _, _ in self._changes], clock)
+        self._changes.insert(at, (clock, origin, dict(fields)))
+        self._rebuild()
+        return self.at(clock)
+
+    def _rebuild(self) -> None:
+        current, clocks, settings = self.initial, [], []
+        for clock, _, fields in self._changes:
+            current = replace(current, **fields)
+            if clocks and clocks[-1] == clock:
+                settings[-1] = current
+            else:
+                clocks.append(clock)
+                settings.append(current)
+        self._clocks, self._settings = clocks, settings
+
+    def prepare(self, now: float, ttl_s: float) -> int:
+        """Phase one: hold pulls from the next unanswered clock on; returns it."""
+        if self.hold is not None and now < self.hold.deadline:
+            raise ControlError("busy", f"another change is being prepared (holding clock {self.hold.clock})")
+        self.hold = _Hold(self.answered + 1, now + ttl_s)
+        return self.hold.clock
+
+    def commit(self, clock: int, fields: dict) -> LiveSetting:
+        """Phase two: the change takes effect at `clock` (>= the held clock); the hold ends."""
+        if self.hold is None:
+            raise ControlError("not_prepared", "commit without a prepared change (or the hold expired)")
+        if clock < self.hold.clock:
+            raise ControlError("bad_clock", f"commit at clock {clock} below the held clock {self.hold.clock}")
+        setting = self.schedule(clock, fields, "ctl")
+        self.hold = None
+        return setting
+
+    def abort(self) -> bool:
+        held, self.hold = self.hold is not None, None
+        return held
+
+    def expire(self, now: float) -> bool:
+        """End a hold whose controller went away; True if one ended."""
+        if self.hold is not None and now >= self.hold.deadline:
+            self.hold = None
+            return True
+        return False

@@ -1,0 +1,139 @@
+"""`psgd ctl RUN_DIR set key=value ...`: change a live run at one clock on every shard.
+
+Two phases over the shards' CONTROL requests, each carrying the run token:
+1. prepare: every shard checks the change and holds pulls from its next
+   unanswered clock on, and answers with that clock;
+2. commit: the largest of those clocks becomes the effective clock E, and
+   every shard takes the change into force from E (which ends its hold).
+No shard has answered a pull at E or beyond before it commits, so every
+gradient and every pull of a clock below E ran under the old settings and
+all from E on under the new ones. If a shard refuses the prepare, the others
+are told to abort and nothing changes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from psgd.config import ConfigError, load_config
+from psgd.core.live_settings import ControlError, parse_change
+from psgd.runtime.token import read_run_token
+from psgd.wire import protocol as P
+from psgd.wire.curve import client_curve
+from psgd.wire.requests import RemoteError, RequestFailed, RequestTracker
+from psgd.wire.transport import ShardConnections, TransportError
+
+__all__ = ["ControlFailed", "ControlResult", "parse_assignments", "server_addresses", "set_live", "show_live"]
+
+
+class ControlFailed(RuntimeError):
+    """The change was not made (or, if the message says so, made on some shards only)."""
+
+
+@dataclass(frozen=True)
+class ControlResult:
+    effective_clock: int
+    shards: list[dict]           # each shard's setting in force from the effective clock
+
+
+def parse_assignments(items: list[str]) -> dict[str, str]:
+    """['consistency.staleness=4', ...] -> {key: value}; raises ControlFailed naming the item."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise ControlFailed(f"expected key=value, got {item!r}")
+        if key.strip() in out:
+            raise ControlFailed(f"{key.strip()} is set twice")
+        out[key.strip()] = value.strip()
+    if not out:
+        raise ControlFailed("nothing to set: give key=value")
+    return out
+
+
+def server_addresses(run_dir: Path) -> list[str]:
+    """The live shards' addresses, in shard order, from RUN_DIR/processes.json."""
+    path = Path(run_dir) / "processes.json"
+    try:
+        entries = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ControlFailed(f"{path} not found: is the run still live?") from None
+    except (OSError, ValueError) as exc:
+        raise ControlFailed(f"cannot read {path}: {exc}") from None
+    servers = sorted((e["index"], e["address"]) for e in entries if e.get("role") == "server" and e.get("address"))
+    if not servers:
+        raise ControlFailed(f"{path} lists no server (an all-reduce run has nothing to control)")
+    return [addr for _, addr in servers]
+
+
+class _Shards:
+    def __init__(self, run_dir: Path, timeout_s: float):
+        self.run_dir = Path(run_dir)
+        try:
+            self.cfg = load_config(self.run_dir / "config.yaml")
+        except (ConfigError, OSError) as exc:
+            raise ControlFailed(f"cannot read {self.run_dir / 'config.yaml'}: {exc}") from None
+        token = read_run_token(self.run_dir)
+        if token is None:
+            raise ControlFailed(f"no run token in {self.run_dir} (run.token): only the run's owner may change it")
+        self.token = token
+        addresses = server_addresses(self.run_dir)
+        try:
+            self.conns = ShardConnections(addresses, curve=client_curve(self.cfg))
+        except TransportError as exc:
+            raise ControlFailed(str(exc)) from None
+        self.rpc = RequestTracker(self.conns, timeout_s, max_retries=0)
+        self.n = len(addresses)
+
+    def call(self, op: str, changes: dict, clock: int = 0) -> dict:
+        return self.rpc.call({s: P.encode(P.Control(req=self.rpc.next_id(), op=op, token=self.token, clock=clock,
+                                                    settings=changes)) for s in range(self.n)},
+                             interruptible=False)
+
+    def close(self) -> None:
+        self.conns.close()
+
+
+def set_live(run_dir, changes: dict[str, str], timeout_s: float = 5.0) -> ControlResult:
+    shards = _Shards(run_dir, timeout_s)
+    try:
+        for key, value in changes.items():  # refuse a bad change before any shard holds a pull
+            try:
+                parse_change(key, value, shards.cfg.consistency.mode)
+            except ControlError as exc:
+                raise ControlFailed(exc.reason) from None
+        try:
+            prepared = shards.call("prepare", changes)
+        except (RemoteError, RequestFailed) as exc:
+            _abort(shards)
+            raise ControlFailed(f"not changed: {exc}") from None
+        clock = max(rec.clock for rec, _ in prepared.values())
+        try:
+            committed = shards.call("commit", changes, clock)
+        except (RemoteError, RequestFailed) as exc:
+            _abort(shards)
+            raise ControlFailed(f"commit at clock {clock} failed ({exc}); other shards may have applied it: "
+                                f"check with `psgd ctl {run_dir} show`") from None
+        return ControlResult(clock, [committed[s][0].detail for s in range(shards.n)])
+    finally:
+        shards.close()
+
+
+def _abort(shards: _Shards) -> None:
+    try:
+        shards.call("abort", {})
+    except (RemoteError, RequestFailed):
+        pass  # a shard that cannot be reached drops its hold when it expires
+
+
+def show_live(run_dir, timeout_s: float = 5.0) -> list[dict]:
+    """Every shard's settings in force, its changes so far and the bounds its pulls ran under."""
+    shards = _Shards(run_dir, timeout_s)
+    try:
+        replies = shards.call("show", {})
+    except (RemoteError, RequestFailed) as exc:
+        raise ControlFailed(str(exc)) from None
+    finally:
+        shards.close()
+    return [replies[s][0].detail for s in range(len(replies))]
