@@ -116,7 +116,7 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
                         for series, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
                             series.append(dt)
             finally:
-                client.shutdown_servers()
+                client.shutdown_servers(token=cluster.token)
                 client.close()
     finally:
         for proc, conn in baselines:
