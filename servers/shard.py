@@ -15,17 +15,17 @@ from typing import Callable, Optional
 import torch
 
 from psgd.wire import protocol as P
-from psgd.config import Config, ConfigError
+from psgd.config import Config
 from psgd.core.consistency import DeferredPulls
 from psgd.runtime.events import EventLog
 from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.wire.protocol import MsgType, ProtocolError
-from psgd.wire.curve import server_curve
 from psgd.core.sharding import layout_for_module
-from psgd.tasks import build_model, load_task
+from psgd.tasks import build_model, task_shape
 from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
 from psgd.runtime.safe_io import WriteFailed
-from psgd.runtime.token import read_run_token
+from psgd.wire.shm import reclaim
+from psgd.wire.shm_links import ShardSegments, shared_memory_wanted
 from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
 from psgd.servers.peers import PeerTable, check_ahead
 from psgd.servers.state import PushStatus, ShardState
@@ -34,6 +34,7 @@ __all__ = ["ShardServer", "initial_shard_params", "run_role"]
 
 STATS_EVERY_S = 1.0
 MAX_PARKED_PER_RANK = 8  # memory per peer stays bounded while its pulls wait for the clocks
+EXPIRE_EVERY_S = 0.01  # how often the loop looks for silent workers
 
 # Request type -> handler method. Replies (WELCOME, PARAMS, ...) are not
 # requests and get an ERROR. Checked below to cover every message type.
@@ -78,13 +79,17 @@ class ShardServer:
         self._f32: Optional[torch.Tensor] = None  # reused buffer for decoding fp16/bf16 gradients
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
         self._frame = None
+        # Same-host clients' shared-memory segments (psgd.wire.shm); reclaim dead processes' files first.
+        self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None))
+        if self._shm.enabled:
+            reclaim()
 
     # ---- loop -------------------------------------------------------------
     def serve(self, stop: threading.Event, should_stop: Callable[[], bool] = lambda: False) -> None:
         """Raises WriteFailed (naming the file) when a checkpoint write fails:
         nothing more can be acknowledged durably, so the shard stops."""
         self._running = True
-        last_stats = self._clock()
+        last_stats = last_expire = self._clock()
         failed = False
         try:
             while self._running and not stop.is_set() and not should_stop():
@@ -92,7 +97,10 @@ class ShardServer:
                 if msg is not None:
                     self.handle(*msg)
                 now = self._clock()
-                gone = self.state.expire(now)
+                # Timeouts are seconds long: scanning every worker after every message is wasted work.
+                gone = self.state.expire(now) if now - last_expire >= EXPIRE_EVERY_S else None
+                if gone is not None:
+                    last_expire = now
                 if gone:
                     for rank in gone:
                         self._peers.release(rank)
@@ -143,6 +151,9 @@ class ShardServer:
     def _reply_params(self, identity: bytes, record: P.Record, params: torch.Tensor) -> None:
         """Reply with the live parameters, zero-copy; the state keeps the tracker
         so it does not update them in place while the send still reads them."""
+        if isinstance(record, P.Params) and record.shm:  # already copied into the client's segment
+            self._sock.send(identity, P.encode(record))
+            return
         if self._frame_of is not params:  # the live tensor changes only on copy-on-write
             self._frame_of, self._frame = params, P.tensor_frame(params)
         self.state.sending(self._sock.send_tracked(identity, P.encode(record, [self._frame])))
@@ -196,9 +207,12 @@ class ShardServer:
             self._journal("log_join", rec.rank)
             last_seq = self.state.last_seq[rec.rank]
             self.events.emit("register", rank=rec.rank, clock=clock)
+        shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token)
+        if rec.shm:
+            self.state.counters["shm_attached" if shm else "shm_refused"] += 1
         snap = self.state.snapshot()
         self._reply_params(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
-                                               clock=clock, last_seq=last_seq, session=session), snap)
+                                               clock=clock, last_seq=last_seq, session=session, shm=shm), snap)
         self._release()
 
     def _on_pull(self, identity: bytes, rec: P.Pull, payload: list) -> None:
@@ -206,8 +220,8 @@ class ShardServer:
             raise ProtocolError("bad_frames", "PULL carries no frames")
         if self._peers.role_of(identity) == "evaluator":
             snap = self.state.snapshot()
-            self._reply_params(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel()),
-                               snap)
+            self._reply_params(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel(),
+                                                  shm=self._shm.reply(identity, rec.req, snap)), snap)
             return
         self._peer(identity, rec.rank)
         self._check_member(rec.rank)
@@ -226,7 +240,9 @@ class ShardServer:
             raise ProtocolError("bad_field", "scale must be positive and finite")
         check_ahead("seq", rec.seq, self.state.last_seq[rec.rank])
         check_ahead("clock", rec.clock, self.state.board.clocks[rec.rank])
-        if sparse:
+        if rec.shm:
+            grad = self._shm_gradient(identity, rec)
+        elif sparse:
             grad = P.frames_to_sparse(payload, rec.encoding, rec.numel, rec.nnz)
         else:
             grad = P.frame_to_tensor(payload[0], rec.encoding, rec.numel)
@@ -246,6 +262,16 @@ class ShardServer:
             self._answer_or_park(identity, P.Pull(req=rec.req, rank=rec.rank, clock=rec.clock + 1),
                                  rec.rank, rec.clock + 1)
 
+    def _shm_gradient(self, identity: bytes, rec: P.Push) -> torch.Tensor:
+        """A dense gradient read where the same-host client wrote it (no copy)."""
+        if rec.encoding not in P.ENCODINGS:
+            raise ProtocolError("bad_encoding", f"{rec.encoding!r} cannot travel through shared memory")
+        dtype = P.ENCODINGS[rec.encoding][0]
+        grad = self._shm.request(identity, rec.shm, dtype, rec.numel)
+        if grad is None:
+            raise ProtocolError("bad_shm", f"no shared-memory payload at generation {rec.shm} for this connection")
+        return grad if dtype == torch.float32 else self._decode_f32(grad, rec.scale)
+
     def _decode_f32(self, wire: torch.Tensor, scale: float) -> torch.Tensor:
         if self._f32 is None:
             self._f32 = torch.empty(self.state.numel)
@@ -264,8 +290,9 @@ class ShardServer:
 
     def _send_params(self, identity: bytes, pull: P.Pull) -> None:
         snap, clock, low = self.state.answer_pull(pull.rank, pull.clock)
-        self._reply_params(identity, P.Params(req=pull.req, version=self.state.version, clock=clock,
-                                              min_clock=low, numel=snap.numel()), snap)
+        self._reply_params(identity, P.Params(req=pull.req, version=self.state.version, clock=clock, min_clock=low,
+                                              numel=snap.numel(), shm=self._shm.reply(identity, pull.req, snap)),
+                           snap)
 
     def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
         self._check_rank(rec.rank)
@@ -299,46 +326,31 @@ class ShardServer:
         self.events.emit("server_stats", final=final, **self.state.stats())
 
 
-def initial_shard_params(cfg: Config, shard: int) -> tuple[torch.Tensor, str]:
-    """The shard's slice of the seeded initial model, and the layout fingerprint."""
-    task = load_task(cfg)
-    model = build_model(cfg, task)
+def initial_shard_params(cfg: Config, shard: int, run_dir=None) -> tuple[torch.Tensor, str]:
+    """The shard's slice of the seeded initial model, and the layout fingerprint.
+    Needs only the model: the data's shape comes from the run (or a built-in)."""
+    model = build_model(cfg, task_shape(cfg, run_dir))
     layout = layout_for_module(model, cfg.cluster.num_servers)
     params = [p.detach() for p in model.parameters() if p.requires_grad]
     return layout.flatten(params)[shard], layout.fingerprint
 
 
 def run_role(ctx: RoleContext) -> int:
-    """The `server` role: serve shard `ctx.index` until stopped. Raises
-    ConfigError for a config that cannot run and RoleFailed when the shard
-    cannot start (keys, checkpoint, address)."""
-    cfg = ctx.cfg
+    """The `server` role: serve shard `ctx.index` until stopped (see serve.py).
+    Raises ConfigError for a config that cannot run, StartupError when the
+    user's model fails, and RoleFailed when the shard cannot start (keys,
+    checkpoint, address)."""
+    from psgd.servers.serve import serve
     try:
-        if isinstance(cfg.cluster.servers, int):
-            raise ConfigError("cluster.servers", "a single server needs the list of host:port addresses")
-        if not 0 <= ctx.index < cfg.cluster.num_servers:
-            raise ConfigError("cluster.servers", f"no shard {ctx.index} (there are {cfg.cluster.num_servers})")
-        try:
-            curve = server_curve(cfg)  # before the model is built: missing keys fail fast
-            params, fingerprint = initial_shard_params(cfg, ctx.index)
-            checkpoint = None
-            if cfg.checkpoint.enabled and ctx.run_dir is not None:
-                checkpoint = ShardCheckpoint(ctx.run_dir / "checkpoints", ctx.index, fingerprint, cfg.checkpoint)
-            server = ShardServer(cfg, ctx.index, cfg.cluster.servers[ctx.index], params, fingerprint, ctx.events,
-                                 checkpoint=checkpoint, curve=curve, run_token=read_run_token(ctx.run_dir))
-        except TransportError as exc:
-            raise RoleFailed(f"shard {ctx.index}: {exc}") from None
-        except (CheckpointError, WriteFailed) as exc:  # would fail the same way again: not restarted
-            raise RoleFailed(f"shard {ctx.index}: {exc}", retry=False) from None
-        if server.resumed is not None:
-            ctx.events.emit("resumed", **server.resumed)
-        ctx.events.emit("ready", address=server.address, numel=params.numel())
-        # Serve at once: workers register before the common start signal.
-        try:
-            server.serve(ctx.stop, lambda: ctx.poll_start() or ctx.orphaned())
-        except WriteFailed as exc:
-            raise RoleFailed(f"shard {ctx.index}: {exc}; everything acknowledged before is in "
-                             f"{checkpoint.dir if checkpoint else 'memory only'}", retry=False) from None
+        serve(ctx.cfg, ctx.index, run_dir=ctx.run_dir, stop=ctx.stop, events=ctx.events,
+              should_stop=lambda: ctx.poll_start() or ctx.orphaned())
         return 0
+    except TransportError as exc:
+        raise RoleFailed(f"shard {ctx.index}: {exc}") from None
+    except CheckpointError as exc:  # would fail the same way again: not restarted
+        raise RoleFailed(f"shard {ctx.index}: {exc}", retry=False) from None
+    except WriteFailed as exc:
+        raise RoleFailed(f"shard {ctx.index}: {exc}; everything acknowledged before it is in "
+                         f"{ctx.run_dir / 'checkpoints' if ctx.run_dir else 'memory only'}", retry=False) from None
     finally:
         ctx.events.close()

@@ -17,6 +17,7 @@ import torch
 from psgd.config import Config
 from psgd.core.consistency import BspAggregator, ClockBoard, Mode, PushOutcome
 from psgd.core.histogram import Histogram
+from psgd.core.lr_scaling import scaled_optimizer
 from psgd.core.update_rules import UpdateRule
 from psgd.wire.protocol import ProtocolError
 
@@ -54,7 +55,7 @@ class ShardState:
         self.mode = Mode(cfg.consistency.mode)
         self.workers = cfg.cluster.workers
         self.params = params.detach().clone().float().contiguous()
-        self.rule = UpdateRule(cfg.optimizer, self.params)
+        self.rule = UpdateRule(scaled_optimizer(cfg), self.params)
         self.board = ClockBoard(self.mode, self.workers, cfg.consistency.staleness)
         self.bsp = BspAggregator(self.params.numel(), cfg.consistency.backup_workers) if self.mode is Mode.BSP else None
         self.version = 0                       # updates applied to this shard

@@ -7,10 +7,11 @@ flat parameter vector, the exact update maths of a BSP shard. With plain SGD
 an allreduce run and a bsp run of the same config and seed therefore follow
 the same trajectory.
 
-`workers.slowdown[rank] = m` is applied inside DDP's communication hook: when
-the rank's last gradient bucket is ready (local compute done), it sleeps
-(m - 1) x the compute time before that bucket's all-reduce, just as a PS
-worker sleeps before its push. Rank 0 publishes its parameters for the
+Emulated stragglers (`workers.slowdown`, `delay`, `transient`:
+psgd.core.heterogeneity) sleep inside DDP's communication hook: when the
+rank's last gradient bucket is ready (local compute done), it sleeps the
+model's extra time before that bucket's all-reduce, just as a PS worker
+sleeps before its push. Rank 0 publishes its parameters for the
 evaluator (workers/param_snapshot.py). Ranks agree to stop (SIGTERM, time
 limit) through a one-element all-reduce every few steps, so no rank is left
 waiting in a collective.
@@ -28,8 +29,10 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from psgd.config import ConfigError
-from psgd.runtime.devices import dist_backend
+from psgd.core.heterogeneity import straggler_for
+from psgd.core.lr_scaling import scaled_optimizer
 from psgd.core.update_rules import UpdateRule
+from psgd.runtime.devices import dist_backend
 from psgd.runtime.role import RoleContext
 from psgd.tasks import build_model, load_task, worker_batches
 from psgd.workers.model_sync import select_device
@@ -45,8 +48,9 @@ class _SlowdownHook:
     """DDP comm hook: plain averaging all-reduce, preceded on the last bucket
     of a step by the straggler's sleep. Records the step's compute time."""
 
-    def __init__(self, slowdown: float):
-        self.slowdown = slowdown
+    def __init__(self, straggler):
+        self.straggler = straggler
+        self.started = time.perf_counter()   # reset when training starts
         self.step_start = 0.0
         self.compute_s = 0.0
         self.slept_s = 0.0
@@ -58,8 +62,8 @@ class _SlowdownHook:
     def communicate(self, state, bucket):  # unannotated: DDP rejects string annotations
         if bucket.is_last():
             self.compute_s = time.perf_counter() - self.step_start
-            if self.slowdown > 1.0:
-                self.slept_s = (self.slowdown - 1.0) * self.compute_s
+            if self.straggler.active:
+                self.slept_s = self.straggler.extra_s(self.compute_s, self.step_start - self.started)
                 time.sleep(self.slept_s)
         return allreduce_hook(state, bucket)
 
@@ -88,13 +92,13 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
     device = select_device(cfg.workers.device)
     if device.type == "cuda":
         device = torch.device("cuda", rank % torch.cuda.device_count())
-    task = load_task(cfg)
+    task = load_task(cfg, ctx.run_dir, splits=("train",))
     model = build_model(cfg, task).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     flat = parameters_to_vector(params).detach().clone()
-    rule = UpdateRule(cfg.optimizer, flat)
+    rule = UpdateRule(scaled_optimizer(cfg), flat)
     batches = worker_batches(len(task.y_train), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
-    hook = _SlowdownHook(cfg.workers.slowdown.get(rank, 1.0))
+    hook = _SlowdownHook(straggler_for(cfg.workers, rank, cfg.run.seed))
     publisher = SnapshotPublisher(ctx.run_dir) if rank == 0 else None
 
     _init_group(cfg, rank, device)
@@ -108,6 +112,7 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
         ctx.events.emit("ready", clock=0, device=str(device), backend=dist.get_backend())
         started = ctx.wait_for_start()
         if not _all_agree_to_stop(not started):
+            hook.started = time.perf_counter()
             steps = _train(ctx, ddp, task, batches, params, flat, rule, hook, publisher)
         dist.barrier()  # nobody tears down while a peer may still be in a collective
     finally:

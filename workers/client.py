@@ -23,6 +23,7 @@ from psgd.wire.codecs import WireEncoder
 from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
 from psgd.core.sharding import Layout
 from psgd.wire.transport import CurveKeys, ShardConnections
+from psgd.wire.shm_links import ClientSegments, PayloadCache, shared_memory_wanted
 
 __all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted"]
 
@@ -32,7 +33,7 @@ class PSClient:
                  request_timeout_s: float = 30.0, max_retries: int = 5, heartbeat_s: Optional[float] = 1.0,
                  encoding: str = "f32", max_message_bytes: int = -1,
                  should_stop: Optional[Callable[[], bool]] = None, curve: Optional[CurveKeys] = None,
-                 topk_ratio: float = 0.01, token: Optional[str] = None):
+                 topk_ratio: float = 0.01, token: Optional[str] = None, shared_memory: str = "auto"):
         if len(addresses) != layout.num_shards:
             raise ValueError(f"{len(addresses)} addresses for a layout of {layout.num_shards} shards")
         self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio)  # validates encoding
@@ -44,6 +45,9 @@ class PSClient:
         self._token = token or ""  # the run token: re-registering takes the rank over from a dead predecessor
         self._sessions = [""] * layout.num_shards  # per shard, from WELCOME: heartbeats carry it
         self._conns = ShardConnections(addresses, max_message_bytes, curve=curve)
+        # Same-host shards: gradients and parameters through shared memory (see psgd.wire.shm).
+        self._shm = ClientSegments([4 * n for n in layout.shard_sizes],
+                                   shared_memory_wanted(shared_memory, curve is not None))
         self._rpc = RequestTracker(self._conns, request_timeout_s, max_retries, should_stop)
         self.clock = 0                # pushes completed
         self.versions = [0] * layout.num_shards  # shard versions of the parameters last read
@@ -108,6 +112,12 @@ class PSClient:
         if self._hb_thread is not None and self._hb_thread.is_alive():
             self._hb_thread.join(timeout=2)
         self._conns.close()
+        self._shm.close()
+
+    @property
+    def shared_memory(self) -> list[bool]:
+        """Per shard: whether this connection moves its payloads through shared memory."""
+        return [self._shm.segment(s) is not None for s in range(self.layout.num_shards)]
 
     @property
     def resends(self) -> int:
@@ -117,7 +127,10 @@ class PSClient:
     def _register_shards(self, shards) -> list[torch.Tensor]:
         fp = self.layout.fingerprint
         replies = self._rpc.call({s: P.encode(P.Register(req=self._rpc.next_id(), rank=self.rank, role=self.role,
-                                                          fingerprint=fp, token=self._token)) for s in shards})
+                                                          fingerprint=fp, token=self._token,
+                                                          **self._shm.offer(s))) for s in shards})
+        for s, (welcome, _) in replies.items():
+            self._shm.settle(s, welcome.shm)
         out = []
         self._adopt_clock(welcome.clock for welcome, _ in replies.values())
         for s in sorted(replies):
@@ -150,10 +163,14 @@ class PSClient:
         before = self.encoder.wire_bytes
         wire = [self.encoder.encode(s, g) for s, g in enumerate(grads)]
         seq, clock = self.seq, self.clock
-        replies = self._call_all(lambda s, req: P.encode(
-            kind(req=req, rank=self.rank, seq=seq, clock=clock, read_version=self.versions[s],
-                 encoding=wire[s].encoding, scale=wire[s].scale, numel=self.layout.shard_sizes[s],
-                 nnz=wire[s].nnz), wire[s].frames))
+        in_shm = PayloadCache(self._shm)  # dense payloads go to a same-host shard's segment, once per request
+
+        def make(s: int, req: int) -> list:
+            gen = in_shm.generation(s, wire[s].frames[0]) if wire[s].nnz == 0 and wire[s].encoding != "topk" else 0
+            return P.encode(kind(req=req, rank=self.rank, seq=seq, clock=clock, read_version=self.versions[s],
+                                 encoding=wire[s].encoding, scale=wire[s].scale, numel=self.layout.shard_sizes[s],
+                                 nnz=wire[s].nnz, shm=gen), () if gen else wire[s].frames)
+        replies = self._call_all(make)
         # max, not += 1: a re-registration during the call may already have moved them on.
         self.seq = max(self.seq, seq + 1)
         self.clock = max(self.clock, clock + 1)
@@ -164,13 +181,22 @@ class PSClient:
         out = []
         for s in range(self.layout.num_shards):
             rec, payload = replies[s]
-            if not isinstance(rec, P.Params) or len(payload) != 1:
-                raise RemoteError(s, "bad_reply", f"expected PARAMS with one frame, got {rec.TYPE.name}")
+            if not isinstance(rec, P.Params) or len(payload) != P.payload_frames(rec):
+                raise RemoteError(s, "bad_reply", f"expected PARAMS with its frame, got {rec.TYPE.name}")
             self.versions[s] = rec.version
             self.min_clocks[s] = rec.min_clock
-            out.append(P.frame_to_tensor(payload[0], rec.encoding, rec.numel))
+            out.append(self._shm_params(s, rec) if rec.shm else P.frame_to_tensor(payload[0], rec.encoding, rec.numel))
         if self.role == "worker":
             self._adopt_clock(replies[s][0].clock for s in replies)
+        return out
+
+    def _shm_params(self, s: int, rec: P.Params) -> torch.Tensor:
+        """The parameters a same-host shard wrote into the segment for this request."""
+        seg = self._shm.segment(s)
+        dtype = P.ENCODINGS.get(rec.encoding, (None,))[0]
+        out = seg.reply_tensor(rec.req, dtype, rec.numel) if seg is not None and dtype is not None else None
+        if out is None or rec.numel != self.layout.shard_sizes[s]:
+            raise RemoteError(s, "bad_reply", "PARAMS names a shared-memory reply this client cannot read")
         return out
 
     def _adopt_clock(self, shard_clocks) -> None:

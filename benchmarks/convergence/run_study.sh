@@ -1,43 +1,89 @@
 #!/usr/bin/env bash
-# Regenerates the committed convergence study in this directory:
+# Regenerates the committed convergence study in this directory, in one command:
 #   benchmarks/convergence/run_study.sh
-# Two tasks (mlp.yaml, cnn.yaml) x {no straggler, rank 3 slowed 4x} x 8 modes
-# x SEEDS seeds, one run at a time. Run directories go to $STUDY_RUNS (default
-# /tmp/psgd-study); each case's report.md, summary.csv and plots are copied
-# into benchmarks/convergence/<task>-<case>/, and study.log records the
-# machine, its load and the timing.
+# For each workload (mnist1d.yaml, charlm.yaml):
+#   1. learning rates: every mode on the no-straggler case over the workload's
+#      LR grid with LR_SEEDS seeds; each mode's best rate is kept (<workload>-lr/)
+#   2. every case (none, straggler, delay) x every mode at its chosen rate x
+#      SEEDS seeds (<workload>-<case>/: report.md, summary.csv, seeds.csv, plots)
+# then verdicts.md (literature claims judged from the intervals) is computed
+# from the cases' seeds.csv files. Run directories go to $STUDY_RUNS; study.log
+# records the machine, its load and the time each step took.
+#
+# The full study is 2 workloads x (10 modes x 3 rates x 1 seed + 3 cases x 10
+# modes x 3 seeds) = 240 runs of 25-40 s. Knobs for a smaller one: WORKLOADS,
+# CASES, MODES, SEEDS, LR_GRID_<workload> (empty: skip step 1 and use the
+# config's rate with optimizer.lr_scaling: linear), MAX_TIME_<workload>.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 cd "$HERE/../.."
 PSGD="${PSGD:-psgd}"
 SEEDS="${SEEDS:-3}"
-MODES="${MODES:-allreduce,bsp,ssp:1,ssp:2,ssp:4,ssp:8,asp,asp+sa}"
+LR_SEEDS="${LR_SEEDS:-1}"
+WORKLOADS="${WORKLOADS:-mnist1d charlm}"
+CASES="${CASES:-none straggler delay}"
+MODES="${MODES:-allreduce,bsp,bsp+b1,ssp:1,ssp:2,ssp:4,ssp:8,asp,asp+sa,asp+dc}"
+LR_GRID_mnist1d="${LR_GRID_mnist1d-0.02,0.05,0.1}"
+LR_GRID_charlm="${LR_GRID_charlm-0.001,0.003,0.006}"
 STUDY_RUNS="${STUDY_RUNS:-/tmp/psgd-study}"
 LOG="$HERE/study.log"
 mkdir -p "$STUDY_RUNS"
 
+case_sets() {  # sets CASE_ARGS: the --set arguments of a heterogeneity case
+  case "$1" in
+    none) CASE_ARGS=() ;;
+    straggler) CASE_ARGS=(--set "workers.slowdown={3: 4.0}") ;;
+    delay) CASE_ARGS=(--set "workers.delay={dist: exponential, mean: 1.0}") ;;
+    *) echo "unknown case $1" >&2; exit 2 ;;
+  esac
+}
+case_title() {
+  case "$1" in
+    none) echo "no straggler" ;;
+    straggler) echo "rank 3 slowed 4x" ;;
+    delay) echo "every rank delayed by an exponential multiple (mean 1) of its compute time each step" ;;
+  esac
+}
+
 {
   echo "study started $(date -u +%FT%TZ) on $(nproc) cores; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); seeds $SEEDS; modes $MODES"
+  echo "workloads $WORKLOADS; cases $CASES; extra settings: ${EXTRA_SETS:-none}"
 } > "$LOG"
 
-for task in cnn mlp; do
-  for case in straggler none; do
-    name="$task-$case"
-    if [ "$case" = straggler ]; then
-      sets=(--set 'workers.slowdown={3: 4.0}'); title="$task, 4 workers, rank 3 slowed 4x"
-    else
-      sets=(); title="$task, 4 workers, no straggler"
-    fi
-    rm -rf "${STUDY_RUNS:?}/$name"
+copy_out() {  # copy a bench's report, CSVs and plots into the committed tree
+  mkdir -p "$HERE/$2"
+  rm -f "$HERE/$2"/*.png
+  cp "$STUDY_RUNS/$1"/report.md "$STUDY_RUNS/$1"/*.csv "$STUDY_RUNS/$1"/*.png "$HERE/$2/" 2>/dev/null || true
+}
+
+status=0
+for w in $WORKLOADS; do
+  grid_var="LR_GRID_$w"; grid="${!grid_var:-}"
+  extra=()
+  [ -n "${EXTRA_SETS:-}" ] && for s in $EXTRA_SETS; do extra+=(--set "$s"); done
+  lr_args=()
+  if [ -n "$grid" ]; then
     start=$(date +%s)
-    status=ok
-    "$PSGD" bench convergence "benchmarks/convergence/$task.yaml" --modes "$MODES" --seeds "$SEEDS" \
-        --out "$STUDY_RUNS/$name" --title "$title" "${sets[@]}" > "$STUDY_RUNS/$name.out" 2>&1 || status="some runs failed"
-    mkdir -p "$HERE/$name"
-    cp "$STUDY_RUNS/$name"/report.md "$STUDY_RUNS/$name"/summary.csv "$STUDY_RUNS/$name"/*.png "$HERE/$name/"
-    echo "$name: $status, $(( $(date +%s) - start ))s; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$LOG"
+    rm -rf "${STUDY_RUNS:?}/$w-lr"
+    "$PSGD" bench convergence "$HERE/$w.yaml" --modes "$MODES" --lr-grid "$grid" --seeds "$LR_SEEDS" \
+        --out "$STUDY_RUNS/$w-lr" --title "$w, learning-rate grid, no straggler" "${extra[@]}" \
+        > "$STUDY_RUNS/$w-lr.out" 2>&1 || status=1
+    copy_out "$w-lr" "$w-lr"
+    lr_args=(--lr-from "$STUDY_RUNS/$w-lr/summary.csv")
+    echo "$w lr grid $grid: $(( $(date +%s) - start ))s; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$LOG"
+  fi
+  for c in $CASES; do
+    start=$(date +%s)
+    rm -rf "${STUDY_RUNS:?}/$w-$c"
+    case_sets "$c"
+    "$PSGD" bench convergence "$HERE/$w.yaml" --modes "$MODES" --seeds "$SEEDS" "${lr_args[@]}" \
+        --out "$STUDY_RUNS/$w-$c" --title "$w, 4 workers, $(case_title "$c")" "${CASE_ARGS[@]}" "${extra[@]}" \
+        > "$STUDY_RUNS/$w-$c.out" 2>&1 || status=1
+    copy_out "$w-$c" "$w-$c"
+    echo "$w-$c: $(( $(date +%s) - start ))s; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$LOG"
   done
 done
-echo "study finished $(date -u +%FT%TZ)" >> "$LOG"
-"${PYTHON:-python}" "$HERE/make_report.py"
+"$PSGD" bench study "$HERE" >> "$LOG"
+echo "study finished $(date -u +%FT%TZ) (exit status $status)" >> "$LOG"
+exit $status

@@ -1,29 +1,40 @@
-"""`psgd bench convergence`: the same task under several consistency modes and
-seeds, one run after another, then report.md, summary.csv and plots.
+"""`psgd bench convergence`: the same task under several consistency modes,
+learning rates and seeds, one run after another, then report.md, summary.csv,
+seeds.csv and plots.
 
 A mode is written as on the command line: `allreduce`, `bsp`, `ssp:S`, `asp`,
-and any PS mode with `+sa` for staleness-aware steps (e.g. `asp+sa`). Each run
-is a normal `psgd launch` run (its own run directory under OUT/runs), so the
-figures come from the same summary and metrics any run leaves behind.
+with suffixes `+sa` (staleness-aware steps, PS modes), `+dc` (DC-ASGD delay
+compensation, PS modes) and `+bN` (BSP with N backup workers), e.g. `asp+sa`,
+`bsp+b1`. Each run is a normal `psgd launch` run (its own run directory under
+OUT/runs), so the figures come from the same metrics any run leaves behind.
+The analysis (held time to target, intervals, verdicts) is in
+convergence_report, outcomes and stats.
 """
 from __future__ import annotations
 
 import csv
+import importlib.util
 import math
-import statistics
+import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from psgd.config import PS_MODES, Config, load_config
-from psgd.launch.launcher import Launcher
+from psgd.bench.convergence_report import (Analysis, TargetSpec, analyse, grid_table, mode_table, report_sections,
+                                           write_seeds_csv, write_summary_csv)
 from psgd.bench.plots import plot_runs
-from psgd.bench.run_data import RunData, group_by_label, load_run
+from psgd.bench.run_data import RunData, load_run
+from psgd.bench.stats import HoldRule
+from psgd.config import PS_MODES, Config, load_config
+from psgd.core.heterogeneity import delay_spec, describe, transient_specs
+from psgd.launch.launcher import Launcher
 
-__all__ = ["ModeSpec", "parse_modes", "run_matrix", "BenchResult", "write_report", "mode_table",
-           "train_time_s", "CSV_FIELDS"]
+__all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "read_lr_choice", "run_matrix", "BenchResult",
+           "write_outputs", "target_spec", "setting_lines"]
 
+_BACKUP = re.compile(r"b(\d+)")
 
 
 @dataclass(frozen=True)
@@ -32,36 +43,51 @@ class ModeSpec:
     mode: str
     staleness: int = 0
     staleness_aware: bool = False
+    dc_asgd: bool = False
+    backup_workers: int = 0
 
     @property
     def overrides(self) -> list[str]:
         return [f"consistency.mode={self.mode}", f"consistency.staleness={self.staleness}",
-                f"optimizer.staleness_aware={'true' if self.staleness_aware else 'false'}"]
+                f"consistency.backup_workers={self.backup_workers}",
+                f"optimizer.staleness_aware={'true' if self.staleness_aware else 'false'}",
+                "optimizer.dc_asgd={}" if self.dc_asgd else "optimizer.dc_asgd=null"]
 
     @property
     def dir_name(self) -> str:
         return self.label.replace(":", "").replace("+", "-")
 
 
+def _parse_mode(item: str) -> ModeSpec:
+    base, *suffixes = item.split("+")
+    name, colon, bound = base.partition(":")
+    if name not in PS_MODES + ("allreduce",):
+        raise ValueError(f"--modes: {item!r}: mode must be allreduce, bsp, ssp:S or asp")
+    if (name == "ssp") != bool(colon):
+        raise ValueError(f"--modes: {item!r}: ssp needs a bound (ssp:S), other modes take none")
+    if colon and not bound.isdigit():
+        raise ValueError(f"--modes: {item!r}: the bound must be an integer >= 0")
+    aware = dc = False
+    backup = 0
+    for s in suffixes:
+        m = _BACKUP.fullmatch(s)
+        if s in ("sa", "dc"):
+            if name == "allreduce":
+                raise ValueError(f"--modes: {item!r}: '+{s}' needs a parameter-server mode (all-reduce has no staleness)")
+            aware, dc = aware or s == "sa", dc or s == "dc"
+        elif m:
+            if name != "bsp" or int(m.group(1)) < 1:
+                raise ValueError(f"--modes: {item!r}: '+bN' (N >= 1 backup workers) only applies to bsp")
+            backup = int(m.group(1))
+        else:
+            raise ValueError(f"--modes: {item!r}: suffixes are '+sa' (staleness-aware), '+dc' (DC-ASGD) "
+                             "and '+bN' (bsp with N backup workers)")
+    return ModeSpec(item, name, int(bound) if colon else 0, aware, dc, backup)
+
+
 def parse_modes(text: str) -> list[ModeSpec]:
-    """'allreduce,bsp,ssp:2,asp+sa' -> specs. Raises ValueError naming the bad item."""
-    specs = []
-    for item in (s.strip() for s in text.split(",")):
-        if not item:
-            continue
-        base, plus, suffix = item.partition("+")
-        if plus and suffix != "sa":
-            raise ValueError(f"--modes: {item!r}: the only suffix is '+sa' (staleness-aware steps)")
-        name, colon, bound = base.partition(":")
-        if name not in PS_MODES + ("allreduce",):
-            raise ValueError(f"--modes: {item!r}: mode must be allreduce, bsp, ssp:S or asp")
-        if name == "allreduce" and plus:
-            raise ValueError(f"--modes: {item!r}: '+sa' needs a parameter-server mode (all-reduce has no staleness)")
-        if (name == "ssp") != bool(colon):
-            raise ValueError(f"--modes: {item!r}: ssp needs a bound (ssp:S), other modes take none")
-        if colon and not (bound.isdigit()):
-            raise ValueError(f"--modes: {item!r}: the bound must be an integer >= 0")
-        specs.append(ModeSpec(item, name, int(bound) if colon else 0, bool(plus)))
+    """'allreduce,bsp,bsp+b1,ssp:2,asp+sa,asp+dc' -> specs. Raises ValueError naming the bad item."""
+    specs = [_parse_mode(item) for item in (s.strip() for s in text.split(",")) if item]
     if not specs:
         raise ValueError("--modes: give at least one mode")
     if len({s.label for s in specs}) != len(specs):
@@ -69,35 +95,89 @@ def parse_modes(text: str) -> list[ModeSpec]:
     return specs
 
 
+def parse_lr_grid(text: str) -> list[float]:
+    try:
+        lrs = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--lr-grid: expected comma-separated numbers, got {text!r}") from None
+    if not lrs or any(not (lr > 0 and math.isfinite(lr)) for lr in lrs):
+        raise ValueError(f"--lr-grid: need at least one learning rate, all > 0, got {text!r}")
+    if len(set(lrs)) != len(lrs):
+        raise ValueError("--lr-grid: a learning rate is listed twice")
+    return lrs
+
+
+def read_lr_choice(summary_csv: Path) -> dict[str, float]:
+    """label -> lr from an earlier bench's summary.csv (its chosen rates)."""
+    try:
+        rows = list(csv.DictReader(open(summary_csv)))
+    except FileNotFoundError:
+        raise ValueError(f"--lr-from: {summary_csv} does not exist") from None
+    if not rows or "lr" not in rows[0]:
+        raise ValueError(f"--lr-from: {summary_csv} has no lr column")
+    return {r["label"]: float(r["lr"]) for r in rows}
+
+
+def target_spec(cfg: Config) -> Optional[TargetSpec]:
+    t = cfg.train.target
+    if t is not None:
+        return TargetSpec(t.metric, t.value, HoldRule(t.hold_evals, t.tolerance))
+    if cfg.train.target_accuracy is not None:
+        return TargetSpec("accuracy", cfg.train.target_accuracy, HoldRule())
+    return None
+
+
 @dataclass
 class BenchResult:
     out_dir: Path
     runs: list[RunData]
-    failed: list[str]          # "label seed N: reason"
-    target: Optional[float]
+    failed: list[str]          # "label lr seed N: reason"
+    target: TargetSpec
+    analysis: Optional[Analysis] = None
 
 
-def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], seeds: int, out_dir: Path,
+def _lr_text(lr: float) -> str:
+    return f"{lr:g}".replace(".", "p")
+
+
+def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], seeds: int | list[int], out_dir: Path,
+               lrs: Optional[list[float]] = None, lr_for: Optional[dict[str, float]] = None,
                on_run: Callable[[str], None] = lambda msg: None) -> BenchResult:
-    """Run every (mode, seed) in turn. Blocks; a failed run is recorded, not raised.
-    Raises ConfigError up front if any (mode, seed) config is invalid."""
+    """Run every (mode, learning rate, seed) in turn; `seeds` is a count
+    (run.seed, run.seed + 1, ...) or a list of offsets from run.seed. Blocks;
+    a failed run is recorded, not raised. Raises ConfigError up front if any config is invalid
+    and ValueError if the config has no target or --lr-from lacks a mode."""
     out_dir = Path(out_dir)
     base = load_config(config_path, overrides)
-    plan: list[tuple[ModeSpec, int, list[str], Config]] = []
+    target = target_spec(base)
+    if target is None:
+        raise ValueError("the config sets no target: give train.target (metric, value) or train.target_accuracy")
+    if importlib.util.find_spec("tensorboard") is not None:
+        # One TensorBoard run per mode and seed (OUT/runs/<mode>-seed<N>/tensorboard): the modes overlay.
+        overrides = [*overrides, "logging.tensorboard=true"]
+    plan: list[tuple[ModeSpec, Optional[float], int, list[str], Config]] = []
     for spec in specs:
-        for k in range(seeds):
-            seed = base.run.seed + k
-            sets = list(overrides) + spec.overrides + [f"run.seed={seed}"]
-            plan.append((spec, seed, sets, load_config(config_path, sets)))
+        if lr_for is not None and spec.label not in lr_for:
+            raise ValueError(f"--lr-from: no learning rate for mode {spec.label}")
+        rates = lrs or ([lr_for[spec.label]] if lr_for is not None else [None])
+        for lr in rates:
+            for k in (range(seeds) if isinstance(seeds, int) else seeds):
+                seed = base.run.seed + k
+                sets = list(overrides) + spec.overrides + [f"run.seed={seed}"]
+                if lr is not None:
+                    sets.append(f"optimizer.lr={lr}")
+                plan.append((spec, lr, seed, sets, load_config(config_path, sets)))
     runs, failed = [], []
-    for i, (spec, seed, sets, cfg) in enumerate(plan, 1):
-        run_dir = out_dir / "runs" / f"{spec.dir_name}-seed{seed}"
+    for i, (spec, lr, seed, sets, cfg) in enumerate(plan, 1):
+        name = spec.dir_name + (f"-lr{_lr_text(lr)}" if lrs else "") + f"-seed{seed}"
+        run_dir = out_dir / "runs" / name
         run_dir.mkdir(parents=True, exist_ok=True)
-        on_run(f"[{i}/{len(plan)}] {spec.label} seed {seed} -> {run_dir}")
+        lr_note = f" lr {cfg.optimizer.lr:g}"
+        on_run(f"[{i}/{len(plan)}] {spec.label}{lr_note} seed {seed} -> {run_dir}")
         t = time.monotonic()
         result = Launcher(cfg, run_dir).run()
         if result.code != 0:
-            failed.append(f"{spec.label} seed {seed}: {result.reason}")
+            failed.append(f"{spec.label}{lr_note} seed {seed}: {result.reason}")
             on_run(f"    failed: {result.reason}")
             if result.code >= 128:  # interrupted by the user: stop the whole bench
                 break
@@ -106,111 +186,76 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
         run.label = spec.label
         runs.append(run)
         s = run.summary
-        on_run(f"    accuracy {_fmt(s.get('final_test_accuracy'), 4)}, time to target "
-               f"{_fmt(s.get('time_to_target_s'), 2)}, {s.get('total_updates')} updates "
-               f"({time.monotonic() - t:.0f}s with start-up)")
-    return BenchResult(out_dir, runs, failed, base.train.target_accuracy)
+        on_run(f"    final accuracy {s.get('final_test_accuracy')}, loss {s.get('final_test_loss')}, "
+               f"{s.get('total_updates')} updates ({time.monotonic() - t:.0f} s with start-up)")
+    return BenchResult(out_dir, runs, failed, target)
 
 
-def train_time_s(run: RunData) -> float:
-    """Training time: the last worker step's time (the summary's wall time also
-    counts processes exiting, which is not training)."""
-    return max((float(e["t"]) for e in run.steps), default=0.0)
+def setting_lines(cfg: Config, specs: list[ModeSpec]) -> list[str]:
+    """The setting a report's conclusion holds for, in words."""
+    t, o, w = cfg.task, cfg.optimizer, cfg.workers
+    args = lambda d: f" {d}" if d else ""  # noqa: E731
+    scaling = (f" with linear scaling: bsp and all-reduce step at lr x {cfg.cluster.workers} (x W - b with b backup "
+               "workers), the gradients one of their updates averages; ssp/asp at lr"
+               if o.lr_scaling == "linear" else ", the same learning rate in every mode")
+    return [
+        f"Workload: model `{t.model}`{args(t.model_args)} on dataset `{t.dataset}`{args(t.dataset_args)}, "
+        f"{cfg.cluster.workers} workers with batch {t.batch_size} each, {cfg.cluster.num_servers} server shards "
+        f"for the parameter-server modes.",
+        f"Heterogeneity: {describe(dict(w.slowdown), delay_spec(w), transient_specs(w))}.",
+        f"Optimizer: {o.name}{scaling}{', momentum %g' % o.effective_momentum if o.effective_momentum else ''}.",
+        f"Budget, the same for every mode: at most {cfg.train.max_time_s:g} s of training and "
+        f"{cfg.train.steps_per_worker} steps per worker; evaluation every {cfg.eval.every_s:g} s.",
+        f"Modes: {', '.join(s.label for s in specs)}.",
+        f"Machine: {os.cpu_count()} cores, 1-minute load average at the end {os.getloadavg()[0]:.1f} "
+        "(absolute times are specific to it; compare modes by their ratios, measured in one bench).",
+    ]
 
 
-CSV_FIELDS = ["label", "mode", "staleness", "staleness_aware", "seed", "status", "train_time_s", "wall_time_s",
-              "total_updates", "updates_per_s", "worker_steps", "final_test_accuracy", "final_test_loss",
-              "final_train_loss", "target_accuracy", "time_to_target_s", "staleness_mean", "staleness_max",
-              "max_clock_gap", "rejected_updates", "run_dir"]
+def _compute_line(runs: list[RunData]) -> str:
+    """The measured forward/backward time per worker step (the work that
+    communication is compared against)."""
+    c = sorted(float(e["compute_s"]) for r in runs for e in r.steps if e.get("compute_s") is not None)
+    if not c:
+        return "Per-step compute: not recorded."
+    return (f"Per-step compute (forward and backward of one batch, measured in every step of every run): median "
+            f"{1000 * c[len(c) // 2]:.1f} ms, 10th-90th percentile {1000 * c[len(c) // 10]:.1f}-"
+            f"{1000 * c[(9 * len(c)) // 10]:.1f} ms.")
 
 
-def _csv_row(run: RunData, out_dir: Path) -> dict:
-    s = run.summary
-    t = train_time_s(run)
-    row = {k: s.get(k) for k in CSV_FIELDS}
-    row.update(label=run.label, staleness_aware=run.label.endswith("+sa"), train_time_s=round(t, 3),
-               updates_per_s=round(s.get("total_updates", 0) / t, 2) if t > 0 else 0.0,
-               run_dir=str(_relative(run.run_dir, out_dir)))
-    return row
-
-
-def _relative(path: Path, base: Path) -> Path:
-    try:
-        return Path(path).resolve().relative_to(Path(base).resolve())
-    except ValueError:
-        return Path(path)
-
-
-def _fmt(v, digits=2) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float) and math.isinf(v):
-        return "not reached"
-    return f"{v:.{digits}f}"
-
-
-def _median_range(values: list[float], digits: int) -> str:
-    """'median [min–max]' over seeds; inf (target not reached) sorts last."""
-    if not values:
-        return "—"
-    med = statistics.median(values)
-    if len(values) == 1:
-        return _fmt(med, digits)
-    lo, hi = min(values), max(values)
-    hi_text = "n.r." if math.isinf(hi) else f"{hi:.{digits}f}"
-    return f"{_fmt(med, digits)} [{lo:.{digits}f}–{hi_text}]" if not math.isinf(lo) else f"{_fmt(med, digits)}"
-
-
-def mode_table(runs: list[RunData], target: Optional[float]) -> str:
-    """The per-mode markdown table: medians with [min–max] over seeds."""
-    tgt = f"{target:g}" if target is not None else "—"
-    lines = [f"| mode | seeds | time to {tgt} (s) | reached | final accuracy | updates/s | staleness mean | staleness max |",
-             "|---|---|---|---|---|---|---|---|"]
-    for label, group in group_by_label(runs).items():
-        ttt = [r.summary.get("time_to_target_s") for r in group]
-        ttt_vals = [float(v) if v is not None else math.inf for v in ttt]
-        acc = [r.summary["final_test_accuracy"] for r in group if r.summary.get("final_test_accuracy") is not None]
-        ups = [r.summary.get("total_updates", 0) / train_time_s(r) for r in group if train_time_s(r) > 0]
-        st_mean = [float(r.summary.get("staleness_mean", 0.0)) for r in group]
-        st_max = [float(r.summary.get("staleness_max", 0)) for r in group]
-        reached = sum(v is not None for v in ttt)
-        lines.append(f"| {label} | {len(group)} | {_median_range(ttt_vals, 2) if target is not None else '—'} | "
-                     f"{reached}/{len(group)} | {_median_range(acc, 4)} | {_median_range(ups, 0)} | "
-                     f"{_median_range(st_mean, 2)} | {_median_range(st_max, 0)} |")
-    return "\n".join(lines)
-
-
-def write_outputs(result: BenchResult, title: str, config_text: str, command: str,
+def write_outputs(result: BenchResult, title: str, config_text: str, command: str, setting: list[str],
                   notes: str = "") -> tuple[Path, Path, list[Path]]:
-    """Write summary.csv, the plots and report.md into result.out_dir."""
+    """Write summary.csv, seeds.csv, the plots and report.md into result.out_dir."""
     out = result.out_dir
     out.mkdir(parents=True, exist_ok=True)
+    a = result.analysis = analyse(result.runs, result.target) if result.runs else None
     csv_path = out / "summary.csv"
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-        w.writeheader()
-        for run in result.runs:
-            w.writerow(_csv_row(run, out))
-    plots = plot_runs(result.runs, out, title, result.target) if result.runs else []
-    report = out / "report.md"
-    report.write_text(write_report(result, title, config_text, command, plots, notes))
-    return report, csv_path, plots
-
-
-def write_report(result: BenchResult, title: str, config_text: str, command: str, plots: list[Path],
-                 notes: str = "") -> str:
-    parts = [f"# Convergence: {title}", "",
-             f"Command: `{command}`", "",
-             "Medians over seeds, with [min–max]. Time to target is the first evaluation at or above "
-             "the target (n.r.: not reached in that seed); updates/s counts model updates per second of "
-             "training (until the last worker step).", "",
-             mode_table(result.runs, result.target), ""]
+    plots: list[Path] = []
+    parts = [f"# Convergence: {title}", "", f"Command: `{command}`", ""]
+    if a is not None:
+        write_summary_csv(csv_path, a)
+        write_seeds_csv(out / "seeds.csv", a)
+        plots = plot_runs(a.chosen_runs(result.runs), out, title, result.target.value, result.target.metric)
+        parts += report_sections(a, setting + [_compute_line(result.runs)]) + ["", "## Per mode", "", mode_table(a), ""]
+        if a.grid:
+            parts += ["## Learning-rate grid", "", "Median held time to target (seeds that held it) for every "
+                      "rate; the rate each mode is compared at in bold.", "", grid_table(a), ""]
+    else:
+        csv_path.write_text("")
+        parts += ["No run finished.", ""]
     if result.failed:
         parts += ["Failed runs:", ""] + [f"- {f}" for f in result.failed] + [""]
     if notes:
         parts += [notes, ""]
+    if any((r.run_dir / "tensorboard").is_dir() for r in result.runs):
+        parts += ["TensorBoard, one run per mode and seed: `tensorboard --logdir runs` in this directory.", ""]
+    if plots:
+        parts += ["## Plots", "", "Median over seeds with a min–max band; every seed's curve ends where its run "
+                  "ended (x).", ""]
     for p in plots:
         parts += [f"![{p.stem}]({p.name})", ""]
     parts += ["Resolved base config (each run's own config.yaml is in its run directory):", "",
               "```yaml", config_text.rstrip(), "```", ""]
-    return "\n".join(parts)
+    report = out / "report.md"
+    report.write_text("\n".join(parts))
+    return report, csv_path, plots

@@ -1,9 +1,13 @@
-"""PNG plots of one or more runs, one line per mode (median over seeds, with
-the min-max band): test accuracy vs wall time, test accuracy vs updates,
-training loss vs wall time, and staleness histograms. Uses matplotlib's Agg
-backend, so no display is needed."""
+"""PNG plots of one or more runs, one colour per mode: the median over seeds
+with a band from the lowest to the highest seed, for the target metric vs wall
+time and vs training examples processed (the same unit in every mode: a BSP
+update averages W workers' batches, an ASP update applies one), training loss
+vs wall time, and staleness histograms. Every seed's curve stops where its
+run stopped, marked with an x, so one can see who finished first. Uses
+matplotlib's Agg backend, so no display is needed."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -16,34 +20,37 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from psgd.bench.run_data import RunData, group_by_label  # noqa: E402
 
-__all__ = ["plot_runs", "PLOT_FILES"]
+__all__ = ["plot_runs", "PLOT_FILES", "curve_on_grid"]
 
 PLOT_FILES = {
-    "accuracy_vs_time": "accuracy_vs_time.png",
-    "accuracy_vs_updates": "accuracy_vs_updates.png",
+    "metric_vs_time": "metric_vs_time.png",
+    "metric_vs_examples": "metric_vs_examples.png",
     "loss_vs_time": "loss_vs_time.png",
     "staleness_hist": "staleness_hist.png",
 }
-GRID_POINTS = 200
+GRID_POINTS = 300
 LOSS_BINS = 40
+TITLE_WIDTH = 70
 
 
-def _step_values(xs: list[float], ys: list[float], grid: np.ndarray) -> np.ndarray:
-    """The latest y at or before each grid point (NaN before the first)."""
+def curve_on_grid(xs: list[float], ys: list[float], grid: np.ndarray) -> np.ndarray:
+    """The latest y at or before each grid point; NaN before the first point
+    and after the last one (the run had ended: nothing is drawn there)."""
+    out = np.full(len(grid), np.nan)
     if not xs:
-        return np.full(len(grid), np.nan)
+        return out
     idx = np.searchsorted(np.asarray(xs), grid, side="right") - 1
-    out = np.asarray(ys, dtype=float)[np.clip(idx, 0, None)]
-    out[idx < 0] = np.nan
+    inside = (idx >= 0) & (grid <= xs[-1])
+    out[inside] = np.asarray(ys, dtype=float)[idx[inside]]
     return out
 
 
 def _binned_mean(xs: list[float], ys: list[float], edges: np.ndarray) -> np.ndarray:
+    out = np.full(len(edges) - 1, np.nan)
     if not xs:
-        return np.full(len(edges) - 1, np.nan)
+        return out
     x, y = np.asarray(xs), np.asarray(ys)
     which = np.digitize(x, edges) - 1
-    out = np.full(len(edges) - 1, np.nan)
     for b in range(len(edges) - 1):
         sel = which == b
         if sel.any():
@@ -51,49 +58,68 @@ def _binned_mean(xs: list[float], ys: list[float], edges: np.ndarray) -> np.ndar
     return out
 
 
-def _band(ax, grid, rows: np.ndarray, label: str) -> None:
-    """Median line and min-max band over seeds (columns where every seed is NaN are skipped)."""
+def _band(ax, grid, rows: np.ndarray, label: str, ends=()) -> None:
+    """Median over the seeds still running at each point, min-max band, and an
+    x where each seed's run ended."""
     valid = ~np.all(np.isnan(rows), axis=0)
     if not valid.any():
         return
     g, r = grid[valid], rows[:, valid]
-    (line,) = ax.plot(g, np.nanmedian(r, axis=0), label=label, linewidth=1.6)
-    if len(rows) > 1:
-        ax.fill_between(g, np.nanmin(r, axis=0), np.nanmax(r, axis=0), color=line.get_color(), alpha=0.15)
+    n = len(rows)
+    (line,) = ax.plot(g, np.nanmedian(r, axis=0), label=f"{label} (n={n})", linewidth=1.6)
+    if n > 1:
+        ax.fill_between(g, np.nanmin(r, axis=0), np.nanmax(r, axis=0), color=line.get_color(), alpha=0.15,
+                        linewidth=0)
+    for x, y in ends:
+        ax.plot([x], [y], marker="x", color=line.get_color(), markersize=6, linestyle="none")
 
 
-def _series_plot(groups, x_of, y_label, x_label, title, path, target=None, x_max=None) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    if x_max is None:
-        x_max = max((max(x_of(r)[0], default=0.0) for runs in groups.values() for r in runs), default=0.0)
-    grid = np.linspace(0.0, x_max or 1.0, GRID_POINTS)
-    for label, runs in groups.items():
-        rows = np.vstack([_step_values(*x_of(r), grid) for r in runs])
-        _band(ax, grid, rows, label)
-    if target is not None:
-        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
-    _finish(fig, ax, x_label, y_label, title, path)
+def _title(text: str) -> str:
+    return textwrap.fill(text, TITLE_WIDTH)
 
 
 def _finish(fig, ax, x_label, y_label, title, path) -> None:
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
-    ax.set_title(title)
+    ax.set_title(_title(title), fontsize=10)
     ax.grid(True, alpha=0.3)
+    ax.plot([], [], marker="x", color="grey", linestyle="none", label="run ended")
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def _series_plot(groups, x_of, metric_label, x_label, title, path, target=None) -> None:
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    series = {label: [x_of(r) for r in runs] for label, runs in groups.items()}
+    x_max = max((xs[-1] for ss in series.values() for xs, _ in ss if xs), default=1.0) or 1.0
+    grid = np.linspace(0.0, x_max, GRID_POINTS)
+    for label, ss in series.items():
+        rows = np.vstack([curve_on_grid(xs, ys, grid) for xs, ys in ss])
+        _band(ax, grid, rows, label, [(xs[-1], ys[-1]) for xs, ys in ss if xs])
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
+    _finish(fig, ax, x_label, metric_label, title, path)
+
+
 def _loss_plot(groups, title, path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
     t_max = max((r.loss_series()[0][-1] for runs in groups.values() for r in runs if r.steps), default=1.0)
     edges = np.linspace(0.0, t_max, LOSS_BINS + 1)
     centres = (edges[:-1] + edges[1:]) / 2
     for label, runs in groups.items():
-        rows = np.vstack([_binned_mean(*r.loss_series(), edges) for r in runs])
-        _band(ax, centres, rows, label)
+        rows, ends = [], []
+        for r in runs:
+            ts, ls = r.loss_series()
+            row = _binned_mean(ts, ls, edges)
+            if ts:
+                row[centres > ts[-1]] = np.nan
+                last = row[~np.isnan(row)]
+                if len(last):
+                    ends.append((centres[~np.isnan(row)][-1], last[-1]))
+            rows.append(row)
+        _band(ax, centres, np.vstack(rows), label, ends)
     _finish(fig, ax, "wall time since start (s)", "training loss (mean over workers' steps)", title, path)
 
 
@@ -101,7 +127,7 @@ def _staleness_plot(groups, title, path) -> None:
     n = len(groups)
     cols = min(4, n)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows + 0.6), squeeze=False, sharey=True)
     for ax, (label, runs) in zip(axes.flat, groups.items()):
         hist: dict[int, int] = {}
         for r in runs:
@@ -119,37 +145,35 @@ def _staleness_plot(groups, title, path) -> None:
         ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    fig.suptitle(title)
+    fig.suptitle(_title(title), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def plot_runs(runs: list[RunData], out_dir: Path, title: str = "", target: Optional[float] = None) -> list[Path]:
+def plot_runs(runs: list[RunData], out_dir: Path, title: str = "", target: Optional[float] = None,
+              metric: str = "accuracy") -> list[Path]:
     """Write the four plots for `runs` into out_dir; returns their paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     groups = group_by_label(runs)
     prefix = f"{title}: " if title else ""
     paths = {k: out_dir / v for k, v in PLOT_FILES.items()}
+    name = "test accuracy" if metric == "accuracy" else "validation loss"
 
     def by_time(r):
-        t, _, acc = r.accuracy_series()
-        return t, acc
+        t, _, v = r.metric_series(metric)
+        return t, v
 
-    def by_updates(r):
-        _, ups, acc = r.accuracy_series()
-        order = np.argsort(ups, kind="stable")
-        return [ups[i] for i in order], [acc[i] for i in order]
+    def by_examples(r):
+        _, ex, v = r.metric_series(metric)
+        order = np.argsort(ex, kind="stable")
+        return [ex[i] for i in order], [v[i] for i in order]
 
-    # The final evaluation comes after the processes have stopped; the time
-    # axis ends with training (plus one evaluation period) so it stays readable.
-    last_step = max((r.steps[-1]["t"] for r in runs if r.steps), default=None)
-    t_max = last_step * 1.05 if last_step else None
-    _series_plot(groups, by_time, "test accuracy", "wall time since start (s)",
-                 prefix + "test accuracy vs wall time", paths["accuracy_vs_time"], target, t_max)
-    _series_plot(groups, by_updates, "test accuracy", "model updates",
-                 prefix + "test accuracy vs updates", paths["accuracy_vs_updates"], target)
+    _series_plot(groups, by_time, name, "wall time since start (s)", prefix + f"{name} vs wall time",
+                 paths["metric_vs_time"], target)
+    _series_plot(groups, by_examples, name, "training examples behind the applied updates",
+                 prefix + f"{name} vs examples processed", paths["metric_vs_examples"], target)
     _loss_plot(groups, prefix + "training loss vs wall time", paths["loss_vs_time"])
     _staleness_plot(groups, prefix + "staleness of applied gradients", paths["staleness_hist"])
     return list(paths.values())

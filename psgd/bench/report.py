@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["write_comm_report", "write_apply_report", "write_scale_report", "comm_checks", "comm_bounds"]
+__all__ = ["write_apply_report", "write_scale_report", "comm_bounds"]  # comm: psgd.bench.comm_report
 
 
 def _plt():
@@ -45,24 +45,6 @@ def _mb(n: int) -> str:
     return f"{n / (1 << 20):g} MB"
 
 
-def comm_checks(rows: list[dict]) -> list[tuple[str, bool, str]]:
-    """The issue's acceptance checks evaluated on a comm result: (check, passed, evidence)."""
-    checks = []
-    for r in rows:
-        if r["shards"] == 1 and r["size_bytes"] in (1 << 20, 10 << 20):
-            checks.append((f"{_mb(r['size_bytes'])}, 1 shard: psgd <= 1.25 x raw ZeroMQ",
-                           r["psgd_over_raw_zmq"] <= 1.25, f"{r['psgd_over_raw_zmq']:.3f} x"))
-            checks.append((f"{_mb(r['size_bytes'])}, 1 shard: torch.rpc PS >= 3 x psgd",
-                           r["torch_rpc_over_psgd"] >= 3.0, f"{r['torch_rpc_over_psgd']:.3f} x"))
-    one = {r["size_bytes"]: r for r in rows if r["shards"] == 1}
-    for r in rows:
-        if r["shards"] == 2 and r["size_bytes"] == 10 << 20 and r["size_bytes"] in one:
-            base = one[r["size_bytes"]]["psgd_ms"]
-            checks.append(("10 MB: 2 shards not slower than 1", r["psgd_ms"] <= base,
-                           f"{r['psgd_ms']:.3f} ms vs {base:.3f} ms"))
-    return checks
-
-
 def comm_bounds(rows: list[dict]) -> list[str]:
     """Sentences, computed from a comm result, on how close any parameter server
     could come to the acceptance targets: the SGD floor against raw ZeroMQ, and
@@ -80,47 +62,6 @@ def comm_bounds(rows: list[dict]) -> list[str]:
             f"torch.rpc at 3 x would need psgd at {need:.3f} ms, "
             f"{need / raw:.2f} x the raw echo that moves the same bytes and does no work.")
     return out
-
-
-def write_comm_report(result: dict, out: Path, command: str) -> None:
-    plt = _plt()
-    rows = result["rows"]
-    lines = _header("psgd bench comm: push+pull round trip", command, result)
-    lines += [f"Median of {result['repeats']} round trips per method (after {result['warmup']} warm-up); "
-              "psgd, raw ZeroMQ and the raw ZeroMQ SGD floor alternate one round trip each, "
-              "so noise hits all three alike.", "",
-              "The raw ZeroMQ SGD floor is the bare echo loop whose server, before replying with its "
-              "parameters, does the least a parameter server must do with a push: one pass checking the "
-              "gradient is finite and one in-place SGD step (no protocol, validation or bookkeeping). "
-              "floor / raw is what that work costs on this machine; psgd / floor is psgd's own overhead.", "",
-              "| size | shards | psgd ms | raw ZeroMQ ms | raw ZeroMQ + SGD floor ms | gloo all-reduce ms | "
-              "torch.rpc PS ms | psgd / raw | floor / raw | psgd / floor | torch.rpc / psgd | gloo / psgd |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {_mb(r['size_bytes'])} | {r['shards']} | {r['psgd_ms']:.3f} | {r['raw_zmq_ms']:.3f} | "
-                     f"{r['raw_zmq_sgd_ms']:.3f} | {r['gloo_ms']:.3f} | {r['torch_rpc_ms']:.3f} | "
-                     f"{r['psgd_over_raw_zmq']:.3f} | {r['raw_zmq_sgd_over_raw_zmq']:.3f} | "
-                     f"{r['psgd_over_raw_zmq_sgd']:.3f} | {r['torch_rpc_over_psgd']:.3f} | {r['gloo_over_psgd']:.3f} |")
-    lines += ["", "## Acceptance checks on this run", "", "| check | result | measured |", "|---|---|---|"]
-    lines += [f"| {c} | {'pass' if ok else 'FAIL'} | {ev} |" for c, ok, ev in comm_checks(rows)]
-    lines += ["", "## What bounds the round trip (1 shard)", ""] + comm_bounds(rows)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for s in sorted({r["shards"] for r in rows}):
-        pts = [r for r in rows if r["shards"] == s]
-        ax.plot([r["size_bytes"] / (1 << 20) for r in pts], [r["psgd_ms"] for r in pts], "o-",
-                label=f"psgd ({s} shard{'s' if s > 1 else ''})")
-    base = [r for r in rows if r["shards"] == min(x["shards"] for x in rows)]
-    for key, label in (("raw_zmq_ms", "raw ZeroMQ"), ("raw_zmq_sgd_ms", "raw ZeroMQ + SGD floor"),
-                       ("gloo_ms", "gloo all-reduce"), ("torch_rpc_ms", "torch.rpc PS")):
-        ax.plot([r["size_bytes"] / (1 << 20) for r in base], [r[key] for r in base], "s--", label=label)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("payload per direction (MB)")
-    ax.set_ylabel("median round trip (ms)")
-    ax.legend()
-    ax.grid(True, which="both", alpha=0.3)
-    _save_figure(plt, fig, out, "round_trip.png", "round trip", lines)
-    _save(out, result, lines)
 
 
 def write_apply_report(result: dict, out: Path, command: str) -> None:
@@ -179,19 +120,28 @@ def write_scale_report(result: dict, out: Path, command: str) -> None:
               "CPU columns are cores busy during the window (1.0 = one full core), from /proc.", "",
               "'shard CPU ms per request' = a shard's CPU time / the requests it served "
               "(each update is one request to every shard).", "",
-              "| shards | workers | updates/s | ideal | pull latency median ms | p95 ms | CPU per shard | "
-              "shard CPU ms per request | CPU all workers | load avg |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "'path' is the data path: auto = shared memory between same-host workers and shards, off = TCP.", "",
+              "| shards | workers | path | updates/s | ideal | pull latency median ms | p95 ms | CPU per shard | "
+              "shard CPU ms per request | CPU all workers | load avg |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['shards']} | {r['workers']} | {r['updates_per_s']:.0f} | {r['ideal_updates_per_s']:.0f} | "
+        lines.append(f"| {r['shards']} | {r['workers']} | {r.get('shared_memory', 'auto')} | "
+                     f"{r['updates_per_s']:.0f} | {r['ideal_updates_per_s']:.0f} | "
                      f"{r['pull_latency_ms_median']} | {r['pull_latency_ms_p95']} | {r['shard_cpu_cores']:.2f} | "
                      f"{_per_request_ms(r):.3f} | {r['worker_cpu_cores']:.2f} | {r['load_avg_1m']} |")
+    speedups = result.get("path_speedups") or []
+    if speedups:
+        lines += ["", "## Shared memory against TCP, measured back to back at each point", "",
+                  "| shards | workers | updates/s shared memory | updates/s TCP | ratio | repeats |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {p['shards']} | {p['workers']} | {p['auto_updates_per_s']:.0f} | {p['off_updates_per_s']:.0f} | "
+                  f"{p['auto_over_off']} | {p['repeats']} |" for p in speedups]
     lines += ["", "## Where a shard saturates", ""]
     cores = result.get("cores") or os.cpu_count()
     for s, sat in result["saturation"].items():
         p = sat["point"]
         if p is None:
             lines.append(f"- {s} shard(s): updates/s stayed within 80% of linear scaling up to "
-                         f"{max(r['workers'] for r in rows if str(r['shards']) == s)} workers "
+                         f"{sat.get('max_workers')} workers "
                          f"(peak {sat['peak_updates_per_s']:.0f}/s).")
             continue
         busy = p["shard_cpu_cores"] * p["shards"] + p["worker_cpu_cores"]
@@ -212,11 +162,19 @@ def write_scale_report(result: dict, out: Path, command: str) -> None:
               "shards, the light workers and other users' processes) ran out first, and more shards cannot help "
               "because every push+pull visits every shard."]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    paths = sorted({r.get("shared_memory", "auto") for r in rows})
     for s in sorted({r["shards"] for r in rows}):
-        pts = sorted((r for r in rows if r["shards"] == s), key=lambda r: r["workers"])
-        w = [r["workers"] for r in pts]
-        axes[0].plot(w, [r["updates_per_s"] for r in pts], "o-", label=f"{s} shard{'s' if s > 1 else ''}")
-        axes[1].plot(w, [r["pull_latency_ms_median"] for r in pts], "o-", label=f"{s} shard{'s' if s > 1 else ''}")
+        for path in paths:
+            by_workers: dict[int, list[dict]] = {}
+            for r in rows:
+                if r["shards"] == s and r.get("shared_memory", "auto") == path:
+                    by_workers.setdefault(r["workers"], []).append(r)
+            if not by_workers:
+                continue
+            w = sorted(by_workers)
+            label = f"{s} shard{'s' if s > 1 else ''}" + (f" ({path})" if len(paths) > 1 else "")
+            axes[0].plot(w, [max(x["updates_per_s"] for x in by_workers[k]) for k in w], "o-", label=label)
+            axes[1].plot(w, [min(x["pull_latency_ms_median"] for x in by_workers[k]) for k in w], "o-", label=label)
     ideal = sorted({(r["workers"], r["ideal_updates_per_s"]) for r in rows})
     axes[0].plot([i[0] for i in ideal], [i[1] for i in ideal], "k:", label="ideal (workers / compute)")
     for ax, ylabel in ((axes[0], "updates/s"), (axes[1], "median push+pull latency (ms)")):

@@ -9,15 +9,22 @@ from typing import Optional
 
 import yaml
 
-from psgd.runtime.events import read_events
+from psgd.bench.outcomes import METRICS, examples_per_update
 
 __all__ = ["RunData", "load_run", "mode_label", "group_by_label"]
 
 
-def mode_label(mode: str, staleness: Optional[int], staleness_aware: bool) -> str:
-    """The name a mode has on the bench command line: allreduce, bsp, ssp:2, asp, asp+sa."""
+def mode_label(mode: str, staleness: Optional[int], staleness_aware: bool, dc_asgd: bool = False,
+               backup_workers: int = 0) -> str:
+    """The name a mode has on the bench command line: allreduce, bsp, bsp+b1, ssp:2, asp, asp+sa, asp+dc."""
     label = f"ssp:{staleness}" if mode == "ssp" else mode
-    return label + "+sa" if staleness_aware and mode != "allreduce" else label
+    if mode == "allreduce":
+        return label
+    if backup_workers and mode == "bsp":
+        label += f"+b{backup_workers}"
+    if staleness_aware:
+        label += "+sa"
+    return label + "+dc" if dc_asgd else label
 
 
 @dataclass
@@ -27,23 +34,57 @@ class RunData:
     summary: dict
     evals: list[dict] = field(default_factory=list)   # eval events, by time
     steps: list[dict] = field(default_factory=list)   # worker step events, by time
+    config: dict = field(default_factory=dict)        # the run's resolved config.yaml
 
     @property
     def seed(self) -> Optional[int]:
         return self.summary.get("seed")
 
-    def accuracy_series(self) -> tuple[list[float], list[float], list[float]]:
-        """(t, updates, accuracy) of every evaluation. `updates` counts model
-        updates (the mean over shards of their versions), comparable across modes."""
-        ts, ups, accs = [], [], []
-        for e in self.evals:
-            if e.get("accuracy") is None:
+    @property
+    def train_end_s(self) -> float:
+        """When the last worker step finished."""
+        return max((float(e["t"]) for e in self.steps), default=0.0)
+
+    @property
+    def training_evals(self) -> list[dict]:
+        """Evaluations made while training ran, plus the first one after it
+        (the final parameters). Later ones only repeat the final model, so they
+        would make a run look as if it held its last value for longer."""
+        end = self.train_end_s
+        inside = [e for e in self.evals if float(e["t"]) <= end]
+        after = [e for e in self.evals if float(e["t"]) > end]
+        return inside + after[:1]
+
+    @property
+    def examples_per_update(self) -> int:
+        c = self.config
+        return examples_per_update(self.summary.get("mode", c.get("consistency", {}).get("mode", "asp")),
+                                   int(self.summary.get("workers") or c.get("cluster", {}).get("workers", 1)),
+                                   int(c.get("task", {}).get("batch_size", 1)),
+                                   int(c.get("consistency", {}).get("backup_workers", 0) or 0))
+
+    def metric_series(self, metric: str = "accuracy") -> tuple[list[float], list[float], list[float]]:
+        """(t, examples, value) of every evaluation reporting `metric`
+        (accuracy or loss). `examples` is the training examples behind the
+        updates the evaluated parameters had (mean over shards), the same unit
+        in every mode."""
+        key, _ = METRICS[metric]
+        per = self.examples_per_update
+        ts, exs, vals = [], [], []
+        for e in self.training_evals:
+            if e.get(key) is None:
                 continue
             versions = e.get("versions") or [e.get("updates", 0)]
             ts.append(float(e["t"]))
-            ups.append(sum(versions) / len(versions))
-            accs.append(float(e["accuracy"]))
-        return ts, ups, accs
+            exs.append(per * sum(versions) / len(versions))
+            vals.append(float(e[key]))
+        return ts, exs, vals
+
+    def accuracy_series(self) -> tuple[list[float], list[float], list[float]]:
+        """(t, updates, accuracy) of every evaluation."""
+        ts, exs, vals = self.metric_series("accuracy")
+        per = self.examples_per_update or 1
+        return ts, [x / per for x in exs], vals
 
     def loss_series(self) -> tuple[list[float], list[float]]:
         pairs = [(float(e["t"]), float(e["loss"])) for e in self.steps if e.get("loss") is not None]
@@ -58,14 +99,22 @@ def load_run(run_dir: Path) -> RunData:
             raise FileNotFoundError(f"{run_dir} is not a psgd run directory: no {name}")
     summary = json.loads((run_dir / "summary.json").read_text())
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-    aware = bool(cfg.get("optimizer", {}).get("staleness_aware", False))
-    label = mode_label(summary["mode"], summary.get("staleness"), aware)
-    events = read_events(run_dir / "metrics.jsonl")
-    evals = [e for e in events if e.get("event") == "eval"]
-    steps = [e for e in events if e.get("event") == "step"]
+    opt, cons = cfg.get("optimizer", {}) or {}, cfg.get("consistency", {}) or {}
+    label = mode_label(summary["mode"], summary.get("staleness"), bool(opt.get("staleness_aware", False)),
+                       opt.get("dc_asgd") is not None, int(cons.get("backup_workers", 0) or 0))
+    evals, steps = [], []
+    with open(run_dir / "metrics.jsonl") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            e = json.loads(line)
+            if e.get("event") == "eval":
+                evals.append(e)
+            elif e.get("event") == "step":
+                steps.append(e)
     evals.sort(key=lambda e: e["t"])
     steps.sort(key=lambda e: e["t"])
-    return RunData(run_dir, label, summary, evals, steps)
+    return RunData(run_dir, label, summary, evals, steps, cfg)
 
 
 def group_by_label(runs: list[RunData]) -> dict[str, list[RunData]]:

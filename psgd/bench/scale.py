@@ -15,20 +15,22 @@ import os
 import statistics
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
 from psgd.bench.procs import BenchShards, bench_context, bench_layout, process_cpu_s
 from psgd.workers.client import PSClient
 
-__all__ = ["run_scale_bench", "find_saturation"]
+__all__ = ["run_scale_bench", "find_saturation", "path_speedups"]
 
 READY_TIMEOUT_S = 120.0
 
 
-def _light_worker(addresses, layout, rank, grads, compute_s, t0, t_end, window, out) -> None:
-    client = PSClient(addresses, layout, rank=rank, heartbeat_s=None, request_timeout_s=60)
+def _light_worker(addresses, layout, rank, grads, compute_s, t0, t_end, window, out,
+                  shared_memory="auto") -> None:
+    client = PSClient(addresses, layout, rank=rank, heartbeat_s=None, request_timeout_s=60,
+                      shared_memory=shared_memory)
     done, lat = 0, []
     try:
         client.register()
@@ -66,7 +68,8 @@ def _worker_proc(conn) -> None:
         t0, t_end = task["t0"], task["t0"] + task["warmup_s"] + task["window_s"]
         window = (task["t0"] + task["warmup_s"], t_end)
         threads = [threading.Thread(target=_light_worker, args=(addresses, layout, r, grads,
-                                                                compute_s, t0, t_end, window, out))
+                                                                compute_s, t0, t_end, window, out,
+                                                                task.get("shared_memory", "auto")))
                    for r in ranks]
         for t in threads:
             t.start()
@@ -81,14 +84,15 @@ def _cpu(pids: list[int]) -> float:
 
 
 def _run_point(pool, cluster: BenchShards, workers: int, numel: int, compute_s: float,
-               warmup_s: float, window_s: float) -> dict:
+               warmup_s: float, window_s: float, shared_memory: str = "auto") -> dict:
     procs = [p for p, _ in pool]
     ranks = [list(range(i, workers, len(pool))) for i in range(len(pool))]
     t0 = time.time() + 1.0 + workers * 0.02  # time for every light worker to connect and register
     for (proc, conn), rs in zip(pool, ranks):
         if rs:
             conn.send({"addresses": cluster.addresses, "numel": numel, "shards": cluster.shards, "ranks": rs,
-                       "compute_s": compute_s, "t0": t0, "warmup_s": warmup_s, "window_s": window_s})
+                       "compute_s": compute_s, "t0": t0, "warmup_s": warmup_s, "window_s": window_s,
+                       "shared_memory": shared_memory})
     time.sleep(max(0.0, t0 + warmup_s - time.time()))
     cpu_shard0, cpu_work0, wall0 = _cpu(cluster.pids), _cpu([p.pid for p in procs]), time.time()
     time.sleep(max(0.0, t0 + warmup_s + window_s - time.time()))
@@ -104,7 +108,7 @@ def _run_point(pool, cluster: BenchShards, workers: int, numel: int, compute_s: 
     lat.sort()
     wall = wall1 - wall0
     return {
-        "shards": cluster.shards, "workers": workers,
+        "shards": cluster.shards, "workers": workers, "shared_memory": shared_memory,
         "updates_per_s": round(updates / window_s, 2),
         "pull_latency_ms_median": round(statistics.median(lat) * 1e3, 3) if lat else None,
         "pull_latency_ms_p95": round(lat[int(0.95 * (len(lat) - 1))] * 1e3, 3) if lat else None,
@@ -117,25 +121,49 @@ def _run_point(pool, cluster: BenchShards, workers: int, numel: int, compute_s: 
 
 
 def find_saturation(rows: list[dict], efficiency: float = 0.8) -> dict:
-    """Per shard count: the smallest worker count from which on every point's
-    updates/s stay below `efficiency` x linear scaling from the smallest
-    measured worker count (so one noisy dip that recovers does not count),
-    and the peak updates/s."""
+    """Per shard count (and data path, where rows measure several): the smallest
+    worker count from which on every point's updates/s stay below `efficiency`
+    x linear scaling from the smallest measured worker count (so one noisy dip
+    that recovers does not count), and the peak updates/s. Keys are the shard
+    count, or "S/path" when several paths were measured."""
     out = {}
+    paths = sorted({r.get("shared_memory", "auto") for r in rows})
     for s in sorted({r["shards"] for r in rows}):
-        pts = sorted((r for r in rows if r["shards"] == s), key=lambda r: r["workers"])
-        base = pts[0]["updates_per_s"] / pts[0]["workers"]
-        below = [r["updates_per_s"] < efficiency * base * r["workers"] for r in pts]
-        sat = next((r for i, r in enumerate(pts) if all(below[i:])), None)
-        peak = max(pts, key=lambda r: r["updates_per_s"])
-        out[s] = {"saturates_at_workers": sat["workers"] if sat else None, "point": sat,
-                  "peak_updates_per_s": peak["updates_per_s"], "peak_workers": peak["workers"]}
+        for path in paths:
+            pts = sorted((r for r in rows if r["shards"] == s and r.get("shared_memory", "auto") == path),
+                         key=lambda r: r["workers"])
+            if not pts:
+                continue
+            base = pts[0]["updates_per_s"] / pts[0]["workers"]
+            below = [r["updates_per_s"] < efficiency * base * r["workers"] for r in pts]
+            sat = next((r for i, r in enumerate(pts) if all(below[i:])), None)
+            peak = max(pts, key=lambda r: r["updates_per_s"])
+            key = s if len(paths) == 1 else f"{s}/{path}"
+            out[key] = {"saturates_at_workers": sat["workers"] if sat else None, "point": sat,
+                        "peak_updates_per_s": peak["updates_per_s"], "peak_workers": peak["workers"],
+                        "max_workers": pts[-1]["workers"]}
+    return out
+
+
+def path_speedups(rows: list[dict]) -> list[dict]:
+    """Where both paths were measured at a point: updates/s with shared memory
+    ("auto") over TCP ("off"), each the median of its repeats at that point."""
+    out = []
+    points = sorted({(r["shards"], r["workers"]) for r in rows})
+    for s, w in points:
+        got = {p: [r["updates_per_s"] for r in rows if (r["shards"], r["workers"]) == (s, w)
+                   and r.get("shared_memory") == p] for p in ("auto", "off")}
+        if got["auto"] and got["off"]:
+            auto, off = statistics.median(got["auto"]), statistics.median(got["off"])
+            out.append({"shards": s, "workers": w, "auto_updates_per_s": auto, "off_updates_per_s": off,
+                        "auto_over_off": round(auto / off, 3) if off else None, "repeats": len(got["auto"])})
     return out
 
 
 def run_scale_bench(shards: list[int], workers: list[int], grad_bytes: int = 64 << 10,
                     compute_ms: float = 20.0, warmup_s: float = 1.0, window_s: float = 3.0,
-                    processes: int = 4, on_row: Optional[Callable[[dict], None]] = None) -> dict:
+                    processes: int = 4, on_row: Optional[Callable[[dict], None]] = None,
+                    paths: Sequence[str] = ("auto",)) -> dict:
     """Blocks for the whole benchmark; returns {"rows": [...], "saturation": {...}, ...}."""
     numel = grad_bytes // 4
     ctx = bench_context()
@@ -151,10 +179,11 @@ def run_scale_bench(shards: list[int], workers: list[int], grad_bytes: int = 64 
             with BenchShards(numel, s, workers=max(workers)) as cluster:
                 try:
                     for w in workers:
-                        row = _run_point(pool, cluster, w, numel, compute_ms / 1e3, warmup_s, window_s)
-                        rows.append(row)
-                        if on_row is not None:
-                            on_row(row)
+                        for path in paths:  # several paths: measured back to back at each point
+                            row = _run_point(pool, cluster, w, numel, compute_ms / 1e3, warmup_s, window_s, path)
+                            rows.append(row)
+                            if on_row is not None:
+                                on_row(row)
                 finally:
                     admin = PSClient(cluster.addresses, cluster.layout, role="evaluator",
                                                 heartbeat_s=None)
@@ -168,6 +197,6 @@ def run_scale_bench(shards: list[int], workers: list[int], grad_bytes: int = 64 
             if p.is_alive():
                 p.terminate()
     sat = find_saturation(rows)
-    return {"rows": rows, "saturation": {str(k): v for k, v in sat.items()},
+    return {"rows": rows, "saturation": {str(k): v for k, v in sat.items()}, "path_speedups": path_speedups(rows),
             "grad_bytes": grad_bytes, "compute_ms": compute_ms, "window_s": window_s,
             "processes": processes, "cores": os.cpu_count(), "load_avg_end": round(os.getloadavg()[0], 2)}

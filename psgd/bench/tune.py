@@ -1,28 +1,27 @@
-"""`psgd tune staleness`: time to target accuracy for each SSP bound, and the
-bound to use.
+"""`psgd tune staleness`: which SSP bound reaches the target soonest, with
+seeds, intervals and successive halving.
 
-The recommendation prefers the bound that reached the target in the most
-seeds, then the lowest median time to target; bounds within TIE_FRACTION of
-the best time count as tied and the smallest of them wins (less staleness,
-same speed). If no bound reached the target, it names the bound with the best
-median final accuracy and says so.
+Every bound first runs with `min_seeds` seeds; after each rung the slower half
+(by median held time to target) stops and the rest get more seeds, until the
+finalists have `seeds` each (see stats.halving_schedule), so the tuner costs
+fewer runs than every bound x every seed. It then recommends the smallest
+finalist bound whose interval is indistinguishable from the fastest one's, or
+says that the finalists are indistinguishable.
 """
 from __future__ import annotations
 
 import csv
-import math
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from psgd.bench.convergence import BenchResult, ModeSpec, write_outputs
-from psgd.bench.run_data import RunData
+from psgd.bench.convergence import BenchResult, ModeSpec, run_matrix, target_spec, write_outputs
+from psgd.bench.convergence_report import outcome_of
+from psgd.bench.stats import median_ci, schedule_runs
+from psgd.bench.tune_halving import HalvingResult, recommend_bound, run_halving
+from psgd.config import load_config
 
-__all__ = ["parse_bounds", "bound_specs", "BoundResult", "tabulate", "recommend", "staleness_table",
-           "write_tune_outputs", "TIE_FRACTION"]
-
-TIE_FRACTION = 0.05
+__all__ = ["parse_bounds", "TuneResult", "run_tune", "staleness_table", "write_tune_outputs"]
 
 
 def parse_bounds(text: str) -> list[int]:
@@ -34,93 +33,81 @@ def parse_bounds(text: str) -> list[int]:
         raise ValueError(f"--bounds: need at least one bound, all >= 0, got {text!r}")
     if len(set(bounds)) != len(bounds):
         raise ValueError("--bounds: a bound is listed twice")
-    return bounds
-
-
-def bound_specs(bounds: list[int]) -> list[ModeSpec]:
-    return [ModeSpec(f"ssp:{b}", "ssp", b) for b in bounds]
+    return sorted(bounds)
 
 
 @dataclass
-class BoundResult:
-    bound: int
-    seeds: int
-    reached: int
-    median_time_s: float            # inf if the target was reached in fewer than half the seeds
-    times: list[Optional[float]]
-    median_accuracy: Optional[float]
+class TuneResult:
+    bench: BenchResult
+    halving: HalvingResult
+    bound: Optional[int]
+    why: str
+    full_grid_runs: int
 
 
-def tabulate(runs: list[RunData], bounds: list[int]) -> list[BoundResult]:
-    out = []
-    for b in bounds:
-        group = [r for r in runs if r.label == f"ssp:{b}"]
-        times = [r.summary.get("time_to_target_s") for r in group]
-        vals = [float(t) if t is not None else math.inf for t in times]
-        accs = [r.summary["final_test_accuracy"] for r in group if r.summary.get("final_test_accuracy") is not None]
-        out.append(BoundResult(b, len(group), sum(t is not None for t in times),
-                               statistics.median(vals) if vals else math.inf, times,
-                               statistics.median(accs) if accs else None))
-    return out
+def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: int, out_dir: Path,
+             min_seeds: int = 1, eta: int = 2, on_run: Callable[[str], None] = lambda m: None) -> TuneResult:
+    base = load_config(config_path, overrides)
+    target = target_spec(base)
+    if target is None:
+        raise ValueError("the config sets no target: give train.target or --target-accuracy")
+    all_runs, failed = [], []
+
+    def run_arm(bound: int, offsets: list[int]):
+        spec = ModeSpec(f"ssp:{bound}", "ssp", bound)
+        res = run_matrix(config_path, overrides, [spec], offsets, out_dir, on_run=on_run)
+        all_runs.extend(res.runs)
+        failed.extend(res.failed)
+        return [outcome_of(r, target) for r in res.runs]
+
+    halving = run_halving(bounds, seeds, run_arm, min_seeds, eta)
+    bound, why = recommend_bound(halving)
+    bench = BenchResult(Path(out_dir), all_runs, failed, target)
+    return TuneResult(bench, halving, bound, why, len(bounds) * seeds)
 
 
-def recommend(rows: list[BoundResult], target: float) -> tuple[Optional[int], str]:
-    """(bound, one-line reason)."""
-    ran = [r for r in rows if r.seeds]
-    if not ran:
-        return None, "no run finished, so there is nothing to recommend"
-    most = max(r.reached for r in ran)
-    if most == 0:
-        best = max(ran, key=lambda r: (r.median_accuracy or 0.0, -r.bound))
-        return best.bound, (f"no bound reached {target:g}; s={best.bound} has the best median final accuracy "
-                            f"({best.median_accuracy:.4f}) — lower the target or train longer")
-    cands = [r for r in ran if r.reached == most]
-    fastest = min(r.median_time_s for r in cands)
-    tied = [r for r in cands if r.median_time_s <= fastest * (1 + TIE_FRACTION)]
-    pick = min(tied, key=lambda r: r.bound)
-    others = ", ".join(f"s={r.bound} {_t(r.median_time_s)}" for r in ran if r is not pick)
-    why = (f"s={pick.bound} reached {target:g} in {pick.reached}/{pick.seeds} seeds with median time "
-           f"{_t(pick.median_time_s)}")
-    if len(tied) > 1:
-        why += f" (within {TIE_FRACTION:.0%} of the fastest; the smallest such bound keeps staleness lowest)"
-    return pick.bound, why + (f"; others: {others}" if others else "")
-
-
-def _t(v: float) -> str:
-    return "not reached" if math.isinf(v) else f"{v:.2f}s"
-
-
-def staleness_table(rows: list[BoundResult], target: float) -> str:
-    lines = [f"| bound s | seeds | reached {target:g} | median time to target (s) | times per seed (s) | "
-             "median final accuracy |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        per_seed = ", ".join("n.r." if t is None else f"{t:.2f}" for t in r.times)
-        acc = "—" if r.median_accuracy is None else f"{r.median_accuracy:.4f}"
-        lines.append(f"| {r.bound} | {r.seeds} | {r.reached}/{r.seeds} | {_t(r.median_time_s).rstrip('s')} | "
-                     f"{per_seed} | {acc} |")
+def staleness_table(t: TuneResult) -> str:
+    target = t.bench.target
+    lines = [f"| bound s | seeds run | held {target.text} | time to target, median [95% CI] | per seed (s) | "
+             "stopped |", "|---|---|---|---|---|---|"]
+    last = len(t.halving.rungs) - 1
+    for b, outs in t.halving.outcomes.items():
+        times = [o.time_to_target_s for o in outs]
+        iv = median_ci([x if x is not None else float("inf") for x in times]) if outs else None
+        per = ", ".join("n.h." if x is None else f"{x:.2f}" for x in times)
+        stopped = (f"after rung {t.halving.stopped_at[b]}" if b in t.halving.stopped_at
+                   else f"finalist (rung {last})")
+        lines.append(f"| {b} | {len(outs)} | {sum(x is not None for x in times)}/{len(outs)} | "
+                     f"{iv.text(2, ' s') if iv else '—'} | {per} | {stopped} |")
     return "\n".join(lines)
 
 
-def write_tune_outputs(result: BenchResult, bounds: list[int], target: float, config_text: str,
-                       command: str) -> tuple[str, Optional[int], str, Path]:
-    """Writes tune.md and tune.csv (plus the bench report, CSV and plots) into
-    result.out_dir; returns (table, recommended bound, reason, tune.md path)."""
-    rows = tabulate(result.runs, bounds)
-    bound, why = recommend(rows, target)
-    table = staleness_table(rows, target)
-    write_outputs(result, f"SSP staleness bounds, target {target:g}", config_text, command)
-    out = result.out_dir
+def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: list[str]) -> tuple[str, str, Path]:
+    """Writes tune.md and tune.csv (plus the bench report, CSVs and plots) into
+    the output directory; returns (table, recommendation line, tune.md path)."""
+    out = t.bench.out_dir
+    write_outputs(t.bench, f"SSP staleness bounds, target {t.bench.target.text}", config_text, command, setting)
+    table = staleness_table(t)
     with open(out / "tune.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["bound", "seeds", "reached", "median_time_to_target_s", "median_final_accuracy"])
-        for r in rows:
-            w.writerow([r.bound, r.seeds, r.reached, None if math.isinf(r.median_time_s) else r.median_time_s,
-                        r.median_accuracy])
-    line = f"recommended bound: {bound} — {why}" if bound is not None else f"no recommendation: {why}"
-    text = [f"# Staleness tuning, target accuracy {target:g}", "", f"Command: `{command}`", "", table, "", line, ""]
-    if result.failed:
-        text += ["Failed runs:", ""] + [f"- {f}" for f in result.failed] + [""]
+        w.writerow(["bound", "seeds", "held", "time_to_target_median_s", "time_to_target_ci_low_s",
+                    "time_to_target_ci_high_s", "stopped_after_rung"])
+        for b, outs in t.halving.outcomes.items():
+            iv = median_ci([o.time_to_target_s if o.time_to_target_s is not None else float("inf")
+                            for o in outs]) if outs else None
+            w.writerow([b, len(outs), sum(o.time_to_target_s is not None for o in outs),
+                        iv.median if iv else "", iv.low if iv else "", iv.high if iv else "",
+                        t.halving.stopped_at.get(b, "")])
+    line = (f"recommended bound: {t.bound} — {t.why}" if t.bound is not None else f"no recommendation: {t.why}")
+    cost = (f"Successive halving ran {t.halving.runs} runs (schedule "
+            + ", ".join(f"{r.arms} bounds x {r.seeds} seeds" for r in t.halving.rungs)
+            + f", planned {schedule_runs(t.halving.rungs)}) instead of {t.full_grid_runs} for every bound x seed.")
+    text = [f"# Staleness tuning, target {t.bench.target.text}", "", f"Command: `{command}`", "", line, "", cost, "",
+            table, "", "Held: " + t.bench.target.rule_text + ".", ""]
+    text += [f"- {s}" for s in setting] + [""]
+    if t.bench.failed:
+        text += ["Failed runs:", ""] + [f"- {f}" for f in t.bench.failed] + [""]
     text += ["Per-mode details and plots: [report.md](report.md).", ""]
     md = out / "tune.md"
     md.write_text("\n".join(text))
-    return table, bound, line, md
+    return table, line + "\n" + cost, md

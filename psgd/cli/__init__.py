@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Optional
 
 from psgd.cli.bench import add_measurement_commands
+from psgd.cli.launch_text import launch_result_lines, launcher_for
 from psgd.config import ConfigError, load_config
 from psgd.launch.roles import ROLES, run_role
 from psgd.runtime.role import RoleFailed
+from psgd.runtime.user_errors import STARTUP_EXIT_CODE, StartupError
 
 
 def _progress_bar(total: int):
@@ -36,10 +38,10 @@ def _progress_bar(total: int):
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from psgd.launch.launcher import LaunchFailed, Launcher, make_run_dir, resume_config
+    from psgd.launch.launcher import LaunchFailed, make_run_dir, resume_config
     if args.resume:
-        if args.config is not None or args.overrides or args.out:
-            print("psgd launch: --resume RUN_DIR takes no CONFIG, --set or --out: "
+        if args.config is not None or args.overrides or args.out or args.on or args.address:
+            print("psgd launch: --resume RUN_DIR takes no CONFIG, --set, --out, --on or --address: "
                   "the run continues with its own config", file=sys.stderr)
             return 2
         try:
@@ -51,13 +53,27 @@ def cmd_launch(args: argparse.Namespace) -> int:
         print("psgd launch: give a CONFIG file, or --resume RUN_DIR", file=sys.stderr)
         return 2
     else:
+        # Recorded in the run's config.yaml, so --resume continues where the run ran.
+        overrides = [*args.overrides, *([f"cluster.launcher={args.on}"] if args.on else []),
+                     *([f"ray.address={args.address}"] if args.address else [])]
         try:
-            cfg = load_config(args.config, args.overrides)
+            cfg = load_config(args.config, overrides)
         except ConfigError as exc:
             print(f"psgd launch: config error: {exc}", file=sys.stderr)
             return 2
+    launcher_cls, problem = launcher_for(cfg)
+    if problem:
+        print(f"psgd launch: {problem}", file=sys.stderr)
+        return 2
+    from psgd.launch.preflight import preflight, write_task_cache
+    try:
+        checked = preflight(cfg)  # the user's model and data, here, before anything is spawned
+    except StartupError as exc:
+        print(f"psgd launch: {exc}", file=sys.stderr)
+        return STARTUP_EXIT_CODE
     try:
         run_dir = Path(args.resume) if args.resume else make_run_dir(cfg, args.out)
+        write_task_cache(run_dir, checked)
     except OSError as exc:
         from psgd.runtime.safe_io import describe_os_error
         print(f"psgd launch: {describe_os_error(exc, args.out)}; nothing was started", file=sys.stderr)
@@ -65,21 +81,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
     print(f"run directory: {run_dir}{' (resuming)' if args.resume else ''}", file=sys.stderr)
     bar, update = _progress_bar(cfg.cluster.workers * cfg.train.steps_per_worker) if not args.quiet else (None, None)
     try:
-        result = Launcher(cfg, run_dir, on_progress=update, resume=bool(args.resume)).run()
+        result = launcher_cls(cfg, run_dir, on_progress=update, resume=bool(args.resume)).run()
     finally:
         if bar is not None:
             bar.close()
-    s = result.summary or {}
-    if result.code == 0:
-        acc = s.get("final_test_accuracy")
-        ttt = s.get("time_to_target_s")
-        print(f"done: {s.get('mode')} accuracy {acc if acc is None else round(acc, 4)} "
-              f"in {s.get('wall_time_s')}s, {s.get('total_updates')} updates, "
-              f"time to target {ttt if ttt is not None else 'not reached'}, "
-              f"staleness mean {s.get('staleness_mean')} max {s.get('staleness_max')}, "
-              f"max clock gap {s.get('max_clock_gap')} -> {run_dir}")
-    else:
-        print(f"psgd launch: failed: {result.reason} (logs in {run_dir / 'logs'})", file=sys.stderr)
+    for line in launch_result_lines(result, run_dir):
+        print(line, file=sys.stdout if result.code == 0 else sys.stderr)
     return result.code
 
 
@@ -101,9 +108,9 @@ def cmd_role(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         return run_role(args.command, args.index, cfg, args.run_dir, supervised=args.supervised)
-    except ConfigError as exc:
+    except (ConfigError, StartupError) as exc:  # the same every time: the launcher does not restart these
         print(f"{name}: {exc}", file=sys.stderr)
-        return 2
+        return STARTUP_EXIT_CODE
     except RoleFailed as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -174,6 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a config key, value parsed as YAML (repeatable)")
     launch.add_argument("--out", default=None, help="run directory (default: run.out_dir/NAME-TIMESTAMP)")
     launch.add_argument("--quiet", action="store_true", help="no progress bar")
+    launch.add_argument("--on", choices=("local", "ray"), default=None,
+                        help="where the processes run (default: the config's cluster.launcher, local)")
+    launch.add_argument("--address", default=None,
+                        help="with --on ray: the Ray cluster to join, e.g. auto (default: ray.address)")
     launch.add_argument("--resume", metavar="RUN_DIR", default=None,
                         help="continue a stopped run from its checkpoints, with its own config")
     launch.set_defaults(func=cmd_launch)

@@ -7,105 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
-import time
-from pathlib import Path
 
-from psgd.config import ConfigError, load_config
+from psgd.cli.convergence import add_convergence_commands, add_study_command
 
 
-def _bench_out(args, kind: str, cfg) -> Path:
-    if args.out:
-        return Path(args.out)
-    return Path(cfg.run.out_dir) / f"{kind}-{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def _command_line(args) -> str:
-    return "psgd " + shlex.join(args.argv)
-
-
-def _print_progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def cmd_bench_convergence(args: argparse.Namespace) -> int:
-    from psgd.bench import convergence as bc
-    from psgd.config import dump_config
-    try:
-        specs = bc.parse_modes(args.modes)
-        if args.seeds < 1:
-            raise ValueError("--seeds must be >= 1")
-        cfg = load_config(args.config, args.overrides)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd bench convergence: {exc}", file=sys.stderr)
-        return 2
-    out = _bench_out(args, "bench", cfg)
-    print(f"output directory: {out}", file=sys.stderr)
-    try:
-        result = bc.run_matrix(args.config, args.overrides, specs, args.seeds, out, on_run=_print_progress)
-    except ConfigError as exc:
-        print(f"psgd bench convergence: config error: {exc}", file=sys.stderr)
-        return 2
-    title = args.title or f"{cfg.task.model} on {cfg.task.dataset}, {cfg.cluster.workers} workers"
-    report, csv_path, plots = bc.write_outputs(result, title, dump_config(cfg), _command_line(args))
-    print(bc.mode_table(result.runs, result.target))
-    for f in result.failed:
-        print(f"failed: {f}", file=sys.stderr)
-    print(f"wrote {report}, {csv_path} and {len(plots)} plots", file=sys.stderr)
-    return 1 if result.failed else 0
-
-
-def cmd_tune_staleness(args: argparse.Namespace) -> int:
-    from psgd.bench import convergence as bc
-    from psgd.bench import tune
-    from psgd.config import dump_config
-    overrides = list(args.overrides) + [f"train.target_accuracy={args.target_accuracy}"]
-    try:
-        bounds = tune.parse_bounds(args.bounds)
-        if args.seeds < 1:
-            raise ValueError("--seeds must be >= 1")
-        cfg = load_config(args.config, overrides)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd tune staleness: {exc}", file=sys.stderr)
-        return 2
-    out = _bench_out(args, "tune", cfg)
-    print(f"output directory: {out}", file=sys.stderr)
-    try:
-        result = bc.run_matrix(args.config, overrides, tune.bound_specs(bounds), args.seeds, out,
-                               on_run=_print_progress)
-    except ConfigError as exc:
-        print(f"psgd tune staleness: config error: {exc}", file=sys.stderr)
-        return 2
-    table, bound, line, md = tune.write_tune_outputs(result, bounds, args.target_accuracy, dump_config(cfg),
-                                                     _command_line(args))
-    print(table)
-    print(line)
-    for f in result.failed:
-        print(f"failed: {f}", file=sys.stderr)
-    print(f"wrote {md}", file=sys.stderr)
-    return 0 if bound is not None else 1
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-    from psgd.bench.plots import plot_runs
-    from psgd.bench.run_data import load_run
-    try:
-        runs = [load_run(Path(d)) for d in args.run_dirs]
-    except (FileNotFoundError, ValueError, KeyError) as exc:
-        print(f"psgd plot: {exc}", file=sys.stderr)
-        return 2
-    target = args.target if args.target is not None else runs[0].summary.get("target_accuracy")
-    for path in plot_runs(runs, Path(args.out), args.title, target):
-        print(path)
-    return 0
-
-
-def _target(text: str) -> float:
-    v = float(text)
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return v
 def _bench_output(args: argparse.Namespace, result: dict, write_report, table: list[str]) -> int:
     if args.out:
         from pathlib import Path
@@ -120,20 +26,40 @@ def _bench_output(args: argparse.Namespace, result: dict, write_report, table: l
 
 def cmd_bench_comm(args: argparse.Namespace) -> int:
     from psgd.bench.comm import run_comm_bench
+    from psgd.bench.comm_report import combine_runs, write_comm_report
     from psgd.bench.procs import parse_list, parse_size
-    from psgd.bench.report import write_comm_report
     sizes, shards = parse_list(args.sizes, parse_size), parse_list(args.shards)
-    show = None if args.json else lambda r: print(
-        f"{r['size_bytes']:>10} B  {r['shards']} shard(s): psgd {r['psgd_ms']:.3f} ms, raw zmq "
-        f"{r['raw_zmq_ms']:.3f} ms, raw zmq + sgd {r['raw_zmq_sgd_ms']:.3f} ms, gloo {r['gloo_ms']:.3f} ms, "
-        f"torch.rpc {r['torch_rpc_ms']:.3f} ms", file=sys.stderr)
-    result = run_comm_bench(sizes, shards, args.repeats, on_row=show)
-    table = [f"{'bytes':>10} {'shards':>6} {'psgd ms':>9} {'raw zmq':>9} {'raw+sgd':>9} {'gloo':>9} "
-             f"{'torch.rpc':>9} {'psgd/raw':>8} {'psgd/floor':>10} {'rpc/psgd':>8}"]
-    table += [f"{r['size_bytes']:>10} {r['shards']:>6} {r['psgd_ms']:>9.3f} {r['raw_zmq_ms']:>9.3f} "
-              f"{r['raw_zmq_sgd_ms']:>9.3f} {r['gloo_ms']:>9.3f} {r['torch_rpc_ms']:>9.3f} "
-              f"{r['psgd_over_raw_zmq']:>8.3f} {r['psgd_over_raw_zmq_sgd']:>10.3f} "
-              f"{r['torch_rpc_over_psgd']:>8.3f}" for r in result["rows"]]
+    if args.runs < 1:
+        print("psgd bench comm: --runs must be >= 1", file=sys.stderr)
+        return 2
+
+    def show(r: dict) -> None:
+        if args.json:
+            return
+        if r.get("where") == "netns":
+            print(f"{r['size_bytes']:>10} B  across namespaces: psgd {r['psgd_ms']:.3f} ms, ZeroMQ floor "
+                  f"{r['raw_zmq_sgd_ms']:.3f} ms", file=sys.stderr)
+            return
+        print(f"{r['size_bytes']:>10} B  {r['shards']} shard(s): psgd {r['psgd_ms']:.3f} ms "
+              f"(shared memory: {r['shared_memory']}), psgd TCP {r['psgd_tcp_ms']:.3f} ms, raw zmq "
+              f"{r['raw_zmq_ms']:.3f} ms, zmq floor {r['raw_zmq_sgd_ms']:.3f} ms, shm floor "
+              f"{r['shm_floor_ms']:.3f} ms, torch.rpc {r['torch_rpc_ms']:.3f} ms, ray {r['ray_ms']} ms",
+              file=sys.stderr)
+
+    results = []
+    for i in range(args.runs):
+        if args.runs > 1 and not args.json:
+            print(f"run {i + 1} of {args.runs}", file=sys.stderr)
+        results.append(run_comm_bench(sizes, shards, args.repeats, on_row=show, cross_host=not args.no_cross_host))
+    result = combine_runs(results)
+    table = [f"{'bytes':>10} {'shards':>6} {'psgd ms':>9} {'psgd TCP':>9} {'zmq floor':>9} {'shm floor':>9} "
+             f"{'torch.rpc':>9} {'ray':>9} {'psgd/shm':>8} {'psgd/zmq':>8}"]
+    table += [f"{r['size_bytes']:>10} {r['shards']:>6} {r['psgd_ms']:>9.3f} {r['psgd_tcp_ms']:>9.3f} "
+              f"{r['raw_zmq_sgd_ms']:>9.3f} {r['shm_floor_ms']:>9.3f} {r['torch_rpc_ms']:>9.3f} "
+              f"{r['ray_ms'] if r['ray_ms'] is not None else float('nan'):>9.3f} {r['psgd_over_shm_floor']:>8.3f} "
+              f"{r['psgd_over_raw_zmq_sgd']:>8.3f}" for r in result["rows"]]
+    table += [f"{r['size_bytes']:>10} {'netns':>6} {r['psgd_ms']:>9.3f} {'':>9} {r['raw_zmq_sgd_ms']:>9.3f} "
+              f"{'':>9} {'':>9} {'':>9} {'':>8} {r['psgd_over_raw_zmq_sgd']:>8.3f}" for r in result["cross_host"]]
     return _bench_output(args, result, write_comm_report, table)
 
 
@@ -155,19 +81,30 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
         f"{r['shards']} shard(s) {r['workers']:>4} workers: {r['updates_per_s']:8.1f} updates/s, "
         f"pull {r['pull_latency_ms_median']} ms", file=sys.stderr)
     result = run_scale_bench(parse_list(args.shards), parse_list(args.workers), parse_size(args.grad_size),
-                             args.compute_ms, window_s=args.window_s, processes=args.processes, on_row=show)
+                             args.compute_ms, window_s=args.window_s, processes=args.processes, on_row=show,
+                             paths=parse_list(args.paths, _path))
     table = [f"{s} shard(s): saturates at {v['saturates_at_workers']} workers, peak "
              f"{v['peak_updates_per_s']:.0f} updates/s" for s, v in result["saturation"].items()]
     return _bench_output(args, result, write_scale_report, table)
 
 
+def _path(text: str) -> str:
+    if text not in ("auto", "off"):
+        raise ValueError(f"{text!r} is not a data path (auto or off)")
+    return text
+
+
 def add_measurement_commands(sub) -> None:
-    """`psgd bench {convergence,comm,apply,scale}`, `psgd tune staleness` and `psgd plot`."""
+    """`psgd bench {convergence,study,comm,apply,scale}`, `psgd tune staleness` and `psgd plot`."""
     bench = sub.add_parser("bench", help="reproducible measurements").add_subparsers(dest="bench", required=True)
-    comm = bench.add_parser("comm", help="push+pull vs raw ZeroMQ, gloo all-reduce and a torch.rpc PS")
+    comm = bench.add_parser("comm", help="push+pull vs raw ZeroMQ and shared-memory floors, gloo all-reduce, "
+                                         "a torch.rpc PS and a Ray actor PS, on one host and across namespaces")
     comm.add_argument("--sizes", default="1MB,10MB,40MB", help="payload sizes (KB/MB/GB)")
     comm.add_argument("--shards", default="1,2", help="shard counts for psgd")
     comm.add_argument("--repeats", type=int, default=30, help="timed round trips per method and size")
+    comm.add_argument("--runs", type=int, default=1, help="whole runs; the report gives medians over them")
+    comm.add_argument("--no-cross-host", action="store_true",
+                      help="skip the rows between two network namespaces (they need root)")
     comm.set_defaults(func=cmd_bench_comm)
     apply = bench.add_parser("apply", help="gradient bytes a shard applies per second")
     apply.add_argument("--sizes", default="1MB,10MB,40MB")
@@ -181,33 +118,11 @@ def add_measurement_commands(sub) -> None:
     scale.add_argument("--compute-ms", type=float, default=20.0, help="simulated compute per step")
     scale.add_argument("--window-s", type=float, default=3.0, help="measured seconds per point")
     scale.add_argument("--processes", type=int, default=4, help="processes hosting the light workers")
+    scale.add_argument("--paths", default="auto", help="data paths to measure back to back at each point: "
+                       "auto (shared memory on one host), off (TCP), or both: auto,off")
     scale.set_defaults(func=cmd_bench_scale)
     for p in (comm, apply, scale):
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.add_argument("--out", default=None, help="write results.json, report.md and plots here")
-    conv = bench.add_parser("convergence", help="the same task under several consistency modes and seeds")
-    conv.add_argument("config")
-    conv.add_argument("--modes", default="allreduce,bsp,ssp:2,ssp:4,asp",
-                      help="comma-separated: allreduce, bsp, ssp:S, asp; '+sa' = staleness-aware (e.g. asp+sa)")
-    conv.add_argument("--seeds", type=int, default=1, help="runs per mode, seeds run.seed, run.seed+1, ...")
-    conv.add_argument("--out", default=None, help="output directory (default: run.out_dir/bench-NAME-TIMESTAMP)")
-    conv.add_argument("--title", default="", help="title of the report and plots")
-    conv.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    conv.set_defaults(func=cmd_bench_convergence)
-
-    tune = sub.add_parser("tune", help="tuning").add_subparsers(dest="tune", required=True)
-    stale = tune.add_parser("staleness", help="time to target accuracy per SSP bound, and the bound to use")
-    stale.add_argument("config")
-    stale.add_argument("--bounds", default="0,1,2,4,8", help="comma-separated SSP bounds")
-    stale.add_argument("--target-accuracy", type=_target, required=True)
-    stale.add_argument("--seeds", type=int, default=1)
-    stale.add_argument("--out", default=None, help="output directory (default: run.out_dir/tune-NAME-TIMESTAMP)")
-    stale.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    stale.set_defaults(func=cmd_tune_staleness)
-
-    plot = sub.add_parser("plot", help="plots of existing run directories")
-    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    plot.add_argument("--out", default="plots", help="where the PNGs go (default: ./plots)")
-    plot.add_argument("--title", default="")
-    plot.add_argument("--target", type=_target, default=None, help="target accuracy line (default: the run's)")
-    plot.set_defaults(func=cmd_plot)
+    add_study_command(bench)
+    add_convergence_commands(sub)

@@ -52,6 +52,7 @@ class ClusterConfig:
     request_timeout_s: float = 30.0  # client resends (same seq) after this
     max_retries: int = 5         # resends before a request fails
     allreduce_port: int = 0      # torch.distributed rendezvous port (0: the launcher picks one)
+    launcher: Literal["local", "ray"] = "local"  # what `psgd launch` starts the processes with
 
     def __post_init__(self):
         if isinstance(self.servers, int):
@@ -89,11 +90,14 @@ class ConsistencyConfig:
 @dataclass(frozen=True)
 class TaskConfig:
     # Built-in name or "module.path:callable"; a module beside the config file is importable.
-    model: str = "mlp"           # mlp | cnn | linear | module:callable -> torch.nn.Module
-    dataset: str = "digits"      # digits | synthetic | module:callable -> (train, test) Datasets
+    model: str = "mlp"           # mlp | cnn | linear | cnn1d | char_transformer | module:callable -> nn.Module
+    dataset: str = "digits"      # digits | synthetic | mnist1d | charlm | module:callable -> (train, test)
     batch_size: int = 32         # per worker
     model_args: dict[str, Any] = field(default_factory=dict)    # keyword arguments for the model
     dataset_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments for the dataset
+    # What y holds: integer class labels (classification) or float targets
+    # (regression). auto: a built-in dataset's own; classification for a user's.
+    objective: Literal["auto", "classification", "regression"] = "auto"
 
     def __post_init__(self):
         _check(bool(self.model), "model", "must not be empty")
@@ -130,8 +134,11 @@ class ScheduleConfig:
 
 @dataclass(frozen=True)
 class OptimizerConfig:
-    name: Literal["sgd", "momentum", "adam", "adagrad"] = "sgd"
+    name: Literal["sgd", "momentum", "adam", "adamw", "adagrad"] = "sgd"  # adamw: decoupled weight decay
     lr: float = 0.05
+    # linear: bsp/allreduce use lr x (workers - backup_workers), the number of
+    # gradients one of their updates averages; ssp/asp keep lr (psgd.core.lr_scaling)
+    lr_scaling: Literal["none", "linear"] = "none"
     momentum: float = 0.0        # sgd uses momentum when > 0; `momentum` defaults it to 0.9
     nesterov: bool = False
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # adam
@@ -162,10 +169,31 @@ class OptimizerConfig:
 
 
 @dataclass(frozen=True)
+class TargetConfig:
+    # What `psgd bench convergence` and `psgd tune staleness` time: the first
+    # evaluation meeting `value` after which the next `hold_evals` evaluations
+    # stay within `tolerance` of it (psgd.bench.stats.HoldRule).
+    metric: Literal["accuracy", "loss"] = "accuracy"   # test accuracy (higher is better) or test loss
+    value: Optional[float] = None
+    hold_evals: int = 3
+    tolerance: float = 0.01
+
+    def __post_init__(self):
+        _check(self.value is not None, "value", "give the target value of the metric")
+        if self.metric == "accuracy":
+            _check(0 < self.value <= 1, "value", f"an accuracy target must be in (0, 1], got {self.value}")
+        else:
+            _check(self.value > 0, "value", f"a loss target must be > 0, got {self.value}")
+        _check(self.hold_evals >= 0, "hold_evals", f"must be >= 0, got {self.hold_evals}")
+        _check(self.tolerance >= 0, "tolerance", f"must be >= 0, got {self.tolerance}")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     steps_per_worker: int = 500
     max_time_s: float = 120.0    # workers are stopped after this much training time
-    target_accuracy: Optional[float] = 0.95  # for time_to_target_s
+    target_accuracy: Optional[float] = 0.95  # for time_to_target_s (the bench uses `target` when set)
+    target: Optional[TargetConfig] = None    # metric + value (+ hold rule) for the bench and the tuner
     stop_at_target: bool = False  # end the run once the evaluator sees the target
 
     def __post_init__(self):
@@ -185,10 +213,54 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class LoaderConfig:
+    # The torch DataLoader that feeds each worker its share of the train split.
+    num_workers: int = 0         # loader processes per worker (for Datasets that load examples on access)
+    pin_memory: bool = True      # pinned batches, on cuda only
+
+    def __post_init__(self):
+        _check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
+
+
+@dataclass(frozen=True)
+class DelayConfig:
+    # Random extra delay after every step (Dutta et al. 2018), as a multiple of
+    # the step's compute time, drawn per step from a generator seeded by
+    # (run.seed, rank) (psgd.core.heterogeneity).
+    dist: Literal["exponential", "pareto"] = "exponential"
+    mean: float = 1.0            # mean delay / compute time
+    shape: float = 1.5           # pareto tail index (> 1); smaller = heavier tail
+    ranks: list[int] = field(default_factory=list)  # ranks delayed; empty = all
+
+    def __post_init__(self):
+        _check(self.mean >= 0, "mean", f"must be >= 0, got {self.mean}")
+        _check(self.dist != "pareto" or self.shape > 1, "shape", f"a pareto delay needs shape > 1, got {self.shape}")
+        _check(all(r >= 0 for r in self.ranks), "ranks", "ranks must be >= 0")
+
+
+@dataclass(frozen=True)
+class TransientConfig:
+    # Rank `rank` runs `factor` times slower during [start_s, start_s + duration_s) of training.
+    rank: int = 0
+    start_s: float = 0.0
+    duration_s: float = 1.0
+    factor: float = 4.0
+
+    def __post_init__(self):
+        _check(self.rank >= 0, "rank", "must be >= 0")
+        _check(self.start_s >= 0, "start_s", "must be >= 0")
+        _check(self.duration_s > 0, "duration_s", "must be > 0")
+        _check(self.factor >= 1, "factor", f"must be >= 1, got {self.factor}")
+
+
+@dataclass(frozen=True)
 class WorkersConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     slowdown: dict[int, float] = field(default_factory=dict)  # rank -> step-time multiplier (>= 1)
+    delay: Optional[DelayConfig] = None                        # random per-step delays
+    transient: list[TransientConfig] = field(default_factory=list)  # ranks slowed for a time window
     pin_memory: bool = True      # stage gradients through pinned host buffers on cuda
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
 
     def __post_init__(self):
         for rank, mult in self.slowdown.items():
@@ -202,6 +274,10 @@ class WireConfig:
     compression: Literal["none", "fp16", "bf16", "topk"] = "none"
     topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
     max_message_mb: int = 1024   # sockets refuse larger messages
+    # Same-host data path: "auto" moves gradients and parameters through a shared-memory
+    # segment per connection where client and shard share a host (TCP otherwise, and in
+    # CurveZMQ-secured runs); "off" keeps every byte on the socket.
+    shared_memory: Literal["auto", "off"] = "auto"
 
     def __post_init__(self):
         _check(0 < self.topk_ratio <= 1, "topk_ratio", f"must be in (0, 1], got {self.topk_ratio}")
@@ -253,6 +329,37 @@ class SecurityConfig:
 
 
 @dataclass(frozen=True)
+class RayRoleConfig:
+    # Resources Ray reserves for each process of this role (logical units, as in
+    # @ray.remote(num_cpus=..., num_gpus=...)); a role's torch threads are run.threads.
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+    def __post_init__(self):
+        _check(self.num_cpus >= 0, "num_cpus", f"must be >= 0, got {self.num_cpus}")
+        _check(self.num_gpus >= 0, "num_gpus", f"must be >= 0, got {self.num_gpus}")
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    # `psgd launch --on ray` (or cluster.launcher: ray). address "": join RAY_ADDRESS if set,
+    # else start a local Ray instance sized to fit the job; "auto", "HOST:6379" or
+    # "ray://HOST:10001": join that cluster.
+    address: str = ""
+    server: RayRoleConfig = field(default_factory=RayRoleConfig)
+    worker: RayRoleConfig = field(default_factory=RayRoleConfig)
+    evaluator: RayRoleConfig = field(default_factory=RayRoleConfig)
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    # Every run writes metrics.jsonl and metrics.csv (one row per evaluation);
+    # tensorboard: true also writes TensorBoard event files under RUN_DIR/tensorboard
+    # (needs the `tensorboard` package: pip install 'psgd[tensorboard]').
+    tensorboard: bool = False
+
+
+@dataclass(frozen=True)
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -266,6 +373,8 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
     # Directory of the config file, so "module:callable" finds modules beside it.
     base_dir: str = field(default=".", metadata={"internal": True})
 
@@ -273,6 +382,12 @@ class Config:
         for rank in self.workers.slowdown:
             _check(rank < self.cluster.workers, f"workers.slowdown[{rank}]",
                    f"no such worker rank (cluster.workers is {self.cluster.workers})")
+        for rank in self.workers.delay.ranks if self.workers.delay else []:
+            _check(rank < self.cluster.workers, "workers.delay.ranks",
+                   f"no worker rank {rank} (cluster.workers is {self.cluster.workers})")
+        for i, tr in enumerate(self.workers.transient):
+            _check(tr.rank < self.cluster.workers, f"workers.transient[{i}].rank",
+                   f"no worker rank {tr.rank} (cluster.workers is {self.cluster.workers})")
         if self.consistency.backup_workers:
             _check(self.consistency.backup_workers < self.cluster.workers,
                    "consistency.backup_workers", "must be < cluster.workers")

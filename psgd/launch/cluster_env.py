@@ -11,13 +11,17 @@ this process advertises (for nodes with several networks).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-__all__ = ["ClusterEnv", "ClusterEnvError", "detect", "expand_nodelist", "reachable_address"]
+from psgd.launch.k8s_env import (ADDR_ENV_ENV, INDEX_ENV, ROLE_ENV, EnvError, is_kubeflow, kubeflow_job_id,
+                                 role_from_env, role_rank, store_host)
+
+__all__ = ["ClusterEnv", "ClusterEnvError", "detect", "expand_nodelist", "reachable_address", "with_config"]
 
 SLURM_PORT_BASE = 29500   # port = base + job id mod span, as many SLURM recipes do
 SLURM_PORT_SPAN = 10000
@@ -29,7 +33,7 @@ class ClusterEnvError(ValueError):
 
 @dataclass(frozen=True)
 class ClusterEnv:
-    launcher: str            # "torchrun" | "slurm"
+    launcher: str            # "torchrun" | "slurm" | "kubeflow" | "torchx" | "env" (PSGD_ROLE)
     rank: int
     world_size: int
     master_addr: str         # host of the TCPStore
@@ -37,6 +41,8 @@ class ClusterEnv:
     agent_store: bool        # torchrun's agent hosts the store: every rank is a client
     job_id: str              # namespaces the store keys of one job / restart
     advertise_host: Optional[str] = None  # PSGD_HOST, if set
+    role: Optional[str] = None  # set by PSGD_ROLE (torchx component): rank and world size then come from the config
+    role_index: int = 0
 
 
 def _int(env: Mapping[str, str], name: str) -> int:
@@ -72,14 +78,32 @@ def detect(env: Optional[Mapping[str, str]] = None) -> ClusterEnv:
     win over SLURM's, since torchrun is often started inside an allocation."""
     env = os.environ if env is None else env
     advertise = env.get("PSGD_HOST") or None
+    try:
+        named = role_from_env(env)
+        host = store_host(env)
+    except EnvError as exc:
+        raise ClusterEnvError(str(exc)) from None
+    if named is not None:
+        if not host or not env.get("MASTER_PORT"):
+            raise ClusterEnvError(f"{ROLE_ENV} is set but the store is not: set MASTER_ADDR (or {ADDR_ENV_ENV}) "
+                                  "and MASTER_PORT")
+        launcher = "torchx" if any(k.startswith("TORCHX_") for k in env) or env.get(ADDR_ENV_ENV) else "env"
+        launch = ClusterEnv(launcher, -1, 0, host, _int(env, "MASTER_PORT"), False, f"{launcher}.{named.job_id}",
+                            advertise, named.role, named.index)
+        _check_port(launch)
+        return launch  # rank and world size follow from the config: see with_config
     if "RANK" in env and "WORLD_SIZE" in env:
         for name in ("MASTER_ADDR", "MASTER_PORT"):
             if not env.get(name):
                 raise ClusterEnvError(f"RANK and WORLD_SIZE are set but {name} is not")
-        launch = ClusterEnv("torchrun", _int(env, "RANK"), _int(env, "WORLD_SIZE"), env["MASTER_ADDR"],
-                            _int(env, "MASTER_PORT"), env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
-                            f"{env.get('TORCHELASTIC_RUN_ID', 'none')}.{env.get('TORCHELASTIC_RESTART_COUNT', '0')}",
-                            advertise)
+        if is_kubeflow(env):  # PyTorchJob: the master pod (rank 0) hosts the store
+            launch = ClusterEnv("kubeflow", _int(env, "RANK"), _int(env, "WORLD_SIZE"), env["MASTER_ADDR"],
+                                _int(env, "MASTER_PORT"), False, kubeflow_job_id(env), advertise)
+        else:
+            run_id = f"{env.get('TORCHELASTIC_RUN_ID', 'none')}.{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+            launch = ClusterEnv("torchrun", _int(env, "RANK"), _int(env, "WORLD_SIZE"), env["MASTER_ADDR"],
+                                _int(env, "MASTER_PORT"), env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+                                run_id, advertise)
     elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         job = env.get("SLURM_JOB_ID", "0")
         addr = env.get("MASTER_ADDR")
@@ -97,9 +121,26 @@ def detect(env: Optional[Mapping[str, str]] = None) -> ClusterEnv:
                               "MASTER_PORT or SLURM's SLURM_PROCID/SLURM_NTASKS")
     if launch.world_size < 1 or not 0 <= launch.rank < launch.world_size:
         raise ClusterEnvError(f"rank {launch.rank} is outside world size {launch.world_size}")
+    _check_port(launch)
+    return launch
+
+
+def _check_port(launch: ClusterEnv) -> None:
     if not 0 < launch.master_port < 65536:
         raise ClusterEnvError(f"master port {launch.master_port} is not a port number")
-    return launch
+
+
+def with_config(launch: ClusterEnv, servers: int, workers: int, evaluator: bool) -> ClusterEnv:
+    """A PSGD_ROLE launch with its rank and world size: servers first, then
+    workers, then the evaluator (server 0 is rank 0 and hosts the store)."""
+    if launch.role is None:
+        return launch
+    count = {"server": servers, "worker": workers, "evaluator": int(evaluator)}[launch.role]
+    if not 0 <= launch.role_index < count:
+        raise ClusterEnvError(f"{ROLE_ENV}={launch.role} {INDEX_ENV}={launch.role_index}, but the config has "
+                              f"{count} {launch.role}{'s' * (count != 1)}")
+    return dataclasses.replace(launch, rank=role_rank(launch.role, launch.role_index, servers, workers),
+                               world_size=servers + workers + int(evaluator))
 
 
 def reachable_address(launch: ClusterEnv) -> str:

@@ -1,7 +1,9 @@
 """`psgd run CONFIG` (or `python -m psgd.launch.cluster_run CONFIG`): one process of a job
-started by a cluster launcher (`srun`, `torchrun`).
+started by a cluster launcher (`srun`, `torchrun`, a Kubeflow PyTorchJob, torchx).
 
-The process takes its role from its launcher rank: ranks 0..S-1 are server
+When the launcher names the role (PSGD_ROLE and PSGD_ROLE_INDEX, as the torchx
+component does), the process takes it, and its place in the store barrier
+follows from the config. Otherwise it takes its role from its rank: ranks 0..S-1 are server
 shards, the next W ranks are workers, and, when `eval.enabled`, the last rank
 is the evaluator (so the world size must be S + W + 1, or S + W without an
 evaluator). Servers bind an address of their own host and publish it through
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from psgd.launch.cluster_env import ClusterEnv, detect, reachable_address
+from psgd.launch.cluster_env import ClusterEnv, detect, reachable_address, with_config
 from psgd.launch.collect import collect
 from psgd.runtime.files import atomic_write
 from psgd.config import Config, ConfigError, dump_config, load_config, override_config
@@ -76,7 +78,13 @@ def run_job(config: str, overrides: list[str], run_dir: Optional[str] = None,
     config, and RuntimeError when the store cannot be reached."""
     launch = launch or detect()
     cfg = load_config(config, overrides)
-    role = assign_role(launch.rank, launch.world_size, cfg)
+    if launch.role is not None:  # the launcher named the role (torchx component): no rank arithmetic
+        if cfg.consistency.mode == "allreduce":
+            raise ConfigError("consistency.mode", "psgd run starts parameter-server jobs")
+        launch = with_config(launch, cfg.cluster.num_servers, cfg.cluster.workers, cfg.eval.enabled)
+        role = Role(launch.role, launch.role_index)
+    else:
+        role = assign_role(launch.rank, launch.world_size, cfg)
     out = Path(run_dir) if run_dir else Path(cfg.run.out_dir) / f"{cfg.run.name}-{launch.job_id}"
     (out / "events").mkdir(parents=True, exist_ok=True)
     events = out / "events" / f"{role.role}-{role.index}.jsonl"

@@ -11,9 +11,11 @@ import json
 from pathlib import Path
 
 from psgd.config import Config, load_config
+from psgd.launch.metrics_export import export_events
 from psgd.launch.summary import summarize
 from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
+from psgd.runtime.role import START_FILE
 
 __all__ = ["collect", "expected_processes", "read_event_files"]
 
@@ -35,12 +37,21 @@ def collect(run_dir: Path, cfg: Config | None = None, status: str = "ok") -> dic
     events = read_event_files(run_dir)
     wall = max((e.get("t", 0.0) for e in events if e.get("role") in ("worker", "allreduce")), default=0.0)
     atomic_write(run_dir / "metrics.jsonl", "".join(json.dumps(e) + "\n" for e in events))
+    export_events(run_dir, cfg, events, _start_time(run_dir))  # metrics.csv (+ TensorBoard)
     summary = summarize(cfg, events, wall, status=status)
     # Without a shared filesystem a host sees only its own processes' events: say whose are absent.
     summary["missing_events"] = [name for name in expected_processes(cfg)
                                  if not (run_dir / "events" / f"{name}.jsonl").exists()]
     atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2))
     return summary
+
+
+def _start_time(run_dir: Path):
+    """The run's training start (wall clock), for TensorBoard's time axis."""
+    try:
+        return float(json.loads((run_dir / START_FILE).read_text())["t0"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def expected_processes(cfg: Config) -> list[str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.config import Config, dump_config, load_config, override_config
+from psgd.launch.metrics_export import MetricsExport
 from psgd.launch.progress import Progress, ProgressTracker
 from psgd.launch.roles import CONFIG_FILE
 from psgd.launch.spawn import Child, kill, spawn_child, terminate
@@ -97,6 +98,7 @@ class Launcher:
         self._signal: Optional[int] = None
         self._t0: Optional[float] = None
         self._metrics = None
+        self._export: Optional[MetricsExport] = None  # metrics.csv and TensorBoard, once the run dir is ready
         self._training_time: Optional[float] = None
         self.resume = resume
         self.budget = RestartBudget(cfg.supervision)
@@ -121,6 +123,7 @@ class Launcher:
             reserve_summary(self.run_dir / SUMMARY_FILE)
             self.cfg = self._resolve()
             atomic_write(self.run_dir / CONFIG_FILE, dump_config(self.cfg))  # what every child reads
+            self._export = MetricsExport(self.run_dir, self.cfg)  # metrics.csv (+ TensorBoard)
             new_run_token(self.run_dir)  # SHUTDOWN, live control and rank takeovers need it
             (self.run_dir / START_FILE).unlink(missing_ok=True)  # children wait for this run's start
         except (OSError, WriteFailed) as exc:
@@ -131,7 +134,7 @@ class Launcher:
         try:
             self._start_all()
             self._wait_ready()
-            self._t0 = time.time() - self._prior_time
+            self._t0 = self._export.t0 = time.time() - self._prior_time
             atomic_write(self.run_dir / START_FILE, json.dumps({"t0": self._t0}))
             self.progress.started = True
             self.on_progress(self.progress)
@@ -157,6 +160,11 @@ class Launcher:
         if unwritten:
             reason += f"; summary.json not written: {unwritten}"
         self._close_metrics()
+        try:
+            if self._export is not None:
+                self._export.close()
+        except OSError:
+            pass  # the same full disk as metrics.jsonl: already reported
         (self.run_dir / PROCESSES_FILE).unlink(missing_ok=True)
         for tmp in self.run_dir.glob("*.tmp"):  # a write cut short by a full disk
             tmp.unlink(missing_ok=True)
@@ -277,8 +285,8 @@ class Launcher:
     def _crashed(self, c: Child, code: int) -> None:
         """Book a restart of a crashed child, or fail once its retries are spent."""
         cause = f"{c.name} exited with code {code}: {c.cause()}"
-        if code == EXIT_NO_RETRY:  # a config error or damaged checkpoint: it would fail the same way again
-            raise LaunchFailed(cause)
+        if code == EXIT_NO_RETRY:  # a bad config, user code or a damaged checkpoint: it would fail the same way
+            raise LaunchFailed(cause + " (a start-up error: not restarted)")
         pending = self.budget.schedule(c.role, c.index, time.monotonic(), c.address)
         if pending is None:
             used = self.budget.used(c.role, c.index)
@@ -305,6 +313,8 @@ class Launcher:
         if self._metrics_error is None:
             try:
                 self._metrics.write(json.dumps(e) + "\n")
+                if self._export is not None:
+                    self._export.add(e)
             except OSError as exc:  # the run fails at the next poll; the events stay in memory
                 self._metrics_error = describe_os_error(exc, self.run_dir / "metrics.jsonl")
         self.on_progress(self._tracker.record(e))

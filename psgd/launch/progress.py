@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from psgd.core.histogram import Histogram
+from psgd.launch.metrics_export import eval_updates
 
 __all__ = ["Progress", "ProgressTracker"]
 
@@ -36,8 +37,7 @@ class ProgressTracker:
             p.steps += 1
         elif ev == "eval":
             p.accuracy = e.get("accuracy")
-            # `updates` sums the versions of every parameter source (shards, or rank 0 in allreduce).
-            p.updates = max(p.updates, int(e.get("updates", 0) / max(1, len(e.get("versions") or [0]))))
+            p.updates = max(p.updates, eval_updates(e))
         elif ev == "server_stats":
             self._staleness[e.get("index", 0)] = e.get("staleness_hist", {})
             merged = Histogram()

@@ -65,8 +65,10 @@ SPARSE_ENCODINGS: dict[str, tuple[torch.dtype, torch.dtype]] = {
 def payload_frames(record: "Record") -> int:
     """How many tensor frames follow the header of `record`."""
     if isinstance(record, Push):
-        return 2 if record.encoding in SPARSE_ENCODINGS else 1
-    return 1 if isinstance(record, (Welcome, Params)) else 0
+        return 0 if record.shm else 2 if record.encoding in SPARSE_ENCODINGS else 1
+    if isinstance(record, Params):
+        return 0 if record.shm else 1
+    return 1 if isinstance(record, Welcome) else 0
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ class Register(Record):
     role: str = "worker"        # worker | evaluator
     fingerprint: str = ""
     token: str = ""             # the run token: lets a worker take over a rank bound to another connection
+    shm: str = ""               # offered shared-memory segment (psgd.wire.shm), "" for none
+    shm_token: str = ""         # hex token the segment's header must carry
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class Welcome(Record):
     clock: int = 0              # clock the worker continues from
     last_seq: int = -1          # last push seq applied for this worker (for resumed clients)
     session: str = ""           # workers: heartbeats for the rank must carry this
+    shm: bool = False           # the offered segment is attached: payloads may travel through it
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,7 @@ class Push(Record):
     scale: float = 1.0
     numel: int = 0              # elements of the (dense) gradient
     nnz: int = 0                # sparse encodings: coordinates carried
+    shm: int = 0                # >0: the dense payload lies in the segment at this generation; no frame follows
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,7 @@ class Params(Record):
     min_clock: int = 0          # slowest live worker's clock when answered
     encoding: str = "f32"
     numel: int = 0
+    shm: bool = False           # the parameters lie in the segment's reply region, stamped with req; no frame
 
 
 @dataclass(frozen=True)
@@ -188,14 +195,22 @@ _PY_TYPES = {"int": int, "str": str, "bool": bool, "float": (float, int), "dict"
 # Per type, computed once (encode/decode run for every message):
 # the header fields, and for each its accepted Python types and whether bool is refused.
 _HEADER_FIELDS = {t: tuple(f for f in spec if f != "req") for t, spec in _FIELDS.items()}
-_CHECKS = {t: {f: (_PY_TYPES[spec[f]], spec[f] != "bool") for f in _HEADER_FIELDS[t]}
-           for t, spec in _FIELDS.items()}
+# msgpack yields exact builtin types, so an exact type test is the whole check
+# (and keeps True out of int fields): field -> the types it accepts.
+_EXACT = {"int": frozenset({int}), "str": frozenset({str}), "bool": frozenset({bool}),
+          "float": frozenset({float, int}), "dict": frozenset({dict})}
+_CHECKS = {t: {f: _EXACT[spec[f]] for f in _HEADER_FIELDS[t]} for t, spec in _FIELDS.items()}
+# Records are built without running the dataclass __init__ (decode runs for every
+# message): defaults per type, except for types with a default factory.
+_DEFAULTS = {t: {f.name: f.default for f in dataclasses.fields(cls)} for t, cls in RECORDS.items()
+             if all(f.default is not dataclasses.MISSING for f in dataclasses.fields(cls))}
 
 
 def encode(record: Record, frames: Sequence[Any] = ()) -> list:
     """Header bytes followed by the given payload frames (buffers, not copied)."""
-    fields = {f: getattr(record, f) for f in _HEADER_FIELDS[record.TYPE]}
-    header = msgpack.packb([PROTOCOL_VERSION, int(record.TYPE), record.req, fields], use_bin_type=True)
+    fields = record.__dict__.copy()  # the dataclass fields, in order
+    req = fields.pop("req")
+    header = msgpack.packb([PROTOCOL_VERSION, int(record.TYPE), req, fields], use_bin_type=True)
     return [header, *frames]
 
 
@@ -226,14 +241,34 @@ def decode(frames: Sequence[Any]) -> tuple[Record, list]:
         check = checks.get(name)
         if check is None:
             raise ProtocolError("bad_field", f"unknown field {name!r} for {MsgType(mtype).name}")
-        if not isinstance(value, check[0]) or (check[1] and isinstance(value, bool)):
+        if type(value) not in check:
             raise ProtocolError("bad_field", f"field {name!r} must be {_FIELDS[mtype][name]}")
-    record = RECORDS[mtype](req=req, **fields)
+    defaults = _DEFAULTS.get(mtype)
+    if defaults is None:
+        return RECORDS[mtype](req=req, **fields), list(frames[1:])
+    record = object.__new__(RECORDS[mtype])
+    state = record.__dict__
+    state.update(defaults)
+    state.update(fields)
+    state["req"] = req
     return record, list(frames[1:])
 
 
+_UINT = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}  # msgpack unsigned int markers -> bytes that follow
+
+
 def request_id(frames: Sequence[Any]) -> int:
-    """The request id of a message this process encoded (no validation)."""
+    """The request id of a message this process encoded (no validation). Read
+    from the header's first bytes ([version, type, req, ...] packs as a 4-array,
+    two small ints, then req) rather than unpacking the whole header."""
+    head = frames[0]
+    if head[0] == 0x94 and head[1] < 0x80 and head[2] < 0x80:
+        marker = head[3]
+        if marker < 0x80:
+            return marker
+        size = _UINT.get(marker)
+        if size is not None:
+            return int.from_bytes(head[4:4 + size], "big")
     return msgpack.unpackb(frames[0])[2]
 
 

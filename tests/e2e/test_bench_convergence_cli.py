@@ -1,46 +1,69 @@
-"""`psgd bench convergence` and `psgd plot`: mode parsing and the report table
-on hand-made runs (exact), plus one real smoke run of the CLI on a tiny config."""
+"""`psgd bench convergence` and `psgd plot` as a user runs them: a model and a
+dataset of their own (import paths into a module beside the config), a 4x
+straggler, the default number of seeds; then the files it leaves."""
 import csv
 from pathlib import Path
+
 import pytest
+
 from conftest import run_psgd
 from psgd.bench.plots import PLOT_FILES
-from psgd.bench.run_data import RunData
-
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
+USER_MODULE = '''
+import torch
+from torch import nn
 
-def _run(label, seed, ttt, acc, updates, last_step_t, st_mean=0.0, st_max=0):
-    summary = {"seed": seed, "time_to_target_s": ttt, "final_test_accuracy": acc, "total_updates": updates,
-               "staleness_mean": st_mean, "staleness_max": st_max}
-    steps = [{"t": last_step_t / 2, "loss": 1.0}, {"t": last_step_t, "loss": 0.5}]
-    return RunData(Path(f"/runs/{label}-{seed}"), label, summary, [], steps)
+
+def signals(n=480, seed=0):
+    """Two classes of noisy 1-D signals: a rising and a falling ramp."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 2, (n,), generator=g)
+    ramp = torch.linspace(-1, 1, 24)
+    x = torch.where(y[:, None] == 1, ramp, -ramp) + 0.8 * torch.randn(n, 24, generator=g)
+    return (x[:400], y[:400]), (x[400:], y[400:])
+
+
+def tiny_net(width=16):
+    return nn.Sequential(nn.Linear(24, width), nn.ReLU(), nn.Linear(width, 2))
+'''
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(150)
-def test_bench_convergence_cli_writes_report_csv_plots_and_prints_the_table(small_config, tmp_path):
-    cfg = small_config(train={"steps_per_worker": 30, "max_time_s": 30, "target_accuracy": 0.3},
-                       eval={"every_s": 0.25})
+@pytest.mark.timeout(400)
+def test_bench_convergence_on_a_user_model_with_a_straggler_and_default_seeds(small_config, tmp_path):
+    (tmp_path / "my_task.py").write_text(USER_MODULE)
+    cfg = small_config(task={"model": "my_task:tiny_net", "dataset": "my_task:signals", "batch_size": 16},
+                       train={"steps_per_worker": 25, "max_time_s": 30,
+                              "target": {"metric": "accuracy", "value": 0.7, "hold_evals": 2, "tolerance": 0.05}},
+                       optimizer={"name": "sgd", "lr": 0.05, "lr_scaling": "linear"},
+                       eval={"every_s": 0.1})
     out = tmp_path / "bench"
-    code, stdout, stderr = run_psgd("bench", "convergence", str(cfg), "--modes", "allreduce,asp+sa", "--seeds", "1",
-                          "--out", str(out), "--set", "optimizer.lr=0.2", cwd=tmp_path)
+    code, stdout, stderr = run_psgd("bench", "convergence", str(cfg), "--modes", "bsp,asp", "--out", str(out),
+                                    "--set", "workers.slowdown={1: 4.0}", cwd=tmp_path, timeout=380)
     assert code == 0, stderr
-    lines = stdout.splitlines()
-    assert lines[0].startswith("| mode | seeds | time to 0.3 (s) |")
-    assert [ln.split("|")[1].strip() for ln in lines[2:]] == ["allreduce", "asp+sa"]
+    assert stdout.splitlines()[0].startswith("Time to hold test accuracy 0.7, median [95% CI] over seeds; bsp: ")
 
     rows = list(csv.DictReader(open(out / "summary.csv")))
-    assert [(r["label"], r["mode"], r["staleness_aware"], r["seed"], r["status"]) for r in rows] == [
-        ("allreduce", "allreduce", "False", "0", "ok"), ("asp+sa", "asp", "True", "0", "ok")]
-    assert rows[0]["total_updates"] == "30" and rows[1]["total_updates"] == "60"  # ASP: one update per push
-    assert rows[0]["staleness_max"] == "0"
+    assert [(r["label"], r["seeds"], r["lr"]) for r in rows] == [("bsp", "3", "0.05"), ("asp", "3", "0.05")]
     for r in rows:
-        assert 0 < float(r["final_test_accuracy"]) <= 1 and (out / r["run_dir"] / "model.pt").is_file()
+        for col in ("time_to_target_median_s", "time_to_target_ci_low_s", "time_to_target_ci_high_s", "ratio_to_bsp"):
+            assert col in r
+        assert 0 < float(r["final_metric_median"]) <= 1
+    assert rows[0]["ratio_to_bsp"] in ("1.0", "")  # bsp against itself (empty if it never held the target)
+    seeds = list(csv.DictReader(open(out / "seeds.csv")))
+    assert sorted((s["label"], s["seed"]) for s in seeds) == [("asp", "0"), ("asp", "1"), ("asp", "2"),
+                                                             ("bsp", "0"), ("bsp", "1"), ("bsp", "2")]
+    # linear scaling: the bsp runs stepped at 2 x 0.05 (2 workers), asp at 0.05
+    bsp_cfg = (out / "runs" / "bsp-seed0" / "config.yaml").read_text()
+    assert "lr_scaling: linear" in bsp_cfg and "slowdown:\n    1: 4.0" in bsp_cfg
 
     report = (out / "report.md").read_text()
-    assert "| allreduce | 1 |" in report and "| asp+sa | 1 |" in report and "--modes allreduce,asp+sa" in report
+    lines = report.splitlines()
+    assert lines[4] == "## Conclusion" and lines[6].startswith("- Time to hold test accuracy 0.7")
+    assert "- Heterogeneity: rank 1 slowed 4x." in lines
+    assert "Seeds: 3 per mode" in report and "model `my_task:tiny_net`" in report
     for name in PLOT_FILES.values():
         data = (out / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 5000, name
@@ -54,6 +77,17 @@ def test_bench_convergence_cli_writes_report_csv_plots_and_prints_the_table(smal
     assert code == 0, stderr
     assert sorted(Path(p).name for p in stdout.split()) == sorted(PLOT_FILES.values())
     assert all((plots / n).read_bytes().startswith(PNG_MAGIC) for n in PLOT_FILES.values())
+
+
+def test_bench_convergence_refuses_bad_arguments_before_running(small_config, tmp_path):
+    cfg = small_config()
+    code, _, stderr = run_psgd("bench", "convergence", str(cfg), "--modes", "asp+b1", cwd=tmp_path, timeout=60)
+    assert code == 2 and "'+bN' (N >= 1 backup workers) only applies to bsp" in stderr
+    code, _, stderr = run_psgd("bench", "convergence", str(cfg), "--lr-grid", "0.1,x", cwd=tmp_path, timeout=60)
+    assert code == 2 and "--lr-grid" in stderr
+    code, _, stderr = run_psgd("bench", "convergence", str(cfg), "--set", "train.target={metric: loss}",
+                               cwd=tmp_path, timeout=60)
+    assert code == 2 and "train.target.value" in stderr
 
 
 def test_plot_cli_rejects_a_directory_that_is_not_a_run(tmp_path):

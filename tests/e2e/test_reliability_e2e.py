@@ -126,6 +126,7 @@ def test_resume_after_sigterm_continues_from_snapshot(tmp_path):
     proc.send_signal(signal.SIGTERM)
     code, output = finish(proc, 60)
     assert code == 128 + signal.SIGTERM, output
+    assert f"continue this run with: psgd launch --resume {out}" in output
     first = json.loads((out / "summary.json").read_text())
     assert first["status"] == "interrupted"
     stopped_at = final_versions(read_events(out))

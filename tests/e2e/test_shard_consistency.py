@@ -83,10 +83,10 @@ def test_ssp_bound_holds_with_a_4x_straggler_and_asp_drifts_further(shards):
     assert observed[("asp", 0)] > max(observed[("ssp", s)] for s in (0, 1, 3)), observed
 
 
-def reference_sgd(cfg, task, steps):
+def reference_sgd(cfg, task, steps, lr=None):
     """Single-process SGD on the concatenation of every worker's batch of each step."""
     model = build_model(cfg, task)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr if lr is None else lr)
     batches = [worker_batches(len(task.y_train), r, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
                for r in range(cfg.cluster.workers)]
     for _ in range(steps):
@@ -118,22 +118,30 @@ def run_real_workers(cfg, cluster):
     {"task.model": "linear", "task.dataset": "synthetic", "task.batch_size": 16, "optimizer.lr": 0.05},
     {"task.model": "mlp", "task.dataset": "digits", "task.batch_size": 32, "optimizer.lr": 0.1},
 ], ids=["synthetic", "digits-mlp"])
-def test_bsp_sgd_equals_single_process_sgd_on_the_concatenated_batch(shards, task):
+@pytest.mark.parametrize("scaling", ["none", "linear"])
+def test_bsp_sgd_equals_single_process_sgd_on_the_concatenated_batch(shards, task, scaling):
+    """With optimizer.lr_scaling: linear, BSP over W workers steps at lr x W:
+    exactly single-process SGD with lr x W on the W x B batch."""
     steps = 50
     sets = [f"{k}={v}" for k, v in task.items()]
     cfg = load_config(None, sets + ["cluster.servers=2", "cluster.workers=3", "consistency.mode=bsp",
-                                    f"train.steps_per_worker={steps}", "workers.device=cpu", "optimizer.name=sgd"])
+                                    f"train.steps_per_worker={steps}", "workers.device=cpu", "optimizer.name=sgd",
+                                    f"optimizer.lr_scaling={scaling}"])
     task_data = load_task(cfg)
     model = build_model(cfg, task_data)
     cluster = shards(cfg, model)
     run_real_workers(cfg, cluster)
     assert [s.state.version for s in cluster.servers] == [steps, steps]
-    ref = reference_sgd(cfg, task_data, steps)
+    lr = cfg.optimizer.lr * (cfg.cluster.workers if scaling == "linear" else 1)
+    ref = reference_sgd(cfg, task_data, steps, lr)
     expected = cluster.layout.flatten([p.detach() for p in ref.parameters()])
     start = cluster.layout.flatten([p.detach() for p in model.parameters()])
+    unscaled = cluster.layout.flatten([p.detach() for p in reference_sgd(cfg, task_data, steps).parameters()])
     for s, server in enumerate(cluster.servers):
         assert not torch.allclose(server.state.params, start[s], atol=1e-3)  # it did train
         torch.testing.assert_close(server.state.params, expected[s], rtol=0, atol=1e-5)
+        if scaling == "linear":
+            assert not torch.allclose(server.state.params, unscaled[s], atol=1e-3)  # the scaling mattered
 
 
 @pytest.mark.timeout(60)

@@ -1,28 +1,37 @@
-"""`psgd bench convergence` and `psgd plot`: mode parsing and the report table
-on hand-made runs (exact), plus one real smoke run of the CLI on a tiny config."""
+"""`psgd bench convergence`: mode parsing, lr grids, run labels and the files
+the bench writes, on hand-made runs with known numbers (exact)."""
+import csv
 from pathlib import Path
-import pytest
-from psgd.bench.convergence import mode_table, parse_modes, train_time_s
-from psgd.bench.run_data import RunData, mode_label
 
+import pytest
+
+from psgd.bench.convergence import BenchResult, parse_lr_grid, parse_modes, read_lr_choice, write_outputs
+from psgd.bench.convergence_report import TargetSpec, analyse
+from psgd.bench.plots import PLOT_FILES, curve_on_grid
+from psgd.bench.run_data import RunData, mode_label
+from psgd.bench.stats import HoldRule
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def test_parse_modes_covers_every_mode_and_the_staleness_aware_suffix():
-    specs = parse_modes("allreduce, bsp,ssp:0,ssp:8,asp,asp+sa,ssp:2+sa")
-    assert [(s.label, s.mode, s.staleness, s.staleness_aware) for s in specs] == [
-        ("allreduce", "allreduce", 0, False), ("bsp", "bsp", 0, False), ("ssp:0", "ssp", 0, False),
-        ("ssp:8", "ssp", 8, False), ("asp", "asp", 0, False), ("asp+sa", "asp", 0, True),
-        ("ssp:2+sa", "ssp", 2, True)]
-    assert specs[5].overrides == ["consistency.mode=asp", "consistency.staleness=0",
-                                  "optimizer.staleness_aware=true"]
-    assert specs[5].dir_name == "asp-sa" and specs[3].dir_name == "ssp8"
+def test_parse_modes_covers_every_mode_and_suffix():
+    specs = parse_modes("allreduce, bsp,bsp+b1,ssp:0,ssp:8,asp,asp+sa,asp+dc,ssp:2+sa")
+    assert [(s.label, s.mode, s.staleness, s.staleness_aware, s.dc_asgd, s.backup_workers) for s in specs] == [
+        ("allreduce", "allreduce", 0, False, False, 0), ("bsp", "bsp", 0, False, False, 0),
+        ("bsp+b1", "bsp", 0, False, False, 1), ("ssp:0", "ssp", 0, False, False, 0),
+        ("ssp:8", "ssp", 8, False, False, 0), ("asp", "asp", 0, False, False, 0),
+        ("asp+sa", "asp", 0, True, False, 0), ("asp+dc", "asp", 0, False, True, 0),
+        ("ssp:2+sa", "ssp", 2, True, False, 0)]
+    assert specs[7].overrides == ["consistency.mode=asp", "consistency.staleness=0", "consistency.backup_workers=0",
+                                  "optimizer.staleness_aware=false", "optimizer.dc_asgd={}"]
+    assert specs[2].overrides[2] == "consistency.backup_workers=1" and specs[2].overrides[4] == "optimizer.dc_asgd=null"
+    assert specs[6].dir_name == "asp-sa" and specs[4].dir_name == "ssp8"
 
 
 @pytest.mark.parametrize("text, fragment", [
     ("ssp", "ssp needs a bound"), ("asp:2", "other modes take none"), ("ssp:-1", "integer >= 0"),
-    ("sync", "mode must be"), ("asp+fast", "only suffix"), ("allreduce+sa", "parameter-server mode"),
+    ("sync", "mode must be"), ("asp+fast", "suffixes are"), ("allreduce+sa", "parameter-server mode"),
+    ("asp+b1", "only applies to bsp"), ("bsp+b0", "only applies to bsp"),
     ("asp,asp", "listed twice"), (" , ", "at least one mode")])
 def test_parse_modes_rejects_bad_items_naming_them(text, fragment):
     with pytest.raises(ValueError, match="--modes") as err:
@@ -30,26 +39,87 @@ def test_parse_modes_rejects_bad_items_naming_them(text, fragment):
     assert fragment in str(err.value)
 
 
-def _run(label, seed, ttt, acc, updates, last_step_t, st_mean=0.0, st_max=0):
-    summary = {"seed": seed, "time_to_target_s": ttt, "final_test_accuracy": acc, "total_updates": updates,
-               "staleness_mean": st_mean, "staleness_max": st_max}
-    steps = [{"t": last_step_t / 2, "loss": 1.0}, {"t": last_step_t, "loss": 0.5}]
-    return RunData(Path(f"/runs/{label}-{seed}"), label, summary, [], steps)
-
-
-def test_mode_table_shows_medians_with_min_max_over_seeds():
-    runs = [_run("bsp", 0, 3.0, 0.90, 100, 10.0), _run("bsp", 1, 5.0, 0.94, 200, 10.0),
-            _run("bsp", 2, 4.0, 0.92, 300, 10.0),
-            _run("asp", 0, 2.0, 0.91, 400, 8.0, 1.5, 6), _run("asp", 1, None, 0.85, 400, 8.0, 2.5, 9)]
-    table = mode_table(runs, 0.9).splitlines()
-    assert table[0].startswith("| mode | seeds | time to 0.9 (s) | reached |")
-    assert table[2] == "| bsp | 3 | 4.00 [3.00–5.00] | 3/3 | 0.9200 [0.9000–0.9400] | 20 [10–30] | 0.00 [0.00–0.00] | 0 [0–0] |"
-    # One seed did not reach the target: the median of (2.0, not reached) is not reached.
-    assert table[3] == "| asp | 2 | not reached [2.00–n.r.] | 1/2 | 0.8800 [0.8500–0.9100] | 50 [50–50] | 2.00 [1.50–2.50] | 8 [6–9] |"
-    assert train_time_s(runs[3]) == 8.0
+def test_lr_grid_and_lr_choice(tmp_path):
+    assert parse_lr_grid("0.1, 0.05,1e-3") == [0.1, 0.05, 0.001]
+    for bad in ("", "0.1,x", "0,0.1", "0.1,0.1"):
+        with pytest.raises(ValueError, match="--lr-grid"):
+            parse_lr_grid(bad)
+    (tmp_path / "summary.csv").write_text("label,lr\nbsp,0.4\nasp,0.1\n")
+    assert read_lr_choice(tmp_path / "summary.csv") == {"bsp": 0.4, "asp": 0.1}
+    with pytest.raises(ValueError, match="does not exist"):
+        read_lr_choice(tmp_path / "nope.csv")
 
 
 def test_mode_label_names_runs_as_the_command_line_does():
     assert mode_label("ssp", 4, False) == "ssp:4"
     assert mode_label("asp", None, True) == "asp+sa"
+    assert mode_label("asp", None, False, dc_asgd=True) == "asp+dc"
+    assert mode_label("bsp", None, False, backup_workers=1) == "bsp+b1"
     assert mode_label("allreduce", None, True) == "allreduce"
+
+
+def test_curves_stop_where_runs_stop():
+    grid = [0.0, 1.0, 2.0, 3.0, 4.0]
+    import numpy as np
+    out = curve_on_grid([0.5, 2.0, 3.0], [0.1, 0.5, 0.7], np.asarray(grid))
+    assert np.isnan(out[0]) and list(out[1:4]) == [0.1, 0.5, 0.7] and np.isnan(out[4])
+
+
+def _run(label, seed, lr, accs, mode="bsp", batch=32, workers=4, step_end=None):
+    """A finished run evaluated at t = 1, 2, ...; trained until step_end."""
+    evals = [{"event": "eval", "t": float(i + 1), "accuracy": a, "test_loss": 1 - a, "versions": [10 * (i + 1)] * 2}
+             for i, a in enumerate(accs)]
+    end = float(len(accs)) if step_end is None else step_end
+    steps = [{"t": 0.5, "loss": 1.0}, {"t": end, "loss": 0.5}]
+    summary = {"seed": seed, "mode": mode, "workers": workers, "total_updates": 10 * len(accs),
+               "staleness_hist": {"0": 5, "1": 5}}
+    config = {"optimizer": {"lr": lr}, "task": {"batch_size": batch}, "consistency": {"mode": mode}}
+    return RunData(Path(f"/runs/{label}-{lr}-{seed}"), label, summary, evals, steps, config)
+
+
+TARGET = TargetSpec("accuracy", 0.8, HoldRule(1, 0.0))
+
+
+def test_analysis_picks_each_modes_best_rate_and_times_the_held_target():
+    runs = [_run("bsp", s, 0.1, [0.5, 0.8, 0.85, 0.9]) for s in range(3)]           # held at t=2
+    runs += [_run("bsp", s, 0.4, [0.81, 0.7, 0.85, 0.9]) for s in range(3)]         # touch at 1, held at 3
+    runs += [_run("asp", s, 0.1, [0.8, 0.9, 0.9], mode="asp") for s in range(3)]   # held at t=1
+    a = analyse(runs, TARGET)
+    assert a.grid and a.chosen_lr == {"bsp": 0.1, "asp": 0.1}
+    assert (a.stats["bsp"].time.median, a.stats["asp"].time.median, a.stats["asp"].ratio_to_bsp) == (2.0, 1.0, 0.5)
+    assert a.resolution_s == 1.0 and not a.resolution_ok   # evaluations 1 s apart: 50% of bsp's 2 s
+    # a BSP update averages 4 workers' batches of 32; an ASP update applies one batch
+    assert runs[0].metric_series("accuracy")[1][:2] == [1280.0, 2560.0]
+    assert runs[6].metric_series("accuracy")[1][:2] == [320.0, 640.0]
+
+
+def test_evaluations_after_training_do_not_count():
+    r = _run("bsp", 0, 0.1, [0.5, 0.7, 0.9, 0.9, 0.9], step_end=2.5)
+    assert [e["t"] for e in r.training_evals] == [1.0, 2.0, 3.0]   # the first after the end is the final model
+    assert analyse([r], TargetSpec("accuracy", 0.85, HoldRule(2, 0.0))).stats["bsp"].time.median == 3.0
+
+
+def test_outputs_summary_seeds_report_and_plots(tmp_path):
+    runs = [_run("bsp", s, 0.1, [0.5, 0.8, 0.85, 0.9 + 0.01 * s]) for s in range(3)]
+    runs += [_run("ssp:2", s, 0.1, [0.8, 0.9, 0.9], mode="ssp") for s in range(3)]
+    result = BenchResult(tmp_path, runs, ["asp lr 0.1 seed 0: boom"], TARGET)
+    report, csv_path, plots = write_outputs(result, "my_pkg.models:TinyNet on my_pkg.data:load_signals, 4 workers",
+                                            "run: {}", "psgd bench convergence x.yaml", ["Heterogeneity: rank 3 slowed 4x."])
+    rows = list(csv.DictReader(open(csv_path)))
+    assert [(r["label"], r["seeds"], r["time_to_target_median_s"], r["time_to_target_ci_low_s"],
+             r["time_to_target_ci_high_s"], r["ratio_to_bsp"]) for r in rows] == [
+        ("bsp", "3", "2.0", "2.0", "2.0", "1.0"), ("ssp:2", "3", "1.0", "1.0", "1.0", "0.5")]
+    assert rows[0]["final_metric_median"] == "0.91" and rows[0]["final_metric_ci_low"] == "0.9"
+    seeds = list(csv.DictReader(open(tmp_path / "seeds.csv")))
+    assert len(seeds) == 6 and seeds[0]["time_to_target_s"] == "2.0" and seeds[0]["chosen_lr"] == "True"
+    text = report.read_text()
+    lines = text.splitlines()
+    assert lines[4] == "## Conclusion"
+    assert lines[6] == "- Time to hold test accuracy 0.8, median [95% CI] over seeds; bsp: 2.00 s [2.00 s, 2.00 s]."
+    assert lines[7] == "- Faster than bsp (intervals do not overlap): ssp:2 (1.00 s [1.00 s, 1.00 s], 0.50x)."
+    assert "- Heterogeneity: rank 3 slowed 4x." in lines and "- asp lr 0.1 seed 0: boom" in lines
+    assert "Seeds: 3 per mode" in text and "(NOT within 5%" in text
+    for name in PLOT_FILES.values():
+        data = (tmp_path / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000, name
+        assert f"]({name})" in text

@@ -1,0 +1,161 @@
+"""From finished runs to the numbers a convergence report states: each run's
+time to a held target, each mode's median with a bootstrap interval, its ratio
+to BSP, and sentences that say only what the intervals support.
+
+Pure functions over plain values (eval events as dicts), so they are tested
+without running anything.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from psgd.bench.stats import HoldRule, Interval, compare, held_target_time, median_ci
+
+__all__ = ["METRICS", "metric_series", "examples_per_update", "RunOutcome", "ModeStats", "mode_stats",
+           "conclusion", "resolution_check", "describe_target", "best_lr"]
+
+# metric name in `train.target` -> (key in eval events, higher is better)
+METRICS = {"accuracy": ("accuracy", True), "loss": ("test_loss", False)}
+
+
+def describe_target(metric: str, value: float) -> str:
+    return f"test accuracy {value:g}" if metric == "accuracy" else f"validation loss {value:g}"
+
+
+def metric_series(evals: Sequence[dict], metric: str) -> tuple[list[float], list[float]]:
+    """(times, values) of the evaluations that report `metric`, by time."""
+    key, _ = METRICS[metric]
+    pairs = sorted((float(e["t"]), float(e[key])) for e in evals if e.get(key) is not None)
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def examples_per_update(mode: str, workers: int, batch_size: int, backup_workers: int = 0) -> int:
+    """Training examples behind one model update: a BSP/all-reduce update
+    averages the gradients of W - b workers; an SSP/ASP update applies one."""
+    if mode in ("bsp", "allreduce"):
+        return batch_size * (workers - backup_workers)
+    return batch_size
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    label: str
+    seed: int
+    lr: float
+    time_to_target_s: Optional[float]    # held target; None = not reached
+    final_metric: Optional[float]
+    train_time_s: float
+    examples: int                        # examples behind the applied updates
+
+    @classmethod
+    def from_evals(cls, label: str, seed: int, lr: float, evals: Sequence[dict], metric: str, target: float,
+                   rule: HoldRule, train_time_s: float, updates: float, per_update: int) -> "RunOutcome":
+        ts, vs = metric_series(evals, metric)
+        higher = METRICS[metric][1]
+        ttt = held_target_time(ts, vs, target, higher, rule)
+        return cls(label, seed, lr, ttt, vs[-1] if vs else None, train_time_s, int(round(updates * per_update)))
+
+
+@dataclass(frozen=True)
+class ModeStats:
+    label: str
+    lr: float
+    seeds: int
+    reached: int
+    time: Interval                 # time to target; inf where not reached
+    final: Optional[Interval]      # final metric
+    ratio_to_bsp: Optional[float]  # median time / BSP's median time
+
+
+def mode_stats(outcomes: Sequence[RunOutcome], baseline: str = "bsp") -> dict[str, ModeStats]:
+    """Per label (in first-seen order). Every label's runs must share one lr."""
+    groups: dict[str, list[RunOutcome]] = {}
+    for o in outcomes:
+        groups.setdefault(o.label, []).append(o)
+    out = {}
+    for label, runs in groups.items():
+        lrs = {o.lr for o in runs}
+        if len(lrs) != 1:
+            raise ValueError(f"mode_stats: {label} mixes learning rates {sorted(lrs)}; pick one per mode first")
+        times = [o.time_to_target_s if o.time_to_target_s is not None else math.inf for o in runs]
+        finals = [o.final_metric for o in runs if o.final_metric is not None]
+        out[label] = ModeStats(label, runs[0].lr, len(runs), sum(o.time_to_target_s is not None for o in runs),
+                               median_ci(times), median_ci(finals) if finals else None, None)
+    base = out.get(baseline)
+    if base is not None and math.isfinite(base.time.median) and base.time.median > 0:
+        for label, s in out.items():
+            if math.isfinite(s.time.median):
+                out[label] = ModeStats(s.label, s.lr, s.seeds, s.reached, s.time, s.final,
+                                       s.time.median / base.time.median)
+    return out
+
+
+def _t(iv: Interval) -> str:
+    return iv.text(2, " s")
+
+
+def conclusion(stats: dict[str, ModeStats], target_text: str, baseline: str = "bsp") -> list[str]:
+    """Sentences, each backed by the intervals: which modes reached the target
+    faster or slower than the baseline, which are indistinguishable from it."""
+    if baseline not in stats:
+        return [f"No {baseline} runs finished, so there is no baseline to compare with."]
+    base = stats[baseline]
+    lines = []
+    if base.reached < base.seeds:
+        lines.append(f"{baseline} held {target_text} in only {base.reached} of {base.seeds} seeds.")
+    faster, slower, same, never = [], [], [], []
+    for label, s in stats.items():
+        if label == baseline:
+            continue
+        if s.reached == 0:
+            never.append(label)
+            continue
+        kind = compare(s.time, base.time).kind
+        entry = f"{label} ({_t(s.time)}" + (f", {s.ratio_to_bsp:.2f}x" if s.ratio_to_bsp is not None else "") + ")"
+        {"faster": faster, "slower": slower, "indistinguishable": same}[kind].append(entry)
+    head = f"Time to hold {target_text}, median [95% CI] over seeds; {baseline}: {_t(base.time)}."
+    lines.insert(0, head)
+    if faster:
+        lines.append("Faster than " + baseline + " (intervals do not overlap): " + "; ".join(faster) + ".")
+    if slower:
+        lines.append("Slower than " + baseline + " (intervals do not overlap): " + "; ".join(slower) + ".")
+    if same:
+        lines.append("Indistinguishable from " + baseline + " with these seeds (intervals overlap): "
+                     + "; ".join(same) + ".")
+    if never:
+        lines.append("Never held the target in any seed: " + ", ".join(never) + ".")
+    return lines
+
+
+def resolution_check(eval_times: Sequence[Sequence[float]], baseline_median_s: float,
+                     limit_fraction: float = 0.05) -> tuple[float, bool]:
+    """(median spacing between evaluations over all runs, whether it is at most
+    limit_fraction of the baseline's median time to target)."""
+    gaps = sorted(b - a for ts in eval_times for a, b in zip(ts, ts[1:]))
+    if not gaps:
+        return math.inf, False
+    mid = len(gaps) // 2
+    spacing = gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2
+    ok = math.isfinite(baseline_median_s) and spacing <= limit_fraction * baseline_median_s
+    return spacing, ok
+
+
+def best_lr(outcomes: Sequence[RunOutcome], higher_is_better: bool = True) -> dict[str, float]:
+    """Each label's best learning rate: the lowest median time to target
+    (not reached = inf), then the better median final metric, then the
+    smaller rate."""
+    by: dict[str, dict[float, list[RunOutcome]]] = {}
+    for o in outcomes:
+        by.setdefault(o.label, {}).setdefault(o.lr, []).append(o)
+    best = {}
+    for label, per_lr in by.items():
+        def key(lr):
+            runs = per_lr[lr]
+            t = median_ci([o.time_to_target_s if o.time_to_target_s is not None else math.inf for o in runs]).median
+            finals = [o.final_metric for o in runs if o.final_metric is not None]
+            f = median_ci(finals).median if finals else (-math.inf if higher_is_better else math.inf)
+            return (t, -f if higher_is_better else f, lr)
+        best[label] = min(per_lr, key=key)
+    return best

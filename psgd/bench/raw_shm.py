@@ -1,0 +1,131 @@
+"""The shared-memory floors: what any same-host parameter server must do per
+push+pull when the bytes travel through shared memory, with no protocol.
+
+One round trip copies the gradient into a segment's request region, checks
+it is finite (one pass), applies plain SGD in place from the region, and
+copies the parameters into the reply region.
+
+- `ShmSgdFloor` does all of it in the calling process: no wake-up, no second
+  core, every byte already in this core's caches. A bound below any server
+  in another process.
+- `ShmFloorPeer` splits it as a real server must: the caller copies in, a
+  server process checks, applies and copies out, and the two wake each other
+  with one byte over a pipe (the least a cross-process server can do), so the
+  gradient and the parameters cross between cores as they do in psgd.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from psgd.bench.procs import bench_context
+from psgd.wire.shm import Segment
+
+__all__ = ["ShmSgdFloor", "ShmFloorPeer", "time_shm_floor"]
+
+START_TIMEOUT_S = 120.0
+
+
+class ShmSgdFloor:
+    """Holds a flat fp32 parameter vector and one segment sized for it."""
+
+    def __init__(self, numel: int, lr: float = 1e-6, directory: Optional[Path] = None):
+        self.params = torch.zeros(numel)
+        self.lr = lr
+        self.numel = numel
+        self.skipped = 0  # non-finite gradients refused
+        self._segment = Segment.create(4 * numel, 4 * numel, directory)
+        self._segment.unlink()  # the mapping is all this process needs
+        self._req = 0
+
+    def round_trip(self, grad: torch.Tensor) -> torch.Tensor:
+        """One push+pull of `grad` (fp32, `numel` elements); returns the
+        parameters as they lie in the reply region (valid until the next call)."""
+        gen, nbytes = self._segment.put_request(grad)
+        g = self._segment.request_tensor(gen, torch.float32, self.numel)
+        if math.isfinite(g.sum().item()):
+            self.params.add_(g, alpha=-self.lr)
+        else:
+            self.skipped += 1
+        self._req += 1
+        self._segment.put_reply(self._req, self.params)
+        return self._segment.reply_tensor(self._req, torch.float32, self.numel)
+
+    def close(self) -> None:
+        self._segment.close()
+
+
+def time_shm_floor(numel: int, warmup: int, repeats: int) -> list[float]:
+    """Seconds per floor round trip, after `warmup` untimed ones."""
+    floor = ShmSgdFloor(numel)
+    grad = torch.randn(numel) * 1e-3
+    times = []
+    try:
+        for i in range(warmup + repeats):
+            t0 = time.perf_counter()
+            floor.round_trip(grad)
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+    finally:
+        floor.close()
+    return times
+
+
+def _floor_server(name: str, token: str, numel: int, lr: float, conn) -> None:
+    torch.set_num_threads(1)
+    seg = Segment.attach(name, token, 4 * numel, 4 * numel)
+    params = torch.zeros(numel)
+    conn.send_bytes(b"ready")
+    req = 0
+    while True:
+        msg = conn.recv_bytes()
+        if msg == b"stop":
+            return
+        req += 1
+        g = seg.request_tensor(int(msg), torch.float32, numel)
+        if math.isfinite(g.sum().item()):
+            params.add_(g, alpha=-lr)
+        seg.put_reply(req, params)
+        conn.send_bytes(b"")
+
+
+class ShmFloorPeer:
+    """The floor's server in a process of its own; `round_trip` from this one."""
+
+    def __init__(self, numel: int, lr: float = 1e-6):
+        self.numel = numel
+        self._segment = Segment.create(4 * numel, 4 * numel)
+        ctx = bench_context()
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_floor_server, args=(self._segment.name, self._segment.token_hex, numel, lr,
+                                                             child), daemon=True)
+        self._proc.start()
+        child.close()
+        try:
+            if not self._conn.poll(START_TIMEOUT_S) or self._conn.recv_bytes() != b"ready":
+                raise RuntimeError(f"shared-memory floor server did not start (exit code {self._proc.exitcode})")
+        finally:
+            self._segment.unlink()
+        self._req = 0
+
+    def round_trip(self, grad: torch.Tensor) -> torch.Tensor:
+        gen, _ = self._segment.put_request(grad)
+        self._conn.send_bytes(b"%d" % gen)
+        self._conn.recv_bytes()
+        self._req += 1
+        return self._segment.reply_tensor(self._req, torch.float32, self.numel)
+
+    def close(self) -> None:
+        try:
+            self._conn.send_bytes(b"stop")
+        except OSError:
+            pass
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.terminate()
+        self._conn.close()
+        self._segment.close()

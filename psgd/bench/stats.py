@@ -1,0 +1,193 @@
+"""The statistics behind `psgd bench convergence` and `psgd tune staleness`.
+
+Everything here is pure (no I/O, no clocks) and deterministic:
+
+- `median_ci`: the median of a few seeds' values and a 95% percentile-bootstrap
+  confidence interval for it (a seeded numpy Generator, so the same sample
+  always gives the same interval). A run that never reached its target counts
+  as +inf: it sorts last, so an interval may end at inf ("not reached in some
+  resamples"), which is the honest answer.
+- `compare`: "faster" only when two intervals do not overlap, otherwise
+  "indistinguishable".
+- `held_target_time`: when a run first reached its target *and held it*.
+- `halving_schedule` / `survivors`: the successive-halving plan of the tuner.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+__all__ = ["Interval", "median_ci", "compare", "Verdict", "HoldRule", "held_target_time", "meets",
+           "Rung", "halving_schedule", "schedule_runs", "survivors", "BOOTSTRAP_RESAMPLES", "CI_LEVEL"]
+
+BOOTSTRAP_RESAMPLES = 10_000
+CI_LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Median of `n` values with a CI_LEVEL bootstrap interval [low, high]."""
+    median: float
+    low: float
+    high: float
+    n: int
+
+    def text(self, digits: int = 2, unit: str = "") -> str:
+        def f(v: float) -> str:
+            return "not reached" if math.isinf(v) else f"{v:.{digits}f}{unit}"
+        return f"{f(self.median)} [{f(self.low)}, {f(self.high)}]"
+
+
+def median_ci(values: Sequence[float], level: float = CI_LEVEL, resamples: int = BOOTSTRAP_RESAMPLES,
+              seed: int = 0) -> Interval:
+    """Median and percentile-bootstrap CI of the median.
+
+    The interval's ends are order statistics of the resampled medians (the
+    `lower` quantile for the low end and `higher` for the high end), so they
+    are always values the median can take and never NaN when some values are
+    inf. Raises ValueError on an empty sample or a NaN."""
+    x = np.asarray([float(v) for v in values], dtype=float)
+    if x.size == 0:
+        raise ValueError("median_ci: no values")
+    if np.isnan(x).any():
+        raise ValueError("median_ci: NaN in the sample (use inf for 'target not reached')")
+    if not 0 < level < 1:
+        raise ValueError(f"median_ci: level must be in (0, 1), got {level}")
+    med = float(np.median(x))
+    if x.size == 1:
+        return Interval(med, med, med, 1)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(resamples, x.size))
+    meds = np.sort(_medians(x[idx]))
+    alpha = (1.0 - level) / 2
+    low = float(np.quantile(meds, alpha, method="lower"))
+    high = float(np.quantile(meds, 1 - alpha, method="higher"))
+    return Interval(med, low, high, int(x.size))
+
+
+def _medians(rows: np.ndarray) -> np.ndarray:
+    """Row medians that stay inf (not NaN) where both middle values are inf."""
+    s = np.sort(rows, axis=1)
+    n = s.shape[1]
+    if n % 2:
+        return s[:, n // 2]
+    a, b = s[:, n // 2 - 1], s[:, n // 2]
+    out = np.where(np.isinf(b), b, (a + b) / 2)
+    return np.where(np.isinf(a), a, out)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How `a` compares with `b` on a lower-is-better quantity (time)."""
+    kind: str   # "faster" (a beats b), "slower" (b beats a) or "indistinguishable"
+    a: Interval
+    b: Interval
+
+    @property
+    def separated(self) -> bool:
+        return self.kind != "indistinguishable"
+
+
+def compare(a: Interval, b: Interval, lower_is_better: bool = True) -> Verdict:
+    """'faster' only if a's interval lies entirely on the better side of b's
+    (no shared point), 'slower' for the reverse, else 'indistinguishable'.
+    With higher-is-better quantities (accuracy) 'faster' reads 'better'."""
+    if lower_is_better:
+        better, worse = a.high < b.low, b.high < a.low
+    else:
+        better, worse = a.low > b.high, b.low > a.high
+    return Verdict("faster" if better else "slower" if worse else "indistinguishable", a, b)
+
+
+# --- time to target, reached and held -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HoldRule:
+    """A target counts as reached at evaluation i when evaluation i meets the
+    target and each of the next `hold_evals` evaluations stays within
+    `tolerance` of it (accuracy >= target - tolerance; loss <= target +
+    tolerance). If the run ends before `hold_evals` more evaluations exist,
+    the ones that exist must hold and the run's last evaluation must meet the
+    target itself, so a run is never credited with a target it ended below."""
+    hold_evals: int = 3
+    tolerance: float = 0.01
+
+    def __post_init__(self):
+        if self.hold_evals < 0:
+            raise ValueError(f"hold_evals must be >= 0, got {self.hold_evals}")
+        if self.tolerance < 0:
+            raise ValueError(f"tolerance must be >= 0, got {self.tolerance}")
+
+
+def meets(value: float, target: float, higher_is_better: bool, slack: float = 0.0) -> bool:
+    return value >= target - slack if higher_is_better else value <= target + slack
+
+
+def held_target_time(times: Sequence[float], values: Sequence[float], target: float,
+                     higher_is_better: bool = True, rule: HoldRule = HoldRule()) -> Optional[float]:
+    """The time of the first evaluation where the target is reached and held
+    (see HoldRule), or None. `times` must be non-decreasing."""
+    if len(times) != len(values):
+        raise ValueError("held_target_time: times and values differ in length")
+    if any(b < a for a, b in zip(times, times[1:])):
+        raise ValueError("held_target_time: times must be non-decreasing")
+    n = len(values)
+    for i, v in enumerate(values):
+        if not meets(v, target, higher_is_better):
+            continue
+        after = values[i + 1:i + 1 + rule.hold_evals]
+        if not all(meets(w, target, higher_is_better, rule.tolerance) for w in after):
+            continue
+        if len(after) < rule.hold_evals and not meets(values[n - 1], target, higher_is_better):
+            continue
+        return float(times[i])
+    return None
+
+
+# --- successive halving ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rung:
+    arms: int    # candidates still running in this rung
+    seeds: int   # seeds each of them has in total by the end of this rung
+
+
+def halving_schedule(n_arms: int, max_seeds: int, min_seeds: int = 1, eta: int = 2) -> list[Rung]:
+    """Successive halving over seeds: rung 0 runs every arm with `min_seeds`
+    seeds; each later rung keeps the best ceil(arms/eta) (never fewer than 2,
+    so a comparison is left) and multiplies the seeds by eta, capped at
+    max_seeds. Ends at the first rung with max_seeds seeds."""
+    if n_arms < 1:
+        raise ValueError(f"halving_schedule: need at least one arm, got {n_arms}")
+    if not 1 <= min_seeds <= max_seeds:
+        raise ValueError(f"halving_schedule: need 1 <= min_seeds <= max_seeds, got {min_seeds}, {max_seeds}")
+    if eta < 2:
+        raise ValueError(f"halving_schedule: eta must be >= 2, got {eta}")
+    rungs = [Rung(n_arms, min_seeds)]
+    while rungs[-1].seeds < max_seeds:
+        arms = min(rungs[-1].arms, max(2, math.ceil(rungs[-1].arms / eta)))
+        rungs.append(Rung(arms, min(max_seeds, rungs[-1].seeds * eta)))
+    return rungs
+
+
+def schedule_runs(rungs: list[Rung]) -> int:
+    """How many runs the schedule costs in all (seeds are cumulative)."""
+    total, prev = 0, 0
+    for r in rungs:
+        total += r.arms * (r.seeds - prev)
+        prev = r.seeds
+    return total
+
+
+
+
+def survivors(medians: dict[int, float], keep: int) -> list[int]:
+    """The `keep` arms with the lowest median (inf = not reached, last); ties
+    go to the smaller arm key (a smaller staleness bound). Returned sorted."""
+    ranked = sorted(medians, key=lambda k: (medians[k], k))
+    return sorted(ranked[:keep])

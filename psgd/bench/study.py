@@ -1,0 +1,83 @@
+"""The committed convergence study's analysis page, assembled from the cases'
+seeds.csv files that `psgd bench convergence` wrote: per workload, a headline
+table (median time to target [95% CI] and ratio to BSP per mode and case) and
+the literature verdicts those intervals support.
+
+    psgd bench study benchmarks/convergence
+
+reads <dir>/<workload>-<case>/seeds.csv for every such directory and writes
+<dir>/verdicts.md. Everything is computed here from the CSVs; nothing is
+typed in by hand.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from psgd.bench.literature import study_verdicts
+from psgd.bench.outcomes import ModeStats, RunOutcome, mode_stats
+
+__all__ = ["load_case", "headline", "verdicts_page", "CASE_NAMES"]
+
+CASE_NAMES = {"none": "no straggler", "straggler": "rank 3 slowed 4x", "delay": "random per-step delays"}
+
+
+def _f(text: str):
+    """A CSV cell: '' (and 'inf') mean no value, e.g. a target not reached."""
+    return None if text in ("", "inf", None) else float(text)
+
+
+def load_case(seeds_csv: Path) -> dict[str, ModeStats]:
+    """Mode stats at each mode's chosen learning rate, from a seeds.csv."""
+    rows = [r for r in csv.DictReader(open(seeds_csv)) if r["chosen_lr"] == "True"]
+    outcomes = [RunOutcome(r["label"], int(r["seed"]), float(r["lr"]), _f(r["time_to_target_s"]),
+                           _f(r["final_metric"]), float(r["train_time_s"] or 0), int(r["examples"] or 0))
+                for r in rows]
+    return mode_stats(outcomes)
+
+
+def headline(cases: dict[str, dict[str, ModeStats]]) -> str:
+    labels: list[str] = []
+    for stats in cases.values():
+        labels += [lab for lab in stats if lab not in labels]
+    lines = ["| mode | " + " | ".join(CASE_NAMES.get(c, c) for c in cases) + " |", "|---|" + "---|" * len(cases)]
+    for lab in labels:
+        cells = []
+        for stats in cases.values():
+            s = stats.get(lab)
+            if s is None:
+                cells.append("—")
+                continue
+            ratio = f", {s.ratio_to_bsp:.2f}× bsp" if s.ratio_to_bsp is not None and lab != "bsp" else ""
+            cells.append(f"{s.time.text(2, ' s')}{ratio} ({s.reached}/{s.seeds} held)")
+        lines.append(f"| {lab} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def verdicts_page(study_dir: Path) -> str:
+    """Markdown for every workload found in study_dir."""
+    workloads: dict[str, dict[str, dict[str, ModeStats]]] = {}
+    higher: dict[str, bool] = {}
+    for d in sorted(p for p in Path(study_dir).iterdir() if (p / "seeds.csv").is_file()):
+        workload, _, case = d.name.rpartition("-")
+        if not workload:
+            continue
+        workloads.setdefault(workload, {})[case] = load_case(d / "seeds.csv")
+        summary = list(csv.DictReader(open(d / "summary.csv"))) if (d / "summary.csv").is_file() else []
+        higher[workload] = not summary or summary[0].get("metric", "accuracy") == "accuracy"
+    parts = ["# Literature verdicts", "",
+             "Computed by `psgd bench study` from each case's seeds.csv (times are the held time to "
+             "target, median [95% bootstrap CI] over seeds). A claim that one mode beats another is *confirmed* "
+             "only where the intervals separate in its favour, *not confirmed* where they separate against it, "
+             "and *inconclusive* where they overlap; a claimed tie is *confirmed* where they overlap.", ""]
+    order = ["none", "straggler", "delay"]
+    for workload, cases in workloads.items():
+        cases = dict(sorted(cases.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99))
+        parts += [f"## {workload}", "", headline(cases), "",
+                  "| claim | source | verdict | evidence |", "|---|---|---|---|"]
+        for c in study_verdicts(cases, workload, higher[workload]):
+            parts.append(f"| {c.claim.split(': ', 1)[1]} | {c.source} | **{c.verdict}** | {c.evidence} |")
+        parts.append("")
+    if not workloads:
+        parts.append("No case directories with a seeds.csv were found.")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,176 @@
+"""`psgd bench convergence`, `psgd bench study`, `psgd tune staleness` and
+`psgd plot`: argument parsing and printing around psgd.bench's convergence
+code (which neither prints nor parses)."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from psgd.config import ConfigError, dump_config, load_config
+
+__all__ = ["add_convergence_commands", "add_study_command"]
+
+DEFAULT_SEEDS = 3
+
+
+def _out(args, kind: str, cfg) -> Path:
+    if args.out:
+        return Path(args.out)
+    return Path(cfg.run.out_dir) / f"{kind}-{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _command_line(args) -> str:
+    return "psgd " + shlex.join(args.argv)
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cmd_bench_convergence(args: argparse.Namespace) -> int:
+    from psgd.bench import convergence as bc
+    from psgd.bench.convergence_report import mode_table
+    from psgd.bench.outcomes import conclusion
+    try:
+        specs = bc.parse_modes(args.modes)
+        if args.seeds < 1:
+            raise ValueError("--seeds must be >= 1")
+        if args.lr_grid and args.lr_from:
+            raise ValueError("give --lr-grid or --lr-from, not both")
+        lrs = bc.parse_lr_grid(args.lr_grid) if args.lr_grid else None
+        lr_for = bc.read_lr_choice(Path(args.lr_from)) if args.lr_from else None
+        cfg = load_config(args.config, args.overrides)
+    except (ConfigError, ValueError) as exc:
+        print(f"psgd bench convergence: {exc}", file=sys.stderr)
+        return 2
+    out = _out(args, "bench", cfg)
+    print(f"output directory: {out}", file=sys.stderr)
+    try:
+        result = bc.run_matrix(args.config, args.overrides, specs, args.seeds, out, lrs, lr_for, on_run=_progress)
+    except (ConfigError, ValueError) as exc:
+        print(f"psgd bench convergence: {exc}", file=sys.stderr)
+        return 2
+    title = args.title or f"{cfg.task.model} on {cfg.task.dataset}, {cfg.cluster.workers} workers"
+    report, csv_path, plots = bc.write_outputs(result, title, dump_config(cfg), _command_line(args),
+                                               bc.setting_lines(cfg, specs))
+    if result.analysis is not None:
+        print("\n".join(conclusion(result.analysis.stats, result.target.text)))
+        print(mode_table(result.analysis))
+    for f in result.failed:
+        print(f"failed: {f}", file=sys.stderr)
+    print(f"wrote {report}, {csv_path}, seeds.csv and {len(plots)} plots", file=sys.stderr)
+    return 1 if result.failed else 0
+
+
+def cmd_tune_staleness(args: argparse.Namespace) -> int:
+    from psgd.bench import convergence as bc
+    from psgd.bench import tune
+    overrides = list(args.overrides)
+    if args.target_accuracy is not None:
+        overrides.append(f"train.target={{metric: accuracy, value: {args.target_accuracy}}}")
+    try:
+        bounds = tune.parse_bounds(args.bounds)
+        if args.seeds < 1 or not 1 <= args.min_seeds <= args.seeds:
+            raise ValueError("need 1 <= --min-seeds <= --seeds")
+        cfg = load_config(args.config, overrides)
+    except (ConfigError, ValueError) as exc:
+        print(f"psgd tune staleness: {exc}", file=sys.stderr)
+        return 2
+    out = _out(args, "tune", cfg)
+    print(f"output directory: {out}", file=sys.stderr)
+    try:
+        result = tune.run_tune(args.config, overrides, bounds, args.seeds, out, args.min_seeds, args.eta,
+                               on_run=_progress)
+    except (ConfigError, ValueError) as exc:
+        print(f"psgd tune staleness: {exc}", file=sys.stderr)
+        return 2
+    specs = [bc.ModeSpec(f"ssp:{b}", "ssp", b) for b in bounds]
+    table, line, md = tune.write_tune_outputs(result, dump_config(cfg), _command_line(args),
+                                              bc.setting_lines(cfg, specs))
+    print(table)
+    print(line)
+    for f in result.bench.failed:
+        print(f"failed: {f}", file=sys.stderr)
+    print(f"wrote {md}", file=sys.stderr)
+    return 0 if result.bound is not None else 1
+
+
+def cmd_bench_study(args: argparse.Namespace) -> int:
+    from psgd.bench.study import verdicts_page
+    d = Path(args.study_dir)
+    if not d.is_dir():
+        print(f"psgd bench study: {d} is not a directory", file=sys.stderr)
+        return 2
+    out = d / "verdicts.md"
+    out.write_text(verdicts_page(d))
+    print(out)
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from psgd.bench.plots import plot_runs
+    from psgd.bench.run_data import load_run
+    try:
+        runs = [load_run(Path(d)) for d in args.run_dirs]
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        print(f"psgd plot: {exc}", file=sys.stderr)
+        return 2
+    target = args.target if args.target is not None else runs[0].summary.get("target_accuracy")
+    for path in plot_runs(runs, Path(args.out), args.title, target):
+        print(path)
+    return 0
+
+
+def _target(text: str) -> float:
+    v = float(text)
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return v
+
+
+def add_study_command(bench) -> None:
+    """`psgd bench convergence` and `psgd bench study` under the `bench` subparsers."""
+    conv = bench.add_parser("convergence", help="the same task under several consistency modes, rates and seeds")
+    conv.add_argument("config")
+    conv.add_argument("--modes", default="allreduce,bsp,ssp:2,ssp:4,asp",
+                      help="comma-separated: allreduce, bsp, ssp:S, asp; suffixes +sa (staleness-aware), "
+                           "+dc (DC-ASGD), +bN (bsp with N backup workers), e.g. asp+sa,bsp+b1")
+    conv.add_argument("--seeds", type=int, default=DEFAULT_SEEDS,
+                      help=f"runs per mode and rate, seeds run.seed, run.seed+1, ... (default {DEFAULT_SEEDS})")
+    conv.add_argument("--lr-grid", default="", help="comma-separated learning rates: every mode runs at each and "
+                                                   "is compared at its best")
+    conv.add_argument("--lr-from", default="", help="a previous bench's summary.csv: each mode at the rate chosen there")
+    conv.add_argument("--out", default=None, help="output directory (default: run.out_dir/bench-NAME-TIMESTAMP)")
+    conv.add_argument("--title", default="", help="title of the report and plots")
+    conv.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    conv.set_defaults(func=cmd_bench_convergence)
+    study = bench.add_parser("study", help="literature verdicts from a study directory's case seeds.csv files")
+    study.add_argument("study_dir")
+    study.set_defaults(func=cmd_bench_study)
+
+
+def add_convergence_commands(sub) -> None:
+    """`psgd tune staleness` and `psgd plot`."""
+    tune = sub.add_parser("tune", help="tuning").add_subparsers(dest="tune", required=True)
+    stale = tune.add_parser("staleness", help="held time to target per SSP bound (successive halving over seeds), "
+                                              "and the bound to use")
+    stale.add_argument("config")
+    stale.add_argument("--bounds", default="0,1,2,4,8", help="comma-separated SSP bounds")
+    stale.add_argument("--target-accuracy", type=_target, default=None,
+                       help="target test accuracy (default: the config's train.target or target_accuracy)")
+    stale.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds each finalist bound gets")
+    stale.add_argument("--min-seeds", type=int, default=1, help="seeds every bound gets in the first rung")
+    stale.add_argument("--eta", type=int, default=2, help="keep 1/eta of the bounds after each rung")
+    stale.add_argument("--out", default=None, help="output directory (default: run.out_dir/tune-NAME-TIMESTAMP)")
+    stale.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    stale.set_defaults(func=cmd_tune_staleness)
+
+    plot = sub.add_parser("plot", help="plots of existing run directories")
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    plot.add_argument("--out", default="plots", help="where the PNGs go (default: ./plots)")
+    plot.add_argument("--title", default="")
+    plot.add_argument("--target", type=_target, default=None, help="target accuracy line (default: the run's)")
+    plot.set_defaults(func=cmd_plot)

@@ -1,0 +1,148 @@
+"""Which connections use shared memory, on each side.
+
+`ClientSegments` (one per PSClient) keeps one segment per shard: it makes a
+fresh one for every registration, so a restarted shard gets a new offer, and
+unlinks the file once the shard has answered. `ShardSegments` (one per
+shard) keeps the segments clients offered, by connection, and replaces a
+rank's earlier segment when that rank registers again (a restarted worker),
+so a shard maps at most one segment per (role, rank).
+
+Neither side ever needs shared memory: every request that names no segment
+generation carries its payload inline, and the shard answers inline whenever
+it cannot use the segment, so one side with shared memory off, or on
+another host, leaves the pair on TCP.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+
+from psgd.wire.shm import Segment, ShmError, available
+
+__all__ = ["ClientSegments", "ShardSegments", "PayloadCache", "shared_memory_wanted"]
+
+
+def shared_memory_wanted(setting: str, secured: bool) -> bool:
+    """`wire.shared_memory`: "auto" uses it where /dev/shm is writable and the
+    run is not secured with CurveZMQ (the shard then trusts nothing it does
+    not receive on its encrypted socket); "off" never does."""
+    if setting not in ("auto", "off"):
+        raise ValueError(f"wire.shared_memory must be auto or off, got {setting!r}")
+    return setting == "auto" and not secured and available()
+
+
+class ClientSegments:
+    """A client's segment per shard. `offer` before registering, `settle` with
+    the shard's answer; afterwards `segment(s)` is the attached one or None."""
+
+    def __init__(self, shard_nbytes: Sequence[int], enabled: bool, directory: Optional[Path] = None):
+        self._nbytes = list(shard_nbytes)   # fp32 bytes of each shard's tensor: the largest payload either way
+        self.enabled = enabled
+        self._dir = directory
+        self._offered: dict[int, Segment] = {}
+        self._attached: dict[int, Segment] = {}
+
+    def offer(self, shard: int) -> dict:
+        """Register fields offering a fresh segment to `shard` ({} when off or
+        when no segment can be made). Any earlier segment for it is dropped."""
+        self._drop(shard)
+        if not self.enabled:
+            return {}
+        try:
+            seg = Segment.create(self._nbytes[shard], self._nbytes[shard], self._dir)
+        except ShmError:
+            return {}
+        self._offered[shard] = seg
+        return {"shm": seg.name, "shm_token": seg.token_hex}
+
+    def settle(self, shard: int, accepted: bool) -> None:
+        """The shard answered the offer: unlink the file either way (the
+        mappings keep the memory); keep the segment only if it was accepted."""
+        seg = self._offered.pop(shard, None)
+        if seg is None:
+            return
+        seg.unlink()
+        if accepted:
+            self._attached[shard] = seg
+        else:
+            seg.close()
+
+    def segment(self, shard: int) -> Optional[Segment]:
+        return self._attached.get(shard)
+
+    def _drop(self, shard: int) -> None:
+        for table in (self._offered, self._attached):
+            seg = table.pop(shard, None)
+            if seg is not None:
+                seg.close()
+
+    def close(self) -> None:
+        for shard in list(self._offered) + list(self._attached):
+            self._drop(shard)
+
+
+class PayloadCache:
+    """Writes each shard's payload into its segment at most once per request,
+    even when the request is re-made (a re-registration replaced a segment:
+    then the new one is written). Returns the generation to name."""
+
+    def __init__(self, segments: ClientSegments):
+        self._segments = segments
+        self._written: dict[int, tuple[Segment, int]] = {}
+
+    def generation(self, shard: int, payload) -> int:
+        """0 (send inline) when the shard has no segment."""
+        seg = self._segments.segment(shard)
+        if seg is None:
+            return 0
+        hit = self._written.get(shard)
+        if hit is None or hit[0] is not seg:
+            hit = self._written[shard] = (seg, seg.put_request(payload)[0])
+        return hit[1]
+
+
+class ShardSegments:
+    """The segments a shard has attached, by connection identity."""
+
+    def __init__(self, nbytes: int, enabled: bool, directory: Optional[Path] = None):
+        self.nbytes = nbytes            # the shard's fp32 tensor bytes
+        self.enabled = enabled
+        self._dir = directory
+        self._by_identity: dict[bytes, Segment] = {}
+        self._identity_of: dict[tuple[str, int], bytes] = {}
+        self.refused: dict[str, int] = {}   # ShmError code -> offers refused (counters)
+
+    def attach(self, identity: bytes, role: str, rank: int, name: str, token_hex: str) -> bool:
+        """Handle a registration's offer; True if the connection now uses shared
+        memory. Any segment this connection or this (role, rank) had is dropped."""
+        old = self._identity_of.pop((role, rank), None)
+        if old is not None:
+            self._by_identity.pop(old, None)
+        self._by_identity.pop(identity, None)
+        if not (self.enabled and name):
+            return False
+        try:
+            seg = Segment.attach(name, token_hex, self.nbytes, self.nbytes, self._dir)
+        except ShmError as exc:
+            self.refused[exc.code] = self.refused.get(exc.code, 0) + 1
+            return False
+        self._by_identity[identity] = seg
+        self._identity_of[(role, rank)] = identity
+        return True
+
+    def request(self, identity: bytes, gen: int, dtype: torch.dtype, numel: int) -> Optional[torch.Tensor]:
+        """The request payload (a `numel`-element `dtype` view, no copy) this
+        connection's segment holds at generation `gen`, or None (no segment,
+        stale generation, larger than the region)."""
+        seg = self._by_identity.get(identity)
+        return None if seg is None else seg.request_tensor(gen, dtype, numel)
+
+    def reply(self, identity: bytes, req: int, data: torch.Tensor) -> bool:
+        """Copy a reply payload into the connection's segment; False: send it inline."""
+        seg = self._by_identity.get(identity)
+        return seg is not None and seg.put_reply(req, data)
+
+    def __len__(self) -> int:
+        return len(self._by_identity)

@@ -1,0 +1,90 @@
+"""Per-run outcomes, per-mode intervals, the conclusion and the literature verdicts, on known numbers."""
+import math
+
+import pytest
+
+from psgd.bench.literature import judge_beats, judge_ties, study_verdicts
+from psgd.bench.outcomes import (RunOutcome, conclusion, examples_per_update, metric_series, mode_stats,
+                                 resolution_check)
+from psgd.bench.stats import HoldRule, Interval
+
+
+def outcome(label, seed, ttt, final=0.9, lr=0.1):
+    return RunOutcome(label, seed, lr, ttt, final, 10.0, 1000)
+
+
+def test_examples_per_update_counts_averaged_gradients():
+    assert examples_per_update("bsp", 4, 32) == 128
+    assert examples_per_update("bsp", 4, 32, backup_workers=1) == 96
+    assert examples_per_update("allreduce", 4, 32) == 128
+    assert examples_per_update("ssp", 4, 32) == examples_per_update("asp", 4, 32) == 32
+
+
+def test_outcome_uses_the_held_rule_and_the_chosen_metric():
+    evals = [{"t": 0.0, "accuracy": 0.1, "test_loss": 3.0}, {"t": 1.0, "accuracy": 0.9, "test_loss": 1.0},
+             {"t": 2.0, "accuracy": 0.7, "test_loss": 1.6}, {"t": 3.0, "accuracy": 0.91, "test_loss": 0.9},
+             {"t": 4.0, "accuracy": 0.92, "test_loss": 0.8}, {"t": 5.0, "accuracy": None}]
+    assert metric_series(evals, "loss") == ([0.0, 1.0, 2.0, 3.0, 4.0], [3.0, 1.0, 1.6, 0.9, 0.8])
+    o = RunOutcome.from_evals("bsp", 0, 0.1, evals, "accuracy", 0.9, HoldRule(2, 0.01), 4.5, 100, 128)
+    assert (o.time_to_target_s, o.final_metric, o.examples) == (3.0, 0.92, 12800)
+    lo = RunOutcome.from_evals("bsp", 0, 0.1, evals, "loss", 1.0, HoldRule(2, 0.0), 4.5, 100, 128)
+    assert lo.time_to_target_s == 3.0 and lo.final_metric == 0.8
+
+
+def test_mode_stats_medians_intervals_and_ratio_to_bsp():
+    runs = [outcome("bsp", s, t) for s, t in enumerate([10.0, 12.0, 11.0])]
+    runs += [outcome("ssp:2", s, t) for s, t in enumerate([5.0, 6.0, 5.5])]
+    runs += [outcome("asp", s, t) for s, t in enumerate([9.0, None, 13.0])]
+    st = mode_stats(runs)
+    assert st["bsp"].time == Interval(11.0, 10.0, 12.0, 3)
+    assert st["ssp:2"].ratio_to_bsp == pytest.approx(0.5)
+    assert st["bsp"].ratio_to_bsp == 1.0
+    assert st["asp"].reached == 2 and st["asp"].time.median == 13.0 and st["asp"].time.high == math.inf
+    assert st["asp"].ratio_to_bsp == pytest.approx(13.0 / 11.0)
+    with pytest.raises(ValueError, match="learning rates"):
+        mode_stats([outcome("bsp", 0, 1.0, lr=0.1), outcome("bsp", 1, 1.0, lr=0.2)])
+
+
+def test_conclusion_states_only_what_intervals_support():
+    runs = [outcome("bsp", s, t) for s, t in enumerate([10.0, 12.0, 11.0])]
+    runs += [outcome("ssp:2", s, t) for s, t in enumerate([5.0, 6.0, 5.5])]
+    runs += [outcome("asp", s, t) for s, t in enumerate([9.0, 13.0, 11.5])]
+    runs += [outcome("allreduce", s, None) for s in range(3)]
+    text = conclusion(mode_stats(runs), "test accuracy 0.9")
+    assert text[0] == "Time to hold test accuracy 0.9, median [95% CI] over seeds; bsp: 11.00 s [10.00 s, 12.00 s]."
+    assert text[1] == "Faster than bsp (intervals do not overlap): ssp:2 (5.50 s [5.00 s, 6.00 s], 0.50x)."
+    assert text[2] == ("Indistinguishable from bsp with these seeds (intervals overlap): "
+                       "asp (11.50 s [9.00 s, 13.00 s], 1.05x).")
+    assert text[3] == "Never held the target in any seed: allreduce."
+
+
+def test_resolution_check():
+    spacing, ok = resolution_check([[0.0, 0.2, 0.4, 0.6], [0.0, 0.3]], baseline_median_s=5.0)
+    assert spacing == pytest.approx(0.2) and ok
+    assert resolution_check([[0.0, 0.5, 1.0]], 5.0) == (0.5, False)
+    assert resolution_check([[0.0]], 5.0) == (math.inf, False)
+
+
+def test_literature_judges():
+    fast, slow, mid = Interval(1, 0.9, 1.1, 3), Interval(2, 1.8, 2.2, 3), Interval(1.5, 1.0, 2.0, 3)
+    assert judge_beats(fast, slow) == "confirmed"
+    assert judge_beats(slow, fast) == "not confirmed"
+    assert judge_beats(fast, mid) == "inconclusive"
+    assert judge_ties(fast, mid) == "confirmed" and judge_ties(fast, slow) == "not confirmed"
+
+
+def test_study_verdicts_from_two_cases():
+    def stats(times):
+        return mode_stats([outcome(label, s, t, final=f) for label, (ts, f) in times.items()
+                           for s, t in enumerate(ts)])
+    none = stats({"bsp": ([10, 11, 12], 0.9), "ssp:2": ([10.5, 11.5, 12.5], 0.9), "asp": ([8, 9, 10], 0.85),
+                  "asp+dc": ([5, 6, 7], 0.9), "asp+sa": ([12, 13, 14], 0.9)})
+    strag = stats({"bsp": ([20, 21, 22], 0.9), "ssp:2": ([12, 13, 14], 0.9), "bsp+b1": ([19, 21, 23], 0.9)})
+    claims = {c.claim.split(": ", 1)[1]: c for c in study_verdicts({"none": none, "straggler": strag}, "w", True)}
+    assert claims["SSP ties BSP without a straggler (time to target)"].verdict == "confirmed"
+    assert claims["SSP beats BSP with a straggler (time to target)"].verdict == "confirmed"
+    assert claims["backup workers shorten BSP's time to target under a straggler"].verdict == "inconclusive"
+    assert claims["DC-ASGD beats plain ASP (time to target)"].verdict == "confirmed"
+    assert claims["staleness-aware ASP keeps its final metric near BSP's"].verdict == "confirmed"
+    assert "straggler: ssp:2 13.00 s [12.00 s, 14.00 s] vs bsp 21.00 s [20.00 s, 22.00 s] -> confirmed" in \
+        claims["SSP beats BSP with a straggler (time to target)"].evidence

@@ -1,0 +1,131 @@
+"""Exact expectations for the convergence statistics."""
+import math
+from math import comb
+
+import pytest
+
+from psgd.bench.stats import (HoldRule, Interval, Rung, compare, halving_schedule, held_target_time, median_ci,
+                              schedule_runs, survivors)
+
+
+def exact_bootstrap_cdf(n: int) -> list[float]:
+    """P(median of a size-n resample <= the k-th smallest of n distinct values), n odd."""
+    need = (n + 1) // 2
+    return [sum(comb(n, j) * (k / n) ** j * (1 - k / n) ** (n - j) for j in range(need, n + 1))
+            for k in range(1, n + 1)]
+
+
+def test_three_seeds_interval_is_min_to_max():
+    # A resample's median is the smallest value with probability 7/27 > 2.5%, so
+    # with three seeds the 95% interval spans all of them.
+    iv = median_ci([4.0, 1.0, 2.5])
+    assert (iv.median, iv.low, iv.high, iv.n) == (2.5, 1.0, 4.0, 3)
+
+
+@pytest.mark.parametrize("n,low_rank,high_rank", [(7, 2, 6), (11, 3, 9)])
+def test_interval_matches_exact_bootstrap_distribution(n, low_rank, high_rank):
+    cdf = exact_bootstrap_cdf(n)
+    # The expected ranks sit well away from the 2.5%/97.5% cut-offs, so 10,000
+    # resamples cannot land on the other side (Monte Carlo s.d. ~0.0016).
+    assert cdf[low_rank - 2] < 0.02 and cdf[low_rank - 1] > 0.03
+    assert cdf[high_rank - 2] < 0.97 and cdf[high_rank - 1] > 0.98
+    values = [10.0 * k for k in range(n, 0, -1)]  # order must not matter
+    iv = median_ci(values)
+    assert iv.median == 10.0 * (n + 1) // 2
+    assert (iv.low, iv.high) == (10.0 * low_rank, 10.0 * high_rank)
+
+
+def test_interval_is_deterministic_per_seed():
+    sample = [3.1, 2.7, 5.0, 4.4, 3.9, 2.2, 6.1, 3.3]
+    assert median_ci(sample) == median_ci(sample)
+    assert median_ci(sample, seed=7) == median_ci(sample, seed=7)
+
+
+def test_single_value_and_constant_sample():
+    assert median_ci([3.0]) == Interval(3.0, 3.0, 3.0, 1)
+    assert median_ci([2.0, 2.0, 2.0, 2.0]) == Interval(2.0, 2.0, 2.0, 4)
+
+
+def test_not_reached_counts_as_infinity_without_nan():
+    iv = median_ci([1.0, math.inf, math.inf])
+    assert (iv.median, iv.low, iv.high) == (math.inf, 1.0, math.inf)
+    even = median_ci([1.0, 2.0, math.inf, math.inf])
+    assert even.median == math.inf and even.low == 1.0 and even.high == math.inf
+
+
+def test_bad_samples_are_refused():
+    with pytest.raises(ValueError, match="no values"):
+        median_ci([])
+    with pytest.raises(ValueError, match="NaN"):
+        median_ci([1.0, float("nan")])
+
+
+def test_verdict_faster_only_when_intervals_separate():
+    a, b = Interval(1.0, 0.8, 1.2, 3), Interval(2.0, 1.5, 2.5, 3)
+    assert compare(a, b).kind == "faster"
+    assert compare(b, a).kind == "slower"
+    touching = Interval(1.4, 1.2, 1.6, 3)  # shares the point 1.2 with a
+    assert compare(a, touching).kind == "indistinguishable"
+    overlapping = Interval(1.3, 1.1, 1.7, 3)
+    assert compare(a, overlapping).kind == "indistinguishable"
+    # accuracy: higher is better
+    assert compare(b, a, lower_is_better=False).kind == "faster"
+    assert compare(a, Interval(math.inf, 1.3, math.inf, 3)).kind == "faster"
+
+
+def test_held_target_ignores_a_touch_that_falls_back():
+    t = [0, 1, 2, 3, 4, 5, 6, 7]
+    acc = [0.5, 0.91, 0.80, 0.90, 0.895, 0.92, 0.93, 0.94]
+    rule = HoldRule(hold_evals=3, tolerance=0.01)
+    # 1: falls to 0.80 right after; 3: the next three stay >= 0.89
+    assert held_target_time(t, acc, 0.9, rule=rule) == 3.0
+    # with no tolerance, 0.895 breaks the hold at t=3 and t=5 is the first held
+    assert held_target_time(t, acc, 0.9, rule=HoldRule(3, 0.0)) == 5.0
+    assert held_target_time(t, acc, 0.9, rule=HoldRule(0, 0.0)) == 1.0
+
+
+def test_held_target_at_the_end_of_a_run():
+    rule = HoldRule(hold_evals=3, tolerance=0.01)
+    # reached two evaluations before the end, and the run ends above target
+    assert held_target_time([0, 1, 2, 3], [0.1, 0.9, 0.95, 0.91], 0.9, rule=rule) == 1.0
+    # ... but a run that ends below the target was not holding it
+    assert held_target_time([0, 1, 2, 3], [0.1, 0.9, 0.95, 0.895], 0.9, rule=rule) is None
+    assert held_target_time([], [], 0.9) is None
+
+
+def test_held_target_for_a_loss():
+    t = [0.0, 0.5, 1.0, 1.5, 2.0]
+    loss = [3.0, 1.9, 2.2, 1.95, 1.9]
+    assert held_target_time(t, loss, 2.0, higher_is_better=False, rule=HoldRule(2, 0.05)) == 1.5
+    assert held_target_time(t, loss, 2.0, higher_is_better=False, rule=HoldRule(2, 0.25)) == 0.5
+
+
+def test_held_target_rejects_bad_input():
+    with pytest.raises(ValueError, match="non-decreasing"):
+        held_target_time([1, 0], [0.9, 0.9], 0.5)
+    with pytest.raises(ValueError, match="length"):
+        held_target_time([0, 1], [0.9], 0.5)
+    with pytest.raises(ValueError, match="hold_evals"):
+        HoldRule(-1)
+
+
+def test_halving_schedule():
+    assert halving_schedule(5, max_seeds=3) == [Rung(5, 1), Rung(3, 2), Rung(2, 3)]
+    assert halving_schedule(8, max_seeds=4) == [Rung(8, 1), Rung(4, 2), Rung(2, 4)]
+    assert halving_schedule(8, max_seeds=8, eta=3) == [Rung(8, 1), Rung(3, 3), Rung(2, 8)]
+    assert halving_schedule(2, max_seeds=3, min_seeds=3) == [Rung(2, 3)]
+    assert halving_schedule(1, max_seeds=3) == [Rung(1, 1), Rung(1, 2), Rung(1, 3)]
+    # 5 bounds x 3 seeds would be 15 runs; halving costs 5 + 3 + 2
+    assert schedule_runs(halving_schedule(5, max_seeds=3)) == 10
+    assert schedule_runs(halving_schedule(8, max_seeds=4)) == 8 + 4 + 2 * 2
+    with pytest.raises(ValueError):
+        halving_schedule(0, 3)
+    with pytest.raises(ValueError):
+        halving_schedule(3, 2, min_seeds=3)
+
+
+def test_survivors_rank_by_median_then_smaller_bound():
+    medians = {0: 5.0, 1: 3.0, 2: 3.0, 4: math.inf, 8: 2.0}
+    assert survivors(medians, 3) == [1, 2, 8]
+    assert survivors(medians, 2) == [1, 8]
+    assert survivors({0: math.inf, 4: math.inf}, 1) == [0]

@@ -1,0 +1,37 @@
+"""The study page is computed from the cases' seeds.csv files."""
+import csv
+
+from psgd.bench.study import load_case, verdicts_page
+
+FIELDS = ["label", "lr", "seed", "chosen_lr", "time_to_target_s", "final_metric", "train_time_s", "examples",
+          "examples_per_s"]
+
+
+def write_case(path, rows):
+    path.mkdir(parents=True)
+    with open(path / "seeds.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        for label, lr, chosen, times in rows:
+            for seed, t in enumerate(times):
+                w.writerow({"label": label, "lr": lr, "seed": seed, "chosen_lr": chosen, "time_to_target_s": t,
+                            "final_metric": 0.9, "train_time_s": 10, "examples": 100, "examples_per_s": 10})
+
+
+def test_load_case_uses_only_the_chosen_learning_rate(tmp_path):
+    write_case(tmp_path / "w-none", [("bsp", 0.1, True, [10, 11, 12]), ("bsp", 0.2, False, [1, 1, 1]),
+                                     ("asp", 0.1, True, [5, "inf", ""])])
+    stats = load_case(tmp_path / "w-none" / "seeds.csv")
+    assert stats["bsp"].time.median == 11.0 and stats["bsp"].lr == 0.1
+    assert stats["asp"].reached == 1 and stats["asp"].time.median == float("inf")
+
+
+def test_verdicts_page_from_two_cases(tmp_path):
+    write_case(tmp_path / "mnist1d-none", [("bsp", 0.1, True, [10, 11, 12]), ("ssp:2", 0.1, True, [9, 10.5, 11])])
+    write_case(tmp_path / "mnist1d-straggler", [("bsp", 0.1, True, [20, 21, 22]), ("ssp:2", 0.1, True, [12, 13, 14])])
+    page = verdicts_page(tmp_path)
+    assert "## mnist1d" in page
+    assert "| ssp:2 | 10.50 s [9.00 s, 11.00 s], 0.95× bsp (3/3 held) | 13.00 s [12.00 s, 14.00 s], 0.62× bsp (3/3 held) |" in page
+    assert "| SSP ties BSP without a straggler (time to target) | Ho et al. 2013; Cui et al. 2014 | **confirmed** |" in page
+    assert "| SSP beats BSP with a straggler (time to target) | Ho et al. 2013; Cui et al. 2014 | **confirmed** |" in page
+    assert "| DC-ASGD beats plain ASP (time to target) | Zheng et al. 2017 | **not tested** |" in page

@@ -1,0 +1,33 @@
+"""What `psgd launch` prints at the end, and which launcher it picks."""
+
+from psgd.cli.launch_text import launch_result_lines, launcher_for
+from psgd.config import load_config
+from psgd.launch.launcher import Launcher, LaunchResult
+from psgd.launch.ray_launcher import RayLauncher
+
+SUMMARY = {"mode": "asp", "final_test_accuracy": 0.95543, "wall_time_s": 7.112, "total_updates": 2000,
+           "updates_per_s": 281.2, "time_to_target_s": 2.0186, "staleness_mean": 2.79, "staleness_max": 11,
+           "max_clock_gap": 40}
+
+
+def test_a_finished_run_reports_times_in_seconds(tmp_path):
+    [line] = launch_result_lines(LaunchResult(0, "ok", tmp_path, SUMMARY), tmp_path)
+    assert line.startswith("done: asp accuracy 0.9554 in 7.11 s, 2000 updates (281.2 updates/s), "
+                           "time to target 2.02 s,")
+    [line] = launch_result_lines(LaunchResult(0, "ok", tmp_path, {**SUMMARY, "time_to_target_s": None}), tmp_path)
+    assert "time to target not reached," in line
+
+
+def test_a_stopped_run_with_checkpoints_says_how_to_resume(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    result = LaunchResult(130, "stopped by signal SIGINT", tmp_path, SUMMARY)
+    assert launch_result_lines(result, tmp_path) == [f"psgd launch: failed: stopped by signal SIGINT (logs in "
+                                                     f"{tmp_path / 'logs'})"]  # nothing to resume from yet
+    (tmp_path / "checkpoints" / "shard-0.pt").write_bytes(b"x")
+    assert launch_result_lines(result, tmp_path)[1] == ("psgd launch: the servers' checkpoints are kept; continue "
+                                                        f"this run with: psgd launch --resume {tmp_path}")
+
+
+def test_the_config_picks_the_launcher():
+    assert launcher_for(load_config(None)) == (Launcher, "")
+    assert launcher_for(load_config(None, ["cluster.launcher=ray"])) == (RayLauncher, "")
