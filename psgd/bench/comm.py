@@ -157,7 +157,7 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
                             times[name].append(dt)
                 used_shm = all(clients[0].shared_memory)
             finally:
-                clients[0].shutdown_servers()
+                clients[0].shutdown_servers(token=cluster.token)
                 for c in clients:
                     c.close()
     finally:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import secrets
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -76,15 +77,15 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _shard_child(numel: int, shards: int, index: int, workers: int, optimizer: str, conn) -> None:
+def _shard_child(numel: int, shards: int, index: int, workers: int, optimizer: str, token: str, conn) -> None:
     torch.set_num_threads(1)
     layout = bench_layout(numel, shards)
     cfg = bench_config(workers, optimizer)
     params = torch.zeros(layout.shard_sizes[index])
-    server = ShardServer(cfg, index, "127.0.0.1:0", params, layout.fingerprint)
+    server = ShardServer(cfg, index, "127.0.0.1:0", params, layout.fingerprint, run_token=token)
     conn.send(server.address.replace("tcp://", ""))
     conn.close()
-    server.serve(threading.Event())  # until a SHUTDOWN request
+    server.serve(threading.Event())  # until a SHUTDOWN request carrying `token`
 
 
 @dataclass
@@ -96,6 +97,7 @@ class BenchShards:
     optimizer: str = "sgd"
     procs: Optional[list] = None
     addresses: Optional[list[str]] = None
+    token: str = field(default_factory=lambda: secrets.token_hex(16))  # SHUTDOWN needs it
 
     def __enter__(self) -> "BenchShards":
         ctx = bench_context()
@@ -104,7 +106,7 @@ class BenchShards:
         for i in range(self.shards):
             parent, child = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_shard_child, args=(self.numel, self.shards, i, self.workers,
-                                                       self.optimizer, child), daemon=True)
+                                                       self.optimizer, self.token, child), daemon=True)
             p.start()
             child.close()
             self.procs.append(p)

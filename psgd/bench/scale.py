@@ -188,7 +188,7 @@ def run_scale_bench(shards: list[int], workers: list[int], grad_bytes: int = 64 
                     admin = PSClient(cluster.addresses, cluster.layout, role="evaluator",
                                                 heartbeat_s=None)
                     admin.register()
-                    admin.shutdown_servers()
+                    admin.shutdown_servers(token=cluster.token)
                     admin.close()
     finally:
         for p, conn in pool:

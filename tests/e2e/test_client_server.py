@@ -52,24 +52,24 @@ def test_resent_push_is_applied_once(shards):
 
 def test_bad_requests_get_errors_and_leave_state_untouched(shards):
     from psgd.wire.transport import ShardConnections
-    cluster, client, before = connect(shards)
+    cluster, client, before = connect(shards, **{"cluster.workers": 2})  # rank 1: the second connection
     stranger = ShardConnections(cluster.addresses[:1])
     stranger.send(0, P.encode(P.Pull(req=1, rank=0)))
     [(_, reply)] = stranger.recv(timeout_ms=5000)
     assert P.decode(reply)[0].code == "not_registered"
     stranger.close()
     conns = ShardConnections(cluster.addresses[:1])
-    conns.send(0, P.encode(P.Register(req=1, rank=0, fingerprint=cluster.layout.fingerprint)))
+    conns.send(0, P.encode(P.Register(req=1, rank=1, fingerprint=cluster.layout.fingerprint)))
     assert isinstance(P.decode(conns.recv(timeout_ms=5000)[0][1])[0], P.Welcome)
     n = cluster.layout.shard_sizes[0]
     bad = [
         [b"not msgpack at all"],
-        P.encode(P.Push(req=1, rank=0, seq=100, clock=0, numel=n), [P.tensor_frame(torch.ones(n - 1))]),
-        P.encode(P.Push(req=2, rank=0, seq=101, clock=0, numel=n + 1), [P.tensor_frame(torch.ones(n + 1))]),
-        P.encode(P.Push(req=3, rank=0, seq=102, clock=0, numel=n, encoding="f64"), [P.tensor_frame(torch.ones(n))]),
-        P.encode(P.Pull(req=4, rank=1)),  # not the rank this connection registered as
-        P.encode(P.Push(req=7, rank=0, seq=103, clock=0, numel=n), [P.tensor_frame(torch.ones(n))] * 2),
-        P.encode(P.Push(req=8, rank=0, seq=104, clock=0, numel=n, scale=-1.0), [P.tensor_frame(torch.ones(n))]),
+        P.encode(P.Push(req=1, rank=1, seq=100, clock=0, numel=n), [P.tensor_frame(torch.ones(n - 1))]),
+        P.encode(P.Push(req=2, rank=1, seq=101, clock=0, numel=n + 1), [P.tensor_frame(torch.ones(n + 1))]),
+        P.encode(P.Push(req=3, rank=1, seq=102, clock=0, numel=n, encoding="f64"), [P.tensor_frame(torch.ones(n))]),
+        P.encode(P.Pull(req=4, rank=0)),  # not the rank this connection registered as
+        P.encode(P.Push(req=7, rank=1, seq=103, clock=0, numel=n), [P.tensor_frame(torch.ones(n))] * 2),
+        P.encode(P.Push(req=8, rank=1, seq=104, clock=0, numel=n, scale=-1.0), [P.tensor_frame(torch.ones(n))]),
         P.encode(P.Register(req=5, rank=0, fingerprint="wrong")),
         P.encode(P.Params(req=6)),
     ]

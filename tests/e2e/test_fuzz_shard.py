@@ -1,9 +1,11 @@
 """Hostile input at a live shard: 10,000 malformed or random messages (seeded
-generator) interleaved with a real client's training pushes. Every bad message
+generator, every wire encoding: f32, f16, bf16, top-k) interleaved with a real
+client's training pushes. Every bad message
 gets an ERROR reply and is counted, the real client is still served, and the
 parameters stay bit-identical to a control shard that saw only the real pushes.
 Also: a message above the size limit is refused at the socket."""
 import random
+import struct
 import time
 import msgpack
 import pytest
@@ -152,6 +154,32 @@ class BadMessages:
     def k_leave_other_rank(self):
         return True, [head(P.MsgType.LEAVE, {"rank": WORKER})]
 
+    def k_push_half_bad(self):  # the scaled 16-bit encodings
+        enc = self.rng.choice(["f16", "bf16"])
+        if self.rng.random() < 0.5:
+            return True, [head(P.MsgType.PUSH, self._push(encoding=enc)), self._grad(itemsize=4)]
+        return True, [head(P.MsgType.PUSH_PULL, self._push(encoding=enc, scale=self.rng.choice([0.0, -2.0]))),
+                      self._grad(itemsize=2)]
+
+    def k_push_sparse_bad(self):  # top-k: an index frame and a value frame
+        n = self.numel
+        nnz = self.rng.randrange(1, 6)
+        kind = self.rng.choice(["index_out_of_range", "nnz_mismatch", "nnz_too_big", "one_frame", "negative"])
+        idx = [self.rng.randrange(n) for _ in range(nnz)]
+        if kind == "index_out_of_range":
+            idx[0] = self.rng.choice([n, n + 7, -1, 2**31 - 1])
+        if kind == "nnz_too_big":
+            nnz = n + 1
+        if kind == "negative":
+            nnz = -nnz
+        fields = self._push(encoding="topk", nnz=nnz if kind != "nnz_mismatch" else nnz + 1)
+        frames = [struct.pack(f"<{len(idx)}i", *idx), struct.pack(f"<{len(idx)}f", *[1.0] * len(idx))]
+        return True, [head(P.MsgType.PUSH, fields)] + frames[: 1 if kind == "one_frame" else 2]
+
+    def k_absurd_seq_or_clock(self):
+        over = self.rng.choice([{"seq": 2**63}, {"seq": 2**40}, {"clock": 10**12}, {"clock": 2**21}])
+        return True, [head(P.MsgType.PUSH, self._push(**over)), self._grad()]
+
     def k_huge_header(self):
         return True, [head(P.MsgType.PULL, {"rank": FUZZER, "pad": "x" * (P.MAX_HEADER_BYTES + 1)})]
 
@@ -197,17 +225,24 @@ def test_10k_bad_messages_are_refused_counted_and_change_nothing():
         for c in clients:
             c.register()
         sent = {True: 0, False: 0}
+        unread = {True: 0, False: 0}
+        replies = []
         real_steps = 0
         for i in range(BAD_MESSAGES):
             is_registered, frames = gen()
-            (registered if is_registered else stranger).send(0, frames)
+            conn = registered if is_registered else stranger
+            conn.send(0, frames)
             sent[is_registered] += 1
+            unread[is_registered] += 1
+            if unread[is_registered] == 4:  # a fuzzer that reads its replies (one that does not is cut off)
+                replies += drain(conn, 4)
+                unread[is_registered] = 0
             if i % 200 == 0:  # the real client keeps training on both shards alike
                 g = [torch.randn(n, generator=grads) for n in layout.shard_sizes]
                 out = [c.push_pull(g)[0].clone() for c in clients]
                 assert torch.equal(out[0], out[1])
                 real_steps += 1
-        replies = drain(registered, sent[True]) + drain(stranger, sent[False])
+        replies += drain(registered, unread[True]) + drain(stranger, unread[False])
         assert len(replies) == BAD_MESSAGES
         assert all(isinstance(r, P.Error) for r in replies)
         stats = clients[0].stats()[0]

@@ -53,7 +53,8 @@ def test_non_reading_client_is_cut_off_and_memory_stays_bounded():
     proc = spawn([sys.executable, "-c", SHARD, str(NUMEL)], stdout=subprocess.PIPE, text=True)
     hostile = zmq.Context.instance().socket(zmq.DEALER)
     hostile.setsockopt(zmq.LINGER, 0)
-    hostile.setsockopt(zmq.RCVBUF, 4096)  # and it never reads: only the kernel's small buffer holds replies
+    hostile.setsockopt(zmq.RCVBUF, 4096)  # and it never reads: only small buffers hold replies
+    hostile.setsockopt(zmq.RCVHWM, 1)
     worker = None
     try:
         address = proc.stdout.readline().strip()
@@ -74,7 +75,7 @@ def test_non_reading_client_is_cut_off_and_memory_stays_bounded():
         bound = (PEER_SEND_HWM + 4) * NUMEL * 4 + (64 << 20)
         assert grown <= bound, f"shard grew by {grown >> 20} MiB, bound {bound >> 20} MiB"
         counters = worker.stats()[0]["counters"]
-        assert counters["peers_cut_off"] == 1
+        assert counters["peers_cut_off"] >= 1  # each time its queue filled up again
         assert counters["push_applied"] == 220  # the real worker was served throughout
     finally:
         hostile.close(0)

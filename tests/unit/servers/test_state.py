@@ -160,3 +160,13 @@ def test_dc_asgd_compensates_with_the_parameters_the_worker_read():
     assert res.staleness == 1 and torch.equal(read, g(0, 0))
     # g' = g + 1.0 * g*g * drift = [1 - 1, 2 + 4] = [0, 6]; lr 0.5
     assert torch.allclose(st.params, g(-1, 1 - 3))
+
+
+def test_seqs_a_shard_never_saw_are_counted_as_partial_pushes():
+    # A worker killed mid-send reached another shard with seq 2; its successor continues at 3.
+    state = make_state()
+    for seq in (0, 1, 3):
+        assert state.push(0, seq, seq, state.version, g(1.0, 1.0)).status is PushStatus.APPLIED
+    assert state.counters["partial_pushes"] == 1
+    state.push(1, 0, 0, state.version, g(1.0, 1.0))
+    assert state.counters["partial_pushes"] == 1  # in-order pushes of another rank add nothing

@@ -37,6 +37,8 @@ def header(*items):
     ([b"\xc1\xc1garbage"], "bad_header"),
     ([header(1, 3)], "bad_header"),
     ([header(99, 3, 1, {})], "bad_version"),
+    ([header(True, 3, 1, {})], "bad_version"),  # True == 1 in Python, but it is not a version
+    ([header(1.0, 3, 1, {})], "bad_version"),
     ([header(1, 999, 1, {})], "bad_type"),
     ([header(1, True, 1, {})], "bad_type"),
     ([header(1, 3, -1, {})], "bad_header"),

@@ -1,0 +1,39 @@
+"""summary.json survives a full disk: the reserved bytes take the final summary in place."""
+from __future__ import annotations
+
+import json
+
+from psgd.launch import summary_file
+from psgd.launch.summary_file import RESERVED_BYTES, reserve_summary, write_summary
+from psgd.runtime.safe_io import WriteFailed
+
+
+def test_reserved_summary_is_valid_json_and_holds_its_size(tmp_path):
+    path = tmp_path / "summary.json"
+    reserve_summary(path)
+    assert json.loads(path.read_text()) == {"status": "running"}
+    assert path.stat().st_size == RESERVED_BYTES
+
+
+def test_final_summary_is_written_in_place_when_the_disk_is_full(tmp_path, monkeypatch):
+    path = tmp_path / "summary.json"
+    reserve_summary(path)
+
+    def full(p, text, fsync=True):
+        raise WriteFailed(p, "No space left on device (disk full)")
+    monkeypatch.setattr(summary_file, "atomic_write_text", full)
+    summary = {"status": "failed", "failure": "cannot write x: No space left on device (disk full)"}
+    assert write_summary(path, summary) is None
+    assert json.loads(path.read_text()) == summary
+    assert path.stat().st_size == RESERVED_BYTES  # no new space needed
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_unwritable_summary_is_reported_in_one_line(tmp_path, monkeypatch):
+    path = tmp_path / "summary.json"  # never reserved (e.g. a read-only directory)
+
+    def refused(p, text, fsync=True):
+        raise WriteFailed(p, "Read-only file system")
+    monkeypatch.setattr(summary_file, "atomic_write_text", refused)
+    reason = write_summary(path, {"status": "failed"})
+    assert reason == f"cannot write {path}: Read-only file system"
