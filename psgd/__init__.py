@@ -1,0 +1,47 @@
+"""psgd: parameter-server SGD for PyTorch (BSP, SSP and ASP over ZeroMQ).
+
+The public API. Names are imported on first use, so `import psgd` stays
+light (no torch, no zmq) until one of them is touched:
+
+    psgd.load_config(path_or_dict, overrides=[...])   -> Config
+    psgd.Optimizer(model, cfg, optimizer=None, rank=None)
+    psgd.serve(cfg, shard=i)                          # one blocking server shard
+    psgd.launch(cfg, model=..., dataset=...)          -> Summary
+    psgd.PSClient                                     # the low-level client
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["load_config", "Optimizer", "serve", "launch", "Summary", "PSClient", "Config", "ConfigError",
+           "StartupError", "LaunchError", "UnsupportedOptimizer"]
+
+_EXPORTS = {
+    "load_config": ("psgd.config.coerce", "as_config"),
+    "Config": ("psgd.config", "Config"),
+    "ConfigError": ("psgd.config", "ConfigError"),
+    "Optimizer": ("psgd.workers.optimizer", "Optimizer"),
+    "UnsupportedOptimizer": ("psgd.core.torch_optim", "UnsupportedOptimizer"),
+    "serve": ("psgd.servers.serve", "serve"),
+    "launch": ("psgd.launch", None),  # the package is callable: see psgd/launch/__init__.py
+    "Summary": ("psgd.launch.api", "Summary"),
+    "LaunchError": ("psgd.launch.api", "LaunchError"),
+    "StartupError": ("psgd.runtime.user_errors", "StartupError"),
+    "PSClient": ("psgd.workers.client", "PSClient"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'psgd' has no attribute {name!r}") from None
+    value = importlib.import_module(module)
+    value = getattr(value, attr) if attr else value
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

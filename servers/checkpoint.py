@@ -1,52 +1,48 @@
-"""Durable shard state: atomic snapshots plus an append-only log of what
-changed since the last one, so a killed shard loses nothing it acknowledged.
+"""Durable shard state: checksummed snapshots plus an append-only log of what
+changed since, so a killed shard loses nothing it acknowledged and damage on
+disk is found instead of loaded.
 
 Files under RUN_DIR/checkpoints/ for shard i:
-- ``shard-i.pt``: a snapshot (parameters, optimizer state, clocks, version,
-  BSP aggregate, counters, histograms, the exactly-once seq table) written to
-  a temp file, fsynced, renamed over the old one, and the directory fsynced.
-  It names the log generation that continues it.
+- ``shard-i.pt`` (newest) and ``shard-i.prev.pt`` (the one before): each a
+  snapshot (parameters, optimizer state, clocks, version, BSP aggregate,
+  counters, histograms, the exactly-once seq table) with a CRC32C trailer,
+  written atomically (see snapshot_file.py). Each names its generation G.
 - ``shard-i.log.G``: every state-changing operation applied after snapshot G
-  (pushes with their decoded gradient, joins, departures), appended *before*
-  the push is acknowledged. A process kill cannot lose a write() that has
-  returned; `fsync_log` also covers power loss. A torn last record (the crash
-  hit mid-write) fails its length/CRC check and is ignored: its push was never
-  acknowledged, so the client resends it.
+  (pushes with their decoded gradient, dense or sparse, joins, departures),
+  appended *before* the push is acknowledged; each record checksummed (see
+  push_log.py). Logs are kept back to the previous snapshot's generation, so
+  either snapshot plus the logs after it rebuilds the same state.
 
-On start, `resume` loads the snapshot with ``torch.load(weights_only=True)``,
-replays the log through the same ShardState methods (deterministic, so the
-result is bit-identical), and writes a fresh snapshot. Not covered: DC-ASGD's
-per-worker "parameters last read" (a replayed DC-ASGD push is applied without
-compensation).
+On start, `resume` loads the newest snapshot that passes its checksum (the
+previous one if the newest is damaged), replays every log from its
+generation on through the same ShardState methods (deterministic, so the
+result is bit-identical), and writes a fresh snapshot. A damaged log record,
+or no usable snapshot, is a CheckpointError naming the file: nothing is
+silently dropped. Not covered: DC-ASGD's per-worker "parameters last read"
+(a replayed DC-ASGD push is applied without compensation).
 """
 from __future__ import annotations
 
-import os
-import struct
 import time
-import zlib
 from pathlib import Path
-from typing import BinaryIO, Optional
-
-import msgpack
-import torch
+from typing import Optional
 
 from psgd.config import CheckpointConfig
+from psgd.runtime.safe_io import WriteFailed, describe_os_error
+from psgd.servers.push_log import (OP_DEPART, OP_JOIN, OP_PUSH, OP_PUSH_SPARSE, LogCorrupt, PushLogWriter,
+                                   read_log)
+from psgd.servers.snapshot_file import SnapshotFiles
 from psgd.servers.state import PushStatus, ShardState
 
-__all__ = ["CheckpointError", "ShardCheckpoint", "shard_state_dict", "load_shard_state"]
+__all__ = ["CheckpointError", "ShardCheckpoint", "shard_state_dict", "load_shard_state", "read_log",
+           "WriteFailed"]
 
-SNAPSHOT_FORMAT = 1
-_RECORD_HEAD = struct.Struct("<III")  # meta length, payload length, crc32(meta + payload)
-
-# Log operations: what changed the state, in the order it happened.
-OP_PUSH = "push"      # [op, rank, seq, clock, read_version] + float32 gradient bytes
-OP_JOIN = "join"      # [op, rank]: a worker (re)registered
-OP_DEPART = "depart"  # [op, rank]: a worker left or timed out
+SNAPSHOT_FORMAT = 2  # 2: CRC32C trailer, sparse log records, a previous snapshot kept
 
 
 class CheckpointError(RuntimeError):
-    """A snapshot that cannot be used for this shard (other model, shard count or mode)."""
+    """Checkpoints that cannot be used for this shard: damaged, or made for
+    another model, shard count or mode. The message names the file."""
 
 
 def shard_state_dict(state: ShardState, fingerprint: str) -> dict:
@@ -102,7 +98,8 @@ def load_shard_state(state: ShardState, sd: dict, fingerprint: str, now: float) 
 
 
 class ShardCheckpoint:
-    """Snapshots and the operation log of one shard. Single-threaded, like the shard loop."""
+    """Snapshots and the operation log of one shard. Single-threaded, like the shard loop.
+    A failed write (disk full) raises WriteFailed naming the file; the caller stops."""
 
     def __init__(self, directory: Path, shard: int, fingerprint: str, cfg: CheckpointConfig,
                  clock=time.monotonic):
@@ -112,51 +109,67 @@ class ShardCheckpoint:
         self.fingerprint = fingerprint
         self.cfg = cfg
         self._clock = clock
-        self.path = self.dir / f"shard-{shard}.pt"
-        self.generation = 0
-        self.logged = 0                      # log records since the last snapshot
-        self.logged_bytes = 0
-        self._log: Optional[BinaryIO] = None
+        self.files = SnapshotFiles(self.dir, f"shard-{shard}")
+        self.path = self.files.newest
+        self.generation = 0                  # of the snapshot whose log is being written
+        self._newest_gen: Optional[int] = None  # generation in the newest file (None: none usable)
+        self._prev_gen: Optional[int] = None    # generation in the previous file, once known
+        self._log: Optional[PushLogWriter] = None
         self._saved_version = 0
         self._saved_at = clock()
+
+    @property
+    def logged(self) -> int:
+        return self._log.records if self._log is not None else 0
+
+    @property
+    def logged_bytes(self) -> int:
+        return self._log.nbytes if self._log is not None else 0
 
     def log_path(self, generation: int) -> Path:
         return self.dir / f"shard-{self.shard}.log.{generation}"
 
     # ---- start --------------------------------------------------------------
     def resume(self, state: ShardState) -> Optional[dict]:
-        """Load the latest snapshot and replay its log into `state`, then start a
-        new generation. Returns {"version", "replayed"} or None if there was no snapshot."""
+        """Load the newest good snapshot and replay the logs after it into `state`,
+        then start a new generation. Returns {"snapshot_version", "replayed",
+        "version", "skipped"} or None if there was no snapshot."""
         info = None
-        if self.path.exists():
-            try:
-                sd = torch.load(self.path, weights_only=True)
-            except Exception as exc:  # torch raises several types for a damaged or unsafe file
-                raise CheckpointError(f"cannot load {self.path}: {type(exc).__name__}: {exc}") from None
+        sd, path, skipped = self.files.load_first_good()
+        if skipped and sd is None:
+            raise CheckpointError("; ".join(str(e) for e in skipped) + "; no snapshot left to resume from")
+        if sd is not None:
             load_shard_state(state, sd, self.fingerprint, self._clock())
-            self.generation = int(sd["generation"])
-            snapshot_version = state.version
-            replayed = self._replay(state, self.log_path(self.generation))
-            info = {"snapshot_version": snapshot_version, "replayed": replayed, "version": state.version}
-        self.save(state)
+            loaded = gen = int(sd["generation"])
+            snapshot_version, replayed = state.version, 0
+            while self.log_path(gen).exists():
+                replayed += self._replay(state, self.log_path(gen))
+                gen += 1
+            self.generation = max(loaded, gen - 1)  # the next snapshot starts a log no file has used
+            if skipped:  # the damaged newest is replaced; the one just loaded stays the fallback
+                self._prev_gen = loaded
+            else:
+                self._newest_gen = loaded
+            info = {"snapshot_version": snapshot_version, "replayed": replayed, "version": state.version,
+                    "skipped": [str(e.path) for e in skipped]}
+        self.save(state, rotate=not skipped)
         return info
 
     def _replay(self, state: ShardState, path: Path) -> int:
         n = 0
-        for meta, payload in read_log(path):
-            op, rank = meta[0], meta[1]
-            if op == OP_PUSH:
-                grad = torch.frombuffer(bytearray(payload), dtype=torch.float32)
-                result = state.push(rank, meta[2], meta[3], meta[4], grad)
-                if result.status is not PushStatus.DUPLICATE:
-                    state.counters[f"push_{result.status.value}"] += 1
-            elif op == OP_JOIN:
-                state.register(rank, self._clock())
-            elif op == OP_DEPART:
-                state.leave(rank)
-            else:
-                raise CheckpointError(f"{path}: unknown log operation {op!r}")
-            n += 1
+        try:
+            for rec in read_log(path):
+                if rec.op in (OP_PUSH, OP_PUSH_SPARSE):
+                    result = state.push(rec.rank, rec.seq, rec.clock, rec.read_version, rec.grad)
+                    if result.status is not PushStatus.DUPLICATE:
+                        state.counters[f"push_{result.status.value}"] += 1
+                elif rec.op == OP_JOIN:
+                    state.register(rec.rank, self._clock())
+                elif rec.op == OP_DEPART:
+                    state.leave(rec.rank)
+                n += 1
+        except LogCorrupt as exc:
+            raise CheckpointError(str(exc)) from None
         return n
 
     # ---- while serving -------------------------------------------------------
@@ -168,77 +181,48 @@ class ShardCheckpoint:
         by_size = self.logged_bytes >= self.cfg.max_log_mb << 20
         return bool(by_count or by_time or by_size)
 
-    def save(self, state: ShardState) -> None:
-        """Write snapshot generation G+1 atomically, then switch to its (empty) log."""
+    def save(self, state: ShardState, rotate: bool = True) -> None:
+        """Write snapshot generation G+1 atomically (the newest becomes the previous
+        one, unless `rotate` is False: a damaged newest is simply replaced), switch
+        to its empty log and drop the logs older than the previous snapshot."""
         nxt = self.generation + 1
         sd = shard_state_dict(state, self.fingerprint)
         sd["generation"] = nxt
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            torch.save(sd, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        _fsync_dir(self.dir)
-        if self._log is not None:
-            self._log.close()
-        self._log = open(self.log_path(nxt), "ab")
-        self.log_path(self.generation).unlink(missing_ok=True)
-        self.generation = nxt
-        self.logged = 0
-        self.logged_bytes = 0
+        try:
+            self.files.save(sd, rotate=rotate)
+            if self._log is not None:
+                self._log.close()
+            self._log = PushLogWriter(self.log_path(nxt), fsync=self.cfg.fsync_log)
+        except OSError as exc:
+            raise describe_os_error(exc, self.files.newest) from None
+        if rotate and self._newest_gen is not None:
+            self._prev_gen = self._newest_gen
+        self._newest_gen = self.generation = nxt
+        keep_from = self._prev_gen if self._prev_gen is not None else nxt
+        for old in self.dir.glob(f"shard-{self.shard}.log.*"):
+            suffix = old.name.rsplit(".", 1)[1]
+            if suffix.isdigit() and int(suffix) < keep_from:
+                old.unlink(missing_ok=True)
         self._saved_version = state.version
         self._saved_at = self._clock()
 
-    def log_push(self, rank: int, seq: int, clock: int, read_version: int, grad: torch.Tensor) -> None:
-        """Record a handled (non-duplicate) push; call before acknowledging it."""
-        self._append([OP_PUSH, rank, seq, clock, read_version], memoryview(grad.contiguous().numpy()).cast("B"))
+    def log_push(self, rank: int, seq: int, clock: int, read_version: int, grad) -> None:
+        """Record a handled (non-duplicate) push, dense or (indices, values); call before acknowledging it."""
+        self._write(self._log.push, rank, seq, clock, read_version, grad)
 
     def log_join(self, rank: int) -> None:
-        self._append([OP_JOIN, rank], b"")
+        self._write(self._log.join, rank)
 
     def log_depart(self, rank: int) -> None:
-        self._append([OP_DEPART, rank], b"")
+        self._write(self._log.depart, rank)
 
-    def _append(self, meta: list, payload) -> None:
-        m = msgpack.packb(meta)
-        crc = zlib.crc32(payload, zlib.crc32(m))
-        self._log.write(_RECORD_HEAD.pack(len(m), len(payload), crc) + m)
-        self._log.write(payload)
-        self._log.flush()  # into the kernel: survives a kill of this process
-        if self.cfg.fsync_log:
-            os.fsync(self._log.fileno())
-        self.logged += 1
-        self.logged_bytes += _RECORD_HEAD.size + len(m) + len(payload)
+    def _write(self, op, *args) -> None:
+        try:
+            op(*args)
+        except OSError as exc:
+            raise describe_os_error(exc, self._log.path) from None
 
     def close(self) -> None:
         if self._log is not None:
             self._log.close()
             self._log = None
-
-
-def read_log(path: Path):
-    """Yield (meta, payload) of every complete, intact record; stop at a torn tail."""
-    if not path.exists():
-        return
-    data = path.read_bytes()
-    pos = 0
-    while pos + _RECORD_HEAD.size <= len(data):
-        mlen, plen, crc = _RECORD_HEAD.unpack_from(data, pos)
-        start = pos + _RECORD_HEAD.size
-        end = start + mlen + plen
-        if end > len(data):
-            return
-        m, payload = data[start:start + mlen], data[start + mlen:end]
-        if zlib.crc32(payload, zlib.crc32(m)) != crc:
-            return
-        yield msgpack.unpackb(m), payload
-        pos = end
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -15,23 +15,25 @@ from typing import Callable, Optional
 import torch
 
 from psgd.wire import protocol as P
-from psgd.config import Config, ConfigError
+from psgd.config import Config
 from psgd.core.consistency import DeferredPulls
 from psgd.runtime.events import EventLog
 from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.wire.protocol import MsgType, ProtocolError
-from psgd.wire.curve import server_curve
 from psgd.core.sharding import layout_for_module
-from psgd.tasks import build_model, load_task
+from psgd.tasks import build_model, task_shape
 from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
+from psgd.runtime.safe_io import WriteFailed
 from psgd.wire.shm import reclaim
 from psgd.wire.shm_links import ShardSegments, shared_memory_wanted
 from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
+from psgd.servers.peers import PeerTable, check_ahead
 from psgd.servers.state import PushStatus, ShardState
 
 __all__ = ["ShardServer", "initial_shard_params", "run_role"]
 
 STATS_EVERY_S = 1.0
+MAX_PARKED_PER_RANK = 8  # memory per peer stays bounded while its pulls wait for the clocks
 EXPIRE_EVERY_S = 0.01  # how often the loop looks for silent workers
 
 # Request type -> handler method. Replies (WELCOME, PARAMS, ...) are not
@@ -58,7 +60,8 @@ class ShardServer:
     def __init__(self, cfg: Config, shard: int, address: str, params: torch.Tensor,
                  fingerprint: str, events: Optional[EventLog] = None,
                  clock: Callable[[], float] = time.monotonic,
-                 checkpoint: Optional[ShardCheckpoint] = None, curve: Optional[CurveKeys] = None):
+                 checkpoint: Optional[ShardCheckpoint] = None, curve: Optional[CurveKeys] = None,
+                 run_token: Optional[str] = None):
         self.cfg = cfg
         self.state = ShardState(cfg, shard, params)
         # Snapshot + log of everything applied since (None: in-memory only).
@@ -69,7 +72,8 @@ class ShardServer:
         self._clock = clock
         self._sock = ServerSocket(address, cfg.wire.max_message_mb << 20, curve=curve)
         self.address = self._sock.address
-        self._peers: dict[bytes, tuple[str, int]] = {}  # identity -> (role, rank)
+        self._sock.on_cut_off = self._cut_off
+        self._peers = PeerTable(run_token)  # who may act for which rank (peers.py)
         self._parked = DeferredPulls()
         self._running = False
         self._f32: Optional[torch.Tensor] = None  # reused buffer for decoding fp16/bf16 gradients
@@ -82,8 +86,11 @@ class ShardServer:
 
     # ---- loop -------------------------------------------------------------
     def serve(self, stop: threading.Event, should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Raises WriteFailed (naming the file) when a checkpoint write fails:
+        nothing more can be acknowledged durably, so the shard stops."""
         self._running = True
         last_stats = last_expire = self._clock()
+        failed = False
         try:
             while self._running and not stop.is_set() and not should_stop():
                 msg = self._sock.recv(timeout_ms=50)
@@ -96,6 +103,7 @@ class ShardServer:
                     last_expire = now
                 if gone:
                     for rank in gone:
+                        self._peers.release(rank)
                         self.events.emit("worker_timed_out", rank=rank, clock=self.state.board.clocks[rank])
                         self._journal("log_depart", rank)
                     self._refuse_parked(gone, "timed out: no message for cluster.timeout_s; register again")
@@ -105,9 +113,13 @@ class ShardServer:
                 if now - last_stats >= STATS_EVERY_S:
                     self.emit_stats()
                     last_stats = now
+        except WriteFailed:
+            failed = True
+            raise
         finally:
             if self.checkpoint is not None:
-                self.checkpoint.save(self.state)  # a clean stop resumes without replay
+                if not failed:
+                    self.checkpoint.save(self.state)  # a clean stop resumes without replay
                 self.checkpoint.close()
             self.emit_stats(final=True)
             self._sock.close()
@@ -157,13 +169,16 @@ class ShardServer:
             for identity, pull in self._parked.drop_rank(rank):
                 self._reply(identity, P.Error(req=pull.req, code="not_registered", reason=reason))
 
+    def _cut_off(self, identity: bytes) -> None:
+        """A peer's reply queue is full (it does not read): its replies are dropped
+        until it reads again. Counted here; the socket counts the dropped replies."""
+        self.state.counters["peers_cut_off"] += 1
+        role = self._peers.roles.get(identity)
+        self.events.emit("peer_cut_off", role=role[0] if role else None, rank=role[1] if role else None)
+
     # ---- handlers ---------------------------------------------------------
-    def _peer(self, identity: bytes, rank: int, role: str = "worker") -> None:
-        peer = self._peers.get(identity)
-        if peer is None:
-            raise ProtocolError("not_registered", "register with this shard first")
-        if peer[0] != role or peer[1] != rank:
-            raise ProtocolError("bad_rank", f"connection registered as {peer[0]} {peer[1]}, message says {role} {rank}")
+    def _peer(self, identity: bytes, rank: int) -> None:
+        self._peers.check_worker(identity, rank)
 
     def _check_member(self, rank: int) -> None:
         if rank not in self.state.registered:
@@ -177,40 +192,40 @@ class ShardServer:
     def _on_register(self, identity: bytes, rec: P.Register, payload: list) -> None:
         if payload:
             raise ProtocolError("bad_frames", "REGISTER carries no frames")
-        if rec.fingerprint != self.fingerprint:
-            raise ProtocolError("layout_mismatch",
-                                f"client layout {rec.fingerprint!r} != shard layout {self.fingerprint!r}; "
+        if rec.fingerprint != self.fingerprint:  # the shard's own fingerprint is never told
+            raise ProtocolError("layout_mismatch", "the client's parameter layout differs from this shard's: "
                                 "model, shard count or parameter order differ")
         if rec.role not in ("worker", "evaluator"):
             raise ProtocolError("bad_role", f"unknown role {rec.role!r}")
         clock, last_seq = 0, -1
         if rec.role == "worker":
             self._check_rank(rec.rank)
+        session = self._peers.register(identity, rec.role, rec.rank, self._sock.peer_key, rec.token)
+        if rec.role == "worker":
             self._parked.drop_rank(rec.rank)  # a previous incarnation's pulls have no reader now
             clock = self.state.register(rec.rank, self._clock())
             self._journal("log_join", rec.rank)
             last_seq = self.state.last_seq[rec.rank]
             self.events.emit("register", rank=rec.rank, clock=clock)
-        self._peers[identity] = (rec.role, rec.rank)
         shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token)
         if rec.shm:
             self.state.counters["shm_attached" if shm else "shm_refused"] += 1
         snap = self.state.snapshot()
         self._reply_params(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
-                                               clock=clock, last_seq=last_seq, shm=shm), snap)
+                                               clock=clock, last_seq=last_seq, session=session, shm=shm), snap)
         self._release()
 
     def _on_pull(self, identity: bytes, rec: P.Pull, payload: list) -> None:
         if payload:
             raise ProtocolError("bad_frames", "PULL carries no frames")
-        role, rank = self._peers.get(identity, (None, None))
-        if role == "evaluator":
+        if self._peers.role_of(identity) == "evaluator":
             snap = self.state.snapshot()
             self._reply_params(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel(),
                                                   shm=self._shm.reply(identity, rec.req, snap)), snap)
             return
         self._peer(identity, rec.rank)
         self._check_member(rec.rank)
+        check_ahead("clock", rec.clock, self.state.board.clocks[rec.rank])
         self.state.seen(rec.rank, self._clock())
         self._answer_or_park(identity, rec, rec.rank, rec.clock)
 
@@ -223,6 +238,8 @@ class ShardServer:
             raise ProtocolError("bad_field", "clock, seq and read_version must be >= 0")
         if not (rec.scale > 0 and rec.scale < float("inf")):
             raise ProtocolError("bad_field", "scale must be positive and finite")
+        check_ahead("seq", rec.seq, self.state.last_seq[rec.rank])
+        check_ahead("clock", rec.clock, self.state.board.clocks[rec.rank])
         if rec.shm:
             grad = self._shm_gradient(identity, rec)
         elif sparse:
@@ -265,6 +282,9 @@ class ShardServer:
         if self.state.pull_ready(rank, clock):
             self._send_params(identity, pull)
         else:
+            if self._parked.count(rank) >= MAX_PARKED_PER_RANK:  # a worker waits on one pull per shard
+                raise ProtocolError("too_many_pulls", f"worker {rank} already has {MAX_PARKED_PER_RANK} "
+                                    "pulls waiting on this shard")
             self.state.counters["pulls_deferred"] += 1
             self._parked.park((identity, pull), rank, clock)
 
@@ -276,10 +296,16 @@ class ShardServer:
 
     def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
         self._check_rank(rec.rank)
+        if not self._peers.heartbeat_ok(rec.rank, rec.session):
+            # Counted, not answered: heartbeats never are, and a worker's heartbeat socket
+            # still sending the session of a shard that restarted must not pile up replies.
+            self.state.counters["bad_heartbeats"] += 1
+            return
         self.state.seen(rec.rank, self._clock())
 
     def _on_leave(self, identity: bytes, rec: P.Leave, payload: list) -> None:
         self._peer(identity, rec.rank)
+        self._peers.release(rec.rank)
         self.state.leave(rec.rank)
         self._refuse_parked([rec.rank], "worker left")
         self._journal("log_depart", rec.rank)
@@ -291,8 +317,8 @@ class ShardServer:
         self._reply(identity, P.StatsReply(req=rec.req, stats=self.state.stats()))
 
     def _on_shutdown(self, identity: bytes, rec: P.Shutdown, payload: list) -> None:
-        if identity not in self._peers:
-            raise ProtocolError("not_registered", "only a registered client may shut a shard down")
+        if not self._peers.may_shut_down(identity, rec.token):
+            raise ProtocolError("unauthorized", "SHUTDOWN needs the run token")
         self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
         self._running = False
 
@@ -300,40 +326,31 @@ class ShardServer:
         self.events.emit("server_stats", final=final, **self.state.stats())
 
 
-def initial_shard_params(cfg: Config, shard: int) -> tuple[torch.Tensor, str]:
-    """The shard's slice of the seeded initial model, and the layout fingerprint."""
-    task = load_task(cfg)
-    model = build_model(cfg, task)
+def initial_shard_params(cfg: Config, shard: int, run_dir=None) -> tuple[torch.Tensor, str]:
+    """The shard's slice of the seeded initial model, and the layout fingerprint.
+    Needs only the model: the data's shape comes from the run (or a built-in)."""
+    model = build_model(cfg, task_shape(cfg, run_dir))
     layout = layout_for_module(model, cfg.cluster.num_servers)
     params = [p.detach() for p in model.parameters() if p.requires_grad]
     return layout.flatten(params)[shard], layout.fingerprint
 
 
 def run_role(ctx: RoleContext) -> int:
-    """The `server` role: serve shard `ctx.index` until stopped. Raises
-    ConfigError for a config that cannot run and RoleFailed when the shard
-    cannot start (keys, checkpoint, address)."""
-    cfg = ctx.cfg
+    """The `server` role: serve shard `ctx.index` until stopped (see serve.py).
+    Raises ConfigError for a config that cannot run, StartupError when the
+    user's model fails, and RoleFailed when the shard cannot start (keys,
+    checkpoint, address)."""
+    from psgd.servers.serve import serve
     try:
-        if isinstance(cfg.cluster.servers, int):
-            raise ConfigError("cluster.servers", "a single server needs the list of host:port addresses")
-        if not 0 <= ctx.index < cfg.cluster.num_servers:
-            raise ConfigError("cluster.servers", f"no shard {ctx.index} (there are {cfg.cluster.num_servers})")
-        try:
-            curve = server_curve(cfg)  # before the model is built: missing keys fail fast
-            params, fingerprint = initial_shard_params(cfg, ctx.index)
-            checkpoint = None
-            if cfg.checkpoint.enabled and ctx.run_dir is not None:
-                checkpoint = ShardCheckpoint(ctx.run_dir / "checkpoints", ctx.index, fingerprint, cfg.checkpoint)
-            server = ShardServer(cfg, ctx.index, cfg.cluster.servers[ctx.index], params, fingerprint, ctx.events,
-                                 checkpoint=checkpoint, curve=curve)
-        except (CheckpointError, TransportError) as exc:
-            raise RoleFailed(f"shard {ctx.index}: {exc}") from None
-        if server.resumed is not None:
-            ctx.events.emit("resumed", **server.resumed)
-        ctx.events.emit("ready", address=server.address, numel=params.numel())
-        # Serve at once: workers register before the common start signal.
-        server.serve(ctx.stop, lambda: ctx.poll_start() or ctx.orphaned())
+        serve(ctx.cfg, ctx.index, run_dir=ctx.run_dir, stop=ctx.stop, events=ctx.events,
+              should_stop=lambda: ctx.poll_start() or ctx.orphaned())
         return 0
+    except TransportError as exc:
+        raise RoleFailed(f"shard {ctx.index}: {exc}") from None
+    except CheckpointError as exc:  # would fail the same way again: not restarted
+        raise RoleFailed(f"shard {ctx.index}: {exc}", retry=False) from None
+    except WriteFailed as exc:
+        raise RoleFailed(f"shard {ctx.index}: {exc}; everything acknowledged before it is in "
+                         f"{ctx.run_dir / 'checkpoints' if ctx.run_dir else 'memory only'}", retry=False) from None
     finally:
         ctx.events.close()

@@ -148,6 +148,10 @@ class ShardState:
         if seq <= self.last_seq[rank]:
             self.counters["duplicates"] += 1
             return PushResult(PushStatus.DUPLICATE)
+        if seq > self.last_seq[rank] + 1:
+            # Seqs this shard never saw: pushes another shard applied before the worker
+            # died mid-send (its successor continues after them). Reported, not hidden.
+            self.counters["partial_pushes"] += seq - self.last_seq[rank] - 1
         self.last_seq[rank] = seq
         self.counters["pushes"] += 1
         staleness = max(0, self.version - read_version)

@@ -88,7 +88,7 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
     device = select_device(cfg.workers.device)
     if device.type == "cuda":
         device = torch.device("cuda", rank % torch.cuda.device_count())
-    task = load_task(cfg)
+    task = load_task(cfg, ctx.run_dir, splits=("train",))
     model = build_model(cfg, task).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     flat = parameters_to_vector(params).detach().clone()

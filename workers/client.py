@@ -33,7 +33,7 @@ class PSClient:
                  request_timeout_s: float = 30.0, max_retries: int = 5, heartbeat_s: Optional[float] = 1.0,
                  encoding: str = "f32", max_message_bytes: int = -1,
                  should_stop: Optional[Callable[[], bool]] = None, curve: Optional[CurveKeys] = None,
-                 topk_ratio: float = 0.01, shared_memory: str = "auto"):
+                 topk_ratio: float = 0.01, token: Optional[str] = None, shared_memory: str = "auto"):
         if len(addresses) != layout.num_shards:
             raise ValueError(f"{len(addresses)} addresses for a layout of {layout.num_shards} shards")
         self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio)  # validates encoding
@@ -42,6 +42,8 @@ class PSClient:
         self.role = role
         self.encoding = encoding
         self._curve = curve  # CurveZMQ keys, also for the heartbeat sockets
+        self._token = token or ""  # the run token: re-registering takes the rank over from a dead predecessor
+        self._sessions = [""] * layout.num_shards  # per shard, from WELCOME: heartbeats carry it
         self._conns = ShardConnections(addresses, max_message_bytes, curve=curve)
         # Same-host shards: gradients and parameters through shared memory (see psgd.wire.shm).
         self._shm = ClientSegments([4 * n for n in layout.shard_sizes],
@@ -96,11 +98,14 @@ class PSClient:
         replies = self._call_all(lambda s, req: P.encode(P.Stats(req=req)))
         return [replies[s][0].stats for s in range(self.layout.num_shards)]
 
-    def shutdown_servers(self) -> None:
-        """Stop every shard. Shards only take this from a registered client, so
-        register first; no re-register-and-retry here, since a shard that has
-        already stopped would never answer the repeat."""
-        self._rpc.call({s: P.encode(P.Shutdown(req=self._rpc.next_id())) for s in range(self.layout.num_shards)})
+    def shutdown_servers(self, token: Optional[str] = None) -> None:
+        """Stop every shard. Shards take this only with the run token (`token`, else
+        the client's own), or, when started without one, from a registered worker;
+        no re-register-and-retry here, since a shard that has already stopped would
+        never answer the repeat."""
+        tok = token if token is not None else self._token
+        self._rpc.call({s: P.encode(P.Shutdown(req=self._rpc.next_id(), token=tok))
+                        for s in range(self.layout.num_shards)})
 
     def close(self) -> None:
         self._hb_stop.set()
@@ -122,7 +127,8 @@ class PSClient:
     def _register_shards(self, shards) -> list[torch.Tensor]:
         fp = self.layout.fingerprint
         replies = self._rpc.call({s: P.encode(P.Register(req=self._rpc.next_id(), rank=self.rank, role=self.role,
-                                                          fingerprint=fp, **self._shm.offer(s))) for s in shards})
+                                                          fingerprint=fp, token=self._token, **self._shm.offer(s)))
+                                  for s in shards})
         for s, (welcome, _) in replies.items():
             self._shm.settle(s, welcome.shm)
         out = []
@@ -130,6 +136,7 @@ class PSClient:
         for s in sorted(replies):
             welcome, payload = replies[s]
             self.seq = max(self.seq, welcome.last_seq + 1)
+            self._sessions[s] = welcome.session
             self.versions[s] = welcome.version
             out.append(P.frame_to_tensor(payload[0], "f32", self.layout.shard_sizes[s]))
         return out
@@ -205,7 +212,8 @@ class PSClient:
         conns = ShardConnections(addresses, curve=self._curve)
         try:
             while not self._hb_stop.wait(period):
+                conns.recv(0)  # refusals (a session from before a shard restart) must not pile up
                 for s in range(len(addresses)):
-                    conns.send(s, P.encode(P.Heartbeat(rank=self.rank)))
+                    conns.send(s, P.encode(P.Heartbeat(rank=self.rank, session=self._sessions[s])))
         finally:
             conns.close()

@@ -27,11 +27,11 @@ __all__ = ["Evaluator", "evaluate_servers", "run_evaluator", "run_role"]
 class Evaluator:
     """Pulls parameters from the shards into a CPU copy of the model and scores it."""
 
-    def __init__(self, cfg, should_stop=None):
+    def __init__(self, cfg, should_stop=None, run_dir=None):
         self.cfg = cfg
         self.interruptible = True  # False for the final evaluation, which must finish
         outer = should_stop or (lambda: False)
-        self.task = load_task(cfg)
+        self.task = load_task(cfg, run_dir, splits=("test",))  # the evaluator never needs the train split
         self.model = build_model(self.cfg, self.task)
         self.layout = layout_for_module(self.model, cfg.cluster.num_servers)
         self.sync = ModelSync(self.model, self.layout, torch.device("cpu"))
@@ -61,7 +61,7 @@ def run_evaluator(ctx: RoleContext) -> int:
     if cfg.consistency.mode == "allreduce":
         ev = SnapshotEvaluator(cfg, ctx.run_dir)  # no servers: read rank 0's published parameters
     else:
-        ev = Evaluator(cfg, ctx.should_stop)
+        ev = Evaluator(cfg, ctx.should_stop, ctx.run_dir)
     target = cfg.train.target_accuracy
     try:
         ev.connect()

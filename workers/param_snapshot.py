@@ -63,7 +63,7 @@ class SnapshotEvaluator:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.interruptible = True
-        self.task = load_task(cfg)
+        self.task = load_task(cfg, run_dir, splits=("test",))
         self.model = build_model(cfg, self.task)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.updates = 0

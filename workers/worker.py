@@ -1,4 +1,4 @@
-"""The worker process: pull -> forward/backward -> push, asynchronously against all shards.
+"""The worker process: pull -> forward/backward -> push through psgd.Optimizer, against all shards at once.
 
 Each rank trains on its own disjoint share of the training set, reshuffled
 every epoch from the run seed. `workers.slowdown[rank] = m` emulates slower
@@ -10,70 +10,63 @@ import time
 
 from psgd.config import ConfigError
 from psgd.runtime.role import RoleContext
-from psgd.wire.curve import client_curve
-from psgd.core.sharding import layout_for_module
-from psgd.tasks import build_model, load_task, worker_batches
-from psgd.workers.client import Interrupted, PSClient
-from psgd.workers.model_sync import ModelSync, select_device
+from psgd.runtime.token import read_run_token
+from psgd.runtime.user_errors import user_code
+from psgd.tasks import build_model, load_task
+from psgd.tasks.loaders import train_loader
+from psgd.workers.client import Interrupted
+from psgd.workers.model_sync import select_device
+from psgd.workers.optimizer import Optimizer, make_client, require_addresses
 
-__all__ = ["run_worker", "run_role"]
-
-
-def require_addresses(cfg) -> list[str]:
-    if isinstance(cfg.cluster.servers, int):
-        raise ConfigError("cluster.servers", "this role needs the list of server host:port addresses")
-    return list(cfg.cluster.servers)
-
-
-def make_client(cfg, layout, rank: int, role: str, should_stop=None) -> PSClient:
-    c = cfg.cluster
-    return PSClient(require_addresses(cfg), layout, rank=rank, role=role,
-                    request_timeout_s=c.request_timeout_s, max_retries=c.max_retries,
-                    heartbeat_s=c.heartbeat_s, encoding=cfg.wire.encoding, topk_ratio=cfg.wire.topk_ratio,
-                    max_message_bytes=cfg.wire.max_message_mb << 20, should_stop=should_stop,
-                    curve=client_curve(cfg))
+__all__ = ["run_worker", "run_role", "make_client", "require_addresses"]
 
 
 def run_worker(ctx: RoleContext) -> int:
+    """Trains through psgd.Optimizer, the class a user's own loop uses."""
     cfg, rank = ctx.cfg, ctx.index
     if not 0 <= rank < cfg.cluster.workers:
         raise ConfigError("cluster.workers", f"no worker rank {rank} (there are {cfg.cluster.workers})")
     device = select_device(cfg.workers.device)
-    task = load_task(cfg)
-    model = build_model(cfg, task).to(device)
-    layout = layout_for_module(model, cfg.cluster.num_servers)
-    sync = ModelSync(model, layout, device, cfg.workers.pin_memory)
-    batches = worker_batches(len(task.y_train), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
+    with user_code(f"dataset {cfg.task.dataset!r}"):
+        task = load_task(cfg, ctx.run_dir, splits=("train",))
+    with user_code(f"model {cfg.task.model!r}"):
+        model = build_model(cfg, task).to(device)
+    loader = cfg.workers.loader
+    with user_code(f"the DataLoader of dataset {cfg.task.dataset!r}"):
+        batches = train_loader(task.train_data(), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed,
+                               loader.num_workers, loader.pin_memory and device.type == "cuda")
     slowdown = cfg.workers.slowdown.get(rank, 1.0)
-    client = make_client(cfg, layout, rank, "worker", ctx.should_stop)
+    try:
+        opt = Optimizer(model, cfg, rank=rank, should_stop=ctx.should_stop,
+                        token=read_run_token(ctx.run_dir))  # joins and loads the parameters
+    except Interrupted:
+        return 0  # stopped before the shards answered
+    client = opt.client
     steps = 0
     try:
-        sync.load(client.register())
-        ctx.events.emit("ready", clock=client.clock, device=str(device))
+        ctx.events.emit("ready", clock=opt.clock, device=str(device))
         if not ctx.wait_for_start():
             return 0
-        while client.clock < cfg.train.steps_per_worker and not ctx.should_stop():
+        while opt.clock < cfg.train.steps_per_worker and not ctx.should_stop():
             t0 = time.perf_counter()
-            idx = next(batches)
-            x, y = task.x_train[idx].to(device), task.y_train[idx].to(device)
-            model.zero_grad(set_to_none=False)
+            x, y = next(batches)
+            x, y = task.inputs(x).to(device, non_blocking=True), task.targets(y).to(device, non_blocking=True)
+            opt.zero_grad(set_to_none=False)
             loss = task.loss(model(x), y)
             loss.backward()
-            grads = sync.gradients()
             compute_s = time.perf_counter() - t0
             if slowdown > 1.0 and ctx.stop.wait((slowdown - 1.0) * compute_s):
                 break
             t1 = time.perf_counter()
-            sync.load(client.push_pull(grads))
+            opt.step()
             steps += 1
-            ctx.events.emit("step", rank=rank, clock=client.clock, loss=loss.item(), compute_s=round(compute_s, 6),
+            ctx.events.emit("step", rank=rank, clock=opt.clock, loss=loss.item(), compute_s=round(compute_s, 6),
                             comm_s=round(time.perf_counter() - t1, 6), step_s=round(time.perf_counter() - t0, 6),
-                            gap=client.clock - min(client.min_clocks))
+                            gap=opt.clock - min(client.min_clocks))
     except Interrupted:
         pass  # stopped while waiting for a shard: leave as below
     finally:
-        client.leave()
-        client.close()
+        opt.close()
     # pushes: distinct pushes every shard acknowledged (seqs used), across restarts of this rank.
     ctx.events.emit("done", rank=rank, clock=client.clock, steps=steps, pushes=client.seq, resends=client.resends,
                     bytes_sent=client.bytes_sent, fp32_bytes=client.encoder.fp32_bytes,

@@ -11,6 +11,7 @@ from psgd.cli.bench import add_measurement_commands
 from psgd.config import ConfigError, load_config
 from psgd.launch.roles import ROLES, run_role
 from psgd.runtime.role import RoleFailed
+from psgd.runtime.user_errors import STARTUP_EXIT_CODE, StartupError
 
 
 def _progress_bar(total: int):
@@ -56,7 +57,19 @@ def cmd_launch(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             print(f"psgd launch: config error: {exc}", file=sys.stderr)
             return 2
-    run_dir = Path(args.resume) if args.resume else make_run_dir(cfg, args.out)
+    from psgd.launch.preflight import preflight, write_task_cache
+    try:
+        checked = preflight(cfg)  # the user's model and data, here, before anything is spawned
+    except StartupError as exc:
+        print(f"psgd launch: {exc}", file=sys.stderr)
+        return STARTUP_EXIT_CODE
+    try:
+        run_dir = Path(args.resume) if args.resume else make_run_dir(cfg, args.out)
+        write_task_cache(run_dir, checked)
+    except OSError as exc:
+        from psgd.runtime.safe_io import describe_os_error
+        print(f"psgd launch: {describe_os_error(exc, args.out)}; nothing was started", file=sys.stderr)
+        return 1
     print(f"run directory: {run_dir}{' (resuming)' if args.resume else ''}", file=sys.stderr)
     bar, update = _progress_bar(cfg.cluster.workers * cfg.train.steps_per_worker) if not args.quiet else (None, None)
     try:
@@ -96,12 +109,12 @@ def cmd_role(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         return run_role(args.command, args.index, cfg, args.run_dir, supervised=args.supervised)
-    except ConfigError as exc:
+    except (ConfigError, StartupError) as exc:  # the same every time: the launcher does not restart these
         print(f"{name}: {exc}", file=sys.stderr)
-        return 2
+        return STARTUP_EXIT_CODE
     except RoleFailed as exc:
         print(f"{name}: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -134,11 +147,18 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from psgd.wire.transport import generate_keys
+    from psgd.wire.transport import KeyFileExists, generate_keys
     if args.clients < 1:
         print("psgd keys generate: --clients must be >= 1", file=sys.stderr)
         return 2
-    written = generate_keys(args.dir, clients=args.clients)
+    try:
+        written = generate_keys(args.dir, clients=args.clients, force=args.force)
+    except KeyFileExists as exc:
+        print(f"psgd keys generate: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"psgd keys generate: cannot write {exc.filename or args.dir}: {exc.strerror}", file=sys.stderr)
+        return 1
     for path in written:
         print(path)
     print(f"server key pair and {args.clients} authorised client key pair(s) in {args.dir}; "
@@ -171,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen = keys_sub.add_parser("generate", help="make a server key pair and authorised client key pairs in DIR")
     gen.add_argument("dir")
     gen.add_argument("--clients", type=int, default=1, help="client key pairs to make and authorise")
+    gen.add_argument("--force", action="store_true", help="replace keys already in DIR (clients holding the "
+                     "old keys are locked out)")
     gen.set_defaults(func=cmd_keys)
     add_measurement_commands(sub)
 

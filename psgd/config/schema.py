@@ -94,6 +94,9 @@ class TaskConfig:
     batch_size: int = 32         # per worker
     model_args: dict[str, Any] = field(default_factory=dict)    # keyword arguments for the model
     dataset_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments for the dataset
+    # What y holds: integer class labels (classification) or float targets
+    # (regression). auto: a built-in dataset's own; classification for a user's.
+    objective: Literal["auto", "classification", "regression"] = "auto"
 
     def __post_init__(self):
         _check(bool(self.model), "model", "must not be empty")
@@ -130,7 +133,7 @@ class ScheduleConfig:
 
 @dataclass(frozen=True)
 class OptimizerConfig:
-    name: Literal["sgd", "momentum", "adam", "adagrad"] = "sgd"
+    name: Literal["sgd", "momentum", "adam", "adamw", "adagrad"] = "sgd"  # adamw: decoupled weight decay
     lr: float = 0.05
     momentum: float = 0.0        # sgd uses momentum when > 0; `momentum` defaults it to 0.9
     nesterov: bool = False
@@ -185,10 +188,21 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class LoaderConfig:
+    # The torch DataLoader that feeds each worker its share of the train split.
+    num_workers: int = 0         # loader processes per worker (for Datasets that load examples on access)
+    pin_memory: bool = True      # pinned batches, on cuda only
+
+    def __post_init__(self):
+        _check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
+
+
+@dataclass(frozen=True)
 class WorkersConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     slowdown: dict[int, float] = field(default_factory=dict)  # rank -> step-time multiplier (>= 1)
     pin_memory: bool = True      # stage gradients through pinned host buffers on cuda
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
 
     def __post_init__(self):
         for rank, mult in self.slowdown.items():

@@ -137,6 +137,9 @@ class DeferredPulls:
         self._queue = keep
         return out
 
+    def count(self, rank: int) -> int:
+        return sum(1 for p in self._queue if p.rank == rank)
+
     def drop_rank(self, rank: int) -> list[Any]:
         """Forget a rank's parked pulls (it re-registered); returns their tokens."""
         gone = [p.token for p in self._queue if p.rank == rank]

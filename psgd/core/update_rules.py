@@ -42,7 +42,7 @@ class UpdateRule:
         self.state: dict[str, torch.Tensor] = {}
         if cfg.name in ("sgd", "momentum") and self.momentum > 0:
             self.state["momentum_buffer"] = zeros()
-        elif cfg.name == "adam":
+        elif cfg.name in ("adam", "adamw"):
             self.state["exp_avg"] = zeros()
             self.state["exp_avg_sq"] = zeros()
             self._denom = zeros()  # scratch, reused every step (large temporaries cost page faults)
@@ -65,11 +65,13 @@ class UpdateRule:
             # g + lambda * g * g * (w_now - w_read), Zheng et al. 2017
             diff = params - read_params
             grad = grad + cfg.dc_asgd.lambda_ * grad * grad * diff
-        if cfg.weight_decay:
+        if cfg.weight_decay and cfg.name == "adamw":
+            params.mul_(1 - lr * cfg.weight_decay)  # decoupled (Loshchilov & Hutter), as torch.optim.AdamW
+        elif cfg.weight_decay:
             grad = grad.add(params, alpha=cfg.weight_decay)
         if cfg.name in ("sgd", "momentum"):
             self._sgd(params, grad, lr)
-        elif cfg.name == "adam":
+        elif cfg.name in ("adam", "adamw"):
             self._adam(params, grad, lr)
         else:
             self._adagrad(params, grad, lr)

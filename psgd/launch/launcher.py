@@ -31,7 +31,14 @@ from psgd.launch.supervise import PendingRestart, RestartBudget
 from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
 from psgd.runtime.ports import free_ports
-from psgd.runtime.role import START_FILE
+from psgd.launch.catch_up import unmerged_events
+from psgd.launch.summary_file import reserve_summary, write_summary
+from psgd.runtime.lifeline import PROCESSES_FILE
+from psgd.runtime.role import EXIT_NO_RETRY, START_FILE
+from psgd.runtime.safe_io import WriteFailed, describe_os_error
+from psgd.runtime.token import new_run_token
+
+SUMMARY_FILE = "summary.json"
 
 __all__ = ["Launcher", "LaunchFailed", "LaunchResult", "Progress", "make_run_dir", "resume_config"]
 
@@ -95,9 +102,12 @@ class Launcher:
         self.budget = RestartBudget(cfg.supervision)
         self._pending: list[PendingRestart] = []
         self._prior_time = 0.0  # training time of the runs this one resumes
+        self._metrics_error: Optional[WriteFailed] = None
 
     # ---- public -----------------------------------------------------------
     def run(self) -> LaunchResult:
+        """Never raises for a child's failure or a filesystem error: a full disk or a
+        read-only run directory ends the run with a one-line reason naming the file."""
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         code, reason, status = 0, "ok", "ok"
         if self.resume:
@@ -105,10 +115,19 @@ class Launcher:
                 self._load_previous()
             except LaunchFailed as exc:
                 return LaunchResult(1, str(exc), self.run_dir)
-        self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
-        self.cfg = self._resolve()
-        atomic_write(self.run_dir / CONFIG_FILE, dump_config(self.cfg))  # what every child reads
-        (self.run_dir / START_FILE).unlink(missing_ok=True)  # children wait for this run's start
+        try:
+            self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+            self._catch_up()
+            reserve_summary(self.run_dir / SUMMARY_FILE)
+            self.cfg = self._resolve()
+            atomic_write(self.run_dir / CONFIG_FILE, dump_config(self.cfg))  # what every child reads
+            new_run_token(self.run_dir)  # SHUTDOWN, live control and rank takeovers need it
+            (self.run_dir / START_FILE).unlink(missing_ok=True)  # children wait for this run's start
+        except (OSError, WriteFailed) as exc:
+            err = exc if isinstance(exc, WriteFailed) else describe_os_error(exc, self.run_dir)
+            if self._metrics is not None:
+                self._close_metrics()
+            return LaunchResult(1, f"{err}; nothing was started", self.run_dir)
         try:
             self._start_all()
             self._wait_ready()
@@ -119,6 +138,9 @@ class Launcher:
             self._supervise()
         except LaunchFailed as exc:
             code, reason, status = 1, str(exc), "failed"
+        except (OSError, WriteFailed) as exc:  # the launcher's own files (processes.json, start.json)
+            err = exc if isinstance(exc, WriteFailed) else describe_os_error(exc, self.run_dir)
+            code, reason, status = 1, str(err), "failed"
         except _Stopped:
             code = 128 + (self._signal or signal.SIGTERM)
             reason, status = f"stopped by signal {signal.Signals(self._signal).name}", "interrupted"
@@ -130,10 +152,21 @@ class Launcher:
                     signal.signal(s, h)
         wall = self._training_time or ((time.time() - self._t0) if self._t0 else self._prior_time)
         summary = summarize(self.cfg, self.events, wall, status=status, restarts=self.budget.total)
-        atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2))
-        self._metrics.close()
-        (self.run_dir / "processes.json").unlink(missing_ok=True)
+        summary["failure"] = reason if status == "failed" else None
+        unwritten = write_summary(self.run_dir / SUMMARY_FILE, summary)
+        if unwritten:
+            reason += f"; summary.json not written: {unwritten}"
+        self._close_metrics()
+        (self.run_dir / PROCESSES_FILE).unlink(missing_ok=True)
+        for tmp in self.run_dir.glob("*.tmp"):  # a write cut short by a full disk
+            tmp.unlink(missing_ok=True)
         return LaunchResult(code, reason, self.run_dir, summary)
+
+    def _close_metrics(self) -> None:
+        try:
+            self._metrics.close()
+        except OSError:
+            pass  # its last lines hit the same full disk; already reported
 
     # ---- phases -----------------------------------------------------------
     def _load_previous(self) -> None:
@@ -144,11 +177,22 @@ class Launcher:
         if metrics.exists():
             self.events = read_events(metrics)
         self.progress.steps = sum(1 for e in self.events if e.get("event") == "step")
-        summary = self.run_dir / "summary.json"
-        if summary.exists():
-            self._prior_time = float(json.loads(summary.read_text()).get("wall_time_s") or 0.0)
+        summary = self.run_dir / SUMMARY_FILE
+        prior = json.loads(summary.read_text()) if summary.exists() else {}
+        if prior.get("wall_time_s") is not None:
+            self._prior_time = float(prior["wall_time_s"])
         else:  # the launcher itself was killed: the last event time is the best estimate
             self._prior_time = max((float(e.get("t", 0.0)) for e in self.events), default=0.0)
+
+    def _catch_up(self) -> None:
+        """A resumed run first merges what the children of a killed launcher wrote
+        after it died (their last steps), so no step goes uncounted."""
+        if not self.resume:
+            return
+        for e in unmerged_events(self.run_dir / "events", self.events):
+            self.events.append(e)
+            self._metrics.write(json.dumps(e) + "\n")
+        self._tracker.progress.steps = sum(1 for e in self.events if e.get("event") == "step")
 
     def _resolve(self) -> Config:
         """The config with the addresses and ports this run uses filled in."""
@@ -180,7 +224,7 @@ class Launcher:
     def _write_processes(self) -> None:
         entries = [{"role": c.role, "index": c.index, "pid": c.proc.pid,
                     **({"address": c.address} if c.address else {})} for c in self.children]
-        atomic_write(self.run_dir / "processes.json", json.dumps(entries, indent=2))
+        atomic_write(self.run_dir / PROCESSES_FILE, json.dumps(entries, indent=2))
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -214,6 +258,8 @@ class Launcher:
     def _poll(self, started: bool) -> None:
         if self._signal is not None:
             raise _Stopped()
+        if self._metrics_error is not None:
+            raise LaunchFailed(f"{self._metrics_error}; metrics.jsonl ends there")
         for c in self.children:
             for e in c.events.read():
                 self._record(c, e)
@@ -231,6 +277,8 @@ class Launcher:
     def _crashed(self, c: Child, code: int) -> None:
         """Book a restart of a crashed child, or fail once its retries are spent."""
         cause = f"{c.name} exited with code {code}: {c.cause()}"
+        if code == EXIT_NO_RETRY:  # a bad config, user code or a damaged checkpoint: it would fail the same way
+            raise LaunchFailed(cause + " (a start-up error: not restarted)")
         pending = self.budget.schedule(c.role, c.index, time.monotonic(), c.address)
         if pending is None:
             used = self.budget.used(c.role, c.index)
@@ -254,7 +302,11 @@ class Launcher:
         if e.get("event") == "ready":
             child.ready = True
         self.events.append(e)
-        self._metrics.write(json.dumps(e) + "\n")
+        if self._metrics_error is None:
+            try:
+                self._metrics.write(json.dumps(e) + "\n")
+            except OSError as exc:  # the run fails at the next poll; the events stay in memory
+                self._metrics_error = describe_os_error(exc, self.run_dir / "metrics.jsonl")
         self.on_progress(self._tracker.record(e))
 
     def _shutdown(self, interrupted: bool = False) -> None:

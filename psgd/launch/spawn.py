@@ -11,6 +11,7 @@ from typing import Optional
 from psgd.config import Config
 from psgd.launch.roles import child_command
 from psgd.runtime.events import EventTail
+from psgd.runtime.lifeline import LAUNCHER_PID_ENV
 
 __all__ = ["Child", "spawn_child", "terminate", "kill"]
 
@@ -43,8 +44,9 @@ def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Opti
     """Start `role` `index` on the run's config.yaml, its output going to logs/ROLE-I.log."""
     (run_dir / "logs").mkdir(exist_ok=True)
     log = run_dir / "logs" / f"{role}-{index}.log"
+    # LAUNCHER_PID_ENV: the child dies with this process (runtime/lifeline.py).
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(cfg.run.threads),
-               MKL_NUM_THREADS=str(cfg.run.threads))
+               MKL_NUM_THREADS=str(cfg.run.threads), **{LAUNCHER_PID_ENV: str(os.getpid())})
     with open(log, "ab") as out:
         proc = subprocess.Popen(child_command(role, index, run_dir), stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)

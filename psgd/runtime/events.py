@@ -23,6 +23,7 @@ class EventLog:
         self.role = role
         self.index = index
         self.t0: Optional[float] = None
+        self.write_error: Optional[OSError] = None
         self._file = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -36,12 +37,28 @@ class EventLog:
             return
         rec = {"t": round(self.now(), 4), "role": self.role, "index": self.index, "event": event,
                **{k: _finite(v) for k, v in fields.items()}}
-        self._file.write(json.dumps(rec, default=_jsonable) + "\n")
+        try:
+            self._file.write(json.dumps(rec, default=_jsonable) + "\n")
+        except OSError as exc:
+            # A full disk must not crash training: events are the record of a run,
+            # not its state. Writing stops; `write_error` says why (and where).
+            self.write_error = exc
+            self._drop_file()
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as exc:
+                self.write_error = exc
             self._file = None
+
+    def _drop_file(self) -> None:
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        self._file = None
 
 
 def _finite(value):

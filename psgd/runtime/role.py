@@ -18,10 +18,12 @@ from typing import Optional
 
 from psgd.config import Config
 from psgd.runtime.events import EventLog
+from psgd.runtime.lifeline import forget_processes_file, launcher_pid_from_env, watch_parent
 
-__all__ = ["RoleContext", "RoleFailed", "start_role", "START_FILE"]
+__all__ = ["RoleContext", "RoleFailed", "start_role", "START_FILE", "EXIT_NO_RETRY"]
 
 START_FILE = "start.json"
+EXIT_NO_RETRY = 2  # like a config error: starting again would fail the same way
 
 
 @dataclass
@@ -64,7 +66,17 @@ class RoleContext:
 
 
 class RoleFailed(RuntimeError):
-    """A role could not start or run for a reason that is not the config's (exit code 1)."""
+    """A role could not start or run for a reason that is not the config's: exit
+    code 1, or EXIT_NO_RETRY when `retry` is False (it would fail the same way
+    again, e.g. a damaged checkpoint or a full disk: the launcher does not restart it)."""
+
+    def __init__(self, message: str, retry: bool = True):
+        super().__init__(message)
+        self.retry = retry
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.retry else EXIT_NO_RETRY
 
 
 def start_role(role: str, index: int, cfg: Config, run_dir: Optional[Path] = None,
@@ -81,4 +93,7 @@ def start_role(role: str, index: int, cfg: Config, run_dir: Optional[Path] = Non
     events = EventLog(path, role, index)
     if not supervised:
         events.t0 = time.time()  # no common start signal: this process's clock starts now
-    return RoleContext(cfg, role, index, run_dir, events, stop, supervised, os.getppid())
+    parent = launcher_pid_from_env() or os.getppid()
+    if supervised:  # never outlive the launcher, even one killed with -9
+        watch_parent(parent, lambda: forget_processes_file(run_dir, os.getpid()))
+    return RoleContext(cfg, role, index, run_dir, events, stop, supervised, parent)

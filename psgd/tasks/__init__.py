@@ -1,4 +1,8 @@
 """What is trained: built-in models and datasets, user plugins (`module:callable`), worker batches."""
-from psgd.tasks.registry import MLP, SmallCNN, Task, build_model, load_task, resolve_callable, worker_batches
+from psgd.tasks.contract import DatasetContractError
+from psgd.tasks.registry import (
+    MLP, SmallCNN, Task, TaskShape, build_model, load_task, resolve_callable, task_shape, worker_batches,
+)
 
-__all__ = ["Task", "load_task", "build_model", "worker_batches", "resolve_callable", "MLP", "SmallCNN"]
+__all__ = ["Task", "TaskShape", "DatasetContractError", "load_task", "task_shape", "build_model", "worker_batches",
+           "resolve_callable", "MLP", "SmallCNN"]

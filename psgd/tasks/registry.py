@@ -3,37 +3,66 @@
 Built-in datasets need no download: `digits` is the 8x8 handwritten digits
 set shipped inside scikit-learn; `synthetic` is linear regression with a
 known optimum. Users plug in their own with "module.path:callable"; a module
-next to the config file is importable. Datasets are materialised as tensors
-once, so batching is indexing.
+next to the config file is importable, and `psgd.launch` passes objects as
+"object:PATH" (tasks/objects.py). Every dataset is checked against the
+contract in tasks/contract.py and materialised as tensors once, so batching is
+indexing. Processes of a launched run read the splits the launcher already
+built (tasks/cache.py) and only the ones they need.
 """
 from __future__ import annotations
 
 import importlib
 import os
 import sys
+import threading
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
 from psgd.config import Config
+from psgd.tasks.cache import TaskShape, load_shape, load_split
+from psgd.tasks.contract import (
+    DatasetContractError, check_items, check_targets, is_tensor_pair, resolve_objective, split_tensors,
+)
+from psgd.tasks.loaders import TensorPairs, eval_batches
+from psgd.tasks.objects import is_object_spec, load_object
 
-__all__ = ["Task", "load_task", "build_model", "worker_batches", "resolve_callable"]
+__all__ = ["Task", "TaskShape", "load_task", "task_shape", "build_model", "worker_batches", "resolve_callable"]
 
 DATA_SPLIT_SEED = 1234  # fixed, so every run and mode sees the same test set
 
 
 @dataclass
 class Task:
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
+    """The splits a process loaded and the model's shape. Tensor data fills
+    x_*/y_*; a map-style Dataset is kept as `*_set` and read through a
+    DataLoader. A split the process did not ask for is None."""
+    x_train: Optional[torch.Tensor]
+    y_train: Optional[torch.Tensor]
+    x_test: Optional[torch.Tensor]
+    y_test: Optional[torch.Tensor]
+    shape: TaskShape
+    train_set: Optional[Dataset] = None
+    test_set: Optional[Dataset] = None
 
     @property
     def regression(self) -> bool:
-        return self.y_train.is_floating_point()
+        return self.shape.regression
+
+    @property
+    def lazy(self) -> bool:
+        """True when the data is a Dataset read on access rather than tensors in memory."""
+        return self.train_set is not None or self.test_set is not None
+
+    def train_data(self) -> Dataset:
+        return self.train_set if self.train_set is not None else TensorPairs(self.x_train, self.y_train)
+
+    def test_data(self) -> Dataset:
+        return self.test_set if self.test_set is not None else TensorPairs(self.x_test, self.y_test)
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.regression:
@@ -45,10 +74,10 @@ class Task:
         """(accuracy, mean loss) on the test set. For regression, accuracy is the
         fraction of predictions within 0.1 of the target."""
         model.eval()
-        total_loss, correct, n = 0.0, 0, len(self.y_test)
-        for i in range(0, n, chunk):
-            x = self.x_test[i:i + chunk].to(device)
-            y = self.y_test[i:i + chunk].to(device)
+        total_loss, correct, n = 0.0, 0, 0
+        for x, y in eval_batches(self.test_data(), chunk):
+            x, y = self.inputs(x).to(device), self.targets(y).to(device)
+            n += len(y)
             out = model(x)
             total_loss += float(self.loss(out, y)) * len(y)
             if self.regression:
@@ -57,6 +86,12 @@ class Task:
                 correct += int((out.argmax(dim=1) == y).sum())
         model.train()
         return correct / max(n, 1), total_loss / max(n, 1)
+
+    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float()
+
+    def targets(self, y: torch.Tensor) -> torch.Tensor:
+        return y.float() if self.regression else y.long()
 
 
 def resolve_callable(spec: str, base_dir: str) -> Callable:
@@ -105,29 +140,80 @@ def _split(x, y, test_fraction):
 BUILTIN_DATASETS = {"digits": _digits, "synthetic": _synthetic}
 
 
-def _as_tensors(ds) -> tuple[torch.Tensor, torch.Tensor]:
-    if isinstance(ds, tuple) and len(ds) == 2 and all(isinstance(t, torch.Tensor) for t in ds):
-        return ds
-    tensors = getattr(ds, "tensors", None)  # TensorDataset
-    if tensors is not None and len(tensors) == 2:
-        return tensors[0], tensors[1]
-    items = [ds[i] for i in range(len(ds))]
-    x = torch.stack([torch.as_tensor(it[0]) for it in items])
-    y = torch.as_tensor([it[1] for it in items]) if not torch.is_tensor(items[0][1]) else torch.stack([it[1] for it in items])
-    return x, y
+# What each built-in dataset holds, so a process that needs only the model's
+# shape (a server) never builds the data.
+BUILTIN_OBJECTIVES = {"digits": "classification", "synthetic": "regression"}
+BUILTIN_SHAPES = {"digits": lambda **_: TaskShape(64, 10, False),
+                  "synthetic": lambda dim=10, **_: TaskShape(dim, 1, True)}
+
+SPLITS = ("train", "test")
 
 
-def load_task(cfg: Config) -> Task:
+def _dataset_callable(cfg: Config):
     spec = cfg.task.dataset
-    fn = BUILTIN_DATASETS.get(spec) or resolve_callable(spec, cfg.base_dir)
-    result = fn(**cfg.task.dataset_args)
+    if spec in BUILTIN_DATASETS:
+        return BUILTIN_DATASETS[spec]
+    if is_object_spec(spec):
+        obj = load_object(spec)
+        return obj if callable(obj) else (lambda **_: obj)  # the (train, test) pair itself
+    return resolve_callable(spec, cfg.base_dir)
+
+
+def build_splits(cfg: Config) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor], TaskShape]:
+    """Calls the dataset, checks it against the contract and returns the
+    (x, y) of train and test with the model's shape. Raises DatasetContractError."""
+    spec = cfg.task.dataset
+    result = _dataset_callable(cfg)(**cfg.task.dataset_args)
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
-        raise ValueError(f"dataset {spec!r} must return (train, test), got {type(result).__name__}")
-    (xtr, ytr), (xte, yte) = (_as_tensors(d) for d in result)
-    xtr, xte = xtr.float(), xte.float()
-    if ytr.is_floating_point():
-        ytr, yte = ytr.float(), yte.float()
-    return Task(xtr, ytr, xte, yte)
+        raise DatasetContractError(f"dataset {spec!r} must return (train, test), got {type(result).__name__}")
+    objective = resolve_objective(cfg.task.objective, BUILTIN_OBJECTIVES.get(spec))
+    regression = objective == "regression"
+    if not all(is_tensor_pair(ds) for ds in result):
+        # Map-style Datasets stay as they are: checked on their first item, read on access.
+        firsts = [check_items(name, ds, objective) for name, ds in zip(SPLITS, result)]
+        if firsts[0].shape != firsts[1].shape:
+            raise DatasetContractError(f"train examples have shape {tuple(firsts[0].shape)} but test examples "
+                                       f"{tuple(firsts[1].shape)}")
+        # The number of classes is unknown without reading every label: only the user's own model can say.
+        return result[0], result[1], TaskShape(firsts[0].numel(), 1 if regression else 0, regression)
+    splits = []
+    for name, ds in zip(SPLITS, result):
+        x, y = split_tensors(name, ds)
+        check_targets(name, y, objective)
+        splits.append((x.float(), y.float() if regression else y.long()))
+    (xtr, ytr), (xte, yte) = splits
+    if xtr.shape[1:] != xte.shape[1:]:
+        raise DatasetContractError(f"train examples have shape {tuple(xtr.shape[1:])} but test examples "
+                                   f"{tuple(xte.shape[1:])}")
+    outputs = 1 if regression else int(max(ytr.max(), yte.max())) + 1
+    return splits[0], splits[1], TaskShape(xtr[0].numel(), outputs, regression)
+
+
+def load_task(cfg: Config, run_dir: Optional[Union[str, Path]] = None,
+              splits: Sequence[str] = SPLITS) -> Task:
+    """The task with the `splits` asked for. In a launched run (`run_dir` with the
+    launcher's task cache) those splits are read from it; otherwise the
+    dataset is built here."""
+    shape = load_shape(run_dir)
+    cached = {name: load_split(run_dir, name) for name in splits} if shape is not None else {}
+    if shape is None or any(v is None for v in cached.values()):
+        train, test, shape = build_splits(cfg)
+        cached = {k: v for k, v in (("train", train), ("test", test)) if k in splits}
+    sets = {k: v for k, v in cached.items() if not isinstance(v, tuple)}
+    (xtr, ytr) = cached.get("train") if "train" in cached and "train" not in sets else (None, None)
+    (xte, yte) = cached.get("test") if "test" in cached and "test" not in sets else (None, None)
+    return Task(xtr, ytr, xte, yte, shape, sets.get("train"), sets.get("test"))
+
+
+def task_shape(cfg: Config, run_dir: Optional[Union[str, Path]] = None) -> TaskShape:
+    """The model's input/output shape without building the data where possible:
+    from the run's task cache, or a built-in dataset's known shape."""
+    shape = load_shape(run_dir)
+    if shape is not None:
+        return shape
+    if cfg.task.dataset in BUILTIN_SHAPES and cfg.task.objective in ("auto", BUILTIN_OBJECTIVES[cfg.task.dataset]):
+        return BUILTIN_SHAPES[cfg.task.dataset](**cfg.task.dataset_args)
+    return build_splits(cfg)[2]
 
 
 class MLP(nn.Module):
@@ -171,14 +257,29 @@ def _linear(in_features: int, num_outputs: int, **_):
 BUILTIN_MODELS = {"mlp": MLP, "cnn": SmallCNN, "linear": _linear}
 
 
-def build_model(cfg: Config, task: Task) -> nn.Module:
-    """The model with the run's initial parameters (seeded: identical in every process)."""
+# Seeding and building share torch's global generator: shards, clients and tests
+# that build models on several threads of one process take turns.
+_BUILD_LOCK = threading.Lock()
+
+
+def build_model(cfg: Config, task: Union[Task, TaskShape]) -> nn.Module:
+    """The model with the run's initial parameters (seeded: identical in every process and thread)."""
+    with _BUILD_LOCK:
+        return _build_model(cfg, task)
+
+
+def _build_model(cfg: Config, task: Union[Task, TaskShape]) -> nn.Module:
     torch.manual_seed(cfg.run.seed)
     spec = cfg.task.model
+    shape = task.shape if isinstance(task, Task) else task
     if spec in BUILTIN_MODELS:
-        in_features = task.x_train[0].numel()
-        outputs = 1 if task.regression else int(task.y_train.max()) + 1
-        model = BUILTIN_MODELS[spec](in_features, outputs, **cfg.task.model_args)
+        if shape.num_outputs < 1:
+            raise ValueError(f"the built-in model {spec!r} needs the number of classes, which a Dataset read on "
+                             "access does not tell: use your own model (task.model: module:callable)")
+        model = BUILTIN_MODELS[spec](shape.in_features, shape.num_outputs, **cfg.task.model_args)
+    elif is_object_spec(spec):
+        obj = load_object(spec)  # a module (its own parameters) or a callable making one
+        model = obj if isinstance(obj, nn.Module) else obj(**cfg.task.model_args)
     else:
         model = resolve_callable(spec, cfg.base_dir)(**cfg.task.model_args)
         if not isinstance(model, nn.Module):

@@ -83,6 +83,7 @@ class Register(Record):
     rank: int = 0
     role: str = "worker"        # worker | evaluator
     fingerprint: str = ""
+    token: str = ""             # the run token: lets a worker take over a rank bound to another connection
     shm: str = ""               # offered shared-memory segment (psgd.wire.shm), "" for none
     shm_token: str = ""         # hex token the segment's header must carry
 
@@ -94,6 +95,7 @@ class Welcome(Record):
     version: int = 0            # updates applied to this shard so far
     clock: int = 0              # clock the worker continues from
     last_seq: int = -1          # last push seq applied for this worker (for resumed clients)
+    session: str = ""           # workers: heartbeats for the rank must carry this
     shm: bool = False           # the offered segment is attached: payloads may travel through it
 
 
@@ -146,6 +148,7 @@ class Ack(Record):
 class Heartbeat(Record):
     TYPE: ClassVar[MsgType] = MsgType.HEARTBEAT
     rank: int = 0
+    session: str = ""           # from the rank's WELCOME (heartbeats come from another socket)
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,7 @@ class StatsReply(Record):
 @dataclass(frozen=True)
 class Shutdown(Record):
     TYPE: ClassVar[MsgType] = MsgType.SHUTDOWN
+    token: str = ""             # the run token (RUN_DIR/run.token)
 
 
 @dataclass(frozen=True)
@@ -224,7 +228,7 @@ def decode(frames: Sequence[Any]) -> tuple[Record, list]:
     if not (isinstance(obj, list) and len(obj) == 4):
         raise ProtocolError("bad_header", "header must be [version, type, request_id, fields]")
     version, mtype, req, fields = obj
-    if version != PROTOCOL_VERSION:
+    if type(version) is not int or version != PROTOCOL_VERSION:  # True == 1, but is not a version
         raise ProtocolError("bad_version", f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
     if not isinstance(mtype, int) or isinstance(mtype, bool) or mtype not in RECORDS:
         raise ProtocolError("bad_type", f"unknown message type {mtype!r}")

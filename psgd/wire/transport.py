@@ -13,17 +13,18 @@ directory, checked by a ZAP authenticator thread (one per process).
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
+from psgd.wire.keyfiles import AUTHORIZED_DIR, SERVER_KEY, KeyFileExists, generate_key_files
+
 __all__ = ["ServerSocket", "ShardConnections", "SendTracker", "TransportError", "tcp_address", "CurveKeys",
-           "generate_keys", "server_keys", "client_keys", "zmq_context"]
+           "generate_keys", "KeyFileExists", "PEER_SEND_HWM", "server_keys", "client_keys", "zmq_context"]
 
 
 class TransportError(RuntimeError):
@@ -40,24 +41,13 @@ class CurveKeys:
     authorized_dir: Optional[Path] = None
 
 
-SERVER_KEY = "server"
-AUTHORIZED_DIR = "authorized"
 
 
-def generate_keys(directory, clients: int = 1) -> list[Path]:
+def generate_keys(directory, clients: int = 1, force: bool = False) -> list[Path]:
     """Make DIR/server.key(_secret), `clients` client key pairs DIR/client[-k].key(_secret)
-    and copy their public keys into DIR/authorized/. Returns the files written."""
-    d = Path(directory)
-    (d / AUTHORIZED_DIR).mkdir(parents=True, exist_ok=True)
-    written = list(zmq.auth.create_certificates(d, SERVER_KEY))
-    for k in range(clients):
-        name = "client" if k == 0 else f"client-{k}"
-        public, secret = zmq.auth.create_certificates(d, name)
-        written += [Path(public), Path(secret), Path(shutil.copy(public, d / AUTHORIZED_DIR))]
-    for path in written:
-        if str(path).endswith("_secret"):
-            os.chmod(path, 0o600)
-    return [Path(p) for p in written]
+    and copy their public keys into DIR/authorized/. Returns the files written.
+    Refuses to replace existing keys unless `force` (see keyfiles.py)."""
+    return generate_key_files(directory, clients, force)
 
 
 def _load(path: Path, need_secret: bool) -> tuple[bytes, bytes]:
@@ -119,6 +109,12 @@ _CTX_PID = -1
 # below its own copy threshold, 64 KiB, even when asked not to).
 TRACK_MIN_BYTES = 1 << 16
 
+# Per-peer queue bounds of a server socket, in messages. A worker has one
+# request per shard in flight (heartbeats use their own socket), so only a
+# client that does not read its replies reaches these.
+PEER_SEND_HWM = 8
+PEER_RECV_HWM = 64
+
 
 class ServerSocket:
     """A bound ROUTER socket. `recv` returns (identity, frames) or None on timeout."""
@@ -132,10 +128,18 @@ class ServerSocket:
             self._sock.curve_publickey = curve.public
             self._sock.curve_server = True
         self._sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
-        # Deferred replies can pile up for a slow client; never drop them silently.
+        # Memory per peer is bounded: at most PEER_SEND_HWM replies queue for one
+        # client (ROUTER_MANDATORY reports a full queue instead of blocking). A
+        # client that lets them pile up is cut off (and counted by the caller):
+        # further replies to it are dropped until it reads again. A real client that missed
+        # one (a burst of its own resends) resends after its timeout.
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._sock.setsockopt(zmq.SNDHWM, 0)
-        self._sock.setsockopt(zmq.RCVHWM, 0)
+        self._sock.setsockopt(zmq.SNDHWM, PEER_SEND_HWM)
+        self._sock.setsockopt(zmq.RCVHWM, PEER_RECV_HWM)
+        self._curve = curve is not None
+        self.cut_off: set[bytes] = set()    # peers whose reply queue is full right now
+        self.on_cut_off: Callable[[bytes], None] = lambda identity: None
+        self.peer_key: Optional[str] = None  # Curve public key (Z85) of the last message's sender
         try:
             self._sock.bind(tcp_address(address))
         except zmq.ZMQError as exc:
@@ -146,20 +150,35 @@ class ServerSocket:
         self._poller.register(self._sock, zmq.POLLIN)
 
     def recv(self, timeout_ms: int) -> Optional[tuple[bytes, list]]:
+        """The next message as (identity, frames), or None on timeout."""
         if not self._poller.poll(timeout_ms):
             return None
         parts = self._sock.recv_multipart(copy=False)
-        return parts[0].bytes, [p.buffer for p in parts[1:]]
+        identity = parts[0].bytes
+        if self._curve:
+            self.peer_key = parts[0].get("User-Id")  # set by the ZAP handler: the client's public key
+        return identity, [p.buffer for p in parts[1:]]
 
     def send(self, identity: bytes, frames: Sequence) -> bool:
-        """Send a reply; returns False if the peer is gone (its reply is dropped)."""
+        """Send a reply without blocking; returns False if the peer is gone or
+        its reply queue is full (the reply is dropped and counted)."""
         try:
-            self._sock.send_multipart([identity, *frames], copy=False)
-            return True
+            self._sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
         except zmq.ZMQError as exc:
-            if exc.errno == zmq.EHOSTUNREACH:
-                return False
-            raise
+            return self._unsent(identity, exc)
+        self._sock.send_multipart(list(frames), copy=False)  # the rest of a started message never blocks
+        self.cut_off.discard(identity)
+        return True
+
+    def _unsent(self, identity: bytes, exc: zmq.ZMQError) -> bool:
+        if exc.errno == zmq.EAGAIN:  # its queue is at the high-water mark
+            if identity not in self.cut_off:
+                self.cut_off.add(identity)
+                self.on_cut_off(identity)
+            return False
+        if exc.errno == zmq.EHOSTUNREACH:
+            return False
+        raise exc
 
     def send_tracked(self, identity: bytes, frames: Sequence) -> Optional["SendTracker"]:
         """Send a reply whose buffers the caller will modify later; returns a
@@ -168,7 +187,12 @@ class ServerSocket:
         # Small frames (identity, header) are copied: cheaper than tracking them,
         # and only the large ones can alias memory the caller will change.
         try:
-            self._sock.send(identity, zmq.SNDMORE)
+            self._sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            self._unsent(identity, exc)
+            return None
+        self.cut_off.discard(identity)
+        try:
             trackers = []
             last = len(frames) - 1
             for i, frame in enumerate(frames):

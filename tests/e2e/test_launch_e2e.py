@@ -84,11 +84,17 @@ def test_bad_config_fails_fast_naming_the_key(small_config, tmp_path, override, 
 
 @pytest.mark.timeout(60)
 def test_crashed_child_is_reported_with_its_cause(small_config, tmp_path):
-    (tmp_path / "broken.py").write_text("def data():\n    raise RuntimeError('dataset exploded')\n")
-    config = small_config(task={"dataset": "broken:data"})
+    # Pre-flight runs this forward in the launcher and passes; the children then crash while training.
+    (tmp_path / "broken.py").write_text(
+        "import sys\nfrom torch import nn\n\n\nclass Net(nn.Linear):\n"
+        "    def forward(self, x):\n"
+        "        if '--supervised' in sys.argv:\n"
+        "            raise RuntimeError('forward exploded')\n"
+        "        return super().forward(x)\n\n\ndef make():\n    return Net(64, 10)\n")
+    config = small_config(task={"model": "broken:make"}, supervision={"max_restarts": 0})
     code, output, summary = launch(config, tmp_path / "run", timeout=45)
     assert code == 1
-    assert "exited with code 1" in output and "dataset exploded" in output
+    assert "exited with code 1" in output and "forward exploded" in output
     assert summary["status"] == "failed"
 
 

@@ -63,6 +63,7 @@ def test_shared_memory_carries_exactly_the_bytes_of_tcp(encoding):
             assert torch.equal(over_shm.pull()[0], last)  # untouched, byte for byte
             sa, sb = over_shm.stats()[0], over_tcp.stats()[0]
             assert sa["counters"]["rejected_nonfinite"] == 1
+            assert sa["counters"]["shm_attached"] == 1 and "shm_attached" not in sb["counters"]
             assert sa["version"] == sb["version"] == 30
         finally:
             for c in (over_shm, over_tcp):

@@ -15,6 +15,8 @@ RULES = {
                  lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True)),
     "adam": (["optimizer.name=adam", "optimizer.lr=0.01", "optimizer.weight_decay=0.001"],
              lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.001)),
+    "adamw": (["optimizer.name=adamw", "optimizer.lr=0.01", "optimizer.weight_decay=0.1"],
+              lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1)),
     "adagrad": (["optimizer.name=adagrad", "optimizer.lr=0.1", "optimizer.eps=1e-10"],
                 lambda p: torch.optim.Adagrad(p, lr=0.1, eps=1e-10)),
 }

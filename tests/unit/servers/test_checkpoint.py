@@ -4,6 +4,7 @@ import pytest
 import torch
 from psgd.config import load_config
 from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint, read_log
+from psgd.servers.snapshot_file import read_snapshot
 from psgd.servers.state import PushStatus, ShardState
 
 
@@ -40,7 +41,6 @@ def test_restart_replays_log_after_snapshot_bit_identical(tmp_path, mode):
         if n == 4:
             ckpt.save(live)  # mid-run snapshot; later pushes only live in the log
     # The process dies here: no final save. A new shard resumes from disk.
-    ckpt._log.flush()
     back = fresh(cfg)
     info = ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint).resume(back)
     assert info["replayed"] == len(pushes) - 5
@@ -95,9 +95,15 @@ def test_snapshot_loads_with_weights_only_and_is_replaced_atomically(tmp_path):
     ckpt = ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint)
     ckpt.resume(state)
     ckpt.save(state)
-    sd = torch.load(ckpt.path, weights_only=True)
+    sd = read_snapshot(ckpt.path)  # checksum checked, then torch.load(weights_only=True)
     assert sd["generation"] == ckpt.generation == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["shard-0.log.2", "shard-0.pt"]
+    assert read_snapshot(ckpt.files.previous)["generation"] == 1
+    # The previous snapshot and every log after it are kept to fall back on.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shard-0.log.1", "shard-0.log.2", "shard-0.prev.pt",
+                                                          "shard-0.pt"]
+    ckpt.save(state)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shard-0.log.2", "shard-0.log.3", "shard-0.prev.pt",
+                                                          "shard-0.pt"]
 
 
 def test_due_by_update_count(tmp_path):
@@ -125,3 +131,89 @@ def test_log_size_bounds_the_time_between_snapshots(tmp_path):
         ckpt.log_push(0, seq, seq, state.version, g)
         seq += 1
     assert seq == 4
+
+
+def run_with_snapshots(tmp_path, cfg, sparse_every=2):
+    """Pushes (every other one sparse, some with a NaN) with snapshots after push 4 and 9;
+    returns the live state after 13 pushes (the process then 'dies')."""
+    gen = torch.Generator().manual_seed(1)
+    live = fresh(cfg)
+    ckpt = ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint)
+    ckpt.resume(live)
+    live.register(0, 0.0)
+    ckpt.log_join(0)
+    for n in range(13):
+        if n % sparse_every:
+            idx = torch.randperm(NUMEL, generator=gen)[:5].to(torch.int32)
+            vals = torch.randn(5, generator=gen)
+            if n == 7:
+                vals[2] = float("nan")  # refused, logged, refused again on replay
+            grad = (idx, vals)
+        else:
+            grad = torch.randn(NUMEL, generator=gen)
+        read = live.version
+        live.push(0, n, n, read, grad)
+        ckpt.log_push(0, n, n, read, grad)
+        if n in (4, 9):
+            ckpt.save(live)
+    ckpt.close()
+    return live
+
+
+def test_sparse_pushes_replay_bit_identically(tmp_path):
+    cfg = make_cfg()
+    live = run_with_snapshots(tmp_path, cfg)
+    assert live.counters["rejected_nonfinite"] == 1
+    back = fresh(cfg)
+    info = ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint).resume(back)
+    assert info["replayed"] == 3 and info["skipped"] == []
+    assert torch.equal(back.params, live.params) and back.version == live.version
+    assert back.counters["rejected_nonfinite"] == 1
+
+
+def test_damaged_newest_snapshot_falls_back_to_previous_plus_logs(tmp_path):
+    cfg = make_cfg()
+    live = run_with_snapshots(tmp_path, cfg)
+    newest = tmp_path / "shard-0.pt"
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    newest.write_bytes(bytes(data))
+    back = fresh(cfg)
+    ckpt = ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint)
+    info = ckpt.resume(back)
+    assert info["skipped"] == [str(newest)] and info["replayed"] == 5 + 3
+    assert torch.equal(back.params, live.params) and back.version == live.version
+    assert back.last_seq == live.last_seq
+    # The damaged file was replaced, and the good one it fell back on is still the fallback.
+    # Generations: 1 at start, 2 after push 4, 3 after push 9 (damaged), 4 written on resume.
+    assert read_snapshot(newest)["version"] == live.version and read_snapshot(newest)["generation"] == 4
+    assert read_snapshot(tmp_path / "shard-0.prev.pt")["generation"] == 2
+    assert sorted(p.name for p in tmp_path.glob("shard-0.log.*")) == ["shard-0.log.2", "shard-0.log.3",
+                                                                       "shard-0.log.4"]
+    ckpt.close()
+    again = fresh(cfg)
+    assert ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint).resume(again)["replayed"] == 0
+    assert torch.equal(again.params, live.params)
+
+
+def test_damaged_log_record_stops_replay_naming_the_file(tmp_path):
+    cfg = make_cfg()
+    run_with_snapshots(tmp_path, cfg)
+    logs = sorted(tmp_path.glob("shard-0.log.*"), key=lambda p: int(p.suffix[1:]))
+    data = bytearray(logs[-1].read_bytes())
+    data[len(data) // 3] ^= 0x01
+    logs[-1].write_bytes(bytes(data))
+    with pytest.raises(CheckpointError) as err:
+        ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint).resume(fresh(cfg))
+    assert str(logs[-1]) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_no_usable_snapshot_is_one_error_naming_both_files(tmp_path):
+    cfg = make_cfg()
+    run_with_snapshots(tmp_path, cfg)
+    for name in ("shard-0.pt", "shard-0.prev.pt"):
+        (tmp_path / name).write_bytes((tmp_path / name).read_bytes()[:50])
+    with pytest.raises(CheckpointError) as err:
+        ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint).resume(fresh(cfg))
+    msg = str(err.value)
+    assert str(tmp_path / "shard-0.pt") in msg and str(tmp_path / "shard-0.prev.pt") in msg and "\n" not in msg

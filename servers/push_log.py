@@ -1,0 +1,188 @@
+"""The shard's push log: every state change since the last snapshot, one
+checksummed record each, appended before the change is acknowledged.
+
+A record is a 16-byte head ``<meta length, payload length, CRC32C(meta +
+payload), CRC32C(first 12 head bytes)>``, then msgpack meta, then raw payload:
+
+- ``["push", rank, seq, clock, read_version]`` + the float32 gradient bytes;
+- ``["push_sparse", rank, seq, clock, read_version, nnz]`` + nnz int32
+  indices then nnz float32 values (a top-k push, stored as it arrived);
+- ``["join", rank]`` / ``["depart", rank]``, no payload.
+
+Reading tells a torn tail from corruption. A process kill leaves a prefix of
+what was written, so the last record can only be cut short: fewer bytes than
+a head, or a valid head whose body runs past the end of the file. That record
+was never acknowledged and is ignored. Anything else (a head or body whose
+checksum fails) is damage, and `read_log` raises LogCorrupt naming the file
+and byte offset instead of dropping the acknowledged records after it.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterator, Optional, Union
+
+import crc32c
+import msgpack
+import torch
+
+__all__ = ["PushLogWriter", "LogRecord", "LogCorrupt", "read_log",
+           "OP_PUSH", "OP_PUSH_SPARSE", "OP_JOIN", "OP_DEPART"]
+
+OP_PUSH = "push"
+OP_PUSH_SPARSE = "push_sparse"
+OP_JOIN = "join"
+OP_DEPART = "depart"
+
+_HEAD = struct.Struct("<IIII")
+_HEAD_CRC_SPAN = 12  # the head checksum covers the three fields before it
+
+Gradient = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
+
+
+class LogCorrupt(RuntimeError):
+    """A damaged record in the middle of a push log: replay must stop here."""
+
+    def __init__(self, path: Path, offset: int, record: int, why: str):
+        self.path, self.offset = Path(path), offset
+        super().__init__(f"push log {path} is damaged at byte {offset} (record {record}): {why}; "
+                         "the records after it cannot be trusted, so replay stops")
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    op: str
+    rank: int
+    seq: int = 0
+    clock: int = 0
+    read_version: int = 0
+    grad: Optional[Gradient] = None  # dense float32 tensor or (int32 indices, float32 values)
+
+
+class PushLogWriter:
+    """Appends records to one log file. A failed write (disk full) truncates
+    the file back to its last whole record and re-raises, so a later append
+    never lands behind garbage."""
+
+    def __init__(self, path: Path, fsync: bool = False):
+        self.path = Path(path)
+        self.fsync = fsync
+        self._f: Optional[BinaryIO] = open(self.path, "ab")
+        self.offset = self._f.tell()
+        self.records = 0
+        self.nbytes = 0
+
+    def push(self, rank: int, seq: int, clock: int, read_version: int, grad: Gradient) -> None:
+        if isinstance(grad, tuple):
+            indices, values = grad
+            if indices.dtype != torch.int32:
+                indices = indices.to(torch.int32)
+            self._append([OP_PUSH_SPARSE, rank, seq, clock, read_version, int(values.numel())],
+                         _bytes(indices), _bytes(values.float()))
+        else:
+            self._append([OP_PUSH, rank, seq, clock, read_version], _bytes(grad.float()))
+
+    def join(self, rank: int) -> None:
+        self._append([OP_JOIN, rank])
+
+    def depart(self, rank: int) -> None:
+        self._append([OP_DEPART, rank])
+
+    def _append(self, meta: list, *payload) -> None:
+        m = msgpack.packb(meta)
+        crc = crc32c.crc32c(m)
+        plen = 0
+        for part in payload:
+            crc = crc32c.crc32c(part, crc)
+            plen += part.nbytes
+        head = struct.pack("<III", len(m), plen, crc)
+        head += struct.pack("<I", crc32c.crc32c(head))
+        try:
+            self._f.write(head + m)
+            for part in payload:
+                self._f.write(part)
+            self._f.flush()  # into the kernel: survives a kill of this process
+            if self.fsync:
+                os.fsync(self._f.fileno())
+        except OSError:
+            self._truncate_to_last_record()
+            raise
+        size = _HEAD.size + len(m) + plen
+        self.offset += size
+        self.records += 1
+        self.nbytes += size
+
+    def _truncate_to_last_record(self) -> None:
+        try:
+            self._f.close()  # drops what is still buffered (its flush may fail again)
+        except OSError:
+            pass
+        try:
+            os.truncate(self.path, self.offset)
+            self._f = open(self.path, "ab")
+        except OSError:
+            self._f = None  # nothing more can be written; the caller stops the shard
+
+    def close(self) -> None:
+        if self._f is not None:
+            try:
+                self._f.close()
+            finally:
+                self._f = None
+
+
+def _bytes(t: torch.Tensor) -> memoryview:
+    return memoryview(t.detach().contiguous().cpu().numpy()).cast("B")
+
+
+def read_log(path: Path) -> Iterator[LogRecord]:
+    """Every intact record of the log at `path` (none if it does not exist);
+    stops quietly at a torn tail, raises LogCorrupt at damage."""
+    path = Path(path)
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    pos, n = 0, 0
+    while len(data) - pos >= _HEAD.size:
+        mlen, plen, crc, head_crc = _HEAD.unpack_from(data, pos)
+        if crc32c.crc32c(data[pos:pos + _HEAD_CRC_SPAN]) != head_crc:
+            raise LogCorrupt(path, pos, n, "record head checksum mismatch")
+        start = pos + _HEAD.size
+        end = start + mlen + plen
+        if end > len(data):
+            return  # torn tail: cut short by a crash, never acknowledged
+        body = memoryview(data)[start:end]
+        if crc32c.crc32c(body) != crc:
+            raise LogCorrupt(path, pos, n, "record checksum mismatch")
+        yield _parse(path, pos, n, bytes(body[:mlen]), body[mlen:])
+        pos, n = end, n + 1
+
+
+def _parse(path: Path, pos: int, n: int, meta_bytes: bytes, payload: memoryview) -> LogRecord:
+    try:
+        meta = msgpack.unpackb(meta_bytes)
+        op, rank = meta[0], int(meta[1])
+        if op == OP_PUSH:
+            if payload.nbytes % 4:
+                raise ValueError("gradient bytes not a multiple of 4")
+            grad = torch.frombuffer(bytearray(payload), dtype=torch.float32)
+            return LogRecord(op, rank, int(meta[2]), int(meta[3]), int(meta[4]), grad)
+        if op == OP_PUSH_SPARSE:
+            nnz = int(meta[5])
+            if payload.nbytes != 8 * nnz:
+                raise ValueError(f"sparse payload of {payload.nbytes} bytes for nnz {nnz}")
+            buf = bytearray(payload)
+            if nnz == 0:
+                grad = (torch.empty(0, dtype=torch.int32), torch.empty(0))
+            else:
+                grad = (torch.frombuffer(buf, dtype=torch.int32, count=nnz),
+                        torch.frombuffer(buf, dtype=torch.float32, offset=4 * nnz, count=nnz))
+            return LogRecord(op, rank, int(meta[2]), int(meta[3]), int(meta[4]), grad)
+        if op in (OP_JOIN, OP_DEPART):
+            return LogRecord(op, rank)
+        raise ValueError(f"unknown operation {op!r}")
+    except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
+        # The checksum matched, so this was written like this: a bug or another format.
+        raise LogCorrupt(path, pos, n, f"unreadable record: {exc}") from None

@@ -1,0 +1,62 @@
+"""`psgd.serve`: one parameter-server shard, blocking, in the calling process.
+
+The `psgd server` command and the launcher's server role run through here;
+a user can also host a shard inside their own program. The shard serves until
+`stop` is set, `should_stop()` turns true, or a registered client sends
+SHUTDOWN. Called from the main thread without a `stop` event, SIGINT and
+SIGTERM stop it (the previous handlers come back afterwards).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from psgd.config import ConfigError
+from psgd.config.coerce import ConfigLike, as_config
+from psgd.runtime.events import EventLog
+from psgd.runtime.token import read_run_token
+from psgd.runtime.user_errors import user_code
+from psgd.wire.curve import server_curve
+from psgd.servers.checkpoint import ShardCheckpoint
+from psgd.servers.shard import ShardServer, initial_shard_params
+
+__all__ = ["serve"]
+
+
+def serve(cfg: ConfigLike, shard: int = 0, *, overrides: Sequence[str] = (), address: Optional[str] = None,
+          run_dir: Optional[Path] = None, stop: Optional[threading.Event] = None,
+          should_stop: Callable[[], bool] = lambda: False, events: Optional[EventLog] = None) -> None:
+    """Serve shard `shard` of `cfg` at `address` (default: `cluster.servers[shard]`).
+    Shards of a run directory checkpoint into RUN_DIR/checkpoints and resume from it.
+    Raises ConfigError for a bad config, StartupError when the user's model fails."""
+    cfg = as_config(cfg, overrides)
+    if not 0 <= shard < cfg.cluster.num_servers:
+        raise ConfigError("cluster.servers", f"no shard {shard} (there are {cfg.cluster.num_servers})")
+    if address is None:
+        if isinstance(cfg.cluster.servers, int):
+            raise ConfigError("cluster.servers", "a single server needs the list of host:port addresses")
+        address = cfg.cluster.servers[shard]
+    events = events or EventLog(None, "server", shard)
+    curve = server_curve(cfg)  # before the model is built: missing keys fail fast
+    with user_code(f"model {cfg.task.model!r}"):
+        params, fingerprint = initial_shard_params(cfg, shard, run_dir)
+    checkpoint = None
+    if cfg.checkpoint.enabled and run_dir is not None:
+        checkpoint = ShardCheckpoint(Path(run_dir) / "checkpoints", shard, fingerprint, cfg.checkpoint)
+    server = ShardServer(cfg, shard, address, params, fingerprint, events, checkpoint=checkpoint, curve=curve,
+                         run_token=read_run_token(run_dir))
+    if server.resumed is not None:
+        events.emit("resumed", **server.resumed)
+    events.emit("ready", address=server.address, numel=params.numel())
+    own_stop = stop is None
+    stop = stop or threading.Event()
+    restore = {}
+    if own_stop and threading.current_thread() is threading.main_thread():
+        restore = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.serve(stop, should_stop)  # serves at once: workers register before any start signal
+    finally:
+        for s, handler in restore.items():
+            signal.signal(s, handler)

@@ -1,0 +1,40 @@
+"""`import psgd`: the public names, loaded lazily."""
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import psgd
+
+
+def test_import_psgd_loads_neither_torch_nor_zmq():
+    code = "import sys, psgd; print('torch' in sys.modules, 'zmq' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_every_public_name_resolves():
+    for name in psgd.__all__:
+        assert getattr(psgd, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        psgd.nope  # noqa: B018
+
+
+def test_launch_stays_callable_after_the_launch_package_was_imported():
+    import psgd.launch.cluster_env  # noqa: F401  binds psgd.launch to the package
+    assert callable(psgd.launch)
+
+
+def test_load_config_takes_a_path_a_mapping_or_a_config_with_overrides(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"optimizer": {"name": "adam", "lr": 0.01}}))
+    from_path = psgd.load_config(path, overrides=["cluster.workers=3"])
+    from_dict = psgd.load_config({"optimizer": {"name": "adam", "lr": 0.01}}, overrides=["cluster.workers=3"])
+    assert from_path.optimizer == from_dict.optimizer and from_path.cluster.workers == from_dict.cluster.workers == 3
+    again = psgd.load_config(from_dict, overrides=["optimizer.lr=0.5"])
+    assert again.optimizer.lr == 0.5 and again.cluster.workers == 3
+    with pytest.raises(psgd.ConfigError, match="optimizer.lrr: unknown key"):
+        psgd.load_config({"optimizer": {"lrr": 1}})
+    with pytest.raises(TypeError, match="a YAML path or a mapping"):
+        psgd.load_config(42)

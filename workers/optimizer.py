@@ -1,0 +1,178 @@
+"""`psgd.Optimizer`: the parameter servers behind a torch.optim-style optimizer.
+
+    model = MyNet()
+    opt = psgd.Optimizer(model, "job.yaml", optimizer=torch.optim.Adam(model.parameters(), lr=1e-3))
+    for x, y in loader:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()          # push the gradients, pull the parameters, copy them into the model
+    opt.close()
+
+The servers own the optimizer state and apply the update; `step` sends the
+model's gradients to every shard at once and copies the parameters the
+consistency mode allows back into the model's own tensors, in place (through
+pinned host buffers on CUDA, see model_sync.py). A torch optimizer given as
+`optimizer=` is never stepped: its hyperparameters are translated into the
+servers' rule (psgd.core.torch_optim) and must agree with the config's
+`optimizer` section, which is what the servers were started with. The
+built-in worker role trains through this class too.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Optional
+
+import torch
+from torch import nn
+
+from psgd.config import Config, ConfigError
+from psgd.config.coerce import ConfigLike, as_config
+from psgd.core.sharding import layout_for_module
+from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
+from psgd.wire.curve import client_curve
+from psgd.workers.client import PSClient
+from psgd.workers.model_sync import ModelSync
+
+__all__ = ["Optimizer", "make_client", "require_addresses", "rank_from_env"]
+
+
+def require_addresses(cfg: Config) -> list[str]:
+    if isinstance(cfg.cluster.servers, int):
+        raise ConfigError("cluster.servers", "this role needs the list of server host:port addresses")
+    return list(cfg.cluster.servers)
+
+
+def make_client(cfg: Config, layout, rank: int, role: str, should_stop=None, token: Optional[str] = None) -> PSClient:
+    c = cfg.cluster
+    return PSClient(require_addresses(cfg), layout, rank=rank, role=role,
+                    request_timeout_s=c.request_timeout_s, max_retries=c.max_retries,
+                    heartbeat_s=c.heartbeat_s, encoding=cfg.wire.encoding, topk_ratio=cfg.wire.topk_ratio,
+                    max_message_bytes=cfg.wire.max_message_mb << 20, should_stop=should_stop,
+                    curve=client_curve(cfg), token=token, shared_memory=cfg.wire.shared_memory)
+
+
+def rank_from_env(cfg: Config) -> int:
+    """This process's worker rank from torchrun's or SLURM's environment."""
+    from psgd.launch.cluster_env import ClusterEnvError, detect
+    try:
+        env = detect()
+    except ClusterEnvError as exc:
+        raise ValueError(f"rank=None takes the rank from torchrun or SLURM, but {exc}; pass rank=") from None
+    if env.world_size != cfg.cluster.workers:
+        raise ConfigError("cluster.workers", f"{env.launcher} started {env.world_size} processes but the config "
+                          f"has {cfg.cluster.workers} workers: every process of the job is one worker")
+    return env.rank
+
+
+class Optimizer:
+    """Joins the servers of `cfg` as worker `rank` and trains `model` through them.
+
+    The model's parameters are replaced by the servers' current ones at once
+    (every worker starts from the same point). Not thread-safe."""
+
+    def __init__(self, model: nn.Module, cfg: ConfigLike, optimizer: Optional[torch.optim.Optimizer] = None,
+                 rank: Optional[int] = None, *, should_stop: Optional[Callable[[], bool]] = None,
+                 token: Optional[str] = None):
+        self.cfg = as_config(cfg)
+        self.model = model
+        self.torch_optimizer = optimizer
+        if optimizer is not None:
+            self._check_rule(rule_from_torch(optimizer, model.parameters(), self.cfg.optimizer))
+            self._lrs = [g["lr"] for g in optimizer.param_groups]
+        self.rank = rank_from_env(self.cfg) if rank is None else rank
+        if not 0 <= self.rank < self.cfg.cluster.workers:
+            raise ConfigError("cluster.workers", f"no worker rank {self.rank} (there are {self.cfg.cluster.workers})")
+        require_addresses(self.cfg)
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("the model has no trainable parameters")
+        self.device = params[0].device
+        self.layout = layout_for_module(model, self.cfg.cluster.num_servers)
+        self.sync = ModelSync(model, self.layout, self.device, self.cfg.workers.pin_memory)
+        # token: the run token lets a restarted worker take its rank over from its dead predecessor
+        self.client = make_client(self.cfg, self.layout, self.rank, "worker", should_stop, token)
+        self._closed = False
+        try:
+            self.sync.load(self.client.register())
+        except BaseException:
+            self.client.close()
+            raise
+
+    # ---- torch.optim surface ---------------------------------------------
+    @property
+    def param_groups(self) -> list[dict]:
+        """The wrapped optimizer's groups (read-only in effect: the servers' rule decides)."""
+        if self.torch_optimizer is not None:
+            return self.torch_optimizer.param_groups
+        return [{"params": list(self.sync.params), "lr": self.cfg.optimizer.lr}]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.model.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """Push the model's gradients to every shard, then copy the parameters of
+        the next clock (as the consistency mode allows) into the model."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._check_lr_unchanged()
+        self.sync.load(self.client.push_pull(self.sync.gradients()))
+        return loss
+
+    @property
+    def clock(self) -> int:
+        """Pushes this worker has completed (continues across re-registration)."""
+        return self.client.clock
+
+    def state_dict(self) -> dict:
+        """This worker's position and the servers' rule. The optimizer state itself
+        (moments, step counts) lives on the servers, which checkpoint it."""
+        return {"rank": self.rank, "clock": self.client.clock, "seq": self.client.seq,
+                "optimizer": dataclasses.asdict(self.cfg.optimizer)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Checks that `state` was saved against the same rule; the clock continues
+        from the servers' record of this rank, as after any re-registration."""
+        saved = state.get("optimizer")
+        if not isinstance(saved, Mapping) or "name" not in saved:
+            raise ValueError("not a psgd.Optimizer state_dict (no 'optimizer' entry)")
+        known = {f.name for f in dataclasses.fields(self.cfg.optimizer)}
+        fields = {k: v for k, v in saved.items() if k in known and k not in ("schedule", "dc_asgd")}
+        differences = rule_differences(dataclasses.replace(self.cfg.optimizer, **fields), self.cfg.optimizer)
+        if differences:
+            raise ValueError("the state_dict was saved with another server rule: " + "; ".join(differences))
+        if int(state.get("rank", self.rank)) != self.rank:
+            raise ValueError(f"the state_dict belongs to rank {state['rank']}, this is rank {self.rank}")
+
+    def close(self) -> None:
+        """Leave the servers (nobody waits for this worker any more) and close the sockets."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.client.leave()
+        finally:
+            self.client.close()
+
+    def __enter__(self) -> "Optimizer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- internals --------------------------------------------------------
+    def _check_rule(self, wanted) -> None:
+        differences = rule_differences(wanted, self.cfg.optimizer)
+        if differences:
+            raise UnsupportedOptimizer(
+                "the torch optimizer differs from the config's optimizer section, which the servers apply: "
+                + "; ".join(differences) + " (set the same values in the config)")
+
+    def _check_lr_unchanged(self) -> None:
+        if self.torch_optimizer is None:
+            return
+        lrs = [g["lr"] for g in self.torch_optimizer.param_groups]
+        if lrs != self._lrs:
+            raise UnsupportedOptimizer("the torch optimizer's lr changed (a torch lr scheduler?): the servers "
+                                       "apply the rate, so use the config's optimizer.schedule instead")
