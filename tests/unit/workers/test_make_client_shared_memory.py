@@ -21,4 +21,10 @@ def test_make_client_follows_wire_shared_memory(setting, enabled):
 
 def test_a_bad_shared_memory_setting_names_the_key():
     with pytest.raises(ConfigError, match="wire.shared_memory"):
-        load_config(None, ["wire.shared_memory=on"])
+        load_config(None, ["wire.shared_memory=always"])
+
+
+@pytest.mark.parametrize("text, want", [("off", "off"), ("'off'", "off"), ("false", "off"), ("auto", "auto"),
+                                        ("true", "auto")])
+def test_yaml_spellings_of_shared_memory(text, want):
+    assert load_config(None, [f"wire.shared_memory={text}"]).wire.shared_memory == want
