@@ -10,6 +10,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import threading
+import dataclasses
+import secrets
 from dataclasses import dataclass
 from typing import Optional
 
@@ -76,12 +78,12 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _shard_child(numel: int, shards: int, index: int, workers: int, optimizer: str, conn) -> None:
+def _shard_child(numel: int, shards: int, index: int, workers: int, optimizer: str, conn, token=None) -> None:
     torch.set_num_threads(1)
     layout = bench_layout(numel, shards)
     cfg = bench_config(workers, optimizer)
     params = torch.zeros(layout.shard_sizes[index])
-    server = ShardServer(cfg, index, "127.0.0.1:0", params, layout.fingerprint)
+    server = ShardServer(cfg, index, "127.0.0.1:0", params, layout.fingerprint, run_token=token)
     conn.send(server.address.replace("tcp://", ""))
     conn.close()
     server.serve(threading.Event())  # until a SHUTDOWN request
@@ -96,6 +98,8 @@ class BenchShards:
     optimizer: str = "sgd"
     procs: Optional[list] = None
     addresses: Optional[list[str]] = None
+    # The run token of these shards: SHUTDOWN (from any role) needs it.
+    token: str = dataclasses.field(default_factory=lambda: secrets.token_hex(16))
 
     def __enter__(self) -> "BenchShards":
         ctx = bench_context()
@@ -104,7 +108,7 @@ class BenchShards:
         for i in range(self.shards):
             parent, child = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_shard_child, args=(self.numel, self.shards, i, self.workers,
-                                                       self.optimizer, child), daemon=True)
+                                                       self.optimizer, child, self.token), daemon=True)
             p.start()
             child.close()
             self.procs.append(p)
