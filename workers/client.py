@@ -129,8 +129,8 @@ class PSClient:
     def _register_shards(self, shards) -> list[torch.Tensor]:
         fp = self.layout.fingerprint
         replies = self._rpc.call({s: P.encode(P.Register(req=self._rpc.next_id(), rank=self.rank, role=self.role,
-                                                          fingerprint=fp, token=self._token,
-                                                          **self._shm.offer(s))) for s in shards})
+                                                          fingerprint=fp, token=self._token, **self._shm.offer(s)))
+                                  for s in shards})
         for s, (welcome, _) in replies.items():
             self._shm.settle(s, welcome.shm)
         out = []

@@ -48,7 +48,7 @@ def make_client(cfg: Config, layout, rank: int, role: str, should_stop=None, tok
                     request_timeout_s=c.request_timeout_s, max_retries=c.max_retries,
                     heartbeat_s=c.heartbeat_s, encoding=cfg.wire.encoding, topk_ratio=cfg.wire.topk_ratio,
                     max_message_bytes=cfg.wire.max_message_mb << 20, should_stop=should_stop,
-                    curve=client_curve(cfg), token=token)
+                    curve=client_curve(cfg), token=token, shared_memory=cfg.wire.shared_memory)
 
 
 def rank_from_env(cfg: Config) -> int:

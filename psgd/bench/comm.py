@@ -130,7 +130,7 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
         with BenchShards(numel, shards, workers=2) as cluster:
             for rank, path in ((0, "auto"), (1, "off")):
                 clients.append(PSClient(cluster.addresses, cluster.layout, rank=rank, heartbeat_s=None,
-                                        shared_memory=path))
+                                        shared_memory=path, token=cluster.token))
             try:
                 for c in clients:
                     c.register()

@@ -174,7 +174,9 @@ def write_scale_report(result: dict, out: Path, command: str) -> None:
             w = sorted(by_workers)
             label = f"{s} shard{'s' if s > 1 else ''}" + (f" ({path})" if len(paths) > 1 else "")
             axes[0].plot(w, [max(x["updates_per_s"] for x in by_workers[k]) for k in w], "o-", label=label)
-            axes[1].plot(w, [min(x["pull_latency_ms_median"] for x in by_workers[k]) for k in w], "o-", label=label)
+            lat = [min((x["pull_latency_ms_median"] for x in by_workers[k] if x["pull_latency_ms_median"] is not None),
+                       default=float("nan")) for k in w]
+            axes[1].plot(w, lat, "o-", label=label)
     ideal = sorted({(r["workers"], r["ideal_updates_per_s"]) for r in rows})
     axes[0].plot([i[0] for i in ideal], [i[1] for i in ideal], "k:", label="ideal (workers / compute)")
     for ax, ylabel in ((axes[0], "updates/s"), (axes[1], "median push+pull latency (ms)")):

@@ -28,9 +28,10 @@ READY_TIMEOUT_S = 120.0
 
 
 def _light_worker(addresses, layout, rank, grads, compute_s, t0, t_end, window, out,
-                  shared_memory="auto") -> None:
+                  shared_memory="auto", token=None) -> None:
+    # The run token: each point's new client takes over a rank an earlier point's client held.
     client = PSClient(addresses, layout, rank=rank, heartbeat_s=None, request_timeout_s=60,
-                      shared_memory=shared_memory)
+                      shared_memory=shared_memory, token=token)
     done, lat = 0, []
     try:
         client.register()
@@ -69,7 +70,8 @@ def _worker_proc(conn) -> None:
         window = (task["t0"] + task["warmup_s"], t_end)
         threads = [threading.Thread(target=_light_worker, args=(addresses, layout, r, grads,
                                                                 compute_s, t0, t_end, window, out,
-                                                                task.get("shared_memory", "auto")))
+                                                                task.get("shared_memory", "auto"),
+                                                                task.get("token")))
                    for r in ranks]
         for t in threads:
             t.start()
@@ -92,7 +94,7 @@ def _run_point(pool, cluster: BenchShards, workers: int, numel: int, compute_s: 
         if rs:
             conn.send({"addresses": cluster.addresses, "numel": numel, "shards": cluster.shards, "ranks": rs,
                        "compute_s": compute_s, "t0": t0, "warmup_s": warmup_s, "window_s": window_s,
-                       "shared_memory": shared_memory})
+                       "shared_memory": shared_memory, "token": cluster.token})
     time.sleep(max(0.0, t0 + warmup_s - time.time()))
     cpu_shard0, cpu_work0, wall0 = _cpu(cluster.pids), _cpu([p.pid for p in procs]), time.time()
     time.sleep(max(0.0, t0 + warmup_s + window_s - time.time()))
@@ -185,8 +187,8 @@ def run_scale_bench(shards: list[int], workers: list[int], grad_bytes: int = 64 
                             if on_row is not None:
                                 on_row(row)
                 finally:
-                    admin = PSClient(cluster.addresses, cluster.layout, role="evaluator",
-                                                heartbeat_s=None)
+                    admin = PSClient(cluster.addresses, cluster.layout, role="evaluator", heartbeat_s=None,
+                                     token=cluster.token)
                     admin.register()
                     admin.shutdown_servers(token=cluster.token)
                     admin.close()

@@ -290,11 +290,14 @@ class WireConfig:
     # Same-host data path: "auto" moves gradients and parameters through a shared-memory
     # segment per connection where client and shard share a host (TCP otherwise, and in
     # CurveZMQ-secured runs); "off" keeps every byte on the socket.
-    shared_memory: Literal["auto", "off"] = "auto"
+    # (YAML reads a bare `off` as false: false means "off", true means "auto".)
+    shared_memory: Union[Literal["auto", "off"], bool] = "auto"
 
     def __post_init__(self):
         _check(0 < self.topk_ratio <= 1, "topk_ratio", f"must be in (0, 1], got {self.topk_ratio}")
         _check(self.max_message_mb >= 1, "max_message_mb", "must be >= 1")
+        if isinstance(self.shared_memory, bool):
+            object.__setattr__(self, "shared_memory", "auto" if self.shared_memory else "off")
 
     @property
     def encoding(self) -> str:

@@ -63,6 +63,7 @@ def test_shared_memory_carries_exactly_the_bytes_of_tcp(encoding):
             assert torch.equal(over_shm.pull()[0], last)  # untouched, byte for byte
             sa, sb = over_shm.stats()[0], over_tcp.stats()[0]
             assert sa["counters"]["rejected_nonfinite"] == 1
+            assert sa["counters"]["shm_attached"] == 1 and "shm_attached" not in sb["counters"]
             assert sa["version"] == sb["version"] == 30
         finally:
             for c in (over_shm, over_tcp):
@@ -132,7 +133,8 @@ while True:
 @pytest.mark.timeout(120)
 def test_no_segment_outlives_a_sigkilled_client_and_a_restarted_one_uses_shared_memory(tmp_path):
     numel = 5000
-    with BenchShards(numel, 1, workers=2) as cluster:
+    # Ranks differ: a rank stays bound to its first connection unless the run token is shown.
+    with BenchShards(numel, 1, workers=3) as cluster:
         address = cluster.addresses[0]
         loop = [sys.executable, "-c", CLIENT_LOOP]
         first = spawn(loop + [address, "0", str(numel)], stdout=subprocess.PIPE, text=True)
@@ -143,24 +145,26 @@ def test_no_segment_outlives_a_sigkilled_client_and_a_restarted_one_uses_shared_
 
         # Killed while its offer was still unanswered (no shard at that address): its file stays...
         dead_end = f"127.0.0.1:{free_ports('127.0.0.1', 1)[0]}"
-        stuck = spawn(loop + [dead_end, "0", str(numel)], stdout=subprocess.PIPE, text=True)
+        stuck = spawn(loop + [dead_end, "1", str(numel)], stdout=subprocess.PIPE, text=True)
         assert wait_for(lambda: segments_of([stuck.pid]) != [], timeout=60)
         os.kill(stuck.pid, signal.SIGKILL)
         stuck.wait()
         assert len(segments_of([stuck.pid])) == 1
-        # ...until the next client starts: it reclaims the file and takes over rank 0 on shared memory.
-        again = spawn(loop + [address, "0", str(numel)], stdout=subprocess.PIPE, text=True)
+        # ...until the next client starts: it reclaims the file and runs rank 1 on shared memory.
+        again = spawn(loop + [address, "1", str(numel)], stdout=subprocess.PIPE, text=True)
+        watcher = None
         try:
             assert again.stdout.readline().split() == ["shared_memory", "True"]
             assert segments_of([stuck.pid, again.pid]) == []
-            watcher = PSClient(cluster.addresses, cluster.layout, rank=1, heartbeat_s=None)
+            watcher = PSClient(cluster.addresses, cluster.layout, rank=2, heartbeat_s=None)
             watcher.register()
             v0 = watcher.stats()[0]["version"]
             assert wait_for(lambda: watcher.stats()[0]["version"] > v0 + 10, timeout=30)
         finally:
             kill_tree(again)
-            watcher.shutdown_servers()
-            watcher.close()
+            if watcher is not None:
+                watcher.shutdown_servers()
+                watcher.close()
     for proc in (first, stuck, again):
         proc.stdout.close()
 

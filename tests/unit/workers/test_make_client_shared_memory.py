@@ -1,0 +1,30 @@
+"""The worker-side client follows `wire.shared_memory` from the config."""
+import pytest
+
+from psgd.config import ConfigError, load_config
+from psgd.core.sharding import make_layout
+from psgd.wire import shm
+from psgd.workers.optimizer import make_client
+
+
+@pytest.mark.parametrize("setting, enabled", [("off", False), ("auto", True)])
+def test_make_client_follows_wire_shared_memory(setting, enabled):
+    cfg = load_config(None, ["cluster.servers=[127.0.0.1:1]", "cluster.workers=1", f"wire.shared_memory={setting}"])
+    client = make_client(cfg, make_layout([("w", (10,))], 1), rank=0, role="worker")
+    try:
+        assert client._shm.enabled is (enabled and shm.available())
+        if not enabled:
+            assert client._shm.offer(0) == {}
+    finally:
+        client.close()
+
+
+def test_a_bad_shared_memory_setting_names_the_key():
+    with pytest.raises(ConfigError, match="wire.shared_memory"):
+        load_config(None, ["wire.shared_memory=always"])
+
+
+@pytest.mark.parametrize("text, want", [("off", "off"), ("'off'", "off"), ("false", "off"), ("auto", "auto"),
+                                        ("true", "auto")])
+def test_yaml_spellings_of_shared_memory(text, want):
+    assert load_config(None, [f"wire.shared_memory={text}"]).wire.shared_memory == want
