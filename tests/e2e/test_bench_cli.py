@@ -4,12 +4,13 @@ import json
 import subprocess
 import pytest
 from conftest import kill_tree, psgd_cmd, spawn
+from psgd.bench.comm import MORE_PEERS
 from psgd.bench.scale import run_scale_bench
 
 
 ROW_KEYS = {"size_bytes", "shards", "psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms", "raw_zmq_sgd_ms",
             "psgd_over_raw_zmq", "torch_rpc_over_psgd", "gloo_over_psgd", "raw_zmq_sgd_over_raw_zmq",
-            "psgd_over_raw_zmq_sgd", "repeats"}
+            "psgd_over_raw_zmq_sgd", "psgd_over_torch_rpc", "repeats"}
 
 
 def _run(args, timeout):
@@ -26,12 +27,16 @@ def _run(args, timeout):
 @pytest.mark.e2e
 @pytest.mark.timeout(150)
 def test_bench_comm_json_schema_and_ratios(tmp_path):
-    out = _run(["bench", "comm", "--sizes", "64KB", "--shards", "1", "--repeats", "3", "--json",
+    out = _run(["bench", "comm", "--sizes", "64KB", "--shards", "1", "--repeats", "3", "--json", "--no-cross-host",
                 "--out", str(tmp_path / "comm")], timeout=140)
     rows = json.loads(out)["rows"]
     assert [(r["size_bytes"], r["shards"]) for r in rows] == [(65536, 1)]
     for r in rows:
-        assert set(r) == ROW_KEYS
+        assert ROW_KEYS <= set(r)
+        for peer in MORE_PEERS:  # every extra peer has a column and psgd's ratio to it (null: not installed)
+            assert f"{peer}_ms" in r and f"psgd_over_{peer}" in r
+            if r[f"{peer}_ms"] is not None:
+                assert r[f"psgd_over_{peer}"] == pytest.approx(r["psgd_ms"] / r[f"{peer}_ms"], rel=1e-3)
         assert all(r[k] > 0 for k in ("psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms", "raw_zmq_sgd_ms"))
         assert r["psgd_over_raw_zmq_sgd"] == pytest.approx(r["psgd_ms"] / r["raw_zmq_sgd_ms"], rel=1e-3)
         assert r["psgd_over_raw_zmq"] == pytest.approx(r["psgd_ms"] / r["raw_zmq_ms"], rel=1e-3)
