@@ -53,7 +53,7 @@ def make_client(cfg: Config, layout, rank: int, role: str, should_stop=None, tok
 
 def rank_from_env(cfg: Config) -> int:
     """This process's worker rank from torchrun's or SLURM's environment."""
-    from psgd.launch.cluster_env import ClusterEnvError, detect
+    from psgd.runtime.cluster_env import ClusterEnvError, detect
     try:
         env = detect()
     except ClusterEnvError as exc:

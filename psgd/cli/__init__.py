@@ -82,7 +82,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     print(f"run directory: {run_dir}{' (resuming)' if args.resume else ''}", file=sys.stderr)
     bar, update = _progress_bar(cfg.cluster.workers * cfg.train.steps_per_worker) if not args.quiet else (None, None)
     try:
-        result = launcher_cls(cfg, run_dir, on_progress=update, resume=bool(args.resume)).run()
+        result = launcher_cls(cfg, run_dir, on_progress=update, resume=bool(args.resume), child_main=main).run()
     finally:
         if bar is not None:
             bar.close()

@@ -150,3 +150,8 @@ def _join(path: str, key: str) -> str:
 
 def _kind(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value), repr(value))
+
+
+def check(cond: bool, key: str, reason: str) -> None:
+    if not cond:
+        raise ConfigError(key, reason)

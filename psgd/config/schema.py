@@ -14,6 +14,9 @@ from typing import Any, Literal, Optional, Union
 import yaml
 
 from psgd.config.loader import ConfigError, build, parse_override, set_path
+from psgd.config.loader import check as _check
+from psgd.config.operations import (CheckpointConfig, LoggingConfig, RayConfig, RayRoleConfig,  # noqa: F401 (re-exported)
+                                    SecurityConfig, SupervisionConfig, WireConfig)
 
 __all__ = ["Config", "ConfigError", "load_config", "override_config", "config_to_dict", "dump_config"]
 
@@ -21,11 +24,6 @@ __all__ = ["Config", "ConfigError", "load_config", "override_config", "config_to
 # The consistency modes, named once: the parameter-server modes and the all-reduce baseline.
 PS_MODES = ("bsp", "ssp", "asp")
 MODES = (*PS_MODES, "allreduce")
-
-
-def _check(cond: bool, key: str, reason: str) -> None:
-    if not cond:
-        raise ConfigError(key, reason)
 
 
 @dataclass(frozen=True)
@@ -279,100 +277,6 @@ class WorkersConfig:
         for rank, mult in self.slowdown.items():
             _check(rank >= 0, f"slowdown[{rank}]", "rank must be >= 0")
             _check(mult >= 1.0, f"slowdown[{rank}]", f"multiplier must be >= 1, got {mult}")
-
-
-@dataclass(frozen=True)
-class WireConfig:
-    # Gradient encoding on the wire: fp32, fp16/bf16 (scaled), or top-k with error feedback.
-    compression: Literal["none", "fp16", "bf16", "topk"] = "none"
-    topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
-    max_message_mb: int = 1024   # sockets refuse larger messages
-    # Same-host data path: "auto" moves gradients and parameters through a shared-memory
-    # segment per connection where client and shard share a host (TCP otherwise, and in
-    # CurveZMQ-secured runs); "off" keeps every byte on the socket.
-    # (YAML reads a bare `off` as false: false means "off", true means "auto".)
-    shared_memory: Union[Literal["auto", "off"], bool] = "auto"
-
-    def __post_init__(self):
-        _check(0 < self.topk_ratio <= 1, "topk_ratio", f"must be in (0, 1], got {self.topk_ratio}")
-        _check(self.max_message_mb >= 1, "max_message_mb", "must be >= 1")
-        if isinstance(self.shared_memory, bool):
-            object.__setattr__(self, "shared_memory", "auto" if self.shared_memory else "off")
-
-    @property
-    def encoding(self) -> str:
-        """The protocol's tensor encoding for `compression`."""
-        return {"none": "f32", "fp16": "f16", "bf16": "bf16", "topk": "topk"}[self.compression]
-
-
-@dataclass(frozen=True)
-class CheckpointConfig:
-    # Shard snapshots under RUN_DIR/checkpoints/: every N updates or T seconds,
-    # whichever comes first, plus one on a clean stop. Pushes applied since the
-    # last snapshot go to an append-only log, written before they are
-    # acknowledged, so a killed shard replays them on restart.
-    enabled: bool = True
-    every_updates: int = 500     # snapshot after this many updates (0: never by count)
-    every_s: float = 10.0        # snapshot after this many seconds (0: never by time)
-    fsync_log: bool = False      # fsync each log record (survives power loss, not just a process kill)
-    max_log_mb: int = 1024       # snapshot early once the log (one gradient per push) reaches this size
-
-    def __post_init__(self):
-        _check(self.every_updates >= 0, "every_updates", "must be >= 0")
-        _check(self.every_s >= 0, "every_s", "must be >= 0")
-        _check(self.max_log_mb >= 1, "max_log_mb", "must be >= 1")
-
-
-@dataclass(frozen=True)
-class SupervisionConfig:
-    # The launcher restarts a crashed server or worker up to max_restarts times
-    # per process, waiting backoff_s * 2**k before the k-th restart.
-    max_restarts: int = 3
-    backoff_s: float = 0.5
-
-    def __post_init__(self):
-        _check(self.max_restarts >= 0, "max_restarts", "must be >= 0")
-        _check(self.backoff_s >= 0, "backoff_s", "must be >= 0")
-
-
-@dataclass(frozen=True)
-class SecurityConfig:
-    # CurveZMQ: encrypt all traffic and accept only clients whose public key is
-    # in KEYS_DIR/authorized/ (keys made by `psgd keys generate KEYS_DIR`).
-    curve: bool = False
-    keys_dir: str = "keys"       # relative paths are resolved against the config file's directory
-    client_key: str = ""         # a client's key pair (*.key_secret); default KEYS_DIR/client.key_secret
-
-
-@dataclass(frozen=True)
-class RayRoleConfig:
-    # Resources Ray reserves for each process of this role (logical units, as in
-    # @ray.remote(num_cpus=..., num_gpus=...)); a role's torch threads are run.threads.
-    num_cpus: float = 1.0
-    num_gpus: float = 0.0
-
-    def __post_init__(self):
-        _check(self.num_cpus >= 0, "num_cpus", f"must be >= 0, got {self.num_cpus}")
-        _check(self.num_gpus >= 0, "num_gpus", f"must be >= 0, got {self.num_gpus}")
-
-
-@dataclass(frozen=True)
-class RayConfig:
-    # `psgd launch --on ray` (or cluster.launcher: ray). address "": join RAY_ADDRESS if set,
-    # else start a local Ray instance sized to fit the job; "auto", "HOST:6379" or
-    # "ray://HOST:10001": join that cluster.
-    address: str = ""
-    server: RayRoleConfig = field(default_factory=RayRoleConfig)
-    worker: RayRoleConfig = field(default_factory=RayRoleConfig)
-    evaluator: RayRoleConfig = field(default_factory=RayRoleConfig)
-
-
-@dataclass(frozen=True)
-class LoggingConfig:
-    # Every run writes metrics.jsonl and metrics.csv (one row per evaluation);
-    # tensorboard: true also writes TensorBoard event files under RUN_DIR/tensorboard
-    # (needs the `tensorboard` package: pip install 'psgd[tensorboard]').
-    tensorboard: bool = False
 
 
 @dataclass(frozen=True)

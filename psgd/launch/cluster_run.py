@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from psgd.launch.cluster_env import ClusterEnv, detect, reachable_address, with_config
+from psgd.runtime.cluster_env import ClusterEnv, detect, reachable_address, with_config
 from psgd.launch.collect import collect
 from psgd.runtime.files import atomic_write
 from psgd.config import Config, ConfigError, dump_config, load_config, override_config

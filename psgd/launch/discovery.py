@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from psgd.launch.cluster_env import ClusterEnv
+from psgd.runtime.cluster_env import ClusterEnv
 
 __all__ = ["JobStore", "open_store"]
 

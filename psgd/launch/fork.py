@@ -4,7 +4,9 @@ Every child used to be a fresh `python -m psgd.cli ROLE ...` that imported
 torch again: seconds per process, seven processes per quickstart, on shared
 cores. The launcher has imported torch, psgd and the user's modules already
 (pre-flight ran the model), so a forked child starts at once and runs the same
-`psgd.cli` entry with the same arguments as the exec'd one would. The forked
+command entry with the same arguments as the exec'd one would (the caller
+passes that entry in: the CLI hands over its own `main`, so this layer never
+imports the CLI above it). The forked
 process gets its own session and its output goes to its log file, as with
 `subprocess.Popen(start_new_session=True)`; `ForkedProcess` offers the part of
 Popen's interface the launcher uses. The launcher keeps torch to one thread
@@ -12,7 +14,6 @@ before it runs any tensor code, so no OpenMP thread pool exists at fork time.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import subprocess
@@ -20,11 +21,9 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-__all__ = ["ForkedProcess", "fork_child", "preload", "PRELOAD"]
-
-PRELOAD = ("torch", "psgd.cli", "psgd.servers.shard", "psgd.workers.worker", "psgd.workers.evaluator")
+__all__ = ["ForkedProcess", "fork_child", "preload"]
 
 
 class ForkedProcess:
@@ -67,12 +66,16 @@ class ForkedProcess:
 
 def preload() -> None:
     """Import what every role needs, once, in the launcher (children inherit it)."""
-    for module in PRELOAD:
-        importlib.import_module(module)
+    import torch  # noqa: F401
+
+    import psgd.servers.shard  # noqa: F401
+    import psgd.workers.evaluator  # noqa: F401
+    import psgd.workers.worker  # noqa: F401
 
 
-def fork_child(argv: list[str], log: Path, env: dict[str, str]) -> ForkedProcess:
-    """Fork a child that runs `psgd <argv>` with stdout/stderr appended to `log`."""
+def fork_child(main: Callable[[list[str]], int], argv: list[str], log: Path, env: dict[str, str]) -> ForkedProcess:
+    """Fork a child that runs `main(argv)` (the `psgd` command's entry) with
+    stdout/stderr appended to `log`."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -93,7 +96,6 @@ def fork_child(argv: list[str], log: Path, env: dict[str, str]) -> ForkedProcess
             signal.signal(s, signal.SIG_DFL)  # not the launcher's handlers; the role installs its own
         sys.stdout.reconfigure(line_buffering=True)
         sys.stderr.reconfigure(line_buffering=True)
-        from psgd.cli import main
         code = main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1

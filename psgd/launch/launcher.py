@@ -87,8 +87,10 @@ class Launcher:
     child's failure: the result carries the exit code and a one-line reason."""
 
     def __init__(self, cfg: Config, run_dir: Path,
-                 on_progress: Optional[Callable[[Progress], None]] = None, resume: bool = False):
+                 on_progress: Optional[Callable[[Progress], None]] = None, resume: bool = False,
+                 child_main: Optional[Callable[[list[str]], int]] = None):
         self.cfg = cfg
+        self.child_main = child_main  # the `psgd` entry forked children run (run.start_method: fork)
         self.run_dir = Path(run_dir)
         self.on_progress = on_progress or (lambda p: None)
         self.children: list[Child] = []
@@ -227,7 +229,7 @@ class Launcher:
         self._write_processes()
 
     def _spawn(self, role: str, index: int, address: Optional[str] = None) -> None:
-        self.children.append(spawn_child(self.cfg, role, index, self.run_dir, address))
+        self.children.append(spawn_child(self.cfg, role, index, self.run_dir, address, self.child_main))
 
     def _write_processes(self) -> None:
         entries = [{"role": c.role, "index": c.index, "pid": c.proc.pid,

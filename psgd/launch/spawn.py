@@ -7,7 +7,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from psgd.config import Config
 from psgd.launch.roles import child_command
@@ -41,7 +41,8 @@ class Child:
         return f"{self.role} {self.index} (pid {self.proc.pid})"
 
 
-def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Optional[str] = None) -> Child:
+def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Optional[str] = None,
+                child_main: Optional[Callable[[list[str]], int]] = None) -> Child:
     """Start `role` `index` on the run's config.yaml, its output going to logs/ROLE-I.log."""
     (run_dir / "logs").mkdir(exist_ok=True)
     log = run_dir / "logs" / f"{role}-{index}.log"
@@ -49,10 +50,11 @@ def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Opti
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(cfg.run.threads),
                MKL_NUM_THREADS=str(cfg.run.threads), **{LAUNCHER_PID_ENV: str(os.getpid())})
     command = child_command(role, index, run_dir)
-    if cfg.run.start_method == "fork" and sys.platform.startswith("linux"):  # macOS: fork and torch do not mix
+    # Forking needs the command's entry (`child_main`, from the CLI); macOS: fork and torch do not mix.
+    if cfg.run.start_method == "fork" and child_main is not None and sys.platform.startswith("linux"):
         from psgd.launch.fork import fork_child, preload
         preload()  # imported once here; every forked child starts with it
-        proc = fork_child(command[3:], log, env)  # the arguments after `python -m psgd.cli`
+        proc = fork_child(child_main, command[3:], log, env)  # the arguments after `python -m psgd.cli`
     else:
         with open(log, "ab") as out:
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,

@@ -17,7 +17,7 @@ import torchx
 import torchx.specs as specs
 
 from psgd.config import load_config
-from psgd.launch.k8s_env import ADDR_ENV_ENV, INDEX_ENV, JOB_ENV, ROLE_ENV
+from psgd.runtime.k8s_env import ADDR_ENV_ENV, INDEX_ENV, JOB_ENV, ROLE_ENV
 
 __all__ = ["psgd", "role_env"]
 

@@ -22,7 +22,7 @@ def test_every_public_name_resolves():
 
 
 def test_launch_stays_callable_after_the_launch_package_was_imported():
-    import psgd.launch.cluster_env  # noqa: F401  binds psgd.launch to the package
+    import psgd.runtime.cluster_env  # noqa: F401  binds psgd.launch to the package
     assert callable(psgd.launch)
 
 

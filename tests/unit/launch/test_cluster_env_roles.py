@@ -2,7 +2,7 @@
 environment (the torchx component)."""
 import pytest
 
-from psgd.launch.cluster_env import ClusterEnvError, detect, with_config
+from psgd.runtime.cluster_env import ClusterEnvError, detect, with_config
 
 PYTORCHJOB = {"MASTER_ADDR": "quick-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "7", "RANK": "3"}
 TORCHX = {"PSGD_ROLE": "workers", "PSGD_ROLE_INDEX": "2", "PSGD_MASTER_ADDR_ENV": "TORCHX_RANK0_HOST",

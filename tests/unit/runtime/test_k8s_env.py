@@ -1,7 +1,7 @@
 """Kubeflow PyTorchJob and torchx role environments (no processes)."""
 import pytest
 
-from psgd.launch.k8s_env import (EnvError, RoleFromEnv, is_kubeflow, kubeflow_job_id, role_from_env, role_rank,
+from psgd.runtime.k8s_env import (EnvError, RoleFromEnv, is_kubeflow, kubeflow_job_id, role_from_env, role_rank,
                                  store_host)
 
 PYTORCHJOB = {"MASTER_ADDR": "quick-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "7", "RANK": "3"}

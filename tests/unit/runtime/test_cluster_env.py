@@ -1,6 +1,6 @@
 """Launch details from torchrun's and SLURM's environment variables."""
 import pytest
-from psgd.launch.cluster_env import ClusterEnvError, detect, expand_nodelist, reachable_address
+from psgd.runtime.cluster_env import ClusterEnvError, detect, expand_nodelist, reachable_address
 
 
 TORCHRUN = {"RANK": "3", "WORLD_SIZE": "7", "MASTER_ADDR": "node01", "MASTER_PORT": "29400",
