@@ -173,23 +173,24 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
 
 
 def run_comm_bench(sizes: list[int], shards: list[int], repeats: int = 30, warmup: int = 3,
-                   on_row: Optional[Callable[[dict], None]] = None, cross_host: bool = True) -> dict:
+                   on_row: Optional[Callable[[dict], None]] = None, cross_host: bool = True,
+                   ray: bool = True) -> dict:
     """Blocks for the whole benchmark; returns {"rows": [...], "cross_host": [...], ...}.
     With `cross_host` (and root), each size is also measured between two network
     namespaces; otherwise "cross_host_skipped" says why not."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # this process is the client (and the in-process floor): one thread, like a worker
     try:
-        return _run_comm_bench(sizes, shards, repeats, warmup, on_row, cross_host)
+        return _run_comm_bench(sizes, shards, repeats, warmup, on_row, cross_host, ray)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run_comm_bench(sizes, shards, repeats, warmup, on_row, cross_host) -> dict:
+def _run_comm_bench(sizes, shards, repeats, warmup, on_row, cross_host, with_ray) -> dict:
     rows, cross, skipped = [], [], None
     load = [os.getloadavg()[0]]
-    ray_times, ray_state = {}, "not installed (pip install ray)"
-    if ray_available():
+    ray_times, ray_state = {}, "not installed (pip install ray)" if with_ray else "not asked (--no-ray)"
+    if with_ray and ray_available():
         try:
             ray_times, ray_state = time_ray_actor_ps([size // 4 for size in sizes], warmup, repeats), "measured"
         except RuntimeError as exc:  # Ray failing to start must not lose the rest of the run

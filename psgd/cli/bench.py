@@ -50,7 +50,8 @@ def cmd_bench_comm(args: argparse.Namespace) -> int:
     for i in range(args.runs):
         if args.runs > 1 and not args.json:
             print(f"run {i + 1} of {args.runs}", file=sys.stderr)
-        results.append(run_comm_bench(sizes, shards, args.repeats, on_row=show, cross_host=not args.no_cross_host))
+        results.append(run_comm_bench(sizes, shards, args.repeats, on_row=show, cross_host=not args.no_cross_host,
+                                      ray=not args.no_ray))
     result = combine_runs(results)
     table = [f"{'bytes':>10} {'shards':>6} {'psgd ms':>9} {'psgd TCP':>9} {'zmq floor':>9} {'shm floor':>9} "
              f"{'torch.rpc':>9} {'ray':>9} {'psgd/shm':>8} {'psgd/zmq':>8}"]
@@ -105,6 +106,7 @@ def add_measurement_commands(sub) -> None:
     comm.add_argument("--runs", type=int, default=1, help="whole runs; the report gives medians over them")
     comm.add_argument("--no-cross-host", action="store_true",
                       help="skip the rows between two network namespaces (they need root)")
+    comm.add_argument("--no-ray", action="store_true", help="skip the Ray actor PS even when ray is installed")
     comm.set_defaults(func=cmd_bench_comm)
     apply = bench.add_parser("apply", help="gradient bytes a shard applies per second")
     apply.add_argument("--sizes", default="1MB,10MB,40MB")

@@ -3,6 +3,8 @@ measured numbers, reports written. No absolute times are asserted."""
 import json
 import subprocess
 import pytest
+
+from psgd.wire import shm
 from conftest import kill_tree, psgd_cmd, spawn
 from psgd.bench.comm import MORE_PEERS
 from psgd.bench.scale import run_scale_bench
@@ -10,7 +12,11 @@ from psgd.bench.scale import run_scale_bench
 
 ROW_KEYS = {"size_bytes", "shards", "psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms", "raw_zmq_sgd_ms",
             "psgd_over_raw_zmq", "torch_rpc_over_psgd", "gloo_over_psgd", "raw_zmq_sgd_over_raw_zmq",
-            "psgd_over_raw_zmq_sgd", "psgd_over_torch_rpc", "repeats"}
+            "psgd_over_raw_zmq_sgd", "repeats",
+            # the same-host data path (issue 16): psgd over TCP, the shared-memory floors, Ray, and the runs combined
+            "psgd_over_torch_rpc", "psgd_tcp_ms", "psgd_over_psgd_tcp", "psgd_tcp_over_raw_zmq_sgd", "shm_floor_ms",
+            "psgd_over_shm_floor", "shm_floor_inproc_ms", "psgd_over_shm_floor_inproc", "ray_ms", "psgd_over_ray",
+            "shared_memory", "runs"}
 
 
 def _run(args, timeout):
@@ -27,8 +33,8 @@ def _run(args, timeout):
 @pytest.mark.e2e
 @pytest.mark.timeout(150)
 def test_bench_comm_json_schema_and_ratios(tmp_path):
-    out = _run(["bench", "comm", "--sizes", "64KB", "--shards", "1", "--repeats", "3", "--json", "--no-cross-host",
-                "--out", str(tmp_path / "comm")], timeout=140)
+    out = _run(["bench", "comm", "--sizes", "64KB", "--shards", "1", "--repeats", "3", "--json", "--no-ray",
+                "--no-cross-host", "--out", str(tmp_path / "comm")], timeout=140)
     rows = json.loads(out)["rows"]
     assert [(r["size_bytes"], r["shards"]) for r in rows] == [(65536, 1)]
     for r in rows:
@@ -42,6 +48,8 @@ def test_bench_comm_json_schema_and_ratios(tmp_path):
         assert r["psgd_over_raw_zmq"] == pytest.approx(r["psgd_ms"] / r["raw_zmq_ms"], rel=1e-3)
         assert r["torch_rpc_over_psgd"] == pytest.approx(r["torch_rpc_ms"] / r["psgd_ms"], rel=1e-3)
         assert r["gloo_over_psgd"] == pytest.approx(r["gloo_ms"] / r["psgd_ms"], rel=1e-3)
+        assert r["psgd_over_shm_floor"] == pytest.approx(r["psgd_ms"] / r["shm_floor_ms"], rel=1e-3)
+        assert r["ray_ms"] is None and r["shared_memory"] is shm.available()
     report = (tmp_path / "comm" / "report.md").read_text()
     assert "psgd bench comm --sizes 64KB" in report and (tmp_path / "comm" / "round_trip.png").stat().st_size
     assert json.loads((tmp_path / "comm" / "results.json").read_text())["rows"] == rows

@@ -37,8 +37,9 @@ def segments_of(pids) -> list[str]:
 def test_shared_memory_carries_exactly_the_bytes_of_tcp(encoding):
     numel = 40_000
     with BenchShards(numel, 1) as a, BenchShards(numel, 1) as b:
-        over_shm = PSClient(a.addresses, a.layout, heartbeat_s=None, encoding=encoding)
-        over_tcp = PSClient(b.addresses, b.layout, heartbeat_s=None, encoding=encoding, shared_memory="off")
+        over_shm = PSClient(a.addresses, a.layout, heartbeat_s=None, encoding=encoding, token=a.token)
+        over_tcp = PSClient(b.addresses, b.layout, heartbeat_s=None, encoding=encoding, shared_memory="off",
+                            token=b.token)
         try:
             init_a, init_b = over_shm.register()[0].clone(), over_tcp.register()[0].clone()
             assert over_shm.shared_memory == [True] and over_tcp.shared_memory == [False]
@@ -81,7 +82,7 @@ def _send_raw(client: PSClient, record: P.Record, frames=()) -> None:
 def test_a_push_naming_a_wrong_or_missing_segment_is_refused_with_the_state_untouched():
     numel = 1000
     with BenchShards(numel, 1, workers=2) as cluster:
-        good = PSClient(cluster.addresses, cluster.layout, rank=0, heartbeat_s=None)
+        good = PSClient(cluster.addresses, cluster.layout, rank=0, heartbeat_s=None, token=cluster.token)
         plain = PSClient(cluster.addresses, cluster.layout, rank=1, heartbeat_s=None, shared_memory="off")
         try:
             before = good.register()[0].clone()
@@ -156,7 +157,7 @@ def test_no_segment_outlives_a_sigkilled_client_and_a_restarted_one_uses_shared_
         try:
             assert again.stdout.readline().split() == ["shared_memory", "True"]
             assert segments_of([stuck.pid, again.pid]) == []
-            watcher = PSClient(cluster.addresses, cluster.layout, rank=2, heartbeat_s=None)
+            watcher = PSClient(cluster.addresses, cluster.layout, rank=2, heartbeat_s=None, token=cluster.token)
             watcher.register()
             v0 = watcher.stats()[0]["version"]
             assert wait_for(lambda: watcher.stats()[0]["version"] > v0 + 10, timeout=30)
