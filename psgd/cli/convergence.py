@@ -76,9 +76,15 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
         if args.seeds < 1 or not 1 <= args.min_seeds <= args.seeds:
             raise ValueError("need 1 <= --min-seeds <= --seeds")
         cfg = load_config(args.config, overrides)
+        target = bc.target_spec(cfg)
+        if target is None:
+            raise ValueError("give --target-accuracy, or set train.target (or train.target_accuracy) in the config")
     except (ConfigError, ValueError) as exc:
         print(f"psgd tune staleness: {exc}", file=sys.stderr)
         return 2
+    source = ("--target-accuracy" if args.target_accuracy is not None
+              else "train.target" if cfg.train.target is not None else "train.target_accuracy")
+    print(f"target: {target.text} ({source})", file=sys.stderr)
     out = _out(args, "tune", cfg)
     print(f"output directory: {out}", file=sys.stderr)
     try:

@@ -2,6 +2,7 @@
 import pytest
 
 from conftest import run_psgd
+from psgd.bench.convergence_report import describe_target
 
 pytestmark = pytest.mark.e2e
 
@@ -14,9 +15,10 @@ def test_the_target_comes_from_the_config_when_the_flag_is_absent(small_config, 
     code, stdout, stderr = run_psgd("tune", "staleness", str(cfg), "--bounds", "1", "--out", str(tmp_path / "tune"),
                                     "--set", "optimizer.lr=0.2", cwd=tmp_path)
     assert code == 0, stderr
-    assert "target accuracy 0.3 (train.target_accuracy)" in stderr
-    assert stdout.splitlines()[0].startswith("| bound s | seeds | reached 0.3 |")
-    assert (tmp_path / "tune" / "tune.md").read_text().startswith("# Staleness tuning, target accuracy 0.3")
+    target = describe_target("accuracy", 0.3)
+    assert f"target: {target} (train.target_accuracy)" in stderr
+    assert stdout.splitlines()[0].startswith(f"| bound s | seeds run | held {target} |")
+    assert (tmp_path / "tune" / "tune.md").read_text().startswith(f"# Staleness tuning, target {target}")
 
 
 @pytest.mark.timeout(60)
@@ -25,5 +27,5 @@ def test_without_a_target_anywhere_it_says_where_to_give_one(small_config, tmp_p
     code, _, stderr = run_psgd("tune", "staleness", str(cfg), "--bounds", "1", "--out", str(tmp_path / "tune"),
                                cwd=tmp_path, timeout=50)
     assert code == 2
-    assert "give --target-accuracy, or set train.target_accuracy in the config" in stderr
+    assert "give --target-accuracy, or set train.target (or train.target_accuracy) in the config" in stderr
     assert not (tmp_path / "tune").exists()
