@@ -143,11 +143,13 @@ def _lr_text(lr: float) -> str:
 
 def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], seeds: int | list[int], out_dir: Path,
                lrs: Optional[list[float]] = None, lr_for: Optional[dict[str, float]] = None,
-               on_run: Callable[[str], None] = lambda msg: None) -> BenchResult:
+               on_run: Callable[[str], None] = lambda msg: None,
+               child_main: Optional[Callable[[list[str]], int]] = None) -> BenchResult:
     """Run every (mode, learning rate, seed) in turn; `seeds` is a count
     (run.seed, run.seed + 1, ...) or a list of offsets from run.seed. Blocks;
     a failed run is recorded, not raised. Raises ConfigError up front if any config is invalid
-    and ValueError if the config has no target or --lr-from lacks a mode."""
+    and ValueError if the config has no target or --lr-from lacks a mode. `child_main`: the
+    `psgd` entry the launcher may fork children into (see psgd.launch.fork)."""
     out_dir = Path(out_dir)
     base = load_config(config_path, overrides)
     target = target_spec(base)
@@ -176,7 +178,7 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
         lr_note = f" lr {cfg.optimizer.lr:g}"
         on_run(f"[{i}/{len(plan)}] {spec.label}{lr_note} seed {seed} -> {run_dir}")
         t = time.monotonic()
-        result = Launcher(cfg, run_dir).run()
+        result = Launcher(cfg, run_dir, child_main=child_main).run()
         if result.code != 0:
             failed.append(f"{spec.label}{lr_note} seed {seed}: {result.reason}")
             on_run(f"    failed: {result.reason}")

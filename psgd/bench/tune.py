@@ -46,7 +46,8 @@ class TuneResult:
 
 
 def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: int, out_dir: Path,
-             min_seeds: int = 1, eta: int = 2, on_run: Callable[[str], None] = lambda m: None) -> TuneResult:
+             min_seeds: int = 1, eta: int = 2, on_run: Callable[[str], None] = lambda m: None,
+             child_main: Optional[Callable[[list[str]], int]] = None) -> TuneResult:
     base = load_config(config_path, overrides)
     target = target_spec(base)
     if target is None:
@@ -55,7 +56,7 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
 
     def run_arm(bound: int, offsets: list[int]):
         spec = ModeSpec(f"ssp:{bound}", "ssp", bound)
-        res = run_matrix(config_path, overrides, [spec], offsets, out_dir, on_run=on_run)
+        res = run_matrix(config_path, overrides, [spec], offsets, out_dir, on_run=on_run, child_main=child_main)
         all_runs.extend(res.runs)
         failed.extend(res.failed)
         return [outcome_of(r, target) for r in res.runs]
