@@ -40,7 +40,9 @@ def launch_result_lines(result, run_dir: Path) -> list[str]:
                 f"max {s.get('staleness_max')}, max clock gap {s.get('max_clock_gap')} -> {run_dir}"]
     lines = [f"psgd launch: failed: {result.reason} (logs in {Path(run_dir) / 'logs'})"]
     checkpoints = Path(run_dir) / "checkpoints"
-    if checkpoints.is_dir() and any(checkpoints.iterdir()):
+    # A deterministic start-up failure (a damaged checkpoint, user code) would fail the same way on resume.
+    deterministic = "not restarted" in (result.reason or "")
+    if checkpoints.is_dir() and any(checkpoints.iterdir()) and not deterministic:
         lines.append(f"psgd launch: the servers' checkpoints are kept; continue this run with: "
                      f"psgd launch --resume {run_dir}")
     return lines
