@@ -7,12 +7,7 @@ import subprocess
 import sys
 import pytest
 from conftest import kill_tree, psgd_cmd, read_events, spawn
-from psgd.config import load_config
 from psgd.runtime.ports import free_ports
-
-
-def _cfg(*sets):
-    return load_config(None, ["cluster.servers=2", "cluster.workers=3", *sets])
 
 
 def _role_events(run_dir):

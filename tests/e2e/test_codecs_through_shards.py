@@ -9,10 +9,6 @@ from psgd.core.sharding import make_layout
 from psgd.workers.client import PSClient
 
 
-def dense(idx: torch.Tensor, values: torch.Tensor, n: int) -> torch.Tensor:
-    return torch.zeros(n).index_put_((idx.long(),), values)
-
-
 def _cfg(**over):
     sets = ["task.model=linear", "task.dataset=synthetic", "cluster.servers=1", "cluster.workers=1",
             "consistency.mode=asp"] + [f"{k}={v}" for k, v in over.items()]

@@ -5,25 +5,7 @@ import threading
 import pytest
 import torch
 from psgd.config import load_config
-from psgd.servers.state import ShardState
 from psgd.workers.client import PSClient
-
-
-class FakeTracker:
-    def __init__(self, done: bool):
-        self.done = done
-        self.waited = 0
-
-    def wait(self, timeout_s: float) -> bool:
-        self.waited += 1
-        return self.done
-
-
-def _state(n=8):
-    cfg = load_config(None, ["cluster.workers=1", "consistency.mode=asp", "optimizer.lr=1.0"])
-    st = ShardState(cfg, 0, torch.zeros(n))
-    st.register(0, 0.0)
-    return st
 
 
 @pytest.mark.timeout(60)

@@ -1,30 +1,12 @@
 """Benchmark commands on tiny sizes: output schema, ratios derived from the
 measured numbers, reports written. No absolute times are asserted."""
-import subprocess
 import pytest
 import torch
-from conftest import kill_tree, psgd_cmd, spawn
 from psgd.bench.apply import run_apply_bench
 from psgd.bench.comm import RAW_SGD_LR, comm_row, start_raw_server
 from psgd.bench.report import comm_bounds
 from psgd.bench.procs import parse_size
 from psgd.bench.scale import find_saturation
-
-
-ROW_KEYS = {"size_bytes", "shards", "psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms", "raw_zmq_sgd_ms",
-            "psgd_over_raw_zmq", "torch_rpc_over_psgd", "gloo_over_psgd", "raw_zmq_sgd_over_raw_zmq",
-            "psgd_over_raw_zmq_sgd", "repeats"}
-
-
-def _run(args, timeout):
-    proc = spawn(psgd_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc)
-        raise AssertionError(f"{args} did not finish in {timeout}s")
-    assert proc.returncode == 0, err
-    return out
 
 
 def test_comm_row_takes_medians_and_their_ratios():

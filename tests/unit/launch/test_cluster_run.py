@@ -2,12 +2,9 @@
 addresses through TCPStore, an orderly end, and failures that end the job."""
 import os
 import re
-import subprocess
 from pathlib import Path
 import pytest
-from conftest import kill_tree, psgd_cmd, read_events
 from psgd.config import ConfigError, load_config
-from psgd.runtime.ports import free_ports
 from psgd.launch.cluster_run import Role, assign_role
 
 
@@ -40,18 +37,6 @@ def test_psgd_run_outside_a_launcher_is_a_clear_error(small_config, monkeypatch,
     assert "psgd run: no cluster launcher found" in capsys.readouterr().err
 
 
-def _role_events(run_dir):
-    return {e["rank"]: e for e in read_events(run_dir) if e.get("event") == "role"}
-
-
-def _finish(procs, timeout):
-    try:
-        return [p.wait(timeout=timeout) for p in procs]
-    finally:
-        for p in procs:
-            kill_tree(p)
-
-
 def _slurm_env(rank: int, world: int, port: int) -> dict:
     return {"SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world), "SLURM_JOB_ID": "77",
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "", "WORLD_SIZE": ""}
@@ -59,18 +44,6 @@ def _slurm_env(rank: int, world: int, port: int) -> dict:
 
 def _without_torchrun_vars():
     return {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-
-
-def _start_slurm_ranks(config, run_dir, world, tmp_path):
-    port = free_ports("127.0.0.1", 1)[0]
-    procs = []
-    for rank in range(world):
-        env = {**_without_torchrun_vars(), **_slurm_env(rank, world, port)}
-        env = {k: v for k, v in env.items() if v != ""}
-        procs.append(subprocess.Popen(psgd_cmd("run", str(config), "--run-dir", str(run_dir)), env=env,
-                                      stdout=open(tmp_path / f"rank{rank}.log", "w"), stderr=subprocess.STDOUT,
-                                      cwd=str(tmp_path), start_new_session=True))
-    return procs
 
 
 def test_committed_cluster_files_agree():

@@ -2,11 +2,8 @@
 backend, and ModelSync's exact, allocation-free parameter and gradient moves."""
 import pytest
 import torch
-from psgd.config import load_config
 from psgd.runtime.devices import dist_backend
-from psgd.core.sharding import layout_for_module
-from psgd.tasks import build_model, load_task
-from psgd.workers.model_sync import ModelSync, select_device
+from psgd.workers.model_sync import select_device
 
 
 def test_dist_backend_is_nccl_on_cuda_and_gloo_on_cpu():
@@ -32,10 +29,3 @@ def test_cuda_is_chosen_by_auto_when_present(monkeypatch):
     assert select_device("cuda") == torch.device("cuda")
 
 
-def _model_and_sync(shards: int):
-    cfg = load_config(None, [f"cluster.servers={shards}", "task.model=mlp", "task.dataset=digits"])
-    task = load_task(cfg)
-    torch.manual_seed(0)
-    model = build_model(cfg, task)
-    layout = layout_for_module(model, shards)
-    return task, model, layout, ModelSync(model, layout, torch.device("cpu"))
