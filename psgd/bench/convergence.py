@@ -26,7 +26,7 @@ from psgd.bench.convergence_report import (Analysis, TargetSpec, analyse, grid_t
                                            write_seeds_csv, write_summary_csv)
 from psgd.bench.plots import plot_runs
 from psgd.bench.run_data import RunData, load_run
-from psgd.bench.stats import HoldRule
+from psgd.core.target import HoldRule
 from psgd.config import PS_MODES, Config, load_config
 from psgd.core.heterogeneity import delay_spec, describe, transient_specs
 from psgd.launch.launcher import Launcher

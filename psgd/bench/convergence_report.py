@@ -14,7 +14,8 @@ from typing import Optional, Sequence
 
 from psgd.bench.outcomes import (ModeStats, RunOutcome, best_lr, conclusion, describe_target, examples_per_update,
                                  mode_stats, resolution_check)
-from psgd.bench.stats import BOOTSTRAP_RESAMPLES, CI_LEVEL, HoldRule
+from psgd.bench.stats import BOOTSTRAP_RESAMPLES, CI_LEVEL
+from psgd.core.target import HoldRule
 
 __all__ = ["TargetSpec", "Analysis", "analyse", "outcome_of", "write_summary_csv", "write_seeds_csv",
            "SUMMARY_FIELDS", "SEED_FIELDS", "report_sections", "grid_table", "mode_table"]

@@ -11,24 +11,14 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from psgd.bench.stats import HoldRule, Interval, compare, held_target_time, median_ci
+from psgd.bench.stats import Interval, compare, median_ci
+from psgd.core.target import METRICS, HoldRule, held_target_time, metric_series
 
-__all__ = ["METRICS", "metric_series", "examples_per_update", "RunOutcome", "ModeStats", "mode_stats",
+__all__ = ["examples_per_update", "RunOutcome", "ModeStats", "mode_stats",
            "conclusion", "resolution_check", "describe_target", "best_lr"]
-
-# metric name in `train.target` -> (key in eval events, higher is better)
-METRICS = {"accuracy": ("accuracy", True), "loss": ("test_loss", False)}
-
 
 def describe_target(metric: str, value: float) -> str:
     return f"test accuracy {value:g}" if metric == "accuracy" else f"validation loss {value:g}"
-
-
-def metric_series(evals: Sequence[dict], metric: str) -> tuple[list[float], list[float]]:
-    """(times, values) of the evaluations that report `metric`, by time."""
-    key, _ = METRICS[metric]
-    pairs = sorted((float(e["t"]), float(e[key])) for e in evals if e.get(key) is not None)
-    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 def examples_per_update(mode: str, workers: int, batch_size: int, backup_workers: int = 0) -> int:

@@ -9,7 +9,8 @@ from typing import Optional
 
 import yaml
 
-from psgd.bench.outcomes import METRICS, examples_per_update
+from psgd.bench.outcomes import examples_per_update
+from psgd.core.target import METRICS
 
 __all__ = ["RunData", "load_run", "mode_label", "group_by_label"]
 

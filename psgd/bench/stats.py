@@ -9,7 +9,8 @@ Everything here is pure (no I/O, no clocks) and deterministic:
   resamples"), which is the honest answer.
 - `compare`: "faster" only when two intervals do not overlap, otherwise
   "indistinguishable".
-- `held_target_time`: when a run first reached its target *and held it*.
+- `held_target_time` (from psgd.core.target, where summary.json uses it too):
+  when a run first reached its target *and held it*.
 - `halving_schedule` / `survivors`: the successive-halving plan of the tuner.
 """
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-__all__ = ["Interval", "median_ci", "compare", "Verdict", "HoldRule", "held_target_time", "meets",
+from psgd.core.target import HoldRule, held_target_time, meets
+
+__all__ = ["Interval", "median_ci", "compare", "Verdict",
            "Rung", "halving_schedule", "schedule_runs", "survivors", "BOOTSTRAP_RESAMPLES", "CI_LEVEL"]
 
 BOOTSTRAP_RESAMPLES = 10_000
@@ -100,52 +103,6 @@ def compare(a: Interval, b: Interval, lower_is_better: bool = True) -> Verdict:
     else:
         better, worse = a.low > b.high, b.low > a.high
     return Verdict("faster" if better else "slower" if worse else "indistinguishable", a, b)
-
-
-# --- time to target, reached and held -------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HoldRule:
-    """A target counts as reached at evaluation i when evaluation i meets the
-    target and each of the next `hold_evals` evaluations stays within
-    `tolerance` of it (accuracy >= target - tolerance; loss <= target +
-    tolerance). If the run ends before `hold_evals` more evaluations exist,
-    the ones that exist must hold and the run's last evaluation must meet the
-    target itself, so a run is never credited with a target it ended below."""
-    hold_evals: int = 3
-    tolerance: float = 0.01
-
-    def __post_init__(self):
-        if self.hold_evals < 0:
-            raise ValueError(f"hold_evals must be >= 0, got {self.hold_evals}")
-        if self.tolerance < 0:
-            raise ValueError(f"tolerance must be >= 0, got {self.tolerance}")
-
-
-def meets(value: float, target: float, higher_is_better: bool, slack: float = 0.0) -> bool:
-    return value >= target - slack if higher_is_better else value <= target + slack
-
-
-def held_target_time(times: Sequence[float], values: Sequence[float], target: float,
-                     higher_is_better: bool = True, rule: HoldRule = HoldRule()) -> Optional[float]:
-    """The time of the first evaluation where the target is reached and held
-    (see HoldRule), or None. `times` must be non-decreasing."""
-    if len(times) != len(values):
-        raise ValueError("held_target_time: times and values differ in length")
-    if any(b < a for a, b in zip(times, times[1:])):
-        raise ValueError("held_target_time: times must be non-decreasing")
-    n = len(values)
-    for i, v in enumerate(values):
-        if not meets(v, target, higher_is_better):
-            continue
-        after = values[i + 1:i + 1 + rule.hold_evals]
-        if not all(meets(w, target, higher_is_better, rule.tolerance) for w in after):
-            continue
-        if len(after) < rule.hold_evals and not meets(values[n - 1], target, higher_is_better):
-            continue
-        return float(times[i])
-    return None
 
 
 # --- successive halving ---------------------------------------------------------------

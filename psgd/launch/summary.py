@@ -5,17 +5,19 @@ from typing import Iterable, Optional
 
 from psgd.config import Config
 from psgd.core.histogram import Histogram
+from psgd.core.target import METRICS, held_target_time, metric_series, run_target
 
 __all__ = ["summarize", "time_to_target"]
 
 
-def time_to_target(evals: list[dict], target: Optional[float]) -> Optional[float]:
+def time_to_target(evals: list[dict], train) -> Optional[float]:
+    """When the run reached its target and held it (psgd.core.target), or None."""
+    target = run_target(train)
     if target is None:
         return None
-    for e in evals:
-        if e.get("accuracy") is not None and e["accuracy"] >= target:
-            return e["t"]
-    return None
+    metric, value, rule = target
+    times, values = metric_series(evals, metric)
+    return held_target_time(times, values, value, METRICS[metric][1], rule)
 
 
 def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: str = "ok",
@@ -60,7 +62,7 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
         "final_test_loss": final_eval["test_loss"] if final_eval else None,
         "final_train_loss": sum(losses) / len(losses) if losses else None,
         "target_accuracy": cfg.train.target_accuracy,
-        "time_to_target_s": time_to_target(evals, cfg.train.target_accuracy),
+        "time_to_target_s": time_to_target(evals, cfg.train),
         "staleness_mean": round(staleness.mean, 4),
         "staleness_max": staleness.max,
         "staleness_hist": staleness.as_dict(),

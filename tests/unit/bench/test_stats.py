@@ -4,8 +4,7 @@ from math import comb
 
 import pytest
 
-from psgd.bench.stats import (HoldRule, Interval, Rung, compare, halving_schedule, held_target_time, median_ci,
-                              schedule_runs, survivors)
+from psgd.bench.stats import Interval, Rung, compare, halving_schedule, median_ci, schedule_runs, survivors
 
 
 def exact_bootstrap_cdf(n: int) -> list[float]:
@@ -71,42 +70,6 @@ def test_verdict_faster_only_when_intervals_separate():
     # accuracy: higher is better
     assert compare(b, a, lower_is_better=False).kind == "faster"
     assert compare(a, Interval(math.inf, 1.3, math.inf, 3)).kind == "faster"
-
-
-def test_held_target_ignores_a_touch_that_falls_back():
-    t = [0, 1, 2, 3, 4, 5, 6, 7]
-    acc = [0.5, 0.91, 0.80, 0.90, 0.895, 0.92, 0.93, 0.94]
-    rule = HoldRule(hold_evals=3, tolerance=0.01)
-    # 1: falls to 0.80 right after; 3: the next three stay >= 0.89
-    assert held_target_time(t, acc, 0.9, rule=rule) == 3.0
-    # with no tolerance, 0.895 breaks the hold at t=3 and t=5 is the first held
-    assert held_target_time(t, acc, 0.9, rule=HoldRule(3, 0.0)) == 5.0
-    assert held_target_time(t, acc, 0.9, rule=HoldRule(0, 0.0)) == 1.0
-
-
-def test_held_target_at_the_end_of_a_run():
-    rule = HoldRule(hold_evals=3, tolerance=0.01)
-    # reached two evaluations before the end, and the run ends above target
-    assert held_target_time([0, 1, 2, 3], [0.1, 0.9, 0.95, 0.91], 0.9, rule=rule) == 1.0
-    # ... but a run that ends below the target was not holding it
-    assert held_target_time([0, 1, 2, 3], [0.1, 0.9, 0.95, 0.895], 0.9, rule=rule) is None
-    assert held_target_time([], [], 0.9) is None
-
-
-def test_held_target_for_a_loss():
-    t = [0.0, 0.5, 1.0, 1.5, 2.0]
-    loss = [3.0, 1.9, 2.2, 1.95, 1.9]
-    assert held_target_time(t, loss, 2.0, higher_is_better=False, rule=HoldRule(2, 0.05)) == 1.5
-    assert held_target_time(t, loss, 2.0, higher_is_better=False, rule=HoldRule(2, 0.25)) == 0.5
-
-
-def test_held_target_rejects_bad_input():
-    with pytest.raises(ValueError, match="non-decreasing"):
-        held_target_time([1, 0], [0.9, 0.9], 0.5)
-    with pytest.raises(ValueError, match="length"):
-        held_target_time([0, 1], [0.9], 0.5)
-    with pytest.raises(ValueError, match="hold_evals"):
-        HoldRule(-1)
 
 
 def test_halving_schedule():
