@@ -93,8 +93,7 @@ def free_rank_2(addresses, fingerprint, misbehave):
         raw = Raw(addr)
         try:
             welcome = raw.ask(P.MsgType.REGISTER, {"rank": 2, "role": "worker", "fingerprint": fingerprint})
-            assert isinstance(welcome, P.Welcome), welcome
-            raw.reply()  # parameters frame came with it
+            assert isinstance(welcome, P.Welcome), welcome  # its parameters ride in the same message
             if misbehave:
                 misbehave(raw)
             assert isinstance(raw.ask(P.MsgType.LEAVE, {"rank": 2}), P.Ack)
@@ -163,7 +162,6 @@ def test_second_connection_cannot_act_for_a_rank_and_the_run_is_unaffected(tmp_p
                     evaluator = raw.ask(P.MsgType.REGISTER, {"rank": 0, "role": "evaluator",
                                                              "fingerprint": layout.fingerprint})
                     assert isinstance(evaluator, P.Welcome)
-                    raw.reply()
                     r["evaluator_push"] = raw.ask(P.MsgType.PUSH, push, zeros)
                     r["evaluator_leave"] = raw.ask(P.MsgType.LEAVE, {"rank": 0})
                     r["evaluator_shutdown"] = raw.ask(P.MsgType.SHUTDOWN, {})
