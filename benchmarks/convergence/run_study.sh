@@ -11,9 +11,9 @@
 # records the machine, its load and the time each step took.
 #
 # The full study is 2 workloads x (10 modes x 3 rates x 1 seed + 3 cases x 10
-# modes x 3 seeds) = 240 runs of 25-40 s. Knobs for a smaller one: WORKLOADS,
+# modes x 3 seeds) = 240 runs of 18 s of training (about 21 s each with start-up: about 85 min). Knobs for a smaller one: WORKLOADS,
 # CASES, MODES, SEEDS, LR_GRID_<workload> (empty: skip step 1 and use the
-# config's rate with optimizer.lr_scaling: linear), MAX_TIME_<workload>.
+# config's rate with optimizer.lr_scaling: linear), EXTRA_SETS (--set strings for every run).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 cd "$HERE/../.."
