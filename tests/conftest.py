@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 _SPAWNED: list[subprocess.Popen] = []
 
 
+pytest_plugins = ["timeout_margin"]  # tests/ is on pythonpath
+
+
 def spawn(cmd: list[str], **kw) -> subprocess.Popen:
     """Start a child process that the session guard will reap if the test does not."""
     kw.setdefault("start_new_session", True)

@@ -73,8 +73,9 @@ def start_raw_server(nbytes: int, sgd: bool = False):
 
 
 # Same-host peers timed with psgd (keys of `comm_row`'s `more`): psgd with shared memory
-# off (the TCP path), the shared-memory floors, and the Ray actor PS (when ray is installed).
-MORE_PEERS = ("psgd_tcp", "shm_floor", "shm_floor_inproc", "ray")
+# off (the TCP path), the shared-memory floors (woken by a pipe, by ZeroMQ, in-process),
+# and the Ray actor PS (when ray is installed).
+MORE_PEERS = ("psgd_tcp", "shm_floor", "shm_zmq_floor", "shm_floor_inproc", "ray")
 
 
 def comm_row(size_bytes: int, shards: int, psgd: list[float], raw: list[float], gloo: list[float],
@@ -118,14 +119,15 @@ def _more_columns(psgd_ms: float, floor_ms: float, more: dict[str, list[float]])
 def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) -> tuple[dict, bool]:
     """Seconds per round trip, alternating one of each per iteration: psgd as
     configured by default (shared memory on one host), psgd with shared memory
-    off (TCP), the raw echo, the raw ZeroMQ SGD floor and both shared-memory
+    off (TCP), the raw echo, the raw ZeroMQ SGD floor and the three shared-memory
     floors. Returns ({name: times}, whether psgd used shared memory)."""
     numel = size_bytes // 4
     baselines, floors, clients = [], [], []
     try:
         baselines.append(start_raw_server(size_bytes))
         baselines.append(start_raw_server(size_bytes, sgd=True))
-        floors += [ShmFloorPeer(numel, RAW_SGD_LR), ShmSgdFloor(numel, RAW_SGD_LR)]
+        floors += [ShmFloorPeer(numel, RAW_SGD_LR), ShmFloorPeer(numel, RAW_SGD_LR, wake="zmq"),
+                   ShmSgdFloor(numel, RAW_SGD_LR)]
         (_, raw), (_, raw_sgd) = baselines
         with BenchShards(numel, shards, workers=2) as cluster:
             for rank, path in ((0, "auto"), (1, "off")):
@@ -143,7 +145,8 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
                     "raw": lambda: raw.round_trip(payload).nbytes,
                     "raw_sgd": lambda: raw_sgd.round_trip(payload).nbytes,
                     "shm_floor": lambda: floors[0].round_trip(flat).numel() * 4,
-                    "shm_floor_inproc": lambda: floors[1].round_trip(flat).numel() * 4,
+                    "shm_zmq_floor": lambda: floors[1].round_trip(flat).numel() * 4,
+                    "shm_floor_inproc": lambda: floors[2].round_trip(flat).numel() * 4,
                 }
                 times: dict[str, list] = {name: [] for name in trips}
                 for i in range(warmup + repeats):
@@ -202,7 +205,7 @@ def _run_comm_bench(sizes, shards, repeats, warmup, on_row, cross_host, with_ray
         ray = ray_times.get(numel, [])
         for s in shards:
             times, used_shm = _time_psgd_and_raw(size, s, warmup, repeats)
-            more = {k: times[k] for k in ("psgd_tcp", "shm_floor", "shm_floor_inproc")}
+            more = {k: times[k] for k in ("psgd_tcp", "shm_floor", "shm_zmq_floor", "shm_floor_inproc")}
             row = comm_row(size, s, times["psgd"], times["raw"], gloo, rpc, times["raw_sgd"], {**more, "ray": ray})
             row["shared_memory"] = used_shm
             rows.append(row)

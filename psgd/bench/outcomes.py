@@ -95,15 +95,18 @@ def conclusion(stats: dict[str, ModeStats], target_text: str, baseline: str = "b
     lines = []
     if base.reached < base.seeds:
         lines.append(f"{baseline} held {target_text} in only {base.reached} of {base.seeds} seeds.")
-    faster, slower, same, never = [], [], [], []
+    faster, slower, same, never, single = [], [], [], [], []
     for label, s in stats.items():
         if label == baseline:
             continue
         if s.reached == 0:
             never.append(label)
             continue
-        kind = compare(s.time, base.time).kind
         entry = f"{label} ({_t(s.time)}" + (f", {s.ratio_to_bsp:.2f}x" if s.ratio_to_bsp is not None else "") + ")"
+        if s.time.n < 2 or base.time.n < 2:
+            single.append(entry)
+            continue
+        kind = compare(s.time, base.time).kind
         {"faster": faster, "slower": slower, "indistinguishable": same}[kind].append(entry)
     head = f"Time to hold {target_text}, median [95% CI] over seeds; {baseline}: {_t(base.time)}."
     lines.insert(0, head)
@@ -114,6 +117,8 @@ def conclusion(stats: dict[str, ModeStats], target_text: str, baseline: str = "b
     if same:
         lines.append("Indistinguishable from " + baseline + " with these seeds (intervals overlap): "
                      + "; ".join(same) + ".")
+    if single:
+        lines.append(f"One seed only, so not compared with {baseline}: " + "; ".join(single) + ".")
     if never:
         lines.append("Never held the target in any seed: " + ", ".join(never) + ".")
     return lines

@@ -97,7 +97,10 @@ class Verdict:
 def compare(a: Interval, b: Interval, lower_is_better: bool = True) -> Verdict:
     """'faster' only if a's interval lies entirely on the better side of b's
     (no shared point), 'slower' for the reverse, else 'indistinguishable'.
-    With higher-is-better quantities (accuracy) 'faster' reads 'better'."""
+    With higher-is-better quantities (accuracy) 'faster' reads 'better'.
+    A single run is no interval: with n < 2 on either side, 'indistinguishable'."""
+    if a.n < 2 or b.n < 2:
+        return Verdict("indistinguishable", a, b)
     if lower_is_better:
         better, worse = a.high < b.low, b.high < a.low
     else:

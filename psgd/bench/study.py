@@ -19,7 +19,9 @@ from psgd.bench.outcomes import ModeStats, RunOutcome, mode_stats
 
 __all__ = ["load_case", "headline", "verdicts_page", "CASE_NAMES"]
 
-CASE_NAMES = {"none": "no straggler", "straggler": "rank 3 slowed 4x", "delay": "random per-step delays"}
+CASE_NAMES = {"none": "no straggler", "straggler": "rank 3 slowed 4x", "delay": "random per-step delays",
+              "many": "16 light workers"}
+CASE_ORDER = ["none", "straggler", "delay", "many"]
 
 
 def _f(text: str):
@@ -60,7 +62,7 @@ def verdicts_page(study_dir: Path) -> str:
     higher: dict[str, bool] = {}
     for d in sorted(p for p in Path(study_dir).iterdir() if (p / "seeds.csv").is_file()):
         workload, _, case = d.name.rpartition("-")
-        if not workload:
+        if not workload or case == "lr":  # a learning-rate grid, not a case
             continue
         workloads.setdefault(workload, {})[case] = load_case(d / "seeds.csv")
         summary = list(csv.DictReader(open(d / "summary.csv"))) if (d / "summary.csv").is_file() else []
@@ -70,9 +72,8 @@ def verdicts_page(study_dir: Path) -> str:
              "target, median [95% bootstrap CI] over seeds). A claim that one mode beats another is *confirmed* "
              "only where the intervals separate in its favour, *not confirmed* where they separate against it, "
              "and *inconclusive* where they overlap; a claimed tie is *confirmed* where they overlap.", ""]
-    order = ["none", "straggler", "delay"]
     for workload, cases in workloads.items():
-        cases = dict(sorted(cases.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99))
+        cases = dict(sorted(cases.items(), key=lambda kv: CASE_ORDER.index(kv[0]) if kv[0] in CASE_ORDER else 99))
         parts += [f"## {workload}", "", headline(cases), "",
                   "| claim | source | verdict | evidence |", "|---|---|---|---|"]
         for c in study_verdicts(cases, workload, higher[workload]):

@@ -11,10 +11,10 @@ from psgd.bench.scale import find_saturation, path_speedups
 MS = 1e-3
 
 
-def _row(size, psgd, floor=1.0, shm=1.0, rpc=4.0, ray=5.0):
+def _row(size, psgd, floor=1.0, shm=1.0, rpc=4.0, ray=5.0, shm_zmq=1.25):
     return comm_row(size, 1, psgd=[psgd * MS], raw=[0.5 * MS], gloo=[2 * MS], rpc=[rpc * MS], raw_sgd=[floor * MS],
-                    more={"psgd_tcp": [2 * psgd * MS], "shm_floor": [shm * MS], "shm_floor_inproc": [0.5 * MS],
-                          "ray": [ray * MS] if ray else []})
+                    more={"psgd_tcp": [2 * psgd * MS], "shm_floor": [shm * MS], "shm_zmq_floor": [shm_zmq * MS],
+                          "shm_floor_inproc": [0.5 * MS], "ray": [ray * MS] if ray else []})
 
 
 def test_more_peers_give_columns_and_psgd_ratios():
@@ -60,6 +60,11 @@ def test_report_is_written_from_the_result(tmp_path):
     write_comm_report(combine_runs(runs), tmp_path, "psgd bench comm")
     text = (tmp_path / "report.md").read_text()
     assert "Not measured: needs root." in text and "| 1 MB | 1 |" in text
+    assert "shared-memory round trip goes" not in text  # psgd did not use shared memory in that row
+    runs[0]["rows"][0].update(shared_memory=True, psgd_ms=1.5, shm_floor_ms=1.0, shm_zmq_floor_ms=1.25)
+    write_comm_report(combine_runs(runs), tmp_path, "psgd bench comm")
+    # pipe-woken floor, what waking over ZeroMQ adds, what the protocol adds, psgd
+    assert "| 1 MB | 1.000 | +0.250 | +0.250 | 1.500 |" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "round_trip.png").exists() and (tmp_path / "results.json").exists()
 
 

@@ -4,9 +4,9 @@ import math
 import pytest
 
 from psgd.bench.literature import judge_beats, judge_ties, study_verdicts
-from psgd.bench.outcomes import (RunOutcome, conclusion, examples_per_update, metric_series, mode_stats,
-                                 resolution_check)
-from psgd.bench.stats import HoldRule, Interval
+from psgd.bench.outcomes import RunOutcome, conclusion, examples_per_update, mode_stats, resolution_check
+from psgd.bench.stats import Interval, compare
+from psgd.core.target import HoldRule, metric_series
 
 
 def outcome(label, seed, ttt, final=0.9, lr=0.1):
@@ -56,6 +56,14 @@ def test_conclusion_states_only_what_intervals_support():
     assert text[2] == ("Indistinguishable from bsp with these seeds (intervals overlap): "
                        "asp (11.50 s [9.00 s, 13.00 s], 1.05x).")
     assert text[3] == "Never held the target in any seed: allreduce."
+
+
+def test_one_seed_is_never_called_faster_or_slower():
+    point, other = Interval(5.0, 5.0, 5.0, 1), Interval(10.0, 9.0, 11.0, 3)
+    assert compare(point, other).kind == compare(other, point).kind == "indistinguishable"
+    runs = [outcome("bsp", 0, 10.0), outcome("asp", 0, 5.0)]
+    text = conclusion(mode_stats(runs), "test accuracy 0.9")
+    assert text[1:] == ["One seed only, so not compared with bsp: asp (5.00 s [5.00 s, 5.00 s], 0.50x)."]
 
 
 def test_resolution_check():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 from psgd.bench.raw_shm import ShmSgdFloor, time_shm_floor
@@ -44,13 +45,13 @@ def test_time_shm_floor_returns_one_time_per_repeat():
     assert len(times) == 5 and all(t > 0 for t in times)
 
 
-def test_floor_peer_applies_the_step_in_its_own_process_and_leaves_no_file():
+@pytest.mark.parametrize("wake", ["pipe", "zmq"])
+def test_floor_peer_applies_the_step_in_its_own_process_and_leaves_no_file(wake):
     from psgd.bench.raw_shm import ShmFloorPeer
     from psgd.wire import shm
     if not shm.available():
-        import pytest
         pytest.skip("no writable /dev/shm")
-    peer = ShmFloorPeer(1000, lr=0.5)
+    peer = ShmFloorPeer(1000, lr=0.5, wake=wake)
     try:
         expect = torch.zeros(1000)
         for _ in range(3):
@@ -63,3 +64,9 @@ def test_floor_peer_applies_the_step_in_its_own_process_and_leaves_no_file():
         assert not [n for n in os.listdir(shm.SHM_DIR) if n.startswith(f"psgd-{os.getpid()}-")]
     finally:
         peer.close()
+
+
+def test_floor_peer_refuses_an_unknown_wake_channel():
+    from psgd.bench.raw_shm import ShmFloorPeer
+    with pytest.raises(ValueError, match="wake"):
+        ShmFloorPeer(10, wake="signal")

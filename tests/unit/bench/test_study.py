@@ -35,3 +35,14 @@ def test_verdicts_page_from_two_cases(tmp_path):
     assert "| SSP ties BSP without a straggler (time to target) | Ho et al. 2013; Cui et al. 2014 | **confirmed** |" in page
     assert "| SSP beats BSP with a straggler (time to target) | Ho et al. 2013; Cui et al. 2014 | **confirmed** |" in page
     assert "| DC-ASGD beats plain ASP (time to target) | Zheng et al. 2017 | **not tested** |" in page
+
+
+def test_learning_rate_grids_are_not_cases_and_the_many_case_is_named(tmp_path):
+    write_case(tmp_path / "mnist1d-lr", [("bsp", 0.2, True, [1])])
+    write_case(tmp_path / "mnist1d-many-lr", [("asp+sa", 0.2, True, [1])])
+    write_case(tmp_path / "mnist1d-many", [("bsp", 0.1, True, [10, 11, 12]), ("asp+sa", 0.1, True, [9, 10, 11])])
+    write_case(tmp_path / "mnist1d-none", [("bsp", 0.1, True, [10, 11, 12])])
+    page = verdicts_page(tmp_path)
+    assert "| mode | no straggler | 16 light workers |" in page
+    assert "mnist1d-many" not in page and "## mnist1d-many" not in page
+    assert "many: asp+sa final" in page  # the staleness-aware claim is judged on the many case too
