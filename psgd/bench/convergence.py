@@ -17,6 +17,7 @@ import importlib.util
 import math
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,6 +188,9 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
             continue
         run = load_run(run_dir)
         run.label = spec.label
+        # A bench never resumes its runs, and their push logs (a gradient per push since
+        # the previous snapshot) reach hundreds of MB a run: a study would fill a disk.
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         runs.append(run)
         s = run.summary
         on_run(f"    final accuracy {s.get('final_test_accuracy')}, loss {s.get('final_test_loss')}, "

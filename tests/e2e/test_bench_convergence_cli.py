@@ -72,6 +72,7 @@ def test_bench_convergence_on_a_user_model_with_a_straggler_and_default_seeds(sm
     # psgd plot redraws the same four plots from the run directories alone.
     plots = tmp_path / "replot"
     run_dirs = sorted(str(p) for p in (out / "runs").iterdir())
+    assert not [d for d in run_dirs if Path(d, "checkpoints").exists()]  # a bench keeps no push logs
     code, stdout, stderr = run_psgd("plot", *run_dirs, "--out", str(plots), "--title", "replot", cwd=tmp_path,
                                     timeout=60)
     assert code == 0, stderr

@@ -88,11 +88,15 @@ def test_study_verdicts_from_two_cases():
     none = stats({"bsp": ([10, 11, 12], 0.9), "ssp:2": ([10.5, 11.5, 12.5], 0.9), "asp": ([8, 9, 10], 0.85),
                   "asp+dc": ([5, 6, 7], 0.9), "asp+sa": ([12, 13, 14], 0.9)})
     strag = stats({"bsp": ([20, 21, 22], 0.9), "ssp:2": ([12, 13, 14], 0.9), "bsp+b1": ([19, 21, 23], 0.9)})
-    claims = {c.claim.split(": ", 1)[1]: c for c in study_verdicts({"none": none, "straggler": strag}, "w", True)}
+    delay = stats({"bsp": ([20, 21, 22], 0.9), "ssp:2": ([23, 24, 25], 0.9), "bsp+b1": ([9, 10, 11], 0.9)})
+    cases = {"none": none, "straggler": strag, "delay": delay}
+    claims = {c.claim.split(": ", 1)[1]: c for c in study_verdicts(cases, "w", True)}
     assert claims["SSP ties BSP without a straggler (time to target)"].verdict == "confirmed"
-    assert claims["SSP beats BSP with a straggler (time to target)"].verdict == "confirmed"
-    assert claims["backup workers shorten BSP's time to target under a straggler"].verdict == "inconclusive"
+    assert claims["SSP beats BSP with a persistent straggler (time to target)"].verdict == "confirmed"
+    assert claims["SSP beats BSP under random per-step delays (time to target)"].verdict == "not confirmed"
+    assert claims["backup workers shorten BSP's time to target under a persistent straggler"].verdict == "inconclusive"
+    assert claims["backup workers shorten BSP's time to target under random per-step delays"].verdict == "confirmed"
     assert claims["DC-ASGD beats plain ASP (time to target)"].verdict == "confirmed"
     assert claims["staleness-aware ASP keeps its final metric near BSP's"].verdict == "confirmed"
     assert "straggler: ssp:2 13.00 s [12.00 s, 14.00 s] vs bsp 21.00 s [20.00 s, 22.00 s] -> confirmed" in \
-        claims["SSP beats BSP with a straggler (time to target)"].evidence
+        claims["SSP beats BSP with a persistent straggler (time to target)"].evidence

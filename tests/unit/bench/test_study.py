@@ -33,7 +33,7 @@ def test_verdicts_page_from_two_cases(tmp_path):
     assert "## mnist1d" in page
     assert "| ssp:2 | 10.50 s [9.00 s, 11.00 s], 0.95× bsp (3/3 held) | 13.00 s [12.00 s, 14.00 s], 0.62× bsp (3/3 held) |" in page
     assert "| SSP ties BSP without a straggler (time to target) | Ho et al. 2013; Cui et al. 2014 | **confirmed** |" in page
-    assert "| SSP beats BSP with a straggler (time to target) | Ho et al. 2013; Cui et al. 2014 | **confirmed** |" in page
+    assert "| SSP beats BSP with a persistent straggler (time to target) | Ho et al. 2013; Cui et al. 2014 | **confirmed** |" in page
     assert "| DC-ASGD beats plain ASP (time to target) | Zheng et al. 2017 | **not tested** |" in page
 
 
