@@ -77,6 +77,10 @@ class SnapshotEvaluator:
         """Ask rank 0 for its current parameters; fall back to the latest
         snapshot if it does not answer in time (e.g. training has ended)."""
         if self.interruptible:
+            # Only a snapshot newer than the one already there answers this request:
+            # rank 0 takes the request before it writes, so the old one can still be read.
+            latest = read_snapshot(self.run_dir)
+            known = max(self.seq, int(latest["seq"]) if latest is not None else 0)
             request = self.run_dir / REQUEST_FILE
             request.touch()
             deadline = time.monotonic() + self.wait_s
@@ -85,7 +89,7 @@ class SnapshotEvaluator:
                     time.sleep(POLL_S)
                     continue
                 snap = read_snapshot(self.run_dir)
-                if snap is not None and snap["seq"] > self.seq:
+                if snap is not None and snap["seq"] > known:
                     return snap
                 time.sleep(POLL_S)
         return read_snapshot(self.run_dir)
