@@ -27,12 +27,15 @@ def _timeout_of(item: pytest.Item) -> float | None:
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_setup(item):
     limit = _timeout_of(item)
-    if limit:
-        _limit[item.nodeid] = limit
+    if limit:  # rides on the reports, so it reaches the controller under pytest-xdist too
+        item.user_properties.append(("timeout_s", limit))
 
 
 def pytest_runtest_logreport(report):
     _spent[report.nodeid] = _spent.get(report.nodeid, 0.0) + report.duration
+    for key, value in report.user_properties:
+        if key == "timeout_s":
+            _limit[report.nodeid] = float(value)
 
 
 def pytest_terminal_summary(terminalreporter):
