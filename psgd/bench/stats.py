@@ -9,19 +9,16 @@ Everything here is pure (no I/O, no clocks) and deterministic:
   resamples"), which is the honest answer.
 - `compare`: "faster" only when two intervals do not overlap, otherwise
   "indistinguishable".
-- `held_target_time` (from psgd.core.target, where summary.json uses it too):
-  when a run first reached its target *and held it*.
 - `halving_schedule` / `survivors`: the successive-halving plan of the tuner.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from psgd.core.target import HoldRule, held_target_time, meets
 
 __all__ = ["Interval", "median_ci", "compare", "Verdict",
            "Rung", "halving_schedule", "schedule_runs", "survivors", "BOOTSTRAP_RESAMPLES", "CI_LEVEL"]

@@ -9,7 +9,7 @@ from psgd.bench.convergence import BenchResult, parse_lr_grid, parse_modes, read
 from psgd.bench.convergence_report import TargetSpec, analyse
 from psgd.bench.plots import PLOT_FILES, curve_on_grid
 from psgd.bench.run_data import RunData, mode_label
-from psgd.bench.stats import HoldRule
+from psgd.core.target import HoldRule
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

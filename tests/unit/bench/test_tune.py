@@ -6,7 +6,7 @@ import pytest
 from psgd.bench.convergence import BenchResult
 from psgd.bench.convergence_report import TargetSpec
 from psgd.bench.outcomes import RunOutcome
-from psgd.bench.stats import HoldRule
+from psgd.core.target import HoldRule
 from psgd.bench.tune import TuneResult, parse_bounds, staleness_table
 from psgd.bench.tune_halving import run_halving
 
