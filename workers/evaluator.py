@@ -1,12 +1,15 @@
 """The evaluator: pulls the parameters on a timer (it has no clock and never
 waits on the consistency mode), evaluates the test set and logs accuracy
-against wall time and updates. On stop it evaluates once more and writes the
+against wall time and updates. The timer keeps a fixed period from start to
+start (scoring time does not stretch it) and each evaluation is stamped with
+the time of its pull, so time to target is resolved to `eval.every_s`. On stop it evaluates once more and writes the
 final parameters as model.pt (a state_dict the user's model loads).
 
 `evaluate_once` backs `psgd eval`: one pull from running servers, one evaluation.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -21,7 +24,14 @@ from psgd.workers.model_sync import ModelSync
 from psgd.workers.param_snapshot import SnapshotEvaluator
 from psgd.workers.worker import make_client, require_addresses
 
-__all__ = ["Evaluator", "evaluate_servers", "run_evaluator", "run_role"]
+__all__ = ["Evaluator", "evaluate_servers", "next_deadline", "run_evaluator", "run_role"]
+
+
+def next_deadline(deadline: float, period: float, now: float) -> float:
+    """The start of the next evaluation after the one due at `deadline`: one
+    period later, or now when scoring overran (missed ticks are skipped, not
+    caught up in a burst)."""
+    return max(deadline + period, now)
 
 
 class Evaluator:
@@ -71,9 +81,12 @@ def run_evaluator(ctx: RoleContext) -> int:
         if not ctx.wait_for_start():
             return 0
         reached = False
-        while not ctx.stop.wait(cfg.eval.every_s) and not ctx.orphaned():
+        deadline = time.monotonic() + cfg.eval.every_s
+        while not ctx.stop.wait(max(0.0, deadline - time.monotonic())) and not ctx.orphaned():
+            pulled_at = ctx.events.now()
             result = ev.evaluate()
-            ctx.events.emit("eval", **result)
+            ctx.events.emit("eval", at=pulled_at, **result)
+            deadline = next_deadline(deadline, cfg.eval.every_s, time.monotonic())
             if target is not None and not reached and result["accuracy"] >= target:
                 reached = True
                 ctx.events.emit("target_reached", accuracy=result["accuracy"])
@@ -82,8 +95,9 @@ def run_evaluator(ctx: RoleContext) -> int:
     # Final evaluation after the launcher stopped the workers; servers are still up.
     ev.interruptible = False
     try:
+        pulled_at = ctx.events.now()
         result = ev.evaluate()
-        ctx.events.emit("eval", final=True, **result)
+        ctx.events.emit("eval", at=pulled_at, final=True, **result)
         if ctx.run_dir is not None:
             ev.save(ctx.run_dir / "model.pt")
     except (RequestFailed, RemoteError) as exc:

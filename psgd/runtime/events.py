@@ -32,10 +32,12 @@ class EventLog:
     def now(self) -> float:
         return time.time() - self.t0 if self.t0 is not None else 0.0
 
-    def emit(self, event: str, **fields) -> None:
+    def emit(self, event: str, at: Optional[float] = None, **fields) -> None:
+        """`at`: the event's time when it describes an earlier moment than its
+        writing (an evaluation is of the parameters pulled before scoring)."""
         if self._file is None:
             return
-        rec = {"t": round(self.now(), 4), "role": self.role, "index": self.index, "event": event,
+        rec = {"t": round(self.now() if at is None else at, 4), "role": self.role, "index": self.index, "event": event,
                **{k: _finite(v) for k, v in fields.items()}}
         try:
             self._file.write(json.dumps(rec, default=_jsonable) + "\n")

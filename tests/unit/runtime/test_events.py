@@ -18,6 +18,16 @@ def test_event_log_writes_role_index_time_and_fields(tmp_path):
     assert e["t"] > 0
 
 
+def test_event_log_stamps_an_event_with_the_moment_it_describes(tmp_path):
+    log = EventLog(tmp_path / "evaluator-0.jsonl", "evaluator", 0)
+    log.t0 = 0.0
+    pulled_at = log.now() - 7.25  # an evaluation of parameters pulled earlier
+    log.emit("eval", at=pulled_at, accuracy=0.5)
+    log.close()
+    (e,) = read_events(tmp_path / "evaluator-0.jsonl")
+    assert e["t"] == round(pulled_at, 4) and e["accuracy"] == 0.5
+
+
 def test_event_log_without_a_path_writes_nothing(tmp_path):
     log = EventLog(None, "server", 0)
     log.emit("ready")
