@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from psgd.bench.outcomes import (ModeStats, RunOutcome, best_lr, conclusion, describe_target, examples_per_update,
-                                 mode_stats, resolution_check)
+                                 mode_stats, resolution_check, censored_time_s)
 from psgd.bench.stats import BOOTSTRAP_RESAMPLES, CI_LEVEL
 from psgd.core.target import HoldRule
 
@@ -72,6 +72,7 @@ class Analysis:
     grid: bool                          # more than one lr per mode was run
     resolution_s: float
     resolution_ok: bool
+    baseline_at_least_s: Optional[float]  # the baseline did not hold the target: it takes longer than this
 
     def chosen_runs(self, runs: Sequence) -> list:
         return [r for r in runs if self.chosen_lr.get(r.label) == run_lr(r)]
@@ -84,8 +85,9 @@ def analyse(runs: Sequence, target: TargetSpec, baseline: str = "bsp") -> Analys
     stats = mode_stats([o for o in outcomes if chosen[o.label] == o.lr], baseline)
     base = stats.get(baseline)
     times = [[float(e["t"]) for e in r.training_evals] for r in runs if chosen.get(r.label) == run_lr(r)]
-    spacing, ok = resolution_check(times, base.time.median if base else math.inf)
-    return Analysis(target, outcomes, chosen, stats, grid, spacing, ok)
+    at_least = censored_time_s([o for o in outcomes if o.label == baseline and chosen[o.label] == o.lr])
+    spacing, ok = resolution_check(times, base.time.median if base else math.inf, baseline_at_least_s=at_least)
+    return Analysis(target, outcomes, chosen, stats, grid, spacing, ok, at_least)
 
 
 SUMMARY_FIELDS = ["label", "lr", "seeds", "reached", "metric", "target", "time_to_target_median_s",
@@ -184,6 +186,9 @@ def report_sections(a: Analysis, setting: list[str], baseline: str = "bsp") -> l
               f"- Time resolution: evaluations every {a.resolution_s:.3f} s (median spacing), "
               + (f"{a.resolution_s / a.stats[baseline].time.median:.1%} of {baseline}'s median time to target"
                  if baseline in a.stats and math.isfinite(a.stats[baseline].time.median) else
+                 f"at most {a.resolution_s / a.baseline_at_least_s:.1%} of {baseline}'s median time to target "
+                 f"(not reached: more than the {a.baseline_at_least_s:.1f} s its runs lasted)"
+                 if a.baseline_at_least_s else
                  f"{baseline} has no finite median time to compare with")
               + (" (within the 5% limit)." if a.resolution_ok else " (NOT within 5%: differences smaller than "
                  "two evaluation periods are not resolved).")]

@@ -15,7 +15,7 @@ from psgd.bench.stats import Interval, compare, median_ci
 from psgd.core.target import METRICS, HoldRule, held_target_time, metric_series
 
 __all__ = ["examples_per_update", "RunOutcome", "ModeStats", "mode_stats",
-           "conclusion", "resolution_check", "describe_target", "best_lr"]
+           "conclusion", "resolution_check", "censored_time_s", "describe_target", "best_lr"]
 
 def describe_target(metric: str, value: float) -> str:
     return f"test accuracy {value:g}" if metric == "accuracy" else f"validation loss {value:g}"
@@ -125,16 +125,27 @@ def conclusion(stats: dict[str, ModeStats], target_text: str, baseline: str = "b
 
 
 def resolution_check(eval_times: Sequence[Sequence[float]], baseline_median_s: float,
-                     limit_fraction: float = 0.05) -> tuple[float, bool]:
+                     limit_fraction: float = 0.05, baseline_at_least_s: Optional[float] = None
+                     ) -> tuple[float, bool]:
     """(median spacing between evaluations over all runs, whether it is at most
-    limit_fraction of the baseline's median time to target)."""
+    limit_fraction of the baseline's median time to target). A baseline that
+    did not hold the target takes longer than its runs lasted: pass that
+    (`baseline_at_least_s`) and the spacing is judged against it instead."""
     gaps = sorted(b - a for ts in eval_times for a, b in zip(ts, ts[1:]))
     if not gaps:
         return math.inf, False
     mid = len(gaps) // 2
     spacing = gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2
-    ok = math.isfinite(baseline_median_s) and spacing <= limit_fraction * baseline_median_s
+    reference = baseline_median_s if math.isfinite(baseline_median_s) else baseline_at_least_s
+    ok = reference is not None and math.isfinite(reference) and spacing <= limit_fraction * reference
     return spacing, ok
+
+
+def censored_time_s(outcomes: Sequence[RunOutcome]) -> Optional[float]:
+    """The least a label's median time to target can be when that median is
+    'not reached': its shortest run that did not hold the target (None if all did)."""
+    times = [o.train_time_s for o in outcomes if o.time_to_target_s is None]
+    return min(times) if times else None
 
 
 def best_lr(outcomes: Sequence[RunOutcome], higher_is_better: bool = True) -> dict[str, float]:

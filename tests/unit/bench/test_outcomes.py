@@ -4,7 +4,7 @@ import math
 import pytest
 
 from psgd.bench.literature import judge_beats, judge_ties, study_verdicts
-from psgd.bench.outcomes import RunOutcome, conclusion, examples_per_update, mode_stats, resolution_check
+from psgd.bench.outcomes import RunOutcome, conclusion, examples_per_update, mode_stats, resolution_check, censored_time_s
 from psgd.bench.stats import Interval, compare
 from psgd.core.target import HoldRule, metric_series
 
@@ -71,6 +71,16 @@ def test_resolution_check():
     assert spacing == pytest.approx(0.2) and ok
     assert resolution_check([[0.0, 0.5, 1.0]], 5.0) == (0.5, False)
     assert resolution_check([[0.0]], 5.0) == (math.inf, False)
+
+
+def test_resolution_against_a_baseline_that_never_held_the_target():
+    # BSP held the target in no seed within 18 s: its time exceeds 18 s, so 0.5 s spacing is within 5%.
+    runs = [RunOutcome("bsp", seed, 0.1, None, 0.4, dur, 1000) for seed, dur in enumerate((18.5, 18.0, 18.3))]
+    assert censored_time_s(runs) == 18.0
+    assert resolution_check([[0.0, 0.5, 1.0]], math.inf, baseline_at_least_s=18.0) == (0.5, True)
+    assert resolution_check([[0.0, 1.0, 2.0]], math.inf, baseline_at_least_s=18.0) == (1.0, False)
+    assert resolution_check([[0.0, 0.5]], math.inf) == (0.5, False)
+    assert censored_time_s([outcome("bsp", 0, 7.0)]) is None
 
 
 def test_literature_judges():
