@@ -37,7 +37,8 @@ class EventLog:
         writing (an evaluation is of the parameters pulled before scoring)."""
         if self._file is None:
             return
-        rec = {"t": round(self.now() if at is None else at, 4), "role": self.role, "index": self.index, "event": event,
+        t = self.now() if at is None else at
+        rec = {"t": round(t, 4), "role": self.role, "index": self.index, "event": event,
                **{k: _finite(v) for k, v in fields.items()}}
         try:
             self._file.write(json.dumps(rec, default=_jsonable) + "\n")
