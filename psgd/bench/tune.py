@@ -17,11 +17,12 @@ from typing import Callable, Optional
 
 from psgd.bench.convergence import BenchResult, ModeSpec, run_matrix, target_spec, write_outputs
 from psgd.bench.convergence_report import outcome_of
+from psgd.bench.outcomes import resolution_check
 from psgd.bench.stats import median_ci, schedule_runs
 from psgd.bench.tune_halving import HalvingResult, recommend_bound, run_halving
 from psgd.config import load_config
 
-__all__ = ["parse_bounds", "TuneResult", "run_tune", "staleness_table", "write_tune_outputs"]
+__all__ = ["parse_bounds", "TuneResult", "run_tune", "staleness_table", "resolution_line", "write_tune_outputs"]
 
 
 def parse_bounds(text: str) -> list[int]:
@@ -83,6 +84,20 @@ def staleness_table(t: TuneResult) -> str:
     return "\n".join(lines)
 
 
+def resolution_line(t: TuneResult) -> str:
+    """Whether the evaluations are dense enough to tell the bounds apart: their
+    median spacing against the fastest bound's median time to target."""
+    medians = [median_ci([o.time_to_target_s if o.time_to_target_s is not None else float("inf") for o in outs]).median
+               for outs in t.halving.outcomes.values() if outs]
+    fastest = min(medians, default=float("inf"))
+    spacing, ok = resolution_check([[float(e["t"]) for e in r.training_evals] for r in t.bench.runs], fastest)
+    if spacing == float("inf") or fastest == float("inf"):
+        return "Time resolution: not measurable (too few evaluations, or no bound held the target)."
+    return (f"Time resolution: evaluations every {spacing:.3f} s (median spacing), {spacing / fastest:.1%} of the "
+            f"fastest bound's median time to target" + (" (within 5%)." if ok else
+            ": differences under two evaluation periods are not resolved; lower eval.every_s to resolve them."))
+
+
 def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: list[str]) -> tuple[str, str, Path]:
     """Writes tune.md and tune.csv (plus the bench report, CSVs and plots) into
     the output directory; returns (table, recommendation line, tune.md path)."""
@@ -103,12 +118,13 @@ def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: l
     cost = (f"Successive halving ran {t.halving.runs} runs (schedule "
             + ", ".join(f"{r.arms} bounds x {r.seeds} seeds" for r in t.halving.rungs)
             + f", planned {schedule_runs(t.halving.rungs)}) instead of {t.full_grid_runs} for every bound x seed.")
+    resolution = resolution_line(t)
     text = [f"# Staleness tuning, target {t.bench.target.text}", "", f"Command: `{command}`", "", line, "", cost, "",
-            table, "", "Held: " + t.bench.target.rule_text + ".", ""]
+            resolution, "", table, "", "Held: " + t.bench.target.rule_text + ".", ""]
     text += [f"- {s}" for s in setting] + [""]
     if t.bench.failed:
         text += ["Failed runs:", ""] + [f"- {f}" for f in t.bench.failed] + [""]
     text += ["Per-mode details and plots: [report.md](report.md).", ""]
     md = out / "tune.md"
     md.write_text("\n".join(text))
-    return table, line + "\n" + cost, md
+    return table, line + "\n" + cost + "\n" + resolution, md

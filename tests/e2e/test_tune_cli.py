@@ -37,4 +37,5 @@ def test_tune_staleness_on_quickstart_with_a_straggler(tmp_path):
                         "instead of 6 for every bound x seed.")
     md = (out / "tune.md").read_text()
     assert lines[5] in md and "rank 1 slowed 4x" in md
+    assert lines[7].startswith("Time resolution: ") and lines[7] in md  # whether the bounds can be told apart
     assert (out / "report.md").is_file() and (out / "metric_vs_time.png").stat().st_size > 5000

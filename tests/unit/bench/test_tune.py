@@ -1,5 +1,6 @@
 """`psgd tune staleness`: bound parsing and the tuner's table on hand-made outcomes."""
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -7,7 +8,7 @@ from psgd.bench.convergence import BenchResult
 from psgd.bench.convergence_report import TargetSpec
 from psgd.bench.outcomes import RunOutcome
 from psgd.core.target import HoldRule
-from psgd.bench.tune import TuneResult, parse_bounds, staleness_table
+from psgd.bench.tune import TuneResult, parse_bounds, resolution_line, staleness_table
 from psgd.bench.tune_halving import run_halving
 
 
@@ -33,3 +34,24 @@ def test_table_shows_seeds_intervals_and_when_each_bound_stopped():
     assert lines[2] == "| 0 | 1 | 1/1 | 9.00 s [9.00 s, 9.00 s] | 9.00 | after rung 0 |"
     assert lines[3] == "| 2 | 3 | 3/3 | 5.50 s [5.00 s, 6.00 s] | 5.00, 5.50, 6.00 | finalist (rung 2) |"
     assert lines[4] == "| 4 | 3 | 2/3 | 5.90 s [5.20 s, not reached] | 5.20, n.h., 5.90 | finalist (rung 2) |"
+
+
+def _tune_with_evals(times, eval_times):
+    def run_arm(bound, offsets):
+        return [RunOutcome(f"ssp:{bound}", k, 0.1, times[bound][k], 0.9, 10.0, 100) for k in offsets]
+    runs = [SimpleNamespace(training_evals=[{"t": x} for x in ts]) for ts in eval_times]
+    bench = BenchResult(Path("/x"), runs, [], TargetSpec("accuracy", 0.9, HoldRule()))
+    return TuneResult(bench, run_halving(sorted(times), 1, run_arm), 0, "why", len(times))
+
+
+def test_resolution_line_warns_when_evaluations_are_as_coarse_as_the_times():
+    # Every bound held the target after about 1 s, evaluated once a second: 100%, not resolved.
+    coarse = _tune_with_evals({0: [1.0], 2: [2.0]}, [[1.0, 2.0, 3.0], [1.0, 2.0]])
+    assert resolution_line(coarse) == ("Time resolution: evaluations every 1.000 s (median spacing), 100.0% of the "
+                                       "fastest bound's median time to target: differences under two evaluation "
+                                       "periods are not resolved; lower eval.every_s to resolve them.")
+    fine = _tune_with_evals({0: [4.0], 2: [5.0]}, [[0.0, 0.1, 0.2, 0.3]])
+    assert resolution_line(fine).endswith("0.100 s (median spacing), 2.5% of the fastest bound's median time to "
+                                          "target (within 5%).")
+    never = _tune_with_evals({0: [None]}, [[0.0, 0.1]])
+    assert resolution_line(never).startswith("Time resolution: not measurable")
