@@ -19,7 +19,7 @@ from psgd.bench.convergence import BenchResult, ModeSpec, run_matrix, target_spe
 from psgd.bench.convergence_report import outcome_of
 from psgd.bench.outcomes import resolution_check
 from psgd.bench.stats import median_ci, schedule_runs
-from psgd.bench.tune_halving import HalvingResult, recommend_bound, run_halving
+from psgd.bench.tune_halving import HalvingResult, median_time, recommend_bound, run_halving
 from psgd.config import load_config
 
 __all__ = ["parse_bounds", "TuneResult", "run_tune", "staleness_table", "resolution_line", "write_tune_outputs"]
@@ -87,9 +87,7 @@ def staleness_table(t: TuneResult) -> str:
 def resolution_line(t: TuneResult) -> str:
     """Whether the evaluations are dense enough to tell the bounds apart: their
     median spacing against the fastest bound's median time to target."""
-    medians = [median_ci([o.time_to_target_s if o.time_to_target_s is not None else float("inf") for o in outs]).median
-               for outs in t.halving.outcomes.values() if outs]
-    fastest = min(medians, default=float("inf"))
+    fastest = min((median_time(outs) for outs in t.halving.outcomes.values() if outs), default=float("inf"))
     spacing, ok = resolution_check([[float(e["t"]) for e in r.training_evals] for r in t.bench.runs], fastest)
     if spacing == float("inf") or fastest == float("inf"):
         return "Time resolution: not measurable (too few evaluations, or no bound held the target)."

@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 from psgd.bench.outcomes import RunOutcome, mode_stats
 from psgd.bench.stats import Rung, compare, halving_schedule, median_ci, survivors
 
-__all__ = ["HalvingResult", "run_halving", "recommend_bound", "label_of"]
+__all__ = ["HalvingResult", "run_halving", "recommend_bound", "label_of", "median_time"]
 
 
 def label_of(bound: int) -> str:
@@ -35,7 +35,8 @@ class HalvingResult:
         return sorted(b for b, v in self.outcomes.items() if len(v) == top)
 
 
-def _median_time(runs: Sequence[RunOutcome]) -> float:
+def median_time(runs: Sequence[RunOutcome]) -> float:
+    """Median held time to target over seeds (not reached = inf)."""
     return median_ci([o.time_to_target_s if o.time_to_target_s is not None else math.inf for o in runs]).median
 
 
@@ -48,7 +49,7 @@ def run_halving(bounds: Sequence[int], max_seeds: int, run_arm: Callable[[int, l
     alive, done = list(bounds), 0
     for i, rung in enumerate(rungs):
         if i:
-            keep = survivors({b: _median_time(res.outcomes[b]) for b in alive}, rung.arms)
+            keep = survivors({b: median_time(res.outcomes[b]) for b in alive}, rung.arms)
             for b in alive:
                 if b not in keep:
                     res.stopped_at[b] = i - 1
