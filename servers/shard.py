@@ -156,8 +156,9 @@ class ShardServer:
         self._sock.send(identity, P.encode(record, frames))
 
     def _reply_params(self, identity: bytes, record: P.Record, params: torch.Tensor) -> None:
-        """Reply with the live parameters, zero-copy; the state keeps the tracker
-        so it does not update them in place while the send still reads them."""
+        """Reply with the live parameters. The transport copies them up to its
+        copy limit and sends larger ones zero-copy; then the state keeps the
+        tracker so it does not update them in place while the send still reads them."""
         if isinstance(record, P.Params) and record.shm:  # already copied into the client's segment
             self._sock.send(identity, P.encode(record))
             return

@@ -109,6 +109,13 @@ _CTX_PID = -1
 # below its own copy threshold, 64 KiB, even when asked not to).
 TRACK_MIN_BYTES = 1 << 16
 
+# A server's replies up to this size are copied into the message rather than
+# sent zero-copy and tracked. pyzmq reports a tracked frame's release through
+# a Python thread woken per frame; on the 2-core bench machine that cost the
+# shard about 50 us of CPU per reply, more than copying 1 MB, and at 10 MB the
+# copy was no slower end to end (issue 16's note has the A/B figures).
+REPLY_COPY_MAX_BYTES = 16 << 20
+
 # Per-peer queue bounds of a server socket, in messages. A worker has one
 # request per shard in flight (heartbeats use their own socket), so only a
 # client that does not read its replies reaches these.
@@ -119,7 +126,9 @@ PEER_RECV_HWM = 64
 class ServerSocket:
     """A bound ROUTER socket. `recv` returns (identity, frames) or None on timeout."""
 
-    def __init__(self, address: str, max_message_bytes: int = -1, curve: Optional[CurveKeys] = None):
+    def __init__(self, address: str, max_message_bytes: int = -1, curve: Optional[CurveKeys] = None,
+                 copy_max_bytes: int = REPLY_COPY_MAX_BYTES):
+        self.copy_max_bytes = copy_max_bytes  # send_tracked copies frames up to this size
         self._sock = zmq_context().socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
         if curve is not None:
@@ -184,8 +193,8 @@ class ServerSocket:
         """Send a reply whose buffers the caller will modify later; returns a
         tracker that reports when ZeroMQ no longer reads them, or None if no
         buffer needs watching (all were copied, or the peer is gone)."""
-        # Small frames (identity, header) are copied: cheaper than tracking them,
-        # and only the large ones can alias memory the caller will change.
+        # Frames up to copy_max_bytes are copied (cheaper than tracking, see
+        # REPLY_COPY_MAX_BYTES); only larger ones alias memory the caller will change.
         try:
             self._sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
         except zmq.ZMQError as exc:
@@ -197,7 +206,7 @@ class ServerSocket:
             last = len(frames) - 1
             for i, frame in enumerate(frames):
                 flags = zmq.SNDMORE if i < last else 0
-                if memoryview(frame).nbytes < TRACK_MIN_BYTES:
+                if memoryview(frame).nbytes <= max(self.copy_max_bytes, TRACK_MIN_BYTES - 1):
                     self._sock.send(frame, flags)
                 else:
                     trackers.append(self._sock.send(frame, flags, copy=False, track=True))

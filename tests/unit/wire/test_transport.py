@@ -18,7 +18,8 @@ def _recv(server, timeout_ms=5000):
     return got
 
 
-def test_frames_travel_unchanged_both_ways(server):
+def test_frames_travel_unchanged_both_ways():
+    server = ServerSocket("127.0.0.1:0", copy_max_bytes=0)  # every large reply zero-copy and tracked
     conns = ShardConnections([server.address.replace("tcp://", "")])
     try:
         payload = torch.arange(100_000, dtype=torch.float32)  # > 64 KiB: sent zero-copy
@@ -32,6 +33,24 @@ def test_frames_travel_unchanged_both_ways(server):
         assert shard == 0 and bytes(reply[0]) == b"reply" and bytes(reply[1]) == payload.numpy().tobytes()
     finally:
         conns.close()
+        server.close()
+
+
+def test_replies_up_to_the_copy_limit_are_copied_so_the_sender_may_change_them_at_once():
+    payload = torch.arange(100_000, dtype=torch.float32)
+    server = ServerSocket("127.0.0.1:0", copy_max_bytes=payload.numel() * 4)
+    conns = ShardConnections([server.address])
+    try:
+        conns.send(0, [b"ping"])
+        identity, _ = _recv(server)
+        assert server.send_tracked(identity, [b"reply", memoryview(payload.numpy())]) is None
+        sent = payload.clone()
+        payload.add_(1.0)  # the message owns its own copy: this must not reach the peer
+        (_, reply), = conns.recv(timeout_ms=5000)
+        assert bytes(reply[1]) == sent.numpy().tobytes()
+    finally:
+        conns.close()
+        server.close()
 
 
 def test_small_replies_are_copied_and_need_no_tracker(server):
