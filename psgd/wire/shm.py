@@ -205,7 +205,7 @@ class Segment:
         n = src.numel()
         if n > self.request_capacity:
             raise ValueError(f"payload of {n} bytes exceeds the segment's {self.request_capacity}")
-        self._request[:n].copy_(src)
+        self._typed("request", self._request, n, torch.uint8).copy_(src)
         self._request_gen += 1
         _GEN.pack_into(self._mm, _REQUEST_GEN_AT, self._request_gen)
         return self._request_gen, n
@@ -309,7 +309,7 @@ class Segment:
         n = src.numel()
         if req <= self.last_reply_req or n > self.reply_capacity:
             return False
-        self._reply[:n].copy_(src)
+        self._typed("reply", self._reply, n, torch.uint8).copy_(src)
         _GEN.pack_into(self._mm, _REPLY_GEN_AT, req)
         self.last_reply_req = req
         return True
