@@ -9,8 +9,9 @@ shard loop hands it CONTROL requests. Changes are reported through `emit`
 from __future__ import annotations
 
 import hmac
-from typing import Callable, Iterable, Optional
+from typing import Callable, Optional
 
+from psgd.core.consistency import ClockBoard
 from psgd.core.live_settings import ControlError, LiveSetting, LiveSettings, parse_change
 from psgd.core.staleness_policy import BoundRule, StalenessPolicy
 
@@ -66,7 +67,7 @@ class ShardLive:
         if self.policy is not None:
             self.policy.observe(rank, clock, step_s)
 
-    def clocks_moved(self, min_clock: Optional[int], members: Iterable[int]) -> None:
+    def clocks_moved(self, board: ClockBoard) -> None:
         """The slowest clock may have crossed a decision clock: let the policy decide.
 
         The decision starts from the last scheduled setting (a change decided
@@ -76,13 +77,13 @@ class ShardLive:
         shard is at most D while this shard's just reached D."""
         if self.policy is None:
             return
-        due = self.policy.decision_due(min_clock)
+        due = self.policy.decision_due(board.min_clock())
         if due is None:
             return
         before = self.settings.latest()
         if not before.auto or before.mode != "ssp":
             return
-        decision = self.policy.decide(due, before.staleness, members)
+        decision = self.policy.decide(due, before.staleness, board.quorum())
         if not decision.changed:
             return
         effective = max(due + 2 + self.settings.max_bound_from(due - 1), self.settings.answered + 1)

@@ -212,7 +212,7 @@ class ShardState:
             self._maybe_complete_bsp()
             return result
         self.board.advance(rank, clock)
-        self.live.clocks_moved(self.board.min_clock(), self.board.quorum())
+        self.live.clocks_moved(self.board)
         return result
 
     def _use_lr(self, clock: int) -> None:
@@ -248,8 +248,11 @@ class ShardState:
             return False
         if self.bsp is not None:
             return self.board.pull_ready(clock, self.bsp.step)
-        bound, low = self.live.bound_at(clock), self.board.min_clock()
-        return bound is None or low is None or low >= clock - bound
+        bound = self.live.bound_at(clock)
+        if bound is None:
+            return True
+        low = self.board.min_clock()
+        return low is None or low >= clock - bound
 
     def answer_pull(self, rank: int, clock: int) -> tuple[torch.Tensor, int, int]:
         """(parameters, clock, slowest quorum clock) for a worker's ready pull; records the gap."""

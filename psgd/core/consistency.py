@@ -49,7 +49,19 @@ class ClockBoard:
         self.workers = workers
         self.staleness = staleness
         self.clocks = [0] * workers
-        self.departed: set[int] = set()
+        self.departed = set()
+
+    @property
+    def departed(self) -> frozenset:
+        """Ranks out of the quorum (change it through join/depart, or assign a new set)."""
+        return self._departed
+
+    @departed.setter
+    def departed(self, ranks) -> None:
+        # The members are kept as a tuple: min_clock and quorum run on every
+        # push and pull, and rebuilding them there costs O(workers) in Python.
+        self._departed = frozenset(ranks)
+        self._members = tuple(r for r in range(self.workers) if r not in self._departed)
 
     def join(self, rank: int, at: Optional[int] = None) -> int:
         """(Re)admit a rank and return the clock it pushes next.
@@ -61,7 +73,7 @@ class ClockBoard:
         moving it ahead would skip clocks it has not pushed. A rank's recorded
         clock never moves backwards."""
         if rank in self.departed:
-            self.departed.discard(rank)
+            self.departed = self.departed - {rank}
             others = [self.clocks[r] for r in self.quorum() if r != rank]
             if others and at is None:
                 self.clocks[rank] = max(self.clocks[rank], min(others))
@@ -74,7 +86,7 @@ class ClockBoard:
         """Remove a rank from the quorum; False if it had already left."""
         if rank in self.departed:
             return False
-        self.departed.add(rank)
+        self.departed = self.departed | {rank}
         return True
 
     def advance(self, rank: int, clock: int) -> None:
@@ -86,11 +98,12 @@ class ClockBoard:
         self.clocks[rank] = max(self.clocks[rank], clock)
 
     def quorum(self) -> list[int]:
-        return [r for r in range(self.workers) if r not in self.departed]
+        return list(self._members)
 
     def min_clock(self) -> Optional[int]:
-        q = self.quorum()
-        return min(self.clocks[r] for r in q) if q else None
+        if not self._departed:  # the common case: one C-level pass over the list
+            return min(self.clocks) if self.clocks else None
+        return min(map(self.clocks.__getitem__, self._members)) if self._members else None
 
     def gap(self, rank: int) -> int:
         """How far `rank` runs ahead of the slowest quorum worker."""

@@ -1,5 +1,7 @@
 """psgd.core.consistency without sockets: SSP deferral and release order, BSP
 aggregation, backup-worker dropping, departures and re-joins."""
+import random
+
 import pytest
 import torch
 from psgd.core.consistency import BspAggregator, ClockBoard, DeferredPulls, Mode, PushOutcome
@@ -174,3 +176,28 @@ def test_bsp_rejected_pushes_count_toward_the_quorum_but_not_the_average():
     agg.add(0, 1, None, [0, 1])
     assert agg.add(1, 1, None, [0, 1]) is PushOutcome.COMPLETE
     assert agg.take_average() is None and agg.step == 2
+
+
+def test_quorum_and_min_clock_follow_every_join_depart_and_advance():
+    # The board keeps its members between calls; check it against a recount after each step.
+    rng = random.Random(7)
+    board = ClockBoard(Mode.SSP, 6, staleness=2)
+    out = set()  # departed ranks, kept here independently
+    for _ in range(500):
+        rank = rng.randrange(6)
+        op = rng.choice(["advance", "depart", "join", "skip"])
+        if op == "advance":
+            board.advance(rank, board.clocks[rank] + rng.randrange(2))
+        elif op == "depart":
+            board.depart(rank)
+            out.add(rank)
+        elif op == "join":
+            board.join(rank)
+            out.discard(rank)
+        else:
+            board.skip_to(rank, board.clocks[rank] + rng.randrange(3))
+        members = [r for r in range(6) if r not in out]
+        assert board.quorum() == members
+        assert board.min_clock() == (min(board.clocks[r] for r in members) if members else None)
+    board.departed = {0, 5}  # a checkpoint restore assigns the set
+    assert board.quorum() == [1, 2, 3, 4]
