@@ -2,7 +2,7 @@
 import json, statistics, sys
 rows = []
 for compute, pre in ((2, 'sat'), (20, 'scale')):
-    for i in (1, 2, 3, 4):
+    for i in range(1, 11):
         for kind in ('old', 'new'):
             try:
                 d = json.load(open(f'{pre}-{kind}{i}/results.json'))
@@ -24,4 +24,15 @@ for c in (2, 20):
         summ.append(f"- {c} ms compute: median {statistics.median(new):.0f} updates/s on main (shared memory) against "
                     f"{statistics.median(old):.0f} on bb08a65: **{statistics.median(new) / statistics.median(old):.2f}×**"
                     + (f"; main over TCP {statistics.median(tcp):.0f}" if tcp else "") + f" ({len(old)} pairs).")
+for c in (2, 20):
+    ratios = []
+    for i in range(1, 11):
+        old = [u for cc, ii, p, u, *_ in rows if cc == c and ii == i and p == 'bb08a65 (TCP)']
+        new = [u for cc, ii, p, u, *_ in rows if cc == c and ii == i and p == 'main, shared memory']
+        if old and new:
+            ratios.append(new[0] / old[0])
+    if ratios:
+        summ.append(f"- {c} ms compute, per pair (main shared memory / bb08a65): "
+                    + ", ".join(f"{r:.2f}" for r in ratios) + f"; median {statistics.median(ratios):.2f}×, "
+                    f"{sum(r >= 1.5 for r in ratios)} of {len(ratios)} pairs at 1.5× or more.")
 print("\n".join(summ) + "\n\n" + "\n".join(lines))
