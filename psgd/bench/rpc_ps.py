@@ -65,6 +65,8 @@ def _time_each(call, warmup: int, repeats: int, before=None, check=None, what: s
 
 def _rpc_child(rank: int, port: int, numel: int, warmup: int, repeats: int, conn) -> None:
     import torch.distributed.rpc as rpc
+    # rpc.shutdown() gathers over a gloo group and trips the same torch warning as the gloo child.
+    warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
     torch.set_num_threads(1)
     _loopback_env()
     opts = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{port}", num_worker_threads=4,
