@@ -36,6 +36,7 @@ def serve_raw_echo(reply_nbytes: int, on_bound: Callable[[str], None], host: str
             parts = sock.recv_multipart(copy=False)
             if parts[1].bytes == b"stop":
                 sock.send_multipart([parts[0], b"bye"])
+                sock.close(linger=1000)  # closing at once could drop the confirmation: the client would wait it out
                 return
             if handle is None:
                 sock.send_multipart([parts[0], b"reply-header", reply], copy=False)
@@ -46,7 +47,8 @@ def serve_raw_echo(reply_nbytes: int, on_bound: Callable[[str], None], host: str
             sock.send_multipart([parts[0], b"reply-header"], zmq.SNDMORE)
             tracker = sock.send(out, copy=False, track=True)
     finally:
-        sock.close(0)
+        if not sock.closed:
+            sock.close(0)
 
 
 class RawEchoClient:
