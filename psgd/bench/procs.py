@@ -1,7 +1,6 @@
 """Child processes shared by the benchmarks: shard servers on synthetic flat
-parameters, started from multiprocessing's fork server (a clean process: no inherited
-sockets, threads or torch state, with torch and psgd imported once), each
-child at one torch thread.
+parameters, started with multiprocessing's spawn method (a clean interpreter:
+no inherited sockets, threads or torch state), each child at one torch thread.
 
 psgd does not import servers/ at module level; the shard child imports
 `psgd.servers.shard` by name, as the launcher does.
@@ -26,19 +25,9 @@ __all__ = ["BenchShards", "bench_context", "bench_layout", "bench_config", "proc
 START_TIMEOUT_S = 120.0
 
 
-# What every benchmark child needs imported: loaded once in the fork server, so
-# a child starts in milliseconds instead of importing torch again (seconds each).
-_PRELOAD = ["torch", "zmq", "psgd.servers.shard", "psgd.workers.client", "psgd.bench.raw_shm",
-            "psgd.bench.raw_zmq"]
-
-
 def bench_context():
-    """The multiprocessing context every benchmark child is started with: a
-    fork server, which is a clean process (no sockets, threads or torch state
-    of the caller) that has imported torch and psgd once."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
-    return ctx
+    """The multiprocessing context every benchmark child is started with."""
+    return mp.get_context("spawn")
 
 
 def parse_size(text: str) -> int:
