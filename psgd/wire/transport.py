@@ -113,7 +113,7 @@ TRACK_MIN_BYTES = 1 << 16
 # sent zero-copy and tracked. pyzmq reports a tracked frame's release through
 # a Python thread woken per frame; on the 2-core bench machine that cost the
 # shard about 50 us of CPU per reply, more than copying 1 MB, and at 10 MB the
-# copy was no slower end to end (issue 16's note has the A/B figures).
+# copy was no slower end to end.
 REPLY_COPY_MAX_BYTES = 16 << 20
 
 # Per-peer queue bounds of a server socket, in messages. A worker has one
@@ -208,7 +208,8 @@ class ServerSocket:
             last = len(frames) - 1
             for i, frame in enumerate(frames):
                 flags = zmq.SNDMORE if i < last else 0
-                if memoryview(frame).nbytes <= max(self.copy_max_bytes, TRACK_MIN_BYTES - 1):
+                nbytes = memoryview(frame).nbytes
+                if nbytes < TRACK_MIN_BYTES or nbytes <= self.copy_max_bytes:
                     self._sock.send(frame, flags)
                 else:
                     trackers.append(self._sock.send(frame, flags, copy=False, track=True))
