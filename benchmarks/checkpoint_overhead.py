@@ -19,9 +19,9 @@ import torch
 
 from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
-from psgd.tasks import build_model, load_task
 from psgd.servers.checkpoint import ShardCheckpoint
 from psgd.servers.shard import ShardServer
+from psgd.tasks import build_model, load_task
 from psgd.workers.client import PSClient
 
 VARIANTS = {

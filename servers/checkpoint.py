@@ -29,8 +29,7 @@ from typing import Optional
 
 from psgd.config import CheckpointConfig
 from psgd.runtime.safe_io import WriteFailed, describe_os_error
-from psgd.servers.push_log import (OP_DEPART, OP_JOIN, OP_PUSH, OP_PUSH_SPARSE, LogCorrupt, PushLogWriter,
-                                   read_log)
+from psgd.servers.push_log import OP_DEPART, OP_JOIN, OP_PUSH, OP_PUSH_SPARSE, LogCorrupt, PushLogWriter, read_log
 from psgd.servers.snapshot_file import SnapshotFiles
 from psgd.servers.state import PushStatus, ShardState
 

@@ -18,9 +18,9 @@ from psgd.config.coerce import ConfigLike, as_config
 from psgd.runtime.events import EventLog
 from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
-from psgd.wire.curve import server_curve
 from psgd.servers.checkpoint import ShardCheckpoint
 from psgd.servers.shard import ShardServer, initial_shard_params
+from psgd.wire.curve import server_curve
 
 __all__ = ["serve"]
 

@@ -14,23 +14,23 @@ from typing import Callable, Optional
 
 import torch
 
-from psgd.wire import protocol as P
 from psgd.config import Config
 from psgd.core.consistency import DeferredPulls
+from psgd.core.sharding import layout_for_module
 from psgd.runtime.events import EventLog
 from psgd.runtime.role import RoleContext, RoleFailed
-from psgd.wire.protocol import MsgType, ProtocolError
-from psgd.core.sharding import layout_for_module
+from psgd.runtime.safe_io import WriteFailed
+from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
+from psgd.servers.live_control import ControlError
+from psgd.servers.peers import PeerTable, check_ahead
+from psgd.servers.state import PushStatus, ShardState
 from psgd.tasks import build_model, task_shape
 from psgd.tasks.registry import needs_shape
-from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
-from psgd.runtime.safe_io import WriteFailed
+from psgd.wire import protocol as P
+from psgd.wire.protocol import MsgType, ProtocolError
 from psgd.wire.shm import reclaim
 from psgd.wire.shm_links import ShardSegments, shared_memory_wanted
-from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
-from psgd.servers.peers import PeerTable, check_ahead
-from psgd.servers.live_control import ControlError
-from psgd.servers.state import PushStatus, ShardState
+from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
 
 __all__ = ["ShardServer", "initial_shard_params", "run_role"]
 

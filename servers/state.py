@@ -19,8 +19,8 @@ from psgd.core.consistency import BspAggregator, ClockBoard, Mode, PushOutcome
 from psgd.core.histogram import Histogram
 from psgd.core.lr_scaling import scaled_optimizer
 from psgd.core.update_rules import UpdateRule
-from psgd.wire.protocol import ProtocolError
 from psgd.servers.live_control import ShardLive
+from psgd.wire.protocol import ProtocolError
 
 __all__ = ["ShardState", "PushStatus", "PushResult"]
 

@@ -98,7 +98,7 @@ def launch(config: Path, out: Path, *overrides: str, timeout: float = 90.0) -> t
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_tree(proc)
-        raise AssertionError(f"psgd launch did not finish in {timeout}s")
+        raise AssertionError(f"psgd launch did not finish in {timeout}s") from None
     summary_path = out / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     return proc.returncode, output, summary

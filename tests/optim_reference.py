@@ -1,7 +1,6 @@
 """The server update rules paired with the torch.optim optimizers they must equal, for unit and e2e tests."""
 import torch
 
-
 RULES = {
     "sgd": (["optimizer.name=sgd", "optimizer.lr=0.1"], lambda p: torch.optim.SGD(p, lr=0.1)),
     "sgd_wd": (["optimizer.name=sgd", "optimizer.lr=0.1", "optimizer.weight_decay=0.01"],

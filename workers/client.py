@@ -19,12 +19,12 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder
 from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
-from psgd.core.sharding import Layout
-from psgd.wire.transport import CurveKeys, ShardConnections
 from psgd.wire.shm_links import ClientSegments, PayloadCache, shared_memory_wanted
+from psgd.wire.transport import CurveKeys, ShardConnections
 
 __all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted"]
 

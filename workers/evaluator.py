@@ -16,8 +16,8 @@ from typing import Optional
 import torch
 
 from psgd.config import Config
-from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.core.sharding import layout_for_module
+from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.tasks import build_model, load_task
 from psgd.workers.client import Interrupted, PSClient, RemoteError, RequestFailed
 from psgd.workers.model_sync import ModelSync

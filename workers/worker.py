@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 
 from psgd.config import ConfigError
-from psgd.runtime.role import RoleContext
 from psgd.core.heterogeneity import straggler_for
+from psgd.runtime.role import RoleContext
 from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
 from psgd.tasks import build_model, load_task

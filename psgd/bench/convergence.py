@@ -23,13 +23,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
 
-from psgd.bench.convergence_report import (Analysis, TargetSpec, analyse, grid_table, mode_table, report_sections,
-                                           write_seeds_csv, write_summary_csv)
+from psgd.bench.convergence_report import (
+    Analysis,
+    TargetSpec,
+    analyse,
+    grid_table,
+    mode_table,
+    report_sections,
+    write_seeds_csv,
+    write_summary_csv,
+)
 from psgd.bench.plots import plot_runs
 from psgd.bench.run_data import RunData, load_run
-from psgd.core.target import HoldRule
 from psgd.config import PS_MODES, Config, load_config
 from psgd.core.heterogeneity import delay_spec, describe, transient_specs
+from psgd.core.target import HoldRule
 from psgd.launch.launcher import Launcher
 
 __all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "read_lr_choice", "run_matrix", "BenchResult",
@@ -172,7 +180,7 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
                     sets.append(f"optimizer.lr={lr}")
                 plan.append((spec, lr, seed, sets, load_config(config_path, sets)))
     runs, failed = [], []
-    for i, (spec, lr, seed, sets, cfg) in enumerate(plan, 1):
+    for i, (spec, lr, seed, _sets, cfg) in enumerate(plan, 1):
         name = spec.dir_name + (f"-lr{_lr_text(lr)}" if lrs else "") + f"-seed{seed}"
         run_dir = out_dir / "runs" / name
         run_dir.mkdir(parents=True, exist_ok=True)

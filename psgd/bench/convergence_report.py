@@ -12,8 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from psgd.bench.outcomes import (ModeStats, RunOutcome, best_lr, conclusion, describe_target, examples_per_update,
-                                 mode_stats, resolution_check, censored_time_s)
+from psgd.bench.outcomes import (
+    ModeStats,
+    RunOutcome,
+    best_lr,
+    censored_time_s,
+    conclusion,
+    describe_target,
+    examples_per_update,
+    mode_stats,
+    resolution_check,
+)
 from psgd.bench.stats import BOOTSTRAP_RESAMPLES, CI_LEVEL
 from psgd.core.target import HoldRule
 

@@ -157,7 +157,7 @@ def best_lr(outcomes: Sequence[RunOutcome], higher_is_better: bool = True) -> di
         by.setdefault(o.label, {}).setdefault(o.lr, []).append(o)
     best = {}
     for label, per_lr in by.items():
-        def key(lr):
+        def key(lr, per_lr=per_lr):
             runs = per_lr[lr]
             t = median_ci([o.time_to_target_s if o.time_to_target_s is not None else math.inf for o in runs]).median
             finals = [o.final_metric for o in runs if o.final_metric is not None]

@@ -90,7 +90,7 @@ def _run_point(pool, cluster: BenchShards, workers: int, numel: int, compute_s: 
     procs = [p for p, _ in pool]
     ranks = [list(range(i, workers, len(pool))) for i in range(len(pool))]
     t0 = time.time() + 1.0 + workers * 0.02  # time for every light worker to connect and register
-    for (proc, conn), rs in zip(pool, ranks):
+    for (_proc, conn), rs in zip(pool, ranks):
         if rs:
             conn.send({"addresses": cluster.addresses, "numel": numel, "shards": cluster.shards, "ranks": rs,
                        "compute_s": compute_s, "t0": t0, "warmup_s": warmup_s, "window_s": window_s,
@@ -100,7 +100,7 @@ def _run_point(pool, cluster: BenchShards, workers: int, numel: int, compute_s: 
     time.sleep(max(0.0, t0 + warmup_s + window_s - time.time()))
     cpu_shard1, cpu_work1, wall1 = _cpu(cluster.pids), _cpu([p.pid for p in procs]), time.time()
     updates, lat = 0, []
-    for (proc, conn), rs in zip(pool, ranks):
+    for (_proc, conn), rs in zip(pool, ranks):
         if rs:
             if not conn.poll(READY_TIMEOUT_S):
                 raise RuntimeError("a light-worker process did not report")

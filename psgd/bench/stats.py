@@ -19,7 +19,6 @@ from typing import Sequence
 
 import numpy as np
 
-
 __all__ = ["Interval", "median_ci", "compare", "Verdict",
            "Rung", "halving_schedule", "schedule_runs", "survivors", "BOOTSTRAP_RESAMPLES", "CI_LEVEL"]
 

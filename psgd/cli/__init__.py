@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Optional
 
 from psgd.cli.bench import add_measurement_commands
-from psgd.cli.launch_text import launch_result_lines, launcher_for
 from psgd.cli.ctl import add_ctl_command
+from psgd.cli.launch_text import launch_result_lines, launcher_for
 from psgd.config import ConfigError, load_config
 from psgd.launch.roles import ROLES, run_role
 from psgd.runtime.role import RoleFailed

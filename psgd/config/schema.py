@@ -15,8 +15,15 @@ import yaml
 
 from psgd.config.loader import ConfigError, build, parse_override, set_path
 from psgd.config.loader import check as _check
-from psgd.config.operations import (CheckpointConfig, LoggingConfig, RayConfig, RayRoleConfig,  # noqa: F401 (re-exported)
-                                    SecurityConfig, SupervisionConfig, WireConfig)
+from psgd.config.operations import (  # noqa: F401 (re-exported)
+    CheckpointConfig,
+    LoggingConfig,
+    RayConfig,
+    RayRoleConfig,
+    SecurityConfig,
+    SupervisionConfig,
+    WireConfig,
+)
 
 __all__ = ["Config", "ConfigError", "load_config", "override_config", "config_to_dict", "dump_config"]
 

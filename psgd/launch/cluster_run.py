@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from psgd.runtime.cluster_env import ClusterEnv, detect, reachable_address, with_config
-from psgd.launch.collect import collect
-from psgd.runtime.files import atomic_write
 from psgd.config import Config, ConfigError, dump_config, load_config, override_config
+from psgd.launch.collect import collect
 from psgd.launch.discovery import EVAL_DONE, EXITED, FAILED, TARGET_REACHED, WORKERS_DONE, JobStore, open_store
-from psgd.runtime.ports import free_ports
-from psgd.runtime.events import EventLog, read_events
 from psgd.launch.roles import run_role
+from psgd.runtime.cluster_env import ClusterEnv, detect, reachable_address, with_config
+from psgd.runtime.events import EventLog, read_events
+from psgd.runtime.files import atomic_write
+from psgd.runtime.ports import free_ports
 from psgd.runtime.role import START_FILE
 
 __all__ = ["Role", "assign_role", "run_job"]

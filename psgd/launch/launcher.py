@@ -23,18 +23,18 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.config import Config, dump_config, load_config, override_config
+from psgd.launch.catch_up import unmerged_events
 from psgd.launch.metrics_export import MetricsExport
 from psgd.launch.progress import Progress, ProgressTracker
 from psgd.launch.roles import CONFIG_FILE
 from psgd.launch.spawn import Child, kill, spawn_child, terminate
 from psgd.launch.summary import summarize
+from psgd.launch.summary_file import reserve_summary, write_summary
 from psgd.launch.supervise import PendingRestart, RestartBudget
 from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
-from psgd.runtime.ports import free_ports
-from psgd.launch.catch_up import unmerged_events
-from psgd.launch.summary_file import reserve_summary, write_summary
 from psgd.runtime.lifeline import PROCESSES_FILE
+from psgd.runtime.ports import free_ports
 from psgd.runtime.role import EXIT_NO_RETRY, START_FILE
 from psgd.runtime.safe_io import WriteFailed, describe_os_error
 from psgd.runtime.token import new_run_token

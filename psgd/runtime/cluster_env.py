@@ -18,8 +18,17 @@ import socket
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from psgd.runtime.k8s_env import (ADDR_ENV_ENV, INDEX_ENV, ROLE_ENV, EnvError, is_kubeflow, kubeflow_job_id,
-                                 role_from_env, role_rank, store_host)
+from psgd.runtime.k8s_env import (
+    ADDR_ENV_ENV,
+    INDEX_ENV,
+    ROLE_ENV,
+    EnvError,
+    is_kubeflow,
+    kubeflow_job_id,
+    role_from_env,
+    role_rank,
+    store_host,
+)
 
 __all__ = ["ClusterEnv", "ClusterEnvError", "detect", "expand_nodelist", "reachable_address", "with_config"]
 

@@ -1,7 +1,15 @@
 """What is trained: built-in models and datasets, user plugins (`module:callable`), worker batches."""
 from psgd.tasks.contract import DatasetContractError
 from psgd.tasks.registry import (
-    MLP, SmallCNN, Task, TaskShape, build_model, load_task, resolve_callable, task_shape, worker_batches,
+    MLP,
+    SmallCNN,
+    Task,
+    TaskShape,
+    build_model,
+    load_task,
+    resolve_callable,
+    task_shape,
+    worker_batches,
 )
 
 __all__ = ["Task", "TaskShape", "DatasetContractError", "load_task", "task_shape", "build_model", "worker_batches",

@@ -26,7 +26,12 @@ from torch.utils.data import Dataset
 from psgd.config import Config
 from psgd.tasks.cache import TaskShape, load_shape, load_split
 from psgd.tasks.contract import (
-    DatasetContractError, check_items, check_targets, is_tensor_pair, resolve_objective, split_tensors,
+    DatasetContractError,
+    check_items,
+    check_targets,
+    is_tensor_pair,
+    resolve_objective,
+    split_tensors,
 )
 from psgd.tasks.loaders import TensorPairs, eval_batches
 from psgd.tasks.objects import is_object_spec, load_object

@@ -2,13 +2,13 @@
 measured numbers, reports written. No absolute times are asserted."""
 import json
 import subprocess
-import pytest
 
-from psgd.wire import shm
+import pytest
 from conftest import kill_tree, psgd_cmd, spawn
+
 from psgd.bench.comm import MORE_PEERS
 from psgd.bench.scale import run_scale_bench
-
+from psgd.wire import shm
 
 ROW_KEYS = {"size_bytes", "shards", "psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms", "raw_zmq_sgd_ms",
             "psgd_over_raw_zmq", "torch_rpc_over_psgd", "gloo_over_psgd", "raw_zmq_sgd_over_raw_zmq",
@@ -25,7 +25,7 @@ def _run(args, timeout):
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_tree(proc)
-        raise AssertionError(f"{args} did not finish in {timeout}s")
+        raise AssertionError(f"{args} did not finish in {timeout}s") from None
     assert proc.returncode == 0, err
     return out
 

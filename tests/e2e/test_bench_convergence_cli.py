@@ -5,8 +5,8 @@ import csv
 from pathlib import Path
 
 import pytest
-
 from conftest import run_psgd
+
 from psgd.bench.plots import PLOT_FILES
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -16,7 +16,6 @@ import subprocess
 from contextlib import contextmanager
 
 import pytest
-
 from conftest import kill_tree, psgd_cmd, run_psgd, spawn, wait_for, write_config
 
 pytestmark = pytest.mark.e2e

@@ -2,9 +2,10 @@
 exactly-once resends, error replies that leave state untouched."""
 import pytest
 import torch
-from psgd.wire import protocol as P
+
 from psgd.config import load_config
 from psgd.tasks import build_model, load_task
+from psgd.wire import protocol as P
 from psgd.workers.client import PSClient, RemoteError
 
 

@@ -5,8 +5,10 @@ import os
 import socket
 import subprocess
 import sys
+
 import pytest
 from conftest import kill_tree, psgd_cmd, read_events, spawn
+
 from psgd.runtime.ports import free_ports
 
 

@@ -2,10 +2,11 @@
 sparse update touching exactly the chosen coordinates."""
 import pytest
 import torch
-from psgd.wire import protocol as P
-from psgd.wire.codecs import topk_count
+
 from psgd.config import load_config
 from psgd.core.sharding import make_layout
+from psgd.wire import protocol as P
+from psgd.wire.codecs import topk_count
 from psgd.workers.client import PSClient
 
 

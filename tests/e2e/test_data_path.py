@@ -2,8 +2,10 @@
 never changed underneath it (copy-on-write), replies are never torn, and the
 one-pass non-finite check is exact."""
 import threading
+
 import pytest
 import torch
+
 from psgd.config import load_config
 from psgd.workers.client import PSClient
 

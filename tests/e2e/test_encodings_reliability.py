@@ -12,8 +12,8 @@ import sys
 
 import pytest
 import torch
-
 from conftest import ROOT, kill_tree, psgd_cmd, read_events, spawn, wait_for, write_config
+
 from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
 from psgd.runtime.ports import free_ports

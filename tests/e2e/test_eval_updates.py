@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 import yaml
-
 from conftest import run_psgd
+
 from psgd.config import load_config
 from psgd.tasks import build_model, load_task
 from psgd.workers.client import PSClient

@@ -3,15 +3,16 @@ shards. Some pushes are sent twice at once, some are resent after their ack
 (a lost reply); every shard must apply each distinct push exactly once."""
 import random
 import time
+
 import pytest
 import torch
 from conftest import InProcessShards
-from psgd.wire import protocol as P
+
 from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task
+from psgd.wire import protocol as P
 from psgd.wire.transport import ShardConnections
-
 
 CLIENTS = 64
 

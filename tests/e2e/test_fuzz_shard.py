@@ -7,17 +7,18 @@ Also: a message above the size limit is refused at the socket."""
 import random
 import struct
 import time
+
 import msgpack
 import pytest
 import torch
 from conftest import InProcessShards
-from psgd.wire import protocol as P
+
 from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task
+from psgd.wire import protocol as P
 from psgd.wire.transport import ShardConnections
 from psgd.workers.client import PSClient
-
 
 BAD_MESSAGES = 10_000
 

@@ -12,8 +12,8 @@ import msgpack
 import pytest
 import torch
 import zmq
-
 from conftest import kill_tree, spawn, wait_for, write_config
+
 from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
 from psgd.runtime.ports import free_ports

@@ -4,12 +4,13 @@ import os
 import signal
 import subprocess
 import time
+
 import pytest
 import torch
 from conftest import kill_tree, launch, psgd_cmd, read_events, spawn, wait_for
+
 from psgd.config import load_config
 from psgd.tasks import build_model, load_task
-
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,6 @@ import signal
 import subprocess
 
 import pytest
-
 from conftest import kill_tree, launch, psgd_cmd, read_events, run_psgd, spawn, wait_for, write_config
 
 pytestmark = pytest.mark.e2e

@@ -8,9 +8,9 @@ import secrets
 import shutil
 import subprocess
 import sys
+
 import pytest
 from conftest import kill_tree, psgd_cmd, spawn, write_config
-
 
 # A private range that exists only inside the namespaces this test creates.
 HOST_A, HOST_B = "10.77.7.1", "10.77.7.2"

@@ -9,7 +9,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import kill_tree, psgd_cmd, spawn, wait_for, write_config
 
 pytestmark = pytest.mark.e2e

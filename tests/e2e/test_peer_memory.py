@@ -15,8 +15,8 @@ import msgpack
 import pytest
 import torch
 import zmq
-
 from conftest import kill_tree, spawn
+
 from psgd.core.sharding import make_layout
 from psgd.wire import protocol as P
 from psgd.wire.transport import PEER_SEND_HWM
@@ -67,7 +67,7 @@ def test_non_reading_client_is_cut_off_and_memory_stays_bounded():
         hostile.connect(f"tcp://{address}")
         hostile.send_multipart([msgpack.packb([P.PROTOCOL_VERSION, int(P.MsgType.REGISTER), 1,
                                                {"role": "evaluator", "fingerprint": layout.fingerprint}])])
-        for step in range(200):
+        for _ in range(200):
             for k in range(10):
                 hostile.send_multipart([msgpack.packb([P.PROTOCOL_VERSION, int(P.MsgType.PULL), 2 + k, {}])])
             worker.push_pull(g)  # each update would otherwise leave one more copy behind the hostile's queue

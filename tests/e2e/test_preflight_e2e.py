@@ -4,7 +4,6 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import launch, psgd_cmd
 
 pytestmark = pytest.mark.e2e

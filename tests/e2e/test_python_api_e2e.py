@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT, kill_tree, launch, psgd_cmd, spawn
 
 pytestmark = pytest.mark.e2e

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 import ray
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
 from conftest import ROOT, kill_tree, psgd_cmd, run_psgd, spawn, wait_for
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 pytestmark = pytest.mark.e2e
 

@@ -5,9 +5,9 @@ import json
 import os
 import signal
 import subprocess
+
 import pytest
 from conftest import kill_tree, psgd_cmd, read_events, spawn, wait_for, write_config
-
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +26,7 @@ def finish(proc, timeout):
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_tree(proc)
-        raise AssertionError(f"psgd launch did not finish in {timeout}s")
+        raise AssertionError(f"psgd launch did not finish in {timeout}s") from None
     return proc.returncode, output
 
 

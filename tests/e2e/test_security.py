@@ -1,14 +1,16 @@
 """CurveZMQ: with `security.curve` on, only clients holding an authorised key
 can register, pull or push; an authorised client trains normally."""
 import threading
+
 import pytest
 import torch
+
 from psgd.config import load_config
-from psgd.wire.curve import client_curve, server_curve
 from psgd.core.sharding import layout_for_module
-from psgd.tasks import build_model, load_task
-from psgd.wire.transport import generate_keys
 from psgd.servers.shard import ShardServer
+from psgd.tasks import build_model, load_task
+from psgd.wire.curve import client_curve, server_curve
+from psgd.wire.transport import generate_keys
 from psgd.workers.client import PSClient, RequestFailed
 
 

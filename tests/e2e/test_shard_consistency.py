@@ -6,15 +6,16 @@ import dataclasses
 import os
 import threading
 import time
+
 import pytest
 import torch
+
 from psgd.config import load_config
 from psgd.runtime.events import EventLog
 from psgd.runtime.role import RoleContext
 from psgd.tasks import build_model, load_task, worker_batches
 from psgd.workers.client import PSClient
 from psgd.workers.worker import run_worker
-
 
 STEPS = 40
 

@@ -9,15 +9,16 @@ import signal
 import subprocess
 import sys
 import threading
+
 import pytest
 import torch
 from conftest import kill_tree, spawn, wait_for, write_config
+
 from psgd.config import load_config
-from psgd.runtime.ports import free_ports
 from psgd.core.sharding import layout_for_module
+from psgd.runtime.ports import free_ports
 from psgd.tasks import build_model, load_task
 from psgd.workers.client import PSClient
-
 
 STEPS = 40
 
@@ -42,8 +43,8 @@ def start_shards(config, run_dir):
                                       "--run-dir", str(run_dir)], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.STDOUT)))
     for i, (n_ready, proc) in enumerate(procs):
-        assert wait_for(lambda: sum(e["event"] == "ready" for e in events(run_dir, i)) > n_ready
-                        or proc.poll() is not None, timeout=60)
+        assert wait_for(lambda i=i, n_ready=n_ready, proc=proc: sum(e["event"] == "ready" for e in events(run_dir, i))
+                        > n_ready or proc.poll() is not None, timeout=60)
         assert proc.poll() is None, f"shard {i} did not start"
     return [proc for _, proc in procs]
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import kill_tree, spawn, wait_for, write_config
+
 from psgd.bench.procs import BenchShards
-from psgd.wire import protocol as P
 from psgd.config import load_config
-from psgd.runtime.ports import free_ports
 from psgd.core.sharding import layout_for_module
+from psgd.runtime.ports import free_ports
 from psgd.tasks import build_model, load_task
+from psgd.wire import protocol as P
 from psgd.wire import shm
 from psgd.workers.client import PSClient, RemoteError
 

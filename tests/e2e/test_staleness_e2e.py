@@ -5,10 +5,11 @@ import json
 import signal
 import subprocess
 import sys
+
 import pytest
 from conftest import kill_tree, launch, read_events, spawn, wait_for, write_config
-from psgd.runtime.ports import free_ports
 
+from psgd.runtime.ports import free_ports
 
 pytestmark = pytest.mark.e2e
 

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, kill_tree, spawn
+
 from psgd.runtime.ports import free_ports
 
 pytestmark = pytest.mark.e2e

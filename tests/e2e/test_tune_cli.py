@@ -5,7 +5,6 @@ import csv
 from pathlib import Path
 
 import pytest
-
 from conftest import run_psgd
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"

@@ -1,7 +1,7 @@
 """`psgd tune staleness` without --target-accuracy aims at the config's target."""
 import pytest
-
 from conftest import run_psgd
+
 from psgd.bench.convergence_report import describe_target
 
 pytestmark = pytest.mark.e2e

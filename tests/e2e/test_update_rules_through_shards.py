@@ -1,10 +1,11 @@
 """Server update rules equal torch.optim given the same gradients, on flat tensors and through real shards."""
 import pytest
 import torch
+from optim_reference import RULES, grads_sequence
+
 from psgd.config import load_config
 from psgd.tasks import build_model, load_task
 from psgd.workers.client import PSClient
-from optim_reference import RULES, grads_sequence
 
 
 @pytest.mark.parametrize("name", ["sgd", "momentum", "adam"])

@@ -2,6 +2,7 @@
 and still trains; the worker `done` events and summary.json report it."""
 import pytest
 from conftest import launch, read_events
+
 from psgd.config import load_config
 from psgd.tasks import build_model, load_task
 

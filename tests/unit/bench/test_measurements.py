@@ -2,10 +2,11 @@
 measured numbers, reports written. No absolute times are asserted."""
 import pytest
 import torch
+
 from psgd.bench.apply import run_apply_bench
 from psgd.bench.comm import RAW_SGD_LR, comm_row, start_raw_server
-from psgd.bench.report import comm_bounds
 from psgd.bench.procs import parse_size
+from psgd.bench.report import comm_bounds
 from psgd.bench.scale import find_saturation
 
 

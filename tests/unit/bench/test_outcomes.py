@@ -4,8 +4,14 @@ import math
 import pytest
 
 from psgd.bench.literature import judge_beats, judge_ties, study_verdicts
-from psgd.bench.outcomes import (RunOutcome, censored_time_s, conclusion, examples_per_update, mode_stats,
-                                 resolution_check)
+from psgd.bench.outcomes import (
+    RunOutcome,
+    censored_time_s,
+    conclusion,
+    examples_per_update,
+    mode_stats,
+    resolution_check,
+)
 from psgd.bench.stats import Interval, compare
 from psgd.core.target import HoldRule, metric_series
 

@@ -7,9 +7,9 @@ import pytest
 from psgd.bench.convergence import BenchResult
 from psgd.bench.convergence_report import TargetSpec
 from psgd.bench.outcomes import RunOutcome
-from psgd.core.target import HoldRule
 from psgd.bench.tune import TuneResult, parse_bounds, resolution_line, staleness_table
 from psgd.bench.tune_halving import run_halving
+from psgd.core.target import HoldRule
 
 
 @pytest.mark.parametrize("text", ["", "1,x", "-1", "2,2"])

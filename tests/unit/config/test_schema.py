@@ -1,6 +1,7 @@
 """Config loading: defaults, overrides parsed as YAML, unknown keys and bad values named by path."""
 import pytest
 import yaml
+
 from psgd.config import ConfigError, config_to_dict, dump_config, load_config
 
 

@@ -4,6 +4,7 @@ import random
 
 import pytest
 import torch
+
 from psgd.core.consistency import BspAggregator, ClockBoard, DeferredPulls, Mode, PushOutcome
 
 

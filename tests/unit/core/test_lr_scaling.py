@@ -1,6 +1,6 @@
 """Linear learning-rate scaling: which modes scale, and by how much."""
-from types import SimpleNamespace as NS
 from dataclasses import dataclass
+from types import SimpleNamespace as NS
 
 from psgd.core.lr_scaling import lr_factor, scaled_optimizer
 

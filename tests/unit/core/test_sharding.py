@@ -2,6 +2,7 @@
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from psgd.core.sharding import layout_for_module, make_layout
 from psgd.tasks import SmallCNN
 

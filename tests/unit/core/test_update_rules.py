@@ -1,8 +1,10 @@
 """psgd.core.update_rules: staleness-aware steps, DC-ASGD and learning-rate schedules
 against hand-computed values, and the base rules against torch.optim."""
 import math
+
 import pytest
 import torch
+
 from psgd.config import DcAsgdConfig, OptimizerConfig, ScheduleConfig
 from psgd.core.update_rules import UpdateRule, scheduled_lr
 

@@ -1,9 +1,10 @@
 """Server update rules equal torch.optim given the same gradients, on flat tensors and through real shards."""
 import pytest
 import torch
+from optim_reference import RULES, grads_sequence
+
 from psgd.config import load_config
 from psgd.core.update_rules import UpdateRule
-from optim_reference import RULES, grads_sequence
 
 
 @pytest.mark.parametrize("name", sorted(RULES))

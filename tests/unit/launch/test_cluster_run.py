@@ -3,7 +3,9 @@ addresses through TCPStore, an orderly end, and failures that end the job."""
 import os
 import re
 from pathlib import Path
+
 import pytest
+
 from psgd.config import ConfigError, load_config
 from psgd.launch.cluster_run import Role, assign_role
 

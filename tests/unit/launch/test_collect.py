@@ -1,7 +1,8 @@
 """psgd collect: per-process event files of a multi-host run merged into one summary."""
 import json
-from psgd.launch.collect import collect
+
 from psgd.config import load_config
+from psgd.launch.collect import collect
 
 
 def _write(run_dir, name, events):

@@ -1,11 +1,10 @@
 """The torchx component's AppDef (no scheduler)."""
 import pytest
+from conftest import ROOT
 from torchx.specs import macros
 
 from psgd.config import ConfigError
 from psgd.launch.torchx_component import psgd
-
-from conftest import ROOT
 
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
 

@@ -1,7 +1,7 @@
 """Launch details from torchrun's and SLURM's environment variables."""
 import pytest
-from psgd.runtime.cluster_env import ClusterEnvError, detect, expand_nodelist, reachable_address
 
+from psgd.runtime.cluster_env import ClusterEnvError, detect, expand_nodelist, reachable_address
 
 TORCHRUN = {"RANK": "3", "WORLD_SIZE": "7", "MASTER_ADDR": "node01", "MASTER_PORT": "29400",
             "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RUN_ID": "job9",

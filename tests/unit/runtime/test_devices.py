@@ -2,6 +2,7 @@
 backend, and ModelSync's exact, allocation-free parameter and gradient moves."""
 import pytest
 import torch
+
 from psgd.runtime.devices import dist_backend
 from psgd.workers.model_sync import select_device
 

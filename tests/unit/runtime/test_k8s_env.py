@@ -1,8 +1,15 @@
 """Kubeflow PyTorchJob and torchx role environments (no processes)."""
 import pytest
 
-from psgd.runtime.k8s_env import (EnvError, RoleFromEnv, is_kubeflow, kubeflow_job_id, role_from_env, role_rank,
-                                 store_host)
+from psgd.runtime.k8s_env import (
+    EnvError,
+    RoleFromEnv,
+    is_kubeflow,
+    kubeflow_job_id,
+    role_from_env,
+    role_rank,
+    store_host,
+)
 
 PYTORCHJOB = {"MASTER_ADDR": "quick-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "7", "RANK": "3"}
 
@@ -56,8 +63,8 @@ def test_role_ranks_put_servers_first_then_workers_then_the_evaluator():
 
 def test_the_pytorchjob_manifest_starts_the_process_layout_quickstart_needs():
     import yaml
-
     from conftest import ROOT
+
     from psgd.config import load_config
     job = yaml.safe_load((ROOT / "configs" / "pytorchjob.yaml").read_text())
     cfg = load_config(ROOT / "configs" / "quickstart.yaml")

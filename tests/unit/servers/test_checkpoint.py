@@ -2,11 +2,11 @@
 kill is bit-identical to the one that died, and a torn log tail is ignored."""
 import pytest
 import torch
+
 from psgd.config import load_config
 from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint, read_log
 from psgd.servers.snapshot_file import read_snapshot
 from psgd.servers.state import PushStatus, ShardState
-
 
 NUMEL = 37
 

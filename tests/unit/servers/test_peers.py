@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from psgd.wire.protocol import ProtocolError
 from psgd.servers.peers import MAX_AHEAD, PeerTable, check_ahead
+from psgd.wire.protocol import ProtocolError
 
 
 def test_rank_is_bound_to_its_connection():

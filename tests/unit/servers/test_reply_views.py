@@ -2,6 +2,7 @@
 never changed underneath it (copy-on-write), replies are never torn, and the
 one-pass non-finite check is exact."""
 import torch
+
 from psgd.config import load_config
 from psgd.servers.state import ShardState, all_finite
 

@@ -3,9 +3,10 @@ too-stale and non-finite gradients, BSP backup workers and departures, and
 workers that time out and come back."""
 import pytest
 import torch
+
 from psgd.config import load_config
-from psgd.wire.protocol import ProtocolError
 from psgd.servers.state import PushStatus, ShardState
+from psgd.wire.protocol import ProtocolError
 
 
 def make_state(mode="asp", workers=2, numel=2, **over):

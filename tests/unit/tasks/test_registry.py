@@ -1,6 +1,7 @@
 """Built-in tasks, user callables, and the per-worker data split."""
 import pytest
 import torch
+
 from psgd.config import load_config
 from psgd.tasks import build_model, load_task, resolve_callable, worker_batches
 

@@ -2,10 +2,11 @@
 sparse update touching exactly the chosen coordinates."""
 import pytest
 import torch
-from psgd.wire import protocol as P
-from psgd.wire.codecs import F16_RANGE, WireEncoder, topk_count
+
 from psgd.config import ConfigError, load_config
 from psgd.servers.state import PushStatus, ShardState
+from psgd.wire import protocol as P
+from psgd.wire.codecs import F16_RANGE, WireEncoder, topk_count
 
 
 def dense(idx: torch.Tensor, values: torch.Tensor, n: int) -> torch.Tensor:
@@ -45,7 +46,7 @@ def test_topk_sent_plus_residual_equals_sum_of_gradients():
 def test_dense_wire_bytes_are_exact(encoding, per_elem):
     sizes = [1000, 999]
     enc = WireEncoder(encoding, sizes)
-    for step in range(3):
+    for _ in range(3):
         for s, n in enumerate(sizes):
             out = enc.encode(s, torch.randn(n))
             assert [memoryview(f).nbytes for f in out.frames] == [per_elem * n]

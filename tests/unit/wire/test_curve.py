@@ -1,6 +1,7 @@
 """CurveZMQ: with `security.curve` on, only clients holding an authorised key
 can register, pull or push; an authorised client trains normally."""
 import pytest
+
 from psgd.config import load_config
 from psgd.wire.curve import client_curve, server_curve
 from psgd.wire.transport import TransportError

@@ -2,6 +2,7 @@
 import msgpack
 import pytest
 import torch
+
 from psgd.wire import protocol as P
 
 

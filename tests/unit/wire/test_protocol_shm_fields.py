@@ -1,6 +1,8 @@
 """The shared-memory fields of the protocol and the fast header paths."""
 from __future__ import annotations
 
+import dataclasses
+
 import msgpack
 import pytest
 
@@ -37,7 +39,7 @@ def test_a_decoded_record_is_still_frozen_and_defaults_missing_fields():
     header = msgpack.packb([1, int(P.MsgType.PUSH), 3, {"rank": 2}])
     rec, _ = P.decode([header])
     assert rec == P.Push(req=3, rank=2) and rec.shm == 0
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         rec.rank = 5
 
 

@@ -1,6 +1,7 @@
 """GPU-worker code paths, checked on CPU: device choice, the distributed
 backend, and ModelSync's exact, allocation-free parameter and gradient moves."""
 import torch
+
 from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task

@@ -2,7 +2,9 @@
 never a partial file, fall back to the latest snapshot when nobody answers."""
 import threading
 import time
+
 import torch
+
 from psgd.config import load_config
 from psgd.workers.param_snapshot import REQUEST_FILE, SnapshotEvaluator, SnapshotPublisher, read_snapshot
 
