@@ -11,46 +11,37 @@ light (no torch, no zmq) until one of them is touched:
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __all__ = ["load_config", "Optimizer", "serve", "launch", "Summary", "PSClient", "Config", "ConfigError",
            "StartupError", "LaunchError", "UnsupportedOptimizer"]
 
+# Public name -> (module, attribute). Imported on first use.
+_LAZY = {
+    "load_config": ("psgd.config.coerce", "as_config"),
+    "Config": ("psgd.config", "Config"),
+    "ConfigError": ("psgd.config", "ConfigError"),
+    "Optimizer": ("psgd.workers.optimizer", "Optimizer"),
+    "UnsupportedOptimizer": ("psgd.core.torch_optim", "UnsupportedOptimizer"),
+    "serve": ("psgd.servers.serve", "serve"),
+    "launch": ("psgd.orchestrate.api", "launch"),
+    "Summary": ("psgd.orchestrate.api", "Summary"),
+    "LaunchError": ("psgd.orchestrate.api", "LaunchError"),
+    "StartupError": ("psgd.runtime.user_errors", "StartupError"),
+    "PSClient": ("psgd.workers.client", "PSClient"),
+}
+assert set(_LAZY) == set(__all__), "every public name has one lazy import"
+
+
 def __getattr__(name: str) -> Any:
-    value = _load(name)
+    try:
+        module, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'psgd' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attribute)
     globals()[name] = value  # later look-ups skip this function
     return value
-
-
-def _load(name: str) -> Any:  # noqa: C901 - one plain import per public name
-    if name == "load_config":
-        from psgd.config.coerce import as_config
-        return as_config
-    if name in ("Config", "ConfigError"):
-        import psgd.config
-        return getattr(psgd.config, name)
-    if name == "Optimizer":
-        from psgd.workers.optimizer import Optimizer
-        return Optimizer
-    if name == "UnsupportedOptimizer":
-        from psgd.core.torch_optim import UnsupportedOptimizer
-        return UnsupportedOptimizer
-    if name == "serve":
-        from psgd.servers.serve import serve
-        return serve
-    if name == "launch":
-        import psgd.launch  # the package is callable: see psgd/launch/__init__.py
-        return psgd.launch
-    if name in ("Summary", "LaunchError"):
-        import psgd.launch.api
-        return getattr(psgd.launch.api, name)
-    if name == "StartupError":
-        from psgd.runtime.user_errors import StartupError
-        return StartupError
-    if name == "PSClient":
-        from psgd.workers.client import PSClient
-        return PSClient
-    raise AttributeError(f"module 'psgd' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -38,7 +38,7 @@ from psgd.bench.run_data import RunData, load_run
 from psgd.config import PS_MODES, Config, load_config
 from psgd.core.heterogeneity import delay_spec, describe, transient_specs
 from psgd.core.target import HoldRule
-from psgd.launch.launcher import Launcher
+from psgd.orchestrate.launcher import Launcher
 
 __all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "read_lr_choice", "run_matrix", "BenchResult",
            "write_outputs", "target_spec", "setting_lines"]
@@ -158,7 +158,7 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
     (run.seed, run.seed + 1, ...) or a list of offsets from run.seed. Blocks;
     a failed run is recorded, not raised. Raises ConfigError up front if any config is invalid
     and ValueError if the config has no target or --lr-from lacks a mode. `child_main`: the
-    `psgd` entry the launcher may fork children into (see psgd.launch.fork)."""
+    `psgd` entry the launcher may fork children into (see psgd.orchestrate.fork)."""
     out_dir = Path(out_dir)
     base = load_config(config_path, overrides)
     target = target_spec(base)

@@ -11,7 +11,7 @@ from psgd.cli.bench import add_measurement_commands
 from psgd.cli.ctl import add_ctl_command
 from psgd.cli.launch_text import launch_result_lines, launcher_for
 from psgd.config import ConfigError, load_config
-from psgd.launch.roles import ROLES, run_role
+from psgd.orchestrate.roles import ROLES, run_role
 from psgd.runtime.role import RoleFailed
 from psgd.runtime.user_errors import STARTUP_EXIT_CODE, StartupError
 
@@ -39,7 +39,7 @@ def _progress_bar(total: int):
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from psgd.launch.launcher import LaunchFailed, make_run_dir, resume_config
+    from psgd.orchestrate.launcher import LaunchFailed, make_run_dir, resume_config
     if args.resume:
         if args.config is not None or args.overrides or args.out or args.on or args.address:
             print("psgd launch: --resume RUN_DIR takes no CONFIG, --set, --out, --on or --address: "
@@ -66,7 +66,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if problem:
         print(f"psgd launch: {problem}", file=sys.stderr)
         return 2
-    from psgd.launch.preflight import preflight, write_task_cache
+    from psgd.orchestrate.preflight import preflight, write_task_cache
     try:
         checked = preflight(cfg)  # the user's model and data, here, before anything is spawned
     except StartupError as exc:
@@ -92,7 +92,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from psgd.launch.cluster_run import run_job
+    from psgd.orchestrate.cluster_run import run_job
     try:
         return run_job(args.config, args.overrides, args.run_dir)
     except ValueError as exc:  # ConfigError, ClusterEnvError
@@ -136,7 +136,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from psgd.launch.collect import collect
+    from psgd.orchestrate.collect import collect
     try:
         s = collect(Path(args.run_dir))
     except (ValueError, OSError) as exc:

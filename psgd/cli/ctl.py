@@ -8,7 +8,7 @@ import sys
 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
-    from psgd.launch.control import ControlFailed, parse_assignments, set_live, show_live
+    from psgd.orchestrate.control import ControlFailed, parse_assignments, set_live, show_live
     try:
         if args.action == "show":
             print(json.dumps(show_live(args.run_dir, args.timeout), indent=2))

@@ -19,9 +19,9 @@ def launcher_for(cfg: Config) -> tuple[Optional[type], str]:
     if cfg.cluster.launcher == "ray":
         if importlib.util.find_spec("ray") is None:
             return None, "--on ray (cluster.launcher: ray) needs Ray: pip install 'psgd[ray]'"
-        from psgd.launch.ray_launcher import RayLauncher
+        from psgd.orchestrate.ray_launcher import RayLauncher
         return RayLauncher, ""
-    from psgd.launch.launcher import Launcher
+    from psgd.orchestrate.launcher import Launcher
     return Launcher, ""
 
 

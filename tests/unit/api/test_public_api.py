@@ -21,9 +21,10 @@ def test_every_public_name_resolves():
         psgd.nope  # noqa: B018
 
 
-def test_launch_stays_callable_after_the_launch_package_was_imported():
-    import psgd.runtime.cluster_env  # noqa: F401  binds psgd.launch to the package
-    assert callable(psgd.launch)
+def test_launch_is_the_function_after_the_orchestration_package_was_imported():
+    import psgd.orchestrate.launcher  # noqa: F401  a submodule import binds only psgd.orchestrate
+    from psgd.orchestrate.api import launch
+    assert psgd.launch is launch
 
 
 def test_load_config_takes_a_path_a_mapping_or_a_config_with_overrides(tmp_path):

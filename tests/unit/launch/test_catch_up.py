@@ -1,7 +1,7 @@
 """Events written after the launcher died are found, once, on resume."""
 import json
 
-from psgd.launch.catch_up import unmerged_events
+from psgd.orchestrate.catch_up import unmerged_events
 
 
 def test_only_lines_past_the_merged_ones_are_returned(tmp_path):

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from psgd.launch.control import ControlFailed, parse_assignments, server_addresses, set_live
+from psgd.orchestrate.control import ControlFailed, parse_assignments, server_addresses, set_live
 
 
 def test_parse_assignments():

@@ -1,5 +1,5 @@
 """The launcher's progress figures: staleness merged over every shard."""
-from psgd.launch.progress import ProgressTracker
+from psgd.orchestrate.progress import ProgressTracker
 
 
 def _stats(shard, hist):

@@ -2,8 +2,8 @@
 import pytest
 
 from psgd.config import ConfigError, load_config
-from psgd.launch.launcher import LaunchFailed
-from psgd.launch.ray_launcher import check_resources, role_resources
+from psgd.orchestrate.launcher import LaunchFailed
+from psgd.orchestrate.ray_launcher import check_resources, role_resources
 
 
 def _cfg(*sets):

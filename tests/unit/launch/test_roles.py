@@ -2,7 +2,7 @@
 import sys
 
 from psgd.cli import build_parser
-from psgd.launch.roles import CONFIG_FILE, ROLES, child_command
+from psgd.orchestrate.roles import CONFIG_FILE, ROLES, child_command
 
 
 def test_every_role_is_a_cli_command_with_its_index_flag(tmp_path):

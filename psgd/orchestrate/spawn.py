@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.config import Config
-from psgd.launch.roles import child_command
+from psgd.orchestrate.roles import child_command
 from psgd.runtime.events import EventTail
 from psgd.runtime.lifeline import LAUNCHER_PID_ENV
 
@@ -52,7 +52,7 @@ def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Opti
     command = child_command(role, index, run_dir)
     # Forking needs the command's entry (`child_main`, from the CLI); macOS: fork and torch do not mix.
     if cfg.run.start_method == "fork" and child_main is not None and sys.platform.startswith("linux"):
-        from psgd.launch.fork import fork_child, preload
+        from psgd.orchestrate.fork import fork_child, preload
         preload()  # imported once here; every forked child starts with it
         proc = fork_child(child_main, command[3:], log, env)  # the arguments after `python -m psgd.cli`
     else:

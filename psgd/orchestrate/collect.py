@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from psgd.config import Config, load_config
-from psgd.launch.metrics_export import export_events
-from psgd.launch.summary import summarize
+from psgd.orchestrate.metrics_export import export_events
+from psgd.orchestrate.summary import summarize
 from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
 from psgd.runtime.role import START_FILE

@@ -1,4 +1,4 @@
-"""`psgd run CONFIG` (or `python -m psgd.launch.cluster_run CONFIG`): one process of a job
+"""`psgd run CONFIG` (or `python -m psgd.orchestrate.cluster_run CONFIG`): one process of a job
 started by a cluster launcher (`srun`, `torchrun`, a Kubeflow PyTorchJob, torchx).
 
 When the launcher names the role (PSGD_ROLE and PSGD_ROLE_INDEX, as the torchx
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Optional
 
 from psgd.config import Config, ConfigError, dump_config, load_config, override_config
-from psgd.launch.collect import collect
-from psgd.launch.discovery import EVAL_DONE, EXITED, FAILED, TARGET_REACHED, WORKERS_DONE, JobStore, open_store
-from psgd.launch.roles import run_role
+from psgd.orchestrate.collect import collect
+from psgd.orchestrate.discovery import EVAL_DONE, EXITED, FAILED, TARGET_REACHED, WORKERS_DONE, JobStore, open_store
+from psgd.orchestrate.roles import run_role
 from psgd.runtime.cluster_env import ClusterEnv, detect, reachable_address, with_config
 from psgd.runtime.events import EventLog, read_events
 from psgd.runtime.files import atomic_write

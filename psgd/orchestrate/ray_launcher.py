@@ -27,9 +27,9 @@ import ray
 from ray.exceptions import RayError
 
 from psgd.config import Config, dump_config, override_config
-from psgd.launch.launcher import INTERRUPT_BUDGET_S, STOP_GRACE_S, Launcher, LaunchFailed
-from psgd.launch.ray_actor import TOKEN_FILE, RoleHost
-from psgd.launch.roles import child_command
+from psgd.orchestrate.launcher import INTERRUPT_BUDGET_S, STOP_GRACE_S, Launcher, LaunchFailed
+from psgd.orchestrate.ray_actor import TOKEN_FILE, RoleHost
+from psgd.orchestrate.roles import child_command
 from psgd.runtime.files import atomic_write
 
 __all__ = ["RayLauncher", "role_resources", "check_resources"]

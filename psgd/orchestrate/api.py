@@ -8,7 +8,7 @@ callable returning one; `dataset` is a callable returning (train, test) or
 the (train, test) pair itself. Both travel to the child processes as files in
 the run directory (see psgd.tasks.objects), so classes and functions defined
 in `__main__` or a notebook work. The task is checked in this process first
-(psgd.launch.preflight), so a mistake raises here, before anything starts.
+(psgd.orchestrate.preflight), so a mistake raises here, before anything starts.
 """
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ def launch(cfg: ConfigLike, model: Any = None, dataset: Any = None, *, overrides
     """Run the job of `cfg` on this machine (servers, workers, evaluator) and wait
     for it. Raises ConfigError or StartupError before anything starts, and
     LaunchError when a process fails for good."""
-    from psgd.launch.launcher import Launcher, make_run_dir
-    from psgd.launch.preflight import preflight, write_task_cache
+    from psgd.orchestrate.launcher import Launcher, make_run_dir
+    from psgd.orchestrate.preflight import preflight, write_task_cache
     from psgd.tasks.objects import save_object
 
     config = as_config(cfg, overrides)

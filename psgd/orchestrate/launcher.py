@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.config import Config, dump_config, load_config, override_config
-from psgd.launch.catch_up import unmerged_events
-from psgd.launch.metrics_export import MetricsExport
-from psgd.launch.progress import Progress, ProgressTracker
-from psgd.launch.roles import CONFIG_FILE
-from psgd.launch.spawn import Child, kill, spawn_child, terminate
-from psgd.launch.summary import summarize
-from psgd.launch.summary_file import reserve_summary, write_summary
-from psgd.launch.supervise import PendingRestart, RestartBudget
+from psgd.orchestrate.catch_up import unmerged_events
+from psgd.orchestrate.metrics_export import MetricsExport
+from psgd.orchestrate.progress import Progress, ProgressTracker
+from psgd.orchestrate.roles import CONFIG_FILE
+from psgd.orchestrate.spawn import Child, kill, spawn_child, terminate
+from psgd.orchestrate.summary import summarize
+from psgd.orchestrate.summary_file import reserve_summary, write_summary
+from psgd.orchestrate.supervise import PendingRestart, RestartBudget
 from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
 from psgd.runtime.lifeline import PROCESSES_FILE

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from psgd.core.histogram import Histogram
-from psgd.launch.metrics_export import eval_updates
+from psgd.orchestrate.metrics_export import eval_updates
 
 __all__ = ["Progress", "ProgressTracker"]
 

@@ -24,7 +24,7 @@ from typing import Optional
 
 import ray
 
-from psgd.launch.roles import CONFIG_FILE
+from psgd.orchestrate.roles import CONFIG_FILE
 from psgd.runtime.events import EventTail
 from psgd.runtime.files import atomic_write
 from psgd.runtime.role import START_FILE
