@@ -9,6 +9,7 @@ from typing import Optional
 
 from psgd.cli.bench import add_measurement_commands
 from psgd.cli.ctl import add_ctl_command
+from psgd.cli.doctor import add_doctor_command
 from psgd.cli.launch_text import launch_result_lines, launcher_for
 from psgd.config import ConfigError, load_config
 from psgd.orchestrate.roles import ROLES, run_role
@@ -200,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=cmd_keys)
     add_measurement_commands(sub)
     add_ctl_command(sub)
+    add_doctor_command(sub)
 
     for spec in ROLES.values():
         r = sub.add_parser(spec.name, help=spec.help)
