@@ -133,6 +133,13 @@ class Optimizer:
         self.sync.load(self.client.push_pull(self.sync.gradients()))
         return loss
 
+    def flush(self) -> None:
+        """Under local updates: push the round under way now, however few steps it has
+        (a worker whose budget ends mid-round). `close` does not: it drops such steps."""
+        if self.local is not None and self.local.taken:
+            self.sync.load(self.client.push_pull(self.local.delta()))
+            self.local.begin()
+
     @property
     def clock(self) -> int:
         """Pushes this worker has completed (continues across re-registration); under

@@ -68,6 +68,8 @@ def run_worker(ctx: RoleContext) -> int:
             ctx.events.emit("step", rank=rank, clock=opt.clock, loss=loss.item(), compute_s=round(compute_s, 6),
                             comm_s=round(time.perf_counter() - t1, 6), step_s=round(time.perf_counter() - t0, 6),
                             gap=opt.clock - min(client.min_clocks))
+        if opt.steps_taken >= cfg.train.steps_per_worker:
+            opt.flush()  # local updates: the last, shorter round still reaches the shards
     except Interrupted:
         pass  # stopped while waiting for a shard: leave as below
     finally:

@@ -1,0 +1,77 @@
+"""Local updates end to end: DiLoCo through `psgd launch` on the quickstart, and a
+user's own loop (DataLoader, torch.optim.AdamW) under torchrun against `psgd server`."""
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+from conftest import ROOT, kill_tree, launch, psgd_cmd, spawn
+
+pytestmark = pytest.mark.e2e
+
+DILOCO_8 = ["consistency.mode=bsp", "local.steps=8", "local.outer_lr=0.7", "local.outer_momentum=0.9",
+            "local.outer_nesterov=true", "optimizer.name=adamw", "optimizer.lr=0.01"]
+
+
+@pytest.mark.timeout(120)
+def test_diloco_reaches_the_quickstart_target_with_an_eighth_of_the_bytes_per_example(tmp_path):
+    config = tmp_path / "quickstart.yaml"
+    config.write_text((ROOT / "configs" / "quickstart.yaml").read_text())
+    code, output, summary = launch(config, tmp_path / "run", *DILOCO_8, "workers.device=cpu", timeout=110)
+    assert code == 0, output
+    assert summary["time_to_target_s"] is not None, summary
+    steps, batch = 500, 32
+    numel = sum(t.numel() for t in torch.load(tmp_path / "run" / "model.pt", weights_only=True).values())
+    assert summary["worker_steps"] == 4 * steps
+    rounds = math.ceil(steps / 8)  # the last, shorter round is pushed too
+    assert summary["total_updates"] == rounds
+    # What a gradient push per step costs (asp) against one delta per 8 steps, both fp32.
+    per_step_push = 4 * numel / batch
+    assert summary["wire_bytes_per_example"] == pytest.approx(rounds * 4 * numel / (steps * batch), abs=1e-3)
+    saving = per_step_push / summary["wire_bytes_per_example"]
+    assert saving == pytest.approx(steps / rounds, rel=1e-3) and saving > 7.9
+
+
+@pytest.mark.timeout(300)
+def test_a_plain_adamw_loop_trains_under_diloco_with_torchrun(tmp_path):
+    # The repository's three-line example, with AdamW as the user's inner optimizer.
+    script = (ROOT / "examples" / "train_digits.py").read_text().replace("torch.optim.Adam(", "torch.optim.AdamW(")
+    (tmp_path / "train_digits.py").write_text(script)
+    from psgd.runtime.ports import free_ports
+    ports = free_ports("127.0.0.1", 2)
+    job = {"cluster": {"servers": [f"127.0.0.1:{p}" for p in ports], "workers": 4, "timeout_s": 30.0},
+           "consistency": {"mode": "bsp"},
+           "task": {"model": "train_digits:DigitsCNN", "dataset": "train_digits:digits", "batch_size": 32},
+           "optimizer": {"name": "adamw", "lr": 0.001},
+           "local": {"steps": 8, "outer_lr": 0.7, "outer_momentum": 0.9, "outer_nesterov": True},
+           "workers": {"device": "cpu"}}
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(job))
+    servers = [spawn(psgd_cmd("server", str(config), "--shard", str(i)), cwd=str(tmp_path),
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
+    epochs = 3  # 45 batches an epoch: 16 rounds of 8 per worker (the last 7 steps are dropped by close)
+    try:
+        run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                              "train_digits.py", str(config), str(epochs)],
+                             cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert len(re.findall(r"test accuracy ([0-9.]+)", run.stdout)) == 4
+        evaluated = subprocess.run(psgd_cmd("eval", str(config), "--json"), cwd=str(tmp_path),
+                                   capture_output=True, text=True, timeout=120)
+        assert evaluated.returncode == 0, evaluated.stderr
+        served = json.loads(evaluated.stdout)
+    finally:
+        for s in servers:
+            s.terminate()
+            try:
+                s.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                kill_tree(s)
+    assert served["updates"] == (45 * epochs) // 8  # BSP: one outer step per round
+    assert served["accuracy"] >= 0.9, served
+    shutil.rmtree(tmp_path / "__pycache__", ignore_errors=True)
