@@ -102,7 +102,8 @@ class Optimizer:
         self.local: Optional[LocalRounds] = None
         if self.cfg.local.enabled:
             inner = optimizer or inner_torch_optimizer(self.cfg.optimizer, self.sync.params)
-            self.local = LocalRounds(self.cfg.local.steps, self.sync, inner)
+            speed = (lambda: self.client.fastest_step_s) if self.cfg.local.dynamic else None
+            self.local = LocalRounds(self.cfg.local.steps, self.sync, inner, speed)
 
     # ---- torch.optim surface ---------------------------------------------
     @property
@@ -126,7 +127,8 @@ class Optimizer:
                 loss = closure()
         if self.local is not None:
             if self.local.step():
-                self.sync.load(self.client.push_pull(self.local.delta()))
+                taken = self.local.taken
+                self.sync.load(self.client.push_pull(self.local.delta(), steps=taken))
                 self.local.begin()
             return loss
         self._check_lr_unchanged()
@@ -137,7 +139,8 @@ class Optimizer:
         """Under local updates: push the round under way now, however few steps it has
         (a worker whose budget ends mid-round). `close` does not: it drops such steps."""
         if self.local is not None and self.local.taken:
-            self.sync.load(self.client.push_pull(self.local.delta()))
+            taken = self.local.taken
+            self.sync.load(self.client.push_pull(self.local.delta(), steps=taken))
             self.local.begin()
 
     @property
@@ -152,7 +155,9 @@ class Optimizer:
         local.steps per completed round plus the steps of the round under way."""
         if self.local is None:
             return self.client.clock
-        return self.client.clock * self.local.steps + self.local.taken
+        # rounds pushed before this process (a restart) counted at their nominal length
+        earlier = max(0, self.client.clock - self.local.rounds) * self.local.steps
+        return earlier + self.local.steps_total + self.local.taken
 
     def state_dict(self) -> dict:
         """This worker's position and the servers' rule. The optimizer state itself

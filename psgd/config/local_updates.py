@@ -24,6 +24,9 @@ MAX_LOCAL_STEPS = 1_000_000  # rounds of more steps than this never push within 
 @dataclass(frozen=True)
 class LocalConfig:
     steps: int = 0               # H: inner steps per push; 0 = off (every step pushes its gradient)
+    # DyLU (Liu et al. 2024): a worker whose steps take k times the fastest worker's takes steps / k
+    # steps per round, so that slow and fast workers' rounds last about as long
+    dynamic: bool = False
     outer_lr: float = 1.0
     outer_momentum: float = 0.0
     outer_nesterov: bool = False

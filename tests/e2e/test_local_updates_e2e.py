@@ -4,6 +4,7 @@ import json
 import math
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -75,3 +76,28 @@ def test_a_plain_adamw_loop_trains_under_diloco_with_torchrun(tmp_path):
     assert served["updates"] == (45 * epochs) // 8  # BSP: one outer step per round
     assert served["accuracy"] >= 0.9, served
     shutil.rmtree(tmp_path / "__pycache__", ignore_errors=True)
+
+
+@pytest.mark.timeout(120)
+def test_dynamic_local_steps_give_a_4x_straggler_shorter_rounds(tmp_path):
+    config = tmp_path / "quickstart.yaml"
+    config.write_text((ROOT / "configs" / "quickstart.yaml").read_text())
+    code, output, summary = launch(config, tmp_path / "run", "consistency.mode=asp", "local.steps=8",
+                                   "local.dynamic=true", "workers.slowdown={3: 4.0}", "train.steps_per_worker=200",
+                                   "workers.device=cpu", timeout=110)
+    assert code == 0, output
+    events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = {r: [e for e in events if e["event"] == "step" and e["rank"] == r] for r in range(4)}
+    # While every rank trains (once the fast ones are done the straggler is the fastest left, and
+    # rightly goes back to rounds of 8), after a settling second half of the fast ranks' training.
+    end = min(steps[r][-1]["t"] for r in (0, 1, 2))
+    window = {r: [e for e in s if end / 2 <= e["t"] <= end] for r, s in steps.items()}
+    per_round = {r: len(w) / max(1, w[-1]["clock"] - w[0]["clock"]) for r, w in window.items()}
+    # Each rank's pace (wall time per step, all of the loop's work in it), as DyLU measures it; how
+    # much slower the straggler really was here (its sleep frees CPU for the others).
+    pace = {r: (w[-1]["t"] - w[0]["t"]) / (len(w) - 1) for r, w in window.items()}
+    slower = pace[3] / statistics.median(pace[r] for r in (0, 1, 2))
+    assert slower > 2, pace  # so that fixed rounds (a ratio of 1) fail the check below
+    # DyLU: steps per round in inverse proportion to pace (fixed rounds: 8 for every rank).
+    fast = statistics.median(per_round[r] for r in (0, 1, 2))
+    assert fast / per_round[3] >= 0.6 * min(slower, 8), (per_round, pace)

@@ -116,3 +116,27 @@ def test_a_non_finite_delta_is_refused_with_the_parameters_untouched():
     state.register(0, now=0.0)
     assert state.push(0, 0, 0, 0, torch.tensor([1.0, float("nan"), 0.0])).status is PushStatus.NON_FINITE
     assert torch.equal(state.params, torch.ones(3)) and state.version == 0
+
+
+def test_dylu_shortens_a_slow_workers_round_in_proportion_to_its_speed():
+    from psgd.core.local_updates import round_steps
+    assert round_steps(8, own_step_s=0.04, fastest_step_s=0.01) == 2   # 4x slower: a quarter of the steps
+    assert round_steps(8, own_step_s=0.03, fastest_step_s=0.01) == 3   # 8 / 3 rounds to 3
+    assert round_steps(8, own_step_s=0.01, fastest_step_s=0.01) == 8   # the fastest worker keeps the nominal
+    assert round_steps(8, own_step_s=1.0, fastest_step_s=0.001) == 1   # never fewer than one step
+    for own, fastest in ((0.0, 0.01), (0.01, 0.0), (float("inf"), 0.01), (0.01, float("nan"))):
+        assert round_steps(8, own, fastest) == 8  # not measured yet: the nominal round
+
+
+def test_a_shard_reports_the_fastest_workers_time_per_step_and_forgets_departed_ones():
+    from psgd.core.local_updates import SPEED_SMOOTHING, StepSpeeds
+    speeds = StepSpeeds()
+    assert speeds.fastest() == 0.0
+    speeds.observe(0, step_s=0.8, steps=8)   # 0.1 s a step
+    speeds.observe(1, step_s=4.0, steps=2)   # 2 s a step
+    speeds.observe(2, step_s=0.0, steps=8)   # not measured: ignored
+    assert speeds.fastest() == pytest.approx(0.1)
+    speeds.observe(0, step_s=8.0, steps=8)   # one slow round (1 s a step) moves rank 0 by a fraction only
+    assert speeds.fastest() == pytest.approx(0.1 + SPEED_SMOOTHING * (1.0 - 0.1))
+    speeds.forget(0)
+    assert speeds.fastest() == pytest.approx(2.0)
