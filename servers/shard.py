@@ -15,7 +15,9 @@ from typing import Callable, Optional
 import torch
 
 from psgd.config import Config
+from psgd.config.local_updates import MAX_LOCAL_STEPS
 from psgd.core.consistency import DeferredPulls
+from psgd.core.local_updates import StepSpeeds
 from psgd.core.sharding import layout_for_module
 from psgd.runtime.events import EventLog
 from psgd.runtime.role import RoleContext, RoleFailed
@@ -80,6 +82,7 @@ class ShardServer:
         self._sock.on_cut_off = self._cut_off
         self._peers = PeerTable(run_token)  # who may act for which rank (peers.py)
         self._parked = DeferredPulls()
+        self._speeds = StepSpeeds()  # local.dynamic: workers size their rounds by the fastest one's speed
         self._running = False
         self._f32: Optional[torch.Tensor] = None  # reused buffer for decoding fp16/bf16 gradients
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
@@ -109,6 +112,7 @@ class ShardServer:
                 if gone:
                     for rank in gone:
                         self._peers.release(rank)
+                        self._speeds.forget(rank)
                         self.events.emit("worker_timed_out", rank=rank, clock=self.state.board.clocks[rank])
                         self._journal("log_depart", rank)
                     self._refuse_parked(gone, "timed out: no message for cluster.timeout_s; register again")
@@ -250,6 +254,8 @@ class ShardServer:
         check_ahead("clock", rec.clock, self.state.board.clocks[rec.rank])
         if not (0 <= rec.step_s < float("inf")):
             raise ProtocolError("bad_field", "step_s must be finite and >= 0")
+        if not 1 <= rec.steps <= MAX_LOCAL_STEPS:
+            raise ProtocolError("bad_field", f"steps must be in 1..{MAX_LOCAL_STEPS}")
         if rec.shm:
             grad = self._shm_gradient(identity, rec)
         elif sparse:
@@ -260,6 +266,7 @@ class ShardServer:
                 grad = self._decode_f32(grad, rec.scale)
         self.state.seen(rec.rank, self._clock())
         result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s)
+        self._speeds.observe(rec.rank, rec.step_s, rec.steps)
         if result.status is not PushStatus.DUPLICATE:
             self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, grad)  # before the ack
             self.state.counters[f"push_{result.status.value}"] += 1
@@ -301,7 +308,8 @@ class ShardServer:
     def _send_params(self, identity: bytes, pull: P.Pull) -> None:
         snap, clock, low = self.state.answer_pull(pull.rank, pull.clock)
         self._reply_params(identity, P.Params(req=pull.req, version=self.state.version, clock=clock, min_clock=low,
-                                              numel=snap.numel(), shm=self._shm.reply(identity, pull.req, snap)),
+                                              numel=snap.numel(), shm=self._shm.reply(identity, pull.req, snap),
+                                              fastest_step_s=self._speeds.fastest()),
                            snap)
 
     def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
@@ -316,6 +324,7 @@ class ShardServer:
     def _on_leave(self, identity: bytes, rec: P.Leave, payload: list) -> None:
         self._peer(identity, rec.rank)
         self._peers.release(rec.rank)
+        self._speeds.forget(rec.rank)
         self.state.leave(rec.rank)
         self._refuse_parked([rec.rank], "worker left")
         self._journal("log_depart", rec.rank)

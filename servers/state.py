@@ -17,7 +17,7 @@ import torch
 from psgd.config import Config
 from psgd.core.consistency import BspAggregator, ClockBoard, Mode, PushOutcome
 from psgd.core.histogram import Histogram
-from psgd.core.lr_scaling import scaled_optimizer
+from psgd.core.local_updates import server_optimizer
 from psgd.core.update_rules import UpdateRule
 from psgd.servers.live_control import ShardLive
 from psgd.wire.protocol import ProtocolError
@@ -56,7 +56,7 @@ class ShardState:
         self.mode = Mode(cfg.consistency.mode)
         self.workers = cfg.cluster.workers
         self.params = params.detach().clone().float().contiguous()
-        self.rule = UpdateRule(scaled_optimizer(cfg), self.params)
+        self.rule = UpdateRule(server_optimizer(cfg), self.params)
         bound = cfg.consistency.staleness
         self.board = ClockBoard(self.mode, self.workers, cfg.consistency.staleness_min if bound == "auto" else bound)
         self.bsp = BspAggregator(self.params.numel(), cfg.consistency.backup_workers) if self.mode is Mode.BSP else None

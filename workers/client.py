@@ -53,6 +53,7 @@ class PSClient:
         self.clock = 0                # pushes completed
         self.versions = [0] * layout.num_shards  # shard versions of the parameters last read
         self.min_clocks = [0] * layout.num_shards
+        self.fastest_step_s = 0.0  # the fastest worker's time per step, as the shards last reported it
         self.seq = 0                  # next push sequence number
         self.bytes_sent = 0
         self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
@@ -75,14 +76,15 @@ class PSClient:
         """Current parameters; under SSP/BSP this waits as the consistency mode requires."""
         return self._params(self._call_all(lambda s, req: P.encode(P.Pull(req=req, rank=self.rank, clock=self.clock))))
 
-    def push(self, grads: Sequence[torch.Tensor]) -> list[P.Ack]:
-        """Send one gradient per shard; returns the shards' acknowledgements."""
-        replies = self._send_grads(P.Push, grads)
+    def push(self, grads: Sequence[torch.Tensor], steps: int = 1) -> list[P.Ack]:
+        """Send one gradient per shard; returns the shards' acknowledgements.
+        `steps`: the training steps behind it (a local-update round's)."""
+        replies = self._send_grads(P.Push, grads, steps)
         return [replies[s][0] for s in range(self.layout.num_shards)]
 
-    def push_pull(self, grads: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def push_pull(self, grads: Sequence[torch.Tensor], steps: int = 1) -> list[torch.Tensor]:
         """Push, then read the parameters for the next clock, in one round trip."""
-        return self._params(self._send_grads(P.PushPull, grads))
+        return self._params(self._send_grads(P.PushPull, grads, steps))
 
     def leave(self, timeout_s: float = 2.0) -> bool:
         """Tell every shard this worker is done so nobody waits for it. Best effort,
@@ -157,7 +159,7 @@ class PSClient:
                 self._register_shards([exc.shard])
         return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
 
-    def _send_grads(self, kind, grads: Sequence[torch.Tensor]) -> dict:
+    def _send_grads(self, kind, grads: Sequence[torch.Tensor], steps: int = 1) -> dict:
         if len(grads) != self.layout.num_shards:
             raise ValueError(f"expected {self.layout.num_shards} gradient tensors, got {len(grads)}")
         for s, g in enumerate(grads):
@@ -175,7 +177,8 @@ class PSClient:
             gen = in_shm.generation(s, wire[s].frames[0]) if wire[s].nnz == 0 and wire[s].encoding != "topk" else 0
             return P.encode(kind(req=req, rank=self.rank, seq=seq, clock=clock, read_version=self.versions[s],
                                  encoding=wire[s].encoding, scale=wire[s].scale, numel=self.layout.shard_sizes[s],
-                                 nnz=wire[s].nnz, shm=gen, step_s=step_s), () if gen else wire[s].frames)
+                                 nnz=wire[s].nnz, shm=gen, step_s=step_s, steps=steps),
+                            () if gen else wire[s].frames)
         replies = self._call_all(make)
         # max, not += 1: a re-registration during the call may already have moved them on.
         self.seq = max(self.seq, seq + 1)
@@ -191,6 +194,7 @@ class PSClient:
                 raise RemoteError(s, "bad_reply", f"expected PARAMS with its frame, got {rec.TYPE.name}")
             self.versions[s] = rec.version
             self.min_clocks[s] = rec.min_clock
+            self.fastest_step_s = rec.fastest_step_s or self.fastest_step_s
             out.append(self._shm_params(s, rec) if rec.shm else P.frame_to_tensor(payload[0], rec.encoding, rec.numel))
         if self.role == "worker":
             self._adopt_clock(replies[s][0].clock for s in replies)

@@ -52,6 +52,27 @@ class ModelSync:
             self.layout.unflatten(self.host_params, self.params)  # non-blocking H2D from pinned memory
             self._h2d_done.record()
 
+    def flat_params(self, out=None) -> list[torch.Tensor]:
+        """The model's parameters as one flat float32 tensor per shard, on the model's device
+        (into `out` when given)."""
+        with torch.no_grad():
+            return self.layout.flatten([p.detach() for p in self.params], out=out)
+
+    def deltas_from(self, start: list[torch.Tensor]) -> list[torch.Tensor]:
+        """start - current parameters as one flat float32 host tensor per shard: the
+        `gradients` buffers, so a delta leaves exactly as a gradient does."""
+        with torch.no_grad():
+            work = self.host_grads if self.dev_grads is None else self.dev_grads
+            self.layout.flatten([p.detach() for p in self.params], out=work)
+            for buf, begin in zip(work, start):
+                torch.sub(begin, buf, out=buf)
+            if self.dev_grads is None:
+                return self.host_grads
+            for host, dev in zip(self.host_grads, self.dev_grads):
+                host.copy_(dev, non_blocking=True)
+            torch.cuda.synchronize(self.device)
+            return self.host_grads
+
     def gradients(self) -> list[torch.Tensor]:
         """The model's current gradients as one flat float32 host tensor per shard.
         The returned buffers are reused: send them before the next call."""

@@ -27,10 +27,12 @@ from torch import nn
 
 from psgd.config import Config, ConfigError
 from psgd.config.coerce import ConfigLike, as_config
+from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
 from psgd.wire.curve import client_curve
 from psgd.workers.client import PSClient
+from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 
 __all__ = ["Optimizer", "make_client", "require_addresses", "rank_from_env"]
@@ -76,7 +78,7 @@ class Optimizer:
         self.cfg = as_config(cfg)
         self.model = model
         self.torch_optimizer = optimizer
-        if optimizer is not None:
+        if optimizer is not None and not self.cfg.local.enabled:  # local updates step it here instead
             self._check_rule(rule_from_torch(optimizer, model.parameters(), self.cfg.optimizer))
             self._lrs = [g["lr"] for g in optimizer.param_groups]
         self.rank = rank_from_env(self.cfg) if rank is None else rank
@@ -97,6 +99,11 @@ class Optimizer:
         except BaseException:
             self.client.close()
             raise
+        self.local: Optional[LocalRounds] = None
+        if self.cfg.local.enabled:
+            inner = optimizer or inner_torch_optimizer(self.cfg.optimizer, self.sync.params)
+            speed = (lambda: self.client.fastest_step_s) if self.cfg.local.dynamic else None
+            self.local = LocalRounds(self.cfg.local.steps, self.sync, inner, speed)
 
     # ---- torch.optim surface ---------------------------------------------
     @property
@@ -111,25 +118,55 @@ class Optimizer:
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """Push the model's gradients to every shard, then copy the parameters of
-        the next clock (as the consistency mode allows) into the model."""
+        the next clock (as the consistency mode allows) into the model. Under local
+        updates: one step of the worker's own optimizer, and at the end of a round
+        the push of the round's parameter delta and the pull of the next start."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self.local is not None:
+            if self.local.step():
+                taken = self.local.taken
+                self.sync.load(self.client.push_pull(self.local.delta(), steps=taken))
+                self.local.begin()
+            return loss
         self._check_lr_unchanged()
         self.sync.load(self.client.push_pull(self.sync.gradients()))
         return loss
 
+    def flush(self) -> None:
+        """Under local updates: push the round under way now, however few steps it has
+        (a worker whose budget ends mid-round). `close` does not: it drops such steps."""
+        if self.local is not None and self.local.taken:
+            taken = self.local.taken
+            self.sync.load(self.client.push_pull(self.local.delta(), steps=taken))
+            self.local.begin()
+
     @property
     def clock(self) -> int:
-        """Pushes this worker has completed (continues across re-registration)."""
+        """Pushes this worker has completed (continues across re-registration); under
+        local updates a push ends a round."""
         return self.client.clock
+
+    @property
+    def steps_taken(self) -> int:
+        """Training steps of this rank: one per push, or under local updates
+        local.steps per completed round plus the steps of the round under way."""
+        if self.local is None:
+            return self.client.clock
+        # rounds pushed before this process (a restart) counted at their nominal length
+        earlier = max(0, self.client.clock - self.local.rounds) * self.local.steps
+        return earlier + self.local.steps_total + self.local.taken
 
     def state_dict(self) -> dict:
         """This worker's position and the servers' rule. The optimizer state itself
         (moments, step counts) lives on the servers, which checkpoint it."""
-        return {"rank": self.rank, "clock": self.client.clock, "seq": self.client.seq,
-                "optimizer": dataclasses.asdict(self.cfg.optimizer)}
+        state = {"rank": self.rank, "clock": self.client.clock, "seq": self.client.seq,
+                 "optimizer": dataclasses.asdict(self.cfg.optimizer)}
+        if self.local is not None:  # the inner optimizer's state lives here, not on the servers
+            state["local"] = self.local.state_dict()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Checks that `state` was saved against the same rule; the clock continues
@@ -144,6 +181,8 @@ class Optimizer:
             raise ValueError("the state_dict was saved with another server rule: " + "; ".join(differences))
         if int(state.get("rank", self.rank)) != self.rank:
             raise ValueError(f"the state_dict belongs to rank {state['rank']}, this is rank {self.rank}")
+        if self.local is not None and "local" in state:
+            self.local.load_state_dict(state["local"])
 
     def close(self) -> None:
         """Leave the servers (nobody waits for this worker any more) and close the sockets."""

@@ -46,11 +46,13 @@ def run_worker(ctx: RoleContext) -> int:
     client = opt.client
     steps = 0
     try:
-        ctx.events.emit("ready", clock=opt.clock, device=str(device))
+        # A restarted worker under local updates cannot recover its inner optimizer's state: it says so.
+        inner = {"inner_state": "fresh"} if opt.local is not None else {}
+        ctx.events.emit("ready", clock=opt.clock, device=str(device), **inner)
         if not ctx.wait_for_start():
             return 0
         started = time.monotonic()
-        while opt.clock < cfg.train.steps_per_worker and not ctx.should_stop():
+        while opt.steps_taken < cfg.train.steps_per_worker and not ctx.should_stop():
             t0 = time.perf_counter()
             x, y = next(batches)
             x, y = task.inputs(x).to(device, non_blocking=True), task.targets(y).to(device, non_blocking=True)
@@ -66,6 +68,8 @@ def run_worker(ctx: RoleContext) -> int:
             ctx.events.emit("step", rank=rank, clock=opt.clock, loss=loss.item(), compute_s=round(compute_s, 6),
                             comm_s=round(time.perf_counter() - t1, 6), step_s=round(time.perf_counter() - t0, 6),
                             gap=opt.clock - min(client.min_clocks))
+        if opt.steps_taken >= cfg.train.steps_per_worker:
+            opt.flush()  # local updates: the last, shorter round still reaches the shards
     except Interrupted:
         pass  # stopped while waiting for a shard: leave as below
     finally:

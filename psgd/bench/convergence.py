@@ -4,8 +4,12 @@ seeds.csv and plots.
 
 A mode is written as on the command line: `allreduce`, `bsp`, `ssp:S`, `asp`,
 with suffixes `+sa` (staleness-aware steps, PS modes), `+dc` (DC-ASGD delay
-compensation, PS modes) and `+bN` (BSP with N backup workers), e.g. `asp+sa`,
-`bsp+b1`. Each run is a normal `psgd launch` run (its own run directory under
+compensation, PS modes), `+bN` (BSP with N backup workers), and for local
+updates `+hN` (N inner steps per push), `+diloco` (DiLoCo's outer rule and
+inner AdamW) and `+dn` (Delayed Nesterov, asynchronous DiLoCo), e.g. `asp+sa`,
+`bsp+b1`, `bsp+h8+diloco`. Short names: `local:H` = `bsp+hH` (local SGD),
+`geo:H` = `asp+hH` (GEO-SGD), `diloco:H` = `bsp+hH+diloco`, `adiloco:H` =
+`asp+hH+diloco+dn`. Each run is a normal `psgd launch` run (its own run directory under
 OUT/runs), so the figures come from the same metrics any run leaves behind.
 The analysis (held time to target, intervals, verdicts) is in
 convergence_report, outcomes and stats.
@@ -44,6 +48,12 @@ __all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "read_lr_choice", "run_ma
            "write_outputs", "target_spec", "setting_lines"]
 
 _BACKUP = re.compile(r"b(\d+)")
+_LOCAL = re.compile(r"h(\d+)")
+# Short names of the local-update modes -> their long form.
+LOCAL_ALIASES = {"local": "bsp+h{}", "geo": "asp+h{}", "diloco": "bsp+h{}+diloco", "adiloco": "asp+h{}+diloco+dn"}
+# DiLoCo (Douillard et al. 2023): outer SGD at 0.7 with Nesterov momentum 0.9 on the shards, inner AdamW.
+DILOCO_OVERRIDES = ["local.outer_lr=0.7", "local.outer_momentum=0.9", "local.outer_nesterov=true",
+                    "optimizer.name=adamw"]
 
 
 @dataclass(frozen=True)
@@ -54,13 +64,19 @@ class ModeSpec:
     staleness_aware: bool = False
     dc_asgd: bool = False
     backup_workers: int = 0
+    local_steps: int = 0             # local updates: inner steps per push (0: a gradient per step)
+    diloco: bool = False
+    delayed_nesterov: bool = False
 
     @property
     def overrides(self) -> list[str]:
-        return [f"consistency.mode={self.mode}", f"consistency.staleness={self.staleness}",
+        sets = [f"consistency.mode={self.mode}", f"consistency.staleness={self.staleness}",
                 f"consistency.backup_workers={self.backup_workers}",
                 f"optimizer.staleness_aware={'true' if self.staleness_aware else 'false'}",
-                "optimizer.dc_asgd={}" if self.dc_asgd else "optimizer.dc_asgd=null"]
+                "optimizer.dc_asgd={}" if self.dc_asgd else "optimizer.dc_asgd=null",
+                f"local.steps={self.local_steps}",
+                f"local.delayed_nesterov={'true' if self.delayed_nesterov else 'false'}"]
+        return sets + (DILOCO_OVERRIDES if self.diloco else [])
 
     @property
     def dir_name(self) -> str:
@@ -68,35 +84,58 @@ class ModeSpec:
 
 
 def _parse_mode(item: str) -> ModeSpec:
+    short, colon, steps = item.partition(":")
+    if short in LOCAL_ALIASES:
+        if not (colon and steps.isdigit() and int(steps) >= 1):
+            raise ValueError(f"--modes: {item!r}: {short} needs its local steps ({short}:H, H >= 1)")
+        long = LOCAL_ALIASES[short].format(int(steps))
+        return _parse_long(long, long)  # reports name it in its long form, as runs read back are named
+    return _parse_long(item, item)
+
+
+def _parse_long(item: str, label: str) -> ModeSpec:  # noqa: C901 - one branch per suffix
     base, *suffixes = item.split("+")
     name, colon, bound = base.partition(":")
     if name not in PS_MODES + ("allreduce",):
-        raise ValueError(f"--modes: {item!r}: mode must be allreduce, bsp, ssp:S or asp")
+        raise ValueError(f"--modes: {item!r}: mode must be allreduce, bsp, ssp:S or asp "
+                         f"(or {', '.join(f'{a}:H' for a in LOCAL_ALIASES)})")
     if (name == "ssp") != bool(colon):
         raise ValueError(f"--modes: {item!r}: ssp needs a bound (ssp:S), other modes take none")
     if colon and not (bound.isdigit() or bound == "auto"):
         raise ValueError(f"--modes: {item!r}: the bound must be an integer >= 0 or auto")
-    aware = dc = False
-    backup = 0
+    aware = dc = diloco = dn = False
+    backup = local = 0
     for s in suffixes:
-        m = _BACKUP.fullmatch(s)
-        if s in ("sa", "dc"):
+        m, h = _BACKUP.fullmatch(s), _LOCAL.fullmatch(s)
+        if s in ("sa", "dc") or h or s in ("diloco", "dn"):
             if name == "allreduce":
-                raise ValueError(f"--modes: {item!r}: '+{s}' needs a parameter-server mode (all-reduce has no staleness)")
+                raise ValueError(f"--modes: {item!r}: '+{s}' needs a parameter-server mode")
             aware, dc = aware or s == "sa", dc or s == "dc"
+            diloco, dn = diloco or s == "diloco", dn or s == "dn"
+            if h:
+                if int(h.group(1)) < 1:
+                    raise ValueError(f"--modes: {item!r}: '+hN' needs N >= 1 local steps")
+                local = int(h.group(1))
         elif m:
             if name != "bsp" or int(m.group(1)) < 1:
                 raise ValueError(f"--modes: {item!r}: '+bN' (N >= 1 backup workers) only applies to bsp")
             backup = int(m.group(1))
         else:
-            raise ValueError(f"--modes: {item!r}: suffixes are '+sa' (staleness-aware), '+dc' (DC-ASGD) "
-                             "and '+bN' (bsp with N backup workers)")
+            raise ValueError(f"--modes: {item!r}: suffixes are '+sa' (staleness-aware), '+dc' (DC-ASGD), "
+                             "'+bN' (bsp with N backup workers), '+hN' (N local steps per push), "
+                             "'+diloco' and '+dn' (Delayed Nesterov)")
+    if (diloco or dn) and not local:
+        raise ValueError(f"--modes: {item!r}: '+diloco' and '+dn' are local-update modes: add '+hN'")
+    if dn and (name == "bsp" or not diloco):
+        raise ValueError(f"--modes: {item!r}: '+dn' is for asynchronous DiLoCo (ssp or asp, with '+diloco')")
+    if local and dc:
+        raise ValueError(f"--modes: {item!r}: '+dc' corrects gradients, not the deltas of local updates")
     staleness = (bound if bound == "auto" else int(bound)) if colon else 0
-    return ModeSpec(item, name, staleness, aware, dc, backup)
+    return ModeSpec(label, name, staleness, aware, dc, backup, local, diloco, dn)
 
 
 def parse_modes(text: str) -> list[ModeSpec]:
-    """'allreduce,bsp,bsp+b1,ssp:2,ssp:auto,asp+sa,asp+dc' -> specs. Raises ValueError naming the bad item."""
+    """'allreduce,bsp,bsp+b1,ssp:2,ssp:auto,asp+sa,asp+dc,diloco:8' -> specs. Raises ValueError naming the bad item."""
     specs = [_parse_mode(item) for item in (s.strip() for s in text.split(",")) if item]
     if not specs:
         raise ValueError("--modes: give at least one mode")

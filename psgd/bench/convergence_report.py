@@ -19,7 +19,6 @@ from psgd.bench.outcomes import (
     censored_time_s,
     conclusion,
     describe_target,
-    examples_per_update,
     mode_stats,
     resolution_check,
 )
@@ -63,13 +62,17 @@ def run_lr(run) -> float:
 
 
 def outcome_of(run, target: TargetSpec) -> RunOutcome:
-    cfg = run.config
-    per_update = examples_per_update(run.summary["mode"], int(run.summary.get("workers") or 1),
-                                     int(cfg.get("task", {}).get("batch_size", 1)),
-                                     int(cfg.get("consistency", {}).get("backup_workers", 0) or 0))
     return RunOutcome.from_evals(run.label, int(run.summary.get("seed") or 0), run_lr(run), run.training_evals,
                                  target.metric, target.value, target.rule, train_time_s(run),
-                                 float(run.summary.get("total_updates") or 0), per_update)
+                                 float(run.summary.get("total_updates") or 0), run.examples_per_update,
+                                 run.summary.get("wire_bytes_per_example"))
+
+
+def bytes_per_example(a: "Analysis", label: str) -> Optional[float]:
+    """Median wire bytes per training example of a mode's runs at its chosen rate."""
+    values = sorted(o.wire_bytes_per_example for o in a.outcomes
+                    if o.label == label and a.chosen_lr[label] == o.lr and o.wire_bytes_per_example is not None)
+    return values[len(values) // 2] if values else None
 
 
 @dataclass
@@ -101,7 +104,7 @@ def analyse(runs: Sequence, target: TargetSpec, baseline: str = "bsp") -> Analys
 
 SUMMARY_FIELDS = ["label", "lr", "seeds", "reached", "metric", "target", "time_to_target_median_s",
                   "time_to_target_ci_low_s", "time_to_target_ci_high_s", "ratio_to_bsp", "final_metric_median",
-                  "final_metric_ci_low", "final_metric_ci_high", "examples_per_s_median"]
+                  "final_metric_ci_low", "final_metric_ci_high", "examples_per_s_median", "wire_bytes_per_example_median"]
 SEED_FIELDS = ["label", "lr", "seed", "chosen_lr", "time_to_target_s", "final_metric", "train_time_s", "examples",
                "examples_per_s"]
 
@@ -131,7 +134,8 @@ def write_summary_csv(path: Path, a: Analysis) -> None:
                         "final_metric_median": _num(s.final.median if s.final else None),
                         "final_metric_ci_low": _num(s.final.low if s.final else None),
                         "final_metric_ci_high": _num(s.final.high if s.final else None),
-                        "examples_per_s_median": _num(rates[len(rates) // 2] if rates else None, 1)})
+                        "examples_per_s_median": _num(rates[len(rates) // 2] if rates else None, 1),
+                        "wire_bytes_per_example_median": _num(bytes_per_example(a, label), 1)})
 
 
 def write_seeds_csv(path: Path, a: Analysis) -> None:
@@ -148,12 +152,13 @@ def write_seeds_csv(path: Path, a: Analysis) -> None:
 def mode_table(a: Analysis) -> str:
     metric = "final accuracy" if a.target.higher_is_better else "final validation loss"
     lines = [f"| mode | lr | seeds | held target | time to target, median [95% CI] | ratio to bsp | "
-             f"{metric}, median [95% CI] |", "|---|---|---|---|---|---|---|"]
+             f"{metric}, median [95% CI] | wire bytes / example |", "|---|---|---|---|---|---|---|---|"]
     for label, s in a.stats.items():
         ratio = "—" if s.ratio_to_bsp is None else f"{s.ratio_to_bsp:.2f}"
         final = "—" if s.final is None else s.final.text(4)
+        wire = bytes_per_example(a, label)
         lines.append(f"| {label} | {s.lr:g} | {s.seeds} | {s.reached}/{s.seeds} | {s.time.text(2, ' s')} | "
-                     f"{ratio} | {final} |")
+                     f"{ratio} | {final} | {'—' if wire is None else f'{wire:.1f}'} |")
     return "\n".join(lines)
 
 

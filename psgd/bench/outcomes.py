@@ -21,12 +21,15 @@ def describe_target(metric: str, value: float) -> str:
     return f"test accuracy {value:g}" if metric == "accuracy" else f"validation loss {value:g}"
 
 
-def examples_per_update(mode: str, workers: int, batch_size: int, backup_workers: int = 0) -> int:
+def examples_per_update(mode: str, workers: int, batch_size: int, backup_workers: int = 0,
+                        local_steps: int = 0) -> int:
     """Training examples behind one model update: a BSP/all-reduce update
-    averages the gradients of W - b workers; an SSP/ASP update applies one."""
+    averages the gradients of W - b workers; an SSP/ASP update applies one.
+    Under local updates each of those carries a round of `local_steps` steps."""
+    rounds = max(1, local_steps)
     if mode in ("bsp", "allreduce"):
-        return batch_size * (workers - backup_workers)
-    return batch_size
+        return batch_size * (workers - backup_workers) * rounds
+    return batch_size * rounds
 
 
 @dataclass(frozen=True)
@@ -38,14 +41,17 @@ class RunOutcome:
     final_metric: Optional[float]
     train_time_s: float
     examples: int                        # examples behind the applied updates
+    wire_bytes_per_example: Optional[float] = None  # what the workers pushed per training example
 
     @classmethod
     def from_evals(cls, label: str, seed: int, lr: float, evals: Sequence[dict], metric: str, target: float,
-                   rule: HoldRule, train_time_s: float, updates: float, per_update: int) -> "RunOutcome":
+                   rule: HoldRule, train_time_s: float, updates: float, per_update: int,
+                   wire_bytes_per_example: Optional[float] = None) -> "RunOutcome":
         ts, vs = metric_series(evals, metric)
         higher = METRICS[metric][1]
         ttt = held_target_time(ts, vs, target, higher, rule)
-        return cls(label, seed, lr, ttt, vs[-1] if vs else None, train_time_s, int(round(updates * per_update)))
+        return cls(label, seed, lr, ttt, vs[-1] if vs else None, train_time_s, int(round(updates * per_update)),
+                   wire_bytes_per_example)
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ __all__ = ["RunData", "load_run", "mode_label", "group_by_label"]
 
 
 def mode_label(mode: str, staleness: Optional[int], staleness_aware: bool, dc_asgd: bool = False,
-               backup_workers: int = 0) -> str:
-    """The name a mode has on the bench command line: allreduce, bsp, bsp+b1, ssp:2, asp, asp+sa, asp+dc."""
+               backup_workers: int = 0, local: Optional[dict] = None) -> str:
+    """The name a mode has on the bench command line (its long form): allreduce, bsp, bsp+b1,
+    ssp:2, asp, asp+sa, asp+dc, bsp+h8, bsp+h8+diloco, asp+h8+diloco+dn."""
     label = f"ssp:{staleness}" if mode == "ssp" else mode
     if mode == "allreduce":
         return label
@@ -25,7 +26,15 @@ def mode_label(mode: str, staleness: Optional[int], staleness_aware: bool, dc_as
         label += f"+b{backup_workers}"
     if staleness_aware:
         label += "+sa"
-    return label + "+dc" if dc_asgd else label
+    label = label + "+dc" if dc_asgd else label
+    local = local or {}
+    if local.get("steps"):  # "+diloco": an outer momentum (DiLoCo's rule), "+dn": Delayed Nesterov
+        label += f"+h{local['steps']}"
+        if local.get("outer_momentum"):
+            label += "+diloco"
+        if local.get("delayed_nesterov"):
+            label += "+dn"
+    return label
 
 
 @dataclass
@@ -62,7 +71,8 @@ class RunData:
         return examples_per_update(self.summary.get("mode", c.get("consistency", {}).get("mode", "asp")),
                                    int(self.summary.get("workers") or c.get("cluster", {}).get("workers", 1)),
                                    int(c.get("task", {}).get("batch_size", 1)),
-                                   int(c.get("consistency", {}).get("backup_workers", 0) or 0))
+                                   int(c.get("consistency", {}).get("backup_workers", 0) or 0),
+                                   int((c.get("local") or {}).get("steps", 0) or 0))
 
     def metric_series(self, metric: str = "accuracy") -> tuple[list[float], list[float], list[float]]:
         """(t, examples, value) of every evaluation reporting `metric`
@@ -102,7 +112,7 @@ def load_run(run_dir: Path) -> RunData:
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     opt, cons = cfg.get("optimizer", {}) or {}, cfg.get("consistency", {}) or {}
     label = mode_label(summary["mode"], summary.get("staleness"), bool(opt.get("staleness_aware", False)),
-                       opt.get("dc_asgd") is not None, int(cons.get("backup_workers", 0) or 0))
+                       opt.get("dc_asgd") is not None, int(cons.get("backup_workers", 0) or 0), cfg.get("local"))
     evals, steps = [], []
     with open(run_dir / "metrics.jsonl") as f:
         for line in f:

@@ -15,6 +15,7 @@ import yaml
 
 from psgd.config.loader import ConfigError, build, parse_override, set_path
 from psgd.config.loader import check as _check
+from psgd.config.local_updates import LocalConfig
 from psgd.config.operations import (  # noqa: F401 (re-exported)
     CheckpointConfig,
     LoggingConfig,
@@ -166,6 +167,8 @@ class OptimizerConfig:
     dc_asgd: Optional[DcAsgdConfig] = None
     max_staleness_drop: Optional[int] = None  # drop gradients with staleness > k
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    # The momentum moves once per this many updates (Delayed Nesterov): set from `local`, not by users.
+    momentum_period: int = field(default=1, metadata={"internal": True})
 
     def __post_init__(self):
         _check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
@@ -302,6 +305,7 @@ class Config:
     security: SecurityConfig = field(default_factory=SecurityConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    local: LocalConfig = field(default_factory=LocalConfig)
     # Directory of the config file, so "module:callable" finds modules beside it.
     base_dir: str = field(default=".", metadata={"internal": True})
 
@@ -315,6 +319,18 @@ class Config:
         for i, tr in enumerate(self.workers.transient):
             _check(tr.rank < self.cluster.workers, f"workers.transient[{i}].rank",
                    f"no worker rank {tr.rank} (cluster.workers is {self.cluster.workers})")
+        if self.local.enabled:
+            _check(self.consistency.mode in PS_MODES, "local.steps",
+                   f"local updates run on the parameter servers (bsp, ssp, asp), not {self.consistency.mode}")
+            _check(self.optimizer.dc_asgd is None, "optimizer.dc_asgd",
+                   "delay compensation corrects gradients, not the deltas of local updates")
+            _check(self.optimizer.lr_scaling == "none", "optimizer.lr_scaling",
+                   "the shards average deltas under local updates: set local.outer_lr instead")
+            _check(self.optimizer.schedule.name == "constant" and not self.optimizer.schedule.warmup_updates,
+                   "optimizer.schedule", "is keyed to the servers' updates; under local updates the "
+                   "optimizer section is the workers' inner optimizer")
+        _check(not self.local.delayed_nesterov or self.consistency.mode in ("ssp", "asp"), "local.delayed_nesterov",
+               "is for the asynchronous modes (ssp, asp); bsp averages every worker's delta already")
         if self.consistency.backup_workers:
             _check(self.consistency.backup_workers < self.cluster.workers,
                    "consistency.backup_workers", "must be < cluster.workers")

@@ -42,6 +42,8 @@ class UpdateRule:
         self.state: dict[str, torch.Tensor] = {}
         if cfg.name in ("sgd", "momentum") and self.momentum > 0:
             self.state["momentum_buffer"] = zeros()
+            if cfg.momentum_period > 1:
+                self.state["period_sum"] = zeros()  # Delayed Nesterov: the gradients since the last move
         elif cfg.name in ("adam", "adamw"):
             self.state["exp_avg"] = zeros()
             self.state["exp_avg_sq"] = zeros()
@@ -97,12 +99,28 @@ class UpdateRule:
         if self.momentum == 0:
             params.add_(grad, alpha=-lr)
             return
+        if self.cfg.momentum_period > 1:
+            self._delayed_nesterov(params, grad, lr)
+            return
         buf = self.state["momentum_buffer"]
         buf.mul_(self.momentum).add_(grad)
         if self.cfg.nesterov:
             params.add_(grad, alpha=-lr).add_(buf, alpha=-lr * self.momentum)
         else:
             params.add_(buf, alpha=-lr)
+
+    def _delayed_nesterov(self, params, grad, lr):
+        """Liu et al. 2024, with c = 0: each gradient is applied at lr / N; every N-th
+        update also moves the momentum by the mean of the last N gradients and steps
+        along it, so N in-order updates equal one Nesterov step on their mean."""
+        n, beta = self.cfg.momentum_period, self.momentum
+        acc, buf = self.state["period_sum"], self.state["momentum_buffer"]
+        acc.add_(grad)
+        if (self.updates + 1) % n == 0:
+            buf.mul_(beta).add_(acc, alpha=1.0 / n)
+            params.add_(buf, alpha=-lr * beta)
+            acc.zero_()
+        params.add_(grad, alpha=-lr / n)
 
     def _adam(self, params, grad, lr):
         b1, b2 = self.cfg.betas

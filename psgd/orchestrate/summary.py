@@ -79,4 +79,6 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
         # Gradient payload bytes the workers pushed, and that over what fp32 would have sent.
         "wire_bytes_sent": wire_bytes,
         "compression_ratio": round(wire_bytes / fp32_bytes, 6) if fp32_bytes else None,
+        # What one training example cost on the wire: local updates push once per round.
+        "wire_bytes_per_example": round(wire_bytes / (len(steps) * cfg.task.batch_size), 3) if steps else None,
     }

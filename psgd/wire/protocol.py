@@ -121,6 +121,7 @@ class Push(Record):
     nnz: int = 0                # sparse encodings: coordinates carried
     shm: int = 0                # >0: the dense payload lies in the segment at this generation; no frame follows
     step_s: float = 0.0         # the worker's step time before this push (0: not measured)
+    steps: int = 1              # training steps behind this push (local updates: the round's)
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ class Params(Record):
     encoding: str = "f32"
     numel: int = 0
     shm: bool = False           # the parameters lie in the segment's reply region, stamped with req; no frame
+    fastest_step_s: float = 0.0  # the fastest live worker's latest time per training step (0: not known)
 
 
 @dataclass(frozen=True)

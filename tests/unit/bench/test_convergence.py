@@ -23,7 +23,8 @@ def test_parse_modes_covers_every_mode_and_suffix():
         ("asp+sa", "asp", 0, True, False, 0), ("asp+dc", "asp", 0, False, True, 0),
         ("ssp:2+sa", "ssp", 2, True, False, 0)]
     assert specs[7].overrides == ["consistency.mode=asp", "consistency.staleness=0", "consistency.backup_workers=0",
-                                  "optimizer.staleness_aware=false", "optimizer.dc_asgd={}"]
+                                  "optimizer.staleness_aware=false", "optimizer.dc_asgd={}", "local.steps=0",
+                                  "local.delayed_nesterov=false"]
     assert specs[2].overrides[2] == "consistency.backup_workers=1" and specs[2].overrides[4] == "optimizer.dc_asgd=null"
     assert specs[6].dir_name == "asp-sa" and specs[4].dir_name == "ssp8"
 
@@ -123,3 +124,31 @@ def test_outputs_summary_seeds_report_and_plots(tmp_path):
         data = (tmp_path / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 5000, name
         assert f"]({name})" in text
+
+
+def test_local_update_modes_parse_to_their_overrides_and_read_back_under_the_same_label():
+    from psgd.bench.convergence import parse_modes
+    from psgd.bench.run_data import mode_label
+    from psgd.config import load_config
+    specs = parse_modes("local:8,geo:4,diloco:8,adiloco:8,ssp:2+h4")
+    assert [s.label for s in specs] == ["bsp+h8", "asp+h4", "bsp+h8+diloco", "asp+h8+diloco+dn", "ssp:2+h4"]
+    for spec in specs:
+        cfg = load_config(None, spec.overrides + ["cluster.workers=4"])
+        assert cfg.local.steps == spec.local_steps and cfg.consistency.mode == spec.mode
+        local = {"steps": cfg.local.steps, "outer_momentum": cfg.local.outer_momentum,
+                 "delayed_nesterov": cfg.local.delayed_nesterov}
+        staleness = cfg.consistency.staleness if cfg.consistency.mode == "ssp" else None
+        assert mode_label(cfg.consistency.mode, staleness, False, local=local) == spec.label
+    diloco = specs[2]
+    cfg = load_config(None, diloco.overrides)
+    assert (cfg.local.outer_lr, cfg.local.outer_momentum, cfg.local.outer_nesterov, cfg.optimizer.name) == \
+        (0.7, 0.9, True, "adamw")
+
+
+@pytest.mark.parametrize("bad,why", [("local:0", "H >= 1"), ("diloco", "local steps"), ("bsp+diloco", r"\+hN"),
+                                     ("bsp+h8+diloco+dn", "asynchronous"), ("asp+h4+dc", "deltas"),
+                                     ("allreduce+h4", "parameter-server")])
+def test_impossible_local_update_modes_are_refused(bad, why):
+    from psgd.bench.convergence import parse_modes
+    with pytest.raises(ValueError, match=why):
+        parse_modes(bad)

@@ -1,0 +1,103 @@
+"""Local updates end to end: DiLoCo through `psgd launch` on the quickstart, and a
+user's own loop (DataLoader, torch.optim.AdamW) under torchrun against `psgd server`."""
+import json
+import math
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+from conftest import ROOT, kill_tree, launch, psgd_cmd, spawn
+
+pytestmark = pytest.mark.e2e
+
+DILOCO_8 = ["consistency.mode=bsp", "local.steps=8", "local.outer_lr=0.7", "local.outer_momentum=0.9",
+            "local.outer_nesterov=true", "optimizer.name=adamw", "optimizer.lr=0.01"]
+
+
+@pytest.mark.timeout(120)
+def test_diloco_reaches_the_quickstart_target_with_an_eighth_of_the_bytes_per_example(tmp_path):
+    config = tmp_path / "quickstart.yaml"
+    config.write_text((ROOT / "configs" / "quickstart.yaml").read_text())
+    code, output, summary = launch(config, tmp_path / "run", *DILOCO_8, "workers.device=cpu", timeout=110)
+    assert code == 0, output
+    assert summary["time_to_target_s"] is not None, summary
+    steps, batch = 500, 32
+    numel = sum(t.numel() for t in torch.load(tmp_path / "run" / "model.pt", weights_only=True).values())
+    assert summary["worker_steps"] == 4 * steps
+    rounds = math.ceil(steps / 8)  # the last, shorter round is pushed too
+    assert summary["total_updates"] == rounds
+    # What a gradient push per step costs (asp) against one delta per 8 steps, both fp32.
+    per_step_push = 4 * numel / batch
+    assert summary["wire_bytes_per_example"] == pytest.approx(rounds * 4 * numel / (steps * batch), abs=1e-3)
+    saving = per_step_push / summary["wire_bytes_per_example"]
+    assert saving == pytest.approx(steps / rounds, rel=1e-3) and saving > 7.9
+
+
+@pytest.mark.timeout(300)
+def test_a_plain_adamw_loop_trains_under_diloco_with_torchrun(tmp_path):
+    # The repository's three-line example, with AdamW as the user's inner optimizer.
+    script = (ROOT / "examples" / "train_digits.py").read_text().replace("torch.optim.Adam(", "torch.optim.AdamW(")
+    (tmp_path / "train_digits.py").write_text(script)
+    from psgd.runtime.ports import free_ports
+    ports = free_ports("127.0.0.1", 2)
+    job = {"cluster": {"servers": [f"127.0.0.1:{p}" for p in ports], "workers": 4, "timeout_s": 30.0},
+           "consistency": {"mode": "bsp"},
+           "task": {"model": "train_digits:DigitsCNN", "dataset": "train_digits:digits", "batch_size": 32},
+           "optimizer": {"name": "adamw", "lr": 0.001},
+           "local": {"steps": 8, "outer_lr": 0.7, "outer_momentum": 0.9, "outer_nesterov": True},
+           "workers": {"device": "cpu"}}
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(job))
+    servers = [spawn(psgd_cmd("server", str(config), "--shard", str(i)), cwd=str(tmp_path),
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
+    epochs = 3  # 45 batches an epoch: 16 rounds of 8 per worker (the last 7 steps are dropped by close)
+    try:
+        run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                              "train_digits.py", str(config), str(epochs)],
+                             cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert len(re.findall(r"test accuracy ([0-9.]+)", run.stdout)) == 4
+        evaluated = subprocess.run(psgd_cmd("eval", str(config), "--json"), cwd=str(tmp_path),
+                                   capture_output=True, text=True, timeout=120)
+        assert evaluated.returncode == 0, evaluated.stderr
+        served = json.loads(evaluated.stdout)
+    finally:
+        for s in servers:
+            s.terminate()
+            try:
+                s.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                kill_tree(s)
+    assert served["updates"] == (45 * epochs) // 8  # BSP: one outer step per round
+    assert served["accuracy"] >= 0.9, served
+    shutil.rmtree(tmp_path / "__pycache__", ignore_errors=True)
+
+
+@pytest.mark.timeout(120)
+def test_dynamic_local_steps_give_a_4x_straggler_shorter_rounds(tmp_path):
+    config = tmp_path / "quickstart.yaml"
+    config.write_text((ROOT / "configs" / "quickstart.yaml").read_text())
+    code, output, summary = launch(config, tmp_path / "run", "consistency.mode=asp", "local.steps=8",
+                                   "local.dynamic=true", "workers.slowdown={3: 4.0}", "train.steps_per_worker=200",
+                                   "workers.device=cpu", timeout=110)
+    assert code == 0, output
+    events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = {r: [e for e in events if e["event"] == "step" and e["rank"] == r] for r in range(4)}
+    # While every rank trains (once the fast ones are done the straggler is the fastest left, and
+    # rightly goes back to rounds of 8), after a settling second half of the fast ranks' training.
+    end = min(steps[r][-1]["t"] for r in (0, 1, 2))
+    window = {r: [e for e in s if end / 2 <= e["t"] <= end] for r, s in steps.items()}
+    per_round = {r: len(w) / max(1, w[-1]["clock"] - w[0]["clock"]) for r, w in window.items()}
+    # Each rank's pace (wall time per step, all of the loop's work in it), as DyLU measures it; how
+    # much slower the straggler really was here (its sleep frees CPU for the others).
+    pace = {r: (w[-1]["t"] - w[0]["t"]) / (len(w) - 1) for r, w in window.items()}
+    slower = pace[3] / statistics.median(pace[r] for r in (0, 1, 2))
+    assert slower > 2, pace  # so that fixed rounds (a ratio of 1) fail the check below
+    # DyLU: steps per round in inverse proportion to pace (fixed rounds: 8 for every rank).
+    fast = statistics.median(per_round[r] for r in (0, 1, 2))
+    assert fast / per_round[3] >= 0.6 * min(slower, 8), (per_round, pace)

@@ -1,0 +1,71 @@
+"""The worker side of local updates: H steps of the worker's own optimizer, then
+one push of the change in its parameters (start - end), whose reply starts the
+next round from the servers' parameters.
+
+The delta leaves through the same buffers, codecs and exactly-once rule as a
+gradient does (psgd.workers.client); only its meaning differs.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping
+
+import torch
+
+from psgd.core.local_updates import round_steps, smoothed
+from psgd.workers.model_sync import ModelSync
+
+__all__ = ["LocalRounds"]
+
+
+class LocalRounds:
+    """`fastest_step_s()` (local.dynamic): the fastest worker's time per step as the
+    shards last reported it; the round's length follows it (DyLU). None: fixed rounds."""
+
+    def __init__(self, steps: int, sync: ModelSync, inner: torch.optim.Optimizer,
+                 fastest_step_s: Callable[[], float] | None = None):
+        self.steps = steps      # nominal steps per round
+        self.sync = sync
+        self.inner = inner
+        self.fastest_step_s = fastest_step_s
+        self.taken = 0          # inner steps in the round under way
+        self.rounds = 0         # rounds pushed by this process
+        self.steps_total = 0    # inner steps in the rounds pushed
+        self.round_steps = steps  # this round's length
+        self.own_step_s = 0.0   # this worker's time per step, smoothed over its rounds
+        self.start: list[torch.Tensor] = []
+        self._began = time.monotonic()
+        self.begin()
+
+    def begin(self) -> None:
+        """A round starts from the parameters the model holds now (just pulled)."""
+        self.start = self.sync.flat_params(out=self.start or None)
+        self.taken = 0
+        self._began = time.monotonic()
+        if self.fastest_step_s is not None:
+            self.round_steps = round_steps(self.steps, self.own_step_s, self.fastest_step_s())
+
+    def step(self) -> bool:
+        """One inner step; True when the round is complete and its delta is due."""
+        self.inner.step()
+        self.taken += 1
+        return self.taken >= self.round_steps
+
+    def delta(self) -> list[torch.Tensor]:
+        """start - now, one flat float32 host tensor per shard (reused buffers)."""
+        if self.rounds:  # a process's first round also holds its wait for the run to start
+            self.own_step_s = smoothed(self.own_step_s, (time.monotonic() - self._began) / self.taken)
+        self.rounds += 1
+        self.steps_total += self.taken
+        return self.sync.deltas_from(self.start)
+
+    def state_dict(self) -> dict:
+        return {"inner": self.inner.state_dict(), "taken": self.taken,
+                "start": [t.detach().cpu().clone() for t in self.start]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume a round: the inner optimizer's state, the steps taken and where the round began."""
+        self.inner.load_state_dict(state["inner"])
+        self.taken = int(state["taken"])
+        for dst, src in zip(self.start, state["start"]):
+            dst.copy_(src)
