@@ -37,7 +37,7 @@ def test_plain_script_under_torchrun_reaches_the_builtin_workers_accuracy(tmp_pa
     servers = [spawn(psgd_cmd("server", str(config), "--shard", str(i)), cwd=str(tmp_path),
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
     try:
-        run = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "4",
+        run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
                               "train_digits.py", str(config), str(EPOCHS)],
                              cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
