@@ -25,8 +25,7 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 from torch import nn
 
-from psgd.config import Config, ConfigError
-from psgd.config.coerce import ConfigLike, as_config
+from psgd.config import Config, ConfigError, ConfigLike, load_config
 from psgd.core.sharding import layout_for_module
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
 from psgd.wire.curve import client_curve
@@ -73,7 +72,7 @@ class Optimizer:
     def __init__(self, model: nn.Module, cfg: ConfigLike, optimizer: Optional[torch.optim.Optimizer] = None,
                  rank: Optional[int] = None, *, should_stop: Optional[Callable[[], bool]] = None,
                  token: Optional[str] = None):
-        self.cfg = as_config(cfg)
+        self.cfg = load_config(cfg)
         self.model = model
         self.torch_optimizer = optimizer
         if optimizer is not None:
