@@ -4,7 +4,7 @@ import pytest
 from psgd.config import ConfigError, load_config
 from psgd.core.sharding import make_layout
 from psgd.wire import shm
-from psgd.workers.optimizer import make_client
+from psgd.workers.client_factory import make_client
 
 
 @pytest.mark.parametrize("setting, enabled", [("off", False), ("auto", True)])
