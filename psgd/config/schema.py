@@ -190,7 +190,7 @@ class OptimizerConfig:
 class TargetConfig:
     # What `psgd bench convergence` and `psgd tune staleness` time: the first
     # evaluation meeting `value` after which the next `hold_evals` evaluations
-    # stay within `tolerance` of it (psgd.bench.stats.HoldRule).
+    # stay within `tolerance` of it (psgd.core.target.HoldRule).
     metric: Literal["accuracy", "loss"] = "accuracy"   # test accuracy (higher is better) or test loss
     value: Optional[float] = None
     hold_evals: int = 3

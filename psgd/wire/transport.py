@@ -1,4 +1,5 @@
-"""ZeroMQ sockets: the only module that imports zmq.
+"""ZeroMQ sockets and CurveZMQ keys: the only runtime module that imports zmq
+(the bench's raw-ZeroMQ baselines import it to measure it).
 
 A shard serves on one ROUTER socket; a client holds one DEALER socket per
 shard so it can send to every shard before waiting for any reply. Frames are
@@ -47,7 +48,7 @@ def generate_keys(directory, clients: int = 1, force: bool = False) -> list[Path
     """Make DIR/server.key(_secret), `clients` client key pairs DIR/client[-k].key(_secret)
     and copy their public keys into DIR/authorized/. Returns the files written.
     Refuses to replace existing keys unless `force` (see keyfiles.py)."""
-    return generate_key_files(directory, clients, force)
+    return generate_key_files(directory, zmq.curve_keypair, clients, force)
 
 
 def _load(path: Path, need_secret: bool) -> tuple[bytes, bytes]:
