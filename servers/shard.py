@@ -329,7 +329,6 @@ class ShardServer:
         self.events.emit("server_stats", final=final, **self.state.stats())
 
 
-
 # Request type -> handler. Replies (WELCOME, PARAMS, ...) are not requests
 # and get an ERROR. Checked here, at import, to cover every message type.
 _HANDLERS: dict[MsgType, Callable[[ShardServer, bytes, P.Record, list], None]] = {

@@ -6,6 +6,7 @@
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()          # push the gradients, pull the parameters, copy them into the model
+    print(opt.stats)        # OptimizerStats: pushes, resends, bytes sent, compression ratio, ...
     opt.close()
 
 The servers own the optimizer state and apply the update; `step` sends the
