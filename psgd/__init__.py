@@ -19,7 +19,7 @@ __all__ = ["load_config", "Optimizer", "serve", "launch", "Summary", "PSClient",
 
 # Public name -> (module, attribute). Imported on first use.
 _LAZY = {
-    "load_config": ("psgd.config.coerce", "as_config"),
+    "load_config": ("psgd.config", "load_config"),
     "Config": ("psgd.config", "Config"),
     "ConfigError": ("psgd.config", "ConfigError"),
     "Optimizer": ("psgd.workers.optimizer", "Optimizer"),

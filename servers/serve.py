@@ -13,8 +13,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from psgd.config import ConfigError
-from psgd.config.coerce import ConfigLike, as_config
+from psgd.config import ConfigError, ConfigLike, load_config
 from psgd.runtime.events import EventLog
 from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
@@ -31,7 +30,7 @@ def serve(cfg: ConfigLike, shard: int = 0, *, overrides: Sequence[str] = (), add
     """Serve shard `shard` of `cfg` at `address` (default: `cluster.servers[shard]`).
     Shards of a run directory checkpoint into RUN_DIR/checkpoints and resume from it.
     Raises ConfigError for a bad config, StartupError when the user's model fails."""
-    cfg = as_config(cfg, overrides)
+    cfg = load_config(cfg, overrides)
     if not 0 <= shard < cfg.cluster.num_servers:
         raise ConfigError("cluster.servers", f"no shard {shard} (there are {cfg.cluster.num_servers})")
     if address is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import MethodType
 from typing import Callable, Optional
 
 import torch
@@ -22,10 +23,6 @@ from psgd.core.sharding import layout_for_module
 from psgd.runtime.events import EventLog
 from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.runtime.safe_io import WriteFailed
-from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
-from psgd.servers.live_control import ControlError
-from psgd.servers.peers import PeerTable, check_ahead
-from psgd.servers.state import PushStatus, ShardState
 from psgd.tasks import build_model, task_shape
 from psgd.tasks.registry import needs_shape
 from psgd.wire import protocol as P
@@ -34,31 +31,18 @@ from psgd.wire.shm import reclaim
 from psgd.wire.shm_links import ShardSegments, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
 
+# isort: split
+# The server role's own modules, after the layers below it.
+from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
+from psgd.servers.live_control import ControlError
+from psgd.servers.peers import PeerTable, check_ahead
+from psgd.servers.state import PushStatus, ShardState
+
 __all__ = ["ShardServer", "initial_shard_params", "run_role"]
 
 STATS_EVERY_S = 1.0
 MAX_PARKED_PER_RANK = 8  # memory per peer stays bounded while its pulls wait for the clocks
 EXPIRE_EVERY_S = 0.01  # how often the loop looks for silent workers
-
-# Request type -> handler method. Replies (WELCOME, PARAMS, ...) are not
-# requests and get an ERROR. Checked below to cover every message type.
-_HANDLERS = {
-    MsgType.REGISTER: "_on_register",
-    MsgType.PULL: "_on_pull",
-    MsgType.PUSH: "_on_push",
-    MsgType.PUSH_PULL: "_on_push",
-    MsgType.HEARTBEAT: "_on_heartbeat",
-    MsgType.LEAVE: "_on_leave",
-    MsgType.STATS: "_on_stats",
-    MsgType.SHUTDOWN: "_on_shutdown",
-    MsgType.CONTROL: "_on_control",
-}
-_REPLY_TYPES = {MsgType.WELCOME, MsgType.PARAMS, MsgType.ACK, MsgType.STATS_REPLY, MsgType.CONTROL_REPLY,
-                MsgType.ERROR}
-if set(_HANDLERS) | _REPLY_TYPES != set(MsgType):
-    raise ImportError(f"shard does not route message types {set(MsgType) - set(_HANDLERS) - _REPLY_TYPES}")
-# Payload frames each request carries (all others carry none).
-
 
 class ShardServer:
     """Serves one shard. `serve` blocks until `stop` is set or a SHUTDOWN arrives."""
@@ -91,6 +75,7 @@ class ShardServer:
         self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None))
         if self._shm.enabled:
             reclaim()
+        self._handlers = {kind: MethodType(handler, self) for kind, handler in _HANDLERS.items()}
 
     # ---- loop -------------------------------------------------------------
     def serve(self, stop: threading.Event, should_stop: Callable[[], bool] = lambda: False) -> None:
@@ -140,13 +125,13 @@ class ShardServer:
         try:
             record, payload = P.decode(frames)
             req = record.req
-            name = _HANDLERS.get(record.TYPE)
-            if name is None:
+            handler = self._handlers.get(record.TYPE)
+            if handler is None:
                 raise ProtocolError("not_a_request", f"{record.TYPE.name} is a reply, not a request")
             if len(payload) != P.payload_frames(record):
                 raise ProtocolError("bad_frames", f"{record.TYPE.name} ({getattr(record, 'encoding', '')}) carries "
                                                   f"{P.payload_frames(record)} payload frame(s), got {len(payload)}")
-            getattr(self, name)(identity, record, payload)
+            handler(identity, record, payload)
         except ProtocolError as exc:
             self.state.counters["bad_requests"] += 1
             self.state.counters[f"bad_requests_{exc.code}"] += 1
@@ -351,6 +336,25 @@ class ShardServer:
 
     def emit_stats(self, final: bool = False) -> None:
         self.events.emit("server_stats", final=final, **self.state.stats())
+
+
+# Request type -> handler. Replies (WELCOME, PARAMS, ...) are not requests
+# and get an ERROR. Checked here, at import, to cover every message type.
+_HANDLERS: dict[MsgType, Callable[[ShardServer, bytes, P.Record, list], None]] = {
+    MsgType.REGISTER: ShardServer._on_register,
+    MsgType.PULL: ShardServer._on_pull,
+    MsgType.PUSH: ShardServer._on_push,
+    MsgType.PUSH_PULL: ShardServer._on_push,
+    MsgType.HEARTBEAT: ShardServer._on_heartbeat,
+    MsgType.LEAVE: ShardServer._on_leave,
+    MsgType.STATS: ShardServer._on_stats,
+    MsgType.SHUTDOWN: ShardServer._on_shutdown,
+    MsgType.CONTROL: ShardServer._on_control,
+}
+_REPLY_TYPES = {MsgType.WELCOME, MsgType.PARAMS, MsgType.ACK, MsgType.STATS_REPLY, MsgType.CONTROL_REPLY,
+                MsgType.ERROR}
+if set(_HANDLERS) | _REPLY_TYPES != set(MsgType):
+    raise ImportError(f"shard does not route message types {set(MsgType) - set(_HANDLERS) - _REPLY_TYPES}")
 
 
 def initial_shard_params(cfg: Config, shard: int, run_dir=None) -> tuple[torch.Tensor, str]:

@@ -20,9 +20,9 @@ from psgd.core.sharding import layout_for_module
 from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.tasks import build_model, load_task
 from psgd.workers.client import Interrupted, PSClient, RemoteError, RequestFailed
+from psgd.workers.client_factory import ClientSettings
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.param_snapshot import SnapshotEvaluator
-from psgd.workers.worker import make_client, require_addresses
 
 __all__ = ["Evaluator", "evaluate_servers", "next_deadline", "run_evaluator", "run_role"]
 
@@ -39,14 +39,15 @@ class Evaluator:
 
     def __init__(self, cfg, should_stop=None, run_dir=None):
         self.cfg = cfg
+        client_settings = ClientSettings.from_config(cfg)  # fails here, before the test set is loaded
         self.interruptible = True  # False for the final evaluation, which must finish
         outer = should_stop or (lambda: False)
         self.task = load_task(cfg, run_dir, splits=("test",))  # the evaluator never needs the train split
         self.model = build_model(self.cfg, self.task)
         self.layout = layout_for_module(self.model, cfg.cluster.num_servers)
         self.sync = ModelSync(self.model, self.layout, torch.device("cpu"))
-        self.client: PSClient = make_client(cfg, self.layout, 0, "evaluator",
-                                           lambda: self.interruptible and outer())
+        self.client: PSClient = client_settings.connect(self.layout, 0, "evaluator",
+                                                        lambda: self.interruptible and outer())
 
     def connect(self) -> None:
         self.sync.load(self.client.register())
@@ -112,7 +113,6 @@ def evaluate_servers(cfg: Config, save: Optional[Path] = None) -> dict:
     """`psgd eval`: pull what the running servers hold and score it on the test
     set once; optionally save it as a state_dict. Raises ConfigError without
     server addresses and RoleFailed when the servers cannot be reached."""
-    require_addresses(cfg)
     torch.set_num_threads(cfg.run.threads)
     ev = Evaluator(cfg)
     try:
@@ -130,8 +130,6 @@ def evaluate_servers(cfg: Config, save: Optional[Path] = None) -> dict:
 def run_role(ctx: RoleContext) -> int:
     """The `evaluator` role: score the servers' parameters on a timer."""
     try:
-        if ctx.cfg.consistency.mode != "allreduce":
-            require_addresses(ctx.cfg)
         return run_evaluator(ctx)
     finally:
         ctx.events.close()

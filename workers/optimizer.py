@@ -6,6 +6,7 @@
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()          # push the gradients, pull the parameters, copy them into the model
+    print(opt.stats)        # OptimizerStats: pushes, resends, bytes sent, compression ratio, ...
     opt.close()
 
 The servers own the optimizer state and apply the update; `step` sends the
@@ -20,37 +21,33 @@ built-in worker role trains through this class too.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 import torch
 from torch import nn
 
-from psgd.config import Config, ConfigError
-from psgd.config.coerce import ConfigLike, as_config
+from psgd.config import Config, ConfigError, ConfigLike, load_config
 from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
-from psgd.wire.curve import client_curve
-from psgd.workers.client import PSClient
+from psgd.workers.client_factory import ClientSettings
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 
-__all__ = ["Optimizer", "make_client", "require_addresses", "rank_from_env"]
+__all__ = ["Optimizer", "OptimizerStats", "rank_from_env"]
 
 
-def require_addresses(cfg: Config) -> list[str]:
-    if isinstance(cfg.cluster.servers, int):
-        raise ConfigError("cluster.servers", "this role needs the list of server host:port addresses")
-    return list(cfg.cluster.servers)
-
-
-def make_client(cfg: Config, layout, rank: int, role: str, should_stop=None, token: Optional[str] = None) -> PSClient:
-    c = cfg.cluster
-    return PSClient(require_addresses(cfg), layout, rank=rank, role=role,
-                    request_timeout_s=c.request_timeout_s, max_retries=c.max_retries,
-                    heartbeat_s=c.heartbeat_s, encoding=cfg.wire.encoding, topk_ratio=cfg.wire.topk_ratio,
-                    max_message_bytes=cfg.wire.max_message_mb << 20, should_stop=should_stop,
-                    curve=client_curve(cfg), token=token, shared_memory=cfg.wire.shared_memory)
+@dataclass(frozen=True)
+class OptimizerStats:
+    """What this worker has sent so far, read through `Optimizer.stats`."""
+    clock: int           # pushes completed (continues across re-registration)
+    pushes: int          # distinct pushes every shard acknowledged (seqs used), across restarts of this rank
+    resends: int         # requests sent again after a timeout
+    bytes_sent: int      # gradient bytes of the pushes that completed
+    fp32_bytes: int      # what every gradient encoded so far costs as fp32
+    compression_ratio: float  # encoded bytes / fp32 bytes over every gradient encoded (1.0 before any)
+    slowest_clock: int   # the slowest worker's clock, as the shards last reported it
 
 
 def rank_from_env(cfg: Config) -> int:
@@ -75,7 +72,7 @@ class Optimizer:
     def __init__(self, model: nn.Module, cfg: ConfigLike, optimizer: Optional[torch.optim.Optimizer] = None,
                  rank: Optional[int] = None, *, should_stop: Optional[Callable[[], bool]] = None,
                  token: Optional[str] = None):
-        self.cfg = as_config(cfg)
+        self.cfg = load_config(cfg)
         self.model = model
         self.torch_optimizer = optimizer
         if optimizer is not None and not self.cfg.local.enabled:  # local updates step it here instead
@@ -84,7 +81,7 @@ class Optimizer:
         self.rank = rank_from_env(self.cfg) if rank is None else rank
         if not 0 <= self.rank < self.cfg.cluster.workers:
             raise ConfigError("cluster.workers", f"no worker rank {self.rank} (there are {self.cfg.cluster.workers})")
-        require_addresses(self.cfg)
+        client_settings = ClientSettings.from_config(self.cfg)  # fails here, before the model is touched
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the model has no trainable parameters")
@@ -92,7 +89,7 @@ class Optimizer:
         self.layout = layout_for_module(model, self.cfg.cluster.num_servers)
         self.sync = ModelSync(model, self.layout, self.device, self.cfg.workers.pin_memory)
         # token: the run token lets a restarted worker take its rank over from its dead predecessor
-        self.client = make_client(self.cfg, self.layout, self.rank, "worker", should_stop, token)
+        self.client = client_settings.connect(self.layout, self.rank, "worker", should_stop, token)
         self._closed = False
         try:
             self.sync.load(self.client.register())
@@ -158,6 +155,14 @@ class Optimizer:
         # rounds pushed before this process (a restart) counted at their nominal length
         earlier = max(0, self.client.clock - self.local.rounds) * self.local.steps
         return earlier + self.local.steps_total + self.local.taken
+
+    @property
+    def stats(self) -> OptimizerStats:
+        """A read-only snapshot of what this worker has sent (pushes, bytes, ...)."""
+        c = self.client
+        return OptimizerStats(clock=c.clock, pushes=c.seq, resends=c.resends, bytes_sent=c.bytes_sent,
+                              fp32_bytes=c.encoder.fp32_bytes, compression_ratio=c.encoder.compression_ratio,
+                              slowest_clock=min(c.min_clocks))
 
     def state_dict(self) -> dict:
         """This worker's position and the servers' rule. The optimizer state itself

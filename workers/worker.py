@@ -18,9 +18,9 @@ from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
 from psgd.workers.client import Interrupted
 from psgd.workers.model_sync import select_device
-from psgd.workers.optimizer import Optimizer, make_client, require_addresses
+from psgd.workers.optimizer import Optimizer
 
-__all__ = ["run_worker", "run_role", "make_client", "require_addresses"]
+__all__ = ["run_worker", "run_role"]
 
 
 def run_worker(ctx: RoleContext) -> int:
@@ -43,7 +43,6 @@ def run_worker(ctx: RoleContext) -> int:
                         token=read_run_token(ctx.run_dir))  # joins and loads the parameters
     except Interrupted:
         return 0  # stopped before the shards answered
-    client = opt.client
     steps = 0
     try:
         # A restarted worker under local updates cannot recover its inner optimizer's state: it says so.
@@ -67,24 +66,24 @@ def run_worker(ctx: RoleContext) -> int:
             steps += 1
             ctx.events.emit("step", rank=rank, clock=opt.clock, loss=loss.item(), compute_s=round(compute_s, 6),
                             comm_s=round(time.perf_counter() - t1, 6), step_s=round(time.perf_counter() - t0, 6),
-                            gap=opt.clock - min(client.min_clocks))
+                            gap=opt.clock - opt.stats.slowest_clock)
         if opt.steps_taken >= cfg.train.steps_per_worker:
             opt.flush()  # local updates: the last, shorter round still reaches the shards
     except Interrupted:
         pass  # stopped while waiting for a shard: leave as below
     finally:
         opt.close()
-    # pushes: distinct pushes every shard acknowledged (seqs used), across restarts of this rank.
-    ctx.events.emit("done", rank=rank, clock=client.clock, steps=steps, pushes=client.seq, resends=client.resends,
-                    bytes_sent=client.bytes_sent, fp32_bytes=client.encoder.fp32_bytes,
-                    compression_ratio=round(client.encoder.compression_ratio, 6))
+    sent = opt.stats
+    ctx.events.emit("done", rank=rank, clock=sent.clock, steps=steps, pushes=sent.pushes, resends=sent.resends,
+                    bytes_sent=sent.bytes_sent, fp32_bytes=sent.fp32_bytes,
+                    compression_ratio=round(sent.compression_ratio, 6))
     return 0
 
 
 def run_role(ctx: RoleContext) -> int:
-    """The `worker` role. Raises ConfigError when the config names no servers."""
+    """The `worker` role. Raises ConfigError when the config names no servers
+    (psgd.Optimizer checks, through workers/client_factory.py)."""
     try:
-        require_addresses(ctx.cfg)
         return run_worker(ctx)
     finally:
         ctx.events.close()

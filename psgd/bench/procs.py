@@ -2,8 +2,7 @@
 parameters, started with multiprocessing's spawn method (a clean interpreter:
 no inherited sockets, threads or torch state), each child at one torch thread.
 
-psgd does not import servers/ at module level; the shard child imports
-`psgd.servers.shard` by name, as the launcher does.
+It imports the real shard (psgd.servers.shard): the benchmarks measure the server users run.
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from psgd.config.schema import (
     CheckpointConfig,
     ClusterConfig,
     Config,
+    ConfigLike,
     ConsistencyConfig,
     DcAsgdConfig,
     DelayConfig,
@@ -33,7 +34,7 @@ from psgd.config.schema import (
 
 __all__ = [
     "MODES", "PS_MODES",
-    "CheckpointConfig", "ClusterConfig", "Config", "ConfigError", "ConsistencyConfig", "DcAsgdConfig",
+    "CheckpointConfig", "ClusterConfig", "Config", "ConfigLike", "ConfigError", "ConsistencyConfig", "DcAsgdConfig",
     "DelayConfig", "TargetConfig", "TransientConfig", "LoaderConfig", "LoggingConfig", "RayConfig", "RayRoleConfig",
     "EvalConfig", "OptimizerConfig", "RunConfig", "ScheduleConfig", "SecurityConfig", "SupervisionConfig",
     "TaskConfig", "TrainConfig", "WireConfig", "WorkersConfig", "config_to_dict", "dump_config", "load_config",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
 import yaml
 
@@ -26,7 +26,7 @@ from psgd.config.operations import (  # noqa: F401 (re-exported)
     WireConfig,
 )
 
-__all__ = ["Config", "ConfigError", "load_config", "override_config", "config_to_dict", "dump_config"]
+__all__ = ["Config", "ConfigError", "ConfigLike", "load_config", "override_config", "config_to_dict", "dump_config"]
 
 
 # The consistency modes, named once: the parameter-server modes and the all-reduce baseline.
@@ -193,7 +193,7 @@ class OptimizerConfig:
 class TargetConfig:
     # What `psgd bench convergence` and `psgd tune staleness` time: the first
     # evaluation meeting `value` after which the next `hold_evals` evaluations
-    # stay within `tolerance` of it (psgd.bench.stats.HoldRule).
+    # stay within `tolerance` of it (psgd.core.target.HoldRule).
     metric: Literal["accuracy", "loss"] = "accuracy"   # test accuracy (higher is better) or test loss
     value: Optional[float] = None
     hold_evals: int = 3
@@ -336,44 +336,59 @@ class Config:
                    "consistency.backup_workers", "must be < cluster.workers")
 
 
-def load_config(path: Union[str, Path, None], overrides: list[str] = (), data: Optional[dict] = None) -> Config:
-    """Read a YAML config (or `data`), apply `key.path=value` overrides, validate.
+# Every way a user hands psgd a config.
+ConfigLike = Union[Config, str, Path, Mapping[str, Any]]
 
-    Raises ConfigError naming the key path on any unknown key or bad value.
+
+def load_config(source: Optional[ConfigLike] = None, overrides: Sequence[str] = (), *,
+                data: Optional[Mapping[str, Any]] = None) -> Config:
+    """A validated Config from `source`, with `key.path=value` overrides applied.
+
+    `source` is a YAML path, a mapping of sections, a Config, or None for the
+    defaults; `data=` is the older spelling of a mapping. This is both
+    `psgd.load_config` and `psgd.config.load_config`. Raises ConfigError naming
+    the key path on any unknown key or bad value.
     """
+    if data is not None:
+        if source is not None:
+            raise TypeError("pass the config as `source` or as `data`, not both")
+        source = data
     base_dir = "."
-    if data is None:
-        if path is None:
-            data = {}
-        else:
-            p = Path(path)
-            if not p.is_file():
-                raise ConfigError("", f"config file not found: {p}")
-            try:
-                data = yaml.safe_load(p.read_text()) or {}
-            except yaml.YAMLError as exc:
-                raise ConfigError("", f"{p} is not valid YAML: {exc}") from None
-            base_dir = str(p.resolve().parent)
-    if not isinstance(data, dict):
-        raise ConfigError("", "the config must be a mapping of sections")
-    data = _deep_copy(data)
+    if isinstance(source, Config):
+        if not overrides:
+            return source
+        source = {**config_to_dict(source), "base_dir": source.base_dir}
+    if source is None:
+        source = {}
+    elif isinstance(source, (str, Path)):
+        p = Path(source)
+        if not p.is_file():
+            raise ConfigError("", f"config file not found: {p}")
+        try:
+            source = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError("", f"{p} is not valid YAML: {exc}") from None
+        base_dir = str(p.resolve().parent)
+        if not isinstance(source, dict):
+            raise ConfigError("", "the config must be a mapping of sections")
+    elif not isinstance(source, Mapping):
+        raise TypeError(f"a config is a psgd Config, a YAML path or a mapping, got {type(source).__name__}")
+    tree = _deep_copy(dict(source))
     for item in overrides:
         key, value = parse_override(item)
-        set_path(data, key, value)
+        set_path(tree, key, value)
     # A resolved config (a run directory's config.yaml) records where the
     # original config lived, so user modules beside it are still found.
-    recorded = data.pop("base_dir", None)
+    recorded = tree.pop("base_dir", None)
     if isinstance(recorded, str) and recorded:
         base_dir = str(Path(base_dir, recorded).resolve())
-    cfg = build(Config, data, "")
+    cfg = build(Config, tree, "")
     return dataclasses.replace(cfg, base_dir=base_dir)
 
 
-def override_config(cfg: Config, overrides: list[str]) -> Config:
+def override_config(cfg: Config, overrides: Sequence[str]) -> Config:
     """`cfg` with `key.path=value` overrides applied and validated again (no file is read)."""
-    if not overrides:
-        return cfg
-    return load_config(None, overrides, data={**config_to_dict(cfg), "base_dir": cfg.base_dir})
+    return load_config(cfg, overrides)
 
 
 def config_to_dict(cfg: Config) -> dict:

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
-from psgd.config.coerce import ConfigLike, as_config
+from psgd.config import ConfigLike, load_config
 
 __all__ = ["launch", "Summary", "LaunchError"]
 
@@ -66,7 +66,7 @@ def launch(cfg: ConfigLike, model: Any = None, dataset: Any = None, *, overrides
     from psgd.orchestrate.preflight import preflight, write_task_cache
     from psgd.tasks.objects import save_object
 
-    config = as_config(cfg, overrides)
+    config = load_config(cfg, overrides)
     # The caller's process (a notebook, a script with threads and its own torch
     # settings) is no safe thing to fork: its children start fresh instead.
     config = dataclasses.replace(config, run=dataclasses.replace(config.run, start_method="exec"))

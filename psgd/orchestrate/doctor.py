@@ -66,9 +66,10 @@ def environment() -> dict:
     import msgpack
     import torch
     import torch.distributed as dist
-    import zmq
+
+    from psgd.wire.transport import zmq_versions
     versions = {"psgd": _version("psgd"), "python": platform.python_version(), "torch": torch.__version__,
-                "pyzmq": zmq.pyzmq_version(), "libzmq": zmq.zmq_version(),
+                **zmq_versions(),
                 "msgpack": ".".join(map(str, msgpack.version)), "ray": _version("ray")}
     cuda = {"available": torch.cuda.is_available(), "runtime": torch.version.cuda,
             "devices": [], "driver": _nvidia_driver(), "nccl": None}
@@ -131,32 +132,12 @@ def check_shared_memory() -> Finding:
 
 
 def check_curve() -> Finding:
-    """An encrypted, authenticated REQ/REP exchange on loopback, as security.curve sets it up."""
-    import zmq
-    if not zmq.has("curve"):
-        return Finding("curvezmq", Status.UNAVAILABLE, "libzmq was built without CURVE: security.curve cannot be used")
-    server_public, server_secret = zmq.curve_keypair()
-    client_public, client_secret = zmq.curve_keypair()
-    ctx = zmq.Context()
-    try:
-        rep, req = ctx.socket(zmq.REP), ctx.socket(zmq.REQ)
-        for s in (rep, req):
-            s.linger = 0
-            s.rcvtimeo = s.sndtimeo = 5000
-        rep.curve_server, rep.curve_secretkey, rep.curve_publickey = True, server_secret, server_public
-        port = rep.bind_to_random_port("tcp://127.0.0.1")
-        req.curve_serverkey, req.curve_publickey, req.curve_secretkey = server_public, client_public, client_secret
-        req.connect(f"tcp://127.0.0.1:{port}")
-        req.send(b"ping")
-        got = rep.recv()
-        rep.send(got[::-1])
-        ok = req.recv() == b"gnip"
-    except zmq.ZMQError as exc:
-        return Finding("curvezmq", Status.FAILED, f"an encrypted round trip failed: {exc}")
-    finally:
-        ctx.destroy(linger=0)
-    return Finding("curvezmq", Status.OK if ok else Status.FAILED,
-                   "encrypted round trip on loopback" if ok else "the encrypted reply was wrong")
+    """An encrypted, authenticated exchange on loopback, as security.curve sets it up."""
+    from psgd.wire.transport import curve_round_trip
+    problem = curve_round_trip()
+    if problem.startswith("libzmq was built without"):
+        return Finding("curvezmq", Status.UNAVAILABLE, f"{problem}: security.curve cannot be used")
+    return Finding("curvezmq", Status.FAILED if problem else Status.OK, problem or "encrypted round trip on loopback")
 
 
 def check_namespaces() -> Finding:
@@ -184,8 +165,8 @@ def available_devices() -> list[str]:
 
 
 def _job_config(device: str, mode: str, workers: int):
-    from psgd.config.coerce import as_config
-    return as_config({
+    from psgd.config import load_config
+    return load_config({
         "run": {"name": f"doctor-{device}-{mode}", "seed": 0},
         "cluster": {"servers": 2, "workers": workers, "timeout_s": 10.0},
         "consistency": {"mode": mode},

@@ -5,16 +5,20 @@ The files use ZeroMQ's certificate format (what `zmq.auth.load_certificate`
 reads). pyzmq's own writer opens them with the default mode and only a
 later chmod would tighten it, leaving a window where any local user can
 read a secret key; here each file is created with os.open and its mode.
+The key pairs themselves come from the caller (the transport, which alone
+imports zmq, passes zmq.curve_keypair).
 """
 from __future__ import annotations
 
 import os
 import shutil
 from pathlib import Path
+from typing import Callable
 
-import zmq
+__all__ = ["KeyFileExists", "KeyPairMaker", "write_key_pair", "generate_key_files", "SERVER_KEY", "AUTHORIZED_DIR"]
 
-__all__ = ["KeyFileExists", "write_key_pair", "generate_key_files", "SERVER_KEY", "AUTHORIZED_DIR"]
+# Makes one (public, secret) Z85-encoded CurveZMQ key pair.
+KeyPairMaker = Callable[[], tuple[bytes, bytes]]
 
 SERVER_KEY = "server"
 AUTHORIZED_DIR = "authorized"
@@ -49,16 +53,16 @@ def _create(path: Path, text: str, mode: int, force: bool) -> Path:
     return path
 
 
-def write_key_pair(directory: Path, name: str, force: bool = False) -> tuple[Path, Path]:
+def write_key_pair(directory: Path, name: str, make_pair: KeyPairMaker, force: bool = False) -> tuple[Path, Path]:
     """DIR/NAME.key (public, 0644) and DIR/NAME.key_secret (0600)."""
-    public, secret = (k.decode() for k in zmq.curve_keypair())
+    public, secret = (k.decode() for k in make_pair())
     d = Path(directory)
     secret_path = _create(d / f"{name}.key_secret", _certificate(public, secret), 0o600, force)
     public_path = _create(d / f"{name}.key", _certificate(public), 0o644, force)
     return public_path, secret_path
 
 
-def generate_key_files(directory, clients: int = 1, force: bool = False) -> list[Path]:
+def generate_key_files(directory, make_pair: KeyPairMaker, clients: int = 1, force: bool = False) -> list[Path]:
     """A server key pair, `clients` client key pairs and DIR/authorized/ with the
     client public keys. Refuses (KeyFileExists) to replace any existing key file
     unless `force`; then nothing has been written."""
@@ -75,7 +79,7 @@ def generate_key_files(directory, clients: int = 1, force: bool = False) -> list
             old.unlink()
     written = []
     for name in names:
-        public, secret = write_key_pair(d, name, force)
+        public, secret = write_key_pair(d, name, make_pair, force)
         written += [public, secret]
         if name != SERVER_KEY:
             written.append(Path(shutil.copyfile(public, d / AUTHORIZED_DIR / public.name)))

@@ -212,9 +212,7 @@ if set(RECORDS) != set(MsgType):
     raise ImportError(f"message types without a record: {set(MsgType) - set(RECORDS)}")
 
 _FIELDS = {t: {f.name: f.type for f in dataclasses.fields(cls)} for t, cls in RECORDS.items()}
-_PY_TYPES = {"int": int, "str": str, "bool": bool, "float": (float, int), "dict": dict}
-# Per type, computed once (encode/decode run for every message):
-# the header fields, and for each its accepted Python types and whether bool is refused.
+# Per type, computed once (encode/decode run for every message): the header fields.
 _HEADER_FIELDS = {t: tuple(f for f in spec if f != "req") for t, spec in _FIELDS.items()}
 # msgpack yields exact builtin types, so an exact type test is the whole check
 # (and keeps True out of int fields): field -> the types it accepts.

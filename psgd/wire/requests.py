@@ -87,7 +87,3 @@ class RequestTracker:
                 self.conns.send(shard, requests[shard])
                 deadline[shard] = now + timeout_s
         return replies
-
-    def send_only(self, shard: int, frames: list) -> None:
-        """Fire-and-forget (heartbeats)."""
-        self.conns.send(shard, frames)

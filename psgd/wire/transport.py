@@ -1,4 +1,5 @@
-"""ZeroMQ sockets: the only module that imports zmq.
+"""ZeroMQ sockets and CurveZMQ keys: the only runtime module that imports zmq
+(the bench's raw-ZeroMQ baselines import it to measure it).
 
 A shard serves on one ROUTER socket; a client holds one DEALER socket per
 shard so it can send to every shard before waiting for any reply. Frames are
@@ -23,7 +24,7 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from psgd.wire.keyfiles import AUTHORIZED_DIR, SERVER_KEY, KeyFileExists, generate_key_files
 
-__all__ = ["ServerSocket", "ShardConnections", "SendTracker", "TransportError", "tcp_address", "CurveKeys",
+__all__ = ["zmq_versions", "curve_round_trip", "ServerSocket", "ShardConnections", "SendTracker", "TransportError", "tcp_address", "CurveKeys",
            "generate_keys", "KeyFileExists", "PEER_SEND_HWM", "server_keys", "client_keys", "zmq_context"]
 
 
@@ -47,7 +48,7 @@ def generate_keys(directory, clients: int = 1, force: bool = False) -> list[Path
     """Make DIR/server.key(_secret), `clients` client key pairs DIR/client[-k].key(_secret)
     and copy their public keys into DIR/authorized/. Returns the files written.
     Refuses to replace existing keys unless `force` (see keyfiles.py)."""
-    return generate_key_files(directory, clients, force)
+    return generate_key_files(directory, zmq.curve_keypair, clients, force)
 
 
 def _load(path: Path, need_secret: bool) -> tuple[bytes, bytes]:
@@ -87,6 +88,37 @@ def _authenticator(authorized_dir: Path) -> None:
         auth = _AUTH[os.getpid()] = ThreadAuthenticator(zmq_context())
         auth.start()
     auth.configure_curve(domain="*", location=str(authorized_dir))
+
+
+def zmq_versions() -> dict:
+    """pyzmq's and the linked libzmq's versions (for `psgd doctor`)."""
+    return {"pyzmq": zmq.pyzmq_version(), "libzmq": zmq.zmq_version()}
+
+
+def curve_round_trip(timeout_ms: int = 5000) -> str:
+    """An encrypted, authenticated request and reply on loopback with fresh key pairs;
+    returns "" when it worked, else why not (libzmq without CURVE, or the error)."""
+    if not zmq.has("curve"):
+        return "libzmq was built without CURVE"
+    server_public, server_secret = zmq.curve_keypair()
+    client_public, client_secret = zmq.curve_keypair()
+    ctx = zmq.Context()
+    try:
+        rep, req = ctx.socket(zmq.REP), ctx.socket(zmq.REQ)
+        for sock in (rep, req):
+            sock.linger = 0
+            sock.rcvtimeo = sock.sndtimeo = timeout_ms
+        rep.curve_server, rep.curve_secretkey, rep.curve_publickey = True, server_secret, server_public
+        port = rep.bind_to_random_port("tcp://127.0.0.1")
+        req.curve_serverkey, req.curve_publickey, req.curve_secretkey = server_public, client_public, client_secret
+        req.connect(f"tcp://127.0.0.1:{port}")
+        req.send(b"ping")
+        rep.send(rep.recv()[::-1])
+        return "" if req.recv() == b"gnip" else "the encrypted reply was wrong"
+    except zmq.ZMQError as exc:
+        return f"an encrypted round trip failed: {exc}"
+    finally:
+        ctx.destroy(linger=0)
 
 
 def tcp_address(hostport: str) -> str:

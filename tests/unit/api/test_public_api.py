@@ -39,3 +39,15 @@ def test_load_config_takes_a_path_a_mapping_or_a_config_with_overrides(tmp_path)
         psgd.load_config({"optimizer": {"lrr": 1}})
     with pytest.raises(TypeError, match="a YAML path or a mapping"):
         psgd.load_config(42)
+
+
+def test_psgd_load_config_is_the_config_packages_function_with_its_older_calls():
+    from psgd.config import Config, load_config
+    assert psgd.load_config is load_config
+    assert load_config() == load_config(None, []) == Config()
+    sections = {"cluster": {"workers": 2}}
+    assert load_config(None, ["optimizer.lr=0.25"], data=sections) == load_config(sections, ["optimizer.lr=0.25"])
+    cfg = load_config(sections)
+    assert load_config(cfg) is cfg  # a Config without overrides is returned as it is
+    with pytest.raises(TypeError, match="not both"):
+        load_config(sections, data=sections)

@@ -17,7 +17,7 @@ def mode(p):
 
 
 def test_generated_keys_load_and_secrets_are_private(tmp_path):
-    files = generate_key_files(tmp_path, clients=2)
+    files = generate_key_files(tmp_path, zmq.curve_keypair, clients=2)
     names = sorted(p.relative_to(tmp_path).as_posix() for p in files)
     assert names == sorted(["server.key", "server.key_secret", "client.key", "client.key_secret",
                             "client-1.key", "client-1.key_secret", "authorized/client.key",
@@ -39,7 +39,7 @@ def test_secret_is_created_with_its_final_mode(tmp_path, monkeypatch):
     monkeypatch.setattr(keyfiles.os, "open", recording_open)
     old = os.umask(0)  # even with no umask the file never exists with a wider mode
     try:
-        generate_key_files(tmp_path)
+        generate_key_files(tmp_path, zmq.curve_keypair)
     finally:
         os.umask(old)
     assert seen == [(True, True, 0o600)] * 2
@@ -47,13 +47,13 @@ def test_secret_is_created_with_its_final_mode(tmp_path, monkeypatch):
 
 
 def test_refuses_to_overwrite_without_force(tmp_path):
-    generate_key_files(tmp_path)
+    generate_key_files(tmp_path, zmq.curve_keypair)
     before = (tmp_path / "server.key_secret").read_bytes()
     with pytest.raises(KeyFileExists) as err:
-        generate_key_files(tmp_path)
+        generate_key_files(tmp_path, zmq.curve_keypair)
     assert "server.key" in str(err.value) and "--force" in str(err.value)
     assert (tmp_path / "server.key_secret").read_bytes() == before
     os.chmod(tmp_path / "server.key_secret", 0o644)
-    generate_key_files(tmp_path, force=True)
+    generate_key_files(tmp_path, zmq.curve_keypair, force=True)
     assert (tmp_path / "server.key_secret").read_bytes() != before
     assert mode(tmp_path / "server.key_secret") == 0o600

@@ -4,7 +4,7 @@ import pytest
 from psgd.config import ConfigError, load_config
 from psgd.core.sharding import make_layout
 from psgd.wire import shm
-from psgd.workers.optimizer import make_client
+from psgd.workers.client_factory import ClientSettings, make_client
 
 
 @pytest.mark.parametrize("setting, enabled", [("off", False), ("auto", True)])
@@ -28,3 +28,14 @@ def test_a_bad_shared_memory_setting_names_the_key():
                                         ("true", "auto")])
 def test_yaml_spellings_of_shared_memory(text, want):
     assert load_config(None, [f"wire.shared_memory={text}"]).wire.shared_memory == want
+
+
+def test_client_settings_read_the_config_once_and_name_a_missing_address_list():
+    cfg = load_config(None, ["cluster.servers=[127.0.0.1:1, 127.0.0.1:2]", "cluster.workers=1",
+                             "wire.compression=fp16", "wire.max_message_mb=3", "cluster.max_retries=7"])
+    settings = ClientSettings.from_config(cfg)
+    assert settings.addresses == ("127.0.0.1:1", "127.0.0.1:2")
+    assert (settings.encoding, settings.max_message_bytes, settings.max_retries) == ("f16", 3 * 2**20, 7)
+    assert settings.curve is None  # security.curve is off by default
+    with pytest.raises(ConfigError, match="cluster.servers: this role needs the list of server host:port"):
+        ClientSettings.from_config(load_config(None, ["cluster.servers=2"]))

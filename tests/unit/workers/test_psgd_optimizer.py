@@ -10,6 +10,7 @@ from torch import nn
 import psgd
 from psgd.config import OptimizerConfig, load_config
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_from_torch
+from psgd.workers.optimizer import OptimizerStats
 
 OPTIMIZERS = {
     "sgd-nesterov-wd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
@@ -128,3 +129,29 @@ def test_state_dict_round_trip_and_rule_check(job):
         other["optimizer"]["lr"] = 0.5
         with pytest.raises(ValueError, match="optimizer.lr: 0.5 here, 0.05 in the config"):
             opt.load_state_dict(other)
+
+
+@pytest.mark.parametrize("compression, bytes_per_value", [("none", 4), ("fp16", 2)])
+def test_stats_count_what_the_worker_sent(job, compression, bytes_per_value):
+    model = net()
+    numel = sum(p.numel() for p in model.parameters())
+    with psgd.Optimizer(model, job(model, **{"wire.compression": compression}), rank=0) as opt:
+        assert opt.stats == OptimizerStats(clock=0, pushes=0, resends=0, bytes_sent=0, fp32_bytes=0,
+                                           compression_ratio=1.0, slowest_clock=0)
+        for x, y in batches(3):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        stats = opt.stats
+    assert (stats.clock, stats.pushes, stats.resends) == (3, 3, 0)
+    assert stats.slowest_clock == 3  # the only worker
+    assert stats.fp32_bytes == 3 * 4 * numel and stats.bytes_sent == 3 * bytes_per_value * numel
+    assert stats.compression_ratio == bytes_per_value / 4
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stats.clock = 0
+
+
+def test_a_config_without_server_addresses_is_refused_naming_the_key():
+    cfg = load_config(None, ["cluster.servers=2", "cluster.workers=1"])
+    with pytest.raises(psgd.ConfigError, match="cluster.servers: this role needs the list of server host:port"):
+        psgd.Optimizer(net(), cfg, rank=0)

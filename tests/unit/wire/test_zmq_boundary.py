@@ -1,0 +1,23 @@
+"""Only the transport imports zmq (DESIGN.md), besides the bench's raw-ZeroMQ baselines that measure it."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+MAY_IMPORT_ZMQ = {"psgd/wire/transport.py", "psgd/bench/raw_zmq.py", "psgd/bench/raw_shm.py"}
+
+
+def imports_zmq(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "zmq" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "zmq":
+            return True
+    return False
+
+
+def test_only_the_transport_imports_zmq():
+    sources = [p for folder in ("psgd", "servers", "workers") for p in (ROOT / folder).rglob("*.py")]
+    assert len(sources) > 50  # the package was found
+    importers = {p.relative_to(ROOT).as_posix() for p in sources if imports_zmq(p)}
+    assert "psgd/wire/transport.py" in importers
+    assert importers <= MAY_IMPORT_ZMQ, sorted(importers - MAY_IMPORT_ZMQ)
