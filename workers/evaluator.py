@@ -70,7 +70,7 @@ class Evaluator:
 
 def run_evaluator(ctx: RoleContext) -> int:
     cfg = ctx.cfg
-    if cfg.consistency.mode == "allreduce":
+    if not cfg.consistency.mode.on_servers:
         ev = SnapshotEvaluator(cfg, ctx.run_dir)  # no servers: read rank 0's published parameters
     else:
         ev = Evaluator(cfg, ctx.should_stop, ctx.run_dir)
@@ -130,7 +130,7 @@ def evaluate_servers(cfg: Config, save: Optional[Path] = None) -> dict:
 def run_role(ctx: RoleContext) -> int:
     """The `evaluator` role: score the servers' parameters on a timer."""
     try:
-        if ctx.cfg.consistency.mode != "allreduce":
+        if ctx.cfg.consistency.mode.on_servers:
             require_addresses(ctx.cfg)
         return run_evaluator(ctx)
     finally:
