@@ -62,7 +62,7 @@ def shard_state_dict(state: ShardState, fingerprint: str) -> dict:
         "last_seq": list(state.last_seq),
         "registered": sorted(state.registered),
         "counters": dict(state.counters),
-        "staleness": {int(k): int(v) for k, v in state.staleness.counts.items()},
+        "staleness": {int(k): int(v) for k, v in state.staleness_hist.counts.items()},
         "clock_gaps": {int(k): int(v) for k, v in state.clock_gaps.counts.items()},
         "bsp": None if bsp is None else bsp.state_dict(),
     }
@@ -88,8 +88,8 @@ def load_shard_state(state: ShardState, sd: dict, fingerprint: str, now: float) 
     state.last_seen = {r: now for r in state.registered if r not in state.board.departed}
     state.counters.clear()
     state.counters.update(sd["counters"])
-    state.staleness.counts.clear()
-    state.staleness.counts.update(sd["staleness"])
+    state.staleness_hist.counts.clear()
+    state.staleness_hist.counts.update(sd["staleness"])
     state.clock_gaps.counts.clear()
     state.clock_gaps.counts.update(sd["clock_gaps"])
     if state.bsp is not None and sd["bsp"] is not None:

@@ -23,6 +23,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Optional
 
+from psgd.config.modes import Role
 from psgd.wire.protocol import ProtocolError
 
 __all__ = ["PeerTable", "Binding", "check_ahead", "MAX_AHEAD"]
@@ -53,7 +54,7 @@ class PeerTable:
         """Bind `identity` as (role, rank); returns the heartbeat session ("" for
         evaluators). Raises ProtocolError("rank_bound") for a takeover that is
         not allowed; the table is unchanged then."""
-        if role != "worker":
+        if role != Role.WORKER:
             self._unbind_identity(identity)
             self.roles[identity] = (role, rank)
             return ""
@@ -76,7 +77,7 @@ class PeerTable:
     def _unbind_identity(self, identity: bytes) -> None:
         """A connection re-registering as something else gives up what it held."""
         old = self.roles.pop(identity, None)
-        if old is not None and old[0] == "worker":
+        if old is not None and old[0] == Role.WORKER:
             b = self.ranks.get(old[1])
             if b is not None and b.identity == identity:
                 del self.ranks[old[1]]
@@ -90,7 +91,7 @@ class PeerTable:
     def forget(self, identity: bytes) -> Optional[tuple[str, int]]:
         """Drop a connection (cut off for not reading); returns what it was."""
         peer = self.roles.get(identity)
-        if peer is not None and peer[0] == "worker":
+        if peer is not None and peer[0] == Role.WORKER:
             self.release(peer[1])
         return self.roles.pop(identity, None) or peer
 
@@ -103,7 +104,7 @@ class PeerTable:
         peer = self.roles.get(identity)
         if peer is None:
             raise ProtocolError("not_registered", "register with this shard first")
-        if peer != ("worker", rank):
+        if peer != (Role.WORKER, rank):
             raise ProtocolError("bad_rank", f"connection registered as {peer[0]} {peer[1]}, message says worker {rank}")
 
     def heartbeat_ok(self, rank: int, session: str) -> bool:
@@ -113,7 +114,7 @@ class PeerTable:
     def may_shut_down(self, identity: bytes, token: str) -> bool:
         if self.run_token:
             return self.token_ok(token)
-        return self.role_of(identity) == "worker"
+        return self.role_of(identity) == Role.WORKER
 
 
 def check_ahead(name: str, value: int, current: int, limit: int = MAX_AHEAD) -> None:

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 import torch
 
-from psgd.config import Config
+from psgd.config import Config, Role
 from psgd.config.local_updates import MAX_LOCAL_STEPS
 from psgd.core.consistency import DeferredPulls
 from psgd.core.local_updates import StepSpeeds
@@ -53,13 +53,13 @@ class ShardServer:
                  checkpoint: Optional[ShardCheckpoint] = None, curve: Optional[CurveKeys] = None,
                  run_token: Optional[str] = None):
         self.cfg = cfg
-        self.state = ShardState(cfg, shard, params)
+        self.state = ShardState(cfg, shard, params, run_token=run_token)
         # Snapshot + log of everything applied since (None: in-memory only).
         self.checkpoint = checkpoint
         self.resumed = checkpoint.resume(self.state) if checkpoint is not None else None
         self.fingerprint = fingerprint
         self.events = events or EventLog(None, "server", shard)
-        self.state.live.token, self.state.live.emit = run_token, self.events.emit  # psgd ctl; setting_change events
+        self.state.report_to(self.events.emit)  # after the replay above, which must not report its changes again
         self._clock = clock
         self._sock = ServerSocket(address, cfg.wire.max_message_mb << 20, curve=curve)
         self.address = self._sock.address
@@ -192,13 +192,13 @@ class ShardServer:
         if rec.fingerprint != self.fingerprint:  # the shard's own fingerprint is never told
             raise ProtocolError("layout_mismatch", "the client's parameter layout differs from this shard's: "
                                 "model, shard count or parameter order differ")
-        if rec.role not in ("worker", "evaluator"):
+        if rec.role not in (Role.WORKER, Role.EVALUATOR):
             raise ProtocolError("bad_role", f"unknown role {rec.role!r}")
         clock, last_seq = 0, -1
-        if rec.role == "worker":
+        if rec.role == Role.WORKER:
             self._check_rank(rec.rank)
         session = self._peers.register(identity, rec.role, rec.rank, self._sock.peer_key, rec.token)
-        if rec.role == "worker":
+        if rec.role == Role.WORKER:
             self._parked.drop_rank(rec.rank)  # a previous incarnation's pulls have no reader now
             clock = self.state.register(rec.rank, self._clock())
             self._journal("log_join", rec.rank)
@@ -207,7 +207,7 @@ class ShardServer:
         shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token)
         if rec.shm:
             self.state.counters["shm_attached" if shm else "shm_refused"] += 1
-        snap = self.state.snapshot()
+        snap = self.state.live_params()
         self._reply_params(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
                                                clock=clock, last_seq=last_seq, session=session, shm=shm), snap)
         self._release()
@@ -215,8 +215,8 @@ class ShardServer:
     def _on_pull(self, identity: bytes, rec: P.Pull, payload: list) -> None:
         if payload:
             raise ProtocolError("bad_frames", "PULL carries no frames")
-        if self._peers.role_of(identity) == "evaluator":
-            snap = self.state.snapshot()
+        if self._peers.role_of(identity) == Role.EVALUATOR:
+            snap = self.state.live_params()
             self._reply_params(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel(),
                                                   shm=self._shm.reply(identity, rec.req, snap)), snap)
             return

@@ -10,12 +10,12 @@ import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import torch
 
 from psgd.config import Config
-from psgd.core.consistency import BspAggregator, ClockBoard, Mode, PushOutcome
+from psgd.core.consistency import BspAggregator, ClockBoard, ConsistencyPolicy, Mode, PushAction, PushOutcome
 from psgd.core.histogram import Histogram
 from psgd.core.local_updates import server_optimizer
 from psgd.core.update_rules import UpdateRule
@@ -50,35 +50,48 @@ def all_finite(t: torch.Tensor) -> bool:
 
 
 class ShardState:
-    def __init__(self, cfg: Config, shard: int, params: torch.Tensor):
+    """`run_token` lets `psgd ctl` change the live settings; `emit` reports changes
+    (the shard's event log)."""
+
+    def __init__(self, cfg: Config, shard: int, params: torch.Tensor, run_token: Optional[str] = None,
+                 emit: Callable[..., None] = lambda event, **fields: None):
         self.cfg = cfg
         self.shard = shard
         self.mode = Mode(cfg.consistency.mode)
         self.workers = cfg.cluster.workers
         self.params = params.detach().clone().float().contiguous()
         self.rule = UpdateRule(server_optimizer(cfg), self.params)
-        bound = cfg.consistency.staleness
-        self.board = ClockBoard(self.mode, self.workers, cfg.consistency.staleness_min if bound == "auto" else bound)
+        # The one rule for pulls and pushes; it owns the clocks and the live settings.
+        self.policy = ConsistencyPolicy.from_config(cfg, lr=self.rule.cfg.lr)
         self.bsp = BspAggregator(self.params.numel(), cfg.consistency.backup_workers) if self.mode is Mode.BSP else None
         self.version = 0                       # updates applied to this shard
         self.last_seq = [-1] * self.workers    # exactly-once: highest push seq seen per worker
         self.last_seen: dict[int, float] = {}  # worker -> monotonic time of last message
         self.registered: set[int] = set()
         self.counters: Counter[str] = Counter()
-        self.staleness = Histogram()
+        self.staleness_hist = Histogram()      # staleness of every applied gradient
         self.clock_gaps = Histogram()
         self._snapshot: Optional[tuple[int, torch.Tensor]] = None  # DC-ASGD reads only
         self._in_flight: list = []             # trackers of zero-copy replies reading `params`
         self._dense_buf: Optional[torch.Tensor] = None  # sparse gradients scattered for dense rules
         self._read: dict[int, torch.Tensor] = {}  # DC-ASGD: parameters each worker last read
         self._bsp_staleness: list[int] = []       # BSP: staleness of the gradients buffered for this step
-        self.live = ShardLive(cfg, self.workers, lr=self.rule.cfg.lr)  # bound/mode/lr per clock; adaptive bound
+        self.live = ShardLive(self.policy, run_token, emit)  # psgd ctl; setting_change events
 
     @property
     def numel(self) -> int:
         return self.params.numel()
 
-    def snapshot(self) -> torch.Tensor:
+    def report_to(self, emit: Callable[..., None]) -> None:
+        """Send setting changes (the adaptive bound's, psgd ctl's) to `emit` from now on."""
+        self.live.emit = emit
+
+    @property
+    def board(self) -> ClockBoard:
+        """The workers' clocks and the quorum (kept by the consistency policy)."""
+        return self.policy.board
+
+    def live_params(self) -> torch.Tensor:
         """The parameters at the current version, for a zero-copy reply. No copy:
         the caller hands the send's tracker to `sending`, and the next in-place
         update waits for it or, if the send is still running, continues on a
@@ -86,7 +99,7 @@ class ShardState:
         return self.params
 
     def sending(self, tracker) -> None:
-        """Register a send that still reads `snapshot()` (anything with `done`
+        """Register a send that still reads `live_params()` (anything with `done`
         and `wait(timeout_s)`)."""
         if tracker is not None and not tracker.done:
             if len(self._in_flight) >= 64:  # many reads, no update in between: forget finished sends
@@ -105,7 +118,7 @@ class ShardState:
                 self.counters["copy_on_write"] += 1
         return self.params
 
-    def _frozen(self) -> torch.Tensor:
+    def _frozen_copy(self) -> torch.Tensor:
         """An immutable copy at the current version, shared by every reader at it."""
         if self._snapshot is None or self._snapshot[0] != self.version:
             self._snapshot = (self.version, self.params.clone())
@@ -158,7 +171,7 @@ class ShardState:
             self.counters["partial_pushes"] += seq - self.last_seq[rank] - 1
         self.last_seq[rank] = seq
         self.counters["pushes"] += 1
-        self.live.pushed(rank, clock, step_s)
+        self.policy.pushed(rank, clock, step_s)
         self._use_lr(self.bsp.step if self.bsp is not None else clock)
         staleness = max(0, self.version - read_version)
         if not all_finite(grad[1] if isinstance(grad, tuple) else grad):
@@ -166,10 +179,10 @@ class ShardState:
             return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE, staleness), skip=True)
         if isinstance(grad, tuple) and (self.bsp is not None or not self.rule.sparse_exact):
             grad = self._dense(*grad)
-        if self.bsp is not None:
+        action = self.policy.push_action(staleness)
+        if action is PushAction.AGGREGATE:
             return self._finish_push(rank, clock, PushResult(PushStatus.BUFFERED, staleness), grad=grad)
-        limit = self.cfg.optimizer.max_staleness_drop
-        if limit is not None and staleness > limit:
+        if action is PushAction.DROP_STALE:
             self.counters["rejected_stale"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.TOO_STALE, staleness))
         if isinstance(grad, tuple):
@@ -208,16 +221,15 @@ class ShardState:
                 self.board.skip_to(rank, self.bsp.step + int(self.bsp.contributed(rank)))
             elif grad is not None and not skip:
                 self._bsp_staleness.append(result.staleness)
-            self.board.advance(rank, clock)
+            self.policy.advanced(rank, clock)
             self._maybe_complete_bsp()
             return result
-        self.board.advance(rank, clock)
-        self.live.clocks_moved(self.board)
+        self.live.bound_changed(self.policy.advanced(rank, clock))
         return result
 
     def _use_lr(self, clock: int) -> None:
         """The learning rate in force for gradients of `clock` (changed by psgd ctl)."""
-        lr = self.live.lr_at(clock)
+        lr = self.policy.lr_at(clock)
         if lr != self.rule.cfg.lr:
             self.rule.cfg = replace(self.rule.cfg, lr=lr)
 
@@ -235,43 +247,27 @@ class ShardState:
         self.counters["updates"] += 1
         self.counters["bytes_applied"] += numel * 4
         for s in staleness:
-            self.staleness.add(s)
+            self.staleness_hist.add(s)
 
     # ---- pulls ------------------------------------------------------------
-    def pull_clock(self, rank: int, clock: int) -> int:
-        # A client may not claim to be behind its own pushes (that would dodge the bound).
-        return max(clock, self.board.clocks[rank])
-
     def pull_ready(self, rank: int, clock: int) -> bool:
-        clock = self.pull_clock(rank, clock)
-        if self.live.holds(clock):  # a `psgd ctl` change is being agreed for this clock
-            return False
-        if self.bsp is not None:
-            return self.board.pull_ready(clock, self.bsp.step)
-        bound = self.live.bound_at(clock)
-        if bound is None:
-            return True
-        low = self.board.min_clock()
-        return low is None or low >= clock - bound
+        return self.policy.pull_ready(rank, clock, self.bsp.step if self.bsp is not None else 0)
 
     def answer_pull(self, rank: int, clock: int) -> tuple[torch.Tensor, int, int]:
         """(parameters, clock, slowest quorum clock) for a worker's ready pull; records the gap."""
-        clock = self.pull_clock(rank, clock)
-        low = self.board.min_clock()
-        low = clock if low is None else low
+        clock, low = self.policy.answered(rank, clock)
         self.clock_gaps.add(max(0, clock - low))
-        self.live.answered(clock, max(0, clock - low))
         self.counters["pulls"] += 1
         if self.cfg.optimizer.dc_asgd is not None:
-            self._read[rank] = self._frozen()
-        return self.snapshot(), clock, low
+            self._read[rank] = self._frozen_copy()
+        return self.live_params(), clock, low
 
     def stats(self) -> dict:
         return {
             "shard": self.shard,
             "version": self.version,
             "counters": dict(self.counters),
-            "staleness_hist": self.staleness.as_dict(),
+            "staleness_hist": self.staleness_hist.as_dict(),
             "clock_gap_hist": self.clock_gaps.as_dict(),
             "clocks": list(self.board.clocks),
             "quorum": self.board.quorum(),

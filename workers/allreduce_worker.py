@@ -86,7 +86,7 @@ def _all_agree_to_stop(wants_stop: bool) -> bool:
 
 def run_allreduce_worker(ctx: RoleContext) -> int:
     cfg, rank = ctx.cfg, ctx.index
-    if cfg.consistency.mode != "allreduce":
+    if cfg.consistency.mode.on_servers:
         raise ConfigError("consistency.mode", f"the all-reduce worker needs mode allreduce, got {cfg.consistency.mode}")
     if not 0 <= rank < cfg.cluster.workers:
         raise ConfigError("cluster.workers", f"no worker rank {rank} (there are {cfg.cluster.workers})")

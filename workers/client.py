@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from psgd.config.modes import Role
 from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder
@@ -59,7 +60,7 @@ class PSClient:
         self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
         self._hb_stop = threading.Event()
         self._hb_thread = None
-        if heartbeat_s and role == "worker":
+        if heartbeat_s and role == Role.WORKER:
             self._hb_thread = threading.Thread(target=self._heartbeat, args=(list(addresses), heartbeat_s),
                                                name="psgd-heartbeat", daemon=True)
 
@@ -196,7 +197,7 @@ class PSClient:
             self.min_clocks[s] = rec.min_clock
             self.fastest_step_s = rec.fastest_step_s or self.fastest_step_s
             out.append(self._shm_params(s, rec) if rec.shm else P.frame_to_tensor(payload[0], rec.encoding, rec.numel))
-        if self.role == "worker":
+        if self.role == Role.WORKER:
             self._adopt_clock(replies[s][0].clock for s in replies)
         self._params_at = time.monotonic()
         return out

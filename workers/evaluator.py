@@ -71,7 +71,7 @@ class Evaluator:
 
 def run_evaluator(ctx: RoleContext) -> int:
     cfg = ctx.cfg
-    if cfg.consistency.mode == "allreduce":
+    if not cfg.consistency.mode.on_servers:
         ev = SnapshotEvaluator(cfg, ctx.run_dir)  # no servers: read rank 0's published parameters
     else:
         ev = Evaluator(cfg, ctx.should_stop, ctx.run_dir)

@@ -14,6 +14,7 @@ from typing import Optional
 import matplotlib
 import yaml
 
+from psgd.config.modes import Mode
 from psgd.runtime.events import read_events
 
 matplotlib.use("Agg")
@@ -34,7 +35,7 @@ def initial_bound(run_dir: Path) -> Optional[int]:
     if not path.is_file():
         return None
     c = (yaml.safe_load(path.read_text()) or {}).get("consistency", {})
-    if c.get("mode") != "ssp":
+    if Mode(c.get("mode", Mode.ASP.value)) is not Mode.SSP:
         return None
     return c.get("staleness_min", 0) if c.get("staleness") == "auto" else c.get("staleness", 0)
 
@@ -54,7 +55,7 @@ def bound_series(events: list[dict], initial: Optional[int] = None, shard: int =
     points = [(0.0, initial)] if initial is not None else []
     for c in changes:
         s = c["setting"]
-        bound = s["bound"] if s.get("mode", "ssp") == "ssp" else None
+        bound = s["bound"] if Mode(s.get("mode", Mode.SSP.value)) is Mode.SSP else None
         when = next((e["t"] for e in steps if e["clock"] >= c["effective_clock"]), None)
         if when is not None:
             points.append((float(when), bound))

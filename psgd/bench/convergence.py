@@ -39,7 +39,7 @@ from psgd.bench.convergence_report import (
 )
 from psgd.bench.plots import plot_runs
 from psgd.bench.run_data import RunData, load_run
-from psgd.config import PS_MODES, Config, load_config
+from psgd.config import Config, Mode, load_config
 from psgd.core.heterogeneity import delay_spec, describe, transient_specs
 from psgd.core.target import HoldRule
 from psgd.orchestrate.launcher import Launcher
@@ -59,7 +59,7 @@ DILOCO_OVERRIDES = ["local.outer_lr=0.7", "local.outer_momentum=0.9", "local.out
 @dataclass(frozen=True)
 class ModeSpec:
     label: str
-    mode: str
+    mode: Mode
     staleness: Union[int, str] = 0   # "auto": the adaptive bound
     staleness_aware: bool = False
     dc_asgd: bool = False
@@ -96,10 +96,12 @@ def _parse_mode(item: str) -> ModeSpec:
 def _parse_long(item: str, label: str) -> ModeSpec:  # noqa: C901 - one branch per suffix
     base, *suffixes = item.split("+")
     name, colon, bound = base.partition(":")
-    if name not in PS_MODES + ("allreduce",):
+    try:
+        mode = Mode(name)
+    except ValueError:
         raise ValueError(f"--modes: {item!r}: mode must be allreduce, bsp, ssp:S or asp "
-                         f"(or {', '.join(f'{a}:H' for a in LOCAL_ALIASES)})")
-    if (name == "ssp") != bool(colon):
+                         f"(or {', '.join(f'{a}:H' for a in LOCAL_ALIASES)})") from None
+    if (mode is Mode.SSP) != bool(colon):
         raise ValueError(f"--modes: {item!r}: ssp needs a bound (ssp:S), other modes take none")
     if colon and not (bound.isdigit() or bound == "auto"):
         raise ValueError(f"--modes: {item!r}: the bound must be an integer >= 0 or auto")
@@ -108,7 +110,7 @@ def _parse_long(item: str, label: str) -> ModeSpec:  # noqa: C901 - one branch p
     for s in suffixes:
         m, h = _BACKUP.fullmatch(s), _LOCAL.fullmatch(s)
         if s in ("sa", "dc") or h or s in ("diloco", "dn"):
-            if name == "allreduce":
+            if not mode.on_servers:
                 raise ValueError(f"--modes: {item!r}: '+{s}' needs a parameter-server mode")
             aware, dc = aware or s == "sa", dc or s == "dc"
             diloco, dn = diloco or s == "diloco", dn or s == "dn"
@@ -117,7 +119,7 @@ def _parse_long(item: str, label: str) -> ModeSpec:  # noqa: C901 - one branch p
                     raise ValueError(f"--modes: {item!r}: '+hN' needs N >= 1 local steps")
                 local = int(h.group(1))
         elif m:
-            if name != "bsp" or int(m.group(1)) < 1:
+            if mode is not Mode.BSP or int(m.group(1)) < 1:
                 raise ValueError(f"--modes: {item!r}: '+bN' (N >= 1 backup workers) only applies to bsp")
             backup = int(m.group(1))
         else:
@@ -126,12 +128,12 @@ def _parse_long(item: str, label: str) -> ModeSpec:  # noqa: C901 - one branch p
                              "'+diloco' and '+dn' (Delayed Nesterov)")
     if (diloco or dn) and not local:
         raise ValueError(f"--modes: {item!r}: '+diloco' and '+dn' are local-update modes: add '+hN'")
-    if dn and (name == "bsp" or not diloco):
+    if dn and (not mode.live or not diloco):
         raise ValueError(f"--modes: {item!r}: '+dn' is for asynchronous DiLoCo (ssp or asp, with '+diloco')")
     if local and dc:
         raise ValueError(f"--modes: {item!r}: '+dc' corrects gradients, not the deltas of local updates")
     staleness = (bound if bound == "auto" else int(bound)) if colon else 0
-    return ModeSpec(label, name, staleness, aware, dc, backup, local, diloco, dn)
+    return ModeSpec(label, mode, staleness, aware, dc, backup, local, diloco, dn)
 
 
 def parse_modes(text: str) -> list[ModeSpec]:

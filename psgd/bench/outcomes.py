@@ -13,23 +13,13 @@ from typing import Optional, Sequence
 
 from psgd.bench.stats import Interval, compare, median_ci
 from psgd.core.target import METRICS, HoldRule, held_target_time, metric_series
+from psgd.core.update_size import examples_per_update  # noqa: F401 (re-exported)
 
 __all__ = ["examples_per_update", "RunOutcome", "ModeStats", "mode_stats",
            "conclusion", "resolution_check", "censored_time_s", "describe_target", "best_lr"]
 
 def describe_target(metric: str, value: float) -> str:
     return f"test accuracy {value:g}" if metric == "accuracy" else f"validation loss {value:g}"
-
-
-def examples_per_update(mode: str, workers: int, batch_size: int, backup_workers: int = 0,
-                        local_steps: int = 0) -> int:
-    """Training examples behind one model update: a BSP/all-reduce update
-    averages the gradients of W - b workers; an SSP/ASP update applies one.
-    Under local updates each of those carries a round of `local_steps` steps."""
-    rounds = max(1, local_steps)
-    if mode in ("bsp", "allreduce"):
-        return batch_size * (workers - backup_workers) * rounds
-    return batch_size * rounds
 
 
 @dataclass(frozen=True)

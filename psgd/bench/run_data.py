@@ -10,6 +10,7 @@ from typing import Optional
 import yaml
 
 from psgd.bench.outcomes import examples_per_update
+from psgd.config.modes import Mode
 from psgd.core.target import METRICS
 
 __all__ = ["RunData", "load_run", "mode_label", "group_by_label"]
@@ -19,10 +20,11 @@ def mode_label(mode: str, staleness: Optional[int], staleness_aware: bool, dc_as
                backup_workers: int = 0, local: Optional[dict] = None) -> str:
     """The name a mode has on the bench command line (its long form): allreduce, bsp, bsp+b1,
     ssp:2, asp, asp+sa, asp+dc, bsp+h8, bsp+h8+diloco, asp+h8+diloco+dn."""
-    label = f"ssp:{staleness}" if mode == "ssp" else mode
-    if mode == "allreduce":
+    mode = Mode(mode)
+    label = f"ssp:{staleness}" if mode is Mode.SSP else mode.value
+    if not mode.on_servers:
         return label
-    if backup_workers and mode == "bsp":
+    if backup_workers and mode is Mode.BSP:
         label += f"+b{backup_workers}"
     if staleness_aware:
         label += "+sa"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from psgd.bench.literature import study_verdicts
 from psgd.bench.outcomes import ModeStats, RunOutcome, mode_stats
+from psgd.config.modes import Mode
 
 __all__ = ["load_case", "headline", "verdicts_page", "CASE_NAMES"]
 
@@ -50,7 +51,7 @@ def headline(cases: dict[str, dict[str, ModeStats]]) -> str:
             if s is None:
                 cells.append("—")
                 continue
-            ratio = f", {s.ratio_to_bsp:.2f}× bsp" if s.ratio_to_bsp is not None and lab != "bsp" else ""
+            ratio = f", {s.ratio_to_bsp:.2f}× bsp" if s.ratio_to_bsp is not None and lab != Mode.BSP else ""
             cells.append(f"{s.time.text(2, ' s')}{ratio} ({s.reached}/{s.seeds} held)")
         lines.append(f"| {lab} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

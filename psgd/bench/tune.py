@@ -21,6 +21,7 @@ from psgd.bench.outcomes import resolution_check
 from psgd.bench.stats import median_ci, schedule_runs
 from psgd.bench.tune_halving import HalvingResult, median_time, recommend_bound, run_halving
 from psgd.config import load_config
+from psgd.config.modes import Mode
 
 __all__ = ["parse_bounds", "TuneResult", "run_tune", "staleness_table", "resolution_line", "write_tune_outputs"]
 
@@ -56,7 +57,7 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
     all_runs, failed = [], []
 
     def run_arm(bound: int, offsets: list[int]):
-        spec = ModeSpec(f"ssp:{bound}", "ssp", bound)
+        spec = ModeSpec(f"ssp:{bound}", Mode.SSP, bound)
         res = run_matrix(config_path, overrides, [spec], offsets, out_dir, on_run=on_run, child_main=child_main)
         all_runs.extend(res.runs)
         failed.extend(res.failed)

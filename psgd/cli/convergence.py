@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from psgd.config import ConfigError, dump_config, load_config
+from psgd.config import ConfigError, Mode, dump_config, load_config
 
 __all__ = ["add_convergence_commands", "add_study_command"]
 
@@ -100,7 +100,7 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"psgd tune staleness: {exc}", file=sys.stderr)
         return 2
-    specs = [bc.ModeSpec(f"ssp:{b}", "ssp", b) for b in bounds]
+    specs = [bc.ModeSpec(f"ssp:{b}", Mode.SSP, b) for b in bounds]
     table, line, md = tune.write_tune_outputs(result, dump_config(cfg), _command_line(args),
                                               bc.setting_lines(cfg, specs))
     print(table)

@@ -1,5 +1,6 @@
 """Configuration: the schema (frozen dataclasses with commented defaults) and its YAML loader."""
 from psgd.config.loader import ConfigError
+from psgd.config.modes import Mode, Role
 from psgd.config.schema import (
     MODES,
     PS_MODES,
@@ -33,7 +34,7 @@ from psgd.config.schema import (
 )
 
 __all__ = [
-    "MODES", "PS_MODES",
+    "MODES", "PS_MODES", "Mode", "Role",
     "CheckpointConfig", "ClusterConfig", "Config", "ConfigLike", "ConfigError", "ConsistencyConfig", "DcAsgdConfig",
     "DelayConfig", "TargetConfig", "TransientConfig", "LoaderConfig", "LoggingConfig", "RayConfig", "RayRoleConfig",
     "EvalConfig", "OptimizerConfig", "RunConfig", "ScheduleConfig", "SecurityConfig", "SupervisionConfig",

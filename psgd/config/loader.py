@@ -6,6 +6,7 @@ commented defaults. Errors carry the full dotted key path.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
 from typing import Any, Union
@@ -97,6 +98,11 @@ def _convert(tp, value: Any, path: str):
             except ConfigError as exc:
                 errors.append(exc.reason)
         raise ConfigError(path, " or ".join(errors))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise ConfigError(path, f"must be one of {', '.join(m.value for m in tp)}, got {value!r}") from None
     if origin is typing.Literal:
         if value not in args:
             raise ConfigError(path, f"must be one of {', '.join(map(str, args))}, got {value!r}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
@@ -16,6 +17,7 @@ import yaml
 from psgd.config.loader import ConfigError, build, parse_override, set_path
 from psgd.config.loader import check as _check
 from psgd.config.local_updates import LocalConfig
+from psgd.config.modes import MODES, PS_MODES, Mode  # noqa: F401 (re-exported)
 from psgd.config.operations import (  # noqa: F401 (re-exported)
     CheckpointConfig,
     LoggingConfig,
@@ -29,9 +31,6 @@ from psgd.config.operations import (  # noqa: F401 (re-exported)
 __all__ = ["Config", "ConfigError", "ConfigLike", "load_config", "override_config", "config_to_dict", "dump_config"]
 
 
-# The consistency modes, named once: the parameter-server modes and the all-reduce baseline.
-PS_MODES = ("bsp", "ssp", "asp")
-MODES = (*PS_MODES, "allreduce")
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,7 @@ class ClusterConfig:
 
 @dataclass(frozen=True)
 class ConsistencyConfig:
-    mode: Literal[MODES] = "asp"
+    mode: Mode = Mode.ASP          # bsp | ssp | asp | allreduce
     # SSP bound s: a pull at clock c waits for min clock >= c - s. "auto": the
     # shards adapt s within [staleness_min, staleness_max] from the workers'
     # step times (psgd/core/staleness_policy.py), starting at staleness_min.
@@ -98,12 +97,12 @@ class ConsistencyConfig:
     def __post_init__(self):
         _check(self.staleness == "auto" or self.staleness >= 0, "staleness",
                f"must be >= 0 or auto, got {self.staleness}")
-        _check(self.staleness != "auto" or self.mode == "ssp", "staleness", "auto needs mode ssp")
+        _check(self.staleness != "auto" or self.mode is Mode.SSP, "staleness", "auto needs mode ssp")
         _check(self.staleness_min >= 0, "staleness_min", f"must be >= 0, got {self.staleness_min}")
         _check(self.staleness_max >= self.staleness_min, "staleness_max",
                f"must be >= staleness_min ({self.staleness_min}), got {self.staleness_max}")
         _check(self.backup_workers >= 0, "backup_workers", f"must be >= 0, got {self.backup_workers}")
-        _check(self.backup_workers == 0 or self.mode == "bsp", "backup_workers", "only applies to mode bsp")
+        _check(self.backup_workers == 0 or self.mode is Mode.BSP, "backup_workers", "only applies to mode bsp")
 
 
 @dataclass(frozen=True)
@@ -320,7 +319,7 @@ class Config:
             _check(tr.rank < self.cluster.workers, f"workers.transient[{i}].rank",
                    f"no worker rank {tr.rank} (cluster.workers is {self.cluster.workers})")
         if self.local.enabled:
-            _check(self.consistency.mode in PS_MODES, "local.steps",
+            _check(self.consistency.mode.on_servers, "local.steps",
                    f"local updates run on the parameter servers (bsp, ssp, asp), not {self.consistency.mode}")
             _check(self.optimizer.dc_asgd is None, "optimizer.dc_asgd",
                    "delay compensation corrects gradients, not the deltas of local updates")
@@ -329,7 +328,7 @@ class Config:
             _check(self.optimizer.schedule.name == "constant" and not self.optimizer.schedule.warmup_updates,
                    "optimizer.schedule", "is keyed to the servers' updates; under local updates the "
                    "optimizer section is the workers' inner optimizer")
-        _check(not self.local.delayed_nesterov or self.consistency.mode in ("ssp", "asp"), "local.delayed_nesterov",
+        _check(not self.local.delayed_nesterov or self.consistency.mode.live, "local.delayed_nesterov",
                "is for the asynchronous modes (ssp, asp); bsp averages every worker's delta already")
         if self.consistency.backup_workers:
             _check(self.consistency.backup_workers < self.cluster.workers,
@@ -397,6 +396,8 @@ def config_to_dict(cfg: Config) -> dict:
         if dataclasses.is_dataclass(obj):
             return {_yaml_key(f.name): conv(getattr(obj, f.name))
                     for f in dataclasses.fields(obj) if not f.metadata.get("internal")}
+        if isinstance(obj, Enum):
+            return obj.value
         if isinstance(obj, dict):
             return {k: conv(v) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):

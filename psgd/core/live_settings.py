@@ -24,6 +24,8 @@ from bisect import bisect_right
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from psgd.config.modes import Mode
+
 __all__ = ["LiveSetting", "LiveSettings", "ControlError", "CONTROL_KEYS", "parse_change"]
 
 CONTROL_KEYS = ("consistency.staleness", "consistency.mode", "optimizer.lr")
@@ -40,22 +42,25 @@ class ControlError(ValueError):
 
 @dataclass(frozen=True)
 class LiveSetting:
-    mode: str                   # "ssp" | "asp" | "bsp"
+    mode: Mode
     staleness: int              # SSP bound in force (also kept while in asp, for switching back)
     auto: bool                  # the bound follows the adaptive policy
     lr: float
 
+    def __post_init__(self):
+        object.__setattr__(self, "mode", Mode(self.mode))  # a mode's name is accepted, the enum is kept
+
     @property
     def bound(self) -> Optional[int]:
         """The clock gap a pull may have; None: pulls never wait (asp, and bsp's own rule)."""
-        return self.staleness if self.mode == "ssp" else None
+        return self.staleness if self.mode is Mode.SSP else None
 
     def as_dict(self) -> dict:
-        return {"mode": self.mode, "staleness": "auto" if self.auto else self.staleness,
+        return {"mode": self.mode.value, "staleness": "auto" if self.auto else self.staleness,
                 "bound": self.staleness, "lr": self.lr}
 
 
-def parse_change(key: str, value: Any, run_mode: str) -> dict:
+def parse_change(key: str, value: Any, run_mode: Mode) -> dict:
     """Validate one `key=value` of `psgd ctl set` for a run started in `run_mode`;
     returns the LiveSetting fields it changes. Raises ControlError naming the key."""
     if key not in CONTROL_KEYS:
@@ -65,12 +70,16 @@ def parse_change(key: str, value: Any, run_mode: str) -> dict:
         if not (lr > 0 and math.isfinite(lr)):
             raise ControlError("bad_value", f"{key} must be a finite number > 0, got {value!r}")
         return {"lr": lr}
-    if run_mode not in ("ssp", "asp"):
+    if not Mode(run_mode).live:
         raise ControlError("bad_mode", f"{key} can be changed only in ssp or asp runs; this run is {run_mode}")
     if key == "consistency.mode":
-        if value not in ("ssp", "asp"):
+        try:
+            mode = Mode(value)
+        except ValueError:
+            mode = None
+        if mode is None or not mode.live:
             raise ControlError("bad_value", f"{key} can switch between ssp and asp only, got {value!r}")
-        return {"mode": value}
+        return {"mode": mode}
     if value == "auto":
         return {"auto": True}
     bound = _number(key, value)

@@ -17,7 +17,7 @@ def lr_factor(cfg) -> int:
     """What the configured learning rate is multiplied by in this run."""
     if getattr(cfg.optimizer, "lr_scaling", "none") != "linear":
         return 1
-    if cfg.consistency.mode in ("bsp", "allreduce"):
+    if cfg.consistency.mode.synchronous:
         return cfg.cluster.workers - cfg.consistency.backup_workers
     return 1
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from psgd.config import Config, ConfigError, dump_config, load_config, override_config
+from psgd.config import Config, ConfigError, dump_config, load_config, modes, override_config
 from psgd.orchestrate.collect import collect
 from psgd.orchestrate.discovery import EVAL_DONE, EXITED, FAILED, TARGET_REACHED, WORKERS_DONE, JobStore, open_store
 from psgd.orchestrate.roles import run_role
@@ -53,7 +53,7 @@ class Role:
 def assign_role(rank: int, world_size: int, cfg: Config) -> Role:
     """First S ranks servers, the next W workers, the last the evaluator (if enabled).
     Raises ConfigError when the launcher's world size does not match the config."""
-    if cfg.consistency.mode == "allreduce":
+    if not cfg.consistency.mode.on_servers:
         raise ConfigError("consistency.mode", "psgd run starts parameter-server jobs; for allreduce run "
                           "torchrun/srun on the all-reduce worker module directly")
     servers, workers, evaluators = cfg.cluster.num_servers, cfg.cluster.workers, int(cfg.eval.enabled)
@@ -79,7 +79,7 @@ def run_job(config: str, overrides: list[str], run_dir: Optional[str] = None,
     launch = launch or detect()
     cfg = load_config(config, overrides)
     if launch.role is not None:  # the launcher named the role (torchx component): no rank arithmetic
-        if cfg.consistency.mode == "allreduce":
+        if not cfg.consistency.mode.on_servers:
             raise ConfigError("consistency.mode", "psgd run starts parameter-server jobs")
         launch = with_config(launch, cfg.cluster.num_servers, cfg.cluster.workers, cfg.eval.enabled)
         role = Role(launch.role, launch.role_index)
@@ -94,7 +94,7 @@ def run_job(config: str, overrides: list[str], run_dir: Optional[str] = None,
     # new one is written only after the barrier, i.e. after every rank got here.
     (out / START_FILE).unlink(missing_ok=True)
     job = open_store(launch, STORE_TIMEOUT_S)
-    if role.role == "server":
+    if role.role == modes.Role.SERVER:
         job.publish_server(role.index, _server_address(cfg, role.index, launch))
     resolved = override_config(cfg, ["cluster.servers=" + json.dumps(job.server_addresses(cfg.cluster.num_servers))])
     _record_role(out, launch, role, resolved)
@@ -170,13 +170,13 @@ def _job_past(job: JobStore, role: Role, cfg: Config, t0: float, events: Path) -
     """True once this role has nothing left to do in the job."""
     if job.is_set(FAILED):
         return True
-    if role.role == "worker":
+    if role.role == modes.Role.WORKER:
         return time.time() - t0 > cfg.train.max_time_s or job.is_set(TARGET_REACHED)
-    if (role.role == "evaluator" and cfg.train.stop_at_target and not job.is_set(TARGET_REACHED)
+    if (role.role == modes.Role.EVALUATOR and cfg.train.stop_at_target and not job.is_set(TARGET_REACHED)
             and _has_event(events, "target_reached")):
         job.mark(TARGET_REACHED)  # train.stop_at_target: the workers stop, then we measure once more
     workers_done = job.count(WORKERS_DONE) >= cfg.cluster.workers
-    if role.role == "evaluator":
+    if role.role == modes.Role.EVALUATOR:
         return workers_done
     return workers_done and (not cfg.eval.enabled or job.is_set(EVAL_DONE))
 
@@ -184,9 +184,9 @@ def _job_past(job: JobStore, role: Role, cfg: Config, t0: float, events: Path) -
 def _leave(job: JobStore, role: Role, launch: ClusterEnv, cfg: Config, out: Path, code: int) -> None:
     if code != 0:
         job.mark(FAILED, f"{role.role} {role.index} exited with code {code}")
-    if role.role == "worker":
+    if role.role == modes.Role.WORKER:
         job.count(WORKERS_DONE, 1)
-    elif role.role == "evaluator":
+    elif role.role == modes.Role.EVALUATOR:
         job.mark(EVAL_DONE, str(code))
     if launch.rank != 0:
         job.count(EXITED, 1)

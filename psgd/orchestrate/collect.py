@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from psgd.config import Config, load_config
+from psgd.config.modes import Role
 from psgd.orchestrate.metrics_export import export_events
 from psgd.orchestrate.summary import summarize
 from psgd.runtime.events import read_events
@@ -35,7 +36,7 @@ def collect(run_dir: Path, cfg: Config | None = None, status: str = "ok") -> dic
     if cfg is None:
         cfg = load_config(run_dir / "config.yaml")
     events = read_event_files(run_dir)
-    wall = max((e.get("t", 0.0) for e in events if e.get("role") in ("worker", "allreduce")), default=0.0)
+    wall = max((e.get("t", 0.0) for e in events if e.get("role") in (Role.WORKER, Role.ALLREDUCE)), default=0.0)
     atomic_write(run_dir / "metrics.jsonl", "".join(json.dumps(e) + "\n" for e in events))
     export_events(run_dir, cfg, events, _start_time(run_dir))  # metrics.csv (+ TensorBoard)
     summary = summarize(cfg, events, wall, status=status)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from psgd.config import ConfigError, load_config
+from psgd.config.modes import Role
 from psgd.core.live_settings import ControlError, parse_change
 from psgd.runtime.token import read_run_token
 from psgd.wire import protocol as P
@@ -61,7 +62,7 @@ def server_addresses(run_dir: Path) -> list[str]:
         raise ControlFailed(f"{path} not found: is the run still live?") from None
     except (OSError, ValueError) as exc:
         raise ControlFailed(f"cannot read {path}: {exc}") from None
-    servers = sorted((e["index"], e["address"]) for e in entries if e.get("role") == "server" and e.get("address"))
+    servers = sorted((e["index"], e["address"]) for e in entries if e.get("role") == Role.SERVER and e.get("address"))
     if not servers:
         raise ControlFailed(f"{path} lists no server (an all-reduce run has nothing to control)")
     return [addr for _, addr in servers]

@@ -23,6 +23,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from psgd.config.modes import Mode
+
 __all__ = ["Status", "Finding", "environment", "system_checks", "device_checks", "available_devices",
            "DeviceUnavailable", "EXACT_ATOL"]
 
@@ -188,14 +190,14 @@ def check_exactness(device: str, workdir: Path, child_main: Optional[Callable] =
     workers = 2 if device == "cpu" else min(2, torch.cuda.device_count())
     name = f"{device}: bsp = allreduce"
     models = {}
-    for mode in ("bsp", "allreduce"):
+    for mode in (Mode.BSP, Mode.ALLREDUCE):
         run_dir = workdir / f"{device}-{mode}"
         run_dir.mkdir(parents=True)
         result = Launcher(_job_config(device, mode, workers), run_dir, child_main=child_main).run()
         if result.code != 0:
             return Finding(name, Status.FAILED, f"the {mode} run failed: {result.reason} (logs in {run_dir / 'logs'})")
         models[mode] = torch.load(run_dir / "model.pt", weights_only=True)
-    diff = max((models["bsp"][k] - models["allreduce"][k]).abs().max().item() for k in models["bsp"])
+    diff = max((models[Mode.BSP][k] - models[Mode.ALLREDUCE][k]).abs().max().item() for k in models[Mode.BSP])
     backend = "gloo" if device == "cpu" else "nccl"
     data = {"workers": workers, "steps": EXACT_STEPS, "max_abs_diff": diff, "atol": EXACT_ATOL[device],
             "backend": backend}
@@ -215,7 +217,7 @@ def check_round_trip(device: str) -> Finding:
     from psgd.servers.shard import ShardServer
     from psgd.tasks import build_model, load_task
     from psgd.workers.optimizer import Optimizer
-    cfg = _job_config(device, "asp", 1)
+    cfg = _job_config(device, Mode.ASP, 1)
     model = build_model(cfg, load_task(cfg, None, splits=("train",))).to(device)
     layout = layout_for_module(model, cfg.cluster.num_servers)
     params = layout.flatten([p.detach().cpu() for p in model.parameters()])

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.config import Config, dump_config, load_config, override_config
+from psgd.config.modes import Role
 from psgd.orchestrate.catch_up import unmerged_events
 from psgd.orchestrate.metrics_export import MetricsExport
 from psgd.orchestrate.progress import Progress, ProgressTracker
@@ -208,7 +209,7 @@ class Launcher:
         """The config with the addresses and ports this run uses filled in."""
         sets = []
         cluster = self.cfg.cluster
-        if self.cfg.consistency.mode == "allreduce":
+        if not self.cfg.consistency.mode.on_servers:
             if not cluster.allreduce_port:
                 sets.append(f"cluster.allreduce_port={free_ports(cluster.host, 1)[0]}")
         elif isinstance(cluster.servers, int):
@@ -218,10 +219,10 @@ class Launcher:
 
     def _start_all(self) -> None:
         mode = self.cfg.consistency.mode
-        addresses = list(self.cfg.cluster.servers) if mode != "allreduce" else []
+        addresses = list(self.cfg.cluster.servers) if mode.on_servers else []
         for i, addr in enumerate(addresses):
             self._spawn("server", i, address=addr)
-        worker_role = "allreduce" if mode == "allreduce" else "worker"
+        worker_role = "worker" if mode.on_servers else "allreduce"
         for r in range(self.cfg.cluster.workers):
             self._spawn(worker_role, r)
         if self.cfg.eval.enabled:
@@ -250,8 +251,8 @@ class Launcher:
         stopping_workers = False
         while True:
             self._poll(started=True)
-            workers = [c for c in self.children if c.role in ("worker", "allreduce")]
-            if all(c.done for c in workers) and not any(p.role == "worker" for p in self._pending):
+            workers = [c for c in self.children if c.role in (Role.WORKER, Role.ALLREDUCE)]
+            if all(c.done for c in workers) and not any(p.role == Role.WORKER for p in self._pending):
                 break
             elapsed = time.time() - self._t0
             target_hit = self.cfg.train.stop_at_target and any(
@@ -262,7 +263,7 @@ class Launcher:
                     terminate(c.proc)
             time.sleep(0.1)
         # Training ends with the last worker's last step, not when its process has exited.
-        done = [e["t"] for e in self.events if e.get("event") == "done" and e.get("role") in ("worker", "allreduce")]
+        done = [e["t"] for e in self.events if e.get("event") == "done" and e.get("role") in (Role.WORKER, Role.ALLREDUCE)]
         self._training_time = max(done) if done else time.time() - self._t0
 
     def _poll(self, started: bool) -> None:
@@ -278,7 +279,7 @@ class Launcher:
                 continue
             for e in c.events.read():
                 self._record(c, e)
-            if code == 0 and c.role in ("worker", "allreduce") and started:
+            if code == 0 and c.role in (Role.WORKER, Role.ALLREDUCE) and started:
                 c.done = True
                 continue
             self._crashed(c, code)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from psgd.config import Config
+from psgd.core import update_size
 from psgd.core.histogram import Histogram
 
 __all__ = ["MetricsExport", "CSV_FILE", "CSV_COLUMNS", "TENSORBOARD_DIR", "eval_updates", "export_events"]
@@ -36,14 +37,9 @@ def eval_updates(event: dict) -> int:
 
 
 def examples_per_update(cfg: Config) -> int:
-    """Training examples in one model update: one worker batch when updates are
-    applied on arrival, the aggregated batches of a clock in bsp and all-reduce."""
-    mode, workers, batch = cfg.consistency.mode, cfg.cluster.workers, cfg.task.batch_size
-    if mode == "bsp":
-        return batch * (workers - cfg.consistency.backup_workers)
-    if mode == "allreduce":
-        return batch * workers
-    return batch
+    """Training examples in one model update of this run (psgd.core.update_size)."""
+    return update_size.examples_per_update(cfg.consistency.mode, cfg.cluster.workers, cfg.task.batch_size,
+                                           cfg.consistency.backup_workers, cfg.local.steps)
 
 
 class MetricsExport:

@@ -47,7 +47,7 @@ def preflight(cfg: Config) -> Preflight:
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise StartupError(f"model {cfg.task.model!r} has no trainable parameters")
-    if cfg.consistency.mode != "allreduce":
+    if cfg.consistency.mode.on_servers:
         with user_code(f"the parameter layout of model {cfg.task.model!r}"):
             layout_for_module(model, cfg.cluster.num_servers)
     from psgd.tasks.loaders import eval_batches

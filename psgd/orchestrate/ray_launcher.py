@@ -27,6 +27,7 @@ import ray
 from ray.exceptions import RayError
 
 from psgd.config import Config, dump_config, override_config
+from psgd.config.modes import Role
 from psgd.orchestrate.launcher import INTERRUPT_BUDGET_S, STOP_GRACE_S, Launcher, LaunchFailed
 from psgd.orchestrate.ray_actor import TOKEN_FILE, RoleHost
 from psgd.orchestrate.roles import child_command
@@ -140,7 +141,7 @@ class RayLauncher(Launcher):
         reserved. A failure here is raised by _start_all, inside the run's
         error handling."""
         try:
-            if self.cfg.consistency.mode == "allreduce":
+            if not self.cfg.consistency.mode.on_servers:
                 raise LaunchFailed("--on ray runs the parameter-server modes (bsp, ssp, asp); "
                                    "run the allreduce baseline with the local launcher")
             self._connect()
@@ -286,7 +287,7 @@ class RayLauncher(Launcher):
         for c in self.children:
             if c.info["shared"]:
                 continue
-            names = [f"logs/{c.role}-{c.index}.log"] + (["model.pt"] if c.role == "evaluator" else [])
+            names = [f"logs/{c.role}-{c.index}.log"] + (["model.pt"] if c.role == Role.EVALUATOR else [])
             for name in names:
                 try:
                     data = ray.get(c.proc.actor.fetch.remote(name), timeout=CALL_TIMEOUT_S)

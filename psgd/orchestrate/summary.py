@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from psgd.config import Config
+from psgd.config import Config, Mode
+from psgd.config.modes import Role
 from psgd.core.histogram import Histogram
 from psgd.core.target import METRICS, held_target_time, metric_series, run_target
 
@@ -38,19 +39,19 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
         for k, v in st.get("counters", {}).items():
             counters[k] = counters.get(k, 0) + int(v)
     steps = [e for e in events if e.get("event") == "step"]
-    if cfg.consistency.mode == "allreduce":
+    if not cfg.consistency.mode.on_servers:
         total_updates = max((e.get("clock", 0) for e in steps), default=0)
     else:
         # A model update touches every shard once, so one shard's version counts them.
         total_updates = max((int(st.get("version", 0)) for st in latest.values()), default=0)
-    done = [e for e in events if e.get("event") == "done" and e.get("role") == "worker"]
+    done = [e for e in events if e.get("event") == "done" and e.get("role") == Role.WORKER]
     wire_bytes = sum(int(e.get("bytes_sent", 0)) for e in done)
     fp32_bytes = sum(int(e.get("fp32_bytes", 0)) for e in done)
     losses = [e["loss"] for e in steps[-max(1, cfg.cluster.workers * 5):] if e.get("loss") is not None]
     return {
-        "mode": cfg.consistency.mode,
-        "staleness": cfg.consistency.staleness if cfg.consistency.mode == "ssp" else None,
-        "servers": 0 if cfg.consistency.mode == "allreduce" else cfg.cluster.num_servers,
+        "mode": cfg.consistency.mode.value,
+        "staleness": cfg.consistency.staleness if cfg.consistency.mode is Mode.SSP else None,
+        "servers": cfg.cluster.num_servers if cfg.consistency.mode.on_servers else 0,
         "workers": cfg.cluster.workers,
         "status": status,
         "seed": cfg.run.seed,

@@ -17,6 +17,7 @@ import torchx
 import torchx.specs as specs
 
 from psgd.config import load_config
+from psgd.config.modes import Role
 from psgd.runtime.k8s_env import ADDR_ENV_ENV, INDEX_ENV, JOB_ENV, ROLE_ENV
 
 __all__ = ["psgd", "role_env"]
@@ -54,7 +55,7 @@ def psgd(
     """
     sets = [s.strip() for s in overrides.split(",") if s.strip()]
     cfg = load_config(config, sets)  # fails here, naming the key, before anything is scheduled
-    if cfg.consistency.mode == "allreduce":
+    if not cfg.consistency.mode.on_servers:
         raise ValueError("consistency.mode: the torchx component runs parameter-server modes; "
                          "use torchx's dist.ddp for the all-reduce baseline")
     args = ["run", config] + (["--run-dir", run_dir] if run_dir else [])
@@ -65,6 +66,6 @@ def psgd(
         counts.append(("evaluator", "evaluator", 1, 0))
     roles = [specs.Role(name=name, image=image, entrypoint=entrypoint, args=list(args), env=role_env(role, port),
                         num_replicas=n, resource=specs.Resource(cpu=cpu, gpu=gpu, memMB=memMB),
-                        port_map={"store": port} if role == "server" else {})
+                        port_map={"store": port} if role == Role.SERVER else {})
              for name, role, n, gpu in counts]
     return specs.AppDef(name=f"psgd-{cfg.run.name}", roles=roles)

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from psgd.config.modes import Role
+
 __all__ = ["RoleFromEnv", "role_from_env", "is_kubeflow", "store_host", "ROLE_NAMES",
            "ROLE_ENV", "INDEX_ENV", "ADDR_ENV_ENV", "JOB_ENV"]
 
@@ -74,7 +76,7 @@ def role_from_env(env: Mapping[str, str]) -> Optional[RoleFromEnv]:
     raw = env.get(INDEX_ENV, "0")
     if not raw.isdigit():
         raise EnvError(f"{INDEX_ENV} must be an integer >= 0, got {raw!r}")
-    if role == "evaluator" and int(raw) != 0:
+    if role == Role.EVALUATOR and int(raw) != 0:
         raise EnvError(f"there is one evaluator: {INDEX_ENV} must be 0, got {raw}")
     return RoleFromEnv(role, int(raw), env.get(JOB_ENV) or env.get("TORCHX_JOB_ID") or "none")
 

@@ -240,7 +240,7 @@ def test_bsp_backup_worker_run_drops_the_straggler_and_keeps_one_update_per_cloc
         assert st.counters["late_dropped"] > 0
         # Each clock used at most W - b = 2 gradients (fewer once a worker has left);
         # every other push was dropped as late.
-        used = sum(st.staleness.counts.values())
+        used = sum(st.staleness_hist.counts.values())
         assert STEPS <= used <= 2 * STEPS
         assert st.counters["pushes"] == used + st.counters["late_dropped"]
     # The straggler was moved on to the step in progress instead of replaying old clocks.

@@ -1,63 +1,121 @@
-"""psgd.core.consistency without sockets: SSP deferral and release order, BSP
-aggregation, backup-worker dropping, departures and re-joins."""
+"""psgd.core.consistency without sockets: the one pull rule (SSP deferral, ASP, BSP),
+what a push does, release order of parked pulls, BSP aggregation, backup-worker
+dropping, departures and re-joins. ConsistencyPolicy is the object shards run."""
 import random
 
 import pytest
 import torch
 
-from psgd.core.consistency import BspAggregator, ClockBoard, DeferredPulls, Mode, PushOutcome
+from psgd.core.consistency import (
+    BspAggregator,
+    ClockBoard,
+    ConsistencyPolicy,
+    DeferredPulls,
+    Mode,
+    PushAction,
+    PushOutcome,
+)
 
 
-def ssp_board(workers=3, s=1):
-    return ClockBoard(Mode.SSP, workers, staleness=s)
+def ssp(workers=3, s=1, **kw):
+    return ConsistencyPolicy(Mode.SSP, workers, staleness=s, **kw)
 
 
 def test_ssp_pull_waits_until_slowest_clock_is_within_s():
-    board = ssp_board(workers=3, s=1)
-    assert board.pull_ready(0) and board.pull_ready(1)
-    assert not board.pull_ready(2)          # min clock 0 < 2 - 1
+    policy = ssp(workers=3, s=1)
+    board = policy.board
+    assert policy.pull_ready(0, 0) and policy.pull_ready(0, 1)
+    assert not policy.pull_ready(0, 2)          # min clock 0 < 2 - 1
     for rank in (0, 1):
-        board.advance(rank, 0)
-    assert not board.pull_ready(2)          # rank 2 still at clock 0
-    board.advance(2, 0)
-    assert board.pull_ready(2) and not board.pull_ready(3)
+        policy.advanced(rank, 0)
+    assert not policy.pull_ready(0, 2)          # rank 2 still at clock 0
+    policy.advanced(2, 0)
+    assert policy.pull_ready(0, 2) and not policy.pull_ready(0, 3)
     assert board.gap(0) == 0
 
 
+def test_a_pull_cannot_claim_a_clock_below_its_own_pushes():
+    policy = ssp(workers=2, s=0)
+    policy.advanced(0, 0)
+    policy.advanced(0, 1)                       # rank 0 at clock 2, rank 1 at 0
+    assert not policy.pull_ready(0, 0)          # asking for clock 0 is asking for clock 2
+    assert policy.pull_ready(1, 0)
+
+
 def test_ssp_zero_is_lock_step():
-    board = ssp_board(workers=2, s=0)
-    board.advance(0, 0)
-    assert not board.pull_ready(1)
-    board.advance(1, 0)
-    assert board.pull_ready(1)
+    policy = ssp(workers=2, s=0)
+    policy.advanced(0, 0)
+    assert not policy.pull_ready(0, 1)
+    policy.advanced(1, 0)
+    assert policy.pull_ready(0, 1)
+
+
+def test_the_bound_in_force_at_the_pulls_clock_decides():
+    policy = ssp(workers=2, s=1)
+    policy.board.clocks[:] = [0, 0]
+    policy.settings.schedule(3, {"staleness": 4}, "ctl")      # from clock 3 on the bound is 4
+    policy.settings.schedule(6, {"mode": Mode.ASP}, "ctl")    # and from clock 6 on no bound at all
+    assert not policy.pull_ready(0, 2)          # bound 1: 0 < 2 - 1
+    assert policy.pull_ready(0, 4) and not policy.pull_ready(0, 5)  # bound 4
+    assert policy.pull_ready(0, 6) and policy.pull_ready(0, 60)     # asp
+
+
+def test_a_held_clock_waits_for_the_change_being_agreed():
+    policy = ConsistencyPolicy(Mode.ASP, 2)
+    policy.settings.note_answered(4)
+    assert policy.settings.prepare(now=0.0, ttl_s=10.0) == 5
+    assert policy.pull_ready(0, 4) and not policy.pull_ready(0, 5)
+    policy.settings.abort()
+    assert policy.pull_ready(0, 5)
+
+
+def test_answered_pulls_record_their_gap_against_the_bound():
+    policy = ssp(workers=2, s=2)
+    policy.board.clocks[:] = [3, 1]
+    assert policy.pull_ready(0, 3)
+    assert policy.answered(0, 3) == (3, 1)
+    assert policy.pulls_by_bound == {"2": 1} and policy.max_gap_over_bound == 0
 
 
 def test_deferred_pulls_release_ready_ones_in_arrival_order():
-    board = ssp_board(workers=3, s=1)
+    policy = ssp(workers=3, s=1)
     parked = DeferredPulls()
     # Ranks 0 and 1 ran ahead to clock 2 and 3; rank 2 is still at clock 0.
-    board.clocks[:] = [2, 3, 0]
+    policy.board.clocks[:] = [2, 3, 0]
     parked.park("a", 1, 3)
     parked.park("b", 0, 2)
-    parked.park("c", 1, 2)  # an older clock parked after a newer one
-    ready = lambda rank, clock: board.pull_ready(clock)  # noqa: E731
-    assert parked.release(ready) == [] and len(parked) == 3
-    board.advance(2, 0)                     # min clock 1: clock-2 pulls may go
-    assert parked.release(ready) == ["b", "c"]
-    assert len(parked) == 1
-    board.advance(2, 1)                     # min clock 2: the clock-3 pull may go
-    assert parked.release(ready) == ["a"]
+    parked.park("c", 1, 2)  # an older clock parked after a newer one (rank 1 is at 3: it asks for 3)
+    assert parked.release(policy.pull_ready) == [] and len(parked) == 3
+    policy.advanced(2, 0)                   # min clock 1: clock-2 pulls may go
+    assert parked.release(policy.pull_ready) == ["b"]
+    assert len(parked) == 2
+    policy.advanced(2, 1)                   # min clock 2: the clock-3 pulls may go
+    assert parked.release(policy.pull_ready) == ["a", "c"]
     assert len(parked) == 0
 
 
 def test_departure_of_the_slowest_releases_the_others():
-    board = ssp_board(workers=3, s=0)
+    policy = ssp(workers=3, s=0)
+    board = policy.board
     board.clocks[:] = [4, 4, 1]
-    assert not board.pull_ready(4)
+    assert not policy.pull_ready(0, 4)
     assert board.depart(2) is True
     assert board.depart(2) is False         # idempotent
     assert board.quorum() == [0, 1]
-    assert board.min_clock() == 4 and board.pull_ready(4)
+    assert board.min_clock() == 4 and policy.pull_ready(0, 4)
+
+
+def test_what_a_push_does_in_each_mode():
+    assert ConsistencyPolicy(Mode.BSP, 2).push_action(staleness=9) is PushAction.AGGREGATE
+    assert ssp(max_staleness_drop=None).push_action(staleness=50) is PushAction.APPLY
+    capped = ConsistencyPolicy(Mode.ASP, 2, max_staleness_drop=3)
+    assert capped.push_action(staleness=3) is PushAction.APPLY
+    assert capped.push_action(staleness=4) is PushAction.DROP_STALE
+
+
+def test_the_all_reduce_baseline_has_no_policy():
+    with pytest.raises(ValueError, match="all-reduce"):
+        ConsistencyPolicy(Mode.ALLREDUCE, 2)
 
 
 def test_drop_rank_forgets_only_that_ranks_pulls():
@@ -70,7 +128,7 @@ def test_drop_rank_forgets_only_that_ranks_pulls():
 
 
 def test_ssp_first_join_keeps_the_clock_the_others_wait_at():
-    board = ssp_board(workers=3, s=1)
+    board = ClockBoard(3)
     board.join(0)
     board.advance(0, 0)
     board.advance(0, 1)
@@ -81,7 +139,7 @@ def test_ssp_first_join_keeps_the_clock_the_others_wait_at():
 
 
 def test_ssp_rejoin_continues_from_the_slowest_other_worker():
-    board = ssp_board(workers=3, s=2)
+    board = ClockBoard(3)
     for rank in range(3):
         board.join(rank)
     board.clocks[:] = [9, 7, 3]
@@ -93,21 +151,21 @@ def test_ssp_rejoin_continues_from_the_slowest_other_worker():
 
 
 def test_asp_never_waits():
-    board = ClockBoard(Mode.ASP, 2)
-    board.advance(0, 99)
-    assert board.pull_ready(100)
-    assert board.gap(0) == 100
+    policy = ConsistencyPolicy(Mode.ASP, 2)
+    policy.advanced(0, 99)
+    assert policy.pull_ready(0, 100)
+    assert policy.board.gap(0) == 100
 
 
 def test_bsp_pull_waits_for_the_previous_clock_to_be_applied():
-    board = ClockBoard(Mode.BSP, 2)
-    assert board.pull_ready(0, bsp_step=0)
-    assert not board.pull_ready(1, bsp_step=0)
-    assert board.pull_ready(1, bsp_step=1)
+    policy = ConsistencyPolicy(Mode.BSP, 2)
+    assert policy.pull_ready(0, 0, bsp_step=0)
+    assert not policy.pull_ready(0, 1, bsp_step=0)
+    assert policy.pull_ready(0, 1, bsp_step=1)
 
 
 def test_bsp_rejoin_continues_at_the_step_in_progress():
-    board = ClockBoard(Mode.BSP, 3)
+    board = ClockBoard(3)
     board.clocks[:] = [6, 5, 2]
     board.depart(2)
     assert board.join(2, at=5) == 5
@@ -182,7 +240,7 @@ def test_bsp_rejected_pushes_count_toward_the_quorum_but_not_the_average():
 def test_quorum_and_min_clock_follow_every_join_depart_and_advance():
     # The board keeps its members between calls; check it against a recount after each step.
     rng = random.Random(7)
-    board = ClockBoard(Mode.SSP, 6, staleness=2)
+    board = ClockBoard(6)
     out = set()  # departed ranks, kept here independently
     for _ in range(500):
         rank = rng.randrange(6)

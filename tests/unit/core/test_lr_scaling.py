@@ -2,6 +2,7 @@
 from dataclasses import dataclass
 from types import SimpleNamespace as NS
 
+from psgd.config import Mode
 from psgd.core.lr_scaling import lr_factor, scaled_optimizer
 
 
@@ -12,7 +13,8 @@ class Opt:
 
 
 def cfg(mode, scaling="linear", workers=4, backup=0):
-    return NS(optimizer=Opt(0.1, scaling), consistency=NS(mode=mode, backup_workers=backup), cluster=NS(workers=workers))
+    return NS(optimizer=Opt(0.1, scaling), consistency=NS(mode=Mode(mode), backup_workers=backup),
+              cluster=NS(workers=workers))
 
 
 def test_synchronous_modes_scale_by_the_gradients_averaged():

@@ -15,8 +15,7 @@ def make_state(workers=2, numel=2, **over):
     sets = ["consistency.mode=ssp", f"cluster.workers={workers}", "optimizer.lr=0.5",
             "cluster.timeout_s=5", "cluster.heartbeat_s=1"]
     sets += [f"{k}={v}" for k, v in over.items()]
-    state = ShardState(load_config(None, sets), 0, torch.zeros(numel))
-    state.live.token = TOKEN
+    state = ShardState(load_config(None, sets), 0, torch.zeros(numel), run_token=TOKEN)
     for rank in range(workers):
         state.register(rank, now=0.0)
     return state
@@ -81,7 +80,7 @@ def test_an_uncommitted_hold_expires():
     assert st.pull_ready(0, 0)
     with pytest.raises(ControlError, match="not_prepared"):
         ctl(st, "commit", {"consistency.staleness": "3"}, clock=1)
-    assert st.live.bound_at(50) == 1
+    assert st.policy.setting_at(50).bound == 1
 
 
 @pytest.mark.parametrize("token", ["", "S3CRET", "s3cret ", None])
@@ -89,8 +88,8 @@ def test_a_wrong_token_is_refused_and_changes_nothing(token):
     st = make_state(**{"consistency.staleness": 1})
     with pytest.raises(ControlError) as exc:
         ctl(st, "prepare", {"consistency.staleness": "3"}, token=token)
-    assert exc.value.code == "bad_token" and st.live.settings.hold is None
-    st.live.token = None                           # a shard started without a run directory
+    assert exc.value.code == "bad_token" and st.policy.settings.hold is None
+    st = ShardState(st.cfg, 0, torch.zeros(2))     # a shard started without a run directory
     with pytest.raises(ControlError, match="no_token"):
         ctl(st, "show")
 
@@ -101,7 +100,7 @@ def test_bad_changes_are_refused_before_anything_is_held():
                            ({}, "bad_value")):
         with pytest.raises(ControlError) as exc:
             ctl(st, "prepare", settings)
-        assert exc.value.code == code and st.live.settings.hold is None
+        assert exc.value.code == code and st.policy.settings.hold is None
     with pytest.raises(ControlError, match="bad_op"):
         ctl(st, "restart", {"consistency.staleness": "2"})
 
@@ -111,7 +110,7 @@ def test_auto_widens_for_a_slow_worker_and_all_shards_decide_alike():
     a, b = make_state(workers=3, **over), make_state(workers=3, **over)
     events = {id(a): [], id(b): []}
     for st in (a, b):
-        st.live.emit = lambda event, _st=st, **f: events[id(_st)].append((event, f))
+        st.report_to(lambda event, _st=st, **f: events[id(_st)].append((event, f)))
     for clock in range(24):
         for st in (a, b):
             step_all(st, clock, slow=2)
@@ -121,7 +120,7 @@ def test_auto_widens_for_a_slow_worker_and_all_shards_decide_alike():
     # effective at 12 + 2 + the bound in force (0)
     assert name == "setting_change" and first["laggard"] == 2
     assert (first["decided_at_clock"], first["effective_clock"], first["bound"]) == (12, 14, 4)
-    assert a.live.bound_at(13) == 0 and a.live.bound_at(14) == 4
+    assert a.policy.setting_at(13).bound == 0 and a.policy.setting_at(14).bound == 4
     assert len(events[id(a)]) == 1                 # no repeated decision while the change was pending
 
 
@@ -135,10 +134,9 @@ def test_auto_is_refused_outside_ssp_and_limits_are_checked():
 def test_the_live_lr_starts_from_the_update_rules_lr():
     # A shard that scales the configured rate (e.g. linear scaling for bsp)
     # must not have it reset to the configured one by the live settings.
-    from psgd.servers.live_control import ShardLive
-    cfg = load_config(None, ["consistency.mode=ssp", "optimizer.lr=0.1"])
-    assert ShardLive(cfg, 2, lr=0.4).lr_at(0) == 0.4
-    assert ShardLive(cfg, 2).lr_at(0) == 0.1
+    from psgd.core.consistency import ConsistencyPolicy
+    cfg = load_config(None, ["consistency.mode=ssp", "optimizer.lr=0.1", "optimizer.lr_scaling=linear"])
+    assert ConsistencyPolicy.from_config(cfg, lr=0.4).lr_at(0) == 0.4
     st = make_state()
     st.push(0, 0, 0, 0, g(1, 0))
     assert st.rule.cfg.lr == 0.5 and torch.allclose(st.params, g(-0.5, 0))
@@ -148,7 +146,7 @@ def test_stats_list_only_recent_changes():
     from psgd.servers.live_control import RECENT_CHANGES
     st = make_state(**{"consistency.staleness": 1})
     for k in range(RECENT_CHANGES + 5):
-        st.live.settings.schedule(10 + k, {"staleness": k % 3}, "auto")
+        st.policy.settings.schedule(10 + k, {"staleness": k % 3}, "auto")
     live = st.stats()["live"]
     assert live["changes_total"] == RECENT_CHANGES + 5 and len(live["changes"]) == RECENT_CHANGES
     assert live["changes"][-1]["clock"] == 10 + RECENT_CHANGES + 4

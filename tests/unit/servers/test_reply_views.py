@@ -26,7 +26,7 @@ def _state(n=8):
 
 def test_update_during_an_in_flight_reply_copies_instead_of_tearing_it():
     st = _state()
-    sent = st.snapshot()
+    sent = st.live_params()
     busy = FakeTracker(done=False)
     st.sending(busy)
     st.push(0, 0, 0, 0, torch.ones(8))
@@ -38,7 +38,7 @@ def test_update_during_an_in_flight_reply_copies_instead_of_tearing_it():
 
 def test_update_after_the_reply_was_released_is_in_place():
     st = _state()
-    sent = st.snapshot()
+    sent = st.live_params()
     finishing = FakeTracker(done=False)
     st.sending(finishing)
     finishing.done = True                                # released while the update waited

@@ -30,7 +30,7 @@ def test_asp_records_staleness_as_updates_since_the_read():
     r = st.push(1, 0, 0, 0, g(1, 1))       # computed on version 0, shard is at 2
     assert r == (r.__class__(PushStatus.APPLIED, 2))
     assert st.version == 3
-    assert st.staleness.as_dict() == {"0": 2, "2": 1}
+    assert st.staleness_hist.as_dict() == {"0": 2, "2": 1}
     assert torch.allclose(st.params, g(-1.5, -1.5))
 
 
@@ -59,7 +59,7 @@ def test_non_finite_gradients_are_counted_and_never_applied(mode, bad):
     assert torch.equal(st.params, before) and st.version == version
     assert st.counters["rejected_nonfinite"] == 1
     assert st.board.clocks[1] == 1
-    assert 1 not in [int(k) for k in st.staleness.as_dict()]  # not counted as an update
+    assert 1 not in [int(k) for k in st.staleness_hist.as_dict()]  # not counted as an update
 
 
 def test_bsp_non_finite_counts_toward_the_clock_but_not_the_average():
@@ -81,7 +81,7 @@ def test_bsp_applies_one_averaged_step_per_clock():
     st.push(2, 0, 0, 0, g(3, 6))
     assert st.version == 1 and st.pull_ready(0, 1) and not st.pull_ready(0, 2)
     assert torch.allclose(st.params, g(-1, -1))   # mean [2, 2] * lr 0.5
-    assert st.staleness.as_dict() == {"0": 3}
+    assert st.staleness_hist.as_dict() == {"0": 3}
 
 
 def test_bsp_backup_worker_is_dropped_and_continues_from_the_current_step():
@@ -97,7 +97,7 @@ def test_bsp_backup_worker_is_dropped_and_continues_from_the_current_step():
     assert st.counters["late_dropped"] == 1
     assert torch.allclose(st.params, g(-1.5, -1.5))
     # It continues at the step in progress: its next pull is answered at clock 2.
-    assert st.board.clocks[2] == 2 and st.pull_clock(2, 1) == 2 and st.pull_ready(2, 1)
+    assert st.board.clocks[2] == 2 and st.policy.pull_clock(2, 1) == 2 and st.pull_ready(2, 1)
     assert st.push(2, 1, 2, 2, g(2, 2)).status is PushStatus.BUFFERED
     assert st.bsp.count == 1
 
