@@ -8,7 +8,8 @@ Files under RUN_DIR/checkpoints/ for shard i:
   counters, histograms, the exactly-once seq table) with a CRC32C trailer,
   written atomically (see snapshot_file.py). Each names its generation G.
 - ``shard-i.log.G``: every state-changing operation applied after snapshot G
-  (pushes with their decoded gradient, dense or sparse, joins, departures),
+  (pushes with their decoded gradient, dense or sparse, joins, departures,
+  psgd ctl's setting changes),
   appended *before* the push is acknowledged; each record checksummed (see
   push_log.py). Logs are kept back to the previous snapshot's generation, so
   either snapshot plus the logs after it rebuilds the same state.
@@ -29,7 +30,16 @@ from typing import Optional
 
 from psgd.config import CheckpointConfig
 from psgd.runtime.safe_io import WriteFailed, describe_os_error
-from psgd.servers.push_log import OP_DEPART, OP_JOIN, OP_PUSH, OP_PUSH_SPARSE, LogCorrupt, PushLogWriter, read_log
+from psgd.servers.push_log import (
+    OP_DEPART,
+    OP_JOIN,
+    OP_PUSH,
+    OP_PUSH_SPARSE,
+    OP_SETTING,
+    LogCorrupt,
+    PushLogWriter,
+    read_log,
+)
 from psgd.servers.snapshot_file import SnapshotFiles
 from psgd.servers.state import PushStatus, ShardState
 
@@ -65,6 +75,7 @@ def shard_state_dict(state: ShardState, fingerprint: str) -> dict:
         "staleness": {int(k): int(v) for k, v in state.staleness_hist.counts.items()},
         "clock_gaps": {int(k): int(v) for k, v in state.clock_gaps.counts.items()},
         "bsp": None if bsp is None else bsp.state_dict(),
+        "live": state.policy.settings.state_dict(),  # psgd ctl's changes survive a restart
     }
 
 
@@ -94,6 +105,8 @@ def load_shard_state(state: ShardState, sd: dict, fingerprint: str, now: float) 
     state.clock_gaps.counts.update(sd["clock_gaps"])
     if state.bsp is not None and sd["bsp"] is not None:
         state.bsp.load_state_dict(sd["bsp"])
+    if "live" in sd:  # snapshots written before live settings were durable have none
+        state.policy.settings.load_state_dict(sd["live"])
 
 
 class ShardCheckpoint:
@@ -159,13 +172,16 @@ class ShardCheckpoint:
         try:
             for rec in read_log(path):
                 if rec.op in (OP_PUSH, OP_PUSH_SPARSE):
-                    result = state.push(rec.rank, rec.seq, rec.clock, rec.read_version, rec.grad)
+                    result = state.push(rec.rank, rec.seq, rec.clock, rec.read_version, rec.grad, rec.step_s)
                     if result.status is not PushStatus.DUPLICATE:
                         state.counters[f"push_{result.status.value}"] += 1
                 elif rec.op == OP_JOIN:
                     state.register(rec.rank, self._clock())
                 elif rec.op == OP_DEPART:
                     state.leave(rec.rank)
+                elif rec.op == OP_SETTING:
+                    clock, origin, fields = rec.setting
+                    state.policy.settings.schedule(clock, fields, origin)
                 n += 1
         except LogCorrupt as exc:
             raise CheckpointError(str(exc)) from None
@@ -205,9 +221,13 @@ class ShardCheckpoint:
         self._saved_version = state.version
         self._saved_at = self._clock()
 
-    def log_push(self, rank: int, seq: int, clock: int, read_version: int, grad) -> None:
+    def log_push(self, rank: int, seq: int, clock: int, read_version: int, grad, step_s: float = 0.0) -> None:
         """Record a handled (non-duplicate) push, dense or (indices, values); call before acknowledging it."""
-        self._write(self._log.push, rank, seq, clock, read_version, grad)
+        self._write(self._log.push, rank, seq, clock, read_version, grad, step_s)
+
+    def log_setting(self, clock: int, origin: str, fields: dict) -> None:
+        """Record a psgd ctl change; call before confirming it."""
+        self._write(self._log.setting, clock, origin, fields)
 
     def log_join(self, rank: int) -> None:
         self._write(self._log.join, rank)

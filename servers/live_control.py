@@ -21,10 +21,14 @@ RECENT_CHANGES = 20  # changes listed in stats (emitted every second: kept short
 
 class ShardLive:
     def __init__(self, policy: ConsistencyPolicy, token: Optional[str] = None,
-                 emit: Callable[..., None] = lambda event, **fields: None):
+                 emit: Callable[..., None] = lambda event, **fields: None,
+                 journal: Callable[[int, str, dict], None] = lambda clock, origin, fields: None):
+        """`journal(clock, origin, fields)` makes a committed change durable (the shard's
+        push log) before the controller hears of it."""
         self.policy = policy
         self.token = token
         self.emit = emit
+        self.journal = journal
 
     def bound_changed(self, change: Optional[BoundChange]) -> None:
         """Report a change the adaptive policy made (None: it made none)."""
@@ -40,7 +44,8 @@ class ShardLive:
         return False
 
     # ---- CONTROL requests ------------------------------------------------------
-    def control(self, op: str, token: str, clock: int, changes: dict, now: float) -> tuple[int, dict]:
+    def control(self, op: str, token: str, clock: int, changes: dict, now: float,
+                owner: str = "") -> tuple[int, dict]:
         """Handle one CONTROL request; returns (clock, detail) for the reply.
         Raises ControlError (state untouched) for a refused request."""
         if self.token is None:
@@ -51,15 +56,16 @@ class ShardLive:
         if op == "show":
             return settings.answered, self.describe()
         if op == "abort":
-            if settings.abort():
+            if settings.abort(owner):
                 self.emit("setting_hold_aborted")
             return settings.answered, {}
         fields = self._parse(changes)
         if op == "prepare":
-            return settings.prepare(now, HOLD_TTL_S), {}
+            return settings.prepare(now, HOLD_TTL_S, owner), {}
         if op == "commit":
             before = settings.at(clock - 1) if clock > 0 else settings.initial
-            setting = settings.commit(clock, fields)
+            setting = settings.commit(clock, fields, owner)
+            self.journal(clock, "ctl", fields)
             self.emit("setting_change", origin="ctl", effective_clock=clock, changes=dict(changes),
                       previous=before.as_dict(), setting=setting.as_dict())
             return clock, setting.as_dict()

@@ -7,7 +7,11 @@ payload), CRC32C(first 12 head bytes)>``, then msgpack meta, then raw payload:
 - ``["push", rank, seq, clock, read_version]`` + the float32 gradient bytes;
 - ``["push_sparse", rank, seq, clock, read_version, nnz]`` + nnz int32
   indices then nnz float32 values (a top-k push, stored as it arrived);
-- ``["join", rank]`` / ``["depart", rank]``, no payload.
+- ``["join", rank]`` / ``["depart", rank]``, no payload;
+- ``["setting", clock, origin, fields]``: a `psgd ctl` change in force from `clock`.
+
+A push record may end with the step time its worker reported (the adaptive
+bound's input), so a replay decides as the live shard did.
 
 Reading tells a torn tail from corruption. A process kill leaves a prefix of
 what was written, so the last record can only be cut short: fewer bytes than
@@ -28,13 +32,16 @@ import crc32c
 import msgpack
 import torch
 
+from psgd.core.live_settings import plain_fields, typed_fields
+
 __all__ = ["PushLogWriter", "LogRecord", "LogCorrupt", "read_log",
-           "OP_PUSH", "OP_PUSH_SPARSE", "OP_JOIN", "OP_DEPART"]
+           "OP_PUSH", "OP_PUSH_SPARSE", "OP_JOIN", "OP_DEPART", "OP_SETTING"]
 
 OP_PUSH = "push"
 OP_PUSH_SPARSE = "push_sparse"
 OP_JOIN = "join"
 OP_DEPART = "depart"
+OP_SETTING = "setting"
 
 _HEAD = struct.Struct("<IIII")
 _HEAD_CRC_SPAN = 12  # the head checksum covers the three fields before it
@@ -59,6 +66,8 @@ class LogRecord:
     clock: int = 0
     read_version: int = 0
     grad: Optional[Gradient] = None  # dense float32 tensor or (int32 indices, float32 values)
+    step_s: float = 0.0
+    setting: Optional[tuple[int, str, dict]] = None  # OP_SETTING: (clock, origin, fields)
 
 
 class PushLogWriter:
@@ -74,15 +83,18 @@ class PushLogWriter:
         self.records = 0
         self.nbytes = 0
 
-    def push(self, rank: int, seq: int, clock: int, read_version: int, grad: Gradient) -> None:
+    def push(self, rank: int, seq: int, clock: int, read_version: int, grad: Gradient, step_s: float = 0.0) -> None:
         if isinstance(grad, tuple):
             indices, values = grad
             if indices.dtype != torch.int32:
                 indices = indices.to(torch.int32)
-            self._append([OP_PUSH_SPARSE, rank, seq, clock, read_version, int(values.numel())],
+            self._append([OP_PUSH_SPARSE, rank, seq, clock, read_version, int(values.numel()), step_s],
                          _bytes(indices), _bytes(values.float()))
         else:
-            self._append([OP_PUSH, rank, seq, clock, read_version], _bytes(grad.float()))
+            self._append([OP_PUSH, rank, seq, clock, read_version, step_s], _bytes(grad.float()))
+
+    def setting(self, clock: int, origin: str, fields: dict) -> None:
+        self._append([OP_SETTING, clock, origin, plain_fields(fields)])
 
     def join(self, rank: int) -> None:
         self._append([OP_JOIN, rank])
@@ -160,6 +172,11 @@ def read_log(path: Path) -> Iterator[LogRecord]:
         pos, n = end, n + 1
 
 
+def _step_s(meta: list, at: int) -> float:
+    """The step time a push record carries (0 in logs written before it did)."""
+    return float(meta[at]) if len(meta) > at else 0.0
+
+
 def _parse(path: Path, pos: int, n: int, meta_bytes: bytes, payload: memoryview) -> LogRecord:
     try:
         meta = msgpack.unpackb(meta_bytes)
@@ -168,7 +185,7 @@ def _parse(path: Path, pos: int, n: int, meta_bytes: bytes, payload: memoryview)
             if payload.nbytes % 4:
                 raise ValueError("gradient bytes not a multiple of 4")
             grad = torch.frombuffer(bytearray(payload), dtype=torch.float32)
-            return LogRecord(op, rank, int(meta[2]), int(meta[3]), int(meta[4]), grad)
+            return LogRecord(op, rank, int(meta[2]), int(meta[3]), int(meta[4]), grad, _step_s(meta, 5))
         if op == OP_PUSH_SPARSE:
             nnz = int(meta[5])
             if payload.nbytes != 8 * nnz:
@@ -179,10 +196,12 @@ def _parse(path: Path, pos: int, n: int, meta_bytes: bytes, payload: memoryview)
             else:
                 grad = (torch.frombuffer(buf, dtype=torch.int32, count=nnz),
                         torch.frombuffer(buf, dtype=torch.float32, offset=4 * nnz, count=nnz))
-            return LogRecord(op, rank, int(meta[2]), int(meta[3]), int(meta[4]), grad)
+            return LogRecord(op, rank, int(meta[2]), int(meta[3]), int(meta[4]), grad, _step_s(meta, 6))
         if op in (OP_JOIN, OP_DEPART):
             return LogRecord(op, rank)
+        if op == OP_SETTING:
+            return LogRecord(op, 0, setting=(rank, str(meta[2]), typed_fields(dict(meta[3]))))
         raise ValueError(f"unknown operation {op!r}")
-    except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
+    except (ValueError, TypeError, IndexError, AttributeError, msgpack.UnpackException) as exc:
         # The checksum matched, so this was written like this: a bug or another format.
         raise LogCorrupt(path, pos, n, f"unreadable record: {exc}") from None

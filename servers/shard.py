@@ -41,7 +41,6 @@ from psgd.servers.state import PushStatus, ShardState
 __all__ = ["ShardServer", "initial_shard_params", "run_role"]
 
 STATS_EVERY_S = 1.0
-MAX_PARKED_PER_RANK = 8  # memory per peer stays bounded while its pulls wait for the clocks
 EXPIRE_EVERY_S = 0.01  # how often the loop looks for silent workers
 
 class ShardServer:
@@ -59,7 +58,9 @@ class ShardServer:
         self.resumed = checkpoint.resume(self.state) if checkpoint is not None else None
         self.fingerprint = fingerprint
         self.events = events or EventLog(None, "server", shard)
-        self.state.report_to(self.events.emit)  # after the replay above, which must not report its changes again
+        # After the replay above, which must not report or journal its changes again.
+        self.state.report_to(self.events.emit, lambda clock, origin, fields: self._journal(
+            "log_setting", clock, origin, fields))
         self._clock = clock
         self._sock = ServerSocket(address, cfg.wire.max_message_mb << 20, curve=curve)
         self.address = self._sock.address
@@ -253,7 +254,7 @@ class ShardServer:
         result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s)
         self._speeds.observe(rec.rank, rec.step_s, rec.steps)
         if result.status is not PushStatus.DUPLICATE:
-            self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, grad)  # before the ack
+            self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s)  # before the ack
             self.state.counters[f"push_{result.status.value}"] += 1
         self._release()
         if rec.TYPE is MsgType.PUSH:
@@ -284,11 +285,9 @@ class ShardServer:
         if self.state.pull_ready(rank, clock):
             self._send_params(identity, pull)
         else:
-            if self._parked.count(rank) >= MAX_PARKED_PER_RANK:  # a worker waits on one pull per shard
-                raise ProtocolError("too_many_pulls", f"worker {rank} already has {MAX_PARKED_PER_RANK} "
-                                    "pulls waiting on this shard")
             self.state.counters["pulls_deferred"] += 1
-            self._parked.park((identity, pull), rank, clock)
+            if self._parked.park((identity, pull), rank, clock) is not None:  # memory per peer: one parked pull
+                self.state.counters["pulls_superseded"] += 1
 
     def _send_params(self, identity: bytes, pull: P.Pull) -> None:
         snap, clock, low = self.state.answer_pull(pull.rank, pull.clock)
@@ -328,7 +327,8 @@ class ShardServer:
 
     def _on_control(self, identity: bytes, rec: P.Control, payload: list) -> None:
         try:
-            clock, detail = self.state.live.control(rec.op, rec.token, rec.clock, rec.settings, self._clock())
+            clock, detail = self.state.live.control(rec.op, rec.token, rec.clock, rec.settings, self._clock(),
+                                                    owner=rec.owner)
         except ControlError as exc:
             raise ProtocolError(exc.code, exc.reason) from None
         self._reply(identity, P.ControlReply(req=rec.req, clock=clock, detail=detail))

@@ -82,9 +82,11 @@ class ShardState:
     def numel(self) -> int:
         return self.params.numel()
 
-    def report_to(self, emit: Callable[..., None]) -> None:
-        """Send setting changes (the adaptive bound's, psgd ctl's) to `emit` from now on."""
-        self.live.emit = emit
+    def report_to(self, emit: Callable[..., None],
+                  journal: Callable[[int, str, dict], None] = lambda clock, origin, fields: None) -> None:
+        """From now on send setting changes (the adaptive bound's, psgd ctl's) to `emit`,
+        and make each psgd ctl change durable with `journal` before it is confirmed."""
+        self.live.emit, self.live.journal = emit, journal
 
     @property
     def board(self) -> ClockBoard:

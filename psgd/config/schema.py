@@ -83,6 +83,9 @@ class ClusterConfig:
         return self.servers if isinstance(self.servers, int) else len(self.servers)
 
 
+MAX_STALENESS = 1_000_000  # an SSP bound above any run's clocks is asp in disguise; psgd ctl checks it too
+
+
 @dataclass(frozen=True)
 class ConsistencyConfig:
     mode: Mode = Mode.ASP          # bsp | ssp | asp | allreduce
@@ -95,10 +98,11 @@ class ConsistencyConfig:
     backup_workers: int = 0      # BSP: aggregate the first W - b gradients of a clock
 
     def __post_init__(self):
-        _check(self.staleness == "auto" or self.staleness >= 0, "staleness",
-               f"must be >= 0 or auto, got {self.staleness}")
+        _check(self.staleness == "auto" or 0 <= self.staleness <= MAX_STALENESS, "staleness",
+               f"must be in 0..{MAX_STALENESS} or auto, got {self.staleness}")
         _check(self.staleness != "auto" or self.mode is Mode.SSP, "staleness", "auto needs mode ssp")
         _check(self.staleness_min >= 0, "staleness_min", f"must be >= 0, got {self.staleness_min}")
+        _check(self.staleness_max <= MAX_STALENESS, "staleness_max", f"must be <= {MAX_STALENESS}")
         _check(self.staleness_max >= self.staleness_min, "staleness_max",
                f"must be >= staleness_min ({self.staleness_min}), got {self.staleness_max}")
         _check(self.backup_workers >= 0, "backup_workers", f"must be >= 0, got {self.backup_workers}")

@@ -98,8 +98,15 @@ class DeferredPulls:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def park(self, token: Any, rank: int, clock: int) -> None:
+    def park(self, token: Any, rank: int, clock: int) -> Optional[Any]:
+        """Park a pull. A worker waits on one pull per shard, so a newer pull of the same
+        rank (a resend after a timeout) replaces the parked one, whose token is returned:
+        its requester has stopped listening for it. At most one pull per rank is kept."""
+        old = next((p for p in self._queue if p.rank == rank), None)
+        if old is not None:
+            self._queue.remove(old)
         self._queue.append(_Parked(token, rank, clock))
+        return None if old is None else old.token
 
     def release(self, ready: Callable[[int, int], bool]) -> list[Any]:
         """Remove and return (in arrival order) the tokens whose (rank, clock) is ready."""

@@ -25,8 +25,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from psgd.config.modes import Mode
+from psgd.config.schema import MAX_STALENESS
 
-__all__ = ["LiveSetting", "LiveSettings", "ControlError", "CONTROL_KEYS", "parse_change"]
+__all__ = ["LiveSetting", "LiveSettings", "ControlError", "CONTROL_KEYS", "parse_change", "plain_fields",
+           "typed_fields"]
 
 CONTROL_KEYS = ("consistency.staleness", "consistency.mode", "optimizer.lr")
 
@@ -83,8 +85,8 @@ def parse_change(key: str, value: Any, run_mode: Mode) -> dict:
     if value == "auto":
         return {"auto": True}
     bound = _number(key, value)
-    if bound != int(bound) or bound < 0:
-        raise ControlError("bad_value", f"{key} must be an integer >= 0 or 'auto', got {value!r}")
+    if not (0 <= bound <= MAX_STALENESS and bound == int(bound)):  # nan and inf fail the range test
+        raise ControlError("bad_value", f"{key} must be an integer in 0..{MAX_STALENESS} or 'auto', got {value!r}")
     return {"staleness": int(bound), "auto": False}
 
 
@@ -93,7 +95,7 @@ def _number(key: str, value: Any) -> float:
         raise ControlError("bad_value", f"{key} must be a number, got {value!r}")
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ControlError("bad_value", f"{key} must be a number, got {value!r}") from None
 
 
@@ -101,6 +103,7 @@ def _number(key: str, value: Any) -> float:
 class _Hold:
     clock: int
     deadline: float
+    owner: str      # the controller that prepared it: only it may commit or abort it
 
 
 class LiveSettings:
@@ -162,26 +165,49 @@ class LiveSettings:
                 settings.append(current)
         self._clocks, self._settings = clocks, settings
 
-    def prepare(self, now: float, ttl_s: float) -> int:
-        """Phase one: hold pulls from the next unanswered clock on; returns it."""
-        if self.hold is not None and now < self.hold.deadline:
-            raise ControlError("busy", f"another change is being prepared (holding clock {self.hold.clock})")
-        self.hold = _Hold(self.answered + 1, now + ttl_s)
+    def prepare(self, now: float, ttl_s: float, owner: str) -> int:
+        """Phase one: hold pulls from the next unanswered clock on for `owner`; returns it.
+        The same owner preparing again (a resent request) keeps its hold."""
+        if self.hold is not None and now < self.hold.deadline and self.hold.owner != owner:
+            raise ControlError("busy", f"another controller is changing this run (holding clock {self.hold.clock})")
+        if self.hold is None or self.hold.owner != owner or now >= self.hold.deadline:
+            self.hold = _Hold(self.answered + 1, now + ttl_s, owner)
         return self.hold.clock
 
-    def commit(self, clock: int, fields: dict) -> LiveSetting:
-        """Phase two: the change takes effect at `clock` (>= the held clock); the hold ends."""
-        if self.hold is None:
-            raise ControlError("not_prepared", "commit without a prepared change (or the hold expired)")
+    def commit(self, clock: int, fields: dict, owner: str) -> LiveSetting:
+        """Phase two: the change takes effect at `clock` (>= the held clock); the hold ends.
+        Only the controller that holds the shard may commit."""
+        self._check_owner(owner)
         if clock < self.hold.clock:
             raise ControlError("bad_clock", f"commit at clock {clock} below the held clock {self.hold.clock}")
         setting = self.schedule(clock, fields, "ctl")
         self.hold = None
         return setting
 
-    def abort(self) -> bool:
-        held, self.hold = self.hold is not None, None
-        return held
+    def abort(self, owner: str) -> bool:
+        """End `owner`'s hold; False if there was none. Another controller's hold stays."""
+        if self.hold is None:
+            return False
+        self._check_owner(owner)
+        self.hold = None
+        return True
+
+    def _check_owner(self, owner: str) -> None:
+        if self.hold is None:
+            raise ControlError("not_prepared", "no prepared change (or the hold expired)")
+        if self.hold.owner != owner:
+            raise ControlError("not_owner", "another controller holds this shard")
+
+    # ---- durable -------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The scheduled changes and the highest answered clock, as plain values (snapshots)."""
+        return {"answered": self.answered,
+                "changes": [[c, o, plain_fields(f)] for c, o, f in self._changes]}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.answered = int(sd["answered"])
+        self._changes = [(int(c), str(o), typed_fields(f)) for c, o, f in sd["changes"]]
+        self._rebuild()
 
     def expire(self, now: float) -> bool:
         """End a hold whose controller went away; True if one ended."""
@@ -189,3 +215,14 @@ class LiveSettings:
             self.hold = None
             return True
         return False
+
+
+
+def plain_fields(fields: dict) -> dict:
+    """A change's fields as msgpack/JSON-able values (the mode by name)."""
+    return {k: (v.value if isinstance(v, Mode) else v) for k, v in fields.items()}
+
+
+def typed_fields(fields: dict) -> dict:
+    """The inverse of plain_fields."""
+    return {k: (Mode(v) if k == "mode" else v) for k, v in fields.items()}

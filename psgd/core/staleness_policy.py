@@ -48,7 +48,11 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Iterable, Optional
 
-__all__ = ["BoundRule", "BoundDecision", "StalenessPolicy"]
+__all__ = ["BoundRule", "BoundDecision", "StalenessPolicy", "STEP_S_MIN", "STEP_S_MAX"]
+
+# The step times the policy believes: a microsecond to a day. Their ratio stays far from overflow.
+STEP_S_MIN = 1e-6
+STEP_S_MAX = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -126,9 +130,11 @@ class StalenessPolicy:
 
     def observe(self, rank: int, clock: int, step_s: float) -> None:
         """Record `rank`'s step time for the gradient of `clock`. Non-positive or
-        non-finite times (a client that does not report them) are ignored."""
+        non-finite times (a client that does not report them) are ignored; others
+        are clamped to [STEP_S_MIN, STEP_S_MAX], so no report can overflow the
+        medians and ratios below, whatever a client claims."""
         if step_s > 0 and math.isfinite(step_s):
-            self._samples[rank].append((clock, float(step_s)))
+            self._samples[rank].append((clock, min(STEP_S_MAX, max(STEP_S_MIN, float(step_s)))))
 
     def decision_due(self, min_clock: Optional[int]) -> Optional[int]:
         """The decision clock D if the slowest member's clock reached a multiple of

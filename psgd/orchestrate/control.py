@@ -9,10 +9,19 @@ No shard has answered a pull at E or beyond before it commits, so every
 gradient and every pull of a clock below E ran under the old settings and
 all from E on under the new ones. If a shard refuses the prepare, the others
 are told to abort and nothing changes.
+
+One controller at a time: a controller takes RUN_DIR/ctl.lock for its change
+(a second one on the same machine is refused at once), and every hold carries
+its controller's id, so a controller elsewhere can neither commit nor abort
+another's hold: two at once never leave the shards on different settings.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,17 +95,44 @@ class _Shards:
             raise ControlFailed(str(exc)) from None
         self.rpc = RequestTracker(self.conns, timeout_s, max_retries=0)
         self.n = len(addresses)
+        self.owner = secrets.token_hex(8)  # this controller's holds are its own
 
     def call(self, op: str, changes: dict, clock: int = 0) -> dict:
         return self.rpc.call({s: P.encode(P.Control(req=self.rpc.next_id(), op=op, token=self.token, clock=clock,
-                                                    settings=changes)) for s in range(self.n)},
+                                                    settings=changes, owner=self.owner)) for s in range(self.n)},
                              interruptible=False)
 
     def close(self) -> None:
         self.conns.close()
 
 
+@contextlib.contextmanager
+def _one_controller(run_dir: Path):
+    """Hold RUN_DIR/ctl.lock for a change; the kernel drops it if this process dies."""
+    path = Path(run_dir) / "ctl.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise ControlFailed(f"cannot open {path}: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise ControlFailed(f"another psgd ctl (pid {holder}) is changing this run; nothing changed") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
 def set_live(run_dir, changes: dict[str, str], timeout_s: float = 5.0) -> ControlResult:
+    with _one_controller(Path(run_dir)):
+        return _set_live(run_dir, changes, timeout_s)
+
+
+def _set_live(run_dir, changes: dict[str, str], timeout_s: float) -> ControlResult:
     shards = _Shards(run_dir, timeout_s)
     try:
         for key, value in changes.items():  # refuse a bad change before any shard holds a pull
@@ -122,10 +158,11 @@ def set_live(run_dir, changes: dict[str, str], timeout_s: float = 5.0) -> Contro
 
 
 def _abort(shards: _Shards) -> None:
+    """Release this controller's holds (a shard held by another controller keeps its hold)."""
     try:
         shards.call("abort", {})
     except (RemoteError, RequestFailed):
-        pass  # a shard that cannot be reached drops its hold when it expires
+        pass  # a shard that cannot be reached, or held by another controller, keeps that hold until it ends
 
 
 def show_live(run_dir, timeout_s: float = 5.0) -> list[dict]:

@@ -186,6 +186,7 @@ class Control(Record):
     token: str = ""             # the run token (RUN_DIR/run.token)
     clock: int = 0              # commit: the effective clock
     settings: dict = field(default_factory=dict)  # key -> value, as `psgd ctl set` takes them
+    owner: str = ""             # the controller's id: only the one holding a shard commits or aborts there
 
 
 @dataclass(frozen=True)

@@ -63,9 +63,9 @@ def test_the_bound_in_force_at_the_pulls_clock_decides():
 def test_a_held_clock_waits_for_the_change_being_agreed():
     policy = ConsistencyPolicy(Mode.ASP, 2)
     policy.settings.note_answered(4)
-    assert policy.settings.prepare(now=0.0, ttl_s=10.0) == 5
+    assert policy.settings.prepare(now=0.0, ttl_s=10.0, owner="ctl-1") == 5
     assert policy.pull_ready(0, 4) and not policy.pull_ready(0, 5)
-    policy.settings.abort()
+    policy.settings.abort(owner="ctl-1")
     assert policy.pull_ready(0, 5)
 
 
@@ -80,17 +80,19 @@ def test_answered_pulls_record_their_gap_against_the_bound():
 def test_deferred_pulls_release_ready_ones_in_arrival_order():
     policy = ssp(workers=3, s=1)
     parked = DeferredPulls()
-    # Ranks 0 and 1 ran ahead to clock 2 and 3; rank 2 is still at clock 0.
-    policy.board.clocks[:] = [2, 3, 0]
-    parked.park("a", 1, 3)
-    parked.park("b", 0, 2)
-    parked.park("c", 1, 2)  # an older clock parked after a newer one (rank 1 is at 3: it asks for 3)
+    # Ranks 0 and 1 ran ahead to clock 3 and 2; rank 2 and 3 are behind.
+    policy = ssp(workers=4, s=1)
+    policy.board.clocks[:] = [3, 2, 0, 1]
+    parked.park("a", 0, 3)
+    parked.park("b", 1, 2)
+    parked.park("c", 3, 2)  # an older clock parked after a newer one
     assert parked.release(policy.pull_ready) == [] and len(parked) == 3
     policy.advanced(2, 0)                   # min clock 1: clock-2 pulls may go
-    assert parked.release(policy.pull_ready) == ["b"]
-    assert len(parked) == 2
-    policy.advanced(2, 1)                   # min clock 2: the clock-3 pulls may go
-    assert parked.release(policy.pull_ready) == ["a", "c"]
+    assert parked.release(policy.pull_ready) == ["b", "c"]
+    assert len(parked) == 1
+    policy.advanced(2, 1)
+    policy.advanced(3, 1)                   # min clock 2: the clock-3 pull may go
+    assert parked.release(policy.pull_ready) == ["a"]
     assert len(parked) == 0
 
 
@@ -122,9 +124,18 @@ def test_drop_rank_forgets_only_that_ranks_pulls():
     parked = DeferredPulls()
     parked.park("x", 0, 5)
     parked.park("y", 1, 5)
-    parked.park("z", 0, 6)
-    assert parked.drop_rank(0) == ["x", "z"]
+    assert parked.drop_rank(0) == ["x"]
     assert parked.release(lambda r, c: True) == ["y"]
+
+
+def test_a_resent_pull_replaces_the_parked_one_and_never_piles_up():
+    parked = DeferredPulls()
+    assert parked.park("first", 0, 5) is None
+    for k in range(20):  # a worker resending while its pull waits (an SSP wait, a ctl hold, a restart)
+        assert parked.park(f"resend-{k}", 0, 5) == ("first" if k == 0 else f"resend-{k - 1}")
+    parked.park("other", 1, 5)
+    assert len(parked) == 2 and parked.count(0) == 1
+    assert parked.release(lambda r, c: True) == ["resend-19", "other"]
 
 
 def test_ssp_first_join_keeps_the_clock_the_others_wait_at():

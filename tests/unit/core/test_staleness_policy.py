@@ -163,3 +163,17 @@ def test_a_lag_hovering_at_a_threshold_does_not_flip_the_bound():
     out = run(hover, rule, 4, 80, start=0)
     assert out[:2] == [(4, 4), (8, 5)]         # 5.4 asks for 4, then 5.6 for 5
     assert {b for c, b in out[2:]} == {5}      # and 5.4 alone never narrows it again
+
+
+@pytest.mark.parametrize("lie", [1e307, 1e300, 1000.0, 1e-300])
+def test_no_reported_step_time_can_crash_or_unbound_the_decision(lie):
+    # Every shard sees the same lies, so a crash here would stop all of them at once.
+    from psgd.core.staleness_policy import BoundRule, StalenessPolicy
+    rule = BoundRule(staleness_min=1, staleness_max=6)
+    policy = StalenessPolicy(rule, 3)
+    for clock in range(rule.window + 1):
+        for rank in range(3):
+            policy.observe(rank, clock, lie if rank == 2 else 0.01)
+    decision = policy.decide(rule.window, 1, [0, 1, 2])
+    assert rule.staleness_min <= decision.bound <= rule.staleness_max
+    assert math.isfinite(decision.lag) and math.isfinite(decision.pace_s)

@@ -217,3 +217,37 @@ def test_no_usable_snapshot_is_one_error_naming_both_files(tmp_path):
         ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint).resume(fresh(cfg))
     msg = str(err.value)
     assert str(tmp_path / "shard-0.pt") in msg and str(tmp_path / "shard-0.prev.pt") in msg and "\n" not in msg
+
+
+def test_psgd_ctl_changes_survive_a_restart_and_replayed_pushes_use_their_rate(tmp_path):
+    cfg = make_cfg("ssp", **{"consistency.staleness": 1})
+    live = ShardState(cfg, 0, torch.linspace(-1, 1, NUMEL), run_token="t")
+    ckpt = ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint)
+    ckpt.resume(live)
+    live.report_to(lambda event, **f: None, ckpt.log_setting)
+    for r in range(3):
+        live.register(r, 0.0)
+        ckpt.log_join(r)
+    gen = torch.Generator().manual_seed(3)
+
+    def push_round(clock):
+        for rank in range(3):
+            grad = torch.randn(NUMEL, generator=gen)
+            live.push(rank, clock, clock, live.version, grad, step_s=0.01)
+            ckpt.log_push(rank, clock, clock, live.version - 1, grad, 0.01)
+
+    push_round(0)
+    ckpt.save(live)                                   # one change in the snapshot, one only in the log
+    for change, clock in (({"optimizer.lr": "0.02"}, 2), ({"consistency.staleness": "4"}, 3)):
+        live.live.control("prepare", "t", 0, change, now=0.0, owner="me")
+        live.live.control("commit", "t", clock, change, now=0.0, owner="me")
+        if clock == 2:
+            ckpt.save(live)
+    for clock in range(1, 5):
+        push_round(clock)
+    back = ShardState(cfg, 0, torch.linspace(-1, 1, NUMEL), run_token="t")
+    ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint).resume(back)
+    assert back.policy.settings.changes() == live.policy.settings.changes()
+    assert [back.policy.setting_at(c) for c in range(6)] == [live.policy.setting_at(c) for c in range(6)]
+    assert back.policy.setting_at(2).lr == 0.02 and back.policy.setting_at(3).bound == 4
+    assert torch.equal(back.params, live.params)  # pushes after the change were replayed at its rate
