@@ -61,6 +61,17 @@ class Layout:
                     flat[s.param][s.param_offset:s.param_offset + s.length], non_blocking=True)
         return list(out)
 
+    def flatten_shard(self, tensors: Sequence[torch.Tensor], shard: int, out: torch.Tensor) -> torch.Tensor:
+        """Gather one shard's part of full tensors (in layout order) into `out`."""
+        for s in self.segments[shard]:
+            out[s.shard_offset:s.shard_offset + s.length].copy_(
+                tensors[s.param].reshape(-1)[s.param_offset:s.param_offset + s.length])
+        return out
+
+    def params_of(self, shard: int) -> frozenset:
+        """Indices of the parameters with elements on `shard`."""
+        return frozenset(s.param for s in self.segments[shard])
+
     def unflatten(self, shards: Sequence[torch.Tensor], into: Sequence[torch.Tensor]) -> None:
         """Scatter per-shard flat tensors back into full tensors, in place."""
         flat = [t.view(-1) for t in into]
