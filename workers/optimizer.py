@@ -211,7 +211,7 @@ class Optimizer:
                 self.overlap.drain()  # the push in flight is acknowledged before this worker leaves
         except (Interrupted, RequestFailed):
             pass  # stopping, or the shards are gone: the push's seq makes a later resend harmless
-        if isinstance(self.overlap, BackwardPushes):
+        if self.overlap is not None:
             self.overlap.close()
         try:
             self.client.leave()

@@ -19,6 +19,7 @@ request object is repeated (psgd.workers.client.GradsRequest).
 """
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
 
 import torch
@@ -34,29 +35,43 @@ class OverlapError(RuntimeError):
 
 
 class Pipeline:
+    """The push in flight runs on a communication thread (encoding, the copy into a
+    shared-memory segment, sending, waiting and decoding all release the GIL or are
+    short), so it overlaps the next step's compute; the client is touched by that
+    thread only between `step` calls, and by the caller's thread only inside them."""
+
     def __init__(self, client: PSClient, sync: ModelSync):
         self.client, self.sync = client, sync
-        self.pending: Optional[GradsRequest] = None
+        self.pending: Optional[Future] = None
         self.model_versions = list(client.versions)  # the versions of the parameters the model holds
+        self._comm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="psgd-push")
+
+    def _push(self, grads, read_versions) -> tuple[list[torch.Tensor], list[int]]:
+        request = self.client.push_pull_start(grads, read_versions=read_versions, ahead=2)
+        params = self.client.push_pull_finish(request)
+        return params, list(self.client.versions)
 
     def step(self) -> None:
         params = versions = None
         if self.pending is not None:
-            params, versions = self.client.push_pull_finish(self.pending), list(self.client.versions)
-            self.pending = None
+            future, self.pending = self.pending, None
+            params, versions = future.result()
         grads = self.sync.gradients()  # computed on the parameters the model holds now
         read = self.model_versions
         if params is not None:
             self.sync.load(params)  # before the next request: a shared-memory reply region is reused
             self.model_versions = versions
-        self.pending = self.client.push_pull_start(grads, read_versions=read, ahead=2)
+        self.pending = self._comm.submit(self._push, grads, read)
 
     def drain(self) -> None:
         """Collect the push in flight (close, or a final evaluation of the model)."""
         if self.pending is not None:
-            request, self.pending = self.pending, None
-            self.sync.load(self.client.push_pull_finish(request))
-            self.model_versions = list(self.client.versions)
+            future, self.pending = self.pending, None
+            params, self.model_versions = future.result()
+            self.sync.load(params)
+
+    def close(self) -> None:
+        self._comm.shutdown(wait=True)
 
 
 class BackwardPushes:
