@@ -76,7 +76,10 @@ class ModelSync:
     def shard_gradient(self, shard: int) -> torch.Tensor:
         """One shard's part of the model's gradients as a flat float32 host tensor
         (its `gradients` buffer), for a push that leaves during backward."""
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        # Only this shard's parameters: the others' gradients may not exist yet (backward is running).
+        mine = self.layout.params_of(shard)
+        grads = [(p.grad if p.grad is not None else torch.zeros_like(p)) if i in mine else None
+                 for i, p in enumerate(self.params)]
         with torch.no_grad():
             if self.dev_grads is None:
                 return self.layout.flatten_shard(grads, shard, self.host_grads[shard])
