@@ -42,6 +42,7 @@ __all__ = ["ShardServer", "initial_shard_params", "run_role"]
 
 STATS_EVERY_S = 1.0
 EXPIRE_EVERY_S = 0.01  # how often the loop looks for silent workers
+MAX_PULL_AHEAD = 2  # a pipelined worker asks for the parameters of the clock after next
 
 class ShardServer:
     """Serves one shard. `serve` blocks until `stop` is set or a SHUTDOWN arrives."""
@@ -242,6 +243,8 @@ class ShardServer:
             raise ProtocolError("bad_field", "step_s must be finite and >= 0")
         if not 1 <= rec.steps <= MAX_LOCAL_STEPS:
             raise ProtocolError("bad_field", f"steps must be in 1..{MAX_LOCAL_STEPS}")
+        if rec.TYPE is MsgType.PUSH_PULL and not 1 <= rec.ahead <= MAX_PULL_AHEAD:
+            raise ProtocolError("bad_field", f"ahead must be in 1..{MAX_PULL_AHEAD}")
         if rec.shm:
             grad = self._shm_gradient(identity, rec)
         elif sparse:
@@ -262,8 +265,8 @@ class ShardServer:
                                         applied=result.status in (PushStatus.APPLIED, PushStatus.BUFFERED),
                                         staleness=result.staleness))
         else:
-            self._answer_or_park(identity, P.Pull(req=rec.req, rank=rec.rank, clock=rec.clock + 1),
-                                 rec.rank, rec.clock + 1)
+            pull_clock = rec.clock + rec.ahead
+            self._answer_or_park(identity, P.Pull(req=rec.req, rank=rec.rank, clock=pull_clock), rec.rank, pull_clock)
 
     def _shm_gradient(self, identity: bytes, rec: P.Push) -> torch.Tensor:
         """A dense gradient read where the same-host client wrote it (no copy)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -23,7 +23,7 @@ from psgd.config.modes import Role
 from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder
-from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
+from psgd.wire.requests import Interrupted, Pending, RemoteError, RequestFailed, RequestTracker
 from psgd.wire.shm_links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
 
@@ -161,33 +161,64 @@ class PSClient:
         return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
 
     def _send_grads(self, kind, grads: Sequence[torch.Tensor], steps: int = 1) -> dict:
+        request = self._grads_request(kind, grads, steps)
+        return self._finish_grads(request, self._call_all(request.make))
+
+    def _grads_request(self, kind, grads: Sequence[Optional[torch.Tensor]], steps: int = 1,
+                       read_versions: Optional[Sequence[int]] = None, ahead: int = 1) -> "GradsRequest":
+        """Encode one push (a None gradient: that shard's part is encoded later, by
+        `add_shard`) and return how to build each shard's request."""
         if len(grads) != self.layout.num_shards:
             raise ValueError(f"expected {self.layout.num_shards} gradient tensors, got {len(grads)}")
+        request = GradsRequest(self, kind, self.seq, self.clock, steps, ahead,
+                               list(self.versions if read_versions is None else read_versions))
         for s, g in enumerate(grads):
-            if g.numel() != self.layout.shard_sizes[s] or g.dtype != torch.float32:
-                raise ValueError(f"shard {s} gradient must be float32 with {self.layout.shard_sizes[s]} elements")
-        before = self.encoder.wire_bytes
-        wire = [self.encoder.encode(s, g) for s, g in enumerate(grads)]
-        seq, clock = self.seq, self.clock
-        in_shm = PayloadCache(self._shm)  # dense payloads go to a same-host shard's segment, once per request
-        # The step time (work since the parameters arrived, never the wait for
-        # them) feeds the shards' adaptive staleness bound.
-        step_s = time.monotonic() - self._params_at if self._params_at is not None else 0.0
+            if g is not None:
+                request.add_shard(s, g)
+        return request
 
-        def make(s: int, req: int) -> list:
-            gen = in_shm.generation(s, wire[s].frames[0]) if wire[s].nnz == 0 and wire[s].encoding != "topk" else 0
-            return P.encode(kind(req=req, rank=self.rank, seq=seq, clock=clock, read_version=self.versions[s],
-                                 encoding=wire[s].encoding, scale=wire[s].scale, numel=self.layout.shard_sizes[s],
-                                 nnz=wire[s].nnz, shm=gen, step_s=step_s, steps=steps),
-                            () if gen else wire[s].frames)
-        replies = self._call_all(make)
+    def _finish_grads(self, request: "GradsRequest", replies: dict) -> dict:
         # max, not += 1: a re-registration during the call may already have moved them on.
-        self.seq = max(self.seq, seq + 1)
-        self.clock = max(self.clock, clock + 1)
-        self.bytes_sent += self.encoder.wire_bytes - before
+        self.seq = max(self.seq, request.seq + 1)
+        self.clock = max(self.clock, request.clock + 1)
+        self.bytes_sent += self.encoder.wire_bytes - request.bytes_before
         return replies
 
-    def _params(self, replies: dict) -> list[torch.Tensor]:
+    # ---- overlapped pushes (workers.overlap) ------------------------------------
+    def push_pull_start(self, grads: Sequence[Optional[torch.Tensor]], steps: int = 1,
+                        read_versions: Optional[Sequence[int]] = None, ahead: int = 1) -> "GradsRequest":
+        """Send a push+pull and return at once; `push_pull_finish` waits for the
+        parameters. Shards whose gradient is None here are sent by `push_pull_send`
+        (push during backward). `read_versions`: the versions the gradient was
+        computed on (a pipelined worker computes on older parameters than the last
+        reply); `ahead`: the pull is for clock + ahead. One overlapped push at a time."""
+        request = self._grads_request(P.PushPull, grads, steps, read_versions, ahead)
+        shards = [s for s, g in enumerate(grads) if g is not None]
+        request.pending = self._rpc.start({s: request.make(s, self._rpc.next_id()) for s in shards})
+        return request
+
+    def push_pull_send(self, request: "GradsRequest", shard: int, grad: torch.Tensor) -> None:
+        """Send one more shard's part of a started push (its gradient is complete)."""
+        request.add_shard(shard, grad)
+        more = self._rpc.start({shard: request.make(shard, self._rpc.next_id())})
+        request.pending = more if request.pending is None else request.pending.merged(more)
+
+    def push_pull_finish(self, request: "GradsRequest") -> list[torch.Tensor]:
+        """The parameters answering a started push (resending, or joining a restarted
+        shard again and repeating the push, as a blocking push_pull does)."""
+        if request.pending is None or len(request.pending.requests) != self.layout.num_shards:
+            raise ValueError("every shard's gradient must be sent before the push can finish")
+        try:
+            replies = self._rpc.wait(request.pending)
+        except RemoteError as exc:
+            if exc.code != "not_registered":
+                raise
+            self._register_shards([exc.shard])
+            replies = self._call_all(request.make)  # the same seq: a shard that applied it sees a resend
+        return self._params(self._finish_grads(request, replies), ahead=request.ahead)
+
+    def _params(self, replies: dict, ahead: int = 1) -> list[torch.Tensor]:
+        """`ahead`: the pull was for clock + ahead; the worker's own clock is one past its push."""
         out = []
         for s in range(self.layout.num_shards):
             rec, payload = replies[s]
@@ -198,7 +229,7 @@ class PSClient:
             self.fastest_step_s = rec.fastest_step_s or self.fastest_step_s
             out.append(self._shm_params(s, rec) if rec.shm else P.frame_to_tensor(payload[0], rec.encoding, rec.numel))
         if self.role == Role.WORKER:
-            self._adopt_clock(replies[s][0].clock for s in replies)
+            self._adopt_clock(replies[s][0].clock - (ahead - 1) for s in replies)
         self._params_at = time.monotonic()
         return out
 
@@ -229,3 +260,36 @@ class PSClient:
                     conns.send(s, P.encode(P.Heartbeat(rank=self.rank, session=self._sessions[s])))
         finally:
             conns.close()
+
+
+class GradsRequest:
+    """One push being assembled and sent: its seq and clock, each shard's encoded
+    gradient, and how to build a shard's request (again, after a re-registration)."""
+
+    def __init__(self, client: PSClient, kind, seq: int, clock: int, steps: int, ahead: int,
+                 read_versions: list[int]):
+        self.client, self.kind, self.seq, self.clock = client, kind, seq, clock
+        self.steps, self.ahead, self.read_versions = steps, ahead, read_versions
+        self.bytes_before = client.encoder.wire_bytes
+        self.wire: dict[int, Any] = {}
+        self.in_shm = PayloadCache(client._shm)  # dense payloads go to a same-host shard's segment, once
+        # The step time (work since the parameters arrived, never the wait for
+        # them) feeds the shards' adaptive staleness bound.
+        at = client._params_at
+        self.step_s = time.monotonic() - at if at is not None else 0.0
+        self.pending: Optional[Pending] = None
+
+    def add_shard(self, s: int, grad: torch.Tensor) -> None:
+        if grad.numel() != self.client.layout.shard_sizes[s] or grad.dtype != torch.float32:
+            raise ValueError(f"shard {s} gradient must be float32 with {self.client.layout.shard_sizes[s]} elements")
+        self.wire[s] = self.client.encoder.encode(s, grad)
+
+    def make(self, s: int, req: int) -> list:
+        wire, c = self.wire[s], self.client
+        gen = self.in_shm.generation(s, wire.frames[0]) if wire.nnz == 0 and wire.encoding != "topk" else 0
+        fields = dict(req=req, rank=c.rank, seq=self.seq, clock=self.clock, read_version=self.read_versions[s],
+                      encoding=wire.encoding, scale=wire.scale, numel=c.layout.shard_sizes[s], nnz=wire.nnz,
+                      shm=gen, step_s=self.step_s, steps=self.steps)
+        if self.kind is P.PushPull:
+            fields["ahead"] = self.ahead
+        return P.encode(self.kind(**fields), () if gen else wire.frames)

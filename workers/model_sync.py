@@ -73,6 +73,21 @@ class ModelSync:
             torch.cuda.synchronize(self.device)
             return self.host_grads
 
+    def shard_gradient(self, shard: int) -> torch.Tensor:
+        """One shard's part of the model's gradients as a flat float32 host tensor
+        (its `gradients` buffer), for a push that leaves during backward."""
+        # Only this shard's parameters: the others' gradients may not exist yet (backward is running).
+        mine = self.layout.params_of(shard)
+        grads = [(p.grad if p.grad is not None else torch.zeros_like(p)) if i in mine else None
+                 for i, p in enumerate(self.params)]
+        with torch.no_grad():
+            if self.dev_grads is None:
+                return self.layout.flatten_shard(grads, shard, self.host_grads[shard])
+            self.layout.flatten_shard(grads, shard, self.dev_grads[shard])
+            self.host_grads[shard].copy_(self.dev_grads[shard], non_blocking=True)
+            torch.cuda.current_stream(self.device).synchronize()  # complete before it is sent
+            return self.host_grads[shard]
+
     def gradients(self) -> list[torch.Tensor]:
         """The model's current gradients as one flat float32 host tensor per shard.
         The returned buffers are reused: send them before the next call."""

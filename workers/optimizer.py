@@ -28,12 +28,15 @@ import torch
 from torch import nn
 
 from psgd.config import Config, ConfigError, ConfigLike, load_config
+from psgd.config.modes import Overlap
 from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
+from psgd.workers.client import Interrupted, RequestFailed
 from psgd.workers.client_factory import ClientSettings
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
+from psgd.workers.overlap import BackwardPushes, Pipeline
 
 __all__ = ["Optimizer", "OptimizerStats", "rank_from_env"]
 
@@ -96,6 +99,11 @@ class Optimizer:
         except BaseException:
             self.client.close()
             raise
+        self.overlap: Optional[Pipeline | BackwardPushes] = None
+        if self.cfg.workers.overlap is Overlap.PIPELINE:
+            self.overlap = Pipeline(self.client, self.sync)
+        elif self.cfg.workers.overlap is Overlap.BACKWARD:
+            self.overlap = BackwardPushes(self.client, self.sync)
         self.local: Optional[LocalRounds] = None
         if self.cfg.local.enabled:
             inner = optimizer or inner_torch_optimizer(self.cfg.optimizer, self.sync.params)
@@ -129,7 +137,10 @@ class Optimizer:
                 self.local.begin()
             return loss
         self._check_lr_unchanged()
-        self.sync.load(self.client.push_pull(self.sync.gradients()))
+        if self.overlap is not None:
+            self.overlap.step()
+        else:
+            self.sync.load(self.client.push_pull(self.sync.gradients()))
         return loss
 
     def flush(self) -> None:
@@ -150,8 +161,9 @@ class Optimizer:
     def steps_taken(self) -> int:
         """Training steps of this rank: one per push, or under local updates
         local.steps per completed round plus the steps of the round under way."""
-        if self.local is None:
-            return self.client.clock
+        if self.local is None:  # a pipelined push in flight counts: its step is done
+            in_flight = isinstance(self.overlap, Pipeline) and self.overlap.pending is not None
+            return self.client.clock + int(in_flight)
         # rounds pushed before this process (a restart) counted at their nominal length
         earlier = max(0, self.client.clock - self.local.rounds) * self.local.steps
         return earlier + self.local.steps_total + self.local.taken
@@ -194,6 +206,13 @@ class Optimizer:
         if self._closed:
             return
         self._closed = True
+        try:
+            if isinstance(self.overlap, Pipeline):
+                self.overlap.drain()  # the push in flight is acknowledged before this worker leaves
+        except (Interrupted, RequestFailed):
+            pass  # stopping, or the shards are gone: the push's seq makes a later resend harmless
+        if self.overlap is not None:
+            self.overlap.close()
         try:
             self.client.leave()
         finally:

@@ -40,6 +40,7 @@ from psgd.bench.convergence_report import (
 from psgd.bench.plots import plot_runs
 from psgd.bench.run_data import RunData, load_run
 from psgd.config import Config, Mode, load_config
+from psgd.config.modes import Overlap
 from psgd.core.heterogeneity import delay_spec, describe, transient_specs
 from psgd.core.target import HoldRule
 from psgd.orchestrate.launcher import Launcher
@@ -49,6 +50,7 @@ __all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "read_lr_choice", "run_ma
 
 _BACKUP = re.compile(r"b(\d+)")
 _LOCAL = re.compile(r"h(\d+)")
+OVERLAP_SUFFIXES = {"pipe": Overlap.PIPELINE, "bwd": Overlap.BACKWARD}
 # Short names of the local-update modes -> their long form.
 LOCAL_ALIASES = {"local": "bsp+h{}", "geo": "asp+h{}", "diloco": "bsp+h{}+diloco", "adiloco": "asp+h{}+diloco+dn"}
 # DiLoCo (Douillard et al. 2023): outer SGD at 0.7 with Nesterov momentum 0.9 on the shards, inner AdamW.
@@ -67,6 +69,7 @@ class ModeSpec:
     local_steps: int = 0             # local updates: inner steps per push (0: a gradient per step)
     diloco: bool = False
     delayed_nesterov: bool = False
+    overlap: Overlap = Overlap.OFF   # workers.overlap
 
     @property
     def overrides(self) -> list[str]:
@@ -75,7 +78,8 @@ class ModeSpec:
                 f"optimizer.staleness_aware={'true' if self.staleness_aware else 'false'}",
                 "optimizer.dc_asgd={}" if self.dc_asgd else "optimizer.dc_asgd=null",
                 f"local.steps={self.local_steps}",
-                f"local.delayed_nesterov={'true' if self.delayed_nesterov else 'false'}"]
+                f"local.delayed_nesterov={'true' if self.delayed_nesterov else 'false'}",
+                f"workers.overlap={self.overlap.value}"]
         return sets + (DILOCO_OVERRIDES if self.diloco else [])
 
     @property
@@ -107,9 +111,12 @@ def _parse_long(item: str, label: str) -> ModeSpec:  # noqa: C901 - one branch p
         raise ValueError(f"--modes: {item!r}: the bound must be an integer >= 0 or auto")
     aware = dc = diloco = dn = False
     backup = local = 0
+    overlap = Overlap.OFF
     for s in suffixes:
         m, h = _BACKUP.fullmatch(s), _LOCAL.fullmatch(s)
-        if s in ("sa", "dc") or h or s in ("diloco", "dn"):
+        if s in OVERLAP_SUFFIXES:
+            overlap = OVERLAP_SUFFIXES[s]
+        elif s in ("sa", "dc") or h or s in ("diloco", "dn"):
             if not mode.on_servers:
                 raise ValueError(f"--modes: {item!r}: '+{s}' needs a parameter-server mode")
             aware, dc = aware or s == "sa", dc or s == "dc"
@@ -125,7 +132,9 @@ def _parse_long(item: str, label: str) -> ModeSpec:  # noqa: C901 - one branch p
         else:
             raise ValueError(f"--modes: {item!r}: suffixes are '+sa' (staleness-aware), '+dc' (DC-ASGD), "
                              "'+bN' (bsp with N backup workers), '+hN' (N local steps per push), "
-                             "'+diloco' and '+dn' (Delayed Nesterov)")
+                             "'+diloco', '+dn' (Delayed Nesterov), '+pipe' and '+bwd' (workers.overlap)")
+    if overlap is Overlap.PIPELINE and not mode.live:
+        raise ValueError(f"--modes: {item!r}: '+pipe' needs ssp or asp (it computes on one clock older parameters)")
     if (diloco or dn) and not local:
         raise ValueError(f"--modes: {item!r}: '+diloco' and '+dn' are local-update modes: add '+hN'")
     if dn and (not mode.live or not diloco):
@@ -133,7 +142,7 @@ def _parse_long(item: str, label: str) -> ModeSpec:  # noqa: C901 - one branch p
     if local and dc:
         raise ValueError(f"--modes: {item!r}: '+dc' corrects gradients, not the deltas of local updates")
     staleness = (bound if bound == "auto" else int(bound)) if colon else 0
-    return ModeSpec(label, mode, staleness, aware, dc, backup, local, diloco, dn)
+    return ModeSpec(label, mode, staleness, aware, dc, backup, local, diloco, dn, overlap)
 
 
 def parse_modes(text: str) -> list[ModeSpec]:

@@ -10,14 +10,14 @@ from typing import Optional
 import yaml
 
 from psgd.bench.outcomes import examples_per_update
-from psgd.config.modes import Mode
+from psgd.config.modes import Mode, Overlap
 from psgd.core.target import METRICS
 
 __all__ = ["RunData", "load_run", "mode_label", "group_by_label"]
 
 
 def mode_label(mode: str, staleness: Optional[int], staleness_aware: bool, dc_asgd: bool = False,
-               backup_workers: int = 0, local: Optional[dict] = None) -> str:
+               backup_workers: int = 0, local: Optional[dict] = None, overlap: str = "off") -> str:
     """The name a mode has on the bench command line (its long form): allreduce, bsp, bsp+b1,
     ssp:2, asp, asp+sa, asp+dc, bsp+h8, bsp+h8+diloco, asp+h8+diloco+dn."""
     mode = Mode(mode)
@@ -36,7 +36,9 @@ def mode_label(mode: str, staleness: Optional[int], staleness_aware: bool, dc_as
             label += "+diloco"
         if local.get("delayed_nesterov"):
             label += "+dn"
-    return label
+    overlap = Overlap.OFF if isinstance(overlap, bool) else Overlap(overlap)  # YAML may read off as false
+    suffix = {Overlap.PIPELINE: "+pipe", Overlap.BACKWARD: "+bwd"}.get(overlap, "")
+    return label + suffix
 
 
 @dataclass
@@ -114,7 +116,8 @@ def load_run(run_dir: Path) -> RunData:
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     opt, cons = cfg.get("optimizer", {}) or {}, cfg.get("consistency", {}) or {}
     label = mode_label(summary["mode"], summary.get("staleness"), bool(opt.get("staleness_aware", False)),
-                       opt.get("dc_asgd") is not None, int(cons.get("backup_workers", 0) or 0), cfg.get("local"))
+                       opt.get("dc_asgd") is not None, int(cons.get("backup_workers", 0) or 0), cfg.get("local"),
+                       (cfg.get("workers") or {}).get("overlap", "off"))
     evals, steps = [], []
     with open(run_dir / "metrics.jsonl") as f:
         for line in f:

@@ -89,6 +89,28 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
     return _bench_output(args, result, write_scale_report, table)
 
 
+def cmd_bench_overlap(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from psgd.bench.overlap import overlap_table, run_overlap_bench
+    from psgd.bench.procs import parse_size
+    show = None if args.json else (lambda line: print(line, file=sys.stderr))
+    result = run_overlap_bench(parse_size(args.size), args.compute_ms, args.runs, args.steps, args.shards,
+                               on_line=show or (lambda line: None))
+    plain = {**result, "points": {k: {"steps_per_s": p.steps_per_s, "median": p.median}
+                                  for k, p in result["points"].items()}}
+    lines = overlap_table(result)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(plain, indent=2))
+        (out / "report.md").write_text("# psgd bench overlap\n\nCommand: `psgd " + " ".join(args.argv) + "`\n\n"
+                                       + "\n".join(lines) + "\n")
+        print(f"report: {out}/report.md", file=sys.stderr)
+    print(json.dumps(plain, indent=2) if args.json else "\n".join(lines))
+    return 0
+
+
 def _path(text: str) -> str:
     if text not in ("auto", "off"):
         raise ValueError(f"{text!r} is not a data path (auto or off)")
@@ -123,7 +145,16 @@ def add_measurement_commands(sub) -> None:
     scale.add_argument("--paths", default="auto", help="data paths to measure back to back at each point: "
                        "auto (shared memory on one host), off (TCP), or both: auto,off")
     scale.set_defaults(func=cmd_bench_scale)
-    for p in (comm, apply, scale):
+    overlap = bench.add_parser("overlap", help="steps/s of a worker with overlap off, pipeline and backward, "
+                                               "against the serial and ideal bounds")
+    overlap.add_argument("--size", default="4MB", help="model size (its gradient per step)")
+    overlap.add_argument("--compute-ms", type=float, default=None,
+                         help="emulated compute per step (default: the measured communication time)")
+    overlap.add_argument("--runs", type=int, default=3, help="interleaved runs; the table gives medians")
+    overlap.add_argument("--steps", type=int, default=40, help="timed steps per run and variant")
+    overlap.add_argument("--shards", type=int, default=2)
+    overlap.set_defaults(func=cmd_bench_overlap)
+    for p in (comm, apply, scale, overlap):
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.add_argument("--out", default=None, help="write results.json, report.md and plots here")
     add_study_command(bench)

@@ -99,6 +99,8 @@ def _convert(tp, value: Any, path: str):
                 errors.append(exc.reason)
         raise ConfigError(path, " or ".join(errors))
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if isinstance(value, bool):  # YAML 1.1 reads a bare off / on as a boolean
+            value = "on" if value else "off"
         try:
             return tp(value)
         except ValueError:

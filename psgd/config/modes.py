@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["Mode", "PS_MODES", "MODES", "Role"]
+__all__ = ["Mode", "PS_MODES", "MODES", "Role", "Overlap"]
 
 
 class _Named(str, Enum):
@@ -62,3 +62,10 @@ class Role(_Named):
     def trains(self) -> bool:
         """A role that takes training steps (a worker, or an all-reduce rank)."""
         return self in (Role.WORKER, Role.ALLREDUCE)
+
+
+class Overlap(_Named):
+    """How a worker hides communication behind computation (`workers.overlap`)."""
+    OFF = "off"              # push, wait for the parameters, then compute the next step
+    PIPELINE = "pipeline"    # compute step k+1 on the parameters it has while step k's push is in flight
+    BACKWARD = "backward"    # each shard's gradients leave as soon as backward has produced them

@@ -17,7 +17,7 @@ import yaml
 from psgd.config.loader import ConfigError, build, parse_override, set_path
 from psgd.config.loader import check as _check
 from psgd.config.local_updates import LocalConfig
-from psgd.config.modes import MODES, PS_MODES, Mode  # noqa: F401 (re-exported)
+from psgd.config.modes import MODES, PS_MODES, Mode, Overlap  # noqa: F401 (re-exported)
 from psgd.config.operations import (  # noqa: F401 (re-exported)
     CheckpointConfig,
     LoggingConfig,
@@ -285,6 +285,9 @@ class WorkersConfig:
     transient: list[TransientConfig] = field(default_factory=list)  # ranks slowed for a time window
     pin_memory: bool = True      # stage gradients through pinned host buffers on cuda
     loader: LoaderConfig = field(default_factory=LoaderConfig)
+    # off | pipeline (one more step of staleness: the next step's compute hides this one's push and
+    # pull; not with bsp) | backward (each shard's gradients leave while backward still runs)
+    overlap: Overlap = Overlap.OFF
 
     def __post_init__(self):
         for rank, mult in self.slowdown.items():
@@ -322,6 +325,12 @@ class Config:
         for i, tr in enumerate(self.workers.transient):
             _check(tr.rank < self.cluster.workers, f"workers.transient[{i}].rank",
                    f"no worker rank {tr.rank} (cluster.workers is {self.cluster.workers})")
+        if self.workers.overlap is Overlap.PIPELINE:
+            _check(self.consistency.mode.live, "workers.overlap",
+                   f"pipeline computes each step on parameters one clock older than {self.consistency.mode} "
+                   "allows: use ssp or asp (or overlap: backward, which keeps every step's parameters)")
+        if self.workers.overlap is not Overlap.OFF:
+            _check(not self.local.enabled, "workers.overlap", "local updates already push once per round")
         if self.local.enabled:
             _check(self.consistency.mode.on_servers, "local.steps",
                    f"local updates run on the parameter servers (bsp, ssp, asp), not {self.consistency.mode}")

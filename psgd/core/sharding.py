@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import torch
 
@@ -60,6 +60,18 @@ class Layout:
                 dst[s.shard_offset:s.shard_offset + s.length].copy_(
                     flat[s.param][s.param_offset:s.param_offset + s.length], non_blocking=True)
         return list(out)
+
+    def flatten_shard(self, tensors: Sequence[Optional[torch.Tensor]], shard: int, out: torch.Tensor) -> torch.Tensor:
+        """Gather one shard's part of full tensors (in layout order; only the shard's own
+        parameters are read, the others may be None) into `out`."""
+        for s in self.segments[shard]:
+            out[s.shard_offset:s.shard_offset + s.length].copy_(
+                tensors[s.param].reshape(-1)[s.param_offset:s.param_offset + s.length])
+        return out
+
+    def params_of(self, shard: int) -> frozenset:
+        """Indices of the parameters with elements on `shard`."""
+        return frozenset(s.param for s in self.segments[shard])
 
     def unflatten(self, shards: Sequence[torch.Tensor], into: Sequence[torch.Tensor]) -> None:
         """Scatter per-shard flat tensors back into full tensors, in place."""

@@ -127,6 +127,7 @@ class Push(Record):
 @dataclass(frozen=True)
 class PushPull(Push):
     TYPE: ClassVar[MsgType] = MsgType.PUSH_PULL
+    ahead: int = 1              # the pull is for clock + ahead (2: a pipelined worker uses it a step later)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from psgd.wire import protocol as P
 from psgd.wire.transport import ShardConnections
 
-__all__ = ["RequestTracker", "RemoteError", "RequestFailed", "Interrupted"]
+__all__ = ["RequestTracker", "Pending", "RemoteError", "RequestFailed", "Interrupted"]
 
 
 class RemoteError(RuntimeError):
@@ -54,16 +54,25 @@ class RequestTracker:
         request id from `next_id`). Returns shard -> (reply record, payload).
         Raises RemoteError for an ERROR reply, RequestFailed after max_retries,
         Interrupted if `should_stop` turns true (unless not interruptible)."""
+        return self.wait(self.start(requests, timeout_s, max_retries, interruptible))
+
+    def start(self, requests: dict[int, list], timeout_s: Optional[float] = None,
+              max_retries: Optional[int] = None, interruptible: bool = True) -> "Pending":
+        """Send the requests and return at once; `wait` collects the replies (and resends
+        to shards that have not answered in time). One pending call at a time per tracker."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        max_retries = self.max_retries if max_retries is None else max_retries
-        want = {shard: P.request_id(frames) for shard, frames in requests.items()}
         for shard, frames in requests.items():
             self.conns.send(shard, frames)
-        replies: dict[int, tuple[P.Record, list]] = {}
-        attempts = {shard: 0 for shard in requests}
-        deadline = {shard: time.monotonic() + timeout_s for shard in requests}
+        now = time.monotonic()
+        return Pending(requests, {shard: P.request_id(frames) for shard, frames in requests.items()},
+                       {shard: now + timeout_s for shard in requests}, timeout_s,
+                       self.max_retries if max_retries is None else max_retries, interruptible)
+
+    def wait(self, pending: "Pending") -> dict[int, tuple[P.Record, list]]:
+        requests, want, replies = pending.requests, pending.want, pending.replies
+        attempts, deadline = pending.attempts, pending.deadline
         while len(replies) < len(requests):
-            if interruptible and self.should_stop():
+            if pending.interruptible and self.should_stop():
                 raise Interrupted("stopped while waiting for shards")
             for shard, frames in self.conns.recv(timeout_ms=100):
                 try:
@@ -79,11 +88,29 @@ class RequestTracker:
             for shard in requests:
                 if shard in replies or now < deadline[shard]:
                     continue
-                if attempts[shard] >= max_retries:
+                if attempts[shard] >= pending.max_retries:
                     raise RequestFailed(f"shard {shard} ({self.conns.addresses[shard]}) did not answer "
-                                        f"after {attempts[shard] + 1} attempts of {timeout_s:g}s")
+                                        f"after {attempts[shard] + 1} attempts of {pending.timeout_s:g}s")
                 attempts[shard] += 1
                 self.resends += 1
                 self.conns.send(shard, requests[shard])
-                deadline[shard] = now + timeout_s
+                deadline[shard] = now + pending.timeout_s
         return replies
+
+
+class Pending:
+    """A call whose requests are on their way: the replies so far, attempts and deadlines."""
+
+    def __init__(self, requests: dict, want: dict, deadline: dict, timeout_s: float, max_retries: int,
+                 interruptible: bool):
+        self.requests, self.want, self.deadline = requests, want, deadline
+        self.timeout_s, self.max_retries, self.interruptible = timeout_s, max_retries, interruptible
+        self.replies: dict[int, tuple[P.Record, list]] = {}
+        self.attempts = {shard: 0 for shard in requests}
+
+    def merged(self, other: "Pending") -> "Pending":
+        """This call and `other` (to other shards) as one, to wait for together."""
+        both = Pending({**self.requests, **other.requests}, {**self.want, **other.want},
+                       {**self.deadline, **other.deadline}, self.timeout_s, self.max_retries, self.interruptible)
+        both.replies, both.attempts = {**self.replies, **other.replies}, {**self.attempts, **other.attempts}
+        return both

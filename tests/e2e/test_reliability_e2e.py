@@ -7,48 +7,21 @@ import signal
 import subprocess
 
 import pytest
-from conftest import kill_tree, psgd_cmd, read_events, spawn, wait_for, write_config
+from conftest import (
+    FAST_RETRY,
+    final_versions,
+    finish,
+    pid_of,
+    psgd_cmd,
+    read_events,
+    spawn,
+    start_launch,
+    wait_for,
+    worker_steps,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
-
-
-# Fast failure detection: a client resends after 1 s, often enough to outlast a shard restart.
-FAST_RETRY = {"request_timeout_s": 1.0, "max_retries": 60, "timeout_s": 5.0, "heartbeat_s": 0.5}
-
-
-def start_launch(config, out, *extra):
-    cmd = psgd_cmd("launch", str(config), "--out", str(out), "--quiet", *extra)
-    return spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(config.parent))
-
-
-def finish(proc, timeout):
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc)
-        raise AssertionError(f"psgd launch did not finish in {timeout}s") from None
-    return proc.returncode, output
-
-
-def worker_steps(run_dir, rank):
-    path = run_dir / "events" / f"worker-{rank}.jsonl"
-    if not path.exists():
-        return 0
-    return sum(1 for line in path.read_text().splitlines() if '"event": "step"' in line)
-
-
-def pid_of(run_dir, role, index):
-    entries = json.loads((run_dir / "processes.json").read_text())
-    return next(e["pid"] for e in entries if e["role"] == role and e["index"] == index)
-
-
-def final_versions(events):
-    """Each shard's version in its last stats event."""
-    latest = {}
-    for e in events:
-        if e.get("event") == "server_stats":
-            latest[e["index"]] = e["version"]
-    return latest
 
 
 @pytest.mark.timeout(120)

@@ -24,7 +24,7 @@ def test_parse_modes_covers_every_mode_and_suffix():
         ("ssp:2+sa", "ssp", 2, True, False, 0)]
     assert specs[7].overrides == ["consistency.mode=asp", "consistency.staleness=0", "consistency.backup_workers=0",
                                   "optimizer.staleness_aware=false", "optimizer.dc_asgd={}", "local.steps=0",
-                                  "local.delayed_nesterov=false"]
+                                  "local.delayed_nesterov=false", "workers.overlap=off"]
     assert specs[2].overrides[2] == "consistency.backup_workers=1" and specs[2].overrides[4] == "optimizer.dc_asgd=null"
     assert specs[6].dir_name == "asp-sa" and specs[4].dir_name == "ssp8"
 
@@ -152,3 +152,15 @@ def test_impossible_local_update_modes_are_refused(bad, why):
     from psgd.bench.convergence import parse_modes
     with pytest.raises(ValueError, match=why):
         parse_modes(bad)
+
+
+def test_overlap_suffixes_set_the_worker_overlap_and_read_back():
+    from psgd.bench.convergence import parse_modes
+    from psgd.bench.run_data import mode_label
+    pipe, bwd = parse_modes("asp+pipe,bsp+bwd")
+    assert "workers.overlap=pipeline" in pipe.overrides and "workers.overlap=backward" in bwd.overrides
+    assert mode_label("asp", None, False, overlap="pipeline") == "asp+pipe"
+    assert mode_label("bsp", None, False, overlap="backward") == "bsp+bwd"
+    assert mode_label("asp", None, False, overlap=False) == "asp"  # YAML's reading of off
+    with pytest.raises(ValueError, match="ssp or asp"):
+        parse_modes("bsp+pipe")

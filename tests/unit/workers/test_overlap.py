@@ -1,0 +1,123 @@
+"""workers.overlap against real in-process shards (sockets, no processes): pushing
+during backward applies exactly what a blocking push applies; a pipelined worker
+follows the one-step-delayed SGD recurrence exactly, and its staleness shows it."""
+import dataclasses
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import psgd
+from psgd.config import ConfigError, load_config
+
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+def batches(n, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(16, 5, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(n)]
+
+
+@pytest.fixture
+def job(shards):
+    def make(model, *sets):
+        base = load_config(None, ["cluster.servers=2", "cluster.workers=1", "consistency.mode=asp", "optimizer.lr=0.1",
+                                  "workers.device=cpu", "checkpoint.enabled=false", "cluster.timeout_s=30", *sets])
+        served = shards(base, model)
+        cfg = dataclasses.replace(base, cluster=dataclasses.replace(base.cluster, servers=served.addresses))
+        return cfg, served
+    return make
+
+
+def train(cfg, model, data, rank=0):
+    with psgd.Optimizer(model, cfg, rank=rank) as opt:
+        for x, y in data:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    return model
+
+
+def shard_params(served):
+    return [s.state.params.clone() for s in served.servers]
+
+
+def test_pushing_during_backward_applies_what_a_blocking_push_applies(job):
+    results = {}
+    for overlap in ("off", "backward"):
+        cfg, served = job(net(), f"workers.overlap={overlap}")
+        train(cfg, net(), batches(12))
+        results[overlap] = shard_params(served)
+    assert all(torch.equal(a, b) for a, b in zip(results["off"], results["backward"]))
+
+
+def test_a_pipelined_worker_follows_the_one_step_delayed_recurrence(job):
+    cfg, served = job(net(), "workers.overlap=pipeline")
+    data = batches(10)
+    train(cfg, net(), data)
+    # theta_k = theta_{k-1} - lr * grad(theta_{k-2}, batch_{k-1}), with theta_{-1} = theta_0:
+    # each step computes on the parameters of the reply before last.
+    model = net()
+    params = [p for p in model.parameters()]
+    history = [[p.detach().clone() for p in params]]
+    for k, (x, y) in enumerate(data):
+        on = history[max(0, k - 1)]
+        with torch.no_grad():
+            for p, v in zip(params, on):
+                p.copy_(v)
+        model.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        history.append([h - 0.1 * p.grad for h, p in zip(history[-1], params)])
+    from psgd.core.sharding import layout_for_module
+    expected = layout_for_module(net(), 2).flatten(history[-1])
+    for got, want in zip(shard_params(served), expected):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    # The staleness the shards recorded includes the pipelined step: every push after the first is 1 stale.
+    for server in served.servers:
+        assert server.state.staleness_hist.as_dict() == {"0": 1, "1": 9}
+
+
+def test_pipelined_workers_keep_the_ssp_bound(job):
+    cfg, served = job(net(), "workers.overlap=pipeline", "consistency.mode=ssp", "consistency.staleness=1",
+                      "cluster.workers=3")
+    errors = []
+
+    def work(rank):
+        try:
+            train(cfg, net(), batches(15, seed=10 + rank), rank)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=work, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    for server in served.servers:
+        st = server.state
+        assert st.version == 45
+        assert max(int(g) for g in st.clock_gaps.as_dict()) <= 1
+        assert st.policy.max_gap_over_bound is not None and st.policy.max_gap_over_bound <= 0
+
+
+def test_pipelining_is_refused_where_it_cannot_keep_the_mode(tmp_path):
+    with pytest.raises(ConfigError, match="workers.overlap"):
+        load_config(None, ["consistency.mode=bsp", "workers.overlap=pipeline"])
+    with pytest.raises(ConfigError, match="workers.overlap"):
+        load_config(None, ["local.steps=4", "workers.overlap=backward"])
+    assert load_config(None, ["workers.overlap=off"]).workers.overlap.value == "off"  # YAML reads off as false
+
+
+def test_backward_twice_before_a_step_is_refused(job):
+    cfg, _ = job(net(), "workers.overlap=backward")
+    model = net()
+    with psgd.Optimizer(model, cfg, rank=0) as opt:
+        x, y = batches(1)[0]
+        nn.functional.cross_entropy(model(x), y).backward()
+        with pytest.raises(Exception, match="once per step"):
+            nn.functional.cross_entropy(model(x), y).backward()
+        del opt
