@@ -194,3 +194,31 @@ def final_versions(events):
         if e.get("event") == "server_stats":
             latest[e["index"]] = e["version"]
     return latest
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+    """Ask a child to stop (SIGINT for a launcher, SIGTERM for a role), then make sure it has."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    kill_tree(proc)
+
+
+def run_in_threads(work, ranks, timeout: float = 60.0) -> list:
+    """work(rank) on one thread per rank; returns the exceptions they raised."""
+    errors = []
+
+    def guarded(rank):
+        try:
+            work(rank)
+        except BaseException as exc:  # noqa: BLE001 - returned to the test
+            errors.append(exc)
+    threads = [threading.Thread(target=guarded, args=(r,)) for r in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    return errors

@@ -7,7 +7,7 @@ import signal
 import subprocess
 
 import pytest
-from conftest import kill_tree, launch, psgd_cmd, read_events, run_psgd, spawn, wait_for, write_config
+from conftest import launch, psgd_cmd, read_events, run_psgd, spawn, stop, wait_for, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -68,13 +68,7 @@ def test_ctl_changes_bound_then_mode_at_one_clock_on_every_shard(tmp_path):
         shown = json.loads(out)
         assert [s["setting"]["mode"] for s in shown] == ["asp", "asp"]
     finally:
-        if launcher.poll() is None:
-            launcher.send_signal(signal.SIGINT)
-            try:
-                launcher.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-        kill_tree(launcher)
+        stop(launcher, signal.SIGINT, timeout=30)
 
     events = read_events(run)
     changes = {}

@@ -10,7 +10,7 @@ import time
 
 import msgpack
 import pytest
-from conftest import kill_tree, psgd_cmd, run_psgd, spawn, wait_for, write_config
+from conftest import psgd_cmd, run_psgd, spawn, stop, wait_for, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -34,13 +34,7 @@ def run(tmp_path_factory):
                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp))
     assert wait_for(lambda: worker_clock(out) >= 10, timeout=90), "the run never got going"
     yield out
-    if launcher.poll() is None:
-        launcher.send_signal(signal.SIGINT)
-        try:
-            launcher.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-    kill_tree(launcher)
+    stop(launcher, signal.SIGINT, timeout=30)
 
 
 def worker_clock(run_dir, rank=0):

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import ROOT, kill_tree, launch, psgd_cmd, spawn
+from conftest import ROOT, launch, psgd_cmd, spawn, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -68,11 +68,7 @@ def test_a_plain_adamw_loop_trains_under_diloco_with_torchrun(tmp_path):
         served = json.loads(evaluated.stdout)
     finally:
         for s in servers:
-            s.terminate()
-            try:
-                s.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                kill_tree(s)
+            stop(s)
     assert served["updates"] == (45 * epochs) // 8  # BSP: one outer step per round
     assert served["accuracy"] >= 0.9, served
     shutil.rmtree(tmp_path / "__pycache__", ignore_errors=True)

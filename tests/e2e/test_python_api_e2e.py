@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, kill_tree, launch, psgd_cmd, spawn
+from conftest import ROOT, launch, psgd_cmd, spawn, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -50,11 +50,7 @@ def test_plain_script_under_torchrun_reaches_the_builtin_workers_accuracy(tmp_pa
         assert served["updates"] == 4 * 45 * EPOCHS  # every push of every rank (the updates the run applied)
     finally:
         for s in servers:
-            s.terminate()
-            try:
-                s.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                kill_tree(s)
+            stop(s)
     # The built-in worker: the same CNN, data, Adam and number of steps, through `psgd launch`.
     builtin = tmp_path / "builtin.yaml"
     builtin.write_text(yaml.safe_dump({

@@ -3,10 +3,10 @@ processes): one round on one worker is the plain loop, local:1 is BSP, DiLoCo's
 outer rule at rate 1 without momentum is local SGD, and the inner state travels
 in state_dict."""
 import dataclasses
-import threading
 
 import pytest
 import torch
+from conftest import run_in_threads
 from torch import nn
 
 import psgd
@@ -46,18 +46,9 @@ def train(cfg, rank, steps, model):
 def run_workers(cfg, steps):
     """Every rank in its own thread; returns each rank's final model."""
     models = [net() for _ in range(cfg.cluster.workers)]
-    results, errors = {}, []
-
-    def work(rank):
-        try:
-            results[rank] = train(cfg, rank, steps, models[rank])
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-    threads = [threading.Thread(target=work, args=(r,)) for r in range(cfg.cluster.workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    results = {}
+    errors = run_in_threads(lambda rank: results.__setitem__(rank, train(cfg, rank, steps, models[rank])),
+                            range(cfg.cluster.workers))
     assert not errors, errors
     return models, results
 

@@ -2,10 +2,10 @@
 during backward applies exactly what a blocking push applies; a pipelined worker
 follows the one-step-delayed SGD recurrence exactly, and its staleness shows it."""
 import dataclasses
-import threading
 
 import pytest
 import torch
+from conftest import run_in_threads
 from torch import nn
 
 import psgd
@@ -84,18 +84,7 @@ def test_a_pipelined_worker_follows_the_one_step_delayed_recurrence(job):
 def test_pipelined_workers_keep_the_ssp_bound(job):
     cfg, served = job(net(), "workers.overlap=pipeline", "consistency.mode=ssp", "consistency.staleness=1",
                       "cluster.workers=3")
-    errors = []
-
-    def work(rank):
-        try:
-            train(cfg, net(), batches(15, seed=10 + rank), rank)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-    threads = [threading.Thread(target=work, args=(r,)) for r in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    errors = run_in_threads(lambda rank: train(cfg, net(), batches(15, seed=10 + rank), rank), range(3))
     assert not errors, errors
     for server in served.servers:
         st = server.state
