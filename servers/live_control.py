@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 from psgd.core.consistency import BoundChange, ConsistencyPolicy
 from psgd.core.live_settings import ControlError, parse_change
+from psgd.wire.protocol import ErrorCode
 
 __all__ = ["ShardLive", "ControlError", "HOLD_TTL_S"]
 
@@ -49,9 +50,9 @@ class ShardLive:
         """Handle one CONTROL request; returns (clock, detail) for the reply.
         Raises ControlError (state untouched) for a refused request."""
         if self.token is None:
-            raise ControlError("no_token", "this shard has no run token (started without a run directory)")
+            raise ControlError(ErrorCode.NO_TOKEN, "this shard has no run token (started without a run directory)")
         if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.token.encode()):
-            raise ControlError("bad_token", "the run token does not match")
+            raise ControlError(ErrorCode.BAD_TOKEN, "the run token does not match")
         settings = self.policy.settings
         if op == "show":
             return settings.answered, self.describe()
@@ -69,11 +70,11 @@ class ShardLive:
             self.emit("setting_change", origin="ctl", effective_clock=clock, changes=dict(changes),
                       previous=before.as_dict(), setting=setting.as_dict())
             return clock, setting.as_dict()
-        raise ControlError("bad_op", f"unknown control operation {op!r} (show, prepare, commit, abort)")
+        raise ControlError(ErrorCode.BAD_OP, f"unknown control operation {op!r} (show, prepare, commit, abort)")
 
     def _parse(self, changes: dict) -> dict:
         if not changes:
-            raise ControlError("bad_value", "no setting to change")
+            raise ControlError(ErrorCode.BAD_VALUE, "no setting to change")
         fields: dict = {}
         for key, value in changes.items():
             fields.update(parse_change(key, value, self.policy.mode))

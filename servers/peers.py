@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from psgd.config.modes import Role
-from psgd.wire.protocol import ProtocolError
+from psgd.wire.protocol import ErrorCode, ProtocolError
 
 __all__ = ["PeerTable", "Binding", "check_ahead", "MAX_AHEAD"]
 
@@ -52,7 +52,7 @@ class PeerTable:
     # ---- registration -------------------------------------------------------
     def register(self, identity: bytes, role: str, rank: int, key: Optional[str] = None, token: str = "") -> str:
         """Bind `identity` as (role, rank); returns the heartbeat session ("" for
-        evaluators). Raises ProtocolError("rank_bound") for a takeover that is
+        evaluators). Raises ProtocolError(ErrorCode.RANK_BOUND) for a takeover that is
         not allowed; the table is unchanged then."""
         if role != Role.WORKER:
             self._unbind_identity(identity)
@@ -61,9 +61,9 @@ class PeerTable:
         bound = self.ranks.get(rank)
         if bound is not None and bound.identity != identity:
             if bound.key is not None and key != bound.key:
-                raise ProtocolError("rank_bound", f"worker {rank} is registered with another client key")
+                raise ProtocolError(ErrorCode.RANK_BOUND, f"worker {rank} is registered with another client key")
             if not self.token_ok(token):
-                raise ProtocolError("rank_bound", f"worker {rank} is registered from another connection; "
+                raise ProtocolError(ErrorCode.RANK_BOUND, f"worker {rank} is registered from another connection; "
                                     "only the run's own workers (with the run token) may take it over")
         self._unbind_identity(identity)
         if bound is not None and bound.identity != identity:
@@ -103,9 +103,9 @@ class PeerTable:
     def check_worker(self, identity: bytes, rank: int) -> None:
         peer = self.roles.get(identity)
         if peer is None:
-            raise ProtocolError("not_registered", "register with this shard first")
+            raise ProtocolError(ErrorCode.NOT_REGISTERED, "register with this shard first")
         if peer != (Role.WORKER, rank):
-            raise ProtocolError("bad_rank", f"connection registered as {peer[0]} {peer[1]}, message says worker {rank}")
+            raise ProtocolError(ErrorCode.BAD_RANK, f"connection registered as {peer[0]} {peer[1]}, message says worker {rank}")
 
     def heartbeat_ok(self, rank: int, session: str) -> bool:
         b = self.ranks.get(rank)

@@ -129,9 +129,9 @@ class ShardServer:
             req = record.req
             handler = self._handlers.get(record.TYPE)
             if handler is None:
-                raise ProtocolError("not_a_request", f"{record.TYPE.name} is a reply, not a request")
+                raise ProtocolError(P.ErrorCode.NOT_A_REQUEST, f"{record.TYPE.name} is a reply, not a request")
             if len(payload) != P.payload_frames(record):
-                raise ProtocolError("bad_frames", f"{record.TYPE.name} ({getattr(record, 'encoding', '')}) carries "
+                raise ProtocolError(P.ErrorCode.BAD_FRAMES, f"{record.TYPE.name} ({getattr(record, 'encoding', '')}) carries "
                                                   f"{P.payload_frames(record)} payload frame(s), got {len(payload)}")
             handler(identity, record, payload)
         except ProtocolError as exc:
@@ -166,7 +166,7 @@ class ShardServer:
         so a worker that is in fact alive re-registers instead of waiting."""
         for rank in ranks:
             for identity, pull in self._parked.drop_rank(rank):
-                self._reply(identity, P.Error(req=pull.req, code="not_registered", reason=reason))
+                self._reply(identity, P.Error(req=pull.req, code=P.ErrorCode.NOT_REGISTERED, reason=reason))
 
     def _cut_off(self, identity: bytes) -> None:
         """A peer's reply queue is full (it does not read): its replies are dropped
@@ -181,21 +181,21 @@ class ShardServer:
 
     def _check_member(self, rank: int) -> None:
         if rank not in self.state.registered:
-            raise ProtocolError("not_registered", f"worker {rank} left the quorum of shard {self.state.shard}; "
+            raise ProtocolError(P.ErrorCode.NOT_REGISTERED, f"worker {rank} left the quorum of shard {self.state.shard}; "
                                 "register again")
 
     def _check_rank(self, rank: int) -> None:
         if not 0 <= rank < self.state.workers:
-            raise ProtocolError("bad_rank", f"rank {rank} outside 0..{self.state.workers - 1}")
+            raise ProtocolError(P.ErrorCode.BAD_RANK, f"rank {rank} outside 0..{self.state.workers - 1}")
 
     def _on_register(self, identity: bytes, rec: P.Register, payload: list) -> None:
         if payload:
-            raise ProtocolError("bad_frames", "REGISTER carries no frames")
+            raise ProtocolError(P.ErrorCode.BAD_FRAMES, "REGISTER carries no frames")
         if rec.fingerprint != self.fingerprint:  # the shard's own fingerprint is never told
-            raise ProtocolError("layout_mismatch", "the client's parameter layout differs from this shard's: "
+            raise ProtocolError(P.ErrorCode.LAYOUT_MISMATCH, "the client's parameter layout differs from this shard's: "
                                 "model, shard count or parameter order differ")
         if rec.role not in (Role.WORKER, Role.EVALUATOR):
-            raise ProtocolError("bad_role", f"unknown role {rec.role!r}")
+            raise ProtocolError(P.ErrorCode.BAD_ROLE, f"unknown role {rec.role!r}")
         clock, last_seq = 0, -1
         if rec.role == Role.WORKER:
             self._check_rank(rec.rank)
@@ -216,7 +216,7 @@ class ShardServer:
 
     def _on_pull(self, identity: bytes, rec: P.Pull, payload: list) -> None:
         if payload:
-            raise ProtocolError("bad_frames", "PULL carries no frames")
+            raise ProtocolError(P.ErrorCode.BAD_FRAMES, "PULL carries no frames")
         if self._peers.role_of(identity) == Role.EVALUATOR:
             snap = self.state.live_params()
             self._reply_params(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel(),
@@ -232,19 +232,19 @@ class ShardServer:
         self._peer(identity, rec.rank)
         sparse = rec.encoding in P.SPARSE_ENCODINGS  # frame count already checked in `handle`
         if rec.numel != self.state.numel:
-            raise ProtocolError("bad_size", f"gradient has {rec.numel} elements, shard holds {self.state.numel}")
+            raise ProtocolError(P.ErrorCode.BAD_SIZE, f"gradient has {rec.numel} elements, shard holds {self.state.numel}")
         if rec.clock < 0 or rec.seq < 0 or rec.read_version < 0:
-            raise ProtocolError("bad_field", "clock, seq and read_version must be >= 0")
+            raise ProtocolError(P.ErrorCode.BAD_FIELD, "clock, seq and read_version must be >= 0")
         if not (rec.scale > 0 and rec.scale < float("inf")):
-            raise ProtocolError("bad_field", "scale must be positive and finite")
+            raise ProtocolError(P.ErrorCode.BAD_FIELD, "scale must be positive and finite")
         check_ahead("seq", rec.seq, self.state.last_seq[rec.rank])
         check_ahead("clock", rec.clock, self.state.board.clocks[rec.rank])
         if not (0 <= rec.step_s < float("inf")):
-            raise ProtocolError("bad_field", "step_s must be finite and >= 0")
+            raise ProtocolError(P.ErrorCode.BAD_FIELD, "step_s must be finite and >= 0")
         if not 1 <= rec.steps <= MAX_LOCAL_STEPS:
-            raise ProtocolError("bad_field", f"steps must be in 1..{MAX_LOCAL_STEPS}")
+            raise ProtocolError(P.ErrorCode.BAD_FIELD, f"steps must be in 1..{MAX_LOCAL_STEPS}")
         if rec.TYPE is MsgType.PUSH_PULL and not 1 <= rec.ahead <= MAX_PULL_AHEAD:
-            raise ProtocolError("bad_field", f"ahead must be in 1..{MAX_PULL_AHEAD}")
+            raise ProtocolError(P.ErrorCode.BAD_FIELD, f"ahead must be in 1..{MAX_PULL_AHEAD}")
         if rec.shm:
             grad = self._shm_gradient(identity, rec)
         elif sparse:
@@ -271,11 +271,11 @@ class ShardServer:
     def _shm_gradient(self, identity: bytes, rec: P.Push) -> torch.Tensor:
         """A dense gradient read where the same-host client wrote it (no copy)."""
         if rec.encoding not in P.ENCODINGS:
-            raise ProtocolError("bad_encoding", f"{rec.encoding!r} cannot travel through shared memory")
+            raise ProtocolError(P.ErrorCode.BAD_ENCODING, f"{rec.encoding!r} cannot travel through shared memory")
         dtype = P.ENCODINGS[rec.encoding][0]
         grad = self._shm.request(identity, rec.shm, dtype, rec.numel)
         if grad is None:
-            raise ProtocolError("bad_shm", f"no shared-memory payload at generation {rec.shm} for this connection")
+            raise ProtocolError(P.ErrorCode.BAD_SHM, f"no shared-memory payload at generation {rec.shm} for this connection")
         return grad if dtype == torch.float32 else self._decode_f32(grad, rec.scale)
 
     def _decode_f32(self, wire: torch.Tensor, scale: float) -> torch.Tensor:
@@ -324,7 +324,7 @@ class ShardServer:
 
     def _on_shutdown(self, identity: bytes, rec: P.Shutdown, payload: list) -> None:
         if not self._peers.may_shut_down(identity, rec.token):
-            raise ProtocolError("unauthorized", "SHUTDOWN needs the run token")
+            raise ProtocolError(P.ErrorCode.UNAUTHORIZED, "SHUTDOWN needs the run token")
         self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
         self._running = False
 

@@ -20,7 +20,7 @@ from psgd.core.histogram import Histogram
 from psgd.core.local_updates import server_optimizer
 from psgd.core.update_rules import UpdateRule
 from psgd.servers.live_control import ShardLive
-from psgd.wire.protocol import ProtocolError
+from psgd.wire.protocol import ErrorCode, ProtocolError
 
 __all__ = ["ShardState", "PushStatus", "PushResult"]
 
@@ -206,11 +206,11 @@ class ShardState:
 
     def check_push(self, rank: int, clock: int, read_version: int) -> None:
         if rank not in self.registered:
-            raise ProtocolError("not_registered", f"worker {rank} has not registered with shard {self.shard}")
+            raise ProtocolError(ErrorCode.NOT_REGISTERED, f"worker {rank} has not registered with shard {self.shard}")
         if read_version > self.version:
-            raise ProtocolError("bad_version", f"read_version {read_version} is ahead of the shard ({self.version})")
+            raise ProtocolError(ErrorCode.BAD_VERSION, f"read_version {read_version} is ahead of the shard ({self.version})")
         if self.bsp is not None and clock > self.bsp.step:
-            raise ProtocolError("bad_clock", f"BSP push for clock {clock} while the shard is at step {self.bsp.step}")
+            raise ProtocolError(ErrorCode.BAD_CLOCK, f"BSP push for clock {clock} while the shard is at step {self.bsp.step}")
 
     def _finish_push(self, rank, clock, result: PushResult, grad=None, skip=False) -> PushResult:
         if self.bsp is not None:

@@ -153,7 +153,7 @@ class PSClient:
             try:
                 return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
             except RemoteError as exc:
-                if exc.code != "not_registered":
+                if exc.code != P.ErrorCode.NOT_REGISTERED:
                     raise
                 # The shard restarted or timed us out and forgot us: join again, then
                 # repeat the same request (pushes keep their seq, so none applies twice).

@@ -26,6 +26,7 @@ from typing import Any, Optional
 
 from psgd.config.modes import Mode
 from psgd.config.schema import MAX_STALENESS
+from psgd.wire.protocol import ErrorCode
 
 __all__ = ["LiveSetting", "LiveSettings", "ControlError", "CONTROL_KEYS", "parse_change", "plain_fields",
            "typed_fields"]
@@ -66,37 +67,37 @@ def parse_change(key: str, value: Any, run_mode: Mode) -> dict:
     """Validate one `key=value` of `psgd ctl set` for a run started in `run_mode`;
     returns the LiveSetting fields it changes. Raises ControlError naming the key."""
     if key not in CONTROL_KEYS:
-        raise ControlError("bad_key", f"{key!r} cannot be changed live (one of {', '.join(CONTROL_KEYS)})")
+        raise ControlError(ErrorCode.BAD_KEY, f"{key!r} cannot be changed live (one of {', '.join(CONTROL_KEYS)})")
     if key == "optimizer.lr":
         lr = _number(key, value)
         if not (lr > 0 and math.isfinite(lr)):
-            raise ControlError("bad_value", f"{key} must be a finite number > 0, got {value!r}")
+            raise ControlError(ErrorCode.BAD_VALUE, f"{key} must be a finite number > 0, got {value!r}")
         return {"lr": lr}
     if not Mode(run_mode).live:
-        raise ControlError("bad_mode", f"{key} can be changed only in ssp or asp runs; this run is {run_mode}")
+        raise ControlError(ErrorCode.BAD_MODE, f"{key} can be changed only in ssp or asp runs; this run is {run_mode}")
     if key == "consistency.mode":
         try:
             mode = Mode(value)
         except ValueError:
             mode = None
         if mode is None or not mode.live:
-            raise ControlError("bad_value", f"{key} can switch between ssp and asp only, got {value!r}")
+            raise ControlError(ErrorCode.BAD_VALUE, f"{key} can switch between ssp and asp only, got {value!r}")
         return {"mode": mode}
     if value == "auto":
         return {"auto": True}
     bound = _number(key, value)
     if not (0 <= bound <= MAX_STALENESS and bound == int(bound)):  # nan and inf fail the range test
-        raise ControlError("bad_value", f"{key} must be an integer in 0..{MAX_STALENESS} or 'auto', got {value!r}")
+        raise ControlError(ErrorCode.BAD_VALUE, f"{key} must be an integer in 0..{MAX_STALENESS} or 'auto', got {value!r}")
     return {"staleness": int(bound), "auto": False}
 
 
 def _number(key: str, value: Any) -> float:
     if isinstance(value, bool):
-        raise ControlError("bad_value", f"{key} must be a number, got {value!r}")
+        raise ControlError(ErrorCode.BAD_VALUE, f"{key} must be a number, got {value!r}")
     try:
         return float(value)
     except (TypeError, ValueError, OverflowError):
-        raise ControlError("bad_value", f"{key} must be a number, got {value!r}") from None
+        raise ControlError(ErrorCode.BAD_VALUE, f"{key} must be a number, got {value!r}") from None
 
 
 @dataclass
@@ -146,7 +147,7 @@ class LiveSettings:
         """Take `fields` into force from `clock` on. A change of the bound or mode
         by hand ("ctl") replaces the adaptive policy's own changes at or after it."""
         if clock <= self.answered:
-            raise ControlError("too_late", f"clock {clock} was already answered here (up to {self.answered})")
+            raise ControlError(ErrorCode.TOO_LATE, f"clock {clock} was already answered here (up to {self.answered})")
         if origin != "auto" and ({"staleness", "mode", "auto"} & set(fields)):
             self._changes = [ch for ch in self._changes if not (ch[1] == "auto" and ch[0] >= clock)]
         at = bisect_right([c for c, _, _ in self._changes], clock)
@@ -169,7 +170,7 @@ class LiveSettings:
         """Phase one: hold pulls from the next unanswered clock on for `owner`; returns it.
         The same owner preparing again (a resent request) keeps its hold."""
         if self.hold is not None and now < self.hold.deadline and self.hold.owner != owner:
-            raise ControlError("busy", f"another controller is changing this run (holding clock {self.hold.clock})")
+            raise ControlError(ErrorCode.BUSY, f"another controller is changing this run (holding clock {self.hold.clock})")
         if self.hold is None or self.hold.owner != owner or now >= self.hold.deadline:
             self.hold = _Hold(self.answered + 1, now + ttl_s, owner)
         return self.hold.clock
@@ -179,7 +180,7 @@ class LiveSettings:
         Only the controller that holds the shard may commit."""
         self._check_owner(owner)
         if clock < self.hold.clock:
-            raise ControlError("bad_clock", f"commit at clock {clock} below the held clock {self.hold.clock}")
+            raise ControlError(ErrorCode.BAD_CLOCK, f"commit at clock {clock} below the held clock {self.hold.clock}")
         setting = self.schedule(clock, fields, "ctl")
         self.hold = None
         return setting
@@ -194,9 +195,9 @@ class LiveSettings:
 
     def _check_owner(self, owner: str) -> None:
         if self.hold is None:
-            raise ControlError("not_prepared", "no prepared change (or the hold expired)")
+            raise ControlError(ErrorCode.NOT_PREPARED, "no prepared change (or the hold expired)")
         if self.hold.owner != owner:
-            raise ControlError("not_owner", "another controller holds this shard")
+            raise ControlError(ErrorCode.NOT_OWNER, "another controller holds this shard")
 
     # ---- durable -------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import Enum, IntEnum
 from typing import Any, ClassVar, Sequence
 
 import msgpack
@@ -42,10 +42,53 @@ class MsgType(IntEnum):
     CONTROL_REPLY = 15  # shard -> controller: the clock of a prepared or committed change, and settings
 
 
+class ErrorCode(str, Enum):
+    """Every code an ERROR reply or a refused control change carries; the wire holds the value."""
+
+    def __str__(self) -> str:  # f"{code}" is the wire value on every Python version
+        return self.value
+
+    BAD_CLOCK = "bad_clock"
+    BAD_ENCODING = "bad_encoding"
+    BAD_FIELD = "bad_field"
+    BAD_FRAMES = "bad_frames"
+    BAD_HEADER = "bad_header"
+    BAD_INDEX = "bad_index"
+    BAD_KEY = "bad_key"
+    BAD_MODE = "bad_mode"
+    BAD_NAME = "bad_name"
+    BAD_OP = "bad_op"
+    BAD_RANK = "bad_rank"
+    BAD_ROLE = "bad_role"
+    BAD_SEGMENT = "bad_segment"
+    BAD_SHM = "bad_shm"
+    BAD_SIZE = "bad_size"
+    BAD_TOKEN = "bad_token"
+    BAD_TYPE = "bad_type"
+    BAD_VALUE = "bad_value"
+    BAD_VERSION = "bad_version"
+    BUSY = "busy"
+    NOT_OWNER = "not_owner"
+    CREATE_FAILED = "create_failed"
+    EMPTY = "empty"
+    HEADER_TOO_LARGE = "header_too_large"
+    LAYOUT_MISMATCH = "layout_mismatch"
+    NO_TOKEN = "no_token"
+    NOT_A_REQUEST = "not_a_request"
+    NOT_HERE = "not_here"
+    NOT_OURS = "not_ours"
+    NOT_PREPARED = "not_prepared"
+    NOT_REGISTERED = "not_registered"
+    RANK_BOUND = "rank_bound"
+    TOO_LATE = "too_late"
+    TOO_SMALL = "too_small"
+    UNAUTHORIZED = "unauthorized"
+
+
 class ProtocolError(ValueError):
     """A message that does not follow this module's contract."""
 
-    def __init__(self, code: str, reason: str):
+    def __init__(self, code: ErrorCode | str, reason: str):
         self.code = code
         self.reason = reason
         super().__init__(f"{code}: {reason}")
@@ -238,32 +281,32 @@ def encode(record: Record, frames: Sequence[Any] = ()) -> list:
 def decode(frames: Sequence[Any]) -> tuple[Record, list]:
     """Parse a message into (record, payload frames). Raises ProtocolError."""
     if not frames:
-        raise ProtocolError("empty", "message has no frames")
+        raise ProtocolError(ErrorCode.EMPTY, "message has no frames")
     head = memoryview(frames[0])
     if head.nbytes > MAX_HEADER_BYTES:
-        raise ProtocolError("header_too_large", f"header is {head.nbytes} bytes")
+        raise ProtocolError(ErrorCode.HEADER_TOO_LARGE, f"header is {head.nbytes} bytes")
     try:
         obj = msgpack.unpackb(head, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types for garbage input
-        raise ProtocolError("bad_header", f"header is not msgpack: {type(exc).__name__}") from None
+        raise ProtocolError(ErrorCode.BAD_HEADER, f"header is not msgpack: {type(exc).__name__}") from None
     if not (isinstance(obj, list) and len(obj) == 4):
-        raise ProtocolError("bad_header", "header must be [version, type, request_id, fields]")
+        raise ProtocolError(ErrorCode.BAD_HEADER, "header must be [version, type, request_id, fields]")
     version, mtype, req, fields = obj
     if type(version) is not int or version != PROTOCOL_VERSION:  # True == 1, but is not a version
-        raise ProtocolError("bad_version", f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
+        raise ProtocolError(ErrorCode.BAD_VERSION, f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
     if not isinstance(mtype, int) or isinstance(mtype, bool) or mtype not in RECORDS:
-        raise ProtocolError("bad_type", f"unknown message type {mtype!r}")
+        raise ProtocolError(ErrorCode.BAD_TYPE, f"unknown message type {mtype!r}")
     if not isinstance(req, int) or isinstance(req, bool) or not (0 <= req < 2**63):
-        raise ProtocolError("bad_header", "request id must be a non-negative integer")
+        raise ProtocolError(ErrorCode.BAD_HEADER, "request id must be a non-negative integer")
     if not isinstance(fields, dict):
-        raise ProtocolError("bad_header", "fields must be a mapping")
+        raise ProtocolError(ErrorCode.BAD_HEADER, "fields must be a mapping")
     checks = _CHECKS[mtype]
     for name, value in fields.items():
         check = checks.get(name)
         if check is None:
-            raise ProtocolError("bad_field", f"unknown field {name!r} for {MsgType(mtype).name}")
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"unknown field {name!r} for {MsgType(mtype).name}")
         if type(value) not in check:
-            raise ProtocolError("bad_field", f"field {name!r} must be {_FIELDS[mtype][name]}")
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"field {name!r} must be {_FIELDS[mtype][name]}")
     defaults = _DEFAULTS.get(mtype)
     if defaults is None:
         return RECORDS[mtype](req=req, **fields), list(frames[1:])
@@ -309,11 +352,11 @@ def frame_to_tensor(frame: Any, encoding: str, numel: int) -> torch.Tensor:
     before modifying or keeping it past the frame's lifetime.
     """
     if encoding not in ENCODINGS:
-        raise ProtocolError("bad_encoding", f"unknown tensor encoding {encoding!r}")
+        raise ProtocolError(ErrorCode.BAD_ENCODING, f"unknown tensor encoding {encoding!r}")
     dtype, itemsize = ENCODINGS[encoding]
     buf = memoryview(frame)
     if numel < 0 or buf.nbytes != numel * itemsize:
-        raise ProtocolError("bad_size", f"frame has {buf.nbytes} bytes, header says {numel} x {encoding}")
+        raise ProtocolError(ErrorCode.BAD_SIZE, f"frame has {buf.nbytes} bytes, header says {numel} x {encoding}")
     if numel == 0:
         return torch.empty(0, dtype=dtype)
     if not buf.readonly:  # received ZeroMQ frames are writable: no warning to silence
@@ -340,18 +383,18 @@ def frames_to_sparse(frames: Sequence[Any], encoding: str, numel: int, nnz: int)
     """(indices, values) viewing a sparse gradient's two frames without copying.
     Checks frame sizes and that every index lies in [0, numel)."""
     if encoding not in SPARSE_ENCODINGS:
-        raise ProtocolError("bad_encoding", f"unknown sparse encoding {encoding!r}")
+        raise ProtocolError(ErrorCode.BAD_ENCODING, f"unknown sparse encoding {encoding!r}")
     if len(frames) != 2:
-        raise ProtocolError("bad_frames", f"{encoding} gradient needs an index and a value frame, got {len(frames)}")
+        raise ProtocolError(ErrorCode.BAD_FRAMES, f"{encoding} gradient needs an index and a value frame, got {len(frames)}")
     if not 0 <= nnz <= numel:
-        raise ProtocolError("bad_size", f"nnz {nnz} outside 0..{numel}")
+        raise ProtocolError(ErrorCode.BAD_SIZE, f"nnz {nnz} outside 0..{numel}")
     idx_dtype, val_dtype = SPARSE_ENCODINGS[encoding]
     out = []
     for frame, dtype, what in ((frames[0], idx_dtype, "index"), (frames[1], val_dtype, "value")):
         buf = memoryview(frame)
         itemsize = torch.empty(0, dtype=dtype).element_size()
         if buf.nbytes != nnz * itemsize:
-            raise ProtocolError("bad_size", f"{what} frame has {buf.nbytes} bytes, header says {nnz} x {dtype}")
+            raise ProtocolError(ErrorCode.BAD_SIZE, f"{what} frame has {buf.nbytes} bytes, header says {nnz} x {dtype}")
         if nnz == 0:
             out.append(torch.empty(0, dtype=dtype))
             continue
@@ -360,7 +403,7 @@ def frames_to_sparse(frames: Sequence[Any], encoding: str, numel: int, nnz: int)
             out.append(torch.frombuffer(buf, dtype=dtype))
     indices, values = out
     if nnz and (int(indices.min()) < 0 or int(indices.max()) >= numel):
-        raise ProtocolError("bad_index", f"{encoding} index outside 0..{numel - 1}")
+        raise ProtocolError(ErrorCode.BAD_INDEX, f"{encoding} index outside 0..{numel - 1}")
     return indices, values
 
 

@@ -51,6 +51,8 @@ from typing import Optional, Union
 
 import torch
 
+from psgd.wire.protocol import ErrorCode
+
 __all__ = ["Segment", "ShmError", "reclaim", "SHM_DIR", "PREFIX", "available", "process_start_time"]
 
 SHM_DIR = Path("/dev/shm")
@@ -186,14 +188,14 @@ class Segment:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         except OSError as exc:
-            raise ShmError("create_failed", f"cannot create {path}: {exc.strerror}") from None
+            raise ShmError(ErrorCode.CREATE_FAILED, f"cannot create {path}: {exc.strerror}") from None
         try:
             os.ftruncate(fd, size)
             mm = mmap.mmap(fd, size)
         except OSError as exc:
             os.close(fd)
             os.unlink(path)
-            raise ShmError("create_failed", f"cannot size {path} to {size} bytes: {exc.strerror}") from None
+            raise ShmError(ErrorCode.CREATE_FAILED, f"cannot size {path} to {size} bytes: {exc.strerror}") from None
         os.close(fd)
         _HEADER.pack_into(mm, 0, MAGIC, token, request_bytes, reply_bytes)
         return cls(mm, path, token, request_bytes, reply_bytes, owner=True)
@@ -252,22 +254,22 @@ class Segment:
         file of this user, its header carries `token_hex`, and its regions hold
         at least `request_bytes` and `reply_bytes`."""
         if _NAME.match(name) is None:
-            raise ShmError("bad_name", f"{name!r} is not a psgd segment name")
+            raise ShmError(ErrorCode.BAD_NAME, f"{name!r} is not a psgd segment name")
         try:
             token = bytes.fromhex(token_hex)
         except ValueError:
-            raise ShmError("bad_token", "token is not hex") from None
+            raise ShmError(ErrorCode.BAD_TOKEN, "token is not hex") from None
         path = Path(directory or SHM_DIR) / name
         try:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
         except OSError:
-            raise ShmError("not_here", f"no segment {name} on this host") from None
+            raise ShmError(ErrorCode.NOT_HERE, f"no segment {name} on this host") from None
         try:
             st = os.fstat(fd)
             if not (st.st_mode & 0o170000 == 0o100000 and st.st_uid == os.geteuid()):
-                raise ShmError("not_ours", f"{name} is not a regular file of this user")
+                raise ShmError(ErrorCode.NOT_OURS, f"{name} is not a regular file of this user")
             if st.st_size < HEADER_BYTES:
-                raise ShmError("bad_segment", f"{name} is {st.st_size} bytes, shorter than its header")
+                raise ShmError(ErrorCode.BAD_SEGMENT, f"{name} is {st.st_size} bytes, shorter than its header")
             mm = mmap.mmap(fd, st.st_size)
         finally:
             os.close(fd)
@@ -275,11 +277,11 @@ class Segment:
         size = _round_up(HEADER_BYTES) + _round_up(req_cap) + _round_up(rep_cap)
         problem = None
         if magic != MAGIC or got_token != token:
-            problem = ShmError("bad_token", f"{name} was not made by this client")
+            problem = ShmError(ErrorCode.BAD_TOKEN, f"{name} was not made by this client")
         elif req_cap > MAX_SEGMENT_BYTES or rep_cap > MAX_SEGMENT_BYTES or size > len(mm):
-            problem = ShmError("bad_segment", f"{name}'s header does not match its size")
+            problem = ShmError(ErrorCode.BAD_SEGMENT, f"{name}'s header does not match its size")
         elif req_cap < request_bytes or rep_cap < reply_bytes:
-            problem = ShmError("too_small", f"{name} holds {req_cap}/{rep_cap} bytes, "
+            problem = ShmError(ErrorCode.TOO_SMALL, f"{name} holds {req_cap}/{rep_cap} bytes, "
                                             f"needs {request_bytes}/{reply_bytes}")
         if problem is not None:
             mm.close()
