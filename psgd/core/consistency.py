@@ -92,8 +92,7 @@ class ConsistencyPolicy:
         low = self.board.min_clock()
         low = clock if low is None else low
         self.settings.note_answered(clock)
-        setting = self.settings.at(clock)
-        bound = setting.staleness if setting.mode is Mode.SSP else None
+        bound = self.settings.at(clock).bound
         key = "none" if bound is None else str(bound)
         self.pulls_by_bound[key] = self.pulls_by_bound.get(key, 0) + 1
         if bound is not None:

@@ -108,11 +108,14 @@ def test_a_pull_waiting_through_a_long_hold_survives_its_resends(run):
     clock = worker_clock(run)
     time.sleep(HOLD_TTL_S + 2)
     assert wait_for(lambda: worker_clock(run) >= clock + 20, timeout=30), "training did not resume after the hold"
-    for address in server_addresses(run):
-        counters = shard_stats(address)["counters"]
-        assert counters.get("pulls_superseded", 0) > before[address].get("pulls_superseded", 0)  # resends came
-        assert "bad_requests_too_many_pulls" not in counters
+    after = {a: shard_stats(a)["counters"] for a in server_addresses(run)}
+    assert not any("bad_requests_too_many_pulls" in counters for counters in after.values()), after
     assert all(e["role"] != "worker" or e.get("restarts", 0) == 0 for e in processes(run))
+    # The resends reach only the shards still holding a worker's pull: the raw prepares above
+    # reach the shards one after the other, so one of them may hold one clock later and have
+    # answered the pull the other holds.
+    superseded = sum(after[a].get("pulls_superseded", 0) - before[a].get("pulls_superseded", 0) for a in after)
+    assert superseded > 0  # resends came, and each replaced the parked pull
 
 
 @pytest.mark.timeout(60)
