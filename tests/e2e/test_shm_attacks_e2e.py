@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
 import torch
-from conftest import kill_tree, spawn
+from conftest import spawn
 
 from psgd.bench.procs import BenchShards
 from psgd.wire import protocol as P
@@ -23,16 +24,26 @@ LR = 1e-6  # BenchShards' SGD step; its parameters start at zero
 
 
 def segments_held_by(pid: int) -> int:
-    """psgd segment files a process still holds: open files plus mappings."""
-    fds = 0
+    """How many psgd segment files a process still holds, open or mapped."""
+    where = f"{shm.SHM_DIR}/{shm.PREFIX}"
+    held = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
-            fds += os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"{shm.SHM_DIR}/{shm.PREFIX}")
+            held.add(os.readlink(f"/proc/{pid}/fd/{fd}").split()[0])
         except OSError:
             pass
     with open(f"/proc/{pid}/maps") as f:
-        maps = sum(f"{shm.SHM_DIR}/{shm.PREFIX}" in line for line in f)
-    return fds + maps
+        held.update(line.split()[5] for line in f if where in line)
+    return sum(name.startswith(where) for name in held)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """The child's whole session, also when the child itself already died (of SIGBUS) and left its own children."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 @pytest.mark.timeout(60)
@@ -78,15 +89,14 @@ def test_a_client_that_truncates_its_segment_is_refused_and_the_shard_keeps_serv
 
 
 FLIPPER_CLIENT = """
-import os, struct, sys, time, torch
+import os, struct, sys, torch
 from psgd.bench.procs import bench_layout
 from psgd.workers.client import PSClient
 address, numel, pushes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 c = PSClient([address], bench_layout(numel, 1), rank=0, heartbeat_s=None, request_timeout_s=60)
 c.register()
 seg = c._shm.segment(0)
-at = seg._request.data_ptr() - seg._reply.data_ptr()  # only to check the layout below
-mm, spot = seg._mm, 4096 + 4 * (numel // 2)  # one element in the middle of the request region
+mm, spot = seg._mm, 4096 + 4 * (numel // 2)  # the request region starts after a one-page header
 nan, one = struct.pack("<f", float("nan")), struct.pack("<f", 1.0)
 child = os.fork()
 if child == 0:  # the hostile half: rewrites that element, NaN and back, as fast as it can
@@ -120,7 +130,7 @@ def test_a_gradient_rewritten_after_its_request_was_sent_is_checked_and_applied_
             assert bool(torch.isfinite(params).all())
             torch.testing.assert_close(params, torch.full((numel,), -LR * applied), rtol=1e-5, atol=0)
         finally:
-            kill_tree(proc)
+            kill_group(proc)
             watcher.shutdown_servers(token=cluster.token)
             watcher.close()
 
@@ -184,9 +194,13 @@ def _in_small_shm(size: str) -> list[str]:
 @pytest.mark.timeout(120)
 def test_a_dev_shm_too_small_for_the_segments_falls_back_to_tcp_with_one_warning():
     numel = 200_000  # two shards: two segments of 2 x 400 kB each, in a 256 kB /dev/shm
-    proc = subprocess.run(_in_small_shm("256k") + [sys.executable, "-c", SMALL_SHM_CLIENT, str(numel)],
-                          capture_output=True, text=True, timeout=100)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split("\n")[0] == "shared_memory [False, False]"
-    warnings = [line for line in proc.stderr.splitlines() if "shared memory off" in line]
-    assert len(warnings) == 1 and "cannot hold a segment" in warnings[0], proc.stderr[-2000:]
+    proc = spawn(_in_small_shm("256k") + [sys.executable, "-c", SMALL_SHM_CLIENT, str(numel)],
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=100)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 0, err[-2000:]
+    assert out.split("\n")[0] == "shared_memory [False, False]"
+    warnings = [line for line in err.splitlines() if "shared memory off" in line]
+    assert len(warnings) == 1 and "cannot hold a segment" in warnings[0], err[-2000:]
