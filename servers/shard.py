@@ -41,6 +41,7 @@ from psgd.servers.state import PushStatus, ShardState
 __all__ = ["ShardServer", "initial_shard_params", "run_role"]
 
 STATS_EVERY_S = 1.0
+EVALUATOR_RANKS = 4  # the run's evaluator is rank 0; a few more for observers. Bounds their segments.
 EXPIRE_EVERY_S = 0.01  # how often the loop looks for silent workers
 MAX_PULL_AHEAD = 2  # a pipelined worker asks for the parameters of the clock after next
 
@@ -70,7 +71,8 @@ class ShardServer:
         self._parked = DeferredPulls()
         self._speeds = StepSpeeds()  # local.dynamic: workers size their rounds by the fastest one's speed
         self._running = False
-        self._f32: Optional[torch.Tensor] = None  # reused buffer for decoding fp16/bf16 gradients
+        self._f32: Optional[torch.Tensor] = None  # reused buffer: decoded fp16/bf16 and shared-memory gradients
+        self._wire: dict[torch.dtype, torch.Tensor] = {}  # reused buffers: fp16/bf16 copied out of shared memory
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
         self._frame = None
         # Same-host clients' shared-memory segments (psgd.wire.shm); reclaim dead processes' files first.
@@ -84,7 +86,7 @@ class ShardServer:
         """Raises WriteFailed (naming the file) when a checkpoint write fails:
         nothing more can be acknowledged durably, so the shard stops."""
         self._running = True
-        last_stats = last_expire = self._clock()
+        last_stats = last_expire = last_sweep = self._clock()
         failed = False
         try:
             while self._running and not stop.is_set() and not should_stop():
@@ -100,10 +102,14 @@ class ShardServer:
                     for rank in gone:
                         self._peers.release(rank)
                         self._speeds.forget(rank)
+                        self._shm.release_rank(Role.WORKER, rank)
                         self.events.emit("worker_timed_out", rank=rank, clock=self.state.board.clocks[rank])
                         self._journal("log_depart", rank)
                     self._refuse_parked(gone, "timed out: no message for cluster.timeout_s; register again")
                     self._release()
+                if now - last_sweep >= self.cfg.cluster.timeout_s:  # evaluators send no heartbeats
+                    self._shm.release_idle(Role.EVALUATOR)
+                    last_sweep = now
                 if self.state.live.expire(now):  # a psgd ctl change that was never committed
                     self._release()
                 if self.checkpoint is not None and self.checkpoint.due(self.state):
@@ -121,6 +127,7 @@ class ShardServer:
                 self.checkpoint.close()
             self.emit_stats(final=True)
             self._sock.close()
+            self._shm.close()
 
     def handle(self, identity: bytes, frames: list) -> None:
         req = 0
@@ -199,6 +206,8 @@ class ShardServer:
         clock, last_seq = 0, -1
         if rec.role == Role.WORKER:
             self._check_rank(rec.rank)
+        elif not 0 <= rec.rank < EVALUATOR_RANKS:
+            raise ProtocolError(P.ErrorCode.BAD_RANK, f"evaluator rank {rec.rank} outside 0..{EVALUATOR_RANKS - 1}")
         session = self._peers.register(identity, rec.role, rec.rank, self._sock.peer_key, rec.token)
         if rec.role == Role.WORKER:
             self._parked.drop_rank(rec.rank)  # a previous incarnation's pulls have no reader now
@@ -269,20 +278,31 @@ class ShardServer:
             self._answer_or_park(identity, P.Pull(req=rec.req, rank=rec.rank, clock=pull_clock), rec.rank, pull_clock)
 
     def _shm_gradient(self, identity: bytes, rec: P.Push) -> torch.Tensor:
-        """A dense gradient read where the same-host client wrote it (no copy)."""
+        """A dense gradient copied once out of the same-host client's segment into
+        a buffer of the shard's own: what is checked, applied and logged is that
+        copy, whatever the client writes into its memory meanwhile."""
         if rec.encoding not in P.ENCODINGS:
             raise ProtocolError(P.ErrorCode.BAD_ENCODING, f"{rec.encoding!r} cannot travel through shared memory")
         dtype = P.ENCODINGS[rec.encoding][0]
-        grad = self._shm.request(identity, rec.shm, dtype, rec.numel)
-        if grad is None:
+        if dtype == torch.float32:
+            out = self._f32_buffer()  # fp32: copied straight into the decode buffer
+        else:
+            out = self._wire.get(dtype)
+            if out is None:
+                out = self._wire[dtype] = torch.empty(self.state.numel, dtype=dtype)
+        if rec.numel != out.numel() or not self._shm.request(identity, rec.shm, out):
             raise ProtocolError(P.ErrorCode.BAD_SHM, f"no shared-memory payload at generation {rec.shm} for this connection")
-        return grad if dtype == torch.float32 else self._decode_f32(grad, rec.scale)
+        return out if dtype == torch.float32 else self._decode_f32(out, rec.scale)
 
-    def _decode_f32(self, wire: torch.Tensor, scale: float) -> torch.Tensor:
+    def _f32_buffer(self) -> torch.Tensor:
         if self._f32 is None:
             self._f32 = torch.empty(self.state.numel)
-        self._f32.copy_(wire)
-        return self._f32.mul_(scale) if scale != 1.0 else self._f32
+        return self._f32
+
+    def _decode_f32(self, wire: torch.Tensor, scale: float) -> torch.Tensor:
+        f32 = self._f32_buffer()
+        f32.copy_(wire)
+        return f32.mul_(scale) if scale != 1.0 else f32
 
     def _answer_or_park(self, identity: bytes, pull: P.Pull, rank: int, clock: int) -> None:
         if self.state.pull_ready(rank, clock):
@@ -309,7 +329,13 @@ class ShardServer:
         self.state.seen(rec.rank, self._clock())
 
     def _on_leave(self, identity: bytes, rec: P.Leave, payload: list) -> None:
+        if self._peers.role_of(identity) == Role.EVALUATOR:  # holds no rank state: only its segment to let go
+            self._shm.release(identity)
+            self._peers.forget(identity)
+            self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
+            return
         self._peer(identity, rec.rank)
+        self._shm.release_rank(Role.WORKER, rec.rank)
         self._peers.release(rec.rank)
         self._speeds.forget(rec.rank)
         self.state.leave(rec.rank)

@@ -66,6 +66,7 @@ class Evaluator:
         tmp.replace(path)
 
     def close(self) -> None:
+        self.client.leave(timeout_s=1.0)  # the shards let go of this connection's segment now
         self.client.close()
 
 

@@ -1,9 +1,11 @@
 """The shared-memory floors: what any same-host parameter server must do per
 push+pull when the bytes travel through shared memory, with no protocol.
 
-One round trip copies the gradient into a segment's request region, checks
-it is finite (one pass), applies plain SGD in place from the region, and
-copies the parameters into the reply region.
+One round trip copies the gradient into a segment's request region, copies
+it out into the server's own buffer (the client could rewrite its memory
+between the check and the update), checks that copy is finite (one pass),
+applies plain SGD in place from it, and copies the parameters into the
+reply region.
 
 - `ShmSgdFloor` does all of it in the calling process: no wake-up, no second
   core, every byte already in this core's caches. A bound below any server
@@ -29,6 +31,7 @@ import zmq
 
 from psgd.bench.procs import bench_context
 from psgd.wire.shm import Segment
+from psgd.wire.shm_attached import AttachedSegment
 
 __all__ = ["ShmSgdFloor", "ShmFloorPeer", "time_shm_floor"]
 
@@ -44,23 +47,27 @@ class ShmSgdFloor:
         self.numel = numel
         self.skipped = 0  # non-finite gradients refused
         self._segment = Segment.create(4 * numel, 4 * numel, directory)
-        self._segment.unlink()  # the mapping is all this process needs
+        self._server = AttachedSegment.attach(self._segment.name, self._segment.token_hex, 4 * numel, 4 * numel,
+                                              directory)
+        self._segment.unlink()  # the mapping and the open file are all this process needs
+        self._grad = torch.empty(numel)
         self._req = 0
 
     def round_trip(self, grad: torch.Tensor) -> torch.Tensor:
         """One push+pull of `grad` (fp32, `numel` elements); returns the
         parameters as they lie in the reply region (valid until the next call)."""
         gen, nbytes = self._segment.put_request(grad)
-        g = self._segment.request_tensor(gen, torch.float32, self.numel)
-        if math.isfinite(g.sum().item()):
+        g = self._grad
+        if self._server.read_request(gen, g) and math.isfinite(g.sum().item()):
             self.params.add_(g, alpha=-self.lr)
         else:
             self.skipped += 1
         self._req += 1
-        self._segment.put_reply(self._req, self.params)
+        self._server.put_reply(self._req, self.params)
         return self._segment.reply_tensor(self._req, torch.float32, self.numel)
 
     def close(self) -> None:
+        self._server.close()
         self._segment.close()
 
 
@@ -113,8 +120,8 @@ class _ZmqWake:
 
 def _floor_server(name: str, token: str, numel: int, lr: float, conn, wake: str = "pipe") -> None:
     torch.set_num_threads(1)
-    seg = Segment.attach(name, token, 4 * numel, 4 * numel)
-    params = torch.zeros(numel)
+    seg = AttachedSegment.attach(name, token, 4 * numel, 4 * numel)
+    params, g = torch.zeros(numel), torch.empty(numel)
     channel = _ZmqWake(conn) if wake == "zmq" else _PipeWake(conn)
     req = 0
     while True:
@@ -122,8 +129,7 @@ def _floor_server(name: str, token: str, numel: int, lr: float, conn, wake: str 
         if msg == b"stop":
             return
         req += 1
-        g = seg.request_tensor(int(msg), torch.float32, numel)
-        if math.isfinite(g.sum().item()):
+        if seg.read_request(int(msg), g) and math.isfinite(g.sum().item()):
             params.add_(g, alpha=-lr)
         seg.put_reply(req, params)
         channel.reply()

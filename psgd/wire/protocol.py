@@ -69,6 +69,7 @@ class ErrorCode(str, Enum):
     BAD_VERSION = "bad_version"
     BUSY = "busy"
     NOT_OWNER = "not_owner"
+    NO_SPACE = "no_space"
     CREATE_FAILED = "create_failed"
     EMPTY = "empty"
     HEADER_TOO_LARGE = "header_too_large"

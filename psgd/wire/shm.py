@@ -9,12 +9,14 @@ and every consistency rule stay on ZeroMQ.
 Lifecycle (no segment outlives its processes, SIGKILL included):
 - the client `create`s a file under /dev/shm named after its own pid and
   process start time, and offers (name, token) when it registers;
-- the shard `attach`es: it maps the file only if the name has psgd's form,
-  the header carries the same token, and the regions hold its tensor; a
-  shard on another host finds no such file, so the client falls back to TCP;
+- the shard attaches (psgd.wire.shm_attached): it opens the file only if
+  the name has psgd's form, the header carries the same token, and the
+  regions hold its tensor; a shard on another host finds no such file, so
+  the client falls back to TCP;
 - the client unlinks the file once the shard has answered the offer (either
-  way); from then on only the two mappings keep the memory, and the kernel
-  frees it when both processes are gone;
+  way); from then on only the client's mapping and the shard's open file
+  keep the memory, and the kernel frees it when both are gone (the shard
+  closes its file when the connection leaves or times out);
 - a process killed between create and unlink leaves its file behind:
   `reclaim` (run by every later `create` and by a starting shard) removes
   files whose creating process no longer runs.
@@ -33,10 +35,16 @@ The shard writes a reply only for a request id above the last it wrote
 (a late resend of an older request must not overwrite parameters the client
 may be reading) and stamps it with that id.
 
+Creation reserves every page (posix_fallocate), so a /dev/shm too small for
+the segment refuses it at once and the client stays on TCP, instead of a
+page fault (SIGBUS) mid-run.
+
 Trust: both processes must run as the same user (files are 0600). The shard
-reads a gradient where the client wrote it, so a hostile process holding the
-segment could change it between the finite check and the update; secured
-(CurveZMQ) runs therefore keep every byte on the socket.
+never maps a client's file: it reads a request once, with pread, into a
+buffer of its own, and checks, applies and logs that copy; it writes replies
+with pwrite. A client that rewrites or truncates its segment therefore can
+neither change what the shard checked nor make it fault. Secured (CurveZMQ)
+runs still keep every byte on the socket.
 """
 from __future__ import annotations
 
@@ -53,7 +61,8 @@ import torch
 
 from psgd.wire.protocol import ErrorCode
 
-__all__ = ["Segment", "ShmError", "reclaim", "SHM_DIR", "PREFIX", "available", "process_start_time"]
+__all__ = ["Segment", "ShmError", "reclaim", "SHM_DIR", "PREFIX", "available", "process_start_time",
+           "segment_bytes", "reply_offset"]
 
 SHM_DIR = Path("/dev/shm")
 PREFIX = "psgd-"
@@ -96,6 +105,18 @@ def _round_up(n: int) -> int:
     return -(-n // PAGE) * PAGE
 
 
+REQUEST_AT = _round_up(HEADER_BYTES)
+
+
+def reply_offset(request_capacity: int) -> int:
+    """Where the reply region starts in a segment whose request region holds `request_capacity` bytes."""
+    return REQUEST_AT + _round_up(request_capacity)
+
+
+def segment_bytes(request_capacity: int, reply_capacity: int) -> int:
+    return reply_offset(request_capacity) + _round_up(reply_capacity)
+
+
 def reclaim(directory: Optional[Path] = None) -> list[str]:
     """Unlink segments whose creating process is gone; returns their names.
     Only names of psgd's own form are touched."""
@@ -121,26 +142,23 @@ def reclaim(directory: Optional[Path] = None) -> list[str]:
 
 
 class Segment:
-    """One connection's shared memory: a request region written by the client
-    and read by the shard, and a reply region written by the shard and read
-    by the client. Used from one thread per side."""
+    """The client's side of one connection's shared memory: it writes the
+    request region and reads the reply region, through its own mapping.
+    Used from one thread."""
 
-    def __init__(self, mm: mmap.mmap, path: Path, token: bytes, request_capacity: int, reply_capacity: int,
-                 owner: bool):
+    def __init__(self, mm: mmap.mmap, path: Path, token: bytes, request_capacity: int, reply_capacity: int):
         self.path = path
         self.name = path.name
         self.token = token
         self.request_capacity = request_capacity
         self.reply_capacity = reply_capacity
-        self.owner = owner              # the creating side, which unlinks the file
         self._mm = mm
-        reply_at = _round_up(HEADER_BYTES) + _round_up(request_capacity)
+        reply_at = reply_offset(request_capacity)
         whole = torch.frombuffer(mm, dtype=torch.uint8) if len(mm) else torch.empty(0, dtype=torch.uint8)
         # Byte views of both regions, made once: every copy in or out is one tensor copy.
-        self._request = whole[_round_up(HEADER_BYTES):_round_up(HEADER_BYTES) + request_capacity]
+        self._request = whole[REQUEST_AT:REQUEST_AT + request_capacity]
         self._reply = whole[reply_at:reply_at + reply_capacity]
         self._request_gen = 0
-        self.last_reply_req = -1        # attach side: the newest request id answered through the segment
         self._src: tuple = (None, 0, None)   # the last payload copied in: (object, data_ptr, its byte view)
         self._views: dict = {}          # (region, nbytes, dtype) -> typed view, made once
 
@@ -161,12 +179,11 @@ class Segment:
         return self.path.exists()
 
     def close(self) -> None:
-        """Let go of this side's mapping (the creating side also unlinks the file).
+        """Unlink the file and let go of the mapping.
         The mapping is never closed explicitly: tensors over it (returned views)
         hold a reference to it, and it is unmapped when the last one is freed;
         closing it under them would leave them pointing at unmapped memory."""
-        if self.owner:
-            self.unlink()
+        self.unlink()
         self._request = self._reply = None
         self._src, self._views = (None, 0, None), {}
         self._mm = None
@@ -184,21 +201,23 @@ class Segment:
         start = process_start_time(pid)
         path = d / f"{PREFIX}{pid}-{start}-{secrets.token_hex(8)}"
         token = secrets.token_bytes(16)
-        size = _round_up(HEADER_BYTES) + _round_up(request_bytes) + _round_up(reply_bytes)
+        size = segment_bytes(request_bytes, reply_bytes)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         except OSError as exc:
             raise ShmError(ErrorCode.CREATE_FAILED, f"cannot create {path}: {exc.strerror}") from None
         try:
-            os.ftruncate(fd, size)
+            # Reserve every page now: tmpfs pages bought on first touch would, on a full
+            # /dev/shm, fault (SIGBUS) in whichever process writes first, mid-run.
+            os.posix_fallocate(fd, 0, size)
             mm = mmap.mmap(fd, size)
         except OSError as exc:
             os.close(fd)
             os.unlink(path)
-            raise ShmError(ErrorCode.CREATE_FAILED, f"cannot size {path} to {size} bytes: {exc.strerror}") from None
+            raise ShmError(ErrorCode.NO_SPACE, f"{d} cannot hold a segment of {size} bytes: {exc.strerror}") from None
         os.close(fd)
         _HEADER.pack_into(mm, 0, MAGIC, token, request_bytes, reply_bytes)
-        return cls(mm, path, token, request_bytes, reply_bytes, owner=True)
+        return cls(mm, path, token, request_bytes, reply_bytes)
 
     def put_request(self, data: Union[torch.Tensor, memoryview, bytes]) -> tuple[int, int]:
         """Copy one request payload into the request region; returns
@@ -244,77 +263,6 @@ class Segment:
         view = _bytes_of(data)
         self._src = (data, data.data_ptr() if isinstance(data, torch.Tensor) else 0, view)
         return view
-
-    # ---- shard side -------------------------------------------------------
-    @classmethod
-    def attach(cls, name: str, token_hex: str, request_bytes: int, reply_bytes: int,
-               directory: Optional[Path] = None) -> "Segment":
-        """Map a client's segment. Raises ShmError (the client then stays on TCP)
-        unless the name has psgd's form, the file exists here and is a regular
-        file of this user, its header carries `token_hex`, and its regions hold
-        at least `request_bytes` and `reply_bytes`."""
-        if _NAME.match(name) is None:
-            raise ShmError(ErrorCode.BAD_NAME, f"{name!r} is not a psgd segment name")
-        try:
-            token = bytes.fromhex(token_hex)
-        except ValueError:
-            raise ShmError(ErrorCode.BAD_TOKEN, "token is not hex") from None
-        path = Path(directory or SHM_DIR) / name
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-        except OSError:
-            raise ShmError(ErrorCode.NOT_HERE, f"no segment {name} on this host") from None
-        try:
-            st = os.fstat(fd)
-            if not (st.st_mode & 0o170000 == 0o100000 and st.st_uid == os.geteuid()):
-                raise ShmError(ErrorCode.NOT_OURS, f"{name} is not a regular file of this user")
-            if st.st_size < HEADER_BYTES:
-                raise ShmError(ErrorCode.BAD_SEGMENT, f"{name} is {st.st_size} bytes, shorter than its header")
-            mm = mmap.mmap(fd, st.st_size)
-        finally:
-            os.close(fd)
-        magic, got_token, req_cap, rep_cap = _HEADER.unpack_from(mm, 0)
-        size = _round_up(HEADER_BYTES) + _round_up(req_cap) + _round_up(rep_cap)
-        problem = None
-        if magic != MAGIC or got_token != token:
-            problem = ShmError(ErrorCode.BAD_TOKEN, f"{name} was not made by this client")
-        elif req_cap > MAX_SEGMENT_BYTES or rep_cap > MAX_SEGMENT_BYTES or size > len(mm):
-            problem = ShmError(ErrorCode.BAD_SEGMENT, f"{name}'s header does not match its size")
-        elif req_cap < request_bytes or rep_cap < reply_bytes:
-            problem = ShmError(ErrorCode.TOO_SMALL, f"{name} holds {req_cap}/{rep_cap} bytes, "
-                                            f"needs {request_bytes}/{reply_bytes}")
-        if problem is not None:
-            mm.close()
-            raise problem
-        return cls(mm, path, token, req_cap, rep_cap, owner=False)
-
-    def request_view(self, gen: int, nbytes: int) -> Optional[torch.Tensor]:
-        """The request's payload bytes (a uint8 tensor over the region, no copy),
-        or None if the client has not written generation `gen` (or has since
-        overwritten it) or `nbytes` exceeds the region."""
-        if not 0 <= nbytes <= self.request_capacity or _GEN.unpack_from(self._mm, _REQUEST_GEN_AT)[0] != gen:
-            return None
-        return self._request[:nbytes]
-
-    def request_tensor(self, gen: int, dtype: torch.dtype, numel: int) -> Optional[torch.Tensor]:
-        """`request_view` as a `numel`-element tensor of `dtype` (made once per shape)."""
-        nbytes = numel * dtype.itemsize
-        if not 0 <= nbytes <= self.request_capacity or _GEN.unpack_from(self._mm, _REQUEST_GEN_AT)[0] != gen:
-            return None
-        return self._typed("request", self._request, nbytes, dtype)
-
-    def put_reply(self, req: int, data: Union[torch.Tensor, memoryview, bytes]) -> bool:
-        """Copy a reply payload in and stamp it with request id `req`. Refuses
-        (returns False: send it inline) a request id not above the last one
-        answered here, or a payload larger than the region."""
-        src = self._bytes(data)
-        n = src.numel()
-        if req <= self.last_reply_req or n > self.reply_capacity:
-            return False
-        self._typed("reply", self._reply, n, torch.uint8).copy_(src)
-        _GEN.pack_into(self._mm, _REPLY_GEN_AT, req)
-        self.last_reply_req = req
-        return True
 
 
 def _bytes_of(data) -> torch.Tensor:

@@ -5,7 +5,11 @@ fresh one for every registration, so a restarted shard gets a new offer, and
 unlinks the file once the shard has answered. `ShardSegments` (one per
 shard) keeps the segments clients offered, by connection, and replaces a
 rank's earlier segment when that rank registers again (a restarted worker),
-so a shard maps at most one segment per (role, rank).
+so a shard holds at most one segment per (role, rank); it lets a segment go
+when its connection leaves or times out.
+
+A client that cannot make a segment (a /dev/shm too small for it) stays on
+TCP and says so once, as a logging warning.
 
 Neither side ever needs shared memory: every request that names no segment
 generation carries its payload inline, and the shard answers inline whenever
@@ -14,14 +18,18 @@ another host, leaves the pair on TCP.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
 
 from psgd.wire.shm import Segment, ShmError, available
+from psgd.wire.shm_attached import AttachedSegment
 
 __all__ = ["ClientSegments", "ShardSegments", "PayloadCache", "shared_memory_wanted"]
+
+_log = logging.getLogger(__name__)
 
 
 def shared_memory_wanted(setting: str, secured: bool) -> bool:
@@ -43,6 +51,7 @@ class ClientSegments:
         self._dir = directory
         self._offered: dict[int, Segment] = {}
         self._attached: dict[int, Segment] = {}
+        self.unavailable: Optional[ShmError] = None   # why segments could not be made (warned once)
 
     def offer(self, shard: int) -> dict:
         """Register fields offering a fresh segment to `shard` ({} when off or
@@ -52,7 +61,10 @@ class ClientSegments:
             return {}
         try:
             seg = Segment.create(self._nbytes[shard], self._nbytes[shard], self._dir)
-        except ShmError:
+        except ShmError as exc:
+            if self.unavailable is None:
+                self.unavailable = exc
+                _log.warning("psgd: shared memory off, payloads go over TCP: %s", exc.reason)
             return {}
         self._offered[shard] = seg
         return {"shm": seg.name, "shm_token": seg.token_hex}
@@ -110,39 +122,76 @@ class ShardSegments:
         self.nbytes = nbytes            # the shard's fp32 tensor bytes
         self.enabled = enabled
         self._dir = directory
-        self._by_identity: dict[bytes, Segment] = {}
+        self._by_identity: dict[bytes, AttachedSegment] = {}
         self._identity_of: dict[tuple[str, int], bytes] = {}
+        self._peer_of: dict[bytes, tuple[str, int]] = {}
+        self._used: set[bytes] = set()      # connections that used their segment since the last sweep
         self.refused: dict[str, int] = {}   # ShmError code -> offers refused (counters)
 
     def attach(self, identity: bytes, role: str, rank: int, name: str, token_hex: str) -> bool:
         """Handle a registration's offer; True if the connection now uses shared
-        memory. Any segment this connection or this (role, rank) had is dropped."""
-        old = self._identity_of.pop((role, rank), None)
-        if old is not None:
-            self._by_identity.pop(old, None)
-        self._by_identity.pop(identity, None)
+        memory. Any segment this connection or this (role, rank) had is released."""
+        self.release_rank(role, rank)
+        self.release(identity)
         if not (self.enabled and name):
             return False
         try:
-            seg = Segment.attach(name, token_hex, self.nbytes, self.nbytes, self._dir)
+            seg = AttachedSegment.attach(name, token_hex, self.nbytes, self.nbytes, self._dir)
         except ShmError as exc:
             self.refused[exc.code] = self.refused.get(exc.code, 0) + 1
             return False
         self._by_identity[identity] = seg
         self._identity_of[(role, rank)] = identity
+        self._peer_of[identity] = (role, rank)
         return True
 
-    def request(self, identity: bytes, gen: int, dtype: torch.dtype, numel: int) -> Optional[torch.Tensor]:
-        """The request payload (a `numel`-element `dtype` view, no copy) this
-        connection's segment holds at generation `gen`, or None (no segment,
-        stale generation, larger than the region)."""
+    def request(self, identity: bytes, gen: int, out: torch.Tensor) -> bool:
+        """Copy the request payload this connection's segment holds at generation
+        `gen` into `out` (the payload's dtype and size); False when there is none
+        (no segment, stale generation, larger than the region, file cut short)."""
         seg = self._by_identity.get(identity)
-        return None if seg is None else seg.request_tensor(gen, dtype, numel)
+        if seg is None:
+            return False
+        self._used.add(identity)
+        return seg.read_request(gen, out)
 
     def reply(self, identity: bytes, req: int, data: torch.Tensor) -> bool:
         """Copy a reply payload into the connection's segment; False: send it inline."""
         seg = self._by_identity.get(identity)
-        return seg is not None and seg.put_reply(req, data)
+        if seg is None:
+            return False
+        self._used.add(identity)
+        return seg.put_reply(req, data)
+
+    def release(self, identity: bytes) -> None:
+        """The connection is gone (left, timed out, replaced): close its segment."""
+        seg = self._by_identity.pop(identity, None)
+        peer = self._peer_of.pop(identity, None)
+        self._used.discard(identity)
+        if peer is not None and self._identity_of.get(peer) == identity:
+            del self._identity_of[peer]
+        if seg is not None:
+            seg.close()
+
+    def release_rank(self, role: str, rank: int) -> None:
+        identity = self._identity_of.get((role, rank))
+        if identity is not None:
+            self.release(identity)
+
+    def release_idle(self, role: str) -> int:
+        """Release `role`'s segments not used since the previous call; returns how
+        many. For peers that never say goodbye (evaluators): they just get their
+        replies inline from then on."""
+        mine = [i for i, (r, _) in self._peer_of.items() if r == role]
+        idle = [i for i in mine if i not in self._used]
+        for identity in idle:
+            self.release(identity)
+        self._used.difference_update(mine)
+        return len(idle)
+
+    def close(self) -> None:
+        for identity in list(self._by_identity):
+            self.release(identity)
 
     def __len__(self) -> int:
         return len(self._by_identity)

@@ -163,7 +163,7 @@ def test_second_connection_cannot_act_for_a_rank_and_the_run_is_unaffected(tmp_p
                                                              "fingerprint": layout.fingerprint})
                     assert isinstance(evaluator, P.Welcome)
                     r["evaluator_push"] = raw.ask(P.MsgType.PUSH, push, zeros)
-                    r["evaluator_leave"] = raw.ask(P.MsgType.LEAVE, {"rank": 0})
+                    r["evaluator_leave"] = raw.ask(P.MsgType.LEAVE, {"rank": 0})  # ends its own connection only
                     r["evaluator_shutdown"] = raw.ask(P.MsgType.SHUTDOWN, {})
                     out[s] = r
                 refusals["attack"] = out
@@ -188,7 +188,7 @@ def test_second_connection_cannot_act_for_a_rank_and_the_run_is_unaffected(tmp_p
         assert codes == {"mismatch": "layout_mismatch", "takeover": "rank_bound", "takeover_bad_token": "rank_bound",
                          "push_unregistered": "not_registered", "pull_unregistered": "not_registered",
                          "shutdown_stranger": "unauthorized", "shutdown_bad_token": "unauthorized",
-                         "evaluator_push": "bad_rank", "evaluator_leave": "bad_rank",
+                         "evaluator_push": "bad_rank", "evaluator_leave": "Ack",
                          "evaluator_shutdown": "unauthorized"}, s
         assert r["heartbeat"] == 2
         assert layout_fp not in r["mismatch"].reason  # says what is wrong, not what would be right
