@@ -105,6 +105,7 @@ def check_shared_memory() -> Finding:
     import torch
 
     from psgd.wire.shm import SHM_DIR, Segment, ShmError
+    from psgd.wire.shm_attached import AttachedSegment
     payload = torch.arange(1 << 14, dtype=torch.float32)
     nbytes = payload.numel() * 4
     try:
@@ -113,12 +114,12 @@ def check_shared_memory() -> Finding:
         return Finding("shared_memory", Status.UNAVAILABLE, f"{exc.reason}; same-host runs use TCP")
     try:
         gen, n = client.put_request(payload)
-        shard = Segment.attach(client.name, client.token_hex, nbytes, nbytes)
+        shard = AttachedSegment.attach(client.name, client.token_hex, nbytes, nbytes)
         try:
-            got = shard.request_view(gen, n)
-            if got is None or not torch.equal(got.view(torch.float32), payload):
-                return Finding("shared_memory", Status.FAILED, "the shard's mapping read other bytes than were written")
-            shard.put_reply(1, got.view(torch.float32) * 2)
+            got = torch.empty_like(payload)
+            if not shard.read_request(gen, got) or not torch.equal(got, payload):
+                return Finding("shared_memory", Status.FAILED, "the shard read other bytes than were written")
+            shard.put_reply(1, got * 2)
         finally:
             shard.close()
         back = client.reply_view(1, n)
