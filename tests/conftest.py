@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,27 @@ def run_in_threads(work, ranks, timeout: float = 60.0) -> list:
     for t in threads:
         t.join(timeout=timeout)
     return errors
+
+
+# ---- filesystems that fail on purpose ----------------------------------------------------------
+@contextmanager
+def tmpfs(path, size, read_only=False):
+    path.mkdir()
+    opts = f"size={size}" + (",ro" if read_only else "")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def one_clear_line(output: str) -> str:
+    """The one line that says what failed (besides `psgd launch`'s usual "run directory:" line
+    and its hint on how to continue a run that has checkpoints)."""
+    lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("run directory: ")
+             and "continue this run with" not in ln]
+    assert "Traceback" not in output, output
+    assert len(lines) == 1, output
+    return lines[0]

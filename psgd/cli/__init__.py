@@ -40,7 +40,7 @@ def _progress_bar(total: int):
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from psgd.orchestrate.launcher import LaunchFailed, make_run_dir, resume_config
+    from psgd.orchestrate.launcher import LaunchFailed, check_resumable, make_run_dir, resume_config
     if args.resume:
         if args.config is not None or args.overrides or args.out or args.on or args.address:
             print("psgd launch: --resume RUN_DIR takes no CONFIG, --set, --out, --on or --address: "
@@ -73,18 +73,28 @@ def cmd_launch(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"psgd launch: {exc}", file=sys.stderr)
         return STARTUP_EXIT_CODE
+    from psgd.runtime.run_lock import RunDirLock, RunDirRefused
+    lock = None
     try:
         run_dir = Path(args.resume) if args.resume else make_run_dir(cfg, args.out)
+        lock = RunDirLock(run_dir).acquire()  # before anything is written into the directory
+        if args.resume:
+            check_resumable(cfg, run_dir)
         write_task_cache(run_dir, checked)
-    except OSError as exc:
+    except (OSError, RunDirRefused, LaunchFailed) as exc:
+        if lock is not None:
+            lock.release()
         from psgd.runtime.safe_io import describe_os_error
-        print(f"psgd launch: {describe_os_error(exc, args.out)}; nothing was started", file=sys.stderr)
+        why = describe_os_error(exc, args.out) if isinstance(exc, OSError) else exc
+        print(f"psgd launch: {why}; nothing was started", file=sys.stderr)
         return 1
     print(f"run directory: {run_dir}{' (resuming)' if args.resume else ''}", file=sys.stderr)
     bar, update = _progress_bar(cfg.cluster.workers * cfg.train.steps_per_worker) if not args.quiet else (None, None)
     try:
-        result = launcher_cls(cfg, run_dir, on_progress=update, resume=bool(args.resume), child_main=main).run()
+        result = launcher_cls(cfg, run_dir, on_progress=update, resume=bool(args.resume), child_main=main,
+                              lock=lock).run()
     finally:
+        lock.release()
         if bar is not None:
             bar.close()
     for line in launch_result_lines(result, run_dir):

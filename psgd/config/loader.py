@@ -72,10 +72,28 @@ def build(cls, data: Any, path: str):
             raise ConfigError(sub, f"unknown key (known keys here: {known})")
         name = by_yaml[key]
         kwargs[name] = _convert(hints[name], value, sub)
+        _check_int_bound(kwargs[name], fields[name].metadata.get("max", INT_MAX), sub)
     try:
         return cls(**kwargs)
     except ConfigError as exc:
         raise exc.prefixed(path) from None
+
+
+# Integer keys end up in C types (sizes, counts, socket options): none may exceed a signed
+# 32-bit int unless its field names a smaller bound of its own (metadata={"max": N}).
+INT_MAX = 2**31 - 1
+
+
+def int_max(limit: int, **metadata) -> dict:
+    """Field metadata for an integer key the code can honour only up to `limit`."""
+    return {"max": limit, **metadata}
+
+
+def _check_int_bound(value: Any, limit: int, path: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return
+    if value > limit:
+        raise ConfigError(path, f"must be <= {limit}, got {value}")
 
 
 def _convert(tp, value: Any, path: str):

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Union
 
 from psgd.config.loader import check as _check
+from psgd.config.loader import int_max
 
 __all__ = ["WireConfig", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
            "LoggingConfig"]
@@ -16,7 +17,7 @@ class WireConfig:
     # Gradient encoding on the wire: fp32, fp16/bf16 (scaled), or top-k with error feedback.
     compression: Literal["none", "fp16", "bf16", "topk"] = "none"
     topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
-    max_message_mb: int = 1024   # sockets refuse larger messages
+    max_message_mb: int = field(default=1024, metadata=int_max(2047))  # sockets refuse larger messages (< 2 GiB)
     # Same-host data path: "auto" moves gradients and parameters through a shared-memory
     # segment per connection where client and shard share a host (TCP otherwise, and in
     # CurveZMQ-secured runs); "off" keeps every byte on the socket.

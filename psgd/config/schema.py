@@ -14,7 +14,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
 import yaml
 
-from psgd.config.loader import ConfigError, build, parse_override, set_path
+from psgd.config.loader import ConfigError, build, int_max, parse_override, set_path
 from psgd.config.loader import check as _check
 from psgd.config.local_updates import LocalConfig
 from psgd.config.modes import MODES, PS_MODES, Mode, Overlap  # noqa: F401 (re-exported)
@@ -38,7 +38,7 @@ class RunConfig:
     name: str = "run"            # run directory prefix
     seed: int = 0                # seeds model init, data split and shuffling
     out_dir: str = "runs"        # parent of run directories
-    threads: int = 1             # torch threads per process (cores are shared)
+    threads: int = field(default=1, metadata=int_max(1024))  # torch threads per process (cores are shared)
     # How `psgd launch` starts its children: fork (Linux; from the launcher, which has
     # torch and the task loaded already: fast) or exec (a fresh `python -m psgd.cli`).
     start_method: Literal["fork", "exec"] = "fork"
@@ -52,8 +52,8 @@ class RunConfig:
 class ClusterConfig:
     # Either a shard count (the launcher picks free ports on `host`) or the
     # explicit "host:port" of every shard, for runs across machines.
-    servers: Union[int, list[str]] = 2
-    workers: int = 4
+    servers: Union[int, list[str]] = field(default=2, metadata=int_max(4096))
+    workers: int = field(default=4, metadata=int_max(1_000_000))
     host: str = "127.0.0.1"      # bind/connect address for launcher-picked ports
     timeout_s: float = 10.0      # a worker silent this long leaves the quorum
     heartbeat_s: float = 1.0     # worker heartbeat period
@@ -239,7 +239,8 @@ class EvalConfig:
 @dataclass(frozen=True)
 class LoaderConfig:
     # The torch DataLoader that feeds each worker its share of the train split.
-    num_workers: int = 0         # loader processes per worker (for Datasets that load examples on access)
+    # loader processes per worker (for Datasets that load examples on access)
+    num_workers: int = field(default=0, metadata=int_max(256))
     pin_memory: bool = True      # pinned batches, on cuda only
 
     def __post_init__(self):

@@ -64,6 +64,7 @@ def launch(cfg: ConfigLike, model: Any = None, dataset: Any = None, *, overrides
     LaunchError when a process fails for good."""
     from psgd.orchestrate.launcher import Launcher, make_run_dir
     from psgd.orchestrate.preflight import preflight, write_task_cache
+    from psgd.runtime.run_lock import RunDirLock, RunDirRefused
     from psgd.tasks.objects import save_object
 
     config = load_config(cfg, overrides)
@@ -72,6 +73,10 @@ def launch(cfg: ConfigLike, model: Any = None, dataset: Any = None, *, overrides
     config = dataclasses.replace(config, run=dataclasses.replace(config.run, start_method="exec"))
     fresh = out is None or not Path(out).exists()
     run_dir = make_run_dir(config, out)
+    try:
+        lock = RunDirLock(run_dir).acquire()  # before anything is written into the directory
+    except RunDirRefused as exc:
+        raise LaunchError(str(exc), run_dir) from None
     try:
         task = {}
         if model is not None:
@@ -82,11 +87,15 @@ def launch(cfg: ConfigLike, model: Any = None, dataset: Any = None, *, overrides
             config = dataclasses.replace(config, task=dataclasses.replace(config.task, **task))
         checked = preflight(config)  # reads the objects back, as every child will
     except BaseException:
+        lock.release()
         if fresh:
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave nothing behind
         raise
-    write_task_cache(run_dir, checked)
-    result = Launcher(config, run_dir, on_progress=on_progress).run()
+    try:
+        write_task_cache(run_dir, checked)
+        result = Launcher(config, run_dir, on_progress=on_progress, lock=lock).run()
+    finally:
+        lock.release()
     summary = Summary(result.summary or {}, run_dir)
     if result.code != 0:
         raise LaunchError(result.reason, run_dir, summary)

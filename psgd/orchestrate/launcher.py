@@ -37,6 +37,7 @@ from psgd.runtime.files import atomic_write
 from psgd.runtime.lifeline import PROCESSES_FILE
 from psgd.runtime.ports import free_ports
 from psgd.runtime.role import EXIT_NO_RETRY, START_FILE
+from psgd.runtime.run_lock import RunDirLock, RunDirRefused
 from psgd.runtime.safe_io import WriteFailed, describe_os_error
 from psgd.runtime.token import new_run_token
 
@@ -57,6 +58,41 @@ def resume_config(run_dir: Path) -> Config:
     return load_config(path)
 
 
+STATE_SHAPE_FILE = "checkpoints/state_shape.json"
+
+
+def state_shape(cfg: Config) -> dict:
+    """What a shard's checkpoints are shaped by: changing any of these between a run and
+    its --resume would load state made for something else (KeyError 'exp_avg', a layout
+    mismatch, another quorum)."""
+    import torch
+
+    from psgd.core.local_updates import server_optimizer
+    from psgd.core.update_rules import UpdateRule
+    return {"task.model": cfg.task.model, "task.dataset": cfg.task.dataset,
+            "cluster.servers": cfg.cluster.num_servers, "cluster.workers": cfg.cluster.workers,
+            "consistency.mode": cfg.consistency.mode.value,
+            # the update rule's state tensors: what optimizer.name/momentum (or local.*) decide
+            "optimizer state": sorted(UpdateRule(server_optimizer(cfg), torch.zeros(1)).state)}
+
+
+def check_resumable(cfg: Config, run_dir: Path) -> None:
+    """Refuse, in one line naming the keys, a --resume whose config no longer matches the
+    state its checkpoints hold. Runs started before this record was kept are not checked."""
+    path = Path(run_dir) / STATE_SHAPE_FILE
+    try:
+        then = json.loads(path.read_text())
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:
+        raise LaunchFailed(f"cannot read {path}: {exc}") from None
+    now = state_shape(cfg)
+    changed = [f"{k} was {then[k]!r}, is {now[k]!r}" for k in now if k in then and then[k] != now[k]]
+    if changed:
+        raise LaunchFailed(f"cannot resume {run_dir}: the checkpoints were made with another configuration ("
+                           + "; ".join(changed) + "): restore those keys in its config.yaml, or start a new run")
+
+
 class LaunchFailed(RuntimeError):
     pass
 
@@ -67,6 +103,7 @@ class LaunchResult:
     reason: str
     run_dir: Path
     summary: Optional[dict] = None
+    refused: bool = False  # the run directory was not ours to use: nothing in it was touched
 
 
 def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
@@ -89,8 +126,10 @@ class Launcher:
 
     def __init__(self, cfg: Config, run_dir: Path,
                  on_progress: Optional[Callable[[Progress], None]] = None, resume: bool = False,
-                 child_main: Optional[Callable[[list[str]], int]] = None):
+                 child_main: Optional[Callable[[list[str]], int]] = None, lock: Optional[RunDirLock] = None):
+        """`lock`: the run directory's lock, already held by the caller (else run() takes it)."""
         self.cfg = cfg
+        self.lock = lock
         self.child_main = child_main  # the `psgd` entry forked children run (run.start_method: fork)
         self.run_dir = Path(run_dir)
         self.on_progress = on_progress or (lambda p: None)
@@ -112,7 +151,21 @@ class Launcher:
     # ---- public -----------------------------------------------------------
     def run(self) -> LaunchResult:
         """Never raises for a child's failure or a filesystem error: a full disk or a
-        read-only run directory ends the run with a one-line reason naming the file."""
+        read-only run directory ends the run with a one-line reason naming the file.
+        The run directory is this launcher's alone while it runs (psgd.runtime.run_lock)."""
+        if self.lock is not None:  # the caller took it before writing into the directory
+            return self._run()
+        lock = RunDirLock(self.run_dir)
+        try:
+            lock.acquire()
+        except (RunDirRefused, OSError) as exc:
+            return LaunchResult(1, f"{exc}; nothing was started", self.run_dir, refused=True)
+        try:
+            return self._run()
+        finally:
+            lock.release()
+
+    def _run(self) -> LaunchResult:
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         code, reason, status = 0, "ok", "ok"
         if self.resume:
@@ -126,6 +179,10 @@ class Launcher:
             reserve_summary(self.run_dir / SUMMARY_FILE)
             self.cfg = self._resolve()
             atomic_write(self.run_dir / CONFIG_FILE, dump_config(self.cfg))  # what every child reads
+            shape = self.run_dir / STATE_SHAPE_FILE
+            if not shape.exists():  # what a later --resume must still match
+                shape.parent.mkdir(exist_ok=True)
+                atomic_write(shape, json.dumps(state_shape(self.cfg)))
             self._export = MetricsExport(self.run_dir, self.cfg)  # metrics.csv (+ TensorBoard)
             new_run_token(self.run_dir)  # SHUTDOWN, live control and rank takeovers need it
             (self.run_dir / START_FILE).unlink(missing_ok=True)  # children wait for this run's start
@@ -289,7 +346,7 @@ class Launcher:
         """Book a restart of a crashed child, or fail once its retries are spent."""
         cause = f"{c.name} exited with code {code}: {c.cause()}"
         if code == EXIT_NO_RETRY:  # a bad config, user code or a damaged checkpoint: it would fail the same way
-            raise LaunchFailed(cause + " (a start-up error: not restarted)")
+            raise LaunchFailed(cause + " (not restarted: it would fail the same way again)")
         pending = self.budget.schedule(c.role, c.index, time.monotonic(), c.address)
         if pending is None:
             used = self.budget.used(c.role, c.index)

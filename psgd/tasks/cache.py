@@ -9,6 +9,7 @@ servers read only task.json to build the model. Splits are loaded memory-mapped
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -30,9 +31,18 @@ class TaskShape:
 
 
 def _atomic_save(obj, path: Path) -> None:
+    """torch.save into memory, then an ordinary write: a full disk is an OSError naming
+    the file (torch.save writing a file itself raises a RuntimeError that names neither)."""
+    data = io.BytesIO()
+    torch.save(obj, data)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.getbuffer())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def save_task_cache(run_dir: Path, train: tuple[torch.Tensor, torch.Tensor],

@@ -13,25 +13,11 @@ import os
 import signal
 import stat
 import subprocess
-from contextlib import contextmanager
 
 import pytest
-from conftest import kill_tree, psgd_cmd, run_psgd, spawn, wait_for, write_config
+from conftest import kill_tree, one_clear_line, psgd_cmd, run_psgd, spawn, tmpfs, wait_for, write_config
 
 pytestmark = pytest.mark.e2e
-
-
-@contextmanager
-def tmpfs(path, size, read_only=False):
-    path.mkdir()
-    opts = f"size={size}" + (",ro" if read_only else "")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 def launch(cfg, out, *extra, timeout=120):
@@ -42,16 +28,6 @@ def launch(cfg, out, *extra, timeout=120):
     finally:
         kill_tree(proc)
     return proc.returncode, output
-
-
-def one_clear_line(output: str) -> str:
-    """The one line that says what failed (besides `psgd launch`'s usual "run directory:" line
-    and its hint on how to continue a run that has checkpoints)."""
-    lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("run directory: ")
-             and "continue this run with" not in ln]
-    assert "Traceback" not in output, output
-    assert len(lines) == 1, output
-    return lines[0]
 
 
 def temp_files(root):
@@ -79,7 +55,7 @@ def test_disk_full_mid_run_is_one_line_with_a_summary_and_no_temp_files(tmp_path
         code, output = launch(cfg, out)
         line = one_clear_line(output)
         assert code == 1
-        assert "No space left on device" in line and str(out) in line, line
+        assert "No space left on device" in line and str(out) in line and "start-up" not in line, line
         assert temp_files(out) == []
         summary = json.loads((out / "summary.json").read_text())
         assert summary["status"] == "failed" and "No space left on device" in summary["failure"]

@@ -60,3 +60,14 @@ def test_base_dir_is_the_config_directory(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("run: {name: x}\n")
     assert load_config(path).base_dir == str(tmp_path.resolve())
+
+
+@pytest.mark.parametrize("key,limit", [("wire.max_message_mb", 2047), ("cluster.workers", 1_000_000),
+                                       ("run.threads", 1024), ("workers.loader.num_workers", 256),
+                                       ("cluster.servers", 4096), ("train.steps_per_worker", 2**31 - 1),
+                                       ("checkpoint.every_updates", 2**31 - 1)])
+def test_integer_keys_have_an_upper_bound_the_code_can_honour(key, limit):
+    from psgd.config import ConfigError, load_config
+    load_config(None, [f"{key}={limit}"] + (["cluster.servers=2"] if key != "cluster.servers" else []))
+    with pytest.raises(ConfigError, match=f"{key.replace('.', chr(92) + '.')}: must be <= {limit}"):
+        load_config(None, [f"{key}={2**63 - 1}"])

@@ -1,0 +1,63 @@
+"""Operators' mistakes, with real processes: a second launcher on a run directory in
+use, a --resume after changing the optimizer, and a disk too full for the start."""
+import json
+import time
+
+import pytest
+import yaml
+from conftest import finish, one_clear_line, run_psgd, start_launch, stop, tmpfs, wait_for, worker_steps, write_config
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.timeout(120)
+def test_a_second_launcher_on_a_run_directory_in_use_is_refused_naming_the_first(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", train={"steps_per_worker": 100000, "max_time_s": 40},
+                       eval={"enabled": False})
+    out = tmp_path / "run"
+    first = start_launch(cfg, out)
+    try:
+        assert wait_for(lambda: worker_steps(out, 0) >= 20, timeout=60), "the first run never got going"
+        token = (out / "run.token").read_text()
+        processes = (out / "processes.json").read_text()
+        code, stdout, stderr = run_psgd("launch", str(cfg), "--out", str(out), "--quiet", cwd=tmp_path, timeout=60)
+        line = one_clear_line(stdout + stderr)
+        assert code == 1 and f"pid {first.pid} on " in line and "in use by another psgd launcher" in line, line
+        # Nothing of the first run was touched: its token, its processes, its training.
+        assert (out / "run.token").read_text() == token and (out / "processes.json").read_text() == processes
+        steps = worker_steps(out, 0)
+        assert wait_for(lambda: worker_steps(out, 0) > steps + 20, timeout=30)
+        code, stdout, stderr = run_psgd("launch", "--resume", str(out), "--quiet", cwd=tmp_path, timeout=60)
+        assert code == 1 and "in use by another psgd launcher" in stdout + stderr
+    finally:
+        stop(first, timeout=30)
+
+
+@pytest.mark.timeout(120)
+def test_resume_after_changing_the_optimizer_is_refused_before_anything_starts(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", train={"steps_per_worker": 40, "max_time_s": 60},
+                       optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.9}, eval={"enabled": False})
+    out = tmp_path / "run"
+    code, output = finish(start_launch(cfg, out), 90)
+    assert code == 0, output
+    run_cfg = yaml.safe_load((out / "config.yaml").read_text())
+    run_cfg["optimizer"]["name"] = "adam"
+    (out / "config.yaml").write_text(yaml.safe_dump(run_cfg))
+    before = sorted(p.name for p in (out / "checkpoints").iterdir())
+    t0 = time.monotonic()
+    code, stdout, stderr = run_psgd("launch", "--resume", str(out), "--quiet", cwd=tmp_path, timeout=60)
+    line = one_clear_line(stdout + stderr)
+    assert code == 1 and "cannot resume" in line and "optimizer state was ['momentum_buffer']" in line, line
+    assert time.monotonic() - t0 < 30 and "logs" not in line  # refused up front, not after restarts
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == before
+
+
+@pytest.mark.timeout(60)
+def test_a_disk_too_full_for_the_start_is_one_line_naming_the_file(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml")  # the digits task cache alone is about 0.5 MB
+    with tmpfs(tmp_path / "tiny", "128k") as disk:
+        code, stdout, stderr = run_psgd("launch", str(cfg), "--out", str(disk / "run"), "--quiet", cwd=tmp_path,
+                                        timeout=50)
+        line = one_clear_line(stdout + stderr)
+        assert code == 1 and "No space left on device" in line and str(disk / "run") in line, line
+        assert json.dumps(line)  # one printable line, no traceback
