@@ -1,0 +1,150 @@
+"""The discrete-event clock: decides who runs next and when, in simulated seconds.
+
+Events sit in a heap keyed by (time, sequence number): ties are broken by the
+order they were scheduled, so the same config and seed give the same order.
+What each event does is the executor's (psgd.sim.executor); this module only
+adds time (psgd.sim.time_model) and the evaluator's instants.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Callable, Optional
+
+from psgd.sim.executor import Executor, Push, Reply
+from psgd.sim.time_model import Fifo, TimeModel
+
+__all__ = ["Engine", "EventQueue", "Kind", "SimResult"]
+
+
+class Kind(IntEnum):
+    STEP_DONE = 0     # a worker finished computing (and any straggler delay): send its pushes
+    ARRIVE = 1        # a push reached its shard's queue
+    SERVED = 2        # the shard finished serving a push
+    REPLY = 3         # a pull reply reached its worker
+    EVALUATE = 4      # the evaluator scores the shards' parameters
+
+
+class EventQueue:
+    def __init__(self):
+        self._heap: list = []
+        self._n = 0
+
+    def put(self, t: float, kind: Kind, data: Any) -> None:
+        heapq.heappush(self._heap, (t, self._n, kind, data))
+        self._n += 1
+
+    def pop(self) -> tuple[float, Kind, Any]:
+        t, _, kind, data = heapq.heappop(self._heap)
+        return t, kind, data
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+@dataclass
+class SimResult:
+    evals: list[dict] = field(default_factory=list)   # {"t": simulated s, accuracy, test_loss, updates, ...}
+    steps: list[dict] = field(default_factory=list)   # {"t", "rank", "clock", "loss", "compute_s", "step_s"}
+    end_s: float = 0.0
+
+
+class Engine:
+    """Runs `executor` under `time` until every worker has done its steps (or
+    `max_time_s` of simulated time). `on_eval` sees each evaluation as it happens."""
+
+    def __init__(self, executor: Executor, time: TimeModel, *, steps_per_worker: int, max_time_s: float,
+                 eval_every_s: Optional[float], stop: Optional[Callable[[dict], bool]] = None):
+        self.ex, self.time = executor, time
+        self.steps_per_worker, self.max_time_s = steps_per_worker, max_time_s
+        self.eval_every_s = eval_every_s
+        self.stop = stop or (lambda record: False)
+        n = executor.num_shards
+        self.uplinks = [Fifo() for _ in range(n)]
+        self.downlinks = [Fifo() for _ in range(n)]
+        self.servers = [Fifo() for _ in range(n)]
+        self.parked: list[list[int]] = [[] for _ in range(n)]  # ranks waiting on each shard, in order
+        self.started_at = [0.0] * len(executor.workers)
+        self.result = SimResult()
+        self.q = EventQueue()
+        self.active = len(executor.workers)
+
+    # ---- scheduling -------------------------------------------------------
+    def _start_step(self, rank: int, t: float) -> None:
+        w = self.ex.workers[rank]
+        if w.steps >= self.steps_per_worker:
+            self.ex.leave(rank)  # as opt.close(): nobody waits for it any more
+            self.active -= 1
+            for s in range(self.ex.num_shards):
+                self._answer_parked(s, t)
+            return
+        compute_s = self.time.compute_s
+        busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active else 0.0)
+        pushes = self.ex.compute(rank, step_s=busy)
+        self.started_at[rank] = t
+        self.result.steps.append({"t": t + busy, "rank": rank, "clock": w.clock, "loss": w.last_loss,
+                                  "compute_s": compute_s})
+        self.q.put(t + busy, Kind.STEP_DONE, pushes)
+
+    def _send(self, pushes: list[Push], t: float) -> None:
+        for p in pushes:
+            end = self.uplinks[p.shard].occupy(t, self.time.transfer_s(p.wire_bytes))
+            self.q.put(end + self.time.latency_s, Kind.ARRIVE, p)
+
+    def _arrive(self, p: Push, t: float) -> None:
+        done = self.servers[p.shard].occupy(t, self.time.service_s(self.ex.layout.shard_sizes[p.shard]))
+        self.q.put(done, Kind.SERVED, p)
+
+    def _served(self, p: Push, t: float) -> None:
+        self.ex.serve_push(p)
+        self.parked[p.shard].append(p.rank)  # the push carries its pull (push_pull)
+        self._answer_parked(p.shard, t)
+
+    def _answer_parked(self, s: int, t: float) -> None:
+        waiting, self.parked[s] = self.parked[s], []
+        for rank in waiting:
+            reply = self.ex.try_answer(s, rank)
+            if reply is None:
+                self.parked[s].append(rank)
+                continue
+            nbytes = 4 * reply.params.numel()
+            end = self.downlinks[s].occupy(t, self.time.transfer_s(nbytes))
+            self.q.put(end + self.time.latency_s, Kind.REPLY, reply)
+
+    def _reply(self, r: Reply, t: float) -> None:
+        if self.ex.receive(r):
+            self._start_step(r.rank, t)
+
+    def _evaluate(self, t: float) -> bool:
+        record = {"t": t, **self.ex.evaluate()}
+        self.result.evals.append(record)
+        return self.stop(record)
+
+    # ---- the loop ---------------------------------------------------------
+    def run(self) -> SimResult:
+        for w in self.ex.workers:
+            self._start_step(w.rank, 0.0)
+        if self.eval_every_s:
+            self.q.put(0.0, Kind.EVALUATE, None)
+        handlers = {Kind.STEP_DONE: self._send, Kind.ARRIVE: self._arrive, Kind.SERVED: self._served,
+                    Kind.REPLY: self._reply}
+        t = 0.0
+        while self.q and self.active > 0:
+            t, kind, data = self.q.pop()
+            if t > self.max_time_s:
+                t = self.max_time_s
+                break
+            if kind is Kind.EVALUATE:
+                if self._evaluate(t):
+                    break
+                self.q.put(t + self.eval_every_s, Kind.EVALUATE, None)
+                continue
+            handlers[kind](data, t)
+        if not math.isfinite(t):
+            t = 0.0
+        self.result.end_s = t
+        if self.eval_every_s:
+            self.result.evals.append({"t": t, "final": True, **self.ex.evaluate()})
+        return self.result
