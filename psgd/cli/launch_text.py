@@ -21,6 +21,9 @@ def launcher_for(cfg: Config) -> tuple[Optional[type], str]:
             return None, "--on ray (cluster.launcher: ray) needs Ray: pip install 'psgd[ray]'"
         from psgd.orchestrate.ray_launcher import RayLauncher
         return RayLauncher, ""
+    if cfg.cluster.launcher == "sim":
+        from psgd.sim.launcher import SimLauncher
+        return SimLauncher, ""
     from psgd.orchestrate.launcher import Launcher
     return Launcher, ""
 

@@ -8,7 +8,6 @@ adds time (psgd.sim.time_model) and the evaluator's instants.
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Callable, Optional
@@ -46,27 +45,36 @@ class EventQueue:
 
 @dataclass
 class SimResult:
-    evals: list[dict] = field(default_factory=list)   # {"t": simulated s, accuracy, test_loss, updates, ...}
-    steps: list[dict] = field(default_factory=list)   # {"t", "rank", "clock", "loss", "compute_s", "step_s"}
-    end_s: float = 0.0
+    evals: list[dict] = field(default_factory=list)   # the eval events, in simulated time
+    end_s: float = 0.0                                 # simulated seconds the run took
+    steps: int = 0                                     # worker steps completed
+
+
+def _event(t: float, role: str, index: int, name: str, **fields) -> dict:
+    """One record in the shape psgd.runtime.events writes (times in simulated seconds)."""
+    return {"t": round(t, 6), "role": role, "index": index, "event": name, **fields}
 
 
 class Engine:
     """Runs `executor` under `time` until every worker has done its steps (or
-    `max_time_s` of simulated time). `on_eval` sees each evaluation as it happens."""
+    `max_time_s` of simulated time). `emit` receives every event record (step,
+    eval, server_stats, done) as it happens; `stop` may end the run at an eval."""
 
     def __init__(self, executor: Executor, time: TimeModel, *, steps_per_worker: int, max_time_s: float,
-                 eval_every_s: Optional[float], stop: Optional[Callable[[dict], bool]] = None):
+                 eval_every_s: Optional[float], emit: Callable[[dict], None] = lambda e: None,
+                 stop: Optional[Callable[[dict], bool]] = None):
         self.ex, self.time = executor, time
         self.steps_per_worker, self.max_time_s = steps_per_worker, max_time_s
         self.eval_every_s = eval_every_s
         self.stop = stop or (lambda record: False)
+        self.emit = emit
         n = executor.num_shards
         self.uplinks = [Fifo() for _ in range(n)]
         self.downlinks = [Fifo() for _ in range(n)]
         self.servers = [Fifo() for _ in range(n)]
         self.parked: list[list[int]] = [[] for _ in range(n)]  # ranks waiting on each shard, in order
         self.started_at = [0.0] * len(executor.workers)
+        self.sent_at = [0.0] * len(executor.workers)
         self.result = SimResult()
         self.q = EventQueue()
         self.active = len(executor.workers)
@@ -77,6 +85,9 @@ class Engine:
         if w.steps >= self.steps_per_worker:
             self.ex.leave(rank)  # as opt.close(): nobody waits for it any more
             self.active -= 1
+            self.emit(_event(t, "worker", rank, "done", rank=rank, clock=w.clock, steps=w.steps, pushes=w.seq,
+                             resends=0, bytes_sent=w.encoder.wire_bytes, fp32_bytes=w.encoder.fp32_bytes,
+                             compression_ratio=round(w.encoder.compression_ratio, 6)))
             for s in range(self.ex.num_shards):
                 self._answer_parked(s, t)
             return
@@ -84,11 +95,10 @@ class Engine:
         busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active else 0.0)
         pushes = self.ex.compute(rank, step_s=busy)
         self.started_at[rank] = t
-        self.result.steps.append({"t": t + busy, "rank": rank, "clock": w.clock, "loss": w.last_loss,
-                                  "compute_s": compute_s})
         self.q.put(t + busy, Kind.STEP_DONE, pushes)
 
     def _send(self, pushes: list[Push], t: float) -> None:
+        self.sent_at[pushes[0].rank] = t
         for p in pushes:
             end = self.uplinks[p.shard].occupy(t, self.time.transfer_s(p.wire_bytes))
             self.q.put(end + self.time.latency_s, Kind.ARRIVE, p)
@@ -114,12 +124,22 @@ class Engine:
             self.q.put(end + self.time.latency_s, Kind.REPLY, reply)
 
     def _reply(self, r: Reply, t: float) -> None:
-        if self.ex.receive(r):
-            self._start_step(r.rank, t)
+        if not self.ex.receive(r):
+            return
+        w = self.ex.workers[r.rank]
+        self.result.steps += 1
+        self.emit(_event(t, "worker", r.rank, "step", rank=r.rank, clock=w.clock, loss=w.last_loss,
+                         compute_s=round(self.time.compute_s, 9), comm_s=round(t - self.sent_at[r.rank], 9),
+                         step_s=round(t - self.started_at[r.rank], 9), gap=w.clock - min(x.min_clock for x in
+                                                                                            w.replies.values())))
+        self._start_step(r.rank, t)
 
-    def _evaluate(self, t: float) -> bool:
-        record = {"t": t, **self.ex.evaluate()}
+    def _evaluate(self, t: float, final: bool = False) -> bool:
+        for shard in self.ex.shards:
+            self.emit(_event(t, "server", shard.shard, "server_stats", **shard.stats()))
+        record = _event(t, "evaluator", 0, "eval", **({"final": True} if final else {}), **self.ex.evaluate())
         self.result.evals.append(record)
+        self.emit(record)
         return self.stop(record)
 
     # ---- the loop ---------------------------------------------------------
@@ -130,21 +150,23 @@ class Engine:
             self.q.put(0.0, Kind.EVALUATE, None)
         handlers = {Kind.STEP_DONE: self._send, Kind.ARRIVE: self._arrive, Kind.SERVED: self._served,
                     Kind.REPLY: self._reply}
-        t = 0.0
+        t, ended = 0.0, False
         while self.q and self.active > 0:
             t, kind, data = self.q.pop()
             if t > self.max_time_s:
-                t = self.max_time_s
+                t, ended = self.max_time_s, True
                 break
             if kind is Kind.EVALUATE:
                 if self._evaluate(t):
+                    ended = True
                     break
                 self.q.put(t + self.eval_every_s, Kind.EVALUATE, None)
                 continue
             handlers[kind](data, t)
-        if not math.isfinite(t):
-            t = 0.0
+        if self.active > 0 and not ended:
+            blocked = [w.rank for w in self.ex.workers if w.steps < self.steps_per_worker]
+            raise RuntimeError(f"the simulated run stopped with workers {blocked[:8]} waiting on a shard "
+                               "that will never answer")
         self.result.end_s = t
-        if self.eval_every_s:
-            self.result.evals.append({"t": t, "final": True, **self.ex.evaluate()})
+        self._evaluate(t, final=True)
         return self.result
