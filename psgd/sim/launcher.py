@@ -20,10 +20,12 @@ from psgd.orchestrate.metrics_export import MetricsExport
 from psgd.orchestrate.summary import summarize, time_to_target
 from psgd.orchestrate.summary_file import write_summary
 from psgd.runtime.files import atomic_write
+from psgd.sim.allreduce import AllReduceSim
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.measure import measure_compute_ms
 from psgd.sim.time_model import TimeModel
+from psgd.tasks import load_task
 
 __all__ = ["SimLauncher", "resolve_compute_ms"]
 
@@ -41,15 +43,13 @@ class SimLauncher:
                  child_main=None):
         if resume:
             raise ConfigError("cluster.launcher", "a simulated run is repeated, not resumed: launch it again")
-        if cfg.consistency.mode == "allreduce":
-            raise ConfigError("consistency.mode", "the simulator runs the parameter-server modes (bsp, ssp, asp) "
-                              "so far; allreduce is not simulated yet")
         self.cfg, self.run_dir = cfg, Path(run_dir)
 
     def run(self) -> LaunchResult:
         started = time.perf_counter()
-        ex = Executor(self.cfg, None)
-        cfg = resolve_compute_ms(self.cfg, ex.task)
+        allreduce = self.cfg.consistency.mode == "allreduce"
+        ex = None if allreduce else Executor(self.cfg, None)
+        cfg = resolve_compute_ms(self.cfg, load_task(self.cfg, None, splits=("train",)) if allreduce else ex.task)
         atomic_write(self.run_dir / "config.yaml", dump_config(cfg))
         events: list[dict] = []
         export = MetricsExport(self.run_dir, cfg, t0=0.0)
@@ -65,14 +65,19 @@ class SimLauncher:
                 evals.append(record)
                 return cfg.train.stop_at_target and time_to_target(evals, cfg.train) is not None
 
-            engine = Engine(ex, TimeModel.from_config(cfg.sim, cfg.sim.compute_ms),
-                            steps_per_worker=cfg.train.steps_per_worker, max_time_s=cfg.train.max_time_s,
-                            eval_every_s=cfg.eval.every_s if cfg.eval.enabled else None, emit=emit, stop=stop)
+            time_model = TimeModel.from_config(cfg.sim, cfg.sim.compute_ms)
+            every = cfg.eval.every_s if cfg.eval.enabled else None
             try:
-                result = engine.run()
+                if allreduce:
+                    runner = AllReduceSim(cfg, time_model, emit, stop)
+                    result = runner.run(cfg.train.steps_per_worker, cfg.train.max_time_s, every)
+                else:
+                    runner = ex
+                    result = Engine(ex, time_model, steps_per_worker=cfg.train.steps_per_worker,
+                                    max_time_s=cfg.train.max_time_s, eval_every_s=every, emit=emit, stop=stop).run()
             finally:
                 export.close()
-        torch.save(ex.state_dict(), self.run_dir / "model.pt")
+        torch.save(runner.state_dict(), self.run_dir / "model.pt")
         summary = summarize(cfg, events, result.end_s, clock="simulated")
         summary["real_time_s"] = round(time.perf_counter() - started, 3)  # what the simulation took here
         summary["failure"] = None
