@@ -13,6 +13,7 @@ share one copy of it.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Union
 
@@ -96,6 +97,8 @@ class Executor:
         initial = self.layout.flatten([p.detach() for p in self.sync.params])
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
         self._shared: list[Optional[tuple[int, torch.Tensor]]] = [None] * self.num_shards
+        self.gradient_s = 0.0  # real seconds in forward+backward (psgd bench sim's denominator)
+        self.evaluate_s = 0.0  # real seconds scoring the test set
         train = self.task.train_data()
         self.workers: list[VirtualWorker] = []
         w = cfg.cluster.workers
@@ -124,9 +127,11 @@ class Executor:
         w = self.workers[rank]
         self.sync.load(w.params)
         x, y = next(w.batches)
+        t0 = time.perf_counter()
         self.model.zero_grad(set_to_none=False)
         loss = self.task.loss(self.model(self.task.inputs(x)), self.task.targets(y))
         loss.backward()
+        self.gradient_s += time.perf_counter() - t0
         w.last_loss = loss.item()
         grads = self.sync.gradients()
         pushes = []
@@ -175,8 +180,10 @@ class Executor:
 
     def evaluate(self) -> dict:
         """Score the shards' current parameters (the evaluator's pull)."""
+        t0 = time.perf_counter()
         self.sync.load(self.server_params())
         accuracy, loss = self.task.evaluate(self.model)
+        self.evaluate_s += time.perf_counter() - t0
         versions = [shard.version for shard in self.shards]
         return {"accuracy": accuracy, "test_loss": loss, "updates": max(versions), "versions": versions}
 

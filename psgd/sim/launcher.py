@@ -47,6 +47,7 @@ class SimLauncher:
 
     def run(self) -> LaunchResult:
         started = time.perf_counter()
+        torch.set_num_threads(self.cfg.run.threads)  # one thread, as every psgd process
         allreduce = self.cfg.consistency.mode == "allreduce"
         ex = None if allreduce else Executor(self.cfg, None)
         cfg = resolve_compute_ms(self.cfg, load_task(self.cfg, None, splits=("train",)) if allreduce else ex.task)
