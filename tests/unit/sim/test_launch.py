@@ -1,6 +1,7 @@
 """`psgd launch --on sim` leaves an ordinary run directory, and the same config
 and seed give the same files, byte for byte."""
 import json
+from pathlib import Path
 
 from psgd.config import load_config
 from psgd.sim.launcher import SimLauncher
@@ -31,3 +32,16 @@ def test_same_seed_twice_gives_identical_files(tmp_path):
     evals = [e for e in evals if e["event"] == "eval"]
     assert len(evals) > 3 and evals[-1]["final"]
     assert summary["wall_time_s"] == round(evals[-1]["t"], 3)  # simulated seconds throughout
+
+
+def test_psgd_launch_on_sim_writes_a_run_directory(tmp_path):
+    from psgd.cli import main
+    out = tmp_path / "run"
+    sets = [a for s in SETS if not s.startswith("cluster.launcher") for a in ("--set", s)]
+    config = Path(__file__).parents[3] / "configs" / "quickstart.yaml"
+    assert main(["launch", str(config), "--on", "sim", "--quiet", "--out", str(out), *sets,
+                 "--set", f"run.out_dir={tmp_path}"]) == 0
+    for name in ("config.yaml", "metrics.jsonl", "metrics.csv", "summary.json", "model.pt"):
+        assert (out / name).is_file(), name
+    assert "launcher: sim" in (out / "config.yaml").read_text()
+    assert json.loads((out / "summary.json").read_text())["clock"] == "simulated"
