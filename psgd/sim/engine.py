@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Callable, Optional
 
+from psgd.core.consistency import DeferredPulls
 from psgd.sim.executor import Executor, Push, Reply
 from psgd.sim.time_model import Fifo, TimeModel
 
@@ -72,7 +73,10 @@ class Engine:
         self.uplinks = [Fifo() for _ in range(n)]
         self.downlinks = [Fifo() for _ in range(n)]
         self.servers = [Fifo() for _ in range(n)]
-        self.parked: list[list[int]] = [[] for _ in range(n)]  # ranks waiting on each shard, in order
+        self.parked = [DeferredPulls() for _ in range(n)]  # the real shard's parking, in arrival order
+        # What a parked pull's readiness depends on, per shard, when last released (None: always retry).
+        self._released_at: list[Optional[tuple]] = [None] * n
+        self._fixed_bound = executor.cfg.consistency.staleness != "auto"
         self.started_at = [0.0] * len(executor.workers)
         self.sent_at = [0.0] * len(executor.workers)
         self.result = SimResult()
@@ -109,19 +113,29 @@ class Engine:
 
     def _served(self, p: Push, t: float) -> None:
         self.ex.serve_push(p)
-        self.parked[p.shard].append(p.rank)  # the push carries its pull (push_pull)
         self._answer_parked(p.shard, t)
+        reply = self.ex.try_answer(p.shard, p.rank)  # the push carries its pull (push_pull)
+        if reply is None:
+            self.parked[p.shard].park(p.rank, p.rank, self.ex.workers[p.rank].clock)
+        else:
+            self._send_reply(reply, t)
+
+    def _send_reply(self, reply: Reply, t: float) -> None:
+        end = self.downlinks[reply.shard].occupy(t, self.time.transfer_s(4 * reply.params.numel()))
+        self.q.put(end + self.time.latency_s, Kind.REPLY, reply)
 
     def _answer_parked(self, s: int, t: float) -> None:
-        waiting, self.parked[s] = self.parked[s], []
-        for rank in waiting:
-            reply = self.ex.try_answer(s, rank)
-            if reply is None:
-                self.parked[s].append(rank)
-                continue
-            nbytes = 4 * reply.params.numel()
-            end = self.downlinks[s].occupy(t, self.time.transfer_s(nbytes))
-            self.q.put(end + self.time.latency_s, Kind.REPLY, reply)
+        shard = self.ex.shards[s]
+        if not len(self.parked[s]):
+            return
+        # With a fixed bound a pull's readiness changes only with the slowest
+        # clock, the BSP step or the quorum: skip the O(parked) scan otherwise.
+        key = (shard.board.min_clock(), shard.bsp.step if shard.bsp else None, len(shard.registered))
+        if self._fixed_bound and key == self._released_at[s]:
+            return
+        self._released_at[s] = key
+        for rank in self.parked[s].release(shard.pull_ready):
+            self._send_reply(self.ex.try_answer(s, rank), t)
 
     def _reply(self, r: Reply, t: float) -> None:
         if not self.ex.receive(r):
