@@ -27,6 +27,7 @@ from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
 from psgd.wire import protocol as P
 from psgd.wire.codecs import Encoded, WireEncoder
+from psgd.workers.client import adopted_clock
 from psgd.workers.model_sync import ModelSync
 
 __all__ = ["Executor", "Push", "Reply", "VirtualWorker", "decode_push"]
@@ -167,7 +168,7 @@ class Executor:
             return False
         for s, r in w.replies.items():
             w.params[s], w.versions[s] = r.params, r.version
-        w.clock = max(w.clock, min(r.clock for r in w.replies.values()))  # as the client adopts it
+        w.clock = adopted_clock(w.clock, (r.clock for r in w.replies.values()))
         return True
 
     def leave(self, rank: int) -> None:
