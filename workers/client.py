@@ -27,7 +27,14 @@ from psgd.wire.requests import Interrupted, Pending, RemoteError, RequestFailed,
 from psgd.wire.shm_links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
 
-__all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted"]
+__all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted", "adopted_clock"]
+
+
+def adopted_clock(own: int, shard_clocks) -> int:
+    """The clock a worker continues from after the shards' replies (see
+    PSClient._adopt_clock); the simulator's workers use it too."""
+    clocks = list(shard_clocks)
+    return max(own, min(clocks)) if clocks else own
 
 
 class PSClient:
@@ -247,9 +254,7 @@ class PSClient:
         moved on). The lowest shard's view wins: pushing a clock one shard has
         already applied is dropped there as late, whereas a clock ahead of a
         BSP shard's step would be refused."""
-        clocks = list(shard_clocks)
-        if clocks:
-            self.clock = max(self.clock, min(clocks))
+        self.clock = adopted_clock(self.clock, shard_clocks)
 
     def _heartbeat(self, addresses: list[str], period: float) -> None:
         conns = ShardConnections(addresses, curve=self._curve)

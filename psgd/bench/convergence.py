@@ -39,11 +39,11 @@ from psgd.bench.convergence_report import (
 )
 from psgd.bench.plots import plot_runs
 from psgd.bench.run_data import RunData, load_run
+from psgd.cli.launch_text import launcher_for
 from psgd.config import Config, Mode, load_config
 from psgd.config.modes import Overlap
 from psgd.core.heterogeneity import delay_spec, describe, transient_specs
 from psgd.core.target import HoldRule
-from psgd.orchestrate.launcher import Launcher
 
 __all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "read_lr_choice", "run_matrix", "BenchResult",
            "write_outputs", "target_spec", "setting_lines"]
@@ -237,7 +237,10 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
         lr_note = f" lr {cfg.optimizer.lr:g}"
         on_run(f"[{i}/{len(plan)}] {spec.label}{lr_note} seed {seed} -> {run_dir}")
         t = time.monotonic()
-        result = Launcher(cfg, run_dir, child_main=child_main).run()
+        launcher, problem = launcher_for(cfg)
+        if problem:
+            raise ValueError(problem)
+        result = launcher(cfg, run_dir, child_main=child_main).run()
         if result.code != 0:
             failed.append(f"{spec.label}{lr_note} seed {seed}: {result.reason}")
             on_run(f"    failed: {result.reason}")

@@ -193,8 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a config key, value parsed as YAML (repeatable)")
     launch.add_argument("--out", default=None, help="run directory (default: run.out_dir/NAME-TIMESTAMP)")
     launch.add_argument("--quiet", action="store_true", help="no progress bar")
-    launch.add_argument("--on", choices=("local", "ray"), default=None,
-                        help="where the processes run (default: the config's cluster.launcher, local)")
+    launch.add_argument("--on", choices=("local", "ray", "sim"), default=None,
+                        help="where the processes run; sim: the virtual cluster, in simulated time "
+                        "(default: the config's cluster.launcher, local)")
     launch.add_argument("--address", default=None,
                         help="with --on ray: the Ray cluster to join, e.g. auto (default: ray.address)")
     launch.add_argument("--resume", metavar="RUN_DIR", default=None,

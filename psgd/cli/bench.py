@@ -117,6 +117,25 @@ def _path(text: str) -> str:
     return text
 
 
+def cmd_bench_sim(args: argparse.Namespace) -> int:
+    from psgd.config import ConfigError, load_config
+    from psgd.sim.cost import measure_cost
+    try:
+        cfg = load_config(args.config, args.overrides)
+        counts = [int(w) for w in args.workers.split(",")]
+        if not counts or min(counts) < 1:
+            raise ValueError("--workers: give positive worker counts, e.g. 4,256")
+    except (ConfigError, ValueError) as exc:
+        print(f"psgd bench sim: {exc}", file=sys.stderr)
+        return 2
+    total_steps = args.steps or 20 * max(counts)
+    print(f"{'workers':>7} {'steps':>7} {'real s':>8} {'grad s':>8} {'overhead':>9}")
+    for w in counts:
+        p = measure_cost(cfg, w, max(1, total_steps // w))
+        print(f"{p.workers:>7} {p.worker_steps:>7} {p.total_s:>8.3f} {p.gradient_s:>8.3f} {100 * p.overhead:>8.1f}%")
+    return 0
+
+
 def add_measurement_commands(sub) -> None:
     """`psgd bench {convergence,study,comm,apply,scale}`, `psgd tune staleness` and `psgd plot`."""
     bench = sub.add_parser("bench", help="reproducible measurements").add_subparsers(dest="bench", required=True)
@@ -154,7 +173,14 @@ def add_measurement_commands(sub) -> None:
     overlap.add_argument("--steps", type=int, default=40, help="timed steps per run and variant")
     overlap.add_argument("--shards", type=int, default=2)
     overlap.set_defaults(func=cmd_bench_overlap)
-    for p in (comm, apply, scale, overlap):
+    sim = bench.add_parser("sim", help="the simulator's own cost against the gradient compute it executes")
+    sim.add_argument("config", nargs="?", default=None, help="the workload (default: the built-in defaults)")
+    sim.add_argument("--workers", default="4,256")
+    sim.add_argument("--steps", type=int, default=0,
+                     help="worker steps per point, split over the workers (default: 20 x the largest count)")
+    sim.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    sim.set_defaults(func=cmd_bench_sim)
+    for p in (comm, apply, scale, overlap, sim):
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.add_argument("--out", default=None, help="write results.json, report.md and plots here")
     add_study_command(bench)

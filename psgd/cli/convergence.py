@@ -14,6 +14,18 @@ from psgd.config import ConfigError, Mode, dump_config, load_config
 __all__ = ["add_convergence_commands", "add_study_command"]
 
 DEFAULT_SEEDS = 3
+SIM_SEEDS = 5  # seeds are cheap on the virtual cluster
+
+
+def _on(args) -> list[str]:
+    """--on as a config override (recorded in every run's config.yaml)."""
+    return [f"cluster.launcher={args.on}"] if args.on else []
+
+
+def _seeds(given, cfg) -> int:
+    if given is not None:
+        return given
+    return SIM_SEEDS if cfg.cluster.launcher == "sim" else DEFAULT_SEEDS
 
 
 def _out(args, kind: str, cfg) -> Path:
@@ -36,20 +48,22 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
     from psgd.bench.outcomes import conclusion
     try:
         specs = bc.parse_modes(args.modes)
-        if args.seeds < 1:
+        overrides = [*args.overrides, *_on(args)]
+        cfg = load_config(args.config, overrides)
+        seeds = _seeds(args.seeds, cfg)
+        if seeds < 1:
             raise ValueError("--seeds must be >= 1")
         if args.lr_grid and args.lr_from:
             raise ValueError("give --lr-grid or --lr-from, not both")
         lrs = bc.parse_lr_grid(args.lr_grid) if args.lr_grid else None
         lr_for = bc.read_lr_choice(Path(args.lr_from)) if args.lr_from else None
-        cfg = load_config(args.config, args.overrides)
     except (ConfigError, ValueError) as exc:
         print(f"psgd bench convergence: {exc}", file=sys.stderr)
         return 2
     out = _out(args, "bench", cfg)
     print(f"output directory: {out}", file=sys.stderr)
     try:
-        result = bc.run_matrix(args.config, args.overrides, specs, args.seeds, out, lrs, lr_for, on_run=_progress,
+        result = bc.run_matrix(args.config, overrides, specs, seeds, out, lrs, lr_for, on_run=_progress,
                                child_main=_psgd_main)
     except (ConfigError, ValueError) as exc:
         print(f"psgd bench convergence: {exc}", file=sys.stderr)
@@ -75,14 +89,15 @@ def _psgd_main(argv: list[str]) -> int:
 def cmd_tune_staleness(args: argparse.Namespace) -> int:
     from psgd.bench import convergence as bc
     from psgd.bench import tune
-    overrides = list(args.overrides)
+    overrides = [*args.overrides, *_on(args)]
     if args.target_accuracy is not None:
         overrides.append(f"train.target={{metric: accuracy, value: {args.target_accuracy}}}")
     try:
         bounds = tune.parse_bounds(args.bounds)
-        if args.seeds < 1 or not 1 <= args.min_seeds <= args.seeds:
-            raise ValueError("need 1 <= --min-seeds <= --seeds")
         cfg = load_config(args.config, overrides)
+        seeds = _seeds(args.seeds, cfg)
+        if seeds < 1 or not 1 <= args.min_seeds <= seeds:
+            raise ValueError("need 1 <= --min-seeds <= --seeds")
         target = bc.target_spec(cfg)
         if target is None:
             raise ValueError("give --target-accuracy, or set train.target (or train.target_accuracy) in the config")
@@ -95,7 +110,7 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
     out = _out(args, "tune", cfg)
     print(f"output directory: {out}", file=sys.stderr)
     try:
-        result = tune.run_tune(args.config, overrides, bounds, args.seeds, out, args.min_seeds, args.eta,
+        result = tune.run_tune(args.config, overrides, bounds, seeds, out, args.min_seeds, args.eta,
                                on_run=_progress, child_main=_psgd_main)
     except (ConfigError, ValueError) as exc:
         print(f"psgd tune staleness: {exc}", file=sys.stderr)
@@ -151,8 +166,10 @@ def add_study_command(bench) -> None:
     conv.add_argument("--modes", default="allreduce,bsp,ssp:2,ssp:4,asp",
                       help="comma-separated: allreduce, bsp, ssp:S, asp; suffixes +sa (staleness-aware), "
                            "+dc (DC-ASGD), +bN (bsp with N backup workers), e.g. asp+sa,bsp+b1")
-    conv.add_argument("--seeds", type=int, default=DEFAULT_SEEDS,
-                      help=f"runs per mode and rate, seeds run.seed, run.seed+1, ... (default {DEFAULT_SEEDS})")
+    conv.add_argument("--on", choices=("local", "sim"), default=None,
+                      help="sim: every run on the virtual cluster, in simulated time (default: cluster.launcher)")
+    conv.add_argument("--seeds", type=int, default=None,
+                      help=f"runs per mode and rate, seeds run.seed, run.seed+1, ... (default {DEFAULT_SEEDS}, {SIM_SEEDS} on sim)")
     conv.add_argument("--lr-grid", default="", help="comma-separated learning rates: every mode runs at each and "
                                                    "is compared at its best")
     conv.add_argument("--lr-from", default="", help="a previous bench's summary.csv: each mode at the rate chosen there")
@@ -174,7 +191,10 @@ def add_convergence_commands(sub) -> None:
     stale.add_argument("--bounds", default="0,1,2,4,8", help="comma-separated SSP bounds")
     stale.add_argument("--target-accuracy", type=_target, default=None,
                        help="target test accuracy (default: the config's train.target or target_accuracy)")
-    stale.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds each finalist bound gets")
+    stale.add_argument("--on", choices=("local", "sim"), default=None,
+                       help="sim: every run on the virtual cluster, in simulated time (default: cluster.launcher)")
+    stale.add_argument("--seeds", type=int, default=None,
+                       help=f"seeds each finalist bound gets (default {DEFAULT_SEEDS}, {SIM_SEEDS} on sim)")
     stale.add_argument("--min-seeds", type=int, default=1, help="seeds every bound gets in the first rung")
     stale.add_argument("--eta", type=int, default=2, help="keep 1/eta of the bounds after each rung")
     stale.add_argument("--out", default=None, help="output directory (default: run.out_dir/tune-NAME-TIMESTAMP)")

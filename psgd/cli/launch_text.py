@@ -21,6 +21,9 @@ def launcher_for(cfg: Config) -> tuple[Optional[type], str]:
             return None, "--on ray (cluster.launcher: ray) needs Ray: pip install 'psgd[ray]'"
         from psgd.orchestrate.ray_launcher import RayLauncher
         return RayLauncher, ""
+    if cfg.cluster.launcher == "sim":
+        from psgd.sim.launcher import SimLauncher
+        return SimLauncher, ""
     from psgd.orchestrate.launcher import Launcher
     return Launcher, ""
 
@@ -33,8 +36,9 @@ def launch_result_lines(result, run_dir: Path) -> list[str]:
     s = result.summary or {}
     if result.code == 0:
         acc = s.get("final_test_accuracy")
+        clock = " simulated" if s.get("clock") == "simulated" else ""  # the virtual cluster's seconds
         return [f"done: {s.get('mode')} accuracy {'—' if acc is None else f'{acc:.4f}'} in "
-                f"{seconds(s.get('wall_time_s'))}, {s.get('total_updates')} updates "
+                f"{seconds(s.get('wall_time_s'))}{clock}, {s.get('total_updates')} updates "
                 f"({s.get('updates_per_s')} updates/s), time to target "
                 f"{seconds(s.get('time_to_target_s'), 'not reached')}, staleness mean {s.get('staleness_mean')} "
                 f"max {s.get('staleness_max')}, max clock gap {s.get('max_clock_gap')} -> {run_dir}"]

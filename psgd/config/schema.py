@@ -27,6 +27,7 @@ from psgd.config.operations import (  # noqa: F401 (re-exported)
     SupervisionConfig,
     WireConfig,
 )
+from psgd.config.sim import SimConfig  # noqa: F401 (re-exported)
 
 __all__ = ["Config", "ConfigError", "ConfigLike", "load_config", "override_config", "config_to_dict", "dump_config"]
 
@@ -60,7 +61,7 @@ class ClusterConfig:
     request_timeout_s: float = 30.0  # client resends (same seq) after this
     max_retries: int = 5         # resends before a request fails
     allreduce_port: int = 0      # torch.distributed rendezvous port (0: the launcher picks one)
-    launcher: Literal["local", "ray"] = "local"  # what `psgd launch` starts the processes with
+    launcher: Literal["local", "ray", "sim"] = "local"  # what `psgd launch` starts the processes with
 
     def __post_init__(self):
         if isinstance(self.servers, int):
@@ -313,6 +314,7 @@ class Config:
     ray: RayConfig = field(default_factory=RayConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
+    sim: SimConfig = field(default_factory=SimConfig)  # the virtual cluster's time model (psgd.sim)
     # Directory of the config file, so "module:callable" finds modules beside it.
     base_dir: str = field(default=".", metadata={"internal": True})
 

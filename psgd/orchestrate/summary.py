@@ -22,7 +22,9 @@ def time_to_target(evals: list[dict], train) -> Optional[float]:
 
 
 def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: str = "ok",
-              restarts: int = 0) -> dict:
+              restarts: int = 0, clock: str = "wall") -> dict:
+    """`clock`: "wall" for real runs, "simulated" for the virtual cluster (psgd.sim),
+    whose event times and `wall_time_s` are simulated seconds."""
     events = list(events)
     evals = sorted((e for e in events if e.get("event") == "eval"), key=lambda e: e["t"])
     final_eval = next((e for e in reversed(evals) if e.get("final")), evals[-1] if evals else None)
@@ -54,6 +56,7 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
         "servers": cfg.cluster.num_servers if cfg.consistency.mode.on_servers else 0,
         "workers": cfg.cluster.workers,
         "status": status,
+        "clock": clock,
         "seed": cfg.run.seed,
         "wall_time_s": round(wall_time_s, 3),
         "total_updates": total_updates,

@@ -1,0 +1,186 @@
+"""The discrete-event clock: decides who runs next and when, in simulated seconds.
+
+Events sit in a heap keyed by (time, sequence number): ties are broken by the
+order they were scheduled, so the same config and seed give the same order.
+What each event does is the executor's (psgd.sim.executor); this module only
+adds time (psgd.sim.time_model) and the evaluator's instants.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Callable, Optional
+
+from psgd.core.consistency import DeferredPulls
+from psgd.sim.executor import Executor, Push, Reply
+from psgd.sim.time_model import Fifo, TimeModel
+
+__all__ = ["Engine", "EventQueue", "Kind", "SimResult"]
+
+
+class Kind(IntEnum):
+    STEP_DONE = 0     # a worker finished computing (and any straggler delay): send its pushes
+    ARRIVE = 1        # a push reached its shard's queue
+    SERVED = 2        # the shard finished serving a push
+    REPLY = 3         # a pull reply reached its worker
+    EVALUATE = 4      # the evaluator scores the shards' parameters
+
+
+class EventQueue:
+    def __init__(self):
+        self._heap: list = []
+        self._n = 0
+
+    def put(self, t: float, kind: Kind, data: Any) -> None:
+        heapq.heappush(self._heap, (t, self._n, kind, data))
+        self._n += 1
+
+    def pop(self) -> tuple[float, Kind, Any]:
+        t, _, kind, data = heapq.heappop(self._heap)
+        return t, kind, data
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+@dataclass
+class SimResult:
+    evals: list[dict] = field(default_factory=list)   # the eval events, in simulated time
+    end_s: float = 0.0                                 # simulated seconds the run took
+    steps: int = 0                                     # worker steps completed
+
+
+def event(t: float, role: str, index: int, name: str, **fields) -> dict:
+    """One record in the shape psgd.runtime.events writes (times in simulated seconds)."""
+    return {"t": round(t, 6), "role": role, "index": index, "event": name, **fields}
+
+
+class Engine:
+    """Runs `executor` under `time` until every worker has done its steps (or
+    `max_time_s` of simulated time). `emit` receives every event record (step,
+    eval, server_stats, done) as it happens; `stop` may end the run at an eval."""
+
+    def __init__(self, executor: Executor, time: TimeModel, *, steps_per_worker: int, max_time_s: float,
+                 eval_every_s: Optional[float], emit: Callable[[dict], None] = lambda e: None,
+                 stop: Optional[Callable[[dict], bool]] = None):
+        self.ex, self.time = executor, time
+        self.steps_per_worker, self.max_time_s = steps_per_worker, max_time_s
+        self.eval_every_s = eval_every_s
+        self.stop = stop or (lambda record: False)
+        self.emit = emit
+        n = executor.num_shards
+        self.uplinks = [Fifo() for _ in range(n)]
+        self.downlinks = [Fifo() for _ in range(n)]
+        self.servers = [Fifo() for _ in range(n)]
+        self.parked = [DeferredPulls() for _ in range(n)]  # the real shard's parking, in arrival order
+        # What a parked pull's readiness depends on, per shard, when last released (None: always retry).
+        self._released_at: list[Optional[tuple]] = [None] * n
+        self._fixed_bound = executor.cfg.consistency.staleness != "auto"
+        self.started_at = [0.0] * len(executor.workers)
+        self.sent_at = [0.0] * len(executor.workers)
+        self.result = SimResult()
+        self.q = EventQueue()
+        self.active = len(executor.workers)
+
+    # ---- scheduling -------------------------------------------------------
+    def _start_step(self, rank: int, t: float) -> None:
+        w = self.ex.workers[rank]
+        if w.steps >= self.steps_per_worker:
+            self.ex.leave(rank)  # as opt.close(): nobody waits for it any more
+            self.active -= 1
+            self.emit(event(t, "worker", rank, "done", rank=rank, clock=w.clock, steps=w.steps, pushes=w.seq,
+                             resends=0, bytes_sent=w.encoder.wire_bytes, fp32_bytes=w.encoder.fp32_bytes,
+                             compression_ratio=round(w.encoder.compression_ratio, 6)))
+            for s in range(self.ex.num_shards):
+                self._answer_parked(s, t)
+            return
+        compute_s = self.time.compute_s
+        busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active else 0.0)
+        pushes = self.ex.compute(rank, step_s=busy)
+        self.started_at[rank] = t
+        self.q.put(t + busy, Kind.STEP_DONE, pushes)
+
+    def _send(self, pushes: list[Push], t: float) -> None:
+        self.sent_at[pushes[0].rank] = t
+        for p in pushes:
+            end = self.uplinks[p.shard].occupy(t, self.time.transfer_s(p.wire_bytes))
+            self.q.put(end + self.time.latency_s, Kind.ARRIVE, p)
+
+    def _arrive(self, p: Push, t: float) -> None:
+        done = self.servers[p.shard].occupy(t, self.time.service_s(self.ex.layout.shard_sizes[p.shard]))
+        self.q.put(done, Kind.SERVED, p)
+
+    def _served(self, p: Push, t: float) -> None:
+        self.ex.serve_push(p)
+        self._answer_parked(p.shard, t)
+        reply = self.ex.try_answer(p.shard, p.rank)  # the push carries its pull (push_pull)
+        if reply is None:
+            self.parked[p.shard].park(p.rank, p.rank, self.ex.workers[p.rank].clock)
+        else:
+            self._send_reply(reply, t)
+
+    def _send_reply(self, reply: Reply, t: float) -> None:
+        end = self.downlinks[reply.shard].occupy(t, self.time.transfer_s(4 * reply.params.numel()))
+        self.q.put(end + self.time.latency_s, Kind.REPLY, reply)
+
+    def _answer_parked(self, s: int, t: float) -> None:
+        shard = self.ex.shards[s]
+        if not len(self.parked[s]):
+            return
+        # With a fixed bound a pull's readiness changes only with the slowest
+        # clock, the BSP step or the quorum: skip the O(parked) scan otherwise.
+        key = (shard.board.min_clock(), shard.bsp.step if shard.bsp else None, len(shard.registered))
+        if self._fixed_bound and key == self._released_at[s]:
+            return
+        self._released_at[s] = key
+        for rank in self.parked[s].release(shard.pull_ready):
+            self._send_reply(self.ex.try_answer(s, rank), t)
+
+    def _reply(self, r: Reply, t: float) -> None:
+        if not self.ex.receive(r):
+            return
+        w = self.ex.workers[r.rank]
+        self.result.steps += 1
+        self.emit(event(t, "worker", r.rank, "step", rank=r.rank, clock=w.clock, loss=w.last_loss,
+                         compute_s=round(self.time.compute_s, 9), comm_s=round(t - self.sent_at[r.rank], 9),
+                         step_s=round(t - self.started_at[r.rank], 9), gap=w.clock - min(x.min_clock for x in
+                                                                                            w.replies.values())))
+        self._start_step(r.rank, t)
+
+    def _evaluate(self, t: float, final: bool = False) -> bool:
+        for shard in self.ex.shards:
+            self.emit(event(t, "server", shard.shard, "server_stats", **shard.stats()))
+        record = event(t, "evaluator", 0, "eval", **({"final": True} if final else {}), **self.ex.evaluate())
+        self.result.evals.append(record)
+        self.emit(record)
+        return self.stop(record)
+
+    # ---- the loop ---------------------------------------------------------
+    def run(self) -> SimResult:
+        for w in self.ex.workers:
+            self._start_step(w.rank, 0.0)
+        if self.eval_every_s:
+            self.q.put(0.0, Kind.EVALUATE, None)
+        handlers = {Kind.STEP_DONE: self._send, Kind.ARRIVE: self._arrive, Kind.SERVED: self._served,
+                    Kind.REPLY: self._reply}
+        t, ended = 0.0, False
+        while self.q and self.active > 0:
+            t, kind, data = self.q.pop()
+            if t > self.max_time_s:
+                t, ended = self.max_time_s, True
+                break
+            if kind is Kind.EVALUATE:
+                if self._evaluate(t):
+                    ended = True
+                    break
+                self.q.put(t + self.eval_every_s, Kind.EVALUATE, None)
+                continue
+            handlers[kind](data, t)
+        if self.active > 0 and not ended:
+            blocked = [w.rank for w in self.ex.workers if w.steps < self.steps_per_worker]
+            raise RuntimeError(f"the simulated run stopped with workers {blocked[:8]} waiting on a shard "
+                               "that will never answer")
+        self.result.end_s = t
+        self._evaluate(t, final=True)
+        return self.result

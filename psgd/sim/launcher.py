@@ -1,0 +1,89 @@
+"""`psgd launch --on sim` (cluster.launcher: sim): the job on the virtual cluster.
+
+Leaves the run directory a real launch leaves (config.yaml, metrics.jsonl,
+metrics.csv, summary.json, model.pt, TensorBoard when asked), written by the
+same summary and export code, with every time in simulated seconds and
+`"clock": "simulated"` in summary.json.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from psgd.config import Config, ConfigError, dump_config, override_config
+from psgd.orchestrate.launcher import LaunchResult
+from psgd.orchestrate.metrics_export import MetricsExport
+from psgd.orchestrate.summary import summarize, time_to_target
+from psgd.orchestrate.summary_file import write_summary
+from psgd.runtime.files import atomic_write
+from psgd.sim.allreduce import AllReduceSim
+from psgd.sim.engine import Engine
+from psgd.sim.executor import Executor
+from psgd.sim.measure import measure_compute_ms
+from psgd.sim.time_model import TimeModel
+from psgd.tasks import load_task
+
+__all__ = ["SimLauncher", "resolve_compute_ms"]
+
+
+def resolve_compute_ms(cfg: Config, task) -> Config:
+    """`cfg` with sim.compute_ms measured here when it was not given: recorded in
+    config.yaml, so rerunning that config repeats the run bit for bit."""
+    if cfg.sim.compute_ms is not None:
+        return cfg
+    return override_config(cfg, [f"sim.compute_ms={measure_compute_ms(cfg, task):.6g}"])
+
+
+class SimLauncher:
+    def __init__(self, cfg: Config, run_dir: Path, on_progress: Optional[Callable] = None, resume: bool = False,
+                 child_main=None, lock=None):
+        """`lock`: the run directory's lock, held by the caller (psgd.runtime.run_lock)."""
+        if resume:
+            raise ConfigError("cluster.launcher", "a simulated run is repeated, not resumed: launch it again")
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+
+    def run(self) -> LaunchResult:
+        started = time.perf_counter()
+        torch.set_num_threads(self.cfg.run.threads)  # one thread, as every psgd process
+        allreduce = not self.cfg.consistency.mode.on_servers
+        ex = None if allreduce else Executor(self.cfg, None)
+        cfg = resolve_compute_ms(self.cfg, load_task(self.cfg, None, splits=("train",)) if allreduce else ex.task)
+        atomic_write(self.run_dir / "config.yaml", dump_config(cfg))
+        events: list[dict] = []
+        export = MetricsExport(self.run_dir, cfg, t0=0.0)
+        evals: list[dict] = []
+
+        with open(self.run_dir / "metrics.jsonl", "w") as metrics:
+            def emit(e: dict) -> None:
+                events.append(e)
+                metrics.write(json.dumps(e) + "\n")
+                export.add(e)
+
+            def stop(record: dict) -> bool:
+                evals.append(record)
+                return cfg.train.stop_at_target and time_to_target(evals, cfg.train) is not None
+
+            time_model = TimeModel.from_config(cfg.sim, cfg.sim.compute_ms)
+            every = cfg.eval.every_s if cfg.eval.enabled else None
+            try:
+                if allreduce:
+                    runner = AllReduceSim(cfg, time_model, emit, stop)
+                    result = runner.run(cfg.train.steps_per_worker, cfg.train.max_time_s, every)
+                else:
+                    runner = ex
+                    result = Engine(ex, time_model, steps_per_worker=cfg.train.steps_per_worker,
+                                    max_time_s=cfg.train.max_time_s, eval_every_s=every, emit=emit, stop=stop).run()
+            finally:
+                export.close()
+        torch.save(runner.state_dict(), self.run_dir / "model.pt")
+        summary = summarize(cfg, events, result.end_s, clock="simulated")
+        summary["real_time_s"] = round(time.perf_counter() - started, 3)  # what the simulation took here
+        summary["failure"] = None
+        unwritten = write_summary(self.run_dir / "summary.json", summary)
+        if unwritten:
+            return LaunchResult(1, f"summary.json not written: {unwritten}", self.run_dir, summary)
+        return LaunchResult(0, "", self.run_dir, summary)

@@ -1,0 +1,27 @@
+"""The per-step compute time of the run's own model on this machine."""
+from __future__ import annotations
+
+import statistics
+import time
+
+from psgd.config import Config
+from psgd.tasks import build_model
+from psgd.tasks.loaders import train_loader
+
+__all__ = ["measure_compute_ms"]
+
+def measure_compute_ms(cfg: Config, task) -> float:
+    """Median forward+backward time of one worker's batch over `sim.warmup_steps`
+    steps, after one untimed step (first-call allocations). Uses its own model and
+    batches, so the run's data order is untouched."""
+    model = build_model(cfg, task)
+    batches = train_loader(task.train_data(), 0, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
+    times = []
+    for i in range(cfg.sim.warmup_steps + 1):
+        x, y = next(batches)
+        t0 = time.perf_counter()
+        model.zero_grad(set_to_none=False)
+        task.loss(model(task.inputs(x)), task.targets(y)).backward()
+        if i:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3

@@ -1,0 +1,57 @@
+"""The virtual cluster's time model (the `sim:` section), in seconds.
+
+A link is a FIFO resource: a message starts when the link is free, occupies
+it for bytes / bandwidth, and arrives `latency` later. Each shard has one
+link in each direction, shared by every worker that talks to it, so at many
+workers the shard's link saturates. A shard serves one request at a time:
+a fixed per-request cost plus the apply cost of the fp32 gradient.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psgd.config.sim import SimConfig
+
+__all__ = ["Fifo", "TimeModel", "ring_allreduce_s"]
+
+
+@dataclass
+class Fifo:
+    """One resource serving one job at a time in arrival order."""
+    free_at: float = 0.0
+
+    def occupy(self, ready: float, busy_s: float) -> float:
+        """A job ready at `ready` that takes `busy_s`: returns its end."""
+        self.free_at = max(ready, self.free_at) + busy_s
+        return self.free_at
+
+
+def ring_allreduce_s(nbytes: int, workers: int, latency_s: float, bytes_per_s: float) -> float:
+    """Ring all-reduce: 2(W-1) steps, each sending nbytes / W over one link."""
+    if workers <= 1:
+        return 0.0
+    steps = 2 * (workers - 1)
+    return steps * (latency_s + nbytes / workers / bytes_per_s)
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    compute_s: float      # one step's forward+backward, after the speed-up
+    latency_s: float
+    bytes_per_s: float    # link bandwidth
+    request_s: float      # shard fixed cost per request
+    apply_bytes_per_s: float
+
+    @classmethod
+    def from_config(cls, sim: SimConfig, compute_ms: float) -> "TimeModel":
+        return cls(compute_ms / 1e3 / sim.speedup, sim.latency_us / 1e6, sim.bandwidth_gbps * 1e9 / 8,
+                   sim.request_us / 1e6, sim.apply_gbps * 1e9)
+
+    def transfer_s(self, nbytes: int) -> float:
+        return nbytes / self.bytes_per_s
+
+    def service_s(self, numel: int) -> float:
+        return self.request_s + 4 * numel / self.apply_bytes_per_s
+
+    def allreduce_s(self, nbytes: int, workers: int) -> float:
+        return ring_allreduce_s(nbytes, workers, self.latency_s, self.bytes_per_s)

@@ -1,0 +1,27 @@
+"""The servers' consistency rules, driven by the simulator's clock."""
+from psgd.config import load_config
+from psgd.sim import simulate
+
+STEPS = 30
+
+
+def cfg_for(mode, **over):
+    sets = ["task.model=linear", "task.dataset=synthetic", "task.batch_size=8", "cluster.servers=2",
+            "cluster.workers=4", f"consistency.mode={mode}", f"train.steps_per_worker={STEPS}",
+            "eval.enabled=false", "sim.compute_ms=2", "workers.slowdown={1: 4.0}", "train.max_time_s=1e9"]
+    return load_config(None, sets + [f"{k}={v}" for k, v in over.items()])
+
+
+def test_ssp_holds_its_bound_with_a_4x_straggler_and_asp_drifts_further():
+    ssp, _ = simulate(cfg_for("ssp", **{"consistency.staleness": 2}), 2.0)
+    asp, _ = simulate(cfg_for("asp"), 2.0)
+    for shard in ssp.shards:
+        assert shard.clock_gaps.max == 2  # answered once the slowest is at c - bound; the straggler makes it bind
+    assert max(s.clock_gaps.max for s in asp.shards) > 3
+
+
+def test_bsp_backup_worker_drops_the_straggler_and_keeps_one_update_per_clock():
+    ex, _ = simulate(cfg_for("bsp", **{"consistency.backup_workers": 1}), 2.0)
+    for shard in ex.shards:
+        assert shard.counters["late_dropped"] > 0
+        assert shard.version == shard.bsp.step
