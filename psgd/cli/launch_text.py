@@ -3,29 +3,12 @@ printed when it ends (every time with its unit; for a run that stopped early
 with checkpoints, the command that continues it)."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Optional
 
-from psgd.config import Config
-
 __all__ = ["launch_result_lines", "launcher_for", "seconds"]
 
-
-def launcher_for(cfg: Config) -> tuple[Optional[type], str]:
-    """(launcher class, "") or (None, why the job cannot start here)."""
-    if cfg.logging.tensorboard and importlib.util.find_spec("tensorboard") is None:
-        return None, "logging.tensorboard needs the tensorboard package: pip install 'psgd[tensorboard]'"
-    if cfg.cluster.launcher == "ray":
-        if importlib.util.find_spec("ray") is None:
-            return None, "--on ray (cluster.launcher: ray) needs Ray: pip install 'psgd[ray]'"
-        from psgd.orchestrate.ray_launcher import RayLauncher
-        return RayLauncher, ""
-    if cfg.cluster.launcher == "sim":
-        from psgd.sim.launcher import SimLauncher
-        return SimLauncher, ""
-    from psgd.orchestrate.launcher import Launcher
-    return Launcher, ""
+from psgd.orchestrate.launchers import launcher_for  # noqa: E402  (the CLI's choice, decided there)
 
 
 def seconds(value: Optional[float], none: str = "—") -> str:
