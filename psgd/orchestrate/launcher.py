@@ -58,7 +58,7 @@ def resume_config(run_dir: Path) -> Config:
     return load_config(path)
 
 
-STATE_SHAPE_FILE = "checkpoints/state_shape.json"
+STATE_SHAPE_FILE = "state_shape.json"  # beside config.yaml: checkpoints may stay on other nodes (Ray)
 
 
 def state_shape(cfg: Config) -> dict:
@@ -181,7 +181,6 @@ class Launcher:
             atomic_write(self.run_dir / CONFIG_FILE, dump_config(self.cfg))  # what every child reads
             shape = self.run_dir / STATE_SHAPE_FILE
             if not shape.exists():  # what a later --resume must still match
-                shape.parent.mkdir(exist_ok=True)
                 atomic_write(shape, json.dumps(state_shape(self.cfg)))
             self._export = MetricsExport(self.run_dir, self.cfg)  # metrics.csv (+ TensorBoard)
             new_run_token(self.run_dir)  # SHUTDOWN, live control and rank takeovers need it

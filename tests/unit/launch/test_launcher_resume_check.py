@@ -8,7 +8,6 @@ from psgd.orchestrate.launcher import STATE_SHAPE_FILE, LaunchFailed, check_resu
 
 
 def started(tmp_path, *sets):
-    (tmp_path / "checkpoints").mkdir()
     (tmp_path / STATE_SHAPE_FILE).write_text(json.dumps(state_shape(load_config(None, list(sets)))))
 
 
