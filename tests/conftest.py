@@ -247,3 +247,13 @@ def one_clear_line(output: str) -> str:
     assert "Traceback" not in output, output
     assert len(lines) == 1, output
     return lines[0]
+
+
+def worker_clock(run_dir, rank=0):
+    """The clock of a live run's worker `rank` after its latest step (0 before any)."""
+    path = run_dir / "events" / f"worker-{rank}.jsonl"
+    if not path.exists():
+        return 0
+    events = [json.loads(ln) for ln in path.read_text().splitlines() if ln.endswith("}")]
+    clocks = [e["clock"] for e in events if e["event"] == "step"]
+    return clocks[-1] if clocks else 0

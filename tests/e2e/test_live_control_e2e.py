@@ -7,18 +7,11 @@ import signal
 import subprocess
 
 import pytest
-from conftest import launch, psgd_cmd, read_events, run_psgd, spawn, stop, wait_for, write_config
+from conftest import launch, psgd_cmd, read_events, run_psgd, spawn, stop, wait_for, worker_clock, write_config
 
 pytestmark = pytest.mark.e2e
 
 
-def worker_clock(run_dir, rank=0):
-    path = run_dir / "events" / f"worker-{rank}.jsonl"
-    if not path.exists():
-        return 0
-    steps = [json.loads(ln) for ln in path.read_text().splitlines() if ln.endswith("}")]
-    steps = [e["clock"] for e in steps if e["event"] == "step"]
-    return steps[-1] if steps else 0
 
 
 def ctl(run_dir, *args, cwd):

@@ -10,7 +10,7 @@ import time
 
 import msgpack
 import pytest
-from conftest import psgd_cmd, run_psgd, spawn, stop, wait_for, write_config
+from conftest import psgd_cmd, run_psgd, spawn, stop, wait_for, worker_clock, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -37,13 +37,6 @@ def run(tmp_path_factory):
     stop(launcher, signal.SIGINT, timeout=30)
 
 
-def worker_clock(run_dir, rank=0):
-    path = run_dir / "events" / f"worker-{rank}.jsonl"
-    if not path.exists():
-        return 0
-    events = [json.loads(ln) for ln in path.read_text().splitlines() if ln.endswith("}")]
-    clocks = [e["clock"] for e in events if e["event"] == "step"]
-    return clocks[-1] if clocks else 0
 
 
 def processes(run_dir):
