@@ -18,6 +18,7 @@ from psgd.runtime.events import EventLog
 from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
 from psgd.servers.checkpoint import ShardCheckpoint
+from psgd.servers.record import record_path
 from psgd.servers.shard import ShardServer, initial_shard_params
 from psgd.wire.curve import server_curve
 
@@ -44,8 +45,9 @@ def serve(cfg: ConfigLike, shard: int = 0, *, overrides: Sequence[str] = (), add
     checkpoint = None
     if cfg.checkpoint.enabled and run_dir is not None:
         checkpoint = ShardCheckpoint(Path(run_dir) / "checkpoints", shard, fingerprint, cfg.checkpoint)
+    record_to = record_path(Path(run_dir), shard) if cfg.run.record and run_dir is not None else None
     server = ShardServer(cfg, shard, address, params, fingerprint, events, checkpoint=checkpoint, curve=curve,
-                         run_token=read_run_token(run_dir))
+                         run_token=read_run_token(run_dir), record_to=record_to)
     if server.resumed is not None:
         events.emit("resumed", **server.resumed)
     events.emit("ready", address=server.address, numel=params.numel())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from types import MethodType
 from typing import Callable, Optional
 
@@ -36,6 +37,7 @@ from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
 from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
 from psgd.servers.live_control import ControlError
 from psgd.servers.peers import PeerTable, check_ahead
+from psgd.servers.record import ShardRecorder
 from psgd.servers.state import PushStatus, ShardState
 
 __all__ = ["ShardServer", "initial_shard_params", "run_role"]
@@ -52,12 +54,16 @@ class ShardServer:
                  fingerprint: str, events: Optional[EventLog] = None,
                  clock: Callable[[], float] = time.monotonic,
                  checkpoint: Optional[ShardCheckpoint] = None, curve: Optional[CurveKeys] = None,
-                 run_token: Optional[str] = None):
+                 run_token: Optional[str] = None, record_to: Optional[Path] = None):
+        """`record_to`: the file that records this shard's state changes for `psgd replay`."""
         self.cfg = cfg
         self.state = ShardState(cfg, shard, params, run_token=run_token)
         # Snapshot + log of everything applied since (None: in-memory only).
         self.checkpoint = checkpoint
         self.resumed = checkpoint.resume(self.state) if checkpoint is not None else None
+        # After the resume: a restarted shard's record says so (replay covers runs without restarts).
+        self.recorder = (ShardRecorder(record_to, shard, self.state.numel, lambda: self.state.version)
+                         if record_to is not None else None)
         self.fingerprint = fingerprint
         self.events = events or EventLog(None, "server", shard)
         # After the replay above, which must not report or journal its changes again.
@@ -87,7 +93,7 @@ class ShardServer:
         nothing more can be acknowledged durably, so the shard stops."""
         self._running = True
         last_stats = last_expire = last_sweep = self._clock()
-        failed = False
+        failed = crashed = False
         try:
             while self._running and not stop.is_set() and not should_stop():
                 msg = self._sock.recv(timeout_ms=50)
@@ -120,11 +126,16 @@ class ShardServer:
         except WriteFailed:
             failed = True
             raise
+        except BaseException:
+            crashed = True
+            raise
         finally:
             if self.checkpoint is not None:
                 if not failed:
                     self.checkpoint.save(self.state)  # a clean stop resumes without replay
                 self.checkpoint.close()
+            if self.recorder is not None:
+                self.recorder.close(ended=not (failed or crashed))
             self.emit_stats(final=True)
             self._sock.close()
             self._shm.close()
@@ -149,6 +160,8 @@ class ShardServer:
     def _journal(self, op: str, *args) -> None:
         if self.checkpoint is not None:
             getattr(self.checkpoint, op)(*args)
+        if self.recorder is not None:
+            getattr(self.recorder, op)(*args)
 
     def _reply(self, identity: bytes, record: P.Record, frames=()) -> None:
         self._sock.send(identity, P.encode(record, frames))
@@ -314,6 +327,8 @@ class ShardServer:
 
     def _send_params(self, identity: bytes, pull: P.Pull) -> None:
         snap, clock, low = self.state.answer_pull(pull.rank, pull.clock)
+        if self.recorder is not None:  # not the checkpoint's: an answered pull changes no parameter
+            self.recorder.log_pull(pull.rank, pull.clock)
         self._reply_params(identity, P.Params(req=pull.req, version=self.state.version, clock=clock, min_clock=low,
                                               numel=snap.numel(), shm=self._shm.reply(identity, pull.req, snap),
                                               fastest_step_s=self._speeds.fastest()),

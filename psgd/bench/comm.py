@@ -75,7 +75,7 @@ def start_raw_server(nbytes: int, sgd: bool = False):
 # Same-host peers timed with psgd (keys of `comm_row`'s `more`): psgd with shared memory
 # off (the TCP path), the shared-memory floors (woken by a pipe, by ZeroMQ, in-process),
 # and the Ray actor PS (when ray is installed).
-MORE_PEERS = ("psgd_tcp", "shm_floor", "shm_zmq_floor", "shm_floor_inproc", "ray")
+MORE_PEERS = ("psgd_tcp", "psgd_recorded", "shm_floor", "shm_zmq_floor", "shm_floor_inproc", "ray")
 
 
 def comm_row(size_bytes: int, shards: int, psgd: list[float], raw: list[float], gloo: list[float],
@@ -129,10 +129,14 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
         floors += [ShmFloorPeer(numel, RAW_SGD_LR), ShmFloorPeer(numel, RAW_SGD_LR, wake="zmq"),
                    ShmSgdFloor(numel, RAW_SGD_LR)]
         (_, raw), (_, raw_sgd) = baselines
-        with BenchShards(numel, shards, workers=2) as cluster:
+        # The same shards recording for replay (run.record), side by side: what recording costs.
+        with BenchShards(numel, shards, workers=2) as cluster, \
+                BenchShards(numel, shards, workers=1, record=True) as recorded:
             for rank, path in ((0, "auto"), (1, "off")):
                 clients.append(PSClient(cluster.addresses, cluster.layout, rank=rank, heartbeat_s=None,
                                         shared_memory=path, token=cluster.token))
+            clients.append(PSClient(recorded.addresses, recorded.layout, rank=0, heartbeat_s=None,
+                                    token=recorded.token))
             try:
                 for c in clients:
                     c.register()
@@ -142,6 +146,7 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
                 trips = {
                     "psgd": lambda: sum(t.numel() * 4 for t in clients[0].push_pull(grads)),
                     "psgd_tcp": lambda: sum(t.numel() * 4 for t in clients[1].push_pull(grads)),
+                    "psgd_recorded": lambda: sum(t.numel() * 4 for t in clients[2].push_pull(grads)),
                     "raw": lambda: raw.round_trip(payload).nbytes,
                     "raw_sgd": lambda: raw_sgd.round_trip(payload).nbytes,
                     "shm_floor": lambda: floors[0].round_trip(flat).numel() * 4,
@@ -161,6 +166,7 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
                 used_shm = all(clients[0].shared_memory)
             finally:
                 clients[0].shutdown_servers(token=cluster.token)
+                clients[2].shutdown_servers(token=recorded.token)
                 for c in clients:
                     c.close()
     finally:
@@ -205,7 +211,7 @@ def _run_comm_bench(sizes, shards, repeats, warmup, on_row, cross_host, with_ray
         ray = ray_times.get(numel, [])
         for s in shards:
             times, used_shm = _time_psgd_and_raw(size, s, warmup, repeats)
-            more = {k: times[k] for k in ("psgd_tcp", "shm_floor", "shm_zmq_floor", "shm_floor_inproc")}
+            more = {k: times[k] for k in ("psgd_tcp", "psgd_recorded", "shm_floor", "shm_zmq_floor", "shm_floor_inproc")}
             row = comm_row(size, s, times["psgd"], times["raw"], gloo, rpc, times["raw_sgd"], {**more, "ray": ray})
             row["shared_memory"] = used_shm
             rows.append(row)

@@ -9,14 +9,18 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import secrets
+import shutil
+import tempfile
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 import torch
 
 from psgd.config import load_config
 from psgd.core.sharding import Layout, make_layout
+from psgd.servers.record import record_path
 from psgd.servers.shard import ShardServer
 
 __all__ = ["BenchShards", "bench_context", "bench_layout", "bench_config", "process_cpu_s", "parse_size", "parse_list"]
@@ -76,12 +80,14 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _shard_child(numel: int, shards: int, index: int, workers: int, optimizer: str, token: str, conn) -> None:
+def _shard_child(numel: int, shards: int, index: int, workers: int, optimizer: str, token: str,
+                 record_dir: Optional[str], conn) -> None:
     torch.set_num_threads(1)
     layout = bench_layout(numel, shards)
     cfg = bench_config(workers, optimizer)
     params = torch.zeros(layout.shard_sizes[index])
-    server = ShardServer(cfg, index, "127.0.0.1:0", params, layout.fingerprint, run_token=token)
+    record_to = record_path(Path(record_dir), index) if record_dir else None
+    server = ShardServer(cfg, index, "127.0.0.1:0", params, layout.fingerprint, run_token=token, record_to=record_to)
     conn.send(server.address.replace("tcp://", ""))
     conn.close()
     server.serve(threading.Event())  # until a SHUTDOWN request carrying `token`
@@ -97,15 +103,20 @@ class BenchShards:
     procs: Optional[list] = None
     addresses: Optional[list[str]] = None
     token: str = field(default_factory=lambda: secrets.token_hex(16))  # SHUTDOWN needs it
+    record: bool = False  # the shards record for replay, as a run's shards do (run.record)
+    _record_dir: Optional[str] = None
 
     def __enter__(self) -> "BenchShards":
         ctx = bench_context()
         self.procs, self.addresses = [], []
         pipes = []
+        if self.record:
+            self._record_dir = tempfile.mkdtemp(prefix="psgd-bench-record-")
         for i in range(self.shards):
             parent, child = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_shard_child, args=(self.numel, self.shards, i, self.workers,
-                                                       self.optimizer, self.token, child), daemon=True)
+                                                       self.optimizer, self.token, self._record_dir, child),
+                            daemon=True)
             p.start()
             child.close()
             self.procs.append(p)
@@ -135,3 +146,5 @@ class BenchShards:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
+        if self._record_dir is not None:
+            shutil.rmtree(self._record_dir, ignore_errors=True)

@@ -165,8 +165,9 @@ def path_speedups(rows: list[dict]) -> list[dict]:
 def run_scale_bench(shards: list[int], workers: list[int], grad_bytes: int = 64 << 10,
                     compute_ms: float = 20.0, warmup_s: float = 1.0, window_s: float = 3.0,
                     processes: int = 4, on_row: Optional[Callable[[dict], None]] = None,
-                    paths: Sequence[str] = ("auto",)) -> dict:
-    """Blocks for the whole benchmark; returns {"rows": [...], "saturation": {...}, ...}."""
+                    paths: Sequence[str] = ("auto",), record: bool = False) -> dict:
+    """Blocks for the whole benchmark; returns {"rows": [...], "saturation": {...}, ...}.
+    `record`: the shards record for replay as a run's shards do (run.record)."""
     numel = grad_bytes // 4
     ctx = bench_context()
     pool = []
@@ -178,7 +179,7 @@ def run_scale_bench(shards: list[int], workers: list[int], grad_bytes: int = 64 
     rows = []
     try:
         for s in shards:
-            with BenchShards(numel, s, workers=max(workers)) as cluster:
+            with BenchShards(numel, s, workers=max(workers), record=record) as cluster:
                 try:
                     for w in workers:
                         for path in paths:  # several paths: measured back to back at each point
@@ -201,4 +202,4 @@ def run_scale_bench(shards: list[int], workers: list[int], grad_bytes: int = 64 
     sat = find_saturation(rows)
     return {"rows": rows, "saturation": {str(k): v for k, v in sat.items()}, "path_speedups": path_speedups(rows),
             "grad_bytes": grad_bytes, "compute_ms": compute_ms, "window_s": window_s,
-            "processes": processes, "cores": os.cpu_count(), "load_avg_end": round(os.getloadavg()[0], 2)}
+            "processes": processes, "record": record, "cores": os.cpu_count(), "load_avg_end": round(os.getloadavg()[0], 2)}

@@ -11,6 +11,7 @@ from psgd.cli.bench import add_measurement_commands
 from psgd.cli.ctl import add_ctl_command
 from psgd.cli.doctor import add_doctor_command
 from psgd.cli.launch_text import launch_result_lines, launcher_for
+from psgd.cli.replay import add_replay_command
 from psgd.config import ConfigError, load_config
 from psgd.orchestrate.roles import ROLES, run_role
 from psgd.runtime.role import RoleFailed
@@ -213,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_measurement_commands(sub)
     add_ctl_command(sub)
     add_doctor_command(sub)
+    add_replay_command(sub)
 
     for spec in ROLES.values():
         r = sub.add_parser(spec.name, help=spec.help)

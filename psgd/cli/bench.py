@@ -83,7 +83,7 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
         f"pull {r['pull_latency_ms_median']} ms", file=sys.stderr)
     result = run_scale_bench(parse_list(args.shards), parse_list(args.workers), parse_size(args.grad_size),
                              args.compute_ms, window_s=args.window_s, processes=args.processes, on_row=show,
-                             paths=parse_list(args.paths, _path))
+                             paths=parse_list(args.paths, _path), record=args.record)
     table = [f"{s} shard(s): saturates at {v['saturates_at_workers']} workers, peak "
              f"{v['peak_updates_per_s']:.0f} updates/s" for s, v in result["saturation"].items()]
     return _bench_output(args, result, write_scale_report, table)
@@ -161,6 +161,7 @@ def add_measurement_commands(sub) -> None:
     scale.add_argument("--compute-ms", type=float, default=20.0, help="simulated compute per step")
     scale.add_argument("--window-s", type=float, default=3.0, help="measured seconds per point")
     scale.add_argument("--processes", type=int, default=4, help="processes hosting the light workers")
+    scale.add_argument("--record", action="store_true", help="the shards record for replay (run.record)")
     scale.add_argument("--paths", default="auto", help="data paths to measure back to back at each point: "
                        "auto (shared memory on one host), off (TCP), or both: auto,off")
     scale.set_defaults(func=cmd_bench_scale)

@@ -43,6 +43,9 @@ class RunConfig:
     # How `psgd launch` starts its children: fork (Linux; from the launcher, which has
     # torch and the task loaded already: fast) or exec (a fresh `python -m psgd.cli`).
     start_method: Literal["fork", "exec"] = "fork"
+    # Each shard records the order of its state changes (no gradients) in RUN_DIR/record/,
+    # so `psgd replay RUN_DIR` can re-execute the run bit for bit.
+    record: bool = True
 
     def __post_init__(self):
         _check(bool(self.name) and "/" not in self.name, "name", "must be a non-empty name without '/'")

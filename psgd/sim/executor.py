@@ -88,7 +88,8 @@ class VirtualWorker:
 
 
 class Executor:
-    def __init__(self, cfg: Config, run_dir=None):
+    def __init__(self, cfg: Config, run_dir=None, register: bool = True):
+        """`register`: every worker joins every shard now (a replay joins them as recorded)."""
         self.cfg = cfg
         self.task = load_task(cfg, run_dir, splits=("train", "test"))
         self.model = build_model(cfg, self.task)
@@ -108,8 +109,8 @@ class Executor:
             enc = WireEncoder(cfg.wire.encoding, self.layout.shard_sizes, cfg.wire.topk_ratio)
             worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                    [self._read(s) for s in range(self.num_shards)], [0] * self.num_shards)
-            clocks = [shard.register(rank, 0.0) for shard in self.shards]
-            worker.clock = min(clocks)
+            if register:
+                worker.clock = min(shard.register(rank, 0.0) for shard in self.shards)
             self.workers.append(worker)
 
     # ---- memory -----------------------------------------------------------
