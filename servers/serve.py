@@ -13,16 +13,24 @@ import threading
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from psgd.config import ConfigError, ConfigLike, load_config
+import torch
+
+from psgd.config import Config, ConfigError, ConfigLike, load_config
+from psgd.core.sharding import layout_for_module
 from psgd.runtime.events import EventLog
+from psgd.runtime.role import RoleContext, RoleFailed
+from psgd.runtime.safe_io import WriteFailed
 from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
-from psgd.servers.checkpoint import ShardCheckpoint
+from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
 from psgd.servers.record import record_path
-from psgd.servers.shard import ShardServer, initial_shard_params
+from psgd.servers.shard import ShardServer
+from psgd.tasks import build_model, task_shape
+from psgd.tasks.registry import needs_shape
 from psgd.wire.curve import server_curve
+from psgd.wire.transport import TransportError
 
-__all__ = ["serve"]
+__all__ = ["serve", "initial_shard_params", "run_role"]
 
 
 def serve(cfg: ConfigLike, shard: int = 0, *, overrides: Sequence[str] = (), address: Optional[str] = None,
@@ -61,3 +69,33 @@ def serve(cfg: ConfigLike, shard: int = 0, *, overrides: Sequence[str] = (), add
     finally:
         for s, handler in restore.items():
             signal.signal(s, handler)
+
+
+def initial_shard_params(cfg: Config, shard: int, run_dir=None) -> tuple[torch.Tensor, str]:
+    """The shard's slice of the seeded initial model, and the layout fingerprint.
+    Never builds the data: a user's model needs none, a built-in one only its
+    shape (from the run's task cache, a built-in dataset, or as a last resort the data)."""
+    model = build_model(cfg, task_shape(cfg, run_dir) if needs_shape(cfg) else None)
+    layout = layout_for_module(model, cfg.cluster.num_servers)
+    params = [p.detach() for p in model.parameters() if p.requires_grad]
+    return layout.flatten(params)[shard], layout.fingerprint
+
+
+def run_role(ctx: RoleContext) -> int:
+    """The `server` role: serve shard `ctx.index` until stopped (see serve.py).
+    Raises ConfigError for a config that cannot run, StartupError when the
+    user's model fails, and RoleFailed when the shard cannot start (keys,
+    checkpoint, address)."""
+    try:
+        serve(ctx.cfg, ctx.index, run_dir=ctx.run_dir, stop=ctx.stop, events=ctx.events,
+              should_stop=lambda: ctx.poll_start() or ctx.orphaned())
+        return 0
+    except TransportError as exc:
+        raise RoleFailed(f"shard {ctx.index}: {exc}") from None
+    except CheckpointError as exc:  # would fail the same way again: not restarted
+        raise RoleFailed(f"shard {ctx.index}: {exc}", retry=False) from None
+    except WriteFailed as exc:
+        raise RoleFailed(f"shard {ctx.index}: {exc}; everything acknowledged before it is in "
+                         f"{ctx.run_dir / 'checkpoints' if ctx.run_dir else 'memory only'}", retry=False) from None
+    finally:
+        ctx.events.close()

@@ -20,27 +20,23 @@ from psgd.config import Config, Role
 from psgd.config.local_updates import MAX_LOCAL_STEPS
 from psgd.core.consistency import DeferredPulls
 from psgd.core.local_updates import StepSpeeds
-from psgd.core.sharding import layout_for_module
 from psgd.runtime.events import EventLog
-from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.runtime.safe_io import WriteFailed
-from psgd.tasks import build_model, task_shape
-from psgd.tasks.registry import needs_shape
 from psgd.wire import protocol as P
 from psgd.wire.protocol import MsgType, ProtocolError
 from psgd.wire.shm import reclaim
 from psgd.wire.shm_links import ShardSegments, shared_memory_wanted
-from psgd.wire.transport import CurveKeys, ServerSocket, TransportError
+from psgd.wire.transport import CurveKeys, ServerSocket
 
 # isort: split
 # The server role's own modules, after the layers below it.
-from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
+from psgd.servers.checkpoint import ShardCheckpoint
 from psgd.servers.live_control import ControlError
 from psgd.servers.peers import PeerTable, check_ahead
 from psgd.servers.record import ShardRecorder
 from psgd.servers.state import PushStatus, ShardState
 
-__all__ = ["ShardServer", "initial_shard_params", "run_role"]
+__all__ = ["ShardServer"]
 
 STATS_EVERY_S = 1.0
 EVALUATOR_RANKS = 4  # the run's evaluator is rank 0; a few more for observers. Bounds their segments.
@@ -399,34 +395,3 @@ _REPLY_TYPES = {MsgType.WELCOME, MsgType.PARAMS, MsgType.ACK, MsgType.STATS_REPL
                 MsgType.ERROR}
 if set(_HANDLERS) | _REPLY_TYPES != set(MsgType):
     raise ImportError(f"shard does not route message types {set(MsgType) - set(_HANDLERS) - _REPLY_TYPES}")
-
-
-def initial_shard_params(cfg: Config, shard: int, run_dir=None) -> tuple[torch.Tensor, str]:
-    """The shard's slice of the seeded initial model, and the layout fingerprint.
-    Never builds the data: a user's model needs none, a built-in one only its
-    shape (from the run's task cache, a built-in dataset, or as a last resort the data)."""
-    model = build_model(cfg, task_shape(cfg, run_dir) if needs_shape(cfg) else None)
-    layout = layout_for_module(model, cfg.cluster.num_servers)
-    params = [p.detach() for p in model.parameters() if p.requires_grad]
-    return layout.flatten(params)[shard], layout.fingerprint
-
-
-def run_role(ctx: RoleContext) -> int:
-    """The `server` role: serve shard `ctx.index` until stopped (see serve.py).
-    Raises ConfigError for a config that cannot run, StartupError when the
-    user's model fails, and RoleFailed when the shard cannot start (keys,
-    checkpoint, address)."""
-    from psgd.servers.serve import serve
-    try:
-        serve(ctx.cfg, ctx.index, run_dir=ctx.run_dir, stop=ctx.stop, events=ctx.events,
-              should_stop=lambda: ctx.poll_start() or ctx.orphaned())
-        return 0
-    except TransportError as exc:
-        raise RoleFailed(f"shard {ctx.index}: {exc}") from None
-    except CheckpointError as exc:  # would fail the same way again: not restarted
-        raise RoleFailed(f"shard {ctx.index}: {exc}", retry=False) from None
-    except WriteFailed as exc:
-        raise RoleFailed(f"shard {ctx.index}: {exc}; everything acknowledged before it is in "
-                         f"{ctx.run_dir / 'checkpoints' if ctx.run_dir else 'memory only'}", retry=False) from None
-    finally:
-        ctx.events.close()

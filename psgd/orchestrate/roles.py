@@ -22,7 +22,7 @@ CONFIG_FILE = "config.yaml"  # the resolved config every child of a run reads
 
 
 def _server(ctx: RoleContext) -> int:
-    from psgd.servers.shard import run_role
+    from psgd.servers.serve import run_role
     return run_role(ctx)
 
 
