@@ -73,6 +73,7 @@ class ShardServer:
         self._parked = DeferredPulls()
         self._speeds = StepSpeeds()  # local.dynamic: workers size their rounds by the fastest one's speed
         self._running = False
+        self._busy_s, self._served = 0.0, 0  # time spent handling requests, and how many
         self._f32: Optional[torch.Tensor] = None  # reused buffer: decoded fp16/bf16 and shared-memory gradients
         self._wire: dict[torch.dtype, torch.Tensor] = {}  # reused buffers: fp16/bf16 copied out of shared memory
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
@@ -94,7 +95,10 @@ class ShardServer:
             while self._running and not stop.is_set() and not should_stop():
                 msg = self._sock.recv(timeout_ms=50)
                 if msg is not None:
+                    started = time.perf_counter()
                     self.handle(*msg)
+                    self._busy_s += time.perf_counter() - started  # `psgd sim calibrate` reads the service time
+                    self._served += 1
                 now = self._clock()
                 # Timeouts are seconds long: scanning every worker after every message is wasted work.
                 gone = self.state.expire(now) if now - last_expire >= EXPIRE_EVERY_S else None
@@ -375,7 +379,8 @@ class ShardServer:
         self._release()  # a commit or abort ends a hold
 
     def emit_stats(self, final: bool = False) -> None:
-        self.events.emit("server_stats", final=final, **self.state.stats())
+        self.events.emit("server_stats", final=final, busy_s=round(self._busy_s, 6), requests=self._served,
+                         **self.state.stats())
 
 
 # Request type -> handler. Replies (WELCOME, PARAMS, ...) are not requests

@@ -12,6 +12,7 @@ from psgd.cli.ctl import add_ctl_command
 from psgd.cli.doctor import add_doctor_command
 from psgd.cli.launch_text import launch_result_lines, launcher_for
 from psgd.cli.replay import add_replay_command
+from psgd.cli.sim import add_sim_command
 from psgd.config import ConfigError, load_config
 from psgd.orchestrate.roles import ROLES, run_role
 from psgd.runtime.role import RoleFailed
@@ -215,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ctl_command(sub)
     add_doctor_command(sub)
     add_replay_command(sub)
+    add_sim_command(sub)
 
     for spec in ROLES.values():
         r = sub.add_parser(spec.name, help=spec.help)
