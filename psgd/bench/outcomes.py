@@ -7,6 +7,7 @@ without running anything.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -53,6 +54,7 @@ class ModeStats:
     time: Interval                 # time to target; inf where not reached
     final: Optional[Interval]      # final metric
     ratio_to_bsp: Optional[float]  # median time / BSP's median time
+    times: tuple[float, ...] = ()  # every seed's time to target (inf: not reached), for ratio intervals
 
 
 def mode_stats(outcomes: Sequence[RunOutcome], baseline: str = "bsp") -> dict[str, ModeStats]:
@@ -68,13 +70,12 @@ def mode_stats(outcomes: Sequence[RunOutcome], baseline: str = "bsp") -> dict[st
         times = [o.time_to_target_s if o.time_to_target_s is not None else math.inf for o in runs]
         finals = [o.final_metric for o in runs if o.final_metric is not None]
         out[label] = ModeStats(label, runs[0].lr, len(runs), sum(o.time_to_target_s is not None for o in runs),
-                               median_ci(times), median_ci(finals) if finals else None, None)
+                               median_ci(times), median_ci(finals) if finals else None, None, tuple(times))
     base = out.get(baseline)
     if base is not None and math.isfinite(base.time.median) and base.time.median > 0:
         for label, s in out.items():
             if math.isfinite(s.time.median):
-                out[label] = ModeStats(s.label, s.lr, s.seeds, s.reached, s.time, s.final,
-                                       s.time.median / base.time.median)
+                out[label] = dataclasses.replace(s, ratio_to_bsp=s.time.median / base.time.median)
     return out
 
 

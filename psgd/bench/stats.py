@@ -9,17 +9,21 @@ Everything here is pure (no I/O, no clocks) and deterministic:
   resamples"), which is the honest answer.
 - `compare`: "faster" only when two intervals do not overlap, otherwise
   "indistinguishable".
+- `ratio_ci` / `judge_tie`: a tie ("SSP ties BSP") is more than overlapping
+  intervals: the interval of the ratio of the medians must lie inside a stated
+  margin (TIE_MARGIN, ±10%), otherwise the verdict is inconclusive.
 - `halving_schedule` / `survivors`: the successive-halving plan of the tuner.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Interval", "median_ci", "compare", "Verdict",
+__all__ = ["Interval", "median_ci", "compare", "Verdict", "TIE_MARGIN", "Tie", "ratio_ci", "judge_tie",
            "Rung", "halving_schedule", "schedule_runs", "survivors", "BOOTSTRAP_RESAMPLES", "CI_LEVEL"]
 
 BOOTSTRAP_RESAMPLES = 10_000
@@ -102,6 +106,55 @@ def compare(a: Interval, b: Interval, lower_is_better: bool = True) -> Verdict:
     else:
         better, worse = a.low > b.high, b.low > a.high
     return Verdict("faster" if better else "slower" if worse else "indistinguishable", a, b)
+
+
+TIE_MARGIN = 0.10  # a tie claims the two medians are within ±10% of each other
+
+
+class Tie(str, Enum):
+    TIED = "tied"                  # the ratio's interval lies inside 1 ± margin
+    NOT_TIED = "not tied"          # it lies entirely outside
+    INCONCLUSIVE = "inconclusive"  # it straddles an edge of the margin: these seeds cannot tell
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def ratio_ci(a: Sequence[float], b: Sequence[float], level: float = CI_LEVEL,
+             resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> Interval:
+    """median(a) / median(b) with a percentile-bootstrap interval (each side
+    resampled on its own). A ratio involving a never-reached (inf) median is inf;
+    inf / inf is unknown and counts as inf, so it can never look like a tie."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size == 0 or y.size == 0:
+        raise ValueError("ratio_ci: no values")
+
+    def ratio(num, den):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.asarray(num, dtype=float) / np.asarray(den, dtype=float)
+        return np.where(np.isnan(r), np.inf, r)
+
+    med = float(ratio(np.median(x), np.median(y)))
+    if x.size < 2 or y.size < 2:
+        return Interval(med, med, med, min(x.size, y.size))
+    rng = np.random.default_rng(seed)
+    ma = _medians(x[rng.integers(0, x.size, size=(resamples, x.size))])
+    mb = _medians(y[rng.integers(0, y.size, size=(resamples, y.size))])
+    rs = np.sort(ratio(ma, mb))
+    alpha = (1.0 - level) / 2
+    return Interval(med, float(np.quantile(rs, alpha, method="lower")),
+                    float(np.quantile(rs, 1 - alpha, method="higher")), int(min(x.size, y.size)))
+
+
+def judge_tie(ratio: Interval, margin: float = TIE_MARGIN) -> Tie:
+    """Tied only when the whole interval of the ratio lies in [1 - margin, 1 + margin];
+    not tied when it lies wholly outside; a single seed is never a tie."""
+    lo, hi = 1.0 - margin, 1.0 + margin
+    if ratio.n >= 2 and lo <= ratio.low and ratio.high <= hi:
+        return Tie.TIED
+    if ratio.n >= 2 and (ratio.high < lo or ratio.low > hi):
+        return Tie.NOT_TIED
+    return Tie.INCONCLUSIVE
 
 
 # --- successive halving ---------------------------------------------------------------
