@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 from psgd.core.consistency import BoundChange, ConsistencyPolicy
 from psgd.core.live_settings import ControlError, parse_change
+from psgd.runtime.event_names import Event
 from psgd.wire.protocol import ErrorCode
 
 __all__ = ["ShardLive", "ControlError", "HOLD_TTL_S"]
@@ -34,13 +35,13 @@ class ShardLive:
     def bound_changed(self, change: Optional[BoundChange]) -> None:
         """Report a change the adaptive policy made (None: it made none)."""
         if change is not None:
-            self.emit("setting_change", origin="auto", effective_clock=change.effective_clock,
+            self.emit(Event.SETTING_CHANGE, origin="auto", effective_clock=change.effective_clock,
                       changes={"staleness": change.decision.bound}, setting=change.setting.as_dict(),
                       **change.decision.as_event())
 
     def expire(self, now: float) -> bool:
         if self.policy.settings.expire(now):
-            self.emit("setting_hold_expired")
+            self.emit(Event.SETTING_HOLD_EXPIRED)
             return True
         return False
 
@@ -58,7 +59,7 @@ class ShardLive:
             return settings.answered, self.describe()
         if op == "abort":
             if settings.abort(owner):
-                self.emit("setting_hold_aborted")
+                self.emit(Event.SETTING_HOLD_ABORTED)
             return settings.answered, {}
         fields = self._parse(changes)
         if op == "prepare":
@@ -67,7 +68,7 @@ class ShardLive:
             before = settings.at(clock - 1) if clock > 0 else settings.initial
             setting = settings.commit(clock, fields, owner)
             self.journal(clock, "ctl", fields)
-            self.emit("setting_change", origin="ctl", effective_clock=clock, changes=dict(changes),
+            self.emit(Event.SETTING_CHANGE, origin="ctl", effective_clock=clock, changes=dict(changes),
                       previous=before.as_dict(), setting=setting.as_dict())
             return clock, setting.as_dict()
         raise ControlError(ErrorCode.BAD_OP, f"unknown control operation {op!r} (show, prepare, commit, abort)")

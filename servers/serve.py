@@ -17,6 +17,7 @@ import torch
 
 from psgd.config import Config, ConfigError, ConfigLike, load_config
 from psgd.core.sharding import layout_for_module
+from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
 from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.runtime.safe_io import WriteFailed
@@ -57,8 +58,8 @@ def serve(cfg: ConfigLike, shard: int = 0, *, overrides: Sequence[str] = (), add
     server = ShardServer(cfg, shard, address, params, fingerprint, events, checkpoint=checkpoint, curve=curve,
                          run_token=read_run_token(run_dir), record_to=record_to)
     if server.resumed is not None:
-        events.emit("resumed", **server.resumed)
-    events.emit("ready", address=server.address, numel=params.numel())
+        events.emit(Event.RESUMED, **server.resumed)
+    events.emit(Event.READY, address=server.address, numel=params.numel())
     own_stop = stop is None
     stop = stop or threading.Event()
     restore = {}

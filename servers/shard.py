@@ -20,6 +20,7 @@ from psgd.config import Config, Role
 from psgd.config.local_updates import MAX_LOCAL_STEPS
 from psgd.core.consistency import DeferredPulls
 from psgd.core.local_updates import StepSpeeds
+from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
@@ -109,7 +110,7 @@ class ShardServer:
                         self._peers.release(rank)
                         self._speeds.forget(rank)
                         self._shm.release_rank(Role.WORKER, rank)
-                        self.events.emit("worker_timed_out", rank=rank, clock=self.state.board.clocks[rank])
+                        self.events.emit(Event.WORKER_TIMED_OUT, rank=rank, clock=self.state.board.clocks[rank])
                         self._journal("log_depart", rank)
                     self._refuse_parked(gone, "timed out: no message for cluster.timeout_s; register again")
                     self._release()
@@ -193,7 +194,7 @@ class ShardServer:
         until it reads again. Counted here; the socket counts the dropped replies."""
         self.state.counters["peers_cut_off"] += 1
         role = self._peers.roles.get(identity)
-        self.events.emit("peer_cut_off", role=role[0] if role else None, rank=role[1] if role else None)
+        self.events.emit(Event.PEER_CUT_OFF, role=role[0] if role else None, rank=role[1] if role else None)
 
     # ---- handlers ---------------------------------------------------------
     def _peer(self, identity: bytes, rank: int) -> None:
@@ -227,7 +228,7 @@ class ShardServer:
             clock = self.state.register(rec.rank, self._clock())
             self._journal("log_join", rec.rank)
             last_seq = self.state.last_seq[rec.rank]
-            self.events.emit("register", rank=rec.rank, clock=clock)
+            self.events.emit(Event.REGISTER, rank=rec.rank, clock=clock)
         shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token)
         if rec.shm:
             self.state.counters["shm_attached" if shm else "shm_refused"] += 1
@@ -356,7 +357,7 @@ class ShardServer:
         self.state.leave(rec.rank)
         self._refuse_parked([rec.rank], "worker left")
         self._journal("log_depart", rec.rank)
-        self.events.emit("leave", rank=rec.rank, clock=self.state.board.clocks[rec.rank])
+        self.events.emit(Event.LEAVE, rank=rec.rank, clock=self.state.board.clocks[rec.rank])
         self._release()
         self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
 
@@ -379,7 +380,7 @@ class ShardServer:
         self._release()  # a commit or abort ends a hold
 
     def emit_stats(self, final: bool = False) -> None:
-        self.events.emit("server_stats", final=final, busy_s=round(self._busy_s, 6), requests=self._served,
+        self.events.emit(Event.SERVER_STATS, final=final, busy_s=round(self._busy_s, 6), requests=self._served,
                          **self.state.stats())
 
 

@@ -33,6 +33,7 @@ from psgd.core.heterogeneity import straggler_for
 from psgd.core.lr_scaling import scaled_optimizer
 from psgd.core.update_rules import UpdateRule
 from psgd.runtime.devices import dist_backend
+from psgd.runtime.event_names import Event
 from psgd.runtime.role import RoleContext
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
@@ -111,7 +112,7 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
         ddp.register_comm_hook(None, hook.communicate)
         if publisher is not None:
             publisher.maybe_publish(flat, 0, force=True)
-        ctx.events.emit("ready", clock=0, device=str(device), backend=dist.get_backend())
+        ctx.events.emit(Event.READY, clock=0, device=str(device), backend=dist.get_backend())
         started = ctx.wait_for_start()
         if not _all_agree_to_stop(not started):
             hook.started = time.perf_counter()
@@ -127,9 +128,9 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
         # The summary reads staleness and clock gaps from "server_stats"; in
         # all-reduce every gradient is applied fresh, so both are 0.
         n = steps * cfg.cluster.workers
-        ctx.events.emit("server_stats", final=True, version=steps, counters={"updates": steps},
+        ctx.events.emit(Event.SERVER_STATS, final=True, version=steps, counters={"updates": steps},
                         staleness_hist={"0": n} if n else {}, clock_gap_hist={"0": n} if n else {})
-    ctx.events.emit("done", rank=rank, clock=steps, steps=steps, resends=0,
+    ctx.events.emit(Event.DONE, rank=rank, clock=steps, steps=steps, resends=0,
                     bytes_sent=steps * flat.numel() * flat.element_size())
     return 0
 
@@ -154,7 +155,7 @@ def _train(ctx, ddp, task, batches, params, flat, rule, hook, publisher) -> int:
         step_s = time.perf_counter() - hook.step_start
         if publisher is not None:
             publisher.maybe_publish(flat, steps)
-        ctx.events.emit("step", rank=rank, clock=steps, loss=float(loss.detach()), compute_s=round(hook.compute_s, 6),
+        ctx.events.emit(Event.STEP, rank=rank, clock=steps, loss=float(loss.detach()), compute_s=round(hook.compute_s, 6),
                         comm_s=round(step_s - hook.compute_s - hook.slept_s, 6), step_s=round(step_s, 6), gap=0)
     if publisher is not None:
         publisher.maybe_publish(flat, steps, force=True)

@@ -17,6 +17,7 @@ import torch
 
 from psgd.config import Config
 from psgd.core.sharding import layout_for_module
+from psgd.runtime.event_names import Event
 from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.tasks import build_model, load_task
 from psgd.workers.client import Interrupted, PSClient, RemoteError, RequestFailed
@@ -79,7 +80,7 @@ def run_evaluator(ctx: RoleContext) -> int:
     target = cfg.train.target_accuracy
     try:
         ev.connect()
-        ctx.events.emit("ready")
+        ctx.events.emit(Event.READY)
         if not ctx.wait_for_start():
             return 0
         reached = False
@@ -87,11 +88,11 @@ def run_evaluator(ctx: RoleContext) -> int:
         while not ctx.stop.wait(max(0.0, deadline - time.monotonic())) and not ctx.orphaned():
             pulled_at = ctx.events.now()
             result = ev.evaluate()
-            ctx.events.emit("eval", at=pulled_at, **result)
+            ctx.events.emit(Event.EVAL, at=pulled_at, **result)
             deadline = next_deadline(deadline, cfg.eval.every_s, time.monotonic())
             if target is not None and not reached and result["accuracy"] >= target:
                 reached = True
-                ctx.events.emit("target_reached", accuracy=result["accuracy"])
+                ctx.events.emit(Event.TARGET_REACHED, accuracy=result["accuracy"])
     except Interrupted:
         pass
     # Final evaluation after the launcher stopped the workers; servers are still up.
@@ -99,11 +100,11 @@ def run_evaluator(ctx: RoleContext) -> int:
     try:
         pulled_at = ctx.events.now()
         result = ev.evaluate()
-        ctx.events.emit("eval", at=pulled_at, final=True, **result)
+        ctx.events.emit(Event.EVAL, at=pulled_at, final=True, **result)
         if ctx.run_dir is not None:
             ev.save(ctx.run_dir / "model.pt")
     except (RequestFailed, RemoteError) as exc:
-        ctx.events.emit("error", reason=f"final evaluation failed: {exc}")
+        ctx.events.emit(Event.ERROR, reason=f"final evaluation failed: {exc}")
         return 1
     finally:
         ev.close()

@@ -11,6 +11,7 @@ import time
 
 from psgd.config import ConfigError
 from psgd.core.heterogeneity import straggler_for
+from psgd.runtime.event_names import Event
 from psgd.runtime.role import RoleContext
 from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
@@ -47,7 +48,7 @@ def run_worker(ctx: RoleContext) -> int:
     try:
         # A restarted worker under local updates cannot recover its inner optimizer's state: it says so.
         inner = {"inner_state": "fresh"} if opt.local is not None else {}
-        ctx.events.emit("ready", clock=opt.clock, device=str(device), **inner)
+        ctx.events.emit(Event.READY, clock=opt.clock, device=str(device), **inner)
         if not ctx.wait_for_start():
             return 0
         started = time.monotonic()
@@ -64,7 +65,7 @@ def run_worker(ctx: RoleContext) -> int:
             t1 = time.perf_counter()
             opt.step()
             steps += 1
-            ctx.events.emit("step", rank=rank, clock=opt.clock, loss=loss.item(), compute_s=round(compute_s, 6),
+            ctx.events.emit(Event.STEP, rank=rank, clock=opt.clock, loss=loss.item(), compute_s=round(compute_s, 6),
                             comm_s=round(time.perf_counter() - t1, 6), step_s=round(time.perf_counter() - t0, 6),
                             gap=opt.clock - opt.stats.slowest_clock)
         if opt.steps_taken >= cfg.train.steps_per_worker:
@@ -74,7 +75,7 @@ def run_worker(ctx: RoleContext) -> int:
     finally:
         opt.close()
     sent = opt.stats
-    ctx.events.emit("done", rank=rank, clock=sent.clock, steps=steps, pushes=sent.pushes, resends=sent.resends,
+    ctx.events.emit(Event.DONE, rank=rank, clock=sent.clock, steps=steps, pushes=sent.pushes, resends=sent.resends,
                     bytes_sent=sent.bytes_sent, fp32_bytes=sent.fp32_bytes,
                     compression_ratio=round(sent.compression_ratio, 6))
     return 0

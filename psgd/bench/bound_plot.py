@@ -15,6 +15,7 @@ import matplotlib
 import yaml
 
 from psgd.config.modes import Mode
+from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
 
 matplotlib.use("Agg")
@@ -41,7 +42,7 @@ def initial_bound(run_dir: Path) -> Optional[int]:
 
 
 def has_setting_changes(run_dir: Path) -> bool:
-    return any(e.get("event") == "setting_change" for e in _events(run_dir))
+    return any(e.get("event") == Event.SETTING_CHANGE for e in _events(run_dir))
 
 
 def bound_series(events: list[dict], initial: Optional[int] = None, shard: int = 0):
@@ -49,8 +50,8 @@ def bound_series(events: list[dict], initial: Optional[int] = None, shard: int =
 
     A change is drawn from the first step at or beyond its effective clock (when
     it first governs a pull); None marks asp (no bound)."""
-    steps = sorted((e for e in events if e.get("event") == "step"), key=lambda e: e["t"])
-    changes = sorted((e for e in events if e.get("event") == "setting_change" and e.get("index") == shard),
+    steps = sorted((e for e in events if e.get("event") == Event.STEP), key=lambda e: e["t"])
+    changes = sorted((e for e in events if e.get("event") == Event.SETTING_CHANGE and e.get("index") == shard),
                      key=lambda e: e["effective_clock"])
     points = [(0.0, initial)] if initial is not None else []
     for c in changes:

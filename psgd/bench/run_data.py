@@ -12,6 +12,7 @@ import yaml
 from psgd.bench.outcomes import examples_per_update
 from psgd.config.modes import Mode, Overlap
 from psgd.core.target import METRICS
+from psgd.runtime.event_names import Event
 
 __all__ = ["RunData", "load_run", "mode_label", "group_by_label"]
 
@@ -124,9 +125,9 @@ def load_run(run_dir: Path) -> RunData:
             if not line.strip():
                 continue
             e = json.loads(line)
-            if e.get("event") == "eval":
+            if e.get("event") == Event.EVAL:
                 evals.append(e)
-            elif e.get("event") == "step":
+            elif e.get("event") == Event.STEP:
                 steps.append(e)
     evals.sort(key=lambda e: e["t"])
     steps.sort(key=lambda e: e["t"])

@@ -32,6 +32,7 @@ from psgd.orchestrate.collect import collect
 from psgd.orchestrate.discovery import EVAL_DONE, EXITED, FAILED, TARGET_REACHED, WORKERS_DONE, JobStore, open_store
 from psgd.orchestrate.roles import run_role
 from psgd.runtime.cluster_env import ClusterEnv, detect, reachable_address, with_config
+from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog, read_events
 from psgd.runtime.files import atomic_write
 from psgd.runtime.ports import free_ports
@@ -118,7 +119,7 @@ def _record_role(out: Path, launch: ClusterEnv, role: Role, cfg: Config) -> None
     """One `role` event per rank (events/run-<rank>.jsonl): which launcher rank
     became which role, where, and which servers it found in the store."""
     log = EventLog(out / "events" / f"run-{launch.rank}.jsonl", "run", launch.rank)
-    log.emit("role", launcher=launch.launcher, rank=launch.rank, world_size=launch.world_size,
+    log.emit(Event.ROLE, launcher=launch.launcher, rank=launch.rank, world_size=launch.world_size,
              role_name=role.role, role_index=role.index, host=socket.gethostname(), pid=os.getpid(),
              servers=list(cfg.cluster.servers))
     log.close()
@@ -140,7 +141,7 @@ def _watch(job: JobStore, role: Role, launch: ClusterEnv, cfg: Config, events: P
     job has moved past it or another rank failed."""
     try:
         failed = False
-        while not finished.wait(POLL_S) and not _has_event(events, "ready") and not failed:
+        while not finished.wait(POLL_S) and not _has_event(events, Event.READY) and not failed:
             failed = job.is_set(FAILED)  # e.g. a server could not bind: registering would never end
         if finished.is_set():
             return
@@ -161,7 +162,7 @@ def _watch(job: JobStore, role: Role, launch: ClusterEnv, cfg: Config, events: P
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _has_event(events: Path, name: str) -> bool:
+def _has_event(events: Path, name: Event) -> bool:
     """Whether the role has logged event `name`."""
     return any(e.get("event") == name for e in read_events(events))
 
@@ -173,7 +174,7 @@ def _job_past(job: JobStore, role: Role, cfg: Config, t0: float, events: Path) -
     if role.role == modes.Role.WORKER:
         return time.time() - t0 > cfg.train.max_time_s or job.is_set(TARGET_REACHED)
     if (role.role == modes.Role.EVALUATOR and cfg.train.stop_at_target and not job.is_set(TARGET_REACHED)
-            and _has_event(events, "target_reached")):
+            and _has_event(events, Event.TARGET_REACHED)):
         job.mark(TARGET_REACHED)  # train.stop_at_target: the workers stop, then we measure once more
     workers_done = job.count(WORKERS_DONE) >= cfg.cluster.workers
     if role.role == modes.Role.EVALUATOR:

@@ -32,6 +32,7 @@ from psgd.orchestrate.spawn import Child, kill, spawn_child, terminate
 from psgd.orchestrate.summary import summarize
 from psgd.orchestrate.summary_file import reserve_summary, write_summary
 from psgd.orchestrate.supervise import PendingRestart, RestartBudget
+from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
 from psgd.runtime.lifeline import PROCESSES_FILE
@@ -243,7 +244,7 @@ class Launcher:
         metrics = self.run_dir / "metrics.jsonl"
         if metrics.exists():
             self.events = read_events(metrics)
-        self.progress.steps = sum(1 for e in self.events if e.get("event") == "step")
+        self.progress.steps = sum(1 for e in self.events if e.get("event") == Event.STEP)
         summary = self.run_dir / SUMMARY_FILE
         prior = json.loads(summary.read_text()) if summary.exists() else {}
         if prior.get("wall_time_s") is not None:
@@ -259,7 +260,7 @@ class Launcher:
         for e in unmerged_events(self.run_dir / "events", self.events):
             self.events.append(e)
             self._metrics.write(json.dumps(e) + "\n")
-        self._tracker.progress.steps = sum(1 for e in self.events if e.get("event") == "step")
+        self._tracker.progress.steps = sum(1 for e in self.events if e.get("event") == Event.STEP)
 
     def _resolve(self) -> Config:
         """The config with the addresses and ports this run uses filled in."""
@@ -312,14 +313,14 @@ class Launcher:
                 break
             elapsed = time.time() - self._t0
             target_hit = self.cfg.train.stop_at_target and any(
-                e.get("event") == "target_reached" for e in self.events[-50:])
+                e.get("event") == Event.TARGET_REACHED for e in self.events[-50:])
             if not stopping_workers and (elapsed > max_time or target_hit):
                 stopping_workers = True
                 for c in workers:
                     terminate(c.proc)
             time.sleep(0.1)
         # Training ends with the last worker's last step, not when its process has exited.
-        done = [e["t"] for e in self.events if e.get("event") == "done" and e.get("role") in (Role.WORKER, Role.ALLREDUCE)]
+        done = [e["t"] for e in self.events if e.get("event") == Event.DONE and e.get("role") in (Role.WORKER, Role.ALLREDUCE)]
         self._training_time = max(done) if done else time.time() - self._t0
 
     def _poll(self, started: bool) -> None:
@@ -353,7 +354,7 @@ class Launcher:
         self.children.remove(c)
         self._pending.append(pending)
         self._record(c, {"t": round(time.time() - self._t0, 4) if self._t0 else 0.0, "role": "launcher",
-                         "index": 0, "event": "restart", "process": c.role, "process_index": c.index,
+                         "index": 0, "event": Event.RESTART, "process": c.role, "process_index": c.index,
                          "attempt": self.budget.used(c.role, c.index), "cause": cause})
 
     def _respawn_due(self) -> None:
@@ -366,7 +367,7 @@ class Launcher:
             self._write_processes()
 
     def _record(self, child: Child, e: dict) -> None:
-        if e.get("event") == "ready":
+        if e.get("event") == Event.READY:
             child.ready = True
         self.events.append(e)
         if self._metrics_error is None:

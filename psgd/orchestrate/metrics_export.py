@@ -19,6 +19,7 @@ from typing import Iterable, Optional
 from psgd.config import Config
 from psgd.core import update_size
 from psgd.core.histogram import Histogram
+from psgd.runtime.event_names import Event
 
 __all__ = ["MetricsExport", "CSV_FILE", "CSV_COLUMNS", "TENSORBOARD_DIR", "eval_updates", "export_events"]
 
@@ -64,12 +65,12 @@ class MetricsExport:
 
     def add(self, e: dict) -> None:
         ev = e.get("event")
-        if ev == "step" and e.get("loss") is not None:
+        if ev == Event.STEP and e.get("loss") is not None:
             self._loss_sum += float(e["loss"])
             self._loss_n += 1
-        elif ev == "server_stats":
+        elif ev == Event.SERVER_STATS:
             self._stats[(e.get("role", "server"), int(e.get("index", 0)))] = e
-        elif ev == "eval" and e.get("accuracy") is not None:
+        elif ev == Event.EVAL and e.get("accuracy") is not None:
             self._evaluation(e)
 
     def add_all(self, events: Iterable[dict]) -> None:

@@ -6,6 +6,7 @@ from typing import Optional
 
 from psgd.core.histogram import Histogram
 from psgd.orchestrate.metrics_export import eval_updates
+from psgd.runtime.event_names import Event
 
 __all__ = ["Progress", "ProgressTracker"]
 
@@ -33,12 +34,12 @@ class ProgressTracker:
     def record(self, e: dict) -> Progress:
         p = self.progress
         ev = e.get("event")
-        if ev == "step":
+        if ev == Event.STEP:
             p.steps += 1
-        elif ev == "eval":
+        elif ev == Event.EVAL:
             p.accuracy = e.get("accuracy")
             p.updates = max(p.updates, eval_updates(e))
-        elif ev == "server_stats":
+        elif ev == Event.SERVER_STATS:
             self._staleness[e.get("index", 0)] = e.get("staleness_hist", {})
             merged = Histogram()
             for hist in self._staleness.values():

@@ -7,6 +7,7 @@ from psgd.config import Config, Mode
 from psgd.config.modes import Role
 from psgd.core.histogram import Histogram
 from psgd.core.target import METRICS, held_target_time, metric_series, run_target
+from psgd.runtime.event_names import Event
 
 __all__ = ["summarize", "time_to_target"]
 
@@ -26,12 +27,12 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
     """`clock`: "wall" for real runs, "simulated" for the virtual cluster (psgd.sim),
     whose event times and `wall_time_s` are simulated seconds."""
     events = list(events)
-    evals = sorted((e for e in events if e.get("event") == "eval"), key=lambda e: e["t"])
+    evals = sorted((e for e in events if e.get("event") == Event.EVAL), key=lambda e: e["t"])
     final_eval = next((e for e in reversed(evals) if e.get("final")), evals[-1] if evals else None)
     # Each shard's latest stats are cumulative; the allreduce workers report their own.
     latest: dict[tuple[str, int], dict] = {}
     for e in events:
-        if e.get("event") == "server_stats":
+        if e.get("event") == Event.SERVER_STATS:
             latest[(e["role"], e["index"])] = e
     staleness, gaps = Histogram(), Histogram()
     counters: dict[str, int] = {}
@@ -40,13 +41,13 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
         gaps.merge(st.get("clock_gap_hist", {}))
         for k, v in st.get("counters", {}).items():
             counters[k] = counters.get(k, 0) + int(v)
-    steps = [e for e in events if e.get("event") == "step"]
+    steps = [e for e in events if e.get("event") == Event.STEP]
     if not cfg.consistency.mode.on_servers:
         total_updates = max((e.get("clock", 0) for e in steps), default=0)
     else:
         # A model update touches every shard once, so one shard's version counts them.
         total_updates = max((int(st.get("version", 0)) for st in latest.values()), default=0)
-    done = [e for e in events if e.get("event") == "done" and e.get("role") == Role.WORKER]
+    done = [e for e in events if e.get("event") == Event.DONE and e.get("role") == Role.WORKER]
     wire_bytes = sum(int(e.get("bytes_sent", 0)) for e in done)
     fp32_bytes = sum(int(e.get("fp32_bytes", 0)) for e in done)
     losses = [e["loss"] for e in steps[-max(1, cfg.cluster.workers * 5):] if e.get("loss") is not None]

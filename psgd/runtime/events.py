@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from psgd.runtime.event_names import Event
+
 __all__ = ["EventLog", "EventTail", "read_events"]
 
 
@@ -32,7 +34,7 @@ class EventLog:
     def now(self) -> float:
         return time.time() - self.t0 if self.t0 is not None else 0.0
 
-    def emit(self, event: str, at: Optional[float] = None, **fields) -> None:
+    def emit(self, event: Event, at: Optional[float] = None, **fields) -> None:
         """`at`: the event's time when it describes an earlier moment than its
         writing (an evaluation is of the parameters pulled before scoring)."""
         if self._file is None:

@@ -9,10 +9,11 @@ from typing import Callable, Optional
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from psgd.config import Config
+from psgd.config import Config, Role
 from psgd.core.heterogeneity import straggler_for
 from psgd.core.lr_scaling import scaled_optimizer
 from psgd.core.update_rules import UpdateRule
+from psgd.runtime.event_names import Event
 from psgd.sim.engine import SimResult, event
 from psgd.sim.time_model import TimeModel
 from psgd.tasks import build_model, load_task
@@ -39,12 +40,12 @@ class AllReduceSim:
 
     def _evaluate(self, t: float, final: bool = False) -> dict:
         n = self.steps * self.cfg.cluster.workers
-        self.emit(event(t, "allreduce", 0, "server_stats", version=self.steps, counters={"updates": self.steps},
+        self.emit(event(t, Role.ALLREDUCE, 0, Event.SERVER_STATS, version=self.steps, counters={"updates": self.steps},
                         staleness_hist={"0": n} if n else {}, clock_gap_hist={"0": n} if n else {}))
         with torch.no_grad():
             vector_to_parameters(self.flat, self.params)
         accuracy, loss = self.task.evaluate(self.model)
-        record = event(t, "evaluator", 0, "eval", **({"final": True} if final else {}), accuracy=accuracy,
+        record = event(t, Role.EVALUATOR, 0, Event.EVAL, **({"final": True} if final else {}), accuracy=accuracy,
                        test_loss=loss, updates=self.steps, versions=[self.steps])
         self.emit(record)
         return record
@@ -81,14 +82,14 @@ class AllReduceSim:
             self.steps += 1
             t = end
             for r in range(w):
-                self.emit(event(t, "allreduce", r, "step", rank=r, clock=self.steps, loss=losses[r],
+                self.emit(event(t, Role.ALLREDUCE, r, Event.STEP, rank=r, clock=self.steps, loss=losses[r],
                                 compute_s=round(self.time.compute_s, 9), comm_s=round(max(busy) + comm_s - busy[r], 9),
                                 step_s=round(max(busy) + comm_s, 9), gap=0))
         return self._finish(result, t)
 
     def _finish(self, result: SimResult, t: float) -> SimResult:
         for r in range(self.cfg.cluster.workers):
-            self.emit(event(t, "allreduce", r, "done", rank=r, clock=self.steps, steps=self.steps, resends=0,
+            self.emit(event(t, Role.ALLREDUCE, r, Event.DONE, rank=r, clock=self.steps, steps=self.steps, resends=0,
                             bytes_sent=self.steps * self.flat.numel() * 4))
         result.evals.append(self._evaluate(t, final=True))
         result.end_s, result.steps = t, self.steps * self.cfg.cluster.workers

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from psgd.config import Config, ConfigError, Role, load_config
+from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
 
 __all__ = ["Calibration", "calibrate"]
@@ -56,14 +57,14 @@ def calibrate(run_dir: Path) -> Calibration:
     if summary.is_file() and json.loads(summary.read_text()).get("clock") == "simulated":
         raise ConfigError("cluster.launcher", "this run was simulated: calibrate from a real run")
     events = read_events(run_dir / "metrics.jsonl")
-    steps = [e for e in events if e.get("event") == "step" and e.get("role") == Role.WORKER]
+    steps = [e for e in events if e.get("event") == Event.STEP and e.get("role") == Role.WORKER]
     if len(steps) < 10:
         raise ConfigError("metrics.jsonl", f"{len(steps)} worker steps recorded: too few to calibrate from")
-    finals = {e["index"]: e for e in events if e.get("event") == "server_stats" and e.get("role") == Role.SERVER}
+    finals = {e["index"]: e for e in events if e.get("event") == Event.SERVER_STATS and e.get("role") == Role.SERVER}
     if not finals or any("busy_s" not in e for e in finals.values()):
         raise ConfigError("metrics.jsonl", "the shards' stats carry no service times (a psgd older than calibrate)")
-    dones = [e for e in events if e.get("event") == "done" and e.get("role") == Role.WORKER and e.get("pushes")]
-    numel = {e["index"]: e["numel"] for e in events if e.get("event") == "ready" and e.get("role") == Role.SERVER}
+    dones = [e for e in events if e.get("event") == Event.DONE and e.get("role") == Role.WORKER and e.get("pushes")]
+    numel = {e["index"]: e["numel"] for e in events if e.get("event") == Event.READY and e.get("role") == Role.SERVER}
     shards = cfg.cluster.num_servers
     largest = max(numel.values())
     compute_s = statistics.median(e["compute_s"] for e in steps)

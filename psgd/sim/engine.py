@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Callable, Optional
 
+from psgd.config import Role
 from psgd.core.consistency import DeferredPulls
+from psgd.runtime.event_names import Event
 from psgd.sim.executor import Executor, Push, Reply
 from psgd.sim.time_model import Fifo, TimeModel
 
@@ -51,7 +53,7 @@ class SimResult:
     steps: int = 0                                     # worker steps completed
 
 
-def event(t: float, role: str, index: int, name: str, **fields) -> dict:
+def event(t: float, role: Role, index: int, name: Event, **fields) -> dict:
     """One record in the shape psgd.runtime.events writes (times in simulated seconds)."""
     return {"t": round(t, 6), "role": role, "index": index, "event": name, **fields}
 
@@ -89,7 +91,7 @@ class Engine:
         if w.steps >= self.steps_per_worker:
             self.ex.leave(rank)  # as opt.close(): nobody waits for it any more
             self.active -= 1
-            self.emit(event(t, "worker", rank, "done", rank=rank, clock=w.clock, steps=w.steps, pushes=w.seq,
+            self.emit(event(t, Role.WORKER, rank, Event.DONE, rank=rank, clock=w.clock, steps=w.steps, pushes=w.seq,
                              resends=0, bytes_sent=w.encoder.wire_bytes, fp32_bytes=w.encoder.fp32_bytes,
                              compression_ratio=round(w.encoder.compression_ratio, 6)))
             for s in range(self.ex.num_shards):
@@ -142,7 +144,7 @@ class Engine:
             return
         w = self.ex.workers[r.rank]
         self.result.steps += 1
-        self.emit(event(t, "worker", r.rank, "step", rank=r.rank, clock=w.clock, loss=w.last_loss,
+        self.emit(event(t, Role.WORKER, r.rank, Event.STEP, rank=r.rank, clock=w.clock, loss=w.last_loss,
                          compute_s=round(self.time.compute_s, 9), comm_s=round(t - self.sent_at[r.rank], 9),
                          step_s=round(t - self.started_at[r.rank], 9), gap=w.clock - min(x.min_clock for x in
                                                                                             w.replies.values())))
@@ -150,8 +152,8 @@ class Engine:
 
     def _evaluate(self, t: float, final: bool = False) -> bool:
         for shard in self.ex.shards:
-            self.emit(event(t, "server", shard.shard, "server_stats", **shard.stats()))
-        record = event(t, "evaluator", 0, "eval", **({"final": True} if final else {}), **self.ex.evaluate())
+            self.emit(event(t, Role.SERVER, shard.shard, Event.SERVER_STATS, **shard.stats()))
+        record = event(t, Role.EVALUATOR, 0, Event.EVAL, **({"final": True} if final else {}), **self.ex.evaluate())
         self.result.evals.append(record)
         self.emit(record)
         return self.stop(record)

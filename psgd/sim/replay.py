@@ -25,6 +25,7 @@ from typing import Optional
 import torch
 
 from psgd.config import Role, load_config
+from psgd.runtime.event_names import Event
 from psgd.servers.record import Op, OpKind, RecordError, ShardRecord, read_record, record_path
 from psgd.sim.executor import Executor, Gradient
 
@@ -65,12 +66,12 @@ def _events(run_dir: Path) -> list[dict]:
 def _check_replayable(cfg, events: list[dict]) -> None:
     if cfg.local.enabled:
         raise RecordError("the run used local updates (local.steps > 1): replay re-executes gradient pushes only")
-    restarts = [e for e in events if e.get("event") == "restart"]
+    restarts = [e for e in events if e.get("event") == Event.RESTART]
     if restarts:
         e = restarts[0]
         raise RecordError(f"{e.get('process')} {e.get('process_index')} was restarted during the run: "
                           "replay covers runs without restarts")
-    devices = {e.get("device") for e in events if e.get("event") == "ready" and e.get("role") == Role.WORKER}
+    devices = {e.get("device") for e in events if e.get("event") == Event.READY and e.get("role") == Role.WORKER}
     if any(d and not str(d).startswith("cpu") for d in devices):
         raise RecordError(f"workers ran on {sorted(devices)}: the replay runs on CPU and would not be bit-identical")
 
@@ -180,7 +181,7 @@ class _Replay:
 def _compare_losses(result: ReplayResult, replayed: dict[int, list[float]], events: list[dict]) -> None:
     recorded: dict[int, list[float]] = defaultdict(list)
     for e in events:
-        if e.get("event") == "step" and e.get("role") == Role.WORKER:
+        if e.get("event") == Event.STEP and e.get("role") == Role.WORKER:
             recorded[int(e["rank"])].append(e["loss"])
     for rank, losses in sorted(recorded.items()):
         for step, (want, got) in enumerate(zip(losses, replayed.get(rank, []))):
