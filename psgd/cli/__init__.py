@@ -40,7 +40,8 @@ def _progress_bar(total: int):
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from psgd.orchestrate.launcher import LaunchFailed, check_resumable, make_run_dir, resume_config
+    from psgd.orchestrate.launcher import LaunchFailed, make_run_dir, resume_config
+    from psgd.orchestrate.resume_check import ResumeRefused, check_resumable
     if args.resume:
         if args.config is not None or args.overrides or args.out or args.on or args.address:
             print("psgd launch: --resume RUN_DIR takes no CONFIG, --set, --out, --on or --address: "
@@ -81,7 +82,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if args.resume:
             check_resumable(cfg, run_dir)
         write_task_cache(run_dir, checked)
-    except (OSError, RunDirRefused, LaunchFailed) as exc:
+    except (OSError, RunDirRefused, LaunchFailed, ResumeRefused) as exc:
         if lock is not None:
             lock.release()
         from psgd.runtime.safe_io import describe_os_error
