@@ -110,6 +110,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # ConfigError, ClusterEnvError
         print(f"psgd run: {exc}", file=sys.stderr)
         return 2
+    except RoleFailed as exc:  # e.g. the run directory is a launcher's
+        print(f"psgd run: {exc}", file=sys.stderr)
+        return exc.exit_code
     except RuntimeError as exc:  # the launcher's TCPStore could not be reached
         print(f"psgd run: {exc}", file=sys.stderr)
         return 1
