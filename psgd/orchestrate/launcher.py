@@ -82,7 +82,7 @@ def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
         while path.exists():
             path = Path(cfg.run.out_dir) / f"{cfg.run.name}-{stamp}-{k}"
             k += 1
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o755, parents=True, exist_ok=True)  # never group-writable: see run_lock.check_ownership
     return path
 
 

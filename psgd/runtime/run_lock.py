@@ -13,16 +13,22 @@ RUN_DIR/locks/ROLE-INDEX.lock exclusive, so a second `server --shard 0` cannot
 write shard 0's checkpoints and events beside the first. The launcher's own
 children (`--supervised`) take no lock: they work under their launcher's.
 
-A run directory owned by another user, or writable by everyone, is refused:
-whoever can write it can make the run's processes load their code (config
-import paths, the pickled model and dataset of `psgd.launch`).
+A run directory owned by another user, writable by everyone, or writable by a
+group other than the owner's personal one, is refused: whoever can write it can
+make the run's processes load their code (config import paths, the pickled model
+and dataset of `psgd.launch`). A personal group (user-private groups, where
+umask 002 is the default) holds nobody else, so g+w there is accepted; a shared
+group is refused even with setgid set, since run directories inherit setgid from
+a team directory without anyone deciding to trust every member of the team.
 """
 from __future__ import annotations
 
 import errno
 import fcntl
+import grp
 import json
 import os
+import pwd
 import socket
 import stat
 import time
@@ -51,6 +57,26 @@ def check_ownership(run_dir: Path) -> None:
     if st.st_mode & stat.S_IWOTH:
         raise RunDirRefused(f"{run_dir} is writable by every user (mode {stat.S_IMODE(st.st_mode):o}): "
                             "its files decide what code the run executes; chmod o-w it")
+    if st.st_mode & stat.S_IWGRP and not _personal_group(st.st_gid, st.st_uid):
+        raise RunDirRefused(f"{run_dir} is writable by group {_group_name(st.st_gid)} (mode "
+                            f"{stat.S_IMODE(st.st_mode):o}), whose members are not only you: its files decide "
+                            "what code the run executes; chmod g-w it")
+
+
+def _personal_group(gid: int, uid: int) -> bool:
+    """The owner's user-private group: their primary group, named as they are, listing no one else."""
+    try:
+        group, user = grp.getgrgid(gid), pwd.getpwuid(uid)
+    except KeyError:  # a group or user the system cannot name: nothing says it is personal
+        return False
+    return user.pw_gid == gid and group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return f"'{grp.getgrgid(gid).gr_name}'"
+    except KeyError:
+        return f"id {gid}"
 
 
 class RunDirLock:
@@ -99,7 +125,7 @@ class RoleLock:
         self._fds: list[int] = []
 
     def acquire(self) -> "RoleLock":
-        self.run_dir.mkdir(parents=True, exist_ok=True)  # a hand-started role may be the first here
+        self.run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)  # a hand-started role may come first
         check_ownership(self.run_dir)
         run_fd = os.open(self.run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         self._fds.append(run_fd)

@@ -91,3 +91,19 @@ def test_hand_started_servers_of_one_run_coexist_and_keep_a_launcher_and_twins_o
     assert [s.returncode for s in servers] == [0, 0]
     RunDirLock(out).acquire().release()  # both gone: the directory is free again
     assert sorted(os.listdir(out / "locks")) == ["server-0.lock", "server-1.lock"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another group needs root")
+def test_a_run_directory_a_shared_group_may_write_is_refused_before_anything_starts(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", eval={"enabled": False})
+    out = tmp_path / "shared"
+    out.mkdir()
+    os.chown(out, -1, 4245)  # a group that is nobody's personal one
+    os.chmod(out, 0o2775)    # a setgid team directory, umask 002
+    for args in (("launch", str(cfg), "--out", str(out), "--quiet"),
+                 ("server", str(cfg), "--shard", "0", "--run-dir", str(out))):
+        code, stdout, stderr = run_psgd(*args, cwd=tmp_path, timeout=50)
+        line = one_clear_line(stdout + stderr)
+        assert code in (1, EXIT_NO_RETRY) and f"{out} is writable by group id 4245 (mode 2775)" in line, line
+    assert os.listdir(out) == []  # nothing was written into it
