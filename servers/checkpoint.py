@@ -88,6 +88,7 @@ def load_shard_state(state: ShardState, sd: dict, fingerprint: str, now: float) 
             raise CheckpointError(f"snapshot {key} is {sd.get(key)!r}, this shard has {want!r}")
     if sd["params"].shape != state.params.shape:
         raise CheckpointError(f"snapshot holds {sd['params'].numel()} parameters, shard has {state.numel}")
+    _check_rule_state(state, sd["rule"])
     state.params.copy_(sd["params"])
     state.rule.load_state_dict(sd["rule"])
     state.version = int(sd["version"])
@@ -107,6 +108,36 @@ def load_shard_state(state: ShardState, sd: dict, fingerprint: str, now: float) 
         state.bsp.load_state_dict(sd["bsp"])
     if "live" in sd:  # snapshots written before live settings were durable have none
         state.policy.settings.load_state_dict(sd["live"])
+
+
+# Which optimizer leaves which state tensors: only to name, in the refusal, what made a snapshot.
+_STATE_MADE_BY = {(): "sgd without momentum", ("momentum_buffer",): "momentum",
+                  ("momentum_buffer", "period_sum"): "delayed-Nesterov momentum",
+                  ("exp_avg", "exp_avg_sq"): "adam", ("sum",): "adagrad"}
+
+
+def _rule_description(names: tuple[str, ...]) -> str:
+    made_by = _STATE_MADE_BY.get(names, "another optimizer")
+    return f"{made_by} state ({', '.join(names)})" if names else f"{made_by} (no state)"
+
+
+def _check_rule_state(state: ShardState, saved: dict) -> None:
+    """The snapshot's optimizer state must be the one this config's rule keeps: a run
+    resumed with another optimizer (sgd -> adam, momentum added) would otherwise fail
+    in load_state_dict with a bare KeyError, restarted until its retries are spent."""
+    have = tuple(sorted(k for k in saved if k != "updates"))
+    want = tuple(sorted(state.rule.state))
+    if have != want:
+        opt = state.rule.cfg
+        momentum = opt.effective_momentum if opt.name in ("sgd", "momentum") else 0.0
+        config = opt.name + (f" (momentum {momentum:g})" if momentum else "")
+        raise CheckpointError(f"the checkpoint holds {_rule_description(have)}, the config's optimizer is "
+                              f"{config} and keeps {_rule_description(want)}: resume with the optimizer "
+                              "the run was started with, or start a new run")
+    for name in want:
+        if tuple(saved[name].shape) != tuple(state.rule.state[name].shape):
+            raise CheckpointError(f"the checkpoint's optimizer state {name} has shape {tuple(saved[name].shape)}, "
+                                  f"this shard's has {tuple(state.rule.state[name].shape)}")
 
 
 class ShardCheckpoint:

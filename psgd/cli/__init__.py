@@ -42,7 +42,8 @@ def _progress_bar(total: int):
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from psgd.orchestrate.launcher import LaunchFailed, check_resumable, make_run_dir, resume_config
+    from psgd.orchestrate.launcher import LaunchFailed, make_run_dir, resume_config
+    from psgd.orchestrate.resume_check import ResumeRefused, check_resumable
     if args.resume:
         if args.config is not None or args.overrides or args.out or args.on or args.address:
             print("psgd launch: --resume RUN_DIR takes no CONFIG, --set, --out, --on or --address: "
@@ -83,7 +84,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if args.resume:
             check_resumable(cfg, run_dir)
         write_task_cache(run_dir, checked)
-    except (OSError, RunDirRefused, LaunchFailed) as exc:
+    except (OSError, RunDirRefused, LaunchFailed, ResumeRefused) as exc:
         if lock is not None:
             lock.release()
         from psgd.runtime.safe_io import describe_os_error
@@ -111,6 +112,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # ConfigError, ClusterEnvError
         print(f"psgd run: {exc}", file=sys.stderr)
         return 2
+    except RoleFailed as exc:  # e.g. the run directory is a launcher's
+        print(f"psgd run: {exc}", file=sys.stderr)
+        return exc.exit_code
     except RuntimeError as exc:  # the launcher's TCPStore could not be reached
         print(f"psgd run: {exc}", file=sys.stderr)
         return 1

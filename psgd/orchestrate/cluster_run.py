@@ -30,7 +30,7 @@ from typing import Optional
 from psgd.config import Config, ConfigError, dump_config, load_config, modes, override_config
 from psgd.orchestrate.collect import collect
 from psgd.orchestrate.discovery import EVAL_DONE, EXITED, FAILED, TARGET_REACHED, WORKERS_DONE, JobStore, open_store
-from psgd.orchestrate.roles import run_role
+from psgd.orchestrate.roles import role_lock, run_role
 from psgd.runtime.cluster_env import ClusterEnv, detect, reachable_address, with_config
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog, read_events
@@ -76,7 +76,8 @@ def run_job(config: str, overrides: list[str], run_dir: Optional[str] = None,
             launch: Optional[ClusterEnv] = None) -> int:
     """Run this process's role to the end; returns its exit code. Blocks.
     Raises ClusterEnvError/ConfigError (ValueErrors) for a bad environment or
-    config, and RuntimeError when the store cannot be reached."""
+    config, RoleFailed when a launcher (or this rank's role, twice) holds the run
+    directory, and RuntimeError when the store cannot be reached."""
     launch = launch or detect()
     cfg = load_config(config, overrides)
     if launch.role is not None:  # the launcher named the role (torchx component): no rank arithmetic
@@ -87,6 +88,14 @@ def run_job(config: str, overrides: list[str], run_dir: Optional[str] = None,
     else:
         role = assign_role(launch.rank, launch.world_size, cfg)
     out = Path(run_dir) if run_dir else Path(cfg.run.out_dir) / f"{cfg.run.name}-{launch.job_id}"
+    lock = role_lock(out, role.role, role.index)  # before anything is written into the directory
+    try:
+        return _run_locked(cfg, launch, role, out, lock.held)
+    finally:
+        lock.release()
+
+
+def _run_locked(cfg: Config, launch: ClusterEnv, role: Role, out: Path, locked: bool) -> int:
     (out / "events").mkdir(parents=True, exist_ok=True)
     events = out / "events" / f"{role.role}-{role.index}.jsonl"
     events.unlink(missing_ok=True)  # a reused run directory must not look ready already
@@ -98,7 +107,7 @@ def run_job(config: str, overrides: list[str], run_dir: Optional[str] = None,
     if role.role == modes.Role.SERVER:
         job.publish_server(role.index, _server_address(cfg, role.index, launch))
     resolved = override_config(cfg, ["cluster.servers=" + json.dumps(job.server_addresses(cfg.cluster.num_servers))])
-    _record_role(out, launch, role, resolved)
+    _record_role(out, launch, role, resolved, locked)
     if launch.rank == 0:
         atomic_write(out / "config.yaml", dump_config(resolved))
     finished = threading.Event()
@@ -115,13 +124,14 @@ def run_job(config: str, overrides: list[str], run_dir: Optional[str] = None,
     return code
 
 
-def _record_role(out: Path, launch: ClusterEnv, role: Role, cfg: Config) -> None:
+def _record_role(out: Path, launch: ClusterEnv, role: Role, cfg: Config, locked: bool) -> None:
     """One `role` event per rank (events/run-<rank>.jsonl): which launcher rank
-    became which role, where, and which servers it found in the store."""
+    became which role, where, which servers it found in the store, and whether it
+    holds its run-directory lock (False: the filesystem has no flock)."""
     log = EventLog(out / "events" / f"run-{launch.rank}.jsonl", "run", launch.rank)
     log.emit(Event.ROLE, launcher=launch.launcher, rank=launch.rank, world_size=launch.world_size,
              role_name=role.role, role_index=role.index, host=socket.gethostname(), pid=os.getpid(),
-             servers=list(cfg.cluster.servers))
+             servers=list(cfg.cluster.servers), run_dir_locked=locked)
     log.close()
 
 

@@ -27,6 +27,7 @@ from psgd.config.modes import Role
 from psgd.orchestrate.catch_up import unmerged_events
 from psgd.orchestrate.metrics_export import MetricsExport
 from psgd.orchestrate.progress import Progress, ProgressTracker
+from psgd.orchestrate.resume_check import STATE_SHAPE_FILE, ResumeRefused, check_resumable, state_shape
 from psgd.orchestrate.roles import CONFIG_FILE
 from psgd.orchestrate.spawn import Child, kill, spawn_child, terminate
 from psgd.orchestrate.summary import summarize
@@ -59,41 +60,6 @@ def resume_config(run_dir: Path) -> Config:
     return load_config(path)
 
 
-STATE_SHAPE_FILE = "state_shape.json"  # beside config.yaml: checkpoints may stay on other nodes (Ray)
-
-
-def state_shape(cfg: Config) -> dict:
-    """What a shard's checkpoints are shaped by: changing any of these between a run and
-    its --resume would load state made for something else (KeyError 'exp_avg', a layout
-    mismatch, another quorum)."""
-    import torch
-
-    from psgd.core.local_updates import server_optimizer
-    from psgd.core.update_rules import UpdateRule
-    return {"task.model": cfg.task.model, "task.dataset": cfg.task.dataset,
-            "cluster.servers": cfg.cluster.num_servers, "cluster.workers": cfg.cluster.workers,
-            "consistency.mode": cfg.consistency.mode.value,
-            # the update rule's state tensors: what optimizer.name/momentum (or local.*) decide
-            "optimizer state": sorted(UpdateRule(server_optimizer(cfg), torch.zeros(1)).state)}
-
-
-def check_resumable(cfg: Config, run_dir: Path) -> None:
-    """Refuse, in one line naming the keys, a --resume whose config no longer matches the
-    state its checkpoints hold. Runs started before this record was kept are not checked."""
-    path = Path(run_dir) / STATE_SHAPE_FILE
-    try:
-        then = json.loads(path.read_text())
-    except FileNotFoundError:
-        return
-    except (OSError, ValueError) as exc:
-        raise LaunchFailed(f"cannot read {path}: {exc}") from None
-    now = state_shape(cfg)
-    changed = [f"{k} was {then[k]!r}, is {now[k]!r}" for k in now if k in then and then[k] != now[k]]
-    if changed:
-        raise LaunchFailed(f"cannot resume {run_dir}: the checkpoints were made with another configuration ("
-                           + "; ".join(changed) + "): restore those keys in its config.yaml, or start a new run")
-
-
 class LaunchFailed(RuntimeError):
     pass
 
@@ -117,7 +83,7 @@ def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
         while path.exists():
             path = Path(cfg.run.out_dir) / f"{cfg.run.name}-{stamp}-{k}"
             k += 1
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o755, parents=True, exist_ok=True)  # never group-writable: see run_lock.check_ownership
     return path
 
 
@@ -241,6 +207,10 @@ class Launcher:
         """Pick up the events and training time of the stopped run being resumed."""
         if not (self.run_dir / "checkpoints").is_dir():
             raise LaunchFailed(f"nothing to resume in {self.run_dir}: it has no checkpoints/")
+        try:  # the CLI checked already; a library caller may not have
+            check_resumable(self.cfg, self.run_dir)
+        except ResumeRefused as exc:
+            raise LaunchFailed(str(exc)) from None
         metrics = self.run_dir / "metrics.jsonl"
         if metrics.exists():
             self.events = read_events(metrics)

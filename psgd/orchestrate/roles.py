@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.config import Config
-from psgd.runtime.role import RoleContext, start_role
+from psgd.runtime.role import RoleContext, RoleFailed, start_role
+from psgd.runtime.run_lock import RoleLock, RunDirRefused
 
 __all__ = ["RoleSpec", "ROLES", "run_role", "child_command", "CONFIG_FILE"]
 
@@ -59,8 +60,28 @@ ROLES: dict[str, RoleSpec] = {r.name: r for r in (
 
 def run_role(role: str, index: int, cfg: Config, run_dir: Optional[Path] = None, supervised: bool = False) -> int:
     """Run `role` in this process to its end; returns its exit code. Raises
-    ConfigError (a config the role cannot run) or RoleFailed (could not start)."""
-    return ROLES[role].run(start_role(role, index, cfg, run_dir, supervised))
+    ConfigError (a config the role cannot run) or RoleFailed (could not start,
+    e.g. a launcher or the same role and index holds the run directory).
+    A hand-started role holds its run directory's RoleLock for its life; a
+    supervised one (a launcher's child, a `psgd run` rank) works under its starter's."""
+    if run_dir is None or supervised:
+        return ROLES[role].run(start_role(role, index, cfg, run_dir, supervised))
+    lock = role_lock(Path(run_dir), role, index)
+    try:
+        ctx = start_role(role, index, cfg, run_dir, supervised)
+        if not lock.held:
+            ctx.events.emit("run_dir_unlocked", reason="the run directory's filesystem has no flock")
+        return ROLES[role].run(ctx)
+    finally:
+        lock.release()
+
+
+def role_lock(run_dir: Path, role: str, index: int) -> RoleLock:
+    """The held RoleLock of a hand-started role; RoleFailed (not retried) when refused."""
+    try:
+        return RoleLock(run_dir, role, index).acquire()
+    except (RunDirRefused, OSError) as exc:
+        raise RoleFailed(str(exc), retry=False) from None
 
 
 def child_command(role: str, index: int, run_dir: Path) -> list[str]:

@@ -1,11 +1,24 @@
 """Operators' mistakes, with real processes: a second launcher on a run directory in
-use, a --resume after changing the optimizer, and a disk too full for the start."""
+use, a --resume (or a hand-resumed shard) after changing the optimizer or the
+model's width, and a disk too full for the start."""
 import json
 import time
 
 import pytest
 import yaml
-from conftest import finish, one_clear_line, run_psgd, start_launch, stop, tmpfs, wait_for, worker_steps, write_config
+from conftest import (
+    finish,
+    one_clear_line,
+    psgd_cmd,
+    run_psgd,
+    spawn,
+    start_launch,
+    stop,
+    tmpfs,
+    wait_for,
+    worker_steps,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -50,6 +63,44 @@ def test_resume_after_changing_the_optimizer_is_refused_before_anything_starts(t
     assert code == 1 and "cannot resume" in line and "optimizer state was ['momentum_buffer']" in line, line
     assert time.monotonic() - t0 < 30 and "logs" not in line  # refused up front, not after restarts
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == before
+
+
+@pytest.mark.timeout(120)
+def test_resume_after_changing_the_model_width_is_refused_naming_the_key(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", train={"steps_per_worker": 20, "max_time_s": 60},
+                       task={"model_args": {"hidden": 32}}, eval={"enabled": False})
+    out = tmp_path / "run"
+    code, output = finish(start_launch(cfg, out), 90)
+    assert code == 0, output
+    run_cfg = yaml.safe_load((out / "config.yaml").read_text())
+    run_cfg["task"]["model_args"]["hidden"] = 48
+    (out / "config.yaml").write_text(yaml.safe_dump(run_cfg))
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "checkpoints").iterdir()}
+    code, stdout, stderr = run_psgd("launch", "--resume", str(out), "--quiet", cwd=tmp_path, timeout=60)
+    line = one_clear_line(stdout + stderr)
+    assert code == 1 and "cannot resume" in line and "task.model_args.hidden was 32, is 48" in line, line
+    # No shard started: its first act would be a fresh snapshot.
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "checkpoints").iterdir()} == before
+
+
+@pytest.mark.timeout(90)
+def test_a_hand_resumed_server_with_another_optimizer_stops_in_one_line(tmp_path):
+    from psgd.runtime.ports import free_ports
+    from psgd.runtime.role import EXIT_NO_RETRY
+    servers = {"servers": [f"127.0.0.1:{free_ports('127.0.0.1', 1)[0]}"], "workers": 1}
+    adam = write_config(tmp_path / "adam.yaml", cluster=servers, optimizer={"name": "adam", "lr": 0.01})
+    sgd = write_config(tmp_path / "sgd.yaml", cluster=servers, optimizer={"name": "sgd", "lr": 0.1})
+    out = tmp_path / "run"
+    first = spawn(psgd_cmd("server", str(adam), "--shard", "0", "--run-dir", str(out)), cwd=str(tmp_path))
+    try:
+        assert wait_for(lambda: (out / "checkpoints" / "shard-0.pt").exists(), timeout=60)
+    finally:
+        stop(first, timeout=20)
+    code, stdout, stderr = run_psgd("server", str(sgd), "--shard", "0", "--run-dir", str(out), cwd=tmp_path,
+                                    timeout=60)
+    line = one_clear_line(stdout + stderr)
+    assert code == EXIT_NO_RETRY and line.startswith("psgd server: shard 0: the checkpoint holds adam state "
+                                                     "(exp_avg, exp_avg_sq), the config's optimizer is sgd"), line
 
 
 @pytest.mark.timeout(60)

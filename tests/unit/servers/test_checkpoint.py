@@ -89,6 +89,36 @@ def test_snapshot_of_another_model_is_refused(tmp_path):
         ShardCheckpoint(tmp_path, 0, "fp-b", cfg.checkpoint).resume(fresh(cfg))
 
 
+@pytest.mark.parametrize("saved, resumed, holds, keeps", [
+    ({"optimizer.name": "adam"}, {"optimizer.name": "sgd"},
+     "adam state (exp_avg, exp_avg_sq)", "sgd and keeps sgd without momentum (no state)"),
+    ({"optimizer.name": "sgd"}, {"optimizer.name": "adam"},
+     "sgd without momentum (no state)", "adam and keeps adam state (exp_avg, exp_avg_sq)"),
+    ({"optimizer.name": "sgd"}, {"optimizer.name": "sgd", "optimizer.momentum": 0.9},
+     "sgd without momentum (no state)", "sgd (momentum 0.9) and keeps momentum state (momentum_buffer)"),
+    ({"optimizer.name": "adagrad"}, {"optimizer.name": "adamw"},
+     "adagrad state (sum)", "adamw and keeps adam state (exp_avg, exp_avg_sq)"),
+])
+def test_snapshot_of_another_optimizer_is_refused_naming_both(tmp_path, saved, resumed, holds, keeps):
+    """A hand-resumed shard whose config changed its optimizer: one CheckpointError naming
+    what the snapshot holds and what the config wants, never a KeyError from load_state_dict."""
+    cfg = make_cfg(**saved)
+    live = fresh(cfg)
+    ckpt = ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint)
+    ckpt.resume(live)
+    live.register(0, 0.0)
+    live.push(0, 0, 0, 0, torch.ones(NUMEL))
+    ckpt.save(live)
+    ckpt.close()
+    with pytest.raises(CheckpointError) as info:
+        ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint).resume(fresh(make_cfg(**resumed)))
+    assert str(info.value).startswith(f"the checkpoint holds {holds}, the config's optimizer is {keeps}: "), info.value
+    # The same optimizer still resumes.
+    back = fresh(cfg)
+    ShardCheckpoint(tmp_path, 0, "fp", cfg.checkpoint).resume(back)
+    assert torch.equal(back.params, live.params)
+
+
 def test_snapshot_loads_with_weights_only_and_is_replaced_atomically(tmp_path):
     cfg = make_cfg()
     state = fresh(cfg)
