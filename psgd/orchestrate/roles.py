@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.config import Config
+from psgd.runtime.event_names import Event
 from psgd.runtime.role import RoleContext, RoleFailed, start_role
 from psgd.runtime.run_lock import RoleLock, RunDirRefused
 
@@ -70,7 +71,7 @@ def run_role(role: str, index: int, cfg: Config, run_dir: Optional[Path] = None,
     try:
         ctx = start_role(role, index, cfg, run_dir, supervised)
         if not lock.held:
-            ctx.events.emit("run_dir_unlocked", reason="the run directory's filesystem has no flock")
+            ctx.events.emit(Event.RUN_DIR_UNLOCKED, reason="the run directory's filesystem has no flock")
         return ROLES[role].run(ctx)
     finally:
         lock.release()

@@ -30,6 +30,7 @@ class Event(str, Enum):
     RESTART = "restart"              # the launcher restarted a crashed process
     DONE = "done"                    # a worker (or all-reduce rank) finished
     ERROR = "error"
+    RUN_DIR_UNLOCKED = "run_dir_unlocked"  # a hand-started role on a filesystem without flock
 
     def __str__(self) -> str:
         return self.value
@@ -54,6 +55,7 @@ FIELDS: dict[Event, frozenset[str]] = {
     Event.RESTART: frozenset({"process", "process_index", "attempt", "cause"}),
     Event.DONE: frozenset({"rank", "clock", "steps", "resends"}),
     Event.ERROR: frozenset({"reason"}),
+    Event.RUN_DIR_UNLOCKED: frozenset({"reason"}),
 }
 if set(FIELDS) != set(Event):
     raise ImportError(f"events without a field list: {set(Event) - set(FIELDS)}")
