@@ -68,8 +68,10 @@ class ShardRecorder:
     def log_depart(self, rank: int) -> None:
         self._write([OpKind.DEPART.value, rank])
 
-    def log_push(self, rank: int, seq: int, clock: int, read_version: int, grad, step_s: float = 0.0) -> None:
-        self._write([OpKind.PUSH.value, rank, seq, clock, read_version, float(step_s), self._version()])
+    def log_push(self, rank: int, seq: int, clock: int, read_version: int, grad, step_s: float = 0.0,
+                 steps: int = 1) -> None:
+        """`steps`: the training steps behind the push (a local-update round's)."""
+        self._write([OpKind.PUSH.value, rank, seq, clock, read_version, float(step_s), self._version(), steps])
 
     def log_pull(self, rank: int, clock: int) -> None:
         self._write([OpKind.PULL.value, rank, clock, self._version()])
@@ -95,6 +97,7 @@ class Op:
     read_version: int = -1
     step_s: float = 0.0
     version: int = -1                 # the shard's version after the op (pushes and pulls)
+    steps: int = 1                    # training steps behind a push (a local-update round's)
     setting: Optional[tuple[int, str, dict]] = None
 
 
@@ -112,8 +115,9 @@ def _op(rec: list[Any]) -> Op:
     if kind in (OpKind.JOIN, OpKind.DEPART):
         return Op(kind, rank=int(rec[1]))
     if kind is OpKind.PUSH:
-        rank, seq, clock, read_version, step_s, version = rec[1:7]
-        return Op(kind, rank=rank, seq=seq, clock=clock, read_version=read_version, step_s=step_s, version=version)
+        rank, seq, clock, read_version, step_s, version, steps = rec[1:8]
+        return Op(kind, rank=rank, seq=seq, clock=clock, read_version=read_version, step_s=step_s, version=version,
+                  steps=steps)
     if kind is OpKind.PULL:
         return Op(kind, rank=rec[1], clock=rec[2], version=rec[3])
     if kind is OpKind.SETTING:

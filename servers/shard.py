@@ -158,11 +158,12 @@ class ShardServer:
             self.state.counters[f"bad_requests_{exc.code}"] += 1
             self._reply(identity, P.Error(req=req, code=exc.code, reason=exc.reason))
 
-    def _journal(self, op: str, *args) -> None:
+    def _journal(self, op: str, *args, **replay_only) -> None:
+        """`replay_only`: what the replay record needs and a restart does not (a round's steps)."""
         if self.checkpoint is not None:
             getattr(self.checkpoint, op)(*args)
         if self.recorder is not None:
-            getattr(self.recorder, op)(*args)
+            getattr(self.recorder, op)(*args, **replay_only)
 
     def _reply(self, identity: bytes, record: P.Record, frames=()) -> None:
         self._sock.send(identity, P.encode(record, frames))
@@ -280,7 +281,8 @@ class ShardServer:
         result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s)
         self._speeds.observe(rec.rank, rec.step_s, rec.steps)
         if result.status is not PushStatus.DUPLICATE:
-            self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s)  # before the ack
+            self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s,  # before the ack
+                          steps=rec.steps)
             self.state.counters[f"push_{result.status.value}"] += 1
         self._release()
         if rec.TYPE is MsgType.PUSH:

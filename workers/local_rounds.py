@@ -23,7 +23,8 @@ class LocalRounds:
     shards last reported it; the round's length follows it (DyLU). None: fixed rounds."""
 
     def __init__(self, steps: int, sync: ModelSync, inner: torch.optim.Optimizer,
-                 fastest_step_s: Callable[[], float] | None = None):
+                 fastest_step_s: Callable[[], float] | None = None, clock: Callable[[], float] = time.monotonic):
+        """`clock`: seconds, for this worker's own pace (the virtual cluster passes its simulated clock)."""
         self.steps = steps      # nominal steps per round
         self.sync = sync
         self.inner = inner
@@ -34,14 +35,15 @@ class LocalRounds:
         self.round_steps = steps  # this round's length
         self.own_step_s = 0.0   # this worker's time per step, smoothed over its rounds
         self.start: list[torch.Tensor] = []
-        self._began = time.monotonic()
+        self._clock = clock
+        self._began = clock()
         self.begin()
 
     def begin(self) -> None:
         """A round starts from the parameters the model holds now (just pulled)."""
         self.start = self.sync.flat_params(out=self.start or None)
         self.taken = 0
-        self._began = time.monotonic()
+        self._began = self._clock()
         if self.fastest_step_s is not None:
             self.round_steps = round_steps(self.steps, self.own_step_s, self.fastest_step_s())
 
@@ -54,7 +56,7 @@ class LocalRounds:
     def delta(self) -> list[torch.Tensor]:
         """start - now, one flat float32 host tensor per shard (reused buffers)."""
         if self.rounds:  # a process's first round also holds its wait for the run to start
-            self.own_step_s = smoothed(self.own_step_s, (time.monotonic() - self._began) / self.taken)
+            self.own_step_s = smoothed(self.own_step_s, (self._clock() - self._began) / self.taken)
         self.rounds += 1
         self.steps_total += self.taken
         return self.sync.deltas_from(self.start)

@@ -27,6 +27,7 @@ class Kind(IntEnum):
     SERVED = 2        # the shard finished serving a push
     REPLY = 3         # a pull reply reached its worker
     EVALUATE = 4      # the evaluator scores the shards' parameters
+    LOCAL_DONE = 5    # local updates: a worker finished an inner step that sends nothing
 
 
 class EventQueue:
@@ -80,6 +81,8 @@ class Engine:
         self._released_at: list[Optional[tuple]] = [None] * n
         self._fixed_bound = executor.cfg.consistency.staleness != "auto"
         self.started_at = [0.0] * len(executor.workers)
+        self.round_at = [0.0] * len(executor.workers)  # when each worker's parameters last arrived
+        self.flushing: set[int] = set()  # workers whose last, shorter local round is in flight
         self.sent_at = [0.0] * len(executor.workers)
         self.result = SimResult()
         self.q = EventQueue()
@@ -88,7 +91,13 @@ class Engine:
     # ---- scheduling -------------------------------------------------------
     def _start_step(self, rank: int, t: float) -> None:
         w = self.ex.workers[rank]
+        self.ex.now = t
         if w.steps >= self.steps_per_worker:
+            last = self.ex.flush(rank, step_s=t - self.round_at[rank])  # a local round cut short still counts
+            if last is not None:
+                self.flushing.add(rank)
+                self._send(last, t)
+                return
             self.ex.leave(rank)  # as opt.close(): nobody waits for it any more
             self.active -= 1
             self.emit(event(t, Role.WORKER, rank, Event.DONE, rank=rank, clock=w.clock, steps=w.steps, pushes=w.seq,
@@ -99,9 +108,21 @@ class Engine:
             return
         compute_s = self.time.compute_s
         busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active else 0.0)
-        pushes = self.ex.compute(rank, step_s=busy)
+        self.ex.now = t + busy  # a local round's pace is read when its last step ends
+        pushes = self.ex.compute(rank, step_s=t + busy - self.round_at[rank])
         self.started_at[rank] = t
-        self.q.put(t + busy, Kind.STEP_DONE, pushes)
+        if pushes is None:
+            self.q.put(t + busy, Kind.LOCAL_DONE, rank)
+        else:
+            self.q.put(t + busy, Kind.STEP_DONE, pushes)
+
+    def _local_done(self, rank: int, t: float) -> None:
+        w = self.ex.workers[rank]
+        self.result.steps += 1
+        self.emit(event(t, Role.WORKER, rank, Event.STEP, rank=rank, clock=w.clock, loss=w.last_loss,
+                        compute_s=round(self.time.compute_s, 9), comm_s=0.0,
+                        step_s=round(t - self.started_at[rank], 9), gap=0))
+        self._start_step(rank, t)
 
     def _send(self, pushes: list[Push], t: float) -> None:
         self.sent_at[pushes[0].rank] = t
@@ -143,6 +164,11 @@ class Engine:
         if not self.ex.receive(r):
             return
         w = self.ex.workers[r.rank]
+        self.round_at[r.rank] = t
+        if r.rank in self.flushing:  # the reply to a flushed round: no training step of its own
+            self.flushing.discard(r.rank)
+            self._start_step(r.rank, t)
+            return
         self.result.steps += 1
         self.emit(event(t, Role.WORKER, r.rank, Event.STEP, rank=r.rank, clock=w.clock, loss=w.last_loss,
                          compute_s=round(self.time.compute_s, 9), comm_s=round(t - self.sent_at[r.rank], 9),
@@ -165,7 +191,7 @@ class Engine:
         if self.eval_every_s:
             self.q.put(0.0, Kind.EVALUATE, None)
         handlers = {Kind.STEP_DONE: self._send, Kind.ARRIVE: self._arrive, Kind.SERVED: self._served,
-                    Kind.REPLY: self._reply}
+                    Kind.REPLY: self._reply, Kind.LOCAL_DONE: self._local_done}
         t, ended = 0.0, False
         while self.q and self.active > 0:
             t, kind, data = self.q.pop()

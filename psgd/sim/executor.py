@@ -21,6 +21,7 @@ import torch
 
 from psgd.config import Config
 from psgd.core.heterogeneity import StragglerModel, straggler_for
+from psgd.core.local_updates import StepSpeeds, inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.servers.state import PushResult, ShardState
 from psgd.tasks import build_model, load_task
@@ -28,6 +29,7 @@ from psgd.tasks.loaders import train_loader
 from psgd.wire import protocol as P
 from psgd.wire.codecs import Encoded, WireEncoder
 from psgd.workers.client import adopted_clock
+from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 
 __all__ = ["Executor", "Push", "Reply", "VirtualWorker", "decode_push"]
@@ -59,6 +61,7 @@ class Push:
     grad: Gradient
     wire_bytes: int
     step_s: float = 0.0
+    steps: int = 1   # training steps behind it (a local-update round's)
 
 
 @dataclass
@@ -70,6 +73,7 @@ class Reply:
     version: int
     clock: int
     min_clock: int
+    fastest_step_s: float = 0.0  # local.dynamic: the fastest worker's time per step, as the shard sees it
 
 
 @dataclass
@@ -85,6 +89,9 @@ class VirtualWorker:
     steps: int = 0
     last_loss: float = float("nan")
     replies: dict[int, Reply] = field(default_factory=dict)
+    local: Optional[LocalRounds] = None       # local updates: the worker's own rounds and inner optimizer
+    own: Optional[list[torch.Tensor]] = None  # local updates: its parameters mid-round (None: a round starts)
+    fastest_step_s: float = 0.0
 
 
 class Executor:
@@ -99,6 +106,8 @@ class Executor:
         initial = self.layout.flatten([p.detach() for p in self.sync.params])
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
         self._shared: list[Optional[tuple[int, torch.Tensor]]] = [None] * self.num_shards
+        self.now = 0.0  # the simulated time, set by whoever drives the executor (local rounds' pace)
+        self.speeds = [StepSpeeds() for _ in range(self.num_shards)]  # each shard's view, as the real shard's
         self.gradient_s = 0.0  # real seconds in forward+backward (psgd bench sim's denominator)
         self.evaluate_s = 0.0  # real seconds scoring the test set
         train = self.task.train_data()
@@ -111,6 +120,10 @@ class Executor:
                                    [self._read(s) for s in range(self.num_shards)], [0] * self.num_shards)
             if register:
                 worker.clock = min(shard.register(rank, 0.0) for shard in self.shards)
+            if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
+                inner = inner_torch_optimizer(cfg.optimizer, self.sync.params)
+                speed = (lambda w=worker: w.fastest_step_s) if cfg.local.dynamic else None
+                worker.local = LocalRounds(cfg.local.steps, self.sync, inner, speed, clock=lambda: self.now)
             self.workers.append(worker)
 
     # ---- memory -----------------------------------------------------------
@@ -123,11 +136,20 @@ class Executor:
         return cached[1]
 
     # ---- steps ------------------------------------------------------------
-    def compute(self, rank: int, step_s: float = 0.0) -> list[Push]:
+    def compute(self, rank: int, step_s: float = 0.0, round_steps: Optional[int] = None) -> Optional[list[Push]]:
         """Worker `rank`'s forward/backward on its next batch at the parameters it
-        holds, encoded per shard; its seq and clock move on as the client's do."""
+        holds, encoded per shard; its seq and clock move on as the client's do.
+        Under local updates: one inner step, and the round's delta when it is
+        complete (None while the round goes on: nothing to send). `round_steps`:
+        a round that begins now takes that many steps (a replay's recorded rounds)."""
         w = self.workers[rank]
-        self.sync.load(w.params)
+        if w.local is not None and w.own is None:  # a round starts from the parameters just pulled
+            self.sync.load(w.params)
+            w.local.begin()
+            if round_steps is not None:
+                w.local.round_steps = round_steps
+            w.own = [t.clone() for t in w.local.start]
+        self.sync.load(w.own if w.local is not None else w.params)
         x, y = next(w.batches)
         t0 = time.perf_counter()
         self.model.zero_grad(set_to_none=False)
@@ -135,23 +157,43 @@ class Executor:
         loss.backward()
         self.gradient_s += time.perf_counter() - t0
         w.last_loss = loss.item()
-        grads = self.sync.gradients()
+        w.steps += 1
+        if w.local is None:
+            return self._send(w, self.sync.gradients(), step_s)
+        if not w.local.step():
+            w.own = self.sync.flat_params(out=w.own)
+            return None
+        return self._send(w, w.local.delta(), step_s, w.local.taken)
+
+    def flush(self, rank: int, step_s: float = 0.0) -> Optional[list[Push]]:
+        """Under local updates, the shorter round of a worker whose budget ended
+        (as psgd.Optimizer.flush); None when there is none."""
+        w = self.workers[rank]
+        if w.local is None or w.own is None or not w.local.taken:
+            return None
+        self.sync.load(w.own)
+        return self._send(w, w.local.delta(), step_s, w.local.taken)
+
+    def _send(self, w: VirtualWorker, grads: list[torch.Tensor], step_s: float, steps: int = 1) -> list[Push]:
         pushes = []
         for s, g in enumerate(grads):
             before = w.encoder.wire_bytes
             enc = w.encoder.encode(s, g)
-            pushes.append(Push(rank, s, w.seq, w.clock, w.versions[s], decode_push(enc, g.numel()),
-                               w.encoder.wire_bytes - before, step_s))
+            pushes.append(Push(w.rank, s, w.seq, w.clock, w.versions[s], decode_push(enc, g.numel()),
+                               w.encoder.wire_bytes - before, step_s, steps))
         w.seq += 1
         w.clock += 1
-        w.steps += 1
         w.replies = {}
+        if w.local is not None:
+            w.own = None  # the reply starts the next round
         return pushes
 
     def serve_push(self, push: Push) -> PushResult:
         """Shard `push.shard` handles one push, exactly as the real shard does."""
-        return self.shards[push.shard].push(push.rank, push.seq, push.clock, push.read_version,
-                                            push.grad, push.step_s)
+        result = self.shards[push.shard].push(push.rank, push.seq, push.clock, push.read_version,
+                                              push.grad, push.step_s)
+        self.speeds[push.shard].observe(push.rank, push.step_s, push.steps)
+        return result
 
     def try_answer(self, s: int, rank: int) -> Optional[Reply]:
         """Shard s answers worker `rank`'s pull for its next clock if the mode allows."""
@@ -159,7 +201,7 @@ class Executor:
         if not shard.pull_ready(rank, clock):
             return None
         _, clock, low = shard.answer_pull(rank, clock)
-        return Reply(rank, s, self._read(s), shard.version, clock, low)
+        return Reply(rank, s, self._read(s), shard.version, clock, low, self.speeds[s].fastest())
 
     def receive(self, reply: Reply) -> bool:
         """Worker takes one shard's reply; True once it holds every shard's."""
@@ -169,12 +211,14 @@ class Executor:
             return False
         for s, r in w.replies.items():
             w.params[s], w.versions[s] = r.params, r.version
+            w.fastest_step_s = r.fastest_step_s or w.fastest_step_s
         w.clock = adopted_clock(w.clock, (r.clock for r in w.replies.values()))
         return True
 
     def leave(self, rank: int) -> None:
-        for shard in self.shards:
+        for s, shard in enumerate(self.shards):
             shard.leave(rank)
+            self.speeds[s].forget(rank)
 
     # ---- results ----------------------------------------------------------
     def server_params(self) -> list[torch.Tensor]:

@@ -64,8 +64,6 @@ def _events(run_dir: Path) -> list[dict]:
 
 
 def _check_replayable(cfg, events: list[dict]) -> None:
-    if cfg.local.enabled:
-        raise RecordError("the run used local updates (local.steps > 1): replay re-executes gradient pushes only")
     restarts = [e for e in events if e.get("event") == Event.RESTART]
     if restarts:
         e = restarts[0]
@@ -81,10 +79,12 @@ class _Replay:
         self.ex, self.records = ex, records
         # (rank, seq) -> {shard: version the worker read}: what each gradient needs.
         self.reads: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
+        self.steps: dict[tuple[int, int], int] = {}  # local updates: the steps of each round
         for rec in records:
             for op in rec.ops:
                 if op.kind is OpKind.PUSH:
                     self.reads[(op.rank, op.seq)][rec.shard] = op.read_version
+                    self.steps[(op.rank, op.seq)] = op.steps
         shards = len(records)
         for (rank, seq), versions in self.reads.items():
             if len(versions) != shards:
@@ -122,10 +122,12 @@ class _Replay:
             w.params = [self.kept[s][versions[s]] for s in range(len(versions))]
             w.versions = [versions[s] for s in range(len(versions))]
             w.seq = k
-            pushes = self.ex.compute(rank)
+            pushes = None
+            while pushes is None:  # one step, or under local updates the round's recorded steps
+                pushes = self.ex.compute(rank, round_steps=self.steps[(rank, k)])
+                self.losses[rank].append(w.last_loss)
+                self.result.gradients += 1
             self.grads[(rank, k)] = [p.grad for p in pushes]
-            self.losses[rank].append(w.last_loss)
-            self.result.gradients += 1
             for s, v in versions.items():
                 self.wanted[s][v] -= 1
                 if not self.wanted[s][v]:

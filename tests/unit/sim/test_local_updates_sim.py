@@ -1,0 +1,39 @@
+"""Local updates on the virtual cluster run the workers' own rounds (psgd.workers.local_rounds)
+and the shards' outer rule: the same algebra the real-process tests check."""
+import math
+
+import torch
+from sim_reference import STEPS, assert_servers_equal, cfg_for, reference_sgd
+
+from psgd.sim import simulate
+
+
+def test_local_1_with_sgd_is_bsp():
+    bsp, _ = simulate(cfg_for("bsp", 3), 2.0)
+    local, _ = simulate(cfg_for("bsp", 3, **{"local.steps": 1}), 2.0)
+    for a, b in zip(bsp.shards, local.shards):
+        torch.testing.assert_close(a.params, b.params, rtol=0, atol=1e-5)
+
+
+def test_one_worker_s_rounds_of_sgd_are_a_plain_loop():
+    cfg = cfg_for("asp", 1, **{"local.steps": 4})
+    ex, _ = simulate(cfg, 2.0)
+    assert [s.version for s in ex.shards] == [math.ceil(STEPS / 4)] * 2  # the last, shorter round is flushed
+    assert_servers_equal(ex, reference_sgd(cfg, STEPS), atol=1e-6)
+
+
+def test_rounds_push_deltas_and_the_bytes_fall_by_the_round_length():
+    plain, plain_run = simulate(cfg_for("bsp", 2), 2.0)
+    local, local_run = simulate(cfg_for("bsp", 2, **{"local.steps": 5}), 2.0)
+    assert plain_run.steps == local_run.steps == 2 * STEPS  # every training step is counted once
+    sent = [w.encoder.wire_bytes for w in local.workers]
+    assert sent == [w.encoder.wire_bytes // 5 for w in plain.workers]
+    assert all(w.local.rounds == STEPS // 5 for w in local.workers)
+
+
+def test_diloco_on_the_simulator_is_deterministic():
+    over = {"local.steps": 4, "local.outer_lr": 0.7, "local.outer_momentum": 0.9, "local.outer_nesterov": "true",
+            "optimizer.name": "adamw", "optimizer.lr": 0.01}
+    a, _ = simulate(cfg_for("asp", 3, **over), 2.0)
+    b, _ = simulate(cfg_for("asp", 3, **over), 2.0)
+    assert all(torch.equal(x.params, y.params) for x, y in zip(a.shards, b.shards))
