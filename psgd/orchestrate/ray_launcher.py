@@ -225,6 +225,9 @@ class RayLauncher(Launcher):
             if result is None:
                 continue  # not answering this round (its node may be on its way out)
             events, code, cause = result
+            for e in events:
+                if e.get("event") == "ready":
+                    e.setdefault("node", c.proc.node_ip)  # where each role ran, in metrics.jsonl
             c.pending.extend(events)
             c.proc.code = code
             if code is not None:

@@ -5,8 +5,10 @@ the filesystem with the launcher; node B (`node_b`) has its own /tmp and
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from conftest import ROOT, kill_tree, psgd_cmd, spawn
 from support.ray_cluster import SetupFailed, TwoNodeRay, leftovers, unsupported
 
 pytestmark = pytest.mark.e2e
@@ -74,3 +76,76 @@ def test_the_two_nodes_are_two_hosts_to_ray(two_nodes):
     assert f"node:{two_nodes.ip_a}" in seen["resources"] and f"node:{two_nodes.ip_b}" in seen["resources"]
     assert seen["a"][0] == two_nodes.ip_a and seen["b"][0] == two_nodes.ip_b
     assert seen["b"][1] == ["psgd-rt"]  # node B's /tmp is its own: only its Ray session is there
+
+
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+# The quickstart job (2 shards, 4 workers, the evaluator, target 0.93) in half-CPU actors,
+# with fewer steps: seven processes share two cores with the two Ray nodes.
+SMALL = ["--set", "ray.server.num_cpus=0.5", "--set", "ray.worker.num_cpus=0.5",
+         "--set", "ray.evaluator.num_cpus=0.5", "--set", "train.steps_per_worker=300"]
+
+
+def _launch(cluster: TwoNodeRay, out: Path, *sets: str, timeout: float = 75, address=True, env=None):
+    """`psgd launch --on ray` from node A; (exit code, output)."""
+    where = ["--address", cluster.address] if address else []
+    proc = spawn(cluster.on_a(psgd_cmd("launch", str(QUICKSTART), "--on", "ray", *where, "--out", str(out),
+                                       "--quiet", *SMALL, *sets)),
+                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(out.parent), env=env or {})
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        kill_tree(proc)
+    return proc.returncode, output
+
+
+def _events(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _nodes(events: list[dict]) -> dict[str, str]:
+    """'role-index' -> the node it last became ready on."""
+    return {f"{e['role']}-{e['index']}": e["node"] for e in events if e.get("event") == "ready"}
+
+
+def _check_complete(out: Path, summary: dict, names: list[str]) -> None:
+    """The usual run directory on the launching node, whatever node each role ran on."""
+    assert summary["status"] == "ok" and summary["final_test_accuracy"] >= 0.93, summary
+    assert summary["total_updates"] == summary["worker_steps"] == 4 * 300  # every acknowledged push applied
+    assert sorted(p.stem for p in (out / "logs").glob("*.log")) == sorted(names)  # node B's came through Ray
+    assert (out / "model.pt").stat().st_size > 0 and (out / "metrics.csv").is_file()
+    assert not (out / "processes.json").exists()
+
+
+ALL = ["server-0", "server-1", "worker-0", "worker-1", "worker-2", "worker-3", "evaluator-0"]
+
+
+@pytest.mark.timeout(90)
+def test_shards_on_node_a_workers_and_evaluator_on_node_b(two_nodes, tmp_path):
+    out = tmp_path / "run"
+    code, output = _launch(two_nodes, out, "--set", "ray.server.resources={node_a: 1}",
+                           "--set", "ray.worker.resources={node_b: 1}", "--set", "ray.evaluator.resources={node_b: 1}")
+    assert code == 0, output[-3000:]
+    events = _events(out)
+    nodes = _nodes(events)
+    assert nodes == {n: two_nodes.ip_a if n.startswith("server") else two_nodes.ip_b for n in ALL}
+    # The shards bound node A's address, which node B reaches (not loopback).
+    bound = sorted(e["address"] for e in events if e["role"] == "server" and e["event"] == "ready")
+    assert len(bound) == 2 and all(a.startswith(f"tcp://{two_nodes.ip_a}:") for a in bound), bound
+    _check_complete(out, json.loads((out / "summary.json").read_text()), ALL)
+    # Node B's roles wrote in a /tmp of their own: their events reached the run directory through Ray.
+    assert sorted(p.stem for p in (out / "events").glob("*.jsonl")) == sorted(ALL)
+
+
+@pytest.mark.timeout(90)
+def test_mixed_placement_spreads_servers_and_workers_over_both_nodes(two_nodes, tmp_path):
+    out = tmp_path / "run"
+    code, output = _launch(two_nodes, out)  # no resources: `scheduling: spread`, the default
+    assert code == 0, output[-3000:]
+    events = _events(out)
+    nodes = _nodes(events)
+    assert set(nodes) == set(ALL)
+    for role in ("server", "worker"):
+        assert {ip for n, ip in nodes.items() if n.startswith(role)} == {two_nodes.ip_a, two_nodes.ip_b}, nodes
+    bound = {e["index"]: e["address"] for e in events if e["role"] == "server" and e["event"] == "ready"}
+    assert bound == {i: f"tcp://{nodes[f'server-{i}']}:{bound[i].rsplit(':', 1)[1]}" for i in (0, 1)}
+    _check_complete(out, json.loads((out / "summary.json").read_text()), ALL)
