@@ -5,10 +5,11 @@ the filesystem with the launcher; node B (`node_b`) has its own /tmp and
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, kill_tree, psgd_cmd, spawn
+from conftest import ROOT, kill_tree, psgd_cmd, spawn, wait_for
 from support.ray_cluster import SetupFailed, TwoNodeRay, leftovers, unsupported
 
 pytestmark = pytest.mark.e2e
@@ -149,3 +150,73 @@ def test_mixed_placement_spreads_servers_and_workers_over_both_nodes(two_nodes, 
     bound = {e["index"]: e["address"] for e in events if e["role"] == "server" and e["event"] == "ready"}
     assert bound == {i: f"tcp://{nodes[f'server-{i}']}:{bound[i].rsplit(':', 1)[1]}" for i in (0, 1)}
     _check_complete(out, json.loads((out / "summary.json").read_text()), ALL)
+
+
+def _launch_and_kill_node_b(cluster: TwoNodeRay, out: Path, *sets: str, after_steps: int = 150):
+    """Start the job, SIGKILL everything on node B once `after_steps` steps are
+    in metrics.jsonl; (exit code, output, seconds from the kill to the exit)."""
+    where = ["--address", cluster.address]
+    proc = spawn(cluster.on_a(psgd_cmd("launch", str(QUICKSTART), "--on", "ray", *where, "--out", str(out),
+                                       "--quiet", *SMALL, "--set", "train.steps_per_worker=600", *sets)),
+                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(out.parent))
+    try:
+        metrics = out / "metrics.jsonl"
+        assert wait_for(lambda: metrics.exists() and metrics.read_text().count('"event": "step"') >= after_steps,
+                        timeout=50), "training did not get going"
+        assert cluster.kill_node_b(), "nothing was running on node B"
+        killed_at = time.monotonic()
+        output, _ = proc.communicate(timeout=45)
+        return proc.returncode, output, time.monotonic() - killed_at
+    finally:
+        kill_tree(proc)
+
+
+@pytest.mark.timeout(90)
+def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(fresh_two_nodes, tmp_path):
+    cluster, out = fresh_two_nodes, tmp_path / "run"
+    code, output, _ = _launch_and_kill_node_b(cluster, out, "--set", "ray.server.resources={node_a: 1}",
+                                              "--set", "supervision.max_restarts=1")
+    assert code == 0, output[-3000:]
+    events = _events(out)
+    first = {}
+    for e in events:
+        if e.get("event") == "ready":
+            first.setdefault(f"{e['role']}-{e['index']}", e["node"])
+    on_b = sorted(n for n, ip in first.items() if ip == cluster.ip_b)
+    assert any(n.startswith("worker") for n in on_b), first  # spread put workers on node B
+    # One line names the node, every role it took and why; the CLI printed it.
+    lost = [e for e in events if e.get("event") == "node_lost"]
+    assert len(lost) == 1 and lost[0]["node"] == cluster.ip_b and sorted(lost[0]["roles"]) == on_b
+    assert lost[0]["restarted"] and "its node left the Ray cluster" in lost[0]["line"]
+    assert f"psgd launch: {lost[0]['line']}" in output
+    assert _nodes(events) == {n: cluster.ip_a for n in ALL}  # every role ended on node A
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["restarts"] == len(on_b)
+    # Exactly once: each worker finished its 600 pushes, every shard applied each one once.
+    done = {e["rank"]: e["clock"] for e in events if e.get("event") == "done"}
+    assert done == {r: 600 for r in range(4)}
+    versions = {}
+    for e in events:
+        if e.get("event") == "server_stats":
+            versions[e["index"]] = e["version"]
+    assert versions == {0: 2400, 1: 2400} and summary["total_updates"] == 2400
+    assert summary["partial_pushes"] == 0 and summary["final_test_accuracy"] >= 0.93
+
+
+@pytest.mark.timeout(90)
+def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_the_resume_command(
+        fresh_two_nodes, tmp_path):
+    cluster, out = fresh_two_nodes, tmp_path / "run"
+    code, output, stopped_in = _launch_and_kill_node_b(
+        cluster, out, "--set", "ray.server.resources={node_a: 1}", "--set", "ray.evaluator.resources={node_a: 1}",
+        "--set", "ray.worker.resources={node_b: 1}", "--set", "checkpoint.every_s=0.5")
+    assert code == 1, output
+    line = (f"lost Ray node {cluster.ip_b} (its node left the Ray cluster): worker 0, worker 1, worker 2, worker 3; "
+            "no live Ray node has room for worker 0 (ray.worker.num_cpus=0.5, ray.worker.resources.node_b=1)")
+    assert line in output, output
+    assert f"continue this run with: psgd launch --resume {out}" in output
+    assert stopped_in < 30, stopped_in
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and line in summary["failure"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()), "no checkpoints kept"
+    assert (out / "model.pt").is_file()  # the evaluator, on node A, took its final measurement
