@@ -174,13 +174,19 @@ class RayLauncher(Launcher):
         On one node the servers bind cluster.host (loopback by default); across
         nodes, their node's address, which the other nodes reach."""
         servers = self.cfg.cluster.servers
-        if isinstance(servers, list):
+        if isinstance(servers, list) and not self.resume:
             return list(servers)
-        keys = [("server", i) for i in range(servers)]
+        keys = [("server", i) for i in range(self.cfg.cluster.num_servers)]
         one_node = len({info["node_id"] for info in self._infos.values()}) == 1
         hosts = [self.cfg.cluster.host if one_node else self._infos[k]["node_ip"] for k in keys]
-        return self._get([self._hosts[k].reserve_address.remote(h) for k, h in zip(keys, hosts)],
-                         CALL_TIMEOUT_S, "reserving server ports")
+        # A resumed run's servers may be placed on other nodes than the addresses it recorded.
+        kept = list(servers) if isinstance(servers, list) else [""] * len(keys)
+        todo = [i for i, h in enumerate(hosts) if kept[i].rsplit(":", 1)[0] != h]
+        fresh = self._get([self._hosts[keys[i]].reserve_address.remote(hosts[i]) for i in todo],
+                          CALL_TIMEOUT_S, "reserving server ports")
+        for i, address in zip(todo, fresh):
+            kept[i] = address
+        return kept
 
     def _spawn(self, role: str, index: int, address: Optional[str] = None) -> None:
         if (role, index) not in self._infos:  # a new actor, replacing one lost with its node

@@ -12,6 +12,8 @@ import pytest
 from conftest import ROOT, kill_tree, psgd_cmd, spawn, wait_for
 from support.ray_cluster import SetupFailed, TwoNodeRay, leftovers, unsupported
 
+from psgd.config import load_config
+
 pytestmark = pytest.mark.e2e
 
 
@@ -133,6 +135,7 @@ def test_shards_on_node_a_workers_and_evaluator_on_node_b(two_nodes, tmp_path):
     bound = sorted(e["address"] for e in events if e["role"] == "server" and e["event"] == "ready")
     assert len(bound) == 2 and all(a.startswith(f"tcp://{two_nodes.ip_a}:") for a in bound), bound
     _check_complete(out, json.loads((out / "summary.json").read_text()), ALL)
+    assert load_config(out / "config.yaml").ray.address == two_nodes.address  # --address, kept for --resume
     # Node B's roles wrote in a /tmp of their own: their events reached the run directory through Ray.
     assert sorted(p.stem for p in (out / "events").glob("*.jsonl")) == sorted(ALL)
 
@@ -157,7 +160,7 @@ def _launch_and_kill_node_b(cluster: TwoNodeRay, out: Path, *sets: str, after_st
     in metrics.jsonl; (exit code, output, seconds from the kill to the exit)."""
     where = ["--address", cluster.address]
     proc = spawn(cluster.on_a(psgd_cmd("launch", str(QUICKSTART), "--on", "ray", *where, "--out", str(out),
-                                       "--quiet", *SMALL, "--set", "train.steps_per_worker=600", *sets)),
+                                       "--quiet", *SMALL, "--set", "train.steps_per_worker=400", *sets)),
                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(out.parent))
     try:
         metrics = out / "metrics.jsonl"
@@ -192,19 +195,19 @@ def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(fresh_two_
     assert _nodes(events) == {n: cluster.ip_a for n in ALL}  # every role ended on node A
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["restarts"] == len(on_b)
-    # Exactly once: each worker finished its 600 pushes, every shard applied each one once.
+    # Exactly once: each worker finished its 400 pushes, every shard applied each one once.
     done = {e["rank"]: e["clock"] for e in events if e.get("event") == "done"}
-    assert done == {r: 600 for r in range(4)}
+    assert done == {r: 400 for r in range(4)}
     versions = {}
     for e in events:
         if e.get("event") == "server_stats":
             versions[e["index"]] = e["version"]
-    assert versions == {0: 2400, 1: 2400} and summary["total_updates"] == 2400
+    assert versions == {0: 1600, 1: 1600} and summary["total_updates"] == 1600
     assert summary["partial_pushes"] == 0 and summary["final_test_accuracy"] >= 0.93
 
 
 @pytest.mark.timeout(90)
-def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_the_resume_command(
+def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes_when_it_is_back(
         fresh_two_nodes, tmp_path):
     cluster, out = fresh_two_nodes, tmp_path / "run"
     code, output, stopped_in = _launch_and_kill_node_b(
@@ -220,3 +223,32 @@ def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_the_res
     assert summary["status"] == "failed" and line in summary["failure"]
     assert sorted(p.name for p in (out / "checkpoints").iterdir()), "no checkpoints kept"
     assert (out / "model.pt").is_file()  # the evaluator, on node A, took its final measurement
+    n_before = len(_events(out))
+
+    # Node B comes back: the printed command finishes the run, every push applied once.
+    cluster.start_node_b()
+    proc = spawn(cluster.on_a(psgd_cmd("launch", "--resume", str(out), "--quiet")), stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+    try:
+        output, _ = proc.communicate(timeout=50)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 0, output[-3000:]
+    after = _events(out)[n_before:]
+    assert {e["index"] for e in after if e.get("event") == "resumed"} == {0, 1}  # both shards, from checkpoints
+    assert {e["rank"]: e["clock"] for e in after if e.get("event") == "done"} == {r: 400 for r in range(4)}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["total_updates"] == 1600 and summary["partial_pushes"] == 0
+
+
+@pytest.mark.timeout(90)
+def test_ray_address_in_the_environment_joins_the_two_node_cluster(two_nodes, tmp_path):
+    out = tmp_path / "run"
+    code, output = _launch(two_nodes, out, "--set", "cluster.workers=2", "--set", "train.steps_per_worker=100",
+                           address=False, env={"RAY_ADDRESS": two_nodes.address})
+    assert code == 0, output[-3000:]
+    nodes = _nodes(_events(out))
+    # A local instance would have put every role on node A: the job ran on the cluster's two nodes.
+    assert set(nodes.values()) == {two_nodes.ip_a, two_nodes.ip_b}, nodes
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["total_updates"] == summary["worker_steps"] == 200

@@ -99,12 +99,17 @@ class TwoNodeRay:
             _run(self.on_a([ray, "start", "--head", f"--node-ip-address={self.ip_a}", f"--port={RAY_PORT}",
                             '--resources={"node_a": 8}', "--include-dashboard=false",
                             f"--temp-dir={self.temp_a}", *common]), timeout=60, env=HEAD_ENV)
-            _run(self.on_b([ray, "start", f"--address={self.address}", f"--node-ip-address={self.ip_b}",
-                            '--resources={"node_b": 8}', "--temp-dir=/tmp/psgd-rt", *common]), timeout=60)
+            self.start_node_b()
         except BaseException:
             self.close()
             raise
         return self
+
+    def start_node_b(self) -> None:
+        """Node B joins the head (again, after kill_node_b: a fresh node with an empty /tmp)."""
+        _run(self.on_b([str(BIN / "ray"), "start", f"--address={self.address}", f"--node-ip-address={self.ip_b}",
+                        '--resources={"node_b": 8}', "--temp-dir=/tmp/psgd-rt", f"--num-cpus={NODE_CPUS}",
+                        f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats"]), timeout=60)
 
     def _network(self) -> None:
         va, vb = f"vra{self.token}", f"vrb{self.token}"
