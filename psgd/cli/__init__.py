@@ -41,6 +41,20 @@ def _progress_bar(total: int):
     return bar, update
 
 
+def _with_notices(update, bar):
+    """The progress callback, printing each new notice (a lost node) once, even with --quiet."""
+    shown = 0
+
+    def on_progress(p) -> None:
+        nonlocal shown
+        for line in p.notices[shown:]:
+            (bar.write if bar is not None else print)(f"psgd launch: {line}", file=sys.stderr)
+        shown = len(p.notices)
+        if update is not None:
+            update(p)
+    return on_progress
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     from psgd.orchestrate.launcher import LaunchFailed, make_run_dir, resume_config
     from psgd.orchestrate.resume_check import ResumeRefused, check_resumable
@@ -94,7 +108,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     print(f"run directory: {run_dir}{' (resuming)' if args.resume else ''}", file=sys.stderr)
     bar, update = _progress_bar(cfg.cluster.workers * cfg.train.steps_per_worker) if not args.quiet else (None, None)
     try:
-        result = launcher_cls(cfg, run_dir, on_progress=update, resume=bool(args.resume), child_main=main,
+        result = launcher_cls(cfg, run_dir, on_progress=_with_notices(update, bar), resume=bool(args.resume), child_main=main,
                               lock=lock).run()
     finally:
         lock.release()

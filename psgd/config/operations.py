@@ -2,13 +2,16 @@
 the wire, checkpoints, supervision, security, Ray resources and logging."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Literal, Union
 
 from psgd.config.loader import check as _check
 from psgd.config.loader import int_max
 
 __all__ = ["WireConfig", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
+           "RayScheduling",
            "LoggingConfig"]
 
 
@@ -75,16 +78,43 @@ class SecurityConfig:
     client_key: str = ""         # a client's key pair (*.key_secret); default KEYS_DIR/client.key_secret
 
 
+class RayScheduling(str, Enum):
+    """How Ray chooses among the nodes that can hold a role's processes."""
+    SPREAD = "spread"    # over as many nodes as it can (Ray's SPREAD strategy)
+    DEFAULT = "default"  # Ray's default: fill one node (the driver's first) before the next
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Ray's built-in resources, which num_cpus / num_gpus (and Ray itself) set.
+_RAY_BUILTIN = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": None, "object_store_memory": None}
+
+
 @dataclass(frozen=True)
 class RayRoleConfig:
     # Resources Ray reserves for each process of this role (logical units, as in
     # @ray.remote(num_cpus=..., num_gpus=...)); a role's torch threads are run.threads.
     num_cpus: float = 1.0
     num_gpus: float = 0.0
+    # Custom resources each process also asks for: the role goes only to nodes that have them
+    # (`ray start --resources='{"node_a": 8}'`), or to one node with Ray's {"node:IP": 0.01}.
+    resources: dict[str, float] = field(default_factory=dict)
+    scheduling: RayScheduling = RayScheduling.SPREAD  # among the nodes that can hold the role
 
     def __post_init__(self):
         _check(self.num_cpus >= 0, "num_cpus", f"must be >= 0, got {self.num_cpus}")
         _check(self.num_gpus >= 0, "num_gpus", f"must be >= 0, got {self.num_gpus}")
+        for name, amount in self.resources.items():
+            key = f"resources.{name}"
+            _check(bool(name.strip()), "resources", "a resource name must not be empty")
+            if name in _RAY_BUILTIN:
+                instead = _RAY_BUILTIN[name]
+                _check(False, key, f"{name} is Ray's own resource" + (f": set {instead} instead" if instead else ""))
+            _check(amount > 0, key, f"must be > 0, got {amount:g}")
+            # Ray's rule: a quantity above 1 is a whole number of units.
+            _check(amount <= 1 or math.isclose(amount, round(amount)), key,
+                   f"above 1 must be a whole number (Ray's rule), got {amount:g}")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from psgd.config.operations import (  # noqa: F401 (re-exported)
     LoggingConfig,
     RayConfig,
     RayRoleConfig,
+    RayScheduling,
     SecurityConfig,
     SupervisionConfig,
     WireConfig,

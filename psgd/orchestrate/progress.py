@@ -1,7 +1,7 @@
 """Progress of a live run, folded from the events the launcher merges."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from psgd.core.histogram import Histogram
@@ -22,6 +22,7 @@ class Progress:
     staleness_max: Optional[int] = None
     t: float = 0.0
     started: bool = False   # every process is ready and the training clock runs
+    notices: list[str] = field(default_factory=list)  # lines for the user, oldest first (a lost node)
 
 
 class ProgressTracker:
@@ -39,6 +40,8 @@ class ProgressTracker:
         elif ev == Event.EVAL:
             p.accuracy = e.get("accuracy")
             p.updates = max(p.updates, eval_updates(e))
+        elif ev == Event.NODE_LOST and e.get("restarted"):  # one that stops the run says so in its reason
+            p.notices.append(e["line"])
         elif ev == Event.SERVER_STATS:
             self._staleness[e.get("index", 0)] = e.get("staleness_hist", {})
             merged = Histogram()

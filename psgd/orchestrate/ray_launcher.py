@@ -9,7 +9,14 @@ files, the common training clock, the progress callback, the order in which
 the job stops, Ctrl-C, and the bounded restarts of a crashed role (the actor
 restarts its process in place, so a server keeps its node and port; Ray's own
 actor restart would move it to another node under workers that know only the
-old address). A lost actor (its node died) fails the run with that cause.
+old address).
+
+Where each role goes is `ray.<role>.resources` and `.scheduling` (ray_placement).
+A lost node (or a role's actor that died) is reported in one event naming the
+node, the roles and why (ray_nodes); its workers and evaluator are restarted in
+new actors on live nodes with room for them, within the restart budget. A lost
+server, a spent budget or no room left fails the run with that line, leaving
+the servers' checkpoints for `--resume`.
 """
 from __future__ import annotations
 
@@ -24,51 +31,22 @@ from pathlib import Path
 from typing import Optional
 
 import ray
-from ray.exceptions import RayError
+from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from psgd.config import Config, dump_config, override_config
 from psgd.config.modes import Role
 from psgd.orchestrate.launcher import INTERRUPT_BUDGET_S, STOP_GRACE_S, Launcher, LaunchFailed
 from psgd.orchestrate.ray_actor import TOKEN_FILE, RoleHost
+from psgd.orchestrate.ray_nodes import LOST_EXIT, NodeLoss, alive_nodes, cannot_restart, loss_event
+from psgd.orchestrate.ray_placement import check_resources, role_requests
 from psgd.orchestrate.roles import child_command
+from psgd.runtime.event_names import Event
 from psgd.runtime.files import atomic_write
 
-__all__ = ["RayLauncher", "role_resources", "check_resources"]
+__all__ = ["RayLauncher"]
 
 CALL_TIMEOUT_S = 60.0      # one round of actor calls; longer means the cluster is not answering
 PLACEMENT_TIMEOUT_S = 180.0  # every actor placed and answering
-
-
-def role_resources(cfg: Config) -> dict[tuple[str, int], dict]:
-    """(role, index) -> Ray resource request, for every process of the job."""
-    req = {}
-    for i in range(cfg.cluster.num_servers):
-        req[("server", i)] = _request(cfg.ray.server)
-    for r in range(cfg.cluster.workers):
-        req[("worker", r)] = _request(cfg.ray.worker)
-    if cfg.eval.enabled:
-        req[("evaluator", 0)] = _request(cfg.ray.evaluator)
-    return req
-
-
-def _request(rc) -> dict:
-    return {"num_cpus": float(rc.num_cpus), "num_gpus": float(rc.num_gpus)}
-
-
-def check_resources(requests: dict[tuple[str, int], dict], available: dict) -> None:
-    """Fail up front, naming the keys to change, when the cluster cannot hold the
-    job at once (Ray would otherwise leave actors pending forever)."""
-    for unit, ray_name in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
-        need = sum(r[unit] for r in requests.values())
-        have = float(available.get(ray_name, 0.0))
-        if need > have + 1e-9:
-            per_role = ", ".join(f"ray.{role}.{unit}={r[unit]:g}" for role, r in _one_per_role(requests).items())
-            raise LaunchFailed(f"the job asks Ray for {need:g} {ray_name} in all but the cluster has "
-                               f"{have:g} {ray_name} ({per_role}): lower them or add nodes")
-
-
-def _one_per_role(requests: dict[tuple[str, int], dict]) -> dict[str, dict]:
-    return {role: r for (role, _), r in sorted(requests.items())}
 
 
 @dataclass
@@ -98,6 +76,8 @@ class _RayChild:
     done: bool = False
     cause_line: str = "no output"
     pending: list[dict] = field(default_factory=list)
+    lost: Optional[str] = None  # why its actor is gone (Ray's words), once it is
+    reported: bool = False      # its loss is in an event, and its actor replaced
 
     @property
     def events(self) -> "_RayChild":
@@ -126,6 +106,8 @@ class RayLauncher(Launcher):
         self._hosts: dict[tuple[str, int], "ray.actor.ActorHandle"] = {}
         self._infos: dict[tuple[str, int], dict] = {}
         self._placement_error: Optional[LaunchFailed] = None
+        self._requests = role_requests(self.cfg)
+        self._token = ""
 
     def run(self):
         try:
@@ -152,7 +134,7 @@ class RayLauncher(Launcher):
             return self.cfg
 
     def _connect(self) -> None:
-        requests = role_resources(self.cfg)
+        requests = self._requests
         address = self.address or os.environ.get("RAY_ADDRESS") or None
         kw = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:
@@ -161,21 +143,27 @@ class RayLauncher(Launcher):
             else:
                 # Like the local launcher, a one-machine job may hold more processes than cores:
                 # give the local instance enough logical CPUs for every role's request.
-                cpus = max(os.cpu_count() or 1, math.ceil(sum(r["num_cpus"] for r in requests.values())))
+                cpus = max(os.cpu_count() or 1, math.ceil(sum(r.num_cpus for r in requests.values())))
                 ray.init(num_cpus=cpus, **kw)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise LaunchFailed(f"cannot reach Ray{f' at {address}' if address else ''}: {exc}") from None
         check_resources(requests, ray.cluster_resources())
 
     def _place(self) -> None:
-        token = secrets.token_hex(16)
-        atomic_write(self.run_dir / TOKEN_FILE, token)  # an actor that reads it shares our run directory
-        for key, res in role_resources(self.cfg).items():
-            self._hosts[key] = RoleHost.options(**res).remote(str(self.run_dir.resolve()), token)
+        self._token = secrets.token_hex(16)
+        atomic_write(self.run_dir / TOKEN_FILE, self._token)  # an actor that reads it shares our run directory
+        for key in self._requests:
+            self._new_host(key)
         keys = list(self._hosts)
         infos = self._get([self._hosts[k].info.remote() for k in keys], PLACEMENT_TIMEOUT_S,
                           "placing the roles' actors")
         self._infos = dict(zip(keys, infos))
+
+    def _new_host(self, key: tuple[str, int]) -> None:
+        """An actor for (role, index), placed by Ray where the role's request allows."""
+        self._hosts[key] = RoleHost.options(**self._requests[key].options()).remote(
+            str(self.run_dir.resolve()), self._token)
+        self._infos.pop(key, None)
 
     def _start_all(self) -> None:
         if self._placement_error is not None:
@@ -187,15 +175,24 @@ class RayLauncher(Launcher):
         On one node the servers bind cluster.host (loopback by default); across
         nodes, their node's address, which the other nodes reach."""
         servers = self.cfg.cluster.servers
-        if isinstance(servers, list):
+        if isinstance(servers, list) and not self.resume:
             return list(servers)
-        keys = [("server", i) for i in range(servers)]
+        keys = [("server", i) for i in range(self.cfg.cluster.num_servers)]
         one_node = len({info["node_id"] for info in self._infos.values()}) == 1
         hosts = [self.cfg.cluster.host if one_node else self._infos[k]["node_ip"] for k in keys]
-        return self._get([self._hosts[k].reserve_address.remote(h) for k, h in zip(keys, hosts)],
-                         CALL_TIMEOUT_S, "reserving server ports")
+        # A resumed run's servers may be placed on other nodes than the addresses it recorded.
+        kept = list(servers) if isinstance(servers, list) else [""] * len(keys)
+        todo = [i for i, h in enumerate(hosts) if kept[i].rsplit(":", 1)[0] != h]
+        fresh = self._get([self._hosts[keys[i]].reserve_address.remote(hosts[i]) for i in todo],
+                          CALL_TIMEOUT_S, "reserving server ports")
+        for i, address in zip(todo, fresh):
+            kept[i] = address
+        return kept
 
     def _spawn(self, role: str, index: int, address: Optional[str] = None) -> None:
+        if (role, index) not in self._infos:  # a new actor, replacing one lost with its node
+            self._infos[(role, index)] = self._get([self._hosts[(role, index)].info.remote()], PLACEMENT_TIMEOUT_S,
+                                                   f"placing {role} {index} again")[0]
         host, info = self._hosts[(role, index)], self._infos[(role, index)]
         args = child_command(role, index, Path(info["workdir"]))[1:]  # the actor's node has its own python
         threads = str(self.cfg.run.threads)
@@ -219,13 +216,25 @@ class RayLauncher(Launcher):
     def _poll(self, started: bool) -> None:
         if self._signal is None:
             self._refresh()
-        super()._poll(started)
+            self._handle_lost()
+        super()._poll(started)  # books the restarts of the lost roles, as of any crashed one
 
     def _refresh(self) -> None:
-        """One round of calls: every child's new events and exit status."""
+        """One round of calls: every child's new events and exit status. A child
+        whose actor is gone counts as exited (LOST_EXIT), so nothing waits on it."""
         children = list(self.children)
-        results = self._get([c.proc.actor.poll.remote() for c in children], CALL_TIMEOUT_S, "polling the roles")
-        for c, (events, code, cause) in zip(children, results):
+        results = self._answers([c.proc.actor.poll.remote() for c in children], CALL_TIMEOUT_S, "polling the roles")
+        for c, result in zip(children, results):
+            if isinstance(result, _Gone):
+                if c.proc.code is None:
+                    c.lost, c.proc.code = result.cause, LOST_EXIT
+                continue
+            if result is None:
+                continue  # not answering this round (its node may be on its way out)
+            events, code, cause = result
+            for e in events:
+                if e.get("event") == Event.READY:
+                    e.setdefault("node", c.proc.node_ip)  # where each role ran, in metrics.jsonl
             c.pending.extend(events)
             c.proc.code = code
             if code is not None:
@@ -235,6 +244,51 @@ class RayLauncher(Launcher):
                 path.parent.mkdir(exist_ok=True)
                 with open(path, "a") as f:
                     f.write("".join(json.dumps(e) + "\n" for e in events))
+
+    def _handle_lost(self) -> None:
+        """Report the roles lost since the last round, by node, and replace their
+        actors on live nodes; or fail, naming what stops a restart."""
+        lost = [c for c in self.children if c.lost is not None and not c.reported]
+        if not lost:
+            return
+        alive = alive_nodes()
+        gone_nodes = {c.info["node_id"] for c in lost if c.info["node_id"] not in {n.node_id for n in alive}}
+        for c in self.children:  # a dead node takes every role on it, answered or not this round
+            if c.info["node_id"] in gone_nodes and c.proc.code is None:
+                c.lost, c.proc.code = "its node left the Ray cluster", LOST_EXIT
+                lost.append(c)
+        for node_id in sorted({c.info["node_id"] for c in lost}):
+            group = [c for c in lost if c.info["node_id"] == node_id]
+            why = "its node left the Ray cluster" if node_id in gone_nodes else group[0].lost
+            loss = NodeLoss(group[0].proc.node_ip, [(c.role, c.index) for c in group], why)
+            keep = {k: self._infos[k]["node_id"] for k in self._hosts
+                    if k in self._infos and self._infos[k]["node_id"] not in gone_nodes and k not in loss.roles}
+            problem = cannot_restart(loss, self._requests, self.budget,
+                                     [n for n in alive if n.node_id not in gone_nodes], keep)
+            self._record(group[0], loss_event(loss, problem, time.time() - self._t0 if self._t0 else 0.0))
+            if problem is not None:
+                raise LaunchFailed(f"{loss.line()}; {problem}")
+            for c in group:
+                c.reported, c.cause_line = True, f"lost: {why}"
+                self._new_host((c.role, c.index))
+
+    def _answers(self, refs: list, timeout: float, doing: str) -> list:
+        """Each call's result; _Gone where its actor died, None where it is
+        unavailable for now. Raises LaunchFailed when Ray does not answer at all."""
+        _, late = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        if late:
+            raise LaunchFailed(f"Ray did not answer within {timeout:.0f} s while {doing}")
+        out = []
+        for ref in refs:
+            try:
+                out.append(ray.get(ref))
+            except ActorUnavailableError:
+                out.append(None)
+            except RayActorError as exc:
+                out.append(_Gone(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__))
+            except RayError as exc:
+                raise LaunchFailed(f"a Ray call failed while {doing}: {str(exc).splitlines()[0]}") from None
+        return out
 
     def _get(self, refs: list, timeout: float, doing: str) -> list:
         try:
@@ -283,11 +337,14 @@ class RayLauncher(Launcher):
             self._get([c.proc.actor.kill.remote() for c in running], CALL_TIMEOUT_S, "killing stragglers")
 
     def _fetch_outputs(self) -> None:
-        """model.pt and the logs of roles that ran in a directory of their own."""
+        """model.pt, the logs, and the shards' replay records of roles that ran in a directory of their own."""
         for c in self.children:
             if c.info["shared"]:
                 continue
-            names = [f"logs/{c.role}-{c.index}.log"] + (["model.pt"] if c.role == Role.EVALUATOR else [])
+            if c.lost is not None:
+                continue  # its files went with its node
+            names = [f"logs/{c.role}-{c.index}.log"] + (["model.pt"] if c.role == Role.EVALUATOR else []) \
+                + ([f"record/shard-{c.index}.msgpack"] if c.role == Role.SERVER else [])
             for name in names:
                 try:
                     data = ray.get(c.proc.actor.fetch.remote(name), timeout=CALL_TIMEOUT_S)
@@ -296,3 +353,9 @@ class RayLauncher(Launcher):
                 if data is not None:
                     (self.run_dir / name).parent.mkdir(parents=True, exist_ok=True)
                     (self.run_dir / name).write_bytes(data)
+
+
+@dataclass
+class _Gone:
+    """A call whose actor died: its process and node-local files are gone."""
+    cause: str

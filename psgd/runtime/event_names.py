@@ -28,6 +28,7 @@ class Event(str, Enum):
     PEER_CUT_OFF = "peer_cut_off"    # a shard dropped a client that stopped reading
     RESUMED = "resumed"              # a shard restarted from its checkpoint
     RESTART = "restart"              # the launcher restarted a crashed process
+    NODE_LOST = "node_lost"          # Ray: a node left the cluster with some of the run's roles
     DONE = "done"                    # a worker (or all-reduce rank) finished
     ERROR = "error"
     RUN_DIR_UNLOCKED = "run_dir_unlocked"  # a hand-started role on a filesystem without flock
@@ -53,6 +54,7 @@ FIELDS: dict[Event, frozenset[str]] = {
     Event.PEER_CUT_OFF: frozenset({"role", "rank"}),
     Event.RESUMED: frozenset(),
     Event.RESTART: frozenset({"process", "process_index", "attempt", "cause"}),
+    Event.NODE_LOST: frozenset({"node", "roles", "cause", "restarted", "line"}),
     Event.DONE: frozenset({"rank", "clock", "steps", "resends"}),
     Event.ERROR: frozenset({"reason"}),
     Event.RUN_DIR_UNLOCKED: frozenset({"reason"}),

@@ -1,0 +1,91 @@
+"""Where the Ray launcher's actors go: each role's request (`ray.<role>`:
+num_cpus, num_gpus, custom resources, scheduling), the check that the cluster
+can hold the whole job at once, and which live nodes can still take a role
+whose node was lost. Pure functions of the config and of what Ray reports
+(no Ray calls here), so they are tested without a cluster."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from psgd.config import Config, RayScheduling
+from psgd.orchestrate.launcher import LaunchFailed
+
+__all__ = ["RoleRequest", "role_requests", "check_resources", "nodes_that_fit", "NodeView"]
+
+# Ray's names for the units num_cpus and num_gpus ask for.
+_BUILTIN = {"CPU": "num_cpus", "GPU": "num_gpus"}
+
+
+@dataclass(frozen=True)
+class RoleRequest:
+    """What one process of `role` asks Ray for."""
+    role: str
+    num_cpus: float
+    num_gpus: float
+    resources: Mapping[str, float] = field(default_factory=dict)
+    scheduling: RayScheduling = RayScheduling.SPREAD
+
+    def amounts(self) -> dict[str, float]:
+        """Every unit this request needs, by Ray's resource name."""
+        return {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}
+
+    def key(self, unit: str) -> str:
+        """The config key that sets `unit` for this role."""
+        if unit in _BUILTIN:
+            return f"ray.{self.role}.{_BUILTIN[unit]}"
+        return f"ray.{self.role}.resources.{unit}"
+
+    def options(self) -> dict:
+        """Keyword arguments for `ActorClass.options`."""
+        return {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "resources": dict(self.resources),
+                "scheduling_strategy": self.scheduling.name}  # Ray spells them SPREAD and DEFAULT
+
+
+def role_requests(cfg: Config) -> dict[tuple[str, int], RoleRequest]:
+    """(role, index) -> its request, for every process of the job."""
+    def req(role: str) -> RoleRequest:
+        rc = getattr(cfg.ray, role)
+        return RoleRequest(role, float(rc.num_cpus), float(rc.num_gpus), dict(rc.resources), rc.scheduling)
+
+    out = {("server", i): req("server") for i in range(cfg.cluster.num_servers)}
+    out.update({("worker", r): req("worker") for r in range(cfg.cluster.workers)})
+    if cfg.eval.enabled:
+        out[("evaluator", 0)] = req("evaluator")
+    return out
+
+
+def check_resources(requests: Mapping[tuple[str, int], RoleRequest], available: Mapping[str, float]) -> None:
+    """Fail up front, naming the keys to change, when the cluster cannot hold the
+    job at once (Ray would otherwise leave actors pending forever)."""
+    units = ["CPU", "GPU"] + sorted({u for r in requests.values() for u in r.resources})
+    for unit in units:
+        asking = [r for r in requests.values() if r.amounts().get(unit, 0.0) > 0 or unit in _BUILTIN]
+        need = sum(r.amounts().get(unit, 0.0) for r in asking)
+        have = float(available.get(unit, 0.0))
+        if need > have + 1e-9:
+            one = {r.role: r for r in asking}  # one request per role names its key
+            keys = ", ".join(f"{r.key(unit)}={r.amounts()[unit]:g}" for _, r in sorted(one.items()))
+            raise LaunchFailed(f"the job asks Ray for {need:g} {unit} in all but the cluster has "
+                               f"{have:g} {unit} ({keys}): lower them or add nodes")
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A live node as the launcher sees it: its id, address and total resources."""
+    node_id: str
+    ip: str
+    total: Mapping[str, float]
+
+
+def nodes_that_fit(request: RoleRequest, nodes: Iterable[NodeView],
+                   in_use: Mapping[str, Mapping[str, float]]) -> list[NodeView]:
+    """The nodes with room for one more `request`, given what this job's live
+    actors hold on each (`in_use`: node id -> resource -> amount)."""
+    fit = []
+    for node in nodes:
+        used = in_use.get(node.node_id, {})
+        if all(float(node.total.get(u, 0.0)) - float(used.get(u, 0.0)) >= amount - 1e-9
+               for u, amount in request.amounts().items() if amount > 0):
+            fit.append(node)
+    return fit

@@ -1,0 +1,257 @@
+"""`psgd launch --on ray` on a two-node Ray cluster made of two network
+namespaces (tests/support/ray_cluster.py): node A (the head, `node_a`) shares
+the filesystem with the launcher; node B (`node_b`) has its own /tmp and
+/dev/shm, so what its roles write comes back only through Ray."""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, kill_tree, psgd_cmd, run_psgd, spawn, wait_for
+from support.ray_cluster import SetupFailed, TwoNodeRay, leftovers, unsupported
+
+from psgd.config import load_config
+
+pytestmark = pytest.mark.e2e
+
+
+def _cluster():
+    reason = unsupported()
+    if reason is not None:
+        pytest.skip(reason)
+    cluster = TwoNodeRay()
+    try:
+        cluster.start()
+    except SetupFailed as exc:
+        if "netns add" in str(exc):  # this machine cannot make namespaces: not a psgd failure
+            pytest.skip(f"cannot create network namespaces here: {exc}")
+        raise
+    return cluster
+
+
+def _teardown(cluster: TwoNodeRay) -> None:
+    left = cluster.close() + leftovers(cluster.token)
+    assert left == [], f"left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    """One cluster for the tests that leave both nodes standing."""
+    cluster = _cluster()
+    try:
+        yield cluster
+    finally:
+        _teardown(cluster)
+
+
+@pytest.fixture
+def fresh_two_nodes():
+    """A cluster of its own, for a test that kills a node."""
+    cluster = _cluster()
+    try:
+        yield cluster
+    finally:
+        _teardown(cluster)
+
+
+NODES = """
+import json, ray
+ray.init(address=%r, include_dashboard=False, log_to_driver=False, configure_logging=False)
+@ray.remote(num_cpus=0.1)
+def where():
+    import tempfile, os
+    return ray.util.get_node_ip_address(), sorted(os.listdir(tempfile.gettempdir()))
+print(json.dumps({"resources": ray.cluster_resources(),
+                  "a": ray.get(where.options(resources={"node_a": 1}).remote()),
+                  "b": ray.get(where.options(resources={"node_b": 1}).remote())}))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_the_two_nodes_are_two_hosts_to_ray(two_nodes):
+    res = subprocess.run(two_nodes.on_a([sys.executable, "-c", NODES % two_nodes.address]),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr[-2000:]
+    seen = json.loads(res.stdout.strip().splitlines()[-1])
+    assert seen["resources"]["node_a"] == 8 and seen["resources"]["node_b"] == 8
+    assert f"node:{two_nodes.ip_a}" in seen["resources"] and f"node:{two_nodes.ip_b}" in seen["resources"]
+    assert seen["a"][0] == two_nodes.ip_a and seen["b"][0] == two_nodes.ip_b
+    assert seen["b"][1] == ["psgd-rt"]  # node B's /tmp is its own: only its Ray session is there
+
+
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+# The quickstart job (2 shards, 4 workers, the evaluator, target 0.93) in half-CPU actors,
+# with fewer steps: seven processes share two cores with the two Ray nodes.
+SMALL = ["--set", "ray.server.num_cpus=0.5", "--set", "ray.worker.num_cpus=0.5",
+         "--set", "ray.evaluator.num_cpus=0.5", "--set", "train.steps_per_worker=300"]
+
+
+def _launch(cluster: TwoNodeRay, out: Path, *sets: str, timeout: float = 75, address=True, env=None):
+    """`psgd launch --on ray` from node A; (exit code, output)."""
+    where = ["--address", cluster.address] if address else []
+    proc = spawn(cluster.on_a(psgd_cmd("launch", str(QUICKSTART), "--on", "ray", *where, "--out", str(out),
+                                       "--quiet", *SMALL, *sets)),
+                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(out.parent), env=env or {})
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        kill_tree(proc)
+    return proc.returncode, output
+
+
+def _events(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _nodes(events: list[dict]) -> dict[str, str]:
+    """'role-index' -> the node it last became ready on."""
+    return {f"{e['role']}-{e['index']}": e["node"] for e in events if e.get("event") == "ready"}
+
+
+def _check_complete(out: Path, summary: dict, names: list[str]) -> None:
+    """The usual run directory on the launching node, whatever node each role ran on."""
+    assert summary["status"] == "ok" and summary["final_test_accuracy"] >= 0.93, summary
+    assert summary["total_updates"] == summary["worker_steps"] == 4 * 300  # every acknowledged push applied
+    assert sorted(p.stem for p in (out / "logs").glob("*.log")) == sorted(names)  # node B's came through Ray
+    assert (out / "model.pt").stat().st_size > 0 and (out / "metrics.csv").is_file()
+    assert not (out / "processes.json").exists()
+
+
+ALL = ["server-0", "server-1", "worker-0", "worker-1", "worker-2", "worker-3", "evaluator-0"]
+
+
+@pytest.mark.timeout(90)
+def test_shards_on_node_a_workers_and_evaluator_on_node_b(two_nodes, tmp_path):
+    out = tmp_path / "run"
+    code, output = _launch(two_nodes, out, "--set", "ray.server.resources={node_a: 1}",
+                           "--set", "ray.worker.resources={node_b: 1}", "--set", "ray.evaluator.resources={node_b: 1}")
+    assert code == 0, output[-3000:]
+    events = _events(out)
+    nodes = _nodes(events)
+    assert nodes == {n: two_nodes.ip_a if n.startswith("server") else two_nodes.ip_b for n in ALL}
+    # The shards bound node A's address, which node B reaches (not loopback).
+    bound = sorted(e["address"] for e in events if e["role"] == "server" and e["event"] == "ready")
+    assert len(bound) == 2 and all(a.startswith(f"tcp://{two_nodes.ip_a}:") for a in bound), bound
+    _check_complete(out, json.loads((out / "summary.json").read_text()), ALL)
+    assert load_config(out / "config.yaml").ray.address == two_nodes.address  # --address, kept for --resume
+    # Node B's roles wrote in a /tmp of their own: their events reached the run directory through Ray.
+    assert sorted(p.stem for p in (out / "events").glob("*.jsonl")) == sorted(ALL)
+
+
+@pytest.mark.timeout(90)
+def test_mixed_placement_spreads_servers_and_workers_over_both_nodes(two_nodes, tmp_path):
+    out = tmp_path / "run"
+    code, output = _launch(two_nodes, out)  # no resources: `scheduling: spread`, the default
+    assert code == 0, output[-3000:]
+    events = _events(out)
+    nodes = _nodes(events)
+    assert set(nodes) == set(ALL)
+    for role in ("server", "worker"):
+        assert {ip for n, ip in nodes.items() if n.startswith(role)} == {two_nodes.ip_a, two_nodes.ip_b}, nodes
+    bound = {e["index"]: e["address"] for e in events if e["role"] == "server" and e["event"] == "ready"}
+    assert bound == {i: f"tcp://{nodes[f'server-{i}']}:{bound[i].rsplit(':', 1)[1]}" for i in (0, 1)}
+    _check_complete(out, json.loads((out / "summary.json").read_text()), ALL)
+    # The shard on node B recorded into its own /tmp: its record came back, and the run replays exactly.
+    code, stdout, stderr = run_psgd("replay", str(out), "--json", cwd=tmp_path, timeout=60)
+    assert code == 0 and json.loads(stdout)["identical"], (stdout, stderr)
+
+
+def _launch_and_kill_node_b(cluster: TwoNodeRay, out: Path, *sets: str, after_steps: int = 150):
+    """Start the job, SIGKILL everything on node B once `after_steps` steps are
+    in metrics.jsonl; (exit code, output, seconds from the kill to the exit)."""
+    where = ["--address", cluster.address]
+    proc = spawn(cluster.on_a(psgd_cmd("launch", str(QUICKSTART), "--on", "ray", *where, "--out", str(out),
+                                       "--quiet", *SMALL, "--set", "train.steps_per_worker=400", *sets)),
+                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(out.parent))
+    try:
+        metrics = out / "metrics.jsonl"
+        assert wait_for(lambda: metrics.exists() and metrics.read_text().count('"event": "step"') >= after_steps,
+                        timeout=50), "training did not get going"
+        assert cluster.kill_node_b(), "nothing was running on node B"
+        killed_at = time.monotonic()
+        output, _ = proc.communicate(timeout=45)
+        return proc.returncode, output, time.monotonic() - killed_at
+    finally:
+        kill_tree(proc)
+
+
+@pytest.mark.timeout(90)
+def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(fresh_two_nodes, tmp_path):
+    cluster, out = fresh_two_nodes, tmp_path / "run"
+    code, output, _ = _launch_and_kill_node_b(cluster, out, "--set", "ray.server.resources={node_a: 1}",
+                                              "--set", "supervision.max_restarts=1")
+    assert code == 0, output[-3000:]
+    events = _events(out)
+    first = {}
+    for e in events:
+        if e.get("event") == "ready":
+            first.setdefault(f"{e['role']}-{e['index']}", e["node"])
+    on_b = sorted(n for n, ip in first.items() if ip == cluster.ip_b)
+    assert any(n.startswith("worker") for n in on_b), first  # spread put workers on node B
+    # One line names the node, every role it took and why; the CLI printed it.
+    lost = [e for e in events if e.get("event") == "node_lost"]
+    assert len(lost) == 1 and lost[0]["node"] == cluster.ip_b and sorted(lost[0]["roles"]) == on_b
+    assert lost[0]["restarted"] and "its node left the Ray cluster" in lost[0]["line"]
+    assert f"psgd launch: {lost[0]['line']}" in output
+    assert _nodes(events) == {n: cluster.ip_a for n in ALL}  # every role ended on node A
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["restarts"] == len(on_b)
+    # Exactly once: each worker finished its 400 pushes, every shard applied each one once.
+    done = {e["rank"]: e["clock"] for e in events if e.get("event") == "done"}
+    assert done == {r: 400 for r in range(4)}
+    versions = {}
+    for e in events:
+        if e.get("event") == "server_stats":
+            versions[e["index"]] = e["version"]
+    assert versions == {0: 1600, 1: 1600} and summary["total_updates"] == 1600
+    assert summary["partial_pushes"] == 0 and summary["final_test_accuracy"] >= 0.93
+
+
+@pytest.mark.timeout(90)
+def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes_when_it_is_back(
+        fresh_two_nodes, tmp_path):
+    cluster, out = fresh_two_nodes, tmp_path / "run"
+    code, output, stopped_in = _launch_and_kill_node_b(
+        cluster, out, "--set", "ray.server.resources={node_a: 1}", "--set", "ray.evaluator.resources={node_a: 1}",
+        "--set", "ray.worker.resources={node_b: 1}", "--set", "checkpoint.every_s=0.5")
+    assert code == 1, output
+    line = (f"lost Ray node {cluster.ip_b} (its node left the Ray cluster): worker 0, worker 1, worker 2, worker 3; "
+            "no live Ray node has room for worker 0 (ray.worker.num_cpus=0.5, ray.worker.resources.node_b=1)")
+    assert line in output, output
+    assert f"continue this run with: psgd launch --resume {out}" in output
+    assert stopped_in < 30, stopped_in
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and line in summary["failure"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()), "no checkpoints kept"
+    assert (out / "model.pt").is_file()  # the evaluator, on node A, took its final measurement
+    n_before = len(_events(out))
+
+    # Node B comes back: the printed command finishes the run, every push applied once.
+    cluster.start_node_b()
+    proc = spawn(cluster.on_a(psgd_cmd("launch", "--resume", str(out), "--quiet")), stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+    try:
+        output, _ = proc.communicate(timeout=50)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 0, output[-3000:]
+    after = _events(out)[n_before:]
+    assert {e["index"] for e in after if e.get("event") == "resumed"} == {0, 1}  # both shards, from checkpoints
+    assert {e["rank"]: e["clock"] for e in after if e.get("event") == "done"} == {r: 400 for r in range(4)}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["total_updates"] == 1600 and summary["partial_pushes"] == 0
+
+
+@pytest.mark.timeout(90)
+def test_ray_address_in_the_environment_joins_the_two_node_cluster(two_nodes, tmp_path):
+    out = tmp_path / "run"
+    code, output = _launch(two_nodes, out, "--set", "cluster.workers=2", "--set", "train.steps_per_worker=100",
+                           address=False, env={"RAY_ADDRESS": two_nodes.address})
+    assert code == 0, output[-3000:]
+    nodes = _nodes(_events(out))
+    # A local instance would have put every role on node A: the job ran on the cluster's two nodes.
+    assert set(nodes.values()) == {two_nodes.ip_a, two_nodes.ip_b}, nodes
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["total_updates"] == summary["worker_steps"] == 200

@@ -1,0 +1,175 @@
+"""A two-node Ray cluster on one machine, for tests: two network namespaces
+joined by a veth pair are two hosts with their own addresses; `ray start
+--head` runs in the first (node A, custom resource `node_a`) and `ray start
+--address` in the second (node B, `node_b`).
+
+Node B also gets a /tmp and /dev/shm of its own (a private mount namespace),
+as another host would: what its roles write there reaches the launcher only
+through Ray. Node A shares the filesystem with the test, so the launcher (which
+must run in a namespace to reach both nodes: `cluster.on_a(argv)`) and its run
+directory live there.
+
+Everything is created by `start()` and removed by `close()`: every process in
+either namespace is SIGKILLed by pid (`ip netns pids`; never `ray stop`, which
+matches process names machine-wide and would stop other people's Ray), then
+the namespaces are deleted. `close()` returns what it could not remove.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+BIN = Path(sys.executable).parent
+RAY_PORT = 6379
+# Small nodes for a 2-core machine: Ray's logical CPUs are not cores, and the object store is unused.
+NODE_CPUS = 4
+OBJECT_STORE_BYTES = 80 * 1024 * 1024
+# A killed node is declared dead after about period x threshold (Ray's default is about 15 s).
+HEAD_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
+            "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
+
+
+def unsupported() -> Optional[str]:
+    """None where namespaces can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "network namespaces need root (ip netns add)"
+    for tool in ("ip", "unshare", "mount"):
+        if shutil.which(tool) is None:
+            return f"needs the `{tool}` tool"
+    if shutil.which("ray", path=str(BIN)) is None:
+        return "needs Ray in this environment (pip install 'psgd[ray]')"
+    return None
+
+
+class SetupFailed(RuntimeError):
+    pass
+
+
+def _run(argv: Sequence[str], timeout: float = 30, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    res = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                         env=None if env is None else {**os.environ, **env})
+    if res.returncode != 0:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-3:]
+        raise SetupFailed(f"{' '.join(argv[:6])} ...: exit {res.returncode}: {' | '.join(tail)}")
+    return res
+
+
+class TwoNodeRay:
+    """`start()` then `address` ("10.201.N.1:6379"), `ip_a`, `ip_b`, `on_a(argv)`,
+    `on_b(argv)`, `kill_node_b()`; `close()` at the end."""
+
+    def __init__(self):
+        self.token = secrets.token_hex(3)  # interface names stay within 15 characters
+        self.ns_a, self.ns_b = f"psgd-ra-{self.token}", f"psgd-rb-{self.token}"
+        octet = 16 + int(self.token, 16) % 200  # only inside these namespaces: any private /24 would do
+        self.ip_a, self.ip_b = f"10.201.{octet}.1", f"10.201.{octet}.2"
+        self.address = f"{self.ip_a}:{RAY_PORT}"
+        self.temp_a = Path(f"/tmp/psgd-rt-{self.token}")  # short: Ray's socket paths live under it
+        self._made: list[str] = []
+
+    # ---- commands on a node ------------------------------------------------
+    def on_a(self, argv: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.ns_a, *argv]
+
+    def on_b(self, argv: Sequence[str]) -> list[str]:
+        """Node B's processes see a /tmp and /dev/shm of their own."""
+        script = ("mount -t tmpfs -o size=512m,mode=1777 psgd-tmp /tmp && "
+                  "mount -t tmpfs -o size=256m,mode=1777 psgd-shm /dev/shm && exec \"$@\"")
+        return ["ip", "netns", "exec", self.ns_b, "unshare", "--mount", "--propagation", "private",
+                "sh", "-c", script, "sh", *argv]
+
+    def pids(self, ns: str) -> list[int]:
+        res = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=10)
+        return [int(p) for p in res.stdout.split()] if res.returncode == 0 else []
+
+    # ---- lifecycle ---------------------------------------------------------
+    def start(self) -> "TwoNodeRay":
+        try:
+            self._network()
+            ray = str(BIN / "ray")
+            common = [f"--num-cpus={NODE_CPUS}", f"--object-store-memory={OBJECT_STORE_BYTES}",
+                      "--disable-usage-stats"]
+            _run(self.on_a([ray, "start", "--head", f"--node-ip-address={self.ip_a}", f"--port={RAY_PORT}",
+                            '--resources={"node_a": 8}', "--include-dashboard=false",
+                            f"--temp-dir={self.temp_a}", *common]), timeout=60, env=HEAD_ENV)
+            self.start_node_b()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def start_node_b(self) -> None:
+        """Node B joins the head (again, after kill_node_b: a fresh node with an empty /tmp)."""
+        _run(self.on_b([str(BIN / "ray"), "start", f"--address={self.address}", f"--node-ip-address={self.ip_b}",
+                        '--resources={"node_b": 8}', "--temp-dir=/tmp/psgd-rt", f"--num-cpus={NODE_CPUS}",
+                        f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats"]), timeout=60)
+
+    def _network(self) -> None:
+        va, vb = f"vra{self.token}", f"vrb{self.token}"
+        for ns in (self.ns_a, self.ns_b):
+            _run(["ip", "netns", "add", ns])
+            self._made.append(ns)
+        _run(["ip", "link", "add", va, "netns", self.ns_a, "type", "veth", "peer", "name", vb, "netns", self.ns_b])
+        for ns, dev, ip in ((self.ns_a, va, self.ip_a), (self.ns_b, vb, self.ip_b)):
+            _run(["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev])
+            _run(["ip", "-n", ns, "link", "set", dev, "up"])
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            # A default route makes the namespace's own address the one Ray finds for this node.
+            _run(["ip", "-n", ns, "route", "add", "default", "dev", dev])
+
+    def kill_node_b(self) -> list[int]:
+        """SIGKILL every process on node B (its raylet, Ray's workers and psgd's roles)."""
+        return self._kill(self.ns_b)
+
+    def _kill(self, ns: str, timeout: float = 10.0) -> list[int]:
+        killed: list[int] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pids = self.pids(ns)
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        return killed
+
+    def close(self) -> list[str]:
+        """Stop everything; returns what is left behind (empty when all is gone)."""
+        left = []
+        for ns in reversed(self._made):
+            self._kill(ns)
+            if self.pids(ns):
+                left.append(f"processes {self.pids(ns)} in {ns}")
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        self._made = []
+        shutil.rmtree(self.temp_a, ignore_errors=True)
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
+        left += [f"namespace {ns}" for ns in (self.ns_a, self.ns_b) if ns in listed]
+        return left
+
+
+def leftovers(token: str) -> list[str]:
+    """Processes anywhere on this machine that mention this cluster's temp dir or
+    namespaces (a Ray process that escaped its namespace would)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"psgd-rt-{token}" in cmd or f"psgd-ra-{token}" in cmd or f"psgd-rb-{token}" in cmd:
+            found.append(f"{entry.name}: {cmd[:120]}")
+    return found
