@@ -16,20 +16,19 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from psgd.config import Config, dump_config, load_config, override_config
+from psgd.config import Config, dump_config, load_config
 from psgd.config.modes import Role
 from psgd.orchestrate.catch_up import unmerged_events
 from psgd.orchestrate.metrics_export import MetricsExport
+from psgd.orchestrate.processes import LocalProcesses, ProcessHost, RoleProcess
 from psgd.orchestrate.progress import Progress, ProgressTracker
 from psgd.orchestrate.resume_check import STATE_SHAPE_FILE, ResumeRefused, check_resumable, state_shape
 from psgd.orchestrate.roles import CONFIG_FILE
-from psgd.orchestrate.spawn import Child, kill, spawn_child, terminate
 from psgd.orchestrate.summary import summarize
 from psgd.orchestrate.summary_file import reserve_summary, write_summary
 from psgd.orchestrate.supervise import PendingRestart, RestartBudget
@@ -37,7 +36,6 @@ from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
 from psgd.runtime.lifeline import PROCESSES_FILE
-from psgd.runtime.ports import free_ports
 from psgd.runtime.role import EXIT_NO_RETRY, START_FILE
 from psgd.runtime.run_lock import RunDirLock, RunDirRefused
 from psgd.runtime.safe_io import WriteFailed, describe_os_error
@@ -93,14 +91,17 @@ class Launcher:
 
     def __init__(self, cfg: Config, run_dir: Path,
                  on_progress: Optional[Callable[[Progress], None]] = None, resume: bool = False,
-                 child_main: Optional[Callable[[list[str]], int]] = None, lock: Optional[RunDirLock] = None):
-        """`lock`: the run directory's lock, already held by the caller (else run() takes it)."""
+                 child_main: Optional[Callable[[list[str]], int]] = None, lock: Optional[RunDirLock] = None,
+                 processes: Optional[ProcessHost] = None):
+        """`lock`: the run directory's lock, already held by the caller (else run() takes it).
+        `processes`: where the roles run (default: children on this machine; `child_main`
+        is the `psgd` entry forked children run, run.start_method: fork)."""
         self.cfg = cfg
         self.lock = lock
-        self.child_main = child_main  # the `psgd` entry forked children run (run.start_method: fork)
         self.run_dir = Path(run_dir)
+        self.processes: ProcessHost = processes or LocalProcesses(self.run_dir, child_main)
         self.on_progress = on_progress or (lambda p: None)
-        self.children: list[Child] = []
+        self.children: list[RoleProcess] = []
         self.events: list[dict] = []
         self._tracker = ProgressTracker(cfg.cluster.workers * cfg.train.steps_per_worker)
         self.progress = self._tracker.progress
@@ -120,17 +121,20 @@ class Launcher:
         """Never raises for a child's failure or a filesystem error: a full disk or a
         read-only run directory ends the run with a one-line reason naming the file.
         The run directory is this launcher's alone while it runs (psgd.runtime.run_lock)."""
-        if self.lock is not None:  # the caller took it before writing into the directory
-            return self._run()
-        lock = RunDirLock(self.run_dir)
         try:
-            lock.acquire()
-        except (RunDirRefused, OSError) as exc:
-            return LaunchResult(1, f"{exc}; nothing was started", self.run_dir, refused=True)
-        try:
-            return self._run()
+            if self.lock is not None:  # the caller took it before writing into the directory
+                return self._run()
+            lock = RunDirLock(self.run_dir)
+            try:
+                lock.acquire()
+            except (RunDirRefused, OSError) as exc:
+                return LaunchResult(1, f"{exc}; nothing was started", self.run_dir, refused=True)
+            try:
+                return self._run()
+            finally:
+                lock.release()
         finally:
-            lock.release()
+            self.processes.close()
 
     def _run(self) -> LaunchResult:
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -144,7 +148,7 @@ class Launcher:
             self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
             self._catch_up()
             reserve_summary(self.run_dir / SUMMARY_FILE)
-            self.cfg = self._resolve()
+            self.cfg = self.processes.resolve(self.cfg, self.resume)
             atomic_write(self.run_dir / CONFIG_FILE, dump_config(self.cfg))  # what every child reads
             shape = self.run_dir / STATE_SHAPE_FILE
             if not shape.exists():  # what a later --resume must still match
@@ -152,8 +156,8 @@ class Launcher:
             self._export = MetricsExport(self.run_dir, self.cfg)  # metrics.csv (+ TensorBoard)
             new_run_token(self.run_dir)  # SHUTDOWN, live control and rank takeovers need it
             (self.run_dir / START_FILE).unlink(missing_ok=True)  # children wait for this run's start
-        except (OSError, WriteFailed) as exc:
-            err = exc if isinstance(exc, WriteFailed) else describe_os_error(exc, self.run_dir)
+        except (OSError, WriteFailed, LaunchFailed) as exc:
+            err = exc if isinstance(exc, (WriteFailed, LaunchFailed)) else describe_os_error(exc, self.run_dir)
             if self._metrics is not None:
                 self._close_metrics()
             return LaunchResult(1, f"{err}; nothing was started", self.run_dir)
@@ -232,18 +236,6 @@ class Launcher:
             self._metrics.write(json.dumps(e) + "\n")
         self._tracker.progress.steps = sum(1 for e in self.events if e.get("event") == Event.STEP)
 
-    def _resolve(self) -> Config:
-        """The config with the addresses and ports this run uses filled in."""
-        sets = []
-        cluster = self.cfg.cluster
-        if not self.cfg.consistency.mode.on_servers:
-            if not cluster.allreduce_port:
-                sets.append(f"cluster.allreduce_port={free_ports(cluster.host, 1)[0]}")
-        elif isinstance(cluster.servers, int):
-            addresses = [f"{cluster.host}:{p}" for p in free_ports(cluster.host, cluster.servers)]
-            sets.append("cluster.servers=" + json.dumps(addresses))
-        return override_config(self.cfg, sets)
-
     def _start_all(self) -> None:
         mode = self.cfg.consistency.mode
         addresses = list(self.cfg.cluster.servers) if mode.on_servers else []
@@ -257,11 +249,10 @@ class Launcher:
         self._write_processes()
 
     def _spawn(self, role: str, index: int, address: Optional[str] = None) -> None:
-        self.children.append(spawn_child(self.cfg, role, index, self.run_dir, address, self.child_main))
+        self.children.append(self.processes.start(self.cfg, role, index, address))
 
     def _write_processes(self) -> None:
-        entries = [{"role": c.role, "index": c.index, "pid": c.proc.pid,
-                    **({"address": c.address} if c.address else {})} for c in self.children]
+        entries = [self.processes.describe(c) for c in self.children]
         atomic_write(self.run_dir / PROCESSES_FILE, json.dumps(entries, indent=2))
 
     def _wait_ready(self) -> None:
@@ -274,6 +265,7 @@ class Launcher:
             time.sleep(0.05)
 
     def _supervise(self) -> None:
+        self.processes.training_started(self._t0)
         max_time = self.cfg.train.max_time_s
         stopping_workers = False
         while True:
@@ -287,7 +279,7 @@ class Launcher:
             if not stopping_workers and (elapsed > max_time or target_hit):
                 stopping_workers = True
                 for c in workers:
-                    terminate(c.proc)
+                    c.terminate()
             time.sleep(0.1)
         # Training ends with the last worker's last step, not when its process has exited.
         done = [e["t"] for e in self.events if e.get("event") == Event.DONE and e.get("role") in (Role.WORKER, Role.ALLREDUCE)]
@@ -298,13 +290,19 @@ class Launcher:
             raise _Stopped()
         if self._metrics_error is not None:
             raise LaunchFailed(f"{self._metrics_error}; metrics.jsonl ends there")
+        self.processes.refresh(self.children)
+        t = time.time() - self._t0 if self._t0 else 0.0
+        for loss in self.processes.losses(self.children, self.budget, t):
+            self._record(None, loss.event)
+            if loss.fatal is not None:
+                raise LaunchFailed(loss.fatal)
         for c in self.children:
-            for e in c.events.read():
+            for e in c.read_events():
                 self._record(c, e)
-            code = c.proc.poll()
+            code = c.poll()
             if code is None or c.done:
                 continue
-            for e in c.events.read():
+            for e in c.read_events():
                 self._record(c, e)
             if code == 0 and c.role in (Role.WORKER, Role.ALLREDUCE) and started:
                 c.done = True
@@ -312,7 +310,7 @@ class Launcher:
             self._crashed(c, code)
         self._respawn_due()
 
-    def _crashed(self, c: Child, code: int) -> None:
+    def _crashed(self, c: RoleProcess, code: int) -> None:
         """Book a restart of a crashed child, or fail once its retries are spent."""
         cause = f"{c.name} exited with code {code}: {c.cause()}"
         if code == EXIT_NO_RETRY:  # a bad config, user code or a damaged checkpoint: it would fail the same way
@@ -336,8 +334,9 @@ class Launcher:
         if due:
             self._write_processes()
 
-    def _record(self, child: Child, e: dict) -> None:
-        if e.get("event") == Event.READY:
+    def _record(self, child: Optional[RoleProcess], e: dict) -> None:
+        """`child`: whose event it is (None: the launcher's own)."""
+        if child is not None and e.get("event") == Event.READY:
             child.ready = True
         self.events.append(e)
         if self._metrics_error is None:
@@ -360,18 +359,18 @@ class Launcher:
             stages = [(("worker", "allreduce"), STOP_GRACE_S), (("evaluator",), 3 * STOP_GRACE_S),
                       (("server",), STOP_GRACE_S)]
         for roles, grace in stages:
-            group = [c for c in self.children if c.role in roles and c.proc.poll() is None]
-            for c in group:
-                terminate(c.proc)
-            deadline = time.monotonic() + grace
-            for c in group:
-                try:
-                    c.proc.wait(timeout=max(0.05, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    kill(c.proc)
+            try:
+                self.processes.stop([c for c in self.children if c.role in roles], grace)
+            except LaunchFailed:
+                pass  # the host (Ray) is gone, and the processes with it
+        try:
+            self.processes.refresh(self.children)
+        except LaunchFailed:
+            pass
         for c in self.children:
-            for e in c.events.read():
+            for e in c.read_events():
                 self._record(c, e)
+        self.processes.collect(self.children)
 
     def _on_signal(self, signum, frame) -> None:
         self._signal = signum

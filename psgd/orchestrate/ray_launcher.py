@@ -26,7 +26,7 @@ import os
 import secrets
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -35,103 +35,82 @@ from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from psgd.config import Config, dump_config, override_config
 from psgd.config.modes import Role
-from psgd.orchestrate.launcher import INTERRUPT_BUDGET_S, STOP_GRACE_S, Launcher, LaunchFailed
+from psgd.orchestrate.launcher import Launcher, LaunchFailed
+from psgd.orchestrate.processes import LossReport
 from psgd.orchestrate.ray_actor import TOKEN_FILE, RoleHost
 from psgd.orchestrate.ray_nodes import LOST_EXIT, NodeLoss, alive_nodes, cannot_restart, loss_event
 from psgd.orchestrate.ray_placement import check_resources, role_requests
 from psgd.orchestrate.roles import child_command
+from psgd.orchestrate.supervise import RestartBudget
 from psgd.runtime.event_names import Event
 from psgd.runtime.files import atomic_write
 
-__all__ = ["RayLauncher"]
+__all__ = ["RayLauncher", "RayProcesses", "RayRoleProcess"]
 
 CALL_TIMEOUT_S = 60.0      # one round of actor calls; longer means the cluster is not answering
 PLACEMENT_TIMEOUT_S = 180.0  # every actor placed and answering
 
 
-@dataclass
-class _RemoteProc:
-    """The slice of subprocess.Popen the local launcher's supervision uses."""
-    actor: "ray.actor.ActorHandle"
-    pid: int
-    node_ip: str
-    code: Optional[int] = None
+class RayRoleProcess:
+    """One role's process in a Ray actor (RoleHost): status and events come in
+    through RayProcesses.refresh, one round of actor calls for every role."""
+
+    def __init__(self, role: str, index: int, actor, pid: int, info: dict, address: Optional[str] = None):
+        self.role, self.index, self.actor, self.pid, self.info = role, index, actor, pid, info
+        self.address = address
+        self.ready = self.done = False
+        self.code: Optional[int] = None
+        self.cause_line = "no output"
+        self.pending: list[dict] = []
+        self.lost: Optional[str] = None  # why its actor is gone (Ray's words), once it is
+        self.reported = False            # its loss is in an event, and its actor replaced
+
+    @property
+    def node_ip(self) -> str:
+        return self.info["node_ip"]
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} {self.index} (pid {self.pid} on {self.node_ip})"
 
     def poll(self) -> Optional[int]:
         return self.code
 
-    def send_signal(self, sig: int) -> None:
-        self.actor.send_signal.remote(int(sig))  # fire and forget: the next poll sees the exit
-
-
-@dataclass
-class _RayChild:
-    """The slice of spawn.Child the local launcher's supervision uses."""
-    role: str
-    index: int
-    proc: _RemoteProc
-    info: dict
-    address: Optional[str] = None
-    ready: bool = False
-    done: bool = False
-    cause_line: str = "no output"
-    pending: list[dict] = field(default_factory=list)
-    lost: Optional[str] = None  # why its actor is gone (Ray's words), once it is
-    reported: bool = False      # its loss is in an event, and its actor replaced
-
-    @property
-    def events(self) -> "_RayChild":
-        return self  # the launcher calls child.events.read()
-
-    def read(self) -> list[dict]:
+    def read_events(self) -> list[dict]:
         events, self.pending = self.pending, []
         return events
 
     def cause(self) -> str:
         return self.cause_line
 
-    @property
-    def name(self) -> str:
-        return f"{self.role} {self.index} (pid {self.proc.pid} on {self.proc.node_ip})"
+    def terminate(self) -> None:
+        self.actor.send_signal.remote(int(signal.SIGTERM))  # fire and forget: the next refresh sees the exit
 
 
-class RayLauncher(Launcher):
-    """Launcher whose processes live in Ray actors. `address` as in ray.init:
-    None/"" joins RAY_ADDRESS if set, else starts a local instance sized to fit
-    the job; "auto" or a cluster address joins that cluster."""
+class RayProcesses:
+    """Every role in a Ray actor. `address` as in ray.init: None/"" joins
+    RAY_ADDRESS if set, else starts a local instance sized to fit the job;
+    "auto" or a cluster address joins that cluster."""
 
-    def __init__(self, *args, address: Optional[str] = None, **kw):
-        super().__init__(*args, **kw)
-        self.address = address if address is not None else self.cfg.ray.address
+    def __init__(self, cfg: Config, run_dir: Path, address: Optional[str] = None):
+        self.cfg, self.run_dir = cfg, run_dir
+        self.address = address if address is not None else cfg.ray.address
         self._hosts: dict[tuple[str, int], "ray.actor.ActorHandle"] = {}
         self._infos: dict[tuple[str, int], dict] = {}
-        self._placement_error: Optional[LaunchFailed] = None
-        self._requests = role_requests(self.cfg)
+        self._requests = role_requests(cfg)
         self._token = ""
 
-    def run(self):
-        try:
-            return super().run()
-        finally:
-            (self.run_dir / TOKEN_FILE).unlink(missing_ok=True)
-            if ray.is_initialized():
-                ray.shutdown()  # our actors are not detached: they go with the driver
-
     # ---- start -------------------------------------------------------------
-    def _resolve(self) -> Config:
-        """Place every role's actor, then fill in the servers' addresses they
-        reserved. A failure here is raised by _start_all, inside the run's
-        error handling."""
-        try:
-            if not self.cfg.consistency.mode.on_servers:
-                raise LaunchFailed("--on ray runs the parameter-server modes (bsp, ssp, asp); "
-                                   "run the allreduce baseline with the local launcher")
-            self._connect()
-            self._place()
-            return override_config(self.cfg, ["cluster.servers=" + json.dumps(self._server_addresses())])
-        except LaunchFailed as exc:
-            self._placement_error = exc
-            return self.cfg
+    def resolve(self, cfg: Config, resume: bool) -> Config:
+        """Place every role's actor, then fill in the servers' addresses they reserved."""
+        if not cfg.consistency.mode.on_servers:
+            raise LaunchFailed("--on ray runs the parameter-server modes (bsp, ssp, asp); "
+                               "run the allreduce baseline with the local launcher")
+        self.cfg = cfg
+        self._connect()
+        self._place()
+        self.cfg = override_config(cfg, ["cluster.servers=" + json.dumps(self._server_addresses(resume))])
+        return self.cfg
 
     def _connect(self) -> None:
         requests = self._requests
@@ -165,17 +144,12 @@ class RayLauncher(Launcher):
             str(self.run_dir.resolve()), self._token)
         self._infos.pop(key, None)
 
-    def _start_all(self) -> None:
-        if self._placement_error is not None:
-            raise self._placement_error
-        super()._start_all()
-
-    def _server_addresses(self) -> list[str]:
+    def _server_addresses(self, resume: bool) -> list[str]:
         """Configured addresses, else each server actor's node with a port free there.
         On one node the servers bind cluster.host (loopback by default); across
         nodes, their node's address, which the other nodes reach."""
         servers = self.cfg.cluster.servers
-        if isinstance(servers, list) and not self.resume:
+        if isinstance(servers, list) and not resume:
             return list(servers)
         keys = [("server", i) for i in range(self.cfg.cluster.num_servers)]
         one_node = len({info["node_id"] for info in self._infos.values()}) == 1
@@ -189,88 +163,85 @@ class RayLauncher(Launcher):
             kept[i] = address
         return kept
 
-    def _spawn(self, role: str, index: int, address: Optional[str] = None) -> None:
+    def start(self, cfg: Config, role: str, index: int, address: Optional[str]) -> RayRoleProcess:
         if (role, index) not in self._infos:  # a new actor, replacing one lost with its node
             self._infos[(role, index)] = self._get([self._hosts[(role, index)].info.remote()], PLACEMENT_TIMEOUT_S,
                                                    f"placing {role} {index} again")[0]
         host, info = self._hosts[(role, index)], self._infos[(role, index)]
         args = child_command(role, index, Path(info["workdir"]))[1:]  # the actor's node has its own python
-        threads = str(self.cfg.run.threads)
+        threads = str(cfg.run.threads)
         env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-        pid = self._get([host.start.remote(args, env, role, index, dump_config(self.cfg))], CALL_TIMEOUT_S,
+        pid = self._get([host.start.remote(args, env, role, index, dump_config(cfg))], CALL_TIMEOUT_S,
                         f"starting {role} {index}")[0]
-        self.children.append(_RayChild(role, index, _RemoteProc(host, pid, info["node_ip"]), info, address=address))
+        return RayRoleProcess(role, index, host, pid, info, address=address)
 
-    def _write_processes(self) -> None:
-        entries = [{"role": c.role, "index": c.index, "pid": c.proc.pid, "node": c.proc.node_ip,
-                    **({"address": c.address} if c.address else {})} for c in self.children]
-        atomic_write(self.run_dir / "processes.json", json.dumps(entries, indent=2))
+    def describe(self, proc: RayRoleProcess) -> dict:
+        return {"role": proc.role, "index": proc.index, "pid": proc.pid, "node": proc.node_ip,
+                **({"address": proc.address} if proc.address else {})}
+
+    def training_started(self, t0: float) -> None:
+        # Roles in a directory of their own wait for the start signal there.
+        self._get([h.write_start.remote(t0) for h in self._hosts.values()], CALL_TIMEOUT_S,
+                  "sending the start signal")
 
     # ---- supervise ---------------------------------------------------------
-    def _supervise(self) -> None:
-        # Roles in a directory of their own wait for the start signal there.
-        self._get([h.write_start.remote(self._t0) for h in self._hosts.values()], CALL_TIMEOUT_S,
-                  "sending the start signal")
-        super()._supervise()
-
-    def _poll(self, started: bool) -> None:
-        if self._signal is None:
-            self._refresh()
-            self._handle_lost()
-        super()._poll(started)  # books the restarts of the lost roles, as of any crashed one
-
-    def _refresh(self) -> None:
-        """One round of calls: every child's new events and exit status. A child
+    def refresh(self, procs: list[RayRoleProcess]) -> None:
+        """One round of calls: every role's new events and exit status. A role
         whose actor is gone counts as exited (LOST_EXIT), so nothing waits on it."""
-        children = list(self.children)
-        results = self._answers([c.proc.actor.poll.remote() for c in children], CALL_TIMEOUT_S, "polling the roles")
-        for c, result in zip(children, results):
+        if not ray.is_initialized():
+            return  # Ray could not be reached: nothing was started
+        procs = list(procs)
+        results = self._answers([p.actor.poll.remote() for p in procs], CALL_TIMEOUT_S, "polling the roles")
+        for p, result in zip(procs, results):
             if isinstance(result, _Gone):
-                if c.proc.code is None:
-                    c.lost, c.proc.code = result.cause, LOST_EXIT
+                if p.code is None:
+                    p.lost, p.code = result.cause, LOST_EXIT
                 continue
             if result is None:
                 continue  # not answering this round (its node may be on its way out)
             events, code, cause = result
             for e in events:
                 if e.get("event") == Event.READY:
-                    e.setdefault("node", c.proc.node_ip)  # where each role ran, in metrics.jsonl
-            c.pending.extend(events)
-            c.proc.code = code
+                    e.setdefault("node", p.node_ip)  # where each role ran, in metrics.jsonl
+            p.pending.extend(events)
+            p.code = code
             if code is not None:
-                c.cause_line = cause
-            if events and not c.info["shared"]:  # keep events/ complete in the launcher's run directory
-                path = self.run_dir / "events" / f"{c.role}-{c.index}.jsonl"
+                p.cause_line = cause
+            if events and not p.info["shared"]:  # keep events/ complete in the launcher's run directory
+                path = self.run_dir / "events" / f"{p.role}-{p.index}.jsonl"
                 path.parent.mkdir(exist_ok=True)
                 with open(path, "a") as f:
                     f.write("".join(json.dumps(e) + "\n" for e in events))
 
-    def _handle_lost(self) -> None:
-        """Report the roles lost since the last round, by node, and replace their
-        actors on live nodes; or fail, naming what stops a restart."""
-        lost = [c for c in self.children if c.lost is not None and not c.reported]
+    def losses(self, procs: list[RayRoleProcess], budget: RestartBudget, t: float) -> list[LossReport]:
+        """The roles lost since the last round, by node, with their actors replaced on
+        live nodes; or the reason they cannot be (the run stops with it)."""
+        lost = [p for p in procs if p.lost is not None and not p.reported]
         if not lost:
-            return
+            return []
         alive = alive_nodes()
-        gone_nodes = {c.info["node_id"] for c in lost if c.info["node_id"] not in {n.node_id for n in alive}}
-        for c in self.children:  # a dead node takes every role on it, answered or not this round
-            if c.info["node_id"] in gone_nodes and c.proc.code is None:
-                c.lost, c.proc.code = "its node left the Ray cluster", LOST_EXIT
-                lost.append(c)
-        for node_id in sorted({c.info["node_id"] for c in lost}):
-            group = [c for c in lost if c.info["node_id"] == node_id]
+        gone_nodes = {p.info["node_id"] for p in lost if p.info["node_id"] not in {n.node_id for n in alive}}
+        for p in procs:  # a dead node takes every role on it, answered or not this round
+            if p.info["node_id"] in gone_nodes and p.code is None:
+                p.lost, p.code = "its node left the Ray cluster", LOST_EXIT
+                lost.append(p)
+        reports = []
+        for node_id in sorted({p.info["node_id"] for p in lost}):
+            group = [p for p in lost if p.info["node_id"] == node_id]
             why = "its node left the Ray cluster" if node_id in gone_nodes else group[0].lost
-            loss = NodeLoss(group[0].proc.node_ip, [(c.role, c.index) for c in group], why)
+            loss = NodeLoss(group[0].node_ip, [(p.role, p.index) for p in group], why)
             keep = {k: self._infos[k]["node_id"] for k in self._hosts
                     if k in self._infos and self._infos[k]["node_id"] not in gone_nodes and k not in loss.roles}
-            problem = cannot_restart(loss, self._requests, self.budget,
+            problem = cannot_restart(loss, self._requests, budget,
                                      [n for n in alive if n.node_id not in gone_nodes], keep)
-            self._record(group[0], loss_event(loss, problem, time.time() - self._t0 if self._t0 else 0.0))
+            reports.append(LossReport(loss_event(loss, problem, t),
+                                      None if problem is None else f"{loss.line()}; {problem}"))
             if problem is not None:
-                raise LaunchFailed(f"{loss.line()}; {problem}")
-            for c in group:
-                c.reported, c.cause_line = True, f"lost: {why}"
-                self._new_host((c.role, c.index))
+                return reports
+            for p in group:
+                p.reported, p.cause_line = True, f"lost: {why}"
+                self._new_host((p.role, p.index))
+        return reports
 
     def _answers(self, refs: list, timeout: float, doing: str) -> list:
         """Each call's result; _Gone where its actor died, None where it is
@@ -299,60 +270,50 @@ class RayLauncher(Launcher):
             raise LaunchFailed(f"a Ray actor failed while {doing}: {str(exc).splitlines()[0]}") from None
 
     # ---- stop --------------------------------------------------------------
-    def _shutdown(self, interrupted: bool = False) -> None:
-        """The local launcher's order (workers, evaluator, servers; everything
-        within INTERRUPT_BUDGET_S when interrupted), through the actors."""
+    def stop(self, group: list[RayRoleProcess], grace_s: float) -> None:
         if not ray.is_initialized():
-            return  # Ray could not be reached: nothing was started
-        if interrupted:
-            stages = [(("worker", "evaluator"), 0.5 * INTERRUPT_BUDGET_S), (("server",), 0.3 * INTERRUPT_BUDGET_S)]
-        else:
-            stages = [(("worker",), STOP_GRACE_S), (("evaluator",), 3 * STOP_GRACE_S), (("server",), STOP_GRACE_S)]
-        for roles, grace in stages:
-            group = [c for c in self.children if c.role in roles]
-            try:
-                self._stop_group(group, grace)
-            except LaunchFailed:
-                pass  # the actor (or Ray) is gone, and its process with it
-        try:
-            self._refresh()
-        except LaunchFailed:
-            pass
-        for c in self.children:
-            for e in c.events.read():
-                self._record(c, e)
-        self._fetch_outputs()
-
-    def _stop_group(self, group: list[_RayChild], grace: float) -> None:
-        self._refresh()
-        running = [c for c in group if c.proc.code is None]
-        for c in running:
-            c.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
+            return
+        self.refresh(group)
+        running = [p for p in group if p.code is None]
+        for p in running:
+            p.terminate()
+        deadline = time.monotonic() + grace_s
         while running and time.monotonic() < deadline:
             time.sleep(0.1)
-            self._refresh()
-            running = [c for c in running if c.proc.code is None]
+            self.refresh(running)
+            running = [p for p in running if p.code is None]
         if running:
-            self._get([c.proc.actor.kill.remote() for c in running], CALL_TIMEOUT_S, "killing stragglers")
+            self._get([p.actor.kill.remote() for p in running], CALL_TIMEOUT_S, "killing stragglers")
 
-    def _fetch_outputs(self) -> None:
+    def collect(self, procs: list[RayRoleProcess]) -> None:
         """model.pt, the logs, and the shards' replay records of roles that ran in a directory of their own."""
-        for c in self.children:
-            if c.info["shared"]:
-                continue
-            if c.lost is not None:
-                continue  # its files went with its node
-            names = [f"logs/{c.role}-{c.index}.log"] + (["model.pt"] if c.role == Role.EVALUATOR else []) \
-                + ([f"record/shard-{c.index}.msgpack"] if c.role == Role.SERVER else [])
+        if not ray.is_initialized():
+            return
+        for p in procs:
+            if p.info["shared"] or p.lost is not None:
+                continue  # in the run directory already, or gone with its node
+            names = [f"logs/{p.role}-{p.index}.log"] + (["model.pt"] if p.role == Role.EVALUATOR else []) \
+                + ([f"record/shard-{p.index}.msgpack"] if p.role == Role.SERVER else [])
             for name in names:
                 try:
-                    data = ray.get(c.proc.actor.fetch.remote(name), timeout=CALL_TIMEOUT_S)
+                    data = ray.get(p.actor.fetch.remote(name), timeout=CALL_TIMEOUT_S)
                 except RayError:
                     continue
                 if data is not None:
                     (self.run_dir / name).parent.mkdir(parents=True, exist_ok=True)
                     (self.run_dir / name).write_bytes(data)
+
+    def close(self) -> None:
+        (self.run_dir / TOKEN_FILE).unlink(missing_ok=True)
+        if ray.is_initialized():
+            ray.shutdown()  # our actors are not detached: they go with the driver
+
+
+class RayLauncher(Launcher):
+    """The launcher with its processes in Ray actors (RayProcesses); `address` as there."""
+
+    def __init__(self, cfg: Config, run_dir: Path, *args, address: Optional[str] = None, **kw):
+        super().__init__(cfg, run_dir, *args, processes=RayProcesses(cfg, Path(run_dir), address), **kw)
 
 
 @dataclass

@@ -40,6 +40,15 @@ class Child:
     def name(self) -> str:
         return f"{self.role} {self.index} (pid {self.proc.pid})"
 
+    def poll(self) -> Optional[int]:
+        return self.proc.poll()
+
+    def read_events(self) -> list[dict]:
+        return self.events.read()
+
+    def terminate(self) -> None:
+        terminate(self.proc)
+
 
 def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Optional[str] = None,
                 child_main: Optional[Callable[[list[str]], int]] = None) -> Child:

@@ -75,11 +75,11 @@ def test_a_plain_adamw_loop_trains_under_diloco_with_torchrun(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_dynamic_local_steps_give_a_4x_straggler_shorter_rounds(tmp_path):
+def test_dynamic_local_steps_give_a_straggler_shorter_rounds(tmp_path):
     config = tmp_path / "quickstart.yaml"
     config.write_text((ROOT / "configs" / "quickstart.yaml").read_text())
     code, output, summary = launch(config, tmp_path / "run", "consistency.mode=asp", "local.steps=8",
-                                   "local.dynamic=true", "workers.slowdown={3: 4.0}", "train.steps_per_worker=200",
+                                   "local.dynamic=true", "workers.slowdown={3: 8.0}", "train.steps_per_worker=200",
                                    "workers.device=cpu", timeout=110)
     assert code == 0, output
     events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -93,6 +93,7 @@ def test_dynamic_local_steps_give_a_4x_straggler_shorter_rounds(tmp_path):
     # much slower the straggler really was here (its sleep frees CPU for the others).
     pace = {r: (w[-1]["t"] - w[0]["t"]) / (len(w) - 1) for r, w in window.items()}
     slower = pace[3] / statistics.median(pace[r] for r in (0, 1, 2))
+    # 8x, not 4x: on a loaded machine the fast ranks wait for CPU too, and a 4x sleep measured 1.7x.
     assert slower > 2, pace  # so that fixed rounds (a ratio of 1) fail the check below
     # DyLU: steps per round in inverse proportion to pace (fixed rounds: 8 for every rank).
     fast = statistics.median(per_round[r] for r in (0, 1, 2))

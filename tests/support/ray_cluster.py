@@ -72,18 +72,21 @@ class TwoNodeRay:
         self.ip_a, self.ip_b = f"10.201.{octet}.1", f"10.201.{octet}.2"
         self.address = f"{self.ip_a}:{RAY_PORT}"
         self.temp_a = Path(f"/tmp/psgd-rt-{self.token}")  # short: Ray's socket paths live under it
+        # A home of their own: a ~/.ray/auth_token left by another Ray on this machine makes a
+        # joining node present a token the head never asked for, and the join is refused.
+        self.home = Path(f"/tmp/psgd-rh-{self.token}")
         self._made: list[str] = []
 
     # ---- commands on a node ------------------------------------------------
     def on_a(self, argv: Sequence[str]) -> list[str]:
-        return ["ip", "netns", "exec", self.ns_a, *argv]
+        return ["ip", "netns", "exec", self.ns_a, "env", f"HOME={self.home}", *argv]
 
     def on_b(self, argv: Sequence[str]) -> list[str]:
         """Node B's processes see a /tmp and /dev/shm of their own."""
         script = ("mount -t tmpfs -o size=512m,mode=1777 psgd-tmp /tmp && "
                   "mount -t tmpfs -o size=256m,mode=1777 psgd-shm /dev/shm && exec \"$@\"")
-        return ["ip", "netns", "exec", self.ns_b, "unshare", "--mount", "--propagation", "private",
-                "sh", "-c", script, "sh", *argv]
+        return ["ip", "netns", "exec", self.ns_b, "env", f"HOME={self.home}", "unshare", "--mount",
+                "--propagation", "private", "sh", "-c", script, "sh", *argv]
 
     def pids(self, ns: str) -> list[int]:
         res = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=10)
@@ -92,6 +95,7 @@ class TwoNodeRay:
     # ---- lifecycle ---------------------------------------------------------
     def start(self) -> "TwoNodeRay":
         try:
+            self.home.mkdir(mode=0o700)
             self._network()
             ray = str(BIN / "ray")
             common = [f"--num-cpus={NODE_CPUS}", f"--object-store-memory={OBJECT_STORE_BYTES}",
@@ -154,6 +158,7 @@ class TwoNodeRay:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
         self._made = []
         shutil.rmtree(self.temp_a, ignore_errors=True)
+        shutil.rmtree(self.home, ignore_errors=True)
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
         left += [f"namespace {ns}" for ns in (self.ns_a, self.ns_b) if ns in listed]
         return left
