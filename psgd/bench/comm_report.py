@@ -13,6 +13,8 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
+from psgd.bench.pyplot import pyplot
+
 __all__ = ["combine_runs", "comm_checks", "write_comm_report"]
 
 
@@ -103,13 +105,6 @@ def _where_time_goes(rows: list[dict]) -> list[str]:
     return out
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def write_comm_report(result: dict, out: Path, command: str) -> None:
     """report.md, results.json and round_trip.png in `out` from a (combined) result."""
     import json
@@ -178,7 +173,7 @@ def write_comm_report(result: dict, out: Path, command: str) -> None:
                 lines.append(f"| {i} | {_mb(r['size_bytes'])} across hosts | — | "
                              f"{_fmt(r['psgd_over_raw_zmq_sgd'])} | — | — | {res.get('load_avg_max')} |")
     out.mkdir(parents=True, exist_ok=True)
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     one = [r for r in rows if r["shards"] == 1]
     xs = [r["size_bytes"] / (1 << 20) for r in one]

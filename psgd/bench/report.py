@@ -1,4 +1,4 @@
-"""Markdown reports and PNG plots (matplotlib, Agg) for `psgd bench comm`,
+"""Markdown reports and PNG plots (matplotlib, the `bench` extra) for `psgd bench comm`,
 `psgd bench apply` and `psgd bench scale`, written from their result dicts.
 
 Every figure in a report comes from the result it is given; the command that
@@ -10,14 +10,9 @@ import json
 import os
 from pathlib import Path
 
+from psgd.bench.pyplot import pyplot
+
 __all__ = ["write_apply_report", "write_scale_report", "comm_bounds"]  # comm: psgd.bench.comm_report
-
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def _header(title: str, command: str, result: dict) -> list[str]:
@@ -65,7 +60,7 @@ def comm_bounds(rows: list[dict]) -> list[str]:
 
 
 def write_apply_report(result: dict, out: Path, command: str) -> None:
-    plt = _plt()
+    plt = pyplot()
     rows = result["rows"]
     lines = _header("psgd bench apply: server update throughput per shard", command, result)
     lines += ["`ShardState.push` on one thread: bookkeeping, non-finite check and the in-place update.", "",
@@ -110,7 +105,7 @@ def _cause(p: dict, busy: float, cores: int) -> str:
 
 
 def write_scale_report(result: dict, out: Path, command: str) -> None:
-    plt = _plt()
+    plt = pyplot()
     rows = result["rows"]
     lines = _header("psgd bench scale: light workers against 1, 2 and 4 shards", command, result)
     lines += [f"Each light worker sleeps {result['compute_ms']:g} ms (simulated compute), then pushes and pulls "

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from psgd.bench.pyplot import require_matplotlib
 from psgd.config import ConfigError, Mode, dump_config, load_config
 
 __all__ = ["add_convergence_commands", "add_study_command"]
@@ -60,6 +61,7 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"psgd bench convergence: {exc}", file=sys.stderr)
         return 2
+    require_matplotlib()  # the report's plots: fail now, not after the runs
     out = _out(args, "bench", cfg)
     print(f"output directory: {out}", file=sys.stderr)
     try:
@@ -104,6 +106,7 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"psgd tune staleness: {exc}", file=sys.stderr)
         return 2
+    require_matplotlib()  # the bench report's plots: fail now, not after the runs
     source = ("--target-accuracy" if args.target_accuracy is not None
               else "train.target" if cfg.train.target is not None else "train.target_accuracy")
     print(f"target: {target.text} ({source})", file=sys.stderr)
@@ -139,6 +142,7 @@ def cmd_bench_study(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    require_matplotlib()
     from psgd.bench.plots import plot_runs
     from psgd.bench.run_data import load_run
     try:
