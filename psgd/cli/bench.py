@@ -10,7 +10,7 @@ import json
 import sys
 
 from psgd.bench.pyplot import require_matplotlib
-from psgd.cli.convergence import add_convergence_commands, add_study_command
+from psgd.cli.convergence import add_bench_convergence_command, add_convergence_commands
 
 
 def _plots_if_out(args: argparse.Namespace) -> None:
@@ -147,7 +147,7 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
 
 
 def add_measurement_commands(sub) -> None:
-    """`psgd bench {convergence,study,comm,apply,scale}`, `psgd tune staleness` and `psgd plot`."""
+    """`psgd bench {convergence,comm,apply,scale,overlap,sim}`, `psgd tune staleness` and `psgd plot`."""
     bench = sub.add_parser("bench", help="reproducible measurements").add_subparsers(dest="bench", required=True)
     comm = bench.add_parser("comm", help="push+pull vs raw ZeroMQ and shared-memory floors, gloo all-reduce, "
                                          "a torch.rpc PS and a Ray actor PS, on one host and across namespaces")
@@ -193,5 +193,5 @@ def add_measurement_commands(sub) -> None:
     for p in (comm, apply, scale, overlap, sim):
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.add_argument("--out", default=None, help="write results.json, report.md and plots here")
-    add_study_command(bench)
+    add_bench_convergence_command(bench)
     add_convergence_commands(sub)
