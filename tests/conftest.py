@@ -3,6 +3,7 @@ launcher runs as real subprocesses, and a session guard that reaps any child
 process a test left behind."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -24,6 +25,19 @@ _SPAWNED: list[subprocess.Popen] = []
 
 
 pytest_plugins = ["timeout_margin"]  # tests/ is on pythonpath
+
+
+def load_script(relpath: str):
+    """A script under benchmarks/ as a module. Scripts are run as files, not
+    installed, so their own folder goes on sys.path for their sibling imports."""
+    path = ROOT / relpath
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
 
 
 def spawn(cmd: list[str], **kw) -> subprocess.Popen:

@@ -118,6 +118,6 @@ for w in $WORKLOADS; do
     echo "$w-$c: $(( $(date +%s) - start ))s; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$LOG"
   done
 done
-"$PSGD" bench study "$HERE" >> "$LOG"
+"${PYTHON:-python}" "$HERE/verdicts.py" "$HERE" >> "$LOG"
 echo "study finished $(date -u +%FT%TZ) (exit status $status)" >> "$LOG"
 exit $status

@@ -6,18 +6,22 @@ For each straggler model: time to the held target of bsp, asp, ssp:auto and
 the best fixed bound that `psgd tune staleness` recommended (its finalist
 seeds), as medians with 95% bootstrap intervals (psgd.bench.stats); verdicts
 only where intervals separate; the tuner's wall time beside one auto run.
+Everything is read from the data files the study copies here (seeds.csv,
+tune_seeds.csv, tuner_seconds, auto_bounds.json), not from markdown.
 """
 from __future__ import annotations
 
 import csv
 import json
 import math
-import re
 import statistics
 import sys
 from pathlib import Path
+from typing import Optional
 
+from psgd.bench.outcomes import RunOutcome
 from psgd.bench.stats import compare, median_ci
+from psgd.bench.tune_halving import HalvingResult, recommend_bound
 
 HERE = Path(__file__).resolve().parent
 CASES = {
@@ -48,13 +52,26 @@ def bound_changes(run_dir: Path) -> tuple[int, int]:
     return len(mine), max((c["setting"]["bound"] for c in mine), default=0)
 
 
+def _cell(text: str) -> Optional[float]:
+    return None if text in ("", "inf") else float(text)
+
+
+def tuned_bound(tuned: dict[str, list[dict]]) -> Optional[int]:
+    """The bound `psgd tune staleness` recommended, recomputed by its own rule
+    (psgd.bench.tune_halving.recommend_bound) from the runs in its seeds.csv."""
+    outcomes = {int(label.split(":")[1]): [RunOutcome(label, int(r["seed"]), float(r["lr"]),
+                                                      _cell(r["time_to_target_s"]), _cell(r["final_metric"]),
+                                                      float(r["train_time_s"] or 0), int(r["examples"] or 0))
+                                           for r in rows]
+                for label, rows in tuned.items()}
+    return recommend_bound(HalvingResult([], outcomes))[0] if outcomes else None
+
+
 def case_section(case: str, runs: Path) -> tuple[list[str], str]:
     d = HERE / case
     bench = seeds(d / "seeds.csv")
-    tune_md = (d / "tune.md").read_text() if (d / "tune.md").exists() else ""
-    m = re.search(r"recommended bound: (\d+)", tune_md)
-    best = int(m.group(1)) if m else None
     tuned = seeds(d / "tune_seeds.csv")
+    best = tuned_bound(tuned)
     tuner_s = (d / "tuner_seconds").read_text().strip() if (d / "tuner_seconds").exists() else "?"
     tuner_runs = sum(len(v) for v in tuned.values())
     rows = [("bsp", bench.get("bsp", [])), ("asp", bench.get("asp", [])), ("ssp:auto", bench.get("ssp:auto", []))]

@@ -11,15 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import matplotlib
 import yaml
 
+from psgd.bench.pyplot import pyplot
 from psgd.config.modes import Mode
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 __all__ = ["bound_series", "has_setting_changes", "initial_bound", "plot_bounds", "BOUND_PLOT"]
 
@@ -67,6 +64,7 @@ def bound_series(events: list[dict], initial: Optional[int] = None, shard: int =
 def plot_bounds(runs: list[tuple[str, Path, Optional[int]]], path: Path, title: str = "") -> Path:
     """`runs`: (label, run directory, initial bound or None to read it from the run's
     config.yaml); one panel each."""
+    plt = pyplot()
     fig, axes = plt.subplots(len(runs), 1, figsize=(7.5, 2.4 * len(runs) + 0.6), squeeze=False, sharex=True)
     for ax, (label, run_dir, initial) in zip(axes[:, 0], runs):
         points, gaps = bound_series(_events(run_dir), initial if initial is not None else initial_bound(run_dir))

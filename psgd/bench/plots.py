@@ -4,22 +4,19 @@ time and vs training examples processed (the same unit in every mode: a BSP
 update averages W workers' batches, an ASP update applies one), training loss
 vs wall time, and staleness histograms. Every seed's curve stops where its
 run stopped, marked with an x, so one can see who finished first. Uses
-matplotlib's Agg backend, so no display is needed."""
+matplotlib's Agg backend (the `bench` extra, imported when plotting), so no
+display is needed."""
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 from typing import Optional
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from psgd.bench.bound_plot import BOUND_PLOT, has_setting_changes, plot_bounds  # noqa: E402
-from psgd.bench.run_data import RunData, group_by_label  # noqa: E402
+from psgd.bench.bound_plot import BOUND_PLOT, has_setting_changes, plot_bounds
+from psgd.bench.pyplot import pyplot
+from psgd.bench.run_data import RunData, group_by_label
 
 __all__ = ["plot_runs", "PLOT_FILES", "curve_on_grid"]
 
@@ -80,6 +77,7 @@ def _title(text: str) -> str:
 
 
 def _finish(fig, ax, x_label, y_label, title, path) -> None:
+    plt = pyplot()
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(_title(title), fontsize=10)
@@ -92,7 +90,7 @@ def _finish(fig, ax, x_label, y_label, title, path) -> None:
 
 
 def _series_plot(groups, x_of, metric_label, x_label, title, path, target=None) -> None:
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = pyplot().subplots(figsize=(7.5, 4.8))
     series = {label: [x_of(r) for r in runs] for label, runs in groups.items()}
     x_max = max((xs[-1] for ss in series.values() for xs, _ in ss if xs), default=1.0) or 1.0
     grid = np.linspace(0.0, x_max, GRID_POINTS)
@@ -105,7 +103,7 @@ def _series_plot(groups, x_of, metric_label, x_label, title, path, target=None) 
 
 
 def _loss_plot(groups, title, path) -> None:
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = pyplot().subplots(figsize=(7.5, 4.8))
     t_max = max((r.loss_series()[0][-1] for runs in groups.values() for r in runs if r.steps), default=1.0)
     edges = np.linspace(0.0, t_max, LOSS_BINS + 1)
     centres = (edges[:-1] + edges[1:]) / 2
@@ -125,6 +123,8 @@ def _loss_plot(groups, title, path) -> None:
 
 
 def _staleness_plot(groups, title, path) -> None:
+    plt = pyplot()
+    from matplotlib.ticker import MaxNLocator
     n = len(groups)
     cols = min(4, n)
     rows = (n + cols - 1) // cols

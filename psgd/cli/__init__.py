@@ -269,8 +269,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded in reports, so a study can be re-run
+    from psgd.bench.pyplot import MissingExtra
     try:
         return args.func(args)
+    except MissingExtra as exc:  # one line naming the extra to install, no traceback
+        sub = getattr(args, "bench", None) or getattr(args, "tune", None)
+        print(f"psgd {args.command}{' ' + sub if sub else ''}: {exc}", file=sys.stderr)
+        return 1
     except ValueError as exc:  # bad bench arguments (sizes, lists)
         if getattr(args, "command", None) != "bench":
             raise

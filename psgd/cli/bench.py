@@ -9,7 +9,14 @@ import argparse
 import json
 import sys
 
-from psgd.cli.convergence import add_convergence_commands, add_study_command
+from psgd.bench.pyplot import require_matplotlib
+from psgd.cli.convergence import add_bench_convergence_command, add_convergence_commands
+
+
+def _plots_if_out(args: argparse.Namespace) -> None:
+    """With --out the report has plots: fail before measuring if they cannot be drawn."""
+    if args.out:
+        require_matplotlib()
 
 
 def _bench_output(args: argparse.Namespace, result: dict, write_report, table: list[str]) -> int:
@@ -25,6 +32,7 @@ def _bench_output(args: argparse.Namespace, result: dict, write_report, table: l
 
 
 def cmd_bench_comm(args: argparse.Namespace) -> int:
+    _plots_if_out(args)
     from psgd.bench.comm import run_comm_bench
     from psgd.bench.comm_report import combine_runs, write_comm_report
     from psgd.bench.procs import parse_list, parse_size
@@ -65,6 +73,7 @@ def cmd_bench_comm(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_apply(args: argparse.Namespace) -> int:
+    _plots_if_out(args)
     from psgd.bench.apply import run_apply_bench
     from psgd.bench.procs import parse_list, parse_size
     from psgd.bench.report import write_apply_report
@@ -75,6 +84,7 @@ def cmd_bench_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_scale(args: argparse.Namespace) -> int:
+    _plots_if_out(args)
     from psgd.bench.procs import parse_list, parse_size
     from psgd.bench.report import write_scale_report
     from psgd.bench.scale import run_scale_bench
@@ -137,7 +147,7 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
 
 
 def add_measurement_commands(sub) -> None:
-    """`psgd bench {convergence,study,comm,apply,scale}`, `psgd tune staleness` and `psgd plot`."""
+    """`psgd bench {convergence,comm,apply,scale,overlap,sim}`, `psgd tune staleness` and `psgd plot`."""
     bench = sub.add_parser("bench", help="reproducible measurements").add_subparsers(dest="bench", required=True)
     comm = bench.add_parser("comm", help="push+pull vs raw ZeroMQ and shared-memory floors, gloo all-reduce, "
                                          "a torch.rpc PS and a Ray actor PS, on one host and across namespaces")
@@ -184,5 +194,5 @@ def add_measurement_commands(sub) -> None:
     for p in (comm, apply, scale, overlap, sim):
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.add_argument("--out", default=None, help="write results.json, report.md and plots here")
-    add_study_command(bench)
+    add_bench_convergence_command(bench)
     add_convergence_commands(sub)

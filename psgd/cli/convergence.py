@@ -1,5 +1,4 @@
-"""`psgd bench convergence`, `psgd bench study`, `psgd tune staleness` and
-`psgd plot`: argument parsing and printing around psgd.bench's convergence
+"""`psgd bench convergence`, `psgd tune staleness` and `psgd plot`: argument parsing and printing around psgd.bench's convergence
 code (which neither prints nor parses)."""
 from __future__ import annotations
 
@@ -9,9 +8,10 @@ import sys
 import time
 from pathlib import Path
 
+from psgd.bench.pyplot import require_matplotlib
 from psgd.config import ConfigError, Mode, dump_config, load_config
 
-__all__ = ["add_convergence_commands", "add_study_command"]
+__all__ = ["add_convergence_commands", "add_bench_convergence_command"]
 
 DEFAULT_SEEDS = 3
 SIM_SEEDS = 5  # seeds are cheap on the virtual cluster
@@ -60,6 +60,7 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"psgd bench convergence: {exc}", file=sys.stderr)
         return 2
+    require_matplotlib()  # the report's plots: fail now, not after the runs
     out = _out(args, "bench", cfg)
     print(f"output directory: {out}", file=sys.stderr)
     try:
@@ -104,6 +105,7 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"psgd tune staleness: {exc}", file=sys.stderr)
         return 2
+    require_matplotlib()  # the bench report's plots: fail now, not after the runs
     source = ("--target-accuracy" if args.target_accuracy is not None
               else "train.target" if cfg.train.target is not None else "train.target_accuracy")
     print(f"target: {target.text} ({source})", file=sys.stderr)
@@ -126,19 +128,8 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
     return 0 if result.bound is not None else 1
 
 
-def cmd_bench_study(args: argparse.Namespace) -> int:
-    from psgd.bench.study import verdicts_page
-    d = Path(args.study_dir)
-    if not d.is_dir():
-        print(f"psgd bench study: {d} is not a directory", file=sys.stderr)
-        return 2
-    out = d / "verdicts.md"
-    out.write_text(verdicts_page(d))
-    print(out)
-    return 0
-
-
 def cmd_plot(args: argparse.Namespace) -> int:
+    require_matplotlib()
     from psgd.bench.plots import plot_runs
     from psgd.bench.run_data import load_run
     try:
@@ -159,8 +150,8 @@ def _target(text: str) -> float:
     return v
 
 
-def add_study_command(bench) -> None:
-    """`psgd bench convergence` and `psgd bench study` under the `bench` subparsers."""
+def add_bench_convergence_command(bench) -> None:
+    """`psgd bench convergence` under the `bench` subparsers."""
     conv = bench.add_parser("convergence", help="the same task under several consistency modes, rates and seeds")
     conv.add_argument("config")
     conv.add_argument("--modes", default="allreduce,bsp,ssp:2,ssp:4,asp",
@@ -177,9 +168,6 @@ def add_study_command(bench) -> None:
     conv.add_argument("--title", default="", help="title of the report and plots")
     conv.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     conv.set_defaults(func=cmd_bench_convergence)
-    study = bench.add_parser("study", help="literature verdicts from a study directory's case seeds.csv files")
-    study.add_argument("study_dir")
-    study.set_defaults(func=cmd_bench_study)
 
 
 def add_convergence_commands(sub) -> None:

@@ -75,7 +75,7 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
         "clock_gap_hist": gaps.as_dict(),
         "rejected_updates": counters.get("rejected_nonfinite", 0) + counters.get("rejected_stale", 0),
         "late_dropped": counters.get("late_dropped", 0),
-        "duplicate_pushes": counters.get("duplicates", 0),
+        "duplicates": counters.get("duplicates", 0),  # resent pushes, not applied again: the shard's name
         # Pushes some shard applied and another never received (a worker killed mid-send).
         "partial_pushes": counters.get("partial_pushes", 0),
         "bad_requests": counters.get("bad_requests", 0),

@@ -1,8 +1,6 @@
 """Tasks: a model, its train/test data, the loss and the accuracy metric.
 
-Built-in datasets need no download: `digits` is the 8x8 handwritten digits
-set shipped inside scikit-learn; `synthetic` is linear regression with a
-known optimum. Users plug in their own with "module.path:callable"; a module
+Built-in datasets (tasks/datasets.py) need no download. Users plug in their own with "module.path:callable"; a module
 next to the config file is importable, and `psgd.launch` passes objects as
 "object:PATH" (tasks/objects.py). Every dataset is checked against the
 contract in tasks/contract.py and materialised as tensors once, so batching is
@@ -33,13 +31,11 @@ from psgd.tasks.contract import (
     resolve_objective,
     split_tensors,
 )
+from psgd.tasks.datasets import BUILTIN_DATASETS
 from psgd.tasks.loaders import TensorPairs, eval_batches
 from psgd.tasks.objects import is_object_spec, load_object
 
 __all__ = ["Task", "TaskShape", "load_task", "task_shape", "build_model", "worker_batches", "resolve_callable"]
-
-DATA_SPLIT_SEED = 1234  # fixed, so every run and mode sees the same test set
-
 
 @dataclass
 class Task:
@@ -120,56 +116,13 @@ def resolve_callable(spec: str, base_dir: str) -> Callable:
     return obj
 
 
-def _digits(**_):
-    from sklearn.datasets import load_digits  # ships its data inside the package
-    bunch = load_digits()
-    x = torch.tensor(bunch.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(bunch.target, dtype=torch.int64)
-    return _split(x, y, test_fraction=0.2)
-
-
-def _synthetic(dim: int = 10, n_train: int = 1024, n_test: int = 256, noise: float = 0.0, **_):
-    g = torch.Generator().manual_seed(DATA_SPLIT_SEED)
-    w = torch.randn(dim, generator=g)
-    x = torch.randn(n_train + n_test, dim, generator=g)
-    y = x @ w + 0.5 + noise * torch.randn(n_train + n_test, generator=g)
-    return (x[:n_train], y[:n_train]), (x[n_train:], y[n_train:])
-
-
-def _split(x, y, test_fraction):
-    g = torch.Generator().manual_seed(DATA_SPLIT_SEED)
-    perm = torch.randperm(len(y), generator=g)
-    n_test = int(len(y) * test_fraction)
-    test, train = perm[:n_test], perm[n_test:]
-    return (x[train], y[train]), (x[test], y[test])
-
-
-def _mnist1d(**kwargs):
-    from psgd.tasks.mnist1d import mnist1d_dataset  # scipy-heavy: imported only when used
-    return mnist1d_dataset(**kwargs)
-
-
-def _charlm(**kwargs):
-    from psgd.tasks.charlm import charlm_dataset
-    return charlm_dataset(**kwargs)
-
-
-BUILTIN_DATASETS = {"digits": _digits, "synthetic": _synthetic, "mnist1d": _mnist1d, "charlm": _charlm}
-
-
-# What each built-in dataset holds, so a process that needs only the model's
-# shape (a server) never builds the data.
-BUILTIN_OBJECTIVES = {"digits": "classification", "synthetic": "regression"}
-BUILTIN_SHAPES = {"digits": lambda **_: TaskShape(64, 10, False),
-                  "synthetic": lambda dim=10, **_: TaskShape(dim, 1, True)}
-
 SPLITS = ("train", "test")
 
 
 def _dataset_callable(cfg: Config):
     spec = cfg.task.dataset
     if spec in BUILTIN_DATASETS:
-        return BUILTIN_DATASETS[spec]
+        return BUILTIN_DATASETS[spec].load
     if is_object_spec(spec):
         obj = load_object(spec)
         return obj if callable(obj) else (lambda **_: obj)  # the (train, test) pair itself
@@ -183,7 +136,8 @@ def build_splits(cfg: Config) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[
     result = _dataset_callable(cfg)(**cfg.task.dataset_args)
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
         raise DatasetContractError(f"dataset {spec!r} must return (train, test), got {type(result).__name__}")
-    objective = resolve_objective(cfg.task.objective, BUILTIN_OBJECTIVES.get(spec))
+    builtin = BUILTIN_DATASETS.get(spec)
+    objective = resolve_objective(cfg.task.objective, builtin.objective if builtin else None)
     regression = objective == "regression"
     if not all(is_tensor_pair(ds) for ds in result):
         # Map-style Datasets stay as they are: checked on their first item, read on access.
@@ -228,8 +182,9 @@ def task_shape(cfg: Config, run_dir: Optional[Union[str, Path]] = None) -> TaskS
     shape = load_shape(run_dir)
     if shape is not None:
         return shape
-    if cfg.task.dataset in BUILTIN_SHAPES and cfg.task.objective in ("auto", BUILTIN_OBJECTIVES[cfg.task.dataset]):
-        return BUILTIN_SHAPES[cfg.task.dataset](**cfg.task.dataset_args)
+    builtin = BUILTIN_DATASETS.get(cfg.task.dataset)
+    if builtin is not None and builtin.shape is not None and cfg.task.objective in ("auto", builtin.objective):
+        return builtin.shape(**cfg.task.dataset_args)
     return build_splits(cfg)[2]
 
 

@@ -1,11 +1,11 @@
-"""Comm rows with the same-host peers, several runs combined, the data-path
-checks, and the scale bench's path comparison."""
+"""Comm rows with the same-host peers, several runs combined, the report (ratios,
+no pass/fail), and the scale bench's path comparison."""
 from __future__ import annotations
 
 import pytest
 
 from psgd.bench.comm import comm_row, cross_host_row
-from psgd.bench.comm_report import combine_runs, comm_checks, write_comm_report
+from psgd.bench.comm_report import combine_runs, write_comm_report
 from psgd.bench.scale import find_saturation, path_speedups
 
 MS = 1e-3
@@ -41,25 +41,13 @@ def test_runs_combine_to_the_median_of_each_figure():
     assert combined["load_avg_max"] == 5.0 and len(combined["per_run"]) == 3
 
 
-def test_checks_follow_the_issue_targets():
-    rows = [_row(64 << 10, psgd=1.2, floor=1.0), _row(1 << 20, psgd=1.0, shm=0.9, rpc=2.5, ray=None)]
-    cross = [cross_host_row(10 << 20, {"psgd": [1.2 * MS], "raw_sgd": [1.0 * MS], "shared_memory": False})]
-    got = {label: ok for label, ok, _ in comm_checks(rows, cross)}
-    assert got == {
-        "64 KB, one host: psgd <= 1.3 x raw ZeroMQ check+SGD floor": True,
-        "1 MB, one host: psgd <= 0.5 x torch.rpc PS": True,
-        "1 MB, one host: psgd <= 0.5 x Ray actor PS": None,
-        "1 MB, one host: psgd <= 1.2 x shared-memory floor (two processes)": True,
-        "10 MB, across namespaces: psgd <= 1.15 x raw ZeroMQ check+SGD floor": False,
-    }
-
-
 def test_report_is_written_from_the_result(tmp_path):
     runs = [{"rows": [_row(1 << 20, psgd=1.0)], "cross_host": [], "cross_host_skipped": "needs root",
              "repeats": 1, "warmup": 0, "load_avg_end": 1.0, "load_avg_max": 2.0, "ray": "measured"}]
     write_comm_report(combine_runs(runs), tmp_path, "psgd bench comm")
     text = (tmp_path / "report.md").read_text()
     assert "Not measured: needs root." in text and "| 1 MB | 1 |" in text
+    assert "Acceptance" not in text and "FAIL" not in text  # the project's targets: benchmarks/check_targets.py
     assert "shared-memory round trip goes" not in text  # psgd did not use shared memory in that row
     runs[0]["rows"][0].update(shared_memory=True, psgd_ms=1.5, shm_floor_ms=1.0, shm_zmq_floor_ms=1.25)
     write_comm_report(combine_runs(runs), tmp_path, "psgd bench comm")

@@ -6,7 +6,6 @@ import torch
 from psgd.bench.apply import run_apply_bench
 from psgd.bench.comm import RAW_SGD_LR, comm_row, start_raw_server
 from psgd.bench.procs import parse_size
-from psgd.bench.report import comm_bounds
 from psgd.bench.scale import find_saturation
 
 
@@ -67,11 +66,3 @@ def test_raw_sgd_floor_applies_exactly_the_sgd_step_and_skips_non_finite():
         raw.close()
         proc.join(timeout=10)
     assert proc.exitcode == 0
-
-
-def test_comm_bounds_are_computed_from_the_row():
-    row = comm_row(1 << 20, 1, psgd=[0.0009], raw=[0.0004], gloo=[0.002], rpc=[0.0015], raw_sgd=[0.0006])
-    (line,) = comm_bounds([row, {**row, "shards": 2}])
-    assert "from 0.400 to 0.600 ms (1.50 x raw ZeroMQ; a 1.25 x target would allow 0.500 ms)" in line
-    assert "psgd adds +0.300 ms to the floor (1.50 x)" in line
-    assert "need psgd at 0.500 ms, 1.25 x the raw echo" in line

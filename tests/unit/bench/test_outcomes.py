@@ -3,7 +3,6 @@ import math
 
 import pytest
 
-from psgd.bench.literature import judge_beats, judge_ties, study_verdicts
 from psgd.bench.outcomes import (
     RunOutcome,
     censored_time_s,
@@ -88,32 +87,3 @@ def test_resolution_against_a_baseline_that_never_held_the_target():
     assert resolution_check([[0.0, 1.0, 2.0]], math.inf, baseline_at_least_s=18.0) == (1.0, False)
     assert resolution_check([[0.0, 0.5]], math.inf) == (0.5, False)
     assert censored_time_s([outcome("bsp", 0, 7.0)]) is None
-
-
-def test_literature_judges():
-    fast, slow, mid = Interval(1, 0.9, 1.1, 3), Interval(2, 1.8, 2.2, 3), Interval(1.5, 1.0, 2.0, 3)
-    assert judge_beats(fast, slow) == "confirmed"
-    assert judge_beats(slow, fast) == "not confirmed"
-    assert judge_beats(fast, mid) == "inconclusive"
-    assert judge_ties(fast, mid) == "confirmed" and judge_ties(fast, slow) == "not confirmed"
-
-
-def test_study_verdicts_from_two_cases():
-    def stats(times):
-        return mode_stats([outcome(label, s, t, final=f) for label, (ts, f) in times.items()
-                           for s, t in enumerate(ts)])
-    none = stats({"bsp": ([10, 11, 12], 0.9), "ssp:2": ([10.5, 11.5, 12.5], 0.9), "asp": ([8, 9, 10], 0.85),
-                  "asp+dc": ([5, 6, 7], 0.9), "asp+sa": ([12, 13, 14], 0.9)})
-    strag = stats({"bsp": ([20, 21, 22], 0.9), "ssp:2": ([12, 13, 14], 0.9), "bsp+b1": ([19, 21, 23], 0.9)})
-    delay = stats({"bsp": ([20, 21, 22], 0.9), "ssp:2": ([23, 24, 25], 0.9), "bsp+b1": ([9, 10, 11], 0.9)})
-    cases = {"none": none, "straggler": strag, "delay": delay}
-    claims = {c.claim.split(": ", 1)[1]: c for c in study_verdicts(cases, "w", True)}
-    assert claims["SSP ties BSP without a straggler (time to target)"].verdict == "confirmed"
-    assert claims["SSP beats BSP with a persistent straggler (time to target)"].verdict == "confirmed"
-    assert claims["SSP beats BSP under random per-step delays (time to target)"].verdict == "not confirmed"
-    assert claims["backup workers shorten BSP's time to target under a persistent straggler"].verdict == "inconclusive"
-    assert claims["backup workers shorten BSP's time to target under random per-step delays"].verdict == "confirmed"
-    assert claims["DC-ASGD beats plain ASP (time to target)"].verdict == "confirmed"
-    assert claims["staleness-aware ASP keeps its final metric near BSP's"].verdict == "confirmed"
-    assert "straggler: ssp:2 13.00 s [12.00 s, 14.00 s] vs bsp 21.00 s [20.00 s, 22.00 s] -> confirmed" in \
-        claims["SSP beats BSP with a persistent straggler (time to target)"].evidence

@@ -1,9 +1,9 @@
 """The committed convergence study's analysis page, assembled from the cases'
 seeds.csv files that `psgd bench convergence` wrote: per workload, a headline
 table (median time to target [95% CI] and ratio to BSP per mode and case) and
-the literature verdicts those intervals support.
+the literature verdicts those intervals support (literature.py).
 
-    psgd bench study benchmarks/convergence
+    python benchmarks/convergence/verdicts.py benchmarks/convergence
 
 reads <dir>/<workload>-<case>/seeds.csv for every such directory and writes
 <dir>/verdicts.md. Everything is computed here from the CSVs; nothing is
@@ -12,14 +12,17 @@ typed in by hand.
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
 
-from psgd.bench.literature import study_verdicts
+from literature import study_verdicts  # this script's sibling (run as a file, from any directory)
+
 from psgd.bench.outcomes import ModeStats, RunOutcome, mode_stats
 from psgd.config.modes import Mode
 
-__all__ = ["load_case", "headline", "verdicts_page", "CASE_NAMES"]
+__all__ = ["load_case", "headline", "verdicts_page", "main", "CASE_NAMES"]
 
+# The cases run_study.sh runs, by the suffix of their directory names.
 CASE_NAMES = {"none": "no straggler", "straggler": "rank 3 slowed 4x", "delay": "random per-step delays",
               "many": "16 light workers"}
 CASE_ORDER = ["none", "straggler", "delay", "many"]
@@ -69,7 +72,7 @@ def verdicts_page(study_dir: Path) -> str:
         summary = list(csv.DictReader(open(d / "summary.csv"))) if (d / "summary.csv").is_file() else []
         higher[workload] = not summary or summary[0].get("metric", "accuracy") == "accuracy"
     parts = ["# Literature verdicts", "",
-             "Computed by `psgd bench study` from each case's seeds.csv (times are the held time to "
+             "Computed by `benchmarks/convergence/verdicts.py` from each case's seeds.csv (times are the held time to "
              "target, median [95% bootstrap CI] over seeds). A claim that one mode beats another is *confirmed* "
              "only where the intervals separate in its favour, *not confirmed* where they separate against it, "
              "and *inconclusive* where they overlap; a claimed tie is *confirmed* where they overlap.", ""]
@@ -83,3 +86,18 @@ def verdicts_page(study_dir: Path) -> str:
     if not workloads:
         parts.append("No case directories with a seeds.csv were found.")
     return "\n".join(parts) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    study_dir = Path(argv[0]) if argv else Path(__file__).resolve().parent
+    if not study_dir.is_dir():
+        print(f"{study_dir} is not a directory", file=sys.stderr)
+        return 2
+    out = study_dir / "verdicts.md"
+    out.write_text(verdicts_page(study_dir))
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

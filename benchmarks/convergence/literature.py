@@ -1,5 +1,6 @@
 """The literature claims the convergence study tests, each judged from the
 intervals: *confirmed*, *not confirmed* or *inconclusive*, with the evidence.
+Used by verdicts.py; the case names are those run_study.sh runs.
 
 A "beats" claim is confirmed when the claimed winner's interval lies entirely
 on the better side, not confirmed when it lies entirely on the worse side, and

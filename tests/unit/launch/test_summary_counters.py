@@ -1,0 +1,26 @@
+"""summary.json's shard counters keep the names the shard counts them by,
+summed over the shards' latest server_stats events."""
+import torch
+
+from psgd.config import load_config
+from psgd.orchestrate.summary import summarize
+from psgd.servers.state import PushStatus, ShardState
+
+
+def _shard(cfg, index: int, resends: int) -> dict:
+    state = ShardState(cfg, index, torch.zeros(2))
+    state.register(0, now=0.0)
+    grad = torch.ones(2)
+    assert state.push(0, 0, 0, 0, grad).status is PushStatus.APPLIED
+    for _ in range(resends):  # the same seq again: a resend after a lost acknowledgement
+        assert state.push(0, 0, 0, 0, grad).status is PushStatus.DUPLICATE
+    return {"event": "server_stats", "role": "server", "index": index, **state.stats()}
+
+
+def test_resent_pushes_leave_the_shards_as_duplicates():
+    cfg = load_config(None, ["consistency.mode=asp", "cluster.workers=1", "cluster.servers=2"])
+    stats = [_shard(cfg, 0, resends=2), _shard(cfg, 1, resends=1)]
+    assert [s["counters"]["duplicates"] for s in stats] == [2, 1]
+    summary = summarize(cfg, stats, wall_time_s=1.0)
+    assert summary["duplicates"] == 3
+    assert "duplicate_pushes" not in summary
