@@ -4,9 +4,10 @@ Used by verdicts.py; the case names are those run_study.sh runs.
 
 A "beats" claim is confirmed when the claimed winner's interval lies entirely
 on the better side, not confirmed when it lies entirely on the worse side, and
-inconclusive when they overlap. A "ties" claim is confirmed when the intervals
-overlap (no difference these seeds can detect; that is all a tie can mean
-here) and not confirmed when they separate.
+inconclusive when they overlap. A "ties" claim is a claim about the ratio of
+the two medians: confirmed when the ratio's interval lies inside 1 ± TIE_MARGIN
+(±10%), not confirmed when it lies wholly outside, inconclusive otherwise:
+overlapping intervals alone are "indistinguishable", not "tied".
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from psgd.bench.outcomes import ModeStats
-from psgd.bench.stats import Interval, compare
+from psgd.bench.stats import TIE_MARGIN, Interval, Tie, compare, judge_tie, ratio_ci
 
 __all__ = ["Claim", "judge_beats", "judge_ties", "study_verdicts"]
 
@@ -31,13 +32,20 @@ def _iv(iv: Optional[Interval], unit: str) -> str:
     return "—" if iv is None else iv.text(3 if not unit else 2, unit)
 
 
-def judge_beats(winner: Interval, loser: Interval, lower_is_better: bool = True) -> str:
-    kind = compare(winner, loser, lower_is_better).kind
-    return {"faster": "confirmed", "slower": "not confirmed", "indistinguishable": "inconclusive"}[kind]
+def judge_beats(winner: ModeStats, loser: ModeStats) -> tuple[str, str]:
+    """(verdict, evidence) for "`winner` reaches the target sooner than `loser`"."""
+    kind = compare(winner.time, loser.time).kind
+    verdict = {"faster": "confirmed", "slower": "not confirmed", "indistinguishable": "inconclusive"}[kind]
+    return verdict, f"{_iv(winner.time, ' s')} vs {loser.label} {_iv(loser.time, ' s')}"
 
 
-def judge_ties(a: Interval, b: Interval, lower_is_better: bool = True) -> str:
-    return "confirmed" if compare(a, b, lower_is_better).kind == "indistinguishable" else "not confirmed"
+def judge_ties(a: ModeStats, b: ModeStats) -> tuple[str, str]:
+    """(verdict, evidence) for "`a` ties `b`": the interval of median(a) / median(b) inside the margin."""
+    ratio = ratio_ci(a.times, b.times)
+    tie = judge_tie(ratio)
+    verdict = {Tie.TIED: "confirmed", Tie.NOT_TIED: "not confirmed", Tie.INCONCLUSIVE: "inconclusive"}[tie]
+    return verdict, (f"{_iv(a.time, ' s')} vs {b.label} {_iv(b.time, ' s')}, ratio {ratio.text(2)} "
+                     f"(tie margin ±{TIE_MARGIN:.0%})")
 
 
 def _pair(cases: dict[str, dict[str, ModeStats]], case: str, a: str, b: str):
@@ -69,9 +77,9 @@ def study_verdicts(cases: dict[str, dict[str, ModeStats]], workload: str, higher
                 x, y = _pair(cases, case, label, b)
                 if x is None or y is None:
                     continue
-                v = judge(x.time, y.time)
+                v, evidence = judge(x, y)
                 verdicts.append(v)
-                ev.append(f"{case}: {label} {_iv(x.time, ' s')} vs {b} {_iv(y.time, ' s')} -> {v}")
+                ev.append(f"{case}: {label} {evidence} -> {v}")
         out.append(Claim(f"{workload}: {claim}", source, _combine(verdicts),
                          "; ".join(ev) or "the modes were not run in this case"))
 

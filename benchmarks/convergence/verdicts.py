@@ -75,7 +75,9 @@ def verdicts_page(study_dir: Path) -> str:
              "Computed by `benchmarks/convergence/verdicts.py` from each case's seeds.csv (times are the held time to "
              "target, median [95% bootstrap CI] over seeds). A claim that one mode beats another is *confirmed* "
              "only where the intervals separate in its favour, *not confirmed* where they separate against it, "
-             "and *inconclusive* where they overlap; a claimed tie is *confirmed* where they overlap.", ""]
+             "and *inconclusive* where they overlap. A claimed tie is about the ratio of the median times: *confirmed* "
+             "only where its 95% interval lies within ±10% of 1 (the tie margin), *not confirmed* where it lies "
+             "wholly outside, and *inconclusive* otherwise.", ""]
     for workload, cases in workloads.items():
         cases = dict(sorted(cases.items(), key=lambda kv: CASE_ORDER.index(kv[0]) if kv[0] in CASE_ORDER else 99))
         parts += [f"## {workload}", "", headline(cases), "",
