@@ -22,7 +22,7 @@ from psgd.bench.outcomes import (
     mode_stats,
     resolution_check,
 )
-from psgd.bench.stats import BOOTSTRAP_RESAMPLES, CI_LEVEL
+from psgd.bench.stats import BOOTSTRAP_RESAMPLES, CI_LEVEL, TIE_MARGIN, judge_tie, ratio_ci
 from psgd.core.target import HoldRule
 
 __all__ = ["TargetSpec", "Analysis", "analyse", "outcome_of", "write_summary_csv", "write_seeds_csv",
@@ -151,14 +151,21 @@ def write_seeds_csv(path: Path, a: Analysis) -> None:
 
 def mode_table(a: Analysis) -> str:
     metric = "final accuracy" if a.target.higher_is_better else "final validation loss"
-    lines = [f"| mode | lr | seeds | held target | time to target, median [95% CI] | ratio to bsp | "
-             f"{metric}, median [95% CI] | wire bytes / example |", "|---|---|---|---|---|---|---|---|"]
+    lines = [f"| mode | lr | seeds | held target | time to target, median [95% CI] | ratio to bsp [95% CI] | "
+             f"tied with bsp (±{TIE_MARGIN:.0%}) | {metric}, median [95% CI] | wire bytes / example |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    base = a.stats.get("bsp")
     for label, s in a.stats.items():
-        ratio = "—" if s.ratio_to_bsp is None else f"{s.ratio_to_bsp:.2f}"
+        ratio, tie = "—", "—"
+        if base is not None and label != "bsp" and s.times and base.times:
+            interval = ratio_ci(s.times, base.times)
+            ratio, tie = interval.text(2), judge_tie(interval).value
+        elif s.ratio_to_bsp is not None:
+            ratio = f"{s.ratio_to_bsp:.2f}"
         final = "—" if s.final is None else s.final.text(4)
         wire = bytes_per_example(a, label)
         lines.append(f"| {label} | {s.lr:g} | {s.seeds} | {s.reached}/{s.seeds} | {s.time.text(2, ' s')} | "
-                     f"{ratio} | {final} | {'—' if wire is None else f'{wire:.1f}'} |")
+                     f"{ratio} | {tie} | {final} | {'—' if wire is None else f'{wire:.1f}'} |")
     return "\n".join(lines)
 
 
@@ -192,7 +199,9 @@ def report_sections(a: Analysis, setting: list[str], baseline: str = "bsp") -> l
     parts += ["", "## Setting", ""] + [f"- {s}" for s in setting]
     parts += [f"- Seeds: {', '.join(map(str, seeds))} per mode; intervals are {CI_LEVEL:.0%} percentile-bootstrap "
               f"intervals of the median over seeds ({BOOTSTRAP_RESAMPLES:,} resamples, fixed seed). A mode is called "
-              "faster only where its interval and the baseline's do not overlap.",
+              "faster only where its interval and the baseline's do not overlap; overlapping intervals are "
+              f"*indistinguishable*, and *tied* only where the interval of the ratio of medians lies within "
+              f"±{TIE_MARGIN:.0%} of 1 (else *inconclusive*, or *not tied* where it lies wholly outside).",
               f"- Target: {a.target.text}, reached and held: {a.target.rule_text}.",
               "- Learning rates: " + ("each mode at its best rate of the grid (lowest median time to target, "
                                       "then best final metric); the whole grid is below." if a.grid else
