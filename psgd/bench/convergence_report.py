@@ -157,7 +157,7 @@ def mode_table(a: Analysis) -> str:
     base = a.stats.get("bsp")
     for label, s in a.stats.items():
         ratio, tie = "—", "—"
-        if base is not None and label != "bsp" and s.times and base.times:
+        if base is not None and s is not base and s.times and base.times:
             interval = ratio_ci(s.times, base.times)
             ratio, tie = interval.text(2), judge_tie(interval).value
         elif s.ratio_to_bsp is not None:

@@ -29,6 +29,7 @@ from psgd.config.operations import (  # noqa: F401 (re-exported)
     WireConfig,
 )
 from psgd.config.sim import SimConfig  # noqa: F401 (re-exported)
+from psgd.config.workers import DelayConfig, LoaderConfig, TransientConfig, WorkersConfig  # noqa: F401 (re-exported)
 
 __all__ = ["Config", "ConfigError", "ConfigLike", "load_config", "override_config", "config_to_dict", "dump_config"]
 
@@ -239,66 +240,6 @@ class EvalConfig:
 
     def __post_init__(self):
         _check(self.every_s > 0, "every_s", "must be > 0")
-
-
-@dataclass(frozen=True)
-class LoaderConfig:
-    # The torch DataLoader that feeds each worker its share of the train split.
-    # loader processes per worker (for Datasets that load examples on access)
-    num_workers: int = field(default=0, metadata=int_max(256))
-    pin_memory: bool = True      # pinned batches, on cuda only
-
-    def __post_init__(self):
-        _check(self.num_workers >= 0, "num_workers", f"must be >= 0, got {self.num_workers}")
-
-
-@dataclass(frozen=True)
-class DelayConfig:
-    # Random extra delay after every step (Dutta et al. 2018), as a multiple of
-    # the step's compute time, drawn per step from a generator seeded by
-    # (run.seed, rank) (psgd.core.heterogeneity).
-    dist: Literal["exponential", "pareto"] = "exponential"
-    mean: float = 1.0            # mean delay / compute time
-    shape: float = 1.5           # pareto tail index (> 1); smaller = heavier tail
-    ranks: list[int] = field(default_factory=list)  # ranks delayed; empty = all
-
-    def __post_init__(self):
-        _check(self.mean >= 0, "mean", f"must be >= 0, got {self.mean}")
-        _check(self.dist != "pareto" or self.shape > 1, "shape", f"a pareto delay needs shape > 1, got {self.shape}")
-        _check(all(r >= 0 for r in self.ranks), "ranks", "ranks must be >= 0")
-
-
-@dataclass(frozen=True)
-class TransientConfig:
-    # Rank `rank` runs `factor` times slower during [start_s, start_s + duration_s) of training.
-    rank: int = 0
-    start_s: float = 0.0
-    duration_s: float = 1.0
-    factor: float = 4.0
-
-    def __post_init__(self):
-        _check(self.rank >= 0, "rank", "must be >= 0")
-        _check(self.start_s >= 0, "start_s", "must be >= 0")
-        _check(self.duration_s > 0, "duration_s", "must be > 0")
-        _check(self.factor >= 1, "factor", f"must be >= 1, got {self.factor}")
-
-
-@dataclass(frozen=True)
-class WorkersConfig:
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    slowdown: dict[int, float] = field(default_factory=dict)  # rank -> step-time multiplier (>= 1)
-    delay: Optional[DelayConfig] = None                        # random per-step delays
-    transient: list[TransientConfig] = field(default_factory=list)  # ranks slowed for a time window
-    pin_memory: bool = True      # stage gradients through pinned host buffers on cuda
-    loader: LoaderConfig = field(default_factory=LoaderConfig)
-    # off | pipeline (one more step of staleness: the next step's compute hides this one's push and
-    # pull; not with bsp) | backward (each shard's gradients leave while backward still runs)
-    overlap: Overlap = Overlap.OFF
-
-    def __post_init__(self):
-        for rank, mult in self.slowdown.items():
-            _check(rank >= 0, f"slowdown[{rank}]", "rank must be >= 0")
-            _check(mult >= 1.0, f"slowdown[{rank}]", f"multiplier must be >= 1, got {mult}")
 
 
 @dataclass(frozen=True)
