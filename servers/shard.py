@@ -24,6 +24,7 @@ from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
+from psgd.wire.payload import tensor_frame
 from psgd.wire.protocol import MsgType, ProtocolError
 from psgd.wire.shm import reclaim
 from psgd.wire.shm_links import ShardSegments, shared_memory_wanted
@@ -34,6 +35,7 @@ from psgd.wire.transport import CurveKeys, ServerSocket
 from psgd.servers.checkpoint import ShardCheckpoint
 from psgd.servers.live_control import ControlError
 from psgd.servers.peers import PeerTable, check_ahead
+from psgd.servers.push_decode import PushDecoder
 from psgd.servers.record import ShardRecorder
 from psgd.servers.state import PushStatus, ShardState
 
@@ -75,14 +77,13 @@ class ShardServer:
         self._speeds = StepSpeeds()  # local.dynamic: workers size their rounds by the fastest one's speed
         self._running = False
         self._busy_s, self._served = 0.0, 0  # time spent handling requests, and how many
-        self._f32: Optional[torch.Tensor] = None  # reused buffer: decoded fp16/bf16 and shared-memory gradients
-        self._wire: dict[torch.dtype, torch.Tensor] = {}  # reused buffers: fp16/bf16 copied out of shared memory
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
         self._frame = None
         # Same-host clients' shared-memory segments (psgd.wire.shm); reclaim dead processes' files first.
         self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None))
         if self._shm.enabled:
             reclaim()
+        self._decode = PushDecoder(self.state.numel, self._shm)
         self._handlers = {kind: MethodType(handler, self) for kind, handler in _HANDLERS.items()}
 
     # ---- loop -------------------------------------------------------------
@@ -176,7 +177,7 @@ class ShardServer:
             self._sock.send(identity, P.encode(record))
             return
         if self._frame_of is not params:  # the live tensor changes only on copy-on-write
-            self._frame_of, self._frame = params, P.tensor_frame(params)
+            self._frame_of, self._frame = params, tensor_frame(params)
         self.state.sending(self._sock.send_tracked(identity, P.encode(record, [self._frame])))
 
     def _release(self) -> None:
@@ -254,7 +255,6 @@ class ShardServer:
 
     def _on_push(self, identity: bytes, rec: P.Push, payload: list) -> None:
         self._peer(identity, rec.rank)
-        sparse = rec.encoding in P.SPARSE_ENCODINGS  # frame count already checked in `handle`
         if rec.numel != self.state.numel:
             raise ProtocolError(P.ErrorCode.BAD_SIZE, f"gradient has {rec.numel} elements, shard holds {self.state.numel}")
         if rec.clock < 0 or rec.seq < 0 or rec.read_version < 0:
@@ -269,14 +269,7 @@ class ShardServer:
             raise ProtocolError(P.ErrorCode.BAD_FIELD, f"steps must be in 1..{MAX_LOCAL_STEPS}")
         if rec.TYPE is MsgType.PUSH_PULL and not 1 <= rec.ahead <= MAX_PULL_AHEAD:
             raise ProtocolError(P.ErrorCode.BAD_FIELD, f"ahead must be in 1..{MAX_PULL_AHEAD}")
-        if rec.shm:
-            grad = self._shm_gradient(identity, rec)
-        elif sparse:
-            grad = P.frames_to_sparse(payload, rec.encoding, rec.numel, rec.nnz)
-        else:
-            grad = P.frame_to_tensor(payload[0], rec.encoding, rec.numel)
-            if grad.dtype != torch.float32:
-                grad = self._decode_f32(grad, rec.scale)
+        grad = self._decode.gradient(identity, rec, payload)
         self.state.seen(rec.rank, self._clock())
         result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s)
         self._speeds.observe(rec.rank, rec.step_s, rec.steps)
@@ -292,33 +285,6 @@ class ShardServer:
         else:
             pull_clock = rec.clock + rec.ahead
             self._answer_or_park(identity, P.Pull(req=rec.req, rank=rec.rank, clock=pull_clock), rec.rank, pull_clock)
-
-    def _shm_gradient(self, identity: bytes, rec: P.Push) -> torch.Tensor:
-        """A dense gradient copied once out of the same-host client's segment into
-        a buffer of the shard's own: what is checked, applied and logged is that
-        copy, whatever the client writes into its memory meanwhile."""
-        if rec.encoding not in P.ENCODINGS:
-            raise ProtocolError(P.ErrorCode.BAD_ENCODING, f"{rec.encoding!r} cannot travel through shared memory")
-        dtype = P.ENCODINGS[rec.encoding][0]
-        if dtype == torch.float32:
-            out = self._f32_buffer()  # fp32: copied straight into the decode buffer
-        else:
-            out = self._wire.get(dtype)
-            if out is None:
-                out = self._wire[dtype] = torch.empty(self.state.numel, dtype=dtype)
-        if rec.numel != out.numel() or not self._shm.request(identity, rec.shm, out):
-            raise ProtocolError(P.ErrorCode.BAD_SHM, f"no shared-memory payload at generation {rec.shm} for this connection")
-        return out if dtype == torch.float32 else self._decode_f32(out, rec.scale)
-
-    def _f32_buffer(self) -> torch.Tensor:
-        if self._f32 is None:
-            self._f32 = torch.empty(self.state.numel)
-        return self._f32
-
-    def _decode_f32(self, wire: torch.Tensor, scale: float) -> torch.Tensor:
-        f32 = self._f32_buffer()
-        f32.copy_(wire)
-        return f32.mul_(scale) if scale != 1.0 else f32
 
     def _answer_or_park(self, identity: bytes, pull: P.Pull, rank: int, clock: int) -> None:
         if self.state.pull_ready(rank, clock):

@@ -23,6 +23,7 @@ from psgd.config.modes import Role
 from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder
+from psgd.wire.payload import frame_to_tensor
 from psgd.wire.requests import Interrupted, Pending, RemoteError, RequestFailed, RequestTracker
 from psgd.wire.shm_links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
@@ -150,7 +151,7 @@ class PSClient:
             self.seq = max(self.seq, welcome.last_seq + 1)
             self._sessions[s] = welcome.session
             self.versions[s] = welcome.version
-            out.append(P.frame_to_tensor(payload[0], "f32", self.layout.shard_sizes[s]))
+            out.append(frame_to_tensor(payload[0], "f32", self.layout.shard_sizes[s]))
         self._params_at = None  # the first step after joining is not timed (it may wait for the start)
         return out
 
@@ -234,7 +235,7 @@ class PSClient:
             self.versions[s] = rec.version
             self.min_clocks[s] = rec.min_clock
             self.fastest_step_s = rec.fastest_step_s or self.fastest_step_s
-            out.append(self._shm_params(s, rec) if rec.shm else P.frame_to_tensor(payload[0], rec.encoding, rec.numel))
+            out.append(self._shm_params(s, rec) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel))
         if self.role == Role.WORKER:
             self._adopt_clock(replies[s][0].clock - (ahead - 1) for s in replies)
         self._params_at = time.monotonic()

@@ -27,7 +27,7 @@ from psgd.bench.raw_shm import ShmFloorPeer, ShmSgdFloor
 from psgd.bench.raw_zmq import RawEchoClient, serve_raw_echo
 from psgd.bench.ray_ps import ray_available, time_ray_actor_ps
 from psgd.bench.rpc_ps import time_gloo_allreduce, time_torch_rpc_ps
-from psgd.wire.protocol import tensor_frame
+from psgd.wire.payload import tensor_frame
 from psgd.workers.client import PSClient
 
 __all__ = ["run_comm_bench", "comm_row", "RawSgdStep", "RAW_SGD_LR", "start_raw_server"]

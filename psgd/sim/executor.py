@@ -28,6 +28,7 @@ from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
 from psgd.wire import protocol as P
 from psgd.wire.codecs import Encoded, WireEncoder
+from psgd.wire.payload import frame_to_tensor, frames_to_sparse
 from psgd.workers.client import adopted_clock
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
@@ -42,9 +43,9 @@ def decode_push(enc: Encoded, numel: int) -> Gradient:
     (the encoder's buffers are reused at its next step). Same decoders and the
     same fp32 arithmetic as the shard's push handler."""
     if enc.encoding in P.SPARSE_ENCODINGS:
-        idx, values = P.frames_to_sparse(enc.frames, enc.encoding, numel, enc.nnz)
+        idx, values = frames_to_sparse(enc.frames, enc.encoding, numel, enc.nnz)
         return idx.clone(), values.clone()
-    wire = P.frame_to_tensor(enc.frames[0], enc.encoding, numel)
+    wire = frame_to_tensor(enc.frames[0], enc.encoding, numel)
     grad = torch.empty(numel)
     grad.copy_(wire)
     return grad.mul_(enc.scale) if wire.dtype != torch.float32 and enc.scale != 1.0 else grad

@@ -20,6 +20,7 @@ from typing import Sequence
 import torch
 
 from psgd.wire import protocol as P
+from psgd.wire.payload import sparse_frames, tensor_frame
 
 __all__ = ["WireEncoder", "Encoded", "F16_RANGE", "topk_count"]
 
@@ -76,7 +77,7 @@ class WireEncoder:
         transport can keep reusing the message it built around it."""
         hit = self._frames.get(shard)
         if hit is None or hit[0] is not t or hit[1] != t.data_ptr():
-            hit = self._frames[shard] = (t, t.data_ptr(), P.tensor_frame(t))
+            hit = self._frames[shard] = (t, t.data_ptr(), tensor_frame(t))
         return hit[2]
 
     def _encode(self, shard: int, g: torch.Tensor) -> Encoded:
@@ -93,7 +94,7 @@ class WireEncoder:
             torch.div(g, scale, out=buf)  # computed in fp32, rounded once to fp16
             return Encoded([self._frame(shard, buf)], "f16", scale=scale)
         indices, values = self.topk(shard, g)
-        return Encoded(P.sparse_frames(indices, values), "topk", nnz=indices.numel())
+        return Encoded(sparse_frames(indices, values), "topk", nnz=indices.numel())
 
     def topk(self, shard: int, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Error feedback: acc = residual + g; send acc's k largest magnitudes;

@@ -12,6 +12,7 @@ from psgd.config import load_config
 from psgd.core.staleness_policy import BoundRule
 from psgd.tasks import build_model, load_task
 from psgd.wire import protocol as P
+from psgd.wire.payload import tensor_frame
 from psgd.wire.transport import ShardConnections
 
 pytestmark = pytest.mark.e2e
@@ -44,7 +45,7 @@ def test_an_absurd_step_time_is_clamped_and_every_shard_keeps_serving(shards, li
             for s in range(2):
                 assert isinstance(ask(c, s, P.encode(P.Register(req=1, rank=rank,
                                                                 fingerprint=cluster.layout.fingerprint))), P.Welcome)
-        zeros = [P.tensor_frame(torch.zeros(n)) for n in cluster.layout.shard_sizes]
+        zeros = [tensor_frame(torch.zeros(n)) for n in cluster.layout.shard_sizes]
         for clock in range(CLOCKS):
             for rank, c in enumerate(conns):
                 for s in range(2):

@@ -6,6 +6,7 @@ import torch
 from psgd.config import load_config
 from psgd.tasks import build_model, load_task
 from psgd.wire import protocol as P
+from psgd.wire.payload import tensor_frame
 from psgd.workers.client import PSClient, RemoteError
 
 
@@ -65,12 +66,12 @@ def test_bad_requests_get_errors_and_leave_state_untouched(shards):
     n = cluster.layout.shard_sizes[0]
     bad = [
         [b"not msgpack at all"],
-        P.encode(P.Push(req=1, rank=1, seq=100, clock=0, numel=n), [P.tensor_frame(torch.ones(n - 1))]),
-        P.encode(P.Push(req=2, rank=1, seq=101, clock=0, numel=n + 1), [P.tensor_frame(torch.ones(n + 1))]),
-        P.encode(P.Push(req=3, rank=1, seq=102, clock=0, numel=n, encoding="f64"), [P.tensor_frame(torch.ones(n))]),
+        P.encode(P.Push(req=1, rank=1, seq=100, clock=0, numel=n), [tensor_frame(torch.ones(n - 1))]),
+        P.encode(P.Push(req=2, rank=1, seq=101, clock=0, numel=n + 1), [tensor_frame(torch.ones(n + 1))]),
+        P.encode(P.Push(req=3, rank=1, seq=102, clock=0, numel=n, encoding="f64"), [tensor_frame(torch.ones(n))]),
         P.encode(P.Pull(req=4, rank=0)),  # not the rank this connection registered as
-        P.encode(P.Push(req=7, rank=1, seq=103, clock=0, numel=n), [P.tensor_frame(torch.ones(n))] * 2),
-        P.encode(P.Push(req=8, rank=1, seq=104, clock=0, numel=n, scale=-1.0), [P.tensor_frame(torch.ones(n))]),
+        P.encode(P.Push(req=7, rank=1, seq=103, clock=0, numel=n), [tensor_frame(torch.ones(n))] * 2),
+        P.encode(P.Push(req=8, rank=1, seq=104, clock=0, numel=n, scale=-1.0), [tensor_frame(torch.ones(n))]),
         P.encode(P.Register(req=5, rank=0, fingerprint="wrong")),
         P.encode(P.Params(req=6)),
     ]

@@ -7,6 +7,7 @@ from psgd.config import load_config
 from psgd.core.sharding import make_layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import topk_count
+from psgd.wire.payload import tensor_frame
 from psgd.workers.client import PSClient
 
 
@@ -54,7 +55,7 @@ def test_bad_sparse_push_is_refused_and_leaves_state_untouched(frames, nnz, code
     try:
         server.handle(b"w0", P.encode(P.Register(req=1, rank=0, fingerprint=layout.fingerprint)))
         push = P.PushPull(req=2, rank=0, seq=0, clock=0, encoding="topk", numel=100, nnz=nnz)
-        server.handle(b"w0", P.encode(push, [P.tensor_frame(t) for t in frames]))
+        server.handle(b"w0", P.encode(push, [tensor_frame(t) for t in frames]))
     finally:
         server._sock.close()
     assert isinstance(replies[-1], P.Error) and replies[-1].code == code

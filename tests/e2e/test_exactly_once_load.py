@@ -12,6 +12,7 @@ from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
 from psgd.tasks import build_model, load_task
 from psgd.wire import protocol as P
+from psgd.wire.payload import tensor_frame
 from psgd.wire.transport import ShardConnections
 
 CLIENTS = 64
@@ -71,7 +72,7 @@ def test_64_clients_500_pushes_with_duplicates_apply_exactly_once():
             for rank, c in enumerate(conns if seq < PUSHES else []):
                 for s in range(2):
                     frames = P.encode(P.Push(req=seq + 2, rank=rank, seq=seq, clock=seq, read_version=0,
-                                             numel=layout.shard_sizes[s]), [P.tensor_frame(grads[s])])
+                                             numel=layout.shard_sizes[s]), [tensor_frame(grads[s])])
                     c.send(s, frames)
                     sent += 1
                     if rng.random() < 0.05:  # sent twice back to back (a client resending too early)

@@ -5,8 +5,8 @@ import torch
 
 from psgd.config import ConfigError, load_config
 from psgd.servers.state import PushStatus, ShardState
-from psgd.wire import protocol as P
 from psgd.wire.codecs import F16_RANGE, WireEncoder, topk_count
+from psgd.wire.payload import frame_to_tensor, wire_nbytes
 
 
 def dense(idx: torch.Tensor, values: torch.Tensor, n: int) -> torch.Tensor:
@@ -64,14 +64,14 @@ def test_topk_wire_bytes_are_exact():
         out = enc.encode(s, torch.randn(n))
         assert out.nnz == ks[s]
         assert [memoryview(f).nbytes for f in out.frames] == [4 * ks[s], 4 * ks[s]]
-    assert enc.wire_bytes == 8 * sum(ks) == P.wire_nbytes("topk", 1010, sum(ks))
+    assert enc.wire_bytes == 8 * sum(ks) == wire_nbytes("topk", 1010, sum(ks))
     assert enc.compression_ratio == 8 * 11 / (4 * 1010)
 
 
 def test_f16_scaling_keeps_large_gradients_finite():
     g = torch.tensor([1e6, -3e5, 2.0, 0.0])
     out = WireEncoder("f16", [4]).encode(0, g)
-    wire = P.frame_to_tensor(out.frames[0], "f16", 4)
+    wire = frame_to_tensor(out.frames[0], "f16", 4)
     assert out.scale == 1e6 / F16_RANGE
     decoded = wire.float() * out.scale
     assert torch.isfinite(decoded).all()
