@@ -1,7 +1,7 @@
 """Raw ZeroMQ round trips: the baselines psgd's data path is measured against.
 
-These bypass psgd's protocol on purpose, so they hold the only zmq code
-outside psgd.wire.transport; nothing outside psgd.bench uses them.
+These bypass psgd's protocol on purpose: with raw_shm.py's floors they hold
+the only zmq code outside psgd.wire.transport; nothing outside psgd.bench uses them.
 """
 from __future__ import annotations
 
