@@ -85,9 +85,12 @@ def test_dynamic_local_steps_give_a_straggler_shorter_rounds(tmp_path):
     events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = {r: [e for e in events if e["event"] == "step" and e["rank"] == r] for r in range(4)}
     # While every rank trains (once the fast ones are done the straggler is the fastest left, and
-    # rightly goes back to rounds of 8), after a settling second half of the fast ranks' training.
+    # rightly goes back to rounds of 8), in the settled second half of the time all four train
+    # (counted from the last rank's first step: under load the ranks start seconds apart).
+    start = max(s[0]["t"] for s in steps.values())
     end = min(steps[r][-1]["t"] for r in (0, 1, 2))
-    window = {r: [e for e in s if end / 2 <= e["t"] <= end] for r, s in steps.items()}
+    window = {r: [e for e in s if (start + end) / 2 <= e["t"] <= end] for r, s in steps.items()}
+    assert all(len(w) >= 3 for w in window.values()), {r: len(w) for r, w in window.items()}
     per_round = {r: len(w) / max(1, w[-1]["clock"] - w[0]["clock"]) for r, w in window.items()}
     # Each rank's pace (wall time per step, all of the loop's work in it), as DyLU measures it; how
     # much slower the straggler really was here (its sleep frees CPU for the others).
