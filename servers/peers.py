@@ -117,7 +117,10 @@ class PeerTable:
         return self.role_of(identity) == Role.WORKER
 
 
+_AHEAD_CODES = {"seq": ErrorCode.BAD_SEQ, "clock": ErrorCode.BAD_CLOCK}
+
+
 def check_ahead(name: str, value: int, current: int, limit: int = MAX_AHEAD) -> None:
-    """Refuse a seq or clock more than `limit` ahead of `current` (state untouched)."""
+    """Refuse a seq or clock (`name`) more than `limit` ahead of `current` (state untouched)."""
     if value > current + limit:
-        raise ProtocolError(f"bad_{name}", f"{name} {value} is more than {limit} ahead of {current}")
+        raise ProtocolError(_AHEAD_CODES[name], f"{name} {value} is more than {limit} ahead of {current}")

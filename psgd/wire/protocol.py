@@ -60,6 +60,7 @@ class ErrorCode(str, Enum):
     BAD_RANK = "bad_rank"
     BAD_ROLE = "bad_role"
     BAD_SEGMENT = "bad_segment"
+    BAD_SEQ = "bad_seq"
     BAD_SHM = "bad_shm"
     BAD_SIZE = "bad_size"
     BAD_TOKEN = "bad_token"

@@ -21,6 +21,7 @@ def literal_codes(tree: ast.AST) -> list[tuple[int, str]]:
         args += [kw.value for kw in node.keywords if kw.arg == "code"]
         found += [(a.lineno, a.value) for a in args
                   if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        found += [(a.lineno, ast.unparse(a)) for a in args if isinstance(a, ast.JoinedStr)]  # f"bad_{x}"
     return found
 
 
@@ -41,8 +42,9 @@ def test_no_bare_error_code_outside_known_files():
 
 
 def test_walk_catches_a_new_literal_code():
-    tree = ast.parse('raise ProtocolError("new_code", "x")\nP.Error(code="other", reason="y")')
-    assert [c for _, c in literal_codes(tree)] == ["new_code", "other"]
+    tree = ast.parse('raise ProtocolError("new_code", "x")\nP.Error(code="other", reason="y")\n'
+                     'raise ProtocolError(f"bad_{name}", "z")')
+    assert [c for _, c in literal_codes(tree)] == ["new_code", "other", "f'bad_{name}'"]
 
 
 def test_codes_are_unique_and_wire_equal():
