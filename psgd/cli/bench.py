@@ -139,10 +139,13 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
         print(f"psgd bench sim: {exc}", file=sys.stderr)
         return 2
     total_steps = args.steps or 20 * max(counts)
-    print(f"{'workers':>7} {'steps':>7} {'real s':>8} {'grad s':>8} {'overhead':>9}")
+    print("CPU seconds; overhead: all but forward+backward, over forward+backward; own: also less the "
+          "shards' pushes and pulls (ShardState)")
+    print(f"{'workers':>7} {'steps':>7} {'cpu s':>8} {'grad s':>8} {'shard s':>8} {'overhead':>9} {'own':>7}")
     for w in counts:
         p = measure_cost(cfg, w, max(1, total_steps // w))
-        print(f"{p.workers:>7} {p.worker_steps:>7} {p.total_s:>8.3f} {p.gradient_s:>8.3f} {100 * p.overhead:>8.1f}%")
+        print(f"{p.workers:>7} {p.worker_steps:>7} {p.total_s:>8.3f} {p.gradient_s:>8.3f} {p.shard_s:>8.3f} "
+              f"{100 * p.overhead:>8.1f}% {100 * p.own_overhead:>6.1f}%")
     return 0
 
 

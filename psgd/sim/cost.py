@@ -1,9 +1,14 @@
 """`psgd bench sim`: the simulator's own cost against the gradient compute it executes.
 
-Bookkeeping is everything the simulator spends real time on besides the
+Bookkeeping is everything the simulator spends CPU time on besides the
 forward+backward passes it must execute anyway: the event queue, the shard
-rules, the codecs, parameter copies and data loading. Evaluation is timed
-apart and left out of both.
+rules, the codecs, parameter copies and data loading. Of it, `shard_s` is the
+servers' own handling of pushes and pulls (ShardState: the rules, the update's
+arithmetic and its copy-on-write, which the real shards run too); the rest is
+the simulator's own.
+Evaluation is timed apart and left out of both. CPU seconds of this process,
+not wall time: on a shared machine the wall clock also counts other
+processes' turns.
 """
 from __future__ import annotations
 
@@ -24,9 +29,11 @@ __all__ = ["CostPoint", "measure_cost"]
 class CostPoint:
     workers: int
     worker_steps: int
-    total_s: float        # real seconds of the run (evaluation excluded)
+    total_s: float        # CPU seconds of the run (evaluation excluded)
     gradient_s: float     # of which forward+backward
+    shard_s: float        # of which the shards' pushes and pulls (ShardState)
     overhead: float       # (total - gradient) / gradient
+    own_overhead: float   # (total - gradient - shard) / gradient: the simulator's own
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -41,8 +48,9 @@ def measure_cost(cfg: Config, workers: int, steps_per_worker: int) -> CostPoint:
     ex = Executor(cfg)
     engine = Engine(ex, TimeModel.from_config(cfg.sim, cfg.sim.compute_ms or 1.0),
                     steps_per_worker=steps_per_worker, max_time_s=cfg.train.max_time_s, eval_every_s=None)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     result = engine.run()
-    total = time.perf_counter() - t0 - ex.evaluate_s
-    return CostPoint(workers, result.steps, round(total, 4), round(ex.gradient_s, 4),
-                     round((total - ex.gradient_s) / ex.gradient_s, 4))
+    total = time.process_time() - t0 - ex.evaluate_s
+    g = ex.gradient_s
+    return CostPoint(workers, result.steps, round(total, 4), round(g, 4), round(ex.shard_s, 4),
+                     round((total - g) / g, 4), round((total - g - ex.shard_s) / g, 4))
