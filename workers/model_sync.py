@@ -10,10 +10,10 @@ memory is flattened straight into the segment's request region
 """
 from __future__ import annotations
 
+from typing import Callable, Optional
+
 import torch
 from torch import nn
-
-from typing import Callable, Optional
 
 from psgd.core.sharding import Layout
 
