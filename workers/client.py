@@ -128,6 +128,7 @@ class PSClient:
             self._hb_thread.join(timeout=2)
         self._conns.close()
         self._shm.close()
+        self.encoder.forget()  # its last payload may view a segment
 
     @property
     def shared_memory(self) -> list[bool]:

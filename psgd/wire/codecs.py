@@ -79,6 +79,10 @@ class WireEncoder:
         self.fp32_bytes += 4 * grad.numel()
         return encoded
 
+    def forget(self) -> None:
+        """Let go of the last payloads (they may view memory the caller is releasing)."""
+        self._frames.clear()
+
     def _frame(self, shard: int, t: torch.Tensor):
         """The frame over `t`, the same object while `t` and its storage are the
         ones of the last call (workers reuse their gradient buffers), so the
