@@ -123,8 +123,9 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
     """Seconds per round trip, alternating one of each per iteration: psgd as
     configured by default (on one host, shared memory from wire.shared_memory_min_bytes
     up), psgd with shared memory off (TCP), psgd with shared memory at any size, the
-    raw echo, the raw ZeroMQ SGD floor and the three shared-memory floors.
-    Returns ({name: times}, whether the default psgd used shared memory)."""
+    raw echo, the raw ZeroMQ SGD floor and the three shared-memory floors, in an order
+    rotated by one each iteration. Returns ({name: times}, whether the default
+    psgd used shared memory)."""
     numel = size_bytes // 4
     baselines, floors, clients = [], [], []
     try:
@@ -162,8 +163,12 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
                     "shm_floor_inproc": lambda: floors[2].round_trip(flat).numel() * 4,
                 }
                 times: dict[str, list] = {name: [] for name in trips}
+                order = list(trips)
                 for i in range(warmup + repeats):
-                    for name, trip in trips.items():
+                    # Each iteration starts one place further on: no method always comes first
+                    # (after the others' work has cooled the shards' caches and run queues).
+                    for name in order[i % len(order):] + order[:i % len(order)]:
+                        trip = trips[name]
                         t0 = time.perf_counter()
                         got = trip()
                         dt = time.perf_counter() - t0

@@ -96,7 +96,8 @@ class WireEncoder:
         if self.encoding == "f32":
             g = g.contiguous()
             return Encoded([self._frame(shard, g)], "f32", tensor=g)
-        buf = self._buffers[shard] if out is None else out
+        if self.encoding in ("bf16", "f16"):
+            buf = self._buffers[shard] if out is None else out
         if self.encoding == "bf16":
             buf.copy_(g)
             return Encoded([self._frame(shard, buf)], "bf16", tensor=buf)

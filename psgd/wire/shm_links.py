@@ -43,7 +43,7 @@ _log = logging.getLogger(__name__)
 
 
 def shared_memory_wanted(setting: str, secured: bool) -> bool:
-    """`wire.shared_memory`: "auto" uses it where /dev/shm is writable and the
+    """`wire.shared_memory`: "auto" uses it where sealed memfd segments can be made and the
     run is not secured with CurveZMQ (the shard then trusts nothing it does
     not receive on its encrypted socket); "off" never does."""
     if setting not in ("auto", "off"):
