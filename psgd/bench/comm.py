@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import statistics
 import time
 from typing import Callable, Optional
@@ -124,7 +125,7 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
     configured by default (on one host, shared memory from wire.shared_memory_min_bytes
     up), psgd with shared memory off (TCP), psgd with shared memory at any size, the
     raw echo, the raw ZeroMQ SGD floor and the three shared-memory floors, in an order
-    rotated by one each iteration. Returns ({name: times}, whether the default
+    shuffled afresh every iteration (seeded). Returns ({name: times}, whether the default
     psgd used shared memory)."""
     numel = size_bytes // 4
     baselines, floors, clients = [], [], []
@@ -163,11 +164,12 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
                     "shm_floor_inproc": lambda: floors[2].round_trip(flat).numel() * 4,
                 }
                 times: dict[str, list] = {name: [] for name in trips}
-                order = list(trips)
+                order, shuffle = list(trips), random.Random(size_bytes).shuffle
                 for i in range(warmup + repeats):
-                    # Each iteration starts one place further on: no method always comes first
-                    # (after the others' work has cooled the shards' caches and run queues).
-                    for name in order[i % len(order):] + order[:i % len(order)]:
+                    # A fresh order every iteration: no method always comes first, or always
+                    # right after the same other one (whose work cools caches and run queues).
+                    shuffle(order)
+                    for name in order:
                         trip = trips[name]
                         t0 = time.perf_counter()
                         got = trip()

@@ -120,8 +120,9 @@ def write_comm_report(result: dict, out: Path, command: str) -> None:
              "on the same host and holds at least `wire.shared_memory_min_bytes`), psgd with shared memory at "
              "any size (that threshold at 0), psgd with `wire.shared_memory: off` (TCP), the raw ZeroMQ echo, the "
              "raw ZeroMQ check+SGD floor and the three shared-memory floors alternate one round trip each (in an "
-             "order rotated by one every iteration), so noise hits all of them alike; every ratio is taken within one run. gloo, torch.rpc and the Ray "
-             "actor PS run in process pairs of their own in the same run.", "",
+             "order shuffled afresh every iteration), so noise hits all of them alike; every ratio is taken "
+             "within one run. gloo, torch.rpc and the Ray actor PS run in process pairs of their own in the same "
+             "run.", "",
              "- raw ZeroMQ check+SGD floor: a bare ROUTER that checks the gradient is finite, applies "
              "`p -= lr*g` and replies with `p`, zero-copy; no protocol.",
              "- shared-memory floor: the gradient copied into a segment, a server process woken by one byte on a "
