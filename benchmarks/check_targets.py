@@ -22,6 +22,9 @@ __all__ = ["Check", "comm_checks", "apply_checks", "floor_notes", "checks_for", 
 RPC_LIMIT = 0.5          # at >= 1 MB: at most half a torch.rpc parameter server
 RAY_LIMIT = 0.5          # at >= 1 MB: at most half a Ray actor parameter server
 SHM_FLOOR_LIMIT = 1.2    # at >= 1 MB: within 20% of the two-process shared-memory floor
+# Issue 27: the same-host default against the TCP path and the in-process shared-memory floor.
+NO_SLOWER_LIMIT = 1.05   # at every size: the default path at most TCP's time (5%: what two runs of one path differ by)
+INPROC_LIMITS = {1 << 20: 2.0, 10 << 20: 1.3}  # size -> psgd / in-process shared-memory floor
 SMALL_ZMQ_LIMIT = 1.3    # at 64 KB: within 30% of the raw ZeroMQ check+SGD floor
 CROSS_HOST_LIMIT = 1.15  # at 1 and 10 MB across namespaces: within 15% of that floor
 SGD_GB_PER_S = 1.0       # a shard applies sgd to at least 1 GB/s of fp32 gradient at every size
@@ -55,6 +58,13 @@ def comm_checks(rows: list[dict], cross: list[dict]) -> list[Check]:
         if r["shards"] != 1:
             continue
         size = _mb(r["size_bytes"])
+        if "psgd_over_psgd_tcp" in r:
+            checks.append(_at_most(f"{size}, one host: default path <= {NO_SLOWER_LIMIT} x psgd TCP",
+                                   r["psgd_over_psgd_tcp"], NO_SLOWER_LIMIT))
+        if r["size_bytes"] in INPROC_LIMITS:
+            limit = INPROC_LIMITS[r["size_bytes"]]
+            checks.append(_at_most(f"{size}, one host: psgd <= {limit} x in-process shared-memory floor",
+                                   r.get("psgd_over_shm_floor_inproc"), limit))
         if r["size_bytes"] >= 1 << 20:
             checks += [
                 _at_most(f"{size}, one host: psgd <= {RPC_LIMIT} x torch.rpc PS", r.get("psgd_over_torch_rpc"),

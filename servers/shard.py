@@ -26,7 +26,6 @@ from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
 from psgd.wire.payload import tensor_frame
 from psgd.wire.protocol import MsgType, ProtocolError
-from psgd.wire.shm import reclaim
 from psgd.wire.shm_links import ShardSegments, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ServerSocket
 
@@ -79,10 +78,8 @@ class ShardServer:
         self._busy_s, self._served = 0.0, 0  # time spent handling requests, and how many
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
         self._frame = None
-        # Same-host clients' shared-memory segments (psgd.wire.shm); reclaim dead processes' files first.
+        # Same-host clients' shared-memory segments (psgd.wire.shm).
         self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None))
-        if self._shm.enabled:
-            reclaim()
         self._decode = PushDecoder(self.state.numel, self._shm)
         self._handlers = {kind: MethodType(handler, self) for kind, handler in _HANDLERS.items()}
 

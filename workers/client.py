@@ -25,7 +25,7 @@ from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder
 from psgd.wire.payload import frame_to_tensor
 from psgd.wire.requests import Interrupted, Pending, RemoteError, RequestFailed, RequestTracker
-from psgd.wire.shm_links import ClientSegments, PayloadCache, shared_memory_wanted
+from psgd.wire.shm_links import MIN_BYTES_DEFAULT, ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
 
 __all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted", "adopted_clock"]
@@ -43,7 +43,8 @@ class PSClient:
                  request_timeout_s: float = 30.0, max_retries: int = 5, heartbeat_s: Optional[float] = 1.0,
                  encoding: str = "f32", max_message_bytes: int = -1,
                  should_stop: Optional[Callable[[], bool]] = None, curve: Optional[CurveKeys] = None,
-                 topk_ratio: float = 0.01, token: Optional[str] = None, shared_memory: str = "auto"):
+                 topk_ratio: float = 0.01, token: Optional[str] = None, shared_memory: str = "auto",
+                 shared_memory_min_bytes: int = MIN_BYTES_DEFAULT):
         if len(addresses) != layout.num_shards:
             raise ValueError(f"{len(addresses)} addresses for a layout of {layout.num_shards} shards")
         self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio)  # validates encoding
@@ -55,9 +56,10 @@ class PSClient:
         self._token = token or ""  # the run token: re-registering takes the rank over from a dead predecessor
         self._sessions = [""] * layout.num_shards  # per shard, from WELCOME: heartbeats carry it
         self._conns = ShardConnections(addresses, max_message_bytes, curve=curve)
-        # Same-host shards: gradients and parameters through shared memory (see psgd.wire.shm).
+        # Same-host shards: gradients and parameters through shared memory (see psgd.wire.shm),
+        # for shards whose tensor is large enough for it to win (psgd.wire.shm_links.worth_sharing).
         self._shm = ClientSegments([4 * n for n in layout.shard_sizes],
-                                   shared_memory_wanted(shared_memory, curve is not None))
+                                   shared_memory_wanted(shared_memory, curve is not None), shared_memory_min_bytes)
         self._rpc = RequestTracker(self._conns, request_timeout_s, max_retries, should_stop)
         self.clock = 0                # pushes completed
         self.versions = [0] * layout.num_shards  # shard versions of the parameters last read
@@ -126,11 +128,25 @@ class PSClient:
             self._hb_thread.join(timeout=2)
         self._conns.close()
         self._shm.close()
+        self.encoder.forget()  # its last payload may view a segment
 
     @property
     def shared_memory(self) -> list[bool]:
         """Per shard: whether this connection moves its payloads through shared memory."""
         return [self._shm.segment(s) is not None for s in range(self.layout.num_shards)]
+
+    def gradient_buffers(self) -> list[Optional[torch.Tensor]]:
+        """Per shard, where to put the next gradient so that sending it copies
+        nothing: a float32 view of the shared-memory request region (fp32 encoding,
+        same-host shard), else None. Write it only between calls (no push of this
+        client in flight); the views change when a shard is joined again."""
+        if self.encoding != "f32":  # the encoder reads the fp32 gradient and writes the payload there
+            return [None] * self.layout.num_shards
+        return [self._payload_view(s, torch.float32) for s in range(self.layout.num_shards)]
+
+    def _payload_view(self, s: int, dtype: torch.dtype) -> Optional[torch.Tensor]:
+        seg = self._shm.segment(s)
+        return seg.request_tensor(dtype, self.layout.shard_sizes[s]) if seg is not None else None
 
     @property
     def resends(self) -> int:
@@ -288,11 +304,14 @@ class GradsRequest:
     def add_shard(self, s: int, grad: torch.Tensor) -> None:
         if grad.numel() != self.client.layout.shard_sizes[s] or grad.dtype != torch.float32:
             raise ValueError(f"shard {s} gradient must be float32 with {self.client.layout.shard_sizes[s]} elements")
-        self.wire[s] = self.client.encoder.encode(s, grad)
+        enc = self.client.encoder
+        # fp16/bf16 for a same-host shard: encoded straight into its request region (no copy to send it).
+        out = self.client._payload_view(s, enc.wire_dtype) if enc.wire_dtype not in (None, torch.float32) else None
+        self.wire[s] = enc.encode(s, grad, out=out)
 
     def make(self, s: int, req: int) -> list:
         wire, c = self.wire[s], self.client
-        gen = self.in_shm.generation(s, wire.frames[0]) if wire.nnz == 0 and wire.encoding != "topk" else 0
+        gen = self.in_shm.generation(s, wire.tensor) if wire.tensor is not None else 0
         fields = dict(req=req, rank=c.rank, seq=self.seq, clock=self.clock, read_version=self.read_versions[s],
                       encoding=wire.encoding, scale=wire.scale, numel=c.layout.shard_sizes[s], nnz=wire.nnz,
                       shm=gen, step_s=self.step_s, steps=self.steps)

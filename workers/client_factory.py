@@ -31,6 +31,7 @@ class ClientSettings:
     max_message_bytes: int
     curve: Optional[CurveKeys]
     shared_memory: str
+    shared_memory_min_bytes: int
 
     @classmethod
     def from_config(cls, cfg: Config) -> "ClientSettings":
@@ -42,7 +43,7 @@ class ClientSettings:
         return cls(addresses=tuple(c.servers), request_timeout_s=c.request_timeout_s, max_retries=c.max_retries,
                    heartbeat_s=c.heartbeat_s, encoding=w.encoding, topk_ratio=w.topk_ratio,
                    max_message_bytes=w.max_message_mb << 20, curve=client_curve(cfg),
-                   shared_memory=w.shared_memory)
+                   shared_memory=w.shared_memory, shared_memory_min_bytes=w.shared_memory_min_bytes)
 
     def connect(self, layout: Layout, rank: int, role: str, should_stop: Optional[Callable[[], bool]] = None,
                 token: Optional[str] = None) -> PSClient:
@@ -51,7 +52,8 @@ class ClientSettings:
                         request_timeout_s=self.request_timeout_s, max_retries=self.max_retries,
                         heartbeat_s=self.heartbeat_s, encoding=self.encoding, topk_ratio=self.topk_ratio,
                         max_message_bytes=self.max_message_bytes, should_stop=should_stop, curve=self.curve,
-                        token=token, shared_memory=self.shared_memory)
+                        token=token, shared_memory=self.shared_memory,
+                        shared_memory_min_bytes=self.shared_memory_min_bytes)
 
 
 def make_client(cfg: Config, layout: Layout, rank: int, role: str, should_stop: Optional[Callable[[], bool]] = None,

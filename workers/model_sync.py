@@ -4,9 +4,13 @@ On CUDA, gradients are gathered on the device, copied into pinned host
 buffers with non-blocking copies (one synchronise before sending), and pulled
 parameters are staged through pinned buffers into the existing parameter
 storage: nothing is reallocated per step. On CPU the same code runs with
-ordinary host buffers.
+ordinary host buffers. On CPU a gradient whose shard is reached through shared
+memory is flattened straight into the segment's request region
+(`gradient_buffers`, set to the client's), so sending it copies nothing.
 """
 from __future__ import annotations
+
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -39,6 +43,15 @@ class ModelSync:
         self.dev_grads = [torch.zeros(n, device=self.device) for n in sizes] if cuda else None
         # Marks the end of the last host-to-device parameter copy, which reads host_params.
         self._h2d_done = torch.cuda.Event() if cuda else None
+        # Per shard, where the client wants the next gradient (PSClient.gradient_buffers;
+        # None: host_grads). Read at every step, since the client's segments can change.
+        self.gradient_buffers: Callable[[], list[Optional[torch.Tensor]]] = lambda: [None] * len(sizes)
+
+    def _host_out(self) -> list[torch.Tensor]:
+        """The host tensors the next gradients are written to."""
+        if self.dev_grads is not None:  # CUDA: device-to-host copies go to the pinned buffers
+            return self.host_grads
+        return [b if b is not None else h for b, h in zip(self.gradient_buffers(), self.host_grads)]
 
     def load(self, shard_params: list[torch.Tensor]) -> None:
         """Copy pulled flat parameters (CPU, e.g. views of received frames) into the model."""
@@ -62,12 +75,13 @@ class ModelSync:
         """start - current parameters as one flat float32 host tensor per shard: the
         `gradients` buffers, so a delta leaves exactly as a gradient does."""
         with torch.no_grad():
-            work = self.host_grads if self.dev_grads is None else self.dev_grads
+            out = self._host_out()
+            work = out if self.dev_grads is None else self.dev_grads
             self.layout.flatten([p.detach() for p in self.params], out=work)
             for buf, begin in zip(work, start):
                 torch.sub(begin, buf, out=buf)
             if self.dev_grads is None:
-                return self.host_grads
+                return out
             for host, dev in zip(self.host_grads, self.dev_grads):
                 host.copy_(dev, non_blocking=True)
             torch.cuda.synchronize(self.device)
@@ -82,7 +96,7 @@ class ModelSync:
                  for i, p in enumerate(self.params)]
         with torch.no_grad():
             if self.dev_grads is None:
-                return self.layout.flatten_shard(grads, shard, self.host_grads[shard])
+                return self.layout.flatten_shard(grads, shard, self._host_out()[shard])
             self.layout.flatten_shard(grads, shard, self.dev_grads[shard])
             self.host_grads[shard].copy_(self.dev_grads[shard], non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()  # complete before it is sent
@@ -94,7 +108,7 @@ class ModelSync:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         with torch.no_grad():
             if self.dev_grads is None:
-                return self.layout.flatten(grads, out=self.host_grads)
+                return self.layout.flatten(grads, out=self._host_out())
             self.layout.flatten(grads, out=self.dev_grads)
             for host, dev in zip(self.host_grads, self.dev_grads):
                 host.copy_(dev, non_blocking=True)

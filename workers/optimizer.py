@@ -93,6 +93,7 @@ class Optimizer:
         self.sync = ModelSync(model, self.layout, self.device, self.cfg.workers.pin_memory)
         # token: the run token lets a restarted worker take its rank over from its dead predecessor
         self.client = client_settings.connect(self.layout, self.rank, "worker", should_stop, token)
+        self.sync.gradient_buffers = self.client.gradient_buffers  # flatten into shared memory, no copy to send
         self._closed = False
         try:
             self.sync.load(self.client.register())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import statistics
 import time
 from typing import Callable, Optional
@@ -73,9 +74,10 @@ def start_raw_server(nbytes: int, sgd: bool = False):
 
 
 # Same-host peers timed with psgd (keys of `comm_row`'s `more`): psgd with shared memory
-# off (the TCP path), the shared-memory floors (woken by a pipe, by ZeroMQ, in-process),
-# and the Ray actor PS (when ray is installed).
-MORE_PEERS = ("psgd_tcp", "psgd_recorded", "shm_floor", "shm_zmq_floor", "shm_floor_inproc", "ray")
+# off (the TCP path), psgd with shared memory at every size (wire.shared_memory_min_bytes: 0),
+# the shared-memory floors (woken by a pipe, by ZeroMQ, in-process), and the Ray actor PS
+# (when ray is installed).
+MORE_PEERS = ("psgd_tcp", "psgd_shm", "psgd_recorded", "shm_floor", "shm_zmq_floor", "shm_floor_inproc", "ray")
 
 
 def comm_row(size_bytes: int, shards: int, psgd: list[float], raw: list[float], gloo: list[float],
@@ -113,14 +115,18 @@ def _more_columns(psgd_ms: float, floor_ms: float, more: dict[str, list[float]])
         out[f"psgd_over_{name}"] = round(psgd_ms / ms, 4)
     if out.get("psgd_tcp_ms"):
         out["psgd_tcp_over_raw_zmq_sgd"] = round(out["psgd_tcp_ms"] / floor_ms, 4)
+        if out.get("psgd_shm_ms"):  # the two paths side by side: where shared memory wins
+            out["psgd_shm_over_psgd_tcp"] = round(out["psgd_shm_ms"] / out["psgd_tcp_ms"], 4)
     return out
 
 
 def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) -> tuple[dict, bool]:
     """Seconds per round trip, alternating one of each per iteration: psgd as
-    configured by default (shared memory on one host), psgd with shared memory
-    off (TCP), the raw echo, the raw ZeroMQ SGD floor and the three shared-memory
-    floors. Returns ({name: times}, whether psgd used shared memory)."""
+    configured by default (on one host, shared memory from wire.shared_memory_min_bytes
+    up), psgd with shared memory off (TCP), psgd with shared memory at any size, the
+    raw echo, the raw ZeroMQ SGD floor and the three shared-memory floors, in an order
+    shuffled afresh every iteration (seeded). Returns ({name: times}, whether the default
+    psgd used shared memory)."""
     numel = size_bytes // 4
     baselines, floors, clients = [], [], []
     try:
@@ -130,13 +136,16 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
                    ShmSgdFloor(numel, RAW_SGD_LR)]
         (_, raw), (_, raw_sgd) = baselines
         # The same shards recording for replay (run.record), side by side: what recording costs.
-        with BenchShards(numel, shards, workers=2) as cluster, \
+        with BenchShards(numel, shards, workers=3) as cluster, \
                 BenchShards(numel, shards, workers=1, record=True) as recorded:
             for rank, path in ((0, "auto"), (1, "off")):
                 clients.append(PSClient(cluster.addresses, cluster.layout, rank=rank, heartbeat_s=None,
                                         shared_memory=path, token=cluster.token))
+            forced = PSClient(cluster.addresses, cluster.layout, rank=2, heartbeat_s=None, token=cluster.token,
+                              shared_memory_min_bytes=0)
             clients.append(PSClient(recorded.addresses, recorded.layout, rank=0, heartbeat_s=None,
                                     token=recorded.token))
+            clients.append(forced)
             try:
                 for c in clients:
                     c.register()
@@ -146,6 +155,7 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
                 trips = {
                     "psgd": lambda: sum(t.numel() * 4 for t in clients[0].push_pull(grads)),
                     "psgd_tcp": lambda: sum(t.numel() * 4 for t in clients[1].push_pull(grads)),
+                    "psgd_shm": lambda: sum(t.numel() * 4 for t in forced.push_pull(grads)),
                     "psgd_recorded": lambda: sum(t.numel() * 4 for t in clients[2].push_pull(grads)),
                     "raw": lambda: raw.round_trip(payload).nbytes,
                     "raw_sgd": lambda: raw_sgd.round_trip(payload).nbytes,
@@ -154,8 +164,13 @@ def _time_psgd_and_raw(size_bytes: int, shards: int, warmup: int, repeats: int) 
                     "shm_floor_inproc": lambda: floors[2].round_trip(flat).numel() * 4,
                 }
                 times: dict[str, list] = {name: [] for name in trips}
+                order, shuffle = list(trips), random.Random(size_bytes).shuffle
                 for i in range(warmup + repeats):
-                    for name, trip in trips.items():
+                    # A fresh order every iteration: no method always comes first, or always
+                    # right after the same other one (whose work cools caches and run queues).
+                    shuffle(order)
+                    for name in order:
+                        trip = trips[name]
                         t0 = time.perf_counter()
                         got = trip()
                         dt = time.perf_counter() - t0
@@ -211,7 +226,7 @@ def _run_comm_bench(sizes, shards, repeats, warmup, on_row, cross_host, with_ray
         ray = ray_times.get(numel, [])
         for s in shards:
             times, used_shm = _time_psgd_and_raw(size, s, warmup, repeats)
-            more = {k: times[k] for k in ("psgd_tcp", "psgd_recorded", "shm_floor", "shm_zmq_floor", "shm_floor_inproc")}
+            more = {k: times[k] for k in MORE_PEERS if k != "ray"}
             row = comm_row(size, s, times["psgd"], times["raw"], gloo, rpc, times["raw_sgd"], {**more, "ray": ray})
             row["shared_memory"] = used_shm
             rows.append(row)

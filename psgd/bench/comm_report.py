@@ -61,20 +61,48 @@ def _fmt(v) -> str:
 
 
 def _where_time_goes(rows: list[dict]) -> list[str]:
-    """psgd's shared-memory round trip split into the pipe-woken floor, what
-    waking over ZeroMQ instead adds, and what psgd's protocol adds on top."""
-    split = [r for r in rows if r["shards"] == 1 and r.get("shared_memory")
-             and None not in (r.get("shm_floor_ms"), r.get("shm_zmq_floor_ms"))]
+    """psgd's shared-memory round trip split into the in-process floor (the
+    copies, the check and the step on one core), what splitting it over two
+    processes woken by a pipe adds, what waking over ZeroMQ instead adds, and
+    what psgd's protocol adds on top."""
+    keys = ("shm_floor_inproc_ms", "shm_floor_ms", "shm_zmq_floor_ms")
+    split = [r for r in rows if r["shards"] == 1 and (r.get("psgd_shm_ms") or r.get("shared_memory"))
+             and None not in (r.get(k) for k in keys)]
     if not split:
         return []
     out = ["", "### Where psgd's shared-memory round trip goes (one shard, ms)", "",
-           "| size | shm floor (pipe wake) | + ZeroMQ wake instead of the pipe | + psgd's protocol | = psgd |",
-           "|---|---|---|---|---|"]
+           "| size | in-process floor (copies, check, step) | + a second process woken by a pipe | "
+           "+ ZeroMQ wake instead of the pipe | + psgd's protocol | = psgd with shared memory |",
+           "|---|---|---|---|---|---|"]
     for r in split:
-        pipe, zmq_wake, psgd = r["shm_floor_ms"], r["shm_zmq_floor_ms"], r["psgd_ms"]
-        out.append(f"| {_mb(r['size_bytes'])} | {pipe:.3f} | {zmq_wake - pipe:+.3f} | {psgd - zmq_wake:+.3f} | "
-                   f"{psgd:.3f} |")
+        inproc, pipe, zmq_wake = (r[k] for k in keys)
+        psgd = r.get("psgd_shm_ms") or r["psgd_ms"]
+        out.append(f"| {_mb(r['size_bytes'])} | {inproc:.3f} | {pipe - inproc:+.3f} | {zmq_wake - pipe:+.3f} | "
+                   f"{psgd - zmq_wake:+.3f} | {psgd:.3f} |")
     return out
+
+
+def _host_tables(rows: list[dict]) -> list[str]:
+    """The one-host round trips (ms), then psgd's ratios to each of them."""
+    ms = (("psgd_ms", "psgd (default)"), ("psgd_shm_ms", "psgd, shared memory at any size"),
+          ("psgd_tcp_ms", "psgd TCP"), ("raw_zmq_ms", "raw ZeroMQ"), ("raw_zmq_sgd_ms", "ZeroMQ floor"),
+          ("shm_floor_ms", "shm floor"), ("shm_zmq_floor_ms", "shm floor, ZeroMQ wake"),
+          ("shm_floor_inproc_ms", "shm floor in-process"), ("torch_rpc_ms", "torch.rpc"), ("ray_ms", "Ray"),
+          ("gloo_ms", "gloo"))
+    ratios = (("psgd_over_psgd_tcp", "psgd / psgd TCP"), ("psgd_shm_over_psgd_tcp", "psgd shm / psgd TCP"),
+              ("psgd_over_shm_floor_inproc", "psgd / shm floor in-process"),
+              ("psgd_over_shm_floor", "psgd / shm floor"), ("psgd_over_shm_zmq_floor", "psgd / shm floor, ZeroMQ wake"),
+              ("psgd_over_raw_zmq_sgd", "psgd / ZeroMQ floor"), ("psgd_tcp_over_raw_zmq_sgd", "psgd TCP / ZeroMQ floor"),
+              ("psgd_over_torch_rpc", "psgd / torch.rpc"), ("psgd_over_ray", "psgd / Ray"))
+    lines = ["| size | shards | shm | " + " | ".join(f"{label} ms" for _, label in ms) + " |",
+             "|---|---|---|" + "---|" * len(ms)]
+    lines += [f"| {_mb(r['size_bytes'])} | {r['shards']} | {'yes' if r.get('shared_memory') else 'no'} | "
+              + " | ".join(_fmt(r.get(k)) for k, _ in ms) + " |" for r in rows]
+    lines += ["", "| size | shards | " + " | ".join(label for _, label in ratios) + " |",
+              "|---|---|" + "---|" * len(ratios)]
+    lines += [f"| {_mb(r['size_bytes'])} | {r['shards']} | " + " | ".join(_fmt(r.get(k)) for k, _ in ratios) + " |"
+              for r in rows]
+    return lines
 
 
 def write_comm_report(result: dict, out: Path, command: str) -> None:
@@ -89,37 +117,25 @@ def write_comm_report(result: dict, out: Path, command: str) -> None:
              f"{result['load_avg_max']:.1f} during the runs, {result['load_avg_end']:.1f} at the end.", "",
              f"Each figure is the median over {runs} run(s) of that run's median of {result['repeats']} round trips "
              f"(after {result['warmup']} warm-up). Within a run, psgd (default: shared memory when the shard is "
-             "on the same host), psgd with `wire.shared_memory: off` (TCP), the raw ZeroMQ echo, the raw ZeroMQ "
-             "check+SGD floor and the two shared-memory floors alternate one round trip each, so noise hits all "
-             "of them alike; every ratio is taken within one run. gloo, torch.rpc and the Ray actor PS run in "
-             "process pairs of their own in the same run.", "",
+             "on the same host and holds at least `wire.shared_memory_min_bytes`), psgd with shared memory at "
+             "any size (that threshold at 0), psgd with `wire.shared_memory: off` (TCP), the raw ZeroMQ echo, the "
+             "raw ZeroMQ check+SGD floor and the three shared-memory floors alternate one round trip each (in an "
+             "order shuffled afresh every iteration), so noise hits all of them alike; every ratio is taken "
+             "within one run. gloo, torch.rpc and the Ray actor PS run in process pairs of their own in the same "
+             "run.", "",
              "- raw ZeroMQ check+SGD floor: a bare ROUTER that checks the gradient is finite, applies "
              "`p -= lr*g` and replies with `p`, zero-copy; no protocol.",
              "- shared-memory floor: the gradient copied into a segment, a server process woken by one byte on a "
-             "pipe checks it, applies SGD from the segment and copies `p` into the reply region; no protocol. "
+             "pipe copies it out into a buffer of its own, checks that copy, applies SGD from it and copies `p` "
+             "into the reply region; no protocol. "
              "The ZeroMQ-woken variant wakes the server with one empty ZeroMQ message each way instead of the "
              "pipe byte: the least any server can do that keeps requests and replies on ZeroMQ and moves only "
              "the tensors through shared memory, as psgd does. "
              "The in-process variant does the same work on one core with no wake-up: a bound below any "
              "cross-process server.",
              f"- Ray actor PS: {result.get('ray')}.", "",
-             "## One host", "",
-             "| size | shards | shm | psgd ms | psgd TCP ms | raw ZeroMQ ms | ZeroMQ floor ms | shm floor ms | "
-             "shm floor, ZeroMQ wake ms | shm floor in-process ms | torch.rpc ms | Ray ms | gloo ms | "
-             "psgd / shm floor | psgd / shm floor, ZeroMQ wake | psgd / ZeroMQ floor | "
-             "psgd TCP / ZeroMQ floor | psgd / torch.rpc | psgd / Ray |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(
-            f"| {_mb(r['size_bytes'])} | {r['shards']} | {'yes' if r.get('shared_memory') else 'no'} | "
-            f"{_fmt(r['psgd_ms'])} | {_fmt(r.get('psgd_tcp_ms'))} | {_fmt(r['raw_zmq_ms'])} | "
-            f"{_fmt(r['raw_zmq_sgd_ms'])} | {_fmt(r.get('shm_floor_ms'))} | {_fmt(r.get('shm_zmq_floor_ms'))} | "
-            f"{_fmt(r.get('shm_floor_inproc_ms'))} | "
-            f"{_fmt(r['torch_rpc_ms'])} | {_fmt(r.get('ray_ms'))} | {_fmt(r['gloo_ms'])} | "
-            f"{_fmt(r.get('psgd_over_shm_floor'))} | {_fmt(r.get('psgd_over_shm_zmq_floor'))} | "
-            f"{_fmt(r['psgd_over_raw_zmq_sgd'])} | "
-            f"{_fmt(r.get('psgd_tcp_over_raw_zmq_sgd'))} | {_fmt(r.get('psgd_over_torch_rpc'))} | "
-            f"{_fmt(r.get('psgd_over_ray'))} |")
+             "## One host", ""]
+    lines += _host_tables(rows)
     lines += _where_time_goes(rows)
     lines += ["", "## Across hosts (two network namespaces joined by veth, TCP)", ""]
     if cross:
@@ -129,24 +145,27 @@ def write_comm_report(result: dict, out: Path, command: str) -> None:
     else:
         lines.append(f"Not measured: {result.get('cross_host_skipped')}.")
     if runs > 1:
-        lines += ["", "## Every run's ratios", "", "| run | size | psgd / shm floor | psgd / ZeroMQ floor | "
-                  "psgd / torch.rpc | psgd / Ray | load avg |", "|---|---|---|---|---|---|---|"]
+        lines += ["", "## Every run's ratios", "", "| run | size | psgd / psgd TCP | psgd / shm floor in-process | "
+                  "psgd / shm floor | psgd / ZeroMQ floor | psgd / torch.rpc | psgd / Ray | load avg |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for i, res in enumerate(result["per_run"], 1):
             for r in res["rows"]:
                 if r["shards"] == 1:
-                    lines.append(f"| {i} | {_mb(r['size_bytes'])} | {_fmt(r.get('psgd_over_shm_floor'))} | "
+                    lines.append(f"| {i} | {_mb(r['size_bytes'])} | {_fmt(r.get('psgd_over_psgd_tcp'))} | "
+                                 f"{_fmt(r.get('psgd_over_shm_floor_inproc'))} | {_fmt(r.get('psgd_over_shm_floor'))} | "
                                  f"{_fmt(r['psgd_over_raw_zmq_sgd'])} | {_fmt(r.get('psgd_over_torch_rpc'))} | "
                                  f"{_fmt(r.get('psgd_over_ray'))} | {res.get('load_avg_max')} |")
             for r in res.get("cross_host", []):
-                lines.append(f"| {i} | {_mb(r['size_bytes'])} across hosts | — | "
+                lines.append(f"| {i} | {_mb(r['size_bytes'])} across hosts | — | — | — | "
                              f"{_fmt(r['psgd_over_raw_zmq_sgd'])} | — | — | {res.get('load_avg_max')} |")
     out.mkdir(parents=True, exist_ok=True)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     one = [r for r in rows if r["shards"] == 1]
     xs = [r["size_bytes"] / (1 << 20) for r in one]
-    for key, label in (("psgd_ms", "psgd (shared memory)"), ("psgd_tcp_ms", "psgd (TCP)"),
-                       ("shm_floor_ms", "shared-memory floor"), ("raw_zmq_sgd_ms", "ZeroMQ check+SGD floor"),
+    for key, label in (("psgd_ms", "psgd (default)"), ("psgd_shm_ms", "psgd (shared memory at any size)"),
+                       ("psgd_tcp_ms", "psgd (TCP)"), ("shm_floor_ms", "shared-memory floor"),
+                       ("shm_floor_inproc_ms", "shared-memory floor, in-process"), ("raw_zmq_sgd_ms", "ZeroMQ check+SGD floor"),
                        ("torch_rpc_ms", "torch.rpc PS"), ("ray_ms", "Ray actor PS"), ("gloo_ms", "gloo all-reduce")):
         ys = [r.get(key) for r in one]
         if all(y is not None for y in ys):

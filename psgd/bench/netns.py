@@ -1,6 +1,7 @@
 """Two hosts on one machine: a pair of Linux network namespaces joined by a
 veth pair, for measuring and testing psgd across hosts (TCP over a real
-interface, no loopback shortcut, no shared /dev/shm).
+interface, no loopback shortcut, no shared memory: the server side runs in
+pid and mount namespaces of its own).
 
 Needs root and iproute2. Everything is created on entry and deleted on exit
 (deleting a namespace deletes its end of the veth pair, and with it the
@@ -70,13 +71,15 @@ class NetnsPair:
         return self
 
     def command(self, ns: str, argv: Sequence[str], private_shm: bool = True) -> list[str]:
-        """argv run inside namespace `ns`; with `private_shm`, on a /dev/shm of
-        its own (a fresh tmpfs in a private mount namespace), as on another host."""
+        """argv run inside namespace `ns`; with `private_shm`, as on another host:
+        in a pid namespace of its own (its /proc shows no process of this host, so
+        no shared-memory segment can be reached through /proc/PID/fd) and on a
+        /dev/shm of its own (a fresh tmpfs in a private mount namespace)."""
         if not private_shm:
             return ["ip", "netns", "exec", ns, *argv]
         script = 'mount -t tmpfs -o size=256m,mode=1777 psgd-shm /dev/shm && exec "$@"'
-        return ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private",
-                "sh", "-c", script, "sh", *argv]
+        return ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "--pid", "--fork",
+                "--kill-child", "--mount-proc", "sh", "-c", script, "sh", *argv]
 
     def __exit__(self, *exc) -> None:
         for ns in reversed(self._made):

@@ -1,9 +1,9 @@
 """The cross-host row of `psgd bench comm`: psgd's push+pull and the raw
 ZeroMQ check+SGD floor between two network namespaces joined by veth.
 
-The shard and the floor server run in the "server" namespace on a /dev/shm
-of their own (as on another host, so psgd falls back to TCP by itself; the
-row records that it did); the timing client runs in the "client" namespace
+The shard and the floor server run in the "server" namespace, in pid and
+mount namespaces of their own (as on another host, so psgd falls back to TCP
+by itself; the row records that it did); the timing client runs in the "client" namespace
 and alternates one psgd round trip and one floor round trip per iteration.
 Each part is this module run as `python -m psgd.bench.netns_comm ROLE ...`.
 """

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
-from typing import Optional
 
 import torch
 import zmq
@@ -41,15 +39,14 @@ START_TIMEOUT_S = 120.0
 class ShmSgdFloor:
     """Holds a flat fp32 parameter vector and one segment sized for it."""
 
-    def __init__(self, numel: int, lr: float = 1e-6, directory: Optional[Path] = None):
+    def __init__(self, numel: int, lr: float = 1e-6):
         self.params = torch.zeros(numel)
         self.lr = lr
         self.numel = numel
         self.skipped = 0  # non-finite gradients refused
-        self._segment = Segment.create(4 * numel, 4 * numel, directory)
-        self._server = AttachedSegment.attach(self._segment.name, self._segment.token_hex, 4 * numel, 4 * numel,
-                                              directory)
-        self._segment.unlink()  # the mapping and the open file are all this process needs
+        self._segment = Segment.create(4 * numel, 4 * numel)
+        self._server = AttachedSegment.attach(self._segment.name, self._segment.token_hex, 4 * numel, 4 * numel)
+        self._segment.unlink()  # the mappings are all this process needs
         self._grad = torch.empty(numel)
         self._req = 0
 

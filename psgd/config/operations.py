@@ -26,10 +26,15 @@ class WireConfig:
     # CurveZMQ-secured runs); "off" keeps every byte on the socket.
     # (YAML reads a bare `off` as false: false means "off", true means "auto".)
     shared_memory: Union[Literal["auto", "off"], bool] = "auto"
+    # Under "auto", only connections to shards of at least this many fp32 bytes use shared
+    # memory: below it loopback TCP is faster (the crossover `psgd bench comm` measured,
+    # benchmarks/comm/report.md). 0: every same-host connection.
+    shared_memory_min_bytes: int = field(default=256 << 10, metadata=int_max(2**31 - 1))
 
     def __post_init__(self):
         _check(0 < self.topk_ratio <= 1, "topk_ratio", f"must be in (0, 1], got {self.topk_ratio}")
         _check(self.max_message_mb >= 1, "max_message_mb", "must be >= 1")
+        _check(self.shared_memory_min_bytes >= 0, "shared_memory_min_bytes", "must be >= 0")
         if isinstance(self.shared_memory, bool):
             object.__setattr__(self, "shared_memory", "auto" if self.shared_memory else "off")
 

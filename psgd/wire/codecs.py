@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -38,6 +38,7 @@ class Encoded:
     encoding: str           # protocol encoding name
     scale: float = 1.0      # value = wire * scale (f16)
     nnz: int = 0            # sparse encodings: coordinates sent
+    tensor: Optional[torch.Tensor] = None  # dense encodings: the payload the frame views
 
 
 class WireEncoder:
@@ -52,6 +53,8 @@ class WireEncoder:
         self.wire_bytes = 0     # payload bytes encoded so far
         self.fp32_bytes = 0     # what the same gradients cost as fp32
         self._frames: dict[int, tuple] = {}  # shard -> (tensor, data_ptr, frame) of the last dense payload
+        # The dense payload's dtype (None for top-k): an `out` given to `encode` must have it.
+        self.wire_dtype = P.ENCODINGS[encoding][0] if encoding in P.ENCODINGS else None
         if encoding in ("f16", "bf16"):
             dtype = P.ENCODINGS[encoding][0]
             self._buffers = [torch.empty(n, dtype=dtype) for n in self.sizes]
@@ -64,12 +67,21 @@ class WireEncoder:
         """Wire bytes / fp32 bytes (0.5 for fp16); 1.0 before anything was sent."""
         return self.wire_bytes / self.fp32_bytes if self.fp32_bytes else 1.0
 
-    def encode(self, shard: int, grad: torch.Tensor) -> Encoded:
-        """Encode one shard's flat float32 gradient (not modified)."""
-        out = self._encode(shard, grad)
-        self.wire_bytes += sum(memoryview(f).nbytes for f in out.frames)
+    def encode(self, shard: int, grad: torch.Tensor, out: Optional[torch.Tensor] = None) -> Encoded:
+        """Encode one shard's flat float32 gradient (not modified). fp16/bf16:
+        into `out` (a `wire_dtype` tensor of the gradient's size, e.g. a
+        shared-memory request region) instead of the encoder's own buffer."""
+        if out is not None and (self.wire_dtype in (None, torch.float32) or out.dtype != self.wire_dtype
+                                or out.numel() != grad.numel()):
+            raise ValueError(f"an {self.encoding} payload cannot be encoded into a {out.dtype} tensor of {out.numel()}")
+        encoded = self._encode(shard, grad, out)
+        self.wire_bytes += sum(memoryview(f).nbytes for f in encoded.frames)
         self.fp32_bytes += 4 * grad.numel()
-        return out
+        return encoded
+
+    def forget(self) -> None:
+        """Let go of the last payloads (they may view memory the caller is releasing)."""
+        self._frames.clear()
 
     def _frame(self, shard: int, t: torch.Tensor):
         """The frame over `t`, the same object while `t` and its storage are the
@@ -80,19 +92,20 @@ class WireEncoder:
             hit = self._frames[shard] = (t, t.data_ptr(), tensor_frame(t))
         return hit[2]
 
-    def _encode(self, shard: int, g: torch.Tensor) -> Encoded:
+    def _encode(self, shard: int, g: torch.Tensor, out: Optional[torch.Tensor]) -> Encoded:
         if self.encoding == "f32":
-            return Encoded([self._frame(shard, g.contiguous())], "f32")
+            g = g.contiguous()
+            return Encoded([self._frame(shard, g)], "f32", tensor=g)
+        if self.encoding in ("bf16", "f16"):
+            buf = self._buffers[shard] if out is None else out
         if self.encoding == "bf16":
-            buf = self._buffers[shard]
             buf.copy_(g)
-            return Encoded([self._frame(shard, buf)], "bf16")
+            return Encoded([self._frame(shard, buf)], "bf16", tensor=buf)
         if self.encoding == "f16":
             amax = float(g.abs().max()) if g.numel() else 0.0
             scale = amax / F16_RANGE if 0 < amax < float("inf") else 1.0
-            buf = self._buffers[shard]
             torch.div(g, scale, out=buf)  # computed in fp32, rounded once to fp16
-            return Encoded([self._frame(shard, buf)], "f16", scale=scale)
+            return Encoded([self._frame(shard, buf)], "f16", scale=scale, tensor=buf)
         indices, values = self.topk(shard, g)
         return Encoded(sparse_frames(indices, values), "topk", nnz=indices.numel())
 

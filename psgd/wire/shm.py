@@ -7,19 +7,19 @@ header and names the segment's generation, so requests, replies, ordering
 and every consistency rule stay on ZeroMQ.
 
 Lifecycle (no segment outlives its processes, SIGKILL included):
-- the client `create`s a file under /dev/shm named after its own pid and
-  process start time, and offers (name, token) when it registers;
-- the shard attaches (psgd.wire.shm_attached): it opens the file only if
-  the name has psgd's form, the header carries the same token, and the
-  regions hold its tensor; a shard on another host finds no such file, so
-  the client falls back to TCP;
-- the client unlinks the file once the shard has answered the offer (either
-  way); from then on only the client's mapping and the shard's open file
-  keep the memory, and the kernel frees it when both are gone (the shard
-  closes its file when the connection leaves or times out);
-- a process killed between create and unlink leaves its file behind:
-  `reclaim` (run by every later `create` and by a starting shard) removes
-  files whose creating process no longer runs.
+- the client `create`s an anonymous memory file (memfd), reserves every
+  page, seals it against shrinking and growing, maps it, and offers
+  (name, token) when it registers; the name, psgd-PID-FD, says where the
+  shard finds it: /proc/PID/fd/FD;
+- the shard attaches (psgd.wire.shm_attached): it opens that path only if
+  the name has psgd's form, the file is sealed against shrinking, the header
+  carries the same token and the regions hold its tensor; a shard on another
+  host (or in another pid namespace) finds no such file, or another one
+  without that token, so the client falls back to TCP;
+- the client closes its descriptor once the shard has answered the offer
+  (either way): from then on only the two mappings (and the shard's open
+  file) keep the memory, and the kernel frees it when both are gone. There
+  is never a file to clean up.
 
 Layout: a 64-byte header, then the request region, then the reply region,
 each starting on a page boundary.
@@ -35,45 +35,47 @@ The shard writes a reply only for a request id above the last it wrote
 (a late resend of an older request must not overwrite parameters the client
 may be reading) and stamps it with that id.
 
-Creation reserves every page (posix_fallocate), so a /dev/shm too small for
-the segment refuses it at once and the client stays on TCP, instead of a
-page fault (SIGBUS) mid-run.
+Creation reserves every page (posix_fallocate), so a machine without the
+memory refuses the segment at once and the client stays on TCP, instead of
+a fault mid-run.
 
-Trust: both processes must run as the same user (files are 0600). The shard
-never maps a client's file: it reads a request once, with pread, into a
-buffer of its own, and checks, applies and logs that copy; it writes replies
-with pwrite. A client that rewrites or truncates its segment therefore can
-neither change what the shard checked nor make it fault. Secured (CurveZMQ)
-runs still keep every byte on the socket.
+Trust: both processes must run as the same user (/proc/PID/fd is only open
+to it). The shard maps the segment, which is safe only because the seal
+makes the size permanent: no process, the client included, can shrink the
+file under the mapping (a mapping of a file that can shrink faults, SIGBUS,
+on the next access). The shard still never reads a gradient in place: it
+copies each request once into a buffer of its own and checks, applies and
+logs that copy, so a client rewriting its memory cannot change what the
+shard checked. Secured (CurveZMQ) runs keep every byte on the socket.
 """
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import re
 import secrets
 import struct
 import warnings
-from pathlib import Path
 from typing import Optional, Union
 
 import torch
 
 from psgd.wire.protocol import ErrorCode
 
-__all__ = ["Segment", "ShmError", "reclaim", "SHM_DIR", "PREFIX", "available", "process_start_time",
-           "segment_bytes", "reply_offset"]
+__all__ = ["Segment", "ShmError", "available", "segment_bytes", "reply_offset", "SEALS", "PROC"]
 
-SHM_DIR = Path("/dev/shm")
-PREFIX = "psgd-"
+PROC = "/proc"
 MAGIC = b"PSGDSHM1"
 HEADER_BYTES = 64
 PAGE = mmap.PAGESIZE
 _HEADER = struct.Struct("<8s16sQQ")          # magic, token, request capacity, reply capacity
 _GEN = struct.Struct("<Q")
 _REQUEST_GEN_AT, _REPLY_GEN_AT = 40, 48
-_NAME = re.compile(r"^psgd-(\d+)-(\d+)-([0-9a-f]{16})$")
+_NAME = re.compile(r"^psgd-(\d{1,10})-(\d{1,10})$")
 MAX_SEGMENT_BYTES = 1 << 40                  # refuse absurd capacities from a header
+# The seals every segment carries: its size can never change, and no seal can be added or removed.
+SEALS = getattr(fcntl, "F_SEAL_SHRINK", 2) | getattr(fcntl, "F_SEAL_GROW", 4) | getattr(fcntl, "F_SEAL_SEAL", 1)
 
 
 class ShmError(RuntimeError):
@@ -84,21 +86,9 @@ class ShmError(RuntimeError):
         super().__init__(f"{code}: {reason}")
 
 
-def available(directory: Optional[Path] = None) -> bool:
-    """Whether segments can be made here (a writable tmpfs directory)."""
-    d = Path(directory or SHM_DIR)
-    return d.is_dir() and os.access(d, os.W_OK | os.X_OK)
-
-
-def process_start_time(pid: int) -> Optional[int]:
-    """The process's start time in clock ticks since boot, or None if it does not run.
-    Together with the pid it names one process, even after the pid is reused."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-    return int(fields[19])  # field 22 of stat; [0] here is field 3
+def available() -> bool:
+    """Whether segments can be made here (Linux memfd with seals, and a /proc to find them by)."""
+    return hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS") and os.path.isdir(f"{PROC}/self/fd")
 
 
 def _round_up(n: int) -> int:
@@ -117,28 +107,10 @@ def segment_bytes(request_capacity: int, reply_capacity: int) -> int:
     return reply_offset(request_capacity) + _round_up(reply_capacity)
 
 
-def reclaim(directory: Optional[Path] = None) -> list[str]:
-    """Unlink segments whose creating process is gone; returns their names.
-    Only names of psgd's own form are touched."""
-    d = Path(directory or SHM_DIR)
-    removed = []
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return removed
-    for name in names:
-        m = _NAME.match(name)
-        if m is None:
-            continue
-        pid, start = int(m.group(1)), int(m.group(2))
-        if process_start_time(pid) == start:
-            continue
-        try:
-            os.unlink(d / name)
-            removed.append(name)
-        except FileNotFoundError:  # another process reclaimed it first
-            pass
-    return removed
+def parse_name(name: str) -> Optional[tuple[int, int]]:
+    """(pid, fd) of a segment name of psgd's form, else None."""
+    m = _NAME.match(name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 class Segment:
@@ -146,15 +118,15 @@ class Segment:
     request region and reads the reply region, through its own mapping.
     Used from one thread."""
 
-    def __init__(self, mm: mmap.mmap, path: Path, token: bytes, request_capacity: int, reply_capacity: int):
-        self.path = path
-        self.name = path.name
+    def __init__(self, mm: mmap.mmap, fd: int, token: bytes, request_capacity: int, reply_capacity: int):
+        self.name = f"psgd-{os.getpid()}-{fd}"
         self.token = token
         self.request_capacity = request_capacity
         self.reply_capacity = reply_capacity
+        self._fd = fd
         self._mm = mm
         reply_at = reply_offset(request_capacity)
-        whole = torch.frombuffer(mm, dtype=torch.uint8) if len(mm) else torch.empty(0, dtype=torch.uint8)
+        whole = torch.frombuffer(mm, dtype=torch.uint8)
         # Byte views of both regions, made once: every copy in or out is one tensor copy.
         self._request = whole[REQUEST_AT:REQUEST_AT + request_capacity]
         self._reply = whole[reply_at:reply_at + reply_capacity]
@@ -162,24 +134,24 @@ class Segment:
         self._src: tuple = (None, 0, None)   # the last payload copied in: (object, data_ptr, its byte view)
         self._views: dict = {}          # (region, nbytes, dtype) -> typed view, made once
 
-    # ---- both sides ---------------------------------------------------------
     @property
     def token_hex(self) -> str:
         return self.token.hex()
 
     def unlink(self) -> None:
-        """Remove the file (the mappings stay valid). Idempotent."""
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        """Close this process's descriptor, so the name no longer leads to the
+        segment (the mappings stay valid). Idempotent."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     @property
     def linked(self) -> bool:
-        return self.path.exists()
+        """Whether the name still leads to the segment (the shard can attach)."""
+        return self._fd >= 0
 
     def close(self) -> None:
-        """Unlink the file and let go of the mapping.
+        """Give up the name and the mapping.
         The mapping is never closed explicitly: tensors over it (returned views)
         hold a reference to it, and it is unmapped when the last one is freed;
         closing it under them would leave them pointing at unmapped memory."""
@@ -190,43 +162,57 @@ class Segment:
 
     # ---- client side ------------------------------------------------------
     @classmethod
-    def create(cls, request_bytes: int, reply_bytes: int, directory: Optional[Path] = None) -> "Segment":
-        """A new segment owned by this process (mode 0600). Reclaims dead
-        processes' segments first."""
-        d = Path(directory or SHM_DIR)
-        reclaim(d)
+    def create(cls, request_bytes: int, reply_bytes: int) -> "Segment":
+        """A new segment owned by this process: every page reserved, sealed at its size."""
         if request_bytes < 0 or reply_bytes < 0:
             raise ValueError("region sizes must be >= 0")
-        pid = os.getpid()
-        start = process_start_time(pid)
-        path = d / f"{PREFIX}{pid}-{start}-{secrets.token_hex(8)}"
-        token = secrets.token_bytes(16)
+        if not available():
+            raise ShmError(ErrorCode.CREATE_FAILED, "this system has no sealable memfd (Linux >= 3.17)")
         size = segment_bytes(request_bytes, reply_bytes)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.memfd_create("psgd-segment", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         except OSError as exc:
-            raise ShmError(ErrorCode.CREATE_FAILED, f"cannot create {path}: {exc.strerror}") from None
+            raise ShmError(ErrorCode.CREATE_FAILED, f"cannot create a memfd: {exc.strerror}") from None
         try:
-            # Reserve every page now: tmpfs pages bought on first touch would, on a full
-            # /dev/shm, fault (SIGBUS) in whichever process writes first, mid-run.
+            # Reserve every page now: pages bought on first touch would, short of memory,
+            # fault in whichever process writes first, mid-run.
             os.posix_fallocate(fd, 0, size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
             mm = mmap.mmap(fd, size)
         except OSError as exc:
             os.close(fd)
-            os.unlink(path)
-            raise ShmError(ErrorCode.NO_SPACE, f"{d} cannot hold a segment of {size} bytes: {exc.strerror}") from None
-        os.close(fd)
+            raise ShmError(ErrorCode.NO_SPACE, f"cannot reserve a segment of {size} bytes: {exc.strerror}") from None
+        token = secrets.token_bytes(16)
         _HEADER.pack_into(mm, 0, MAGIC, token, request_bytes, reply_bytes)
-        return cls(mm, path, token, request_bytes, reply_bytes)
+        return cls(mm, fd, token, request_bytes, reply_bytes)
+
+    def request_tensor(self, dtype: torch.dtype, numel: int) -> torch.Tensor:
+        """The request region's front as a `numel`-element tensor of `dtype` (no
+        copy; the same object every time). A payload made in it (a gradient
+        flattened or encoded straight into it) is sent by `put_request` without
+        a copy. Write it only while no request on this connection is in flight."""
+        nbytes = numel * dtype.itemsize
+        if not 0 <= nbytes <= self.request_capacity:
+            raise ValueError(f"{nbytes} bytes exceed the segment's {self.request_capacity}")
+        return self._typed("request", self._request, nbytes, dtype)
+
+    def holds(self, data) -> bool:
+        """Whether `data` is a tensor made in the request region (see request_tensor)."""
+        return (isinstance(data, torch.Tensor) and data.numel() > 0 and self._request is not None
+                and data.data_ptr() == self._request.data_ptr() and data.is_contiguous()
+                and data.numel() * data.element_size() <= self.request_capacity)
 
     def put_request(self, data: Union[torch.Tensor, memoryview, bytes]) -> tuple[int, int]:
-        """Copy one request payload into the request region; returns
-        (generation, bytes) for the request's descriptor."""
-        src = self._bytes(data)
-        n = src.numel()
-        if n > self.request_capacity:
-            raise ValueError(f"payload of {n} bytes exceeds the segment's {self.request_capacity}")
-        self._typed("request", self._request, n, torch.uint8).copy_(src)
+        """Copy one request payload into the request region (nothing to copy when
+        it was made there); returns (generation, bytes) for the request's descriptor."""
+        if self.holds(data):
+            n = data.numel() * data.element_size()
+        else:
+            src = self._bytes(data)
+            n = src.numel()
+            if n > self.request_capacity:
+                raise ValueError(f"payload of {n} bytes exceeds the segment's {self.request_capacity}")
+            self._typed("request", self._request, n, torch.uint8).copy_(src)
         self._request_gen += 1
         _GEN.pack_into(self._mm, _REQUEST_GEN_AT, self._request_gen)
         return self._request_gen, n

@@ -8,7 +8,13 @@ rank's earlier segment when that rank registers again (a restarted worker),
 so a shard holds at most one segment per (role, rank); it lets a segment go
 when its connection leaves or times out.
 
-A client that cannot make a segment (a /dev/shm too small for it) stays on
+A client offers a segment only to a shard whose tensor is at least
+`wire.shared_memory_min_bytes` (`worth_sharing`): below that, waking the
+shard and copying through the segment costs more than loopback TCP saves
+(measured in benchmarks/comm). Every message on a connection moves that one
+tensor (a gradient or the parameters), so the choice is made once per
+connection rather than per message, and a small shard reserves no memory.
+A client that cannot make a segment (too little memory for it) stays on
 TCP and says so once, as a logging warning.
 
 Neither side ever needs shared memory: every request that names no segment
@@ -19,7 +25,6 @@ another host, leaves the pair on TCP.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
@@ -27,13 +32,18 @@ import torch
 from psgd.wire.shm import Segment, ShmError, available
 from psgd.wire.shm_attached import AttachedSegment
 
-__all__ = ["ClientSegments", "ShardSegments", "PayloadCache", "shared_memory_wanted"]
+__all__ = ["ClientSegments", "ShardSegments", "PayloadCache", "shared_memory_wanted", "worth_sharing",
+           "MIN_BYTES_DEFAULT"]
+
+# wire.shared_memory_min_bytes' default: the crossover measured by `psgd bench comm`
+# (benchmarks/comm/report.md), below which loopback TCP is the faster path.
+MIN_BYTES_DEFAULT = 256 << 10
 
 _log = logging.getLogger(__name__)
 
 
 def shared_memory_wanted(setting: str, secured: bool) -> bool:
-    """`wire.shared_memory`: "auto" uses it where /dev/shm is writable and the
+    """`wire.shared_memory`: "auto" uses it where sealed memfd segments can be made and the
     run is not secured with CurveZMQ (the shard then trusts nothing it does
     not receive on its encrypted socket); "off" never does."""
     if setting not in ("auto", "off"):
@@ -41,26 +51,35 @@ def shared_memory_wanted(setting: str, secured: bool) -> bool:
     return setting == "auto" and not secured and available()
 
 
+def worth_sharing(nbytes: int, min_bytes: int) -> bool:
+    """Whether a connection whose payloads are a shard's `nbytes` of fp32 tensor
+    goes through shared memory: from `min_bytes` up (`wire.shared_memory_min_bytes`)."""
+    if min_bytes < 0:
+        raise ValueError(f"wire.shared_memory_min_bytes must be >= 0, got {min_bytes}")
+    return nbytes >= min_bytes
+
+
 class ClientSegments:
     """A client's segment per shard. `offer` before registering, `settle` with
     the shard's answer; afterwards `segment(s)` is the attached one or None."""
 
-    def __init__(self, shard_nbytes: Sequence[int], enabled: bool, directory: Optional[Path] = None):
+    def __init__(self, shard_nbytes: Sequence[int], enabled: bool, min_bytes: int = MIN_BYTES_DEFAULT):
         self._nbytes = list(shard_nbytes)   # fp32 bytes of each shard's tensor: the largest payload either way
         self.enabled = enabled
-        self._dir = directory
+        self.wanted = [enabled and worth_sharing(n, min_bytes) for n in self._nbytes]
         self._offered: dict[int, Segment] = {}
         self._attached: dict[int, Segment] = {}
         self.unavailable: Optional[ShmError] = None   # why segments could not be made (warned once)
 
     def offer(self, shard: int) -> dict:
-        """Register fields offering a fresh segment to `shard` ({} when off or
-        when no segment can be made). Any earlier segment for it is dropped."""
+        """Register fields offering a fresh segment to `shard` ({} when off, when
+        the shard's tensor is below the threshold, or when no segment can be
+        made). Any earlier segment for it is dropped."""
         self._drop(shard)
-        if not self.enabled:
+        if not self.wanted[shard]:
             return {}
         try:
-            seg = Segment.create(self._nbytes[shard], self._nbytes[shard], self._dir)
+            seg = Segment.create(self._nbytes[shard], self._nbytes[shard])
         except ShmError as exc:
             if self.unavailable is None:
                 self.unavailable = exc
@@ -70,7 +89,7 @@ class ClientSegments:
         return {"shm": seg.name, "shm_token": seg.token_hex}
 
     def settle(self, shard: int, accepted: bool) -> None:
-        """The shard answered the offer: unlink the file either way (the
+        """The shard answered the offer: give up the name either way (the
         mappings keep the memory); keep the segment only if it was accepted."""
         seg = self._offered.pop(shard, None)
         if seg is None:
@@ -118,10 +137,9 @@ class PayloadCache:
 class ShardSegments:
     """The segments a shard has attached, by connection identity."""
 
-    def __init__(self, nbytes: int, enabled: bool, directory: Optional[Path] = None):
+    def __init__(self, nbytes: int, enabled: bool):
         self.nbytes = nbytes            # the shard's fp32 tensor bytes
         self.enabled = enabled
-        self._dir = directory
         self._by_identity: dict[bytes, AttachedSegment] = {}
         self._identity_of: dict[tuple[str, int], bytes] = {}
         self._peer_of: dict[bytes, tuple[str, int]] = {}
@@ -136,7 +154,7 @@ class ShardSegments:
         if not (self.enabled and name):
             return False
         try:
-            seg = AttachedSegment.attach(name, token_hex, self.nbytes, self.nbytes, self._dir)
+            seg = AttachedSegment.attach(name, token_hex, self.nbytes, self.nbytes)
         except ShmError as exc:
             self.refused[exc.code] = self.refused.get(exc.code, 0) + 1
             return False

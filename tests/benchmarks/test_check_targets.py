@@ -17,11 +17,21 @@ def _row(size, psgd, floor=1.0, shm=1.0, rpc=4.0, ray=5.0):
 
 
 def test_comm_checks_follow_the_project_targets():
-    rows = [_row(64 << 10, psgd=1.2, floor=1.0), _row(1 << 20, psgd=1.0, shm=0.9, rpc=2.5, ray=None)]
+    rows = [_row(64 << 10, psgd=1.2, floor=1.0), _row(1 << 20, psgd=1.0, shm=0.9, rpc=2.5, ray=None),
+            comm_row(10 << 20, 1, [1.4 * MS], [1 * MS], [1 * MS], [4 * MS], [1 * MS],
+                     more={"psgd_tcp": [1.3 * MS], "shm_floor_inproc": [1.0 * MS]})]
     cross = [cross_host_row(10 << 20, {"psgd": [1.2 * MS], "raw_sgd": [1.0 * MS], "shared_memory": False})]
     got = {c.label: c.passed for c in targets.comm_checks(rows, cross)}
     assert got == {
+        "64 KB, one host: default path <= 1.05 x psgd TCP": True,
         "64 KB, one host: psgd <= 1.3 x raw ZeroMQ check+SGD floor": True,
+        "1 MB, one host: default path <= 1.05 x psgd TCP": True,
+        "1 MB, one host: psgd <= 2.0 x in-process shared-memory floor": True,
+        "10 MB, one host: default path <= 1.05 x psgd TCP": False,
+        "10 MB, one host: psgd <= 1.3 x in-process shared-memory floor": False,
+        "10 MB, one host: psgd <= 0.5 x torch.rpc PS": True,
+        "10 MB, one host: psgd <= 0.5 x Ray actor PS": None,
+        "10 MB, one host: psgd <= 1.2 x shared-memory floor (two processes)": None,
         "1 MB, one host: psgd <= 0.5 x torch.rpc PS": True,
         "1 MB, one host: psgd <= 0.5 x Ray actor PS": None,
         "1 MB, one host: psgd <= 1.2 x shared-memory floor (two processes)": True,

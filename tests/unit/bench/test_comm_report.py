@@ -21,7 +21,10 @@ def test_more_peers_give_columns_and_psgd_ratios():
     row = _row(1 << 20, psgd=1.0, shm=0.8, rpc=4.0, ray=5.0)
     assert row["shm_floor_ms"] == 0.8 and row["psgd_over_shm_floor"] == 1.25
     assert row["psgd_over_torch_rpc"] == 0.25 and row["psgd_over_ray"] == 0.2
-    assert row["psgd_tcp_over_raw_zmq_sgd"] == 2.0
+    assert row["psgd_tcp_over_raw_zmq_sgd"] == 2.0 and row["psgd_over_psgd_tcp"] == 0.5
+    both = comm_row(1 << 20, 1, [1 * MS], [1 * MS], [1 * MS], [1 * MS], [1 * MS],
+                    more={"psgd_tcp": [2 * MS], "psgd_shm": [1.5 * MS]})
+    assert both["psgd_shm_over_psgd_tcp"] == 0.75 and both["psgd_over_psgd_shm"] == pytest.approx(0.6667)
     unmeasured = _row(1 << 20, psgd=1.0, ray=None)
     assert unmeasured["ray_ms"] is None and unmeasured["psgd_over_ray"] is None
     with pytest.raises(ValueError, match="unknown comm peer"):
@@ -51,8 +54,12 @@ def test_report_is_written_from_the_result(tmp_path):
     assert "shared-memory round trip goes" not in text  # psgd did not use shared memory in that row
     runs[0]["rows"][0].update(shared_memory=True, psgd_ms=1.5, shm_floor_ms=1.0, shm_zmq_floor_ms=1.25)
     write_comm_report(combine_runs(runs), tmp_path, "psgd bench comm")
-    # pipe-woken floor, what waking over ZeroMQ adds, what the protocol adds, psgd
-    assert "| 1 MB | 1.000 | +0.250 | +0.250 | 1.500 |" in (tmp_path / "report.md").read_text()
+    # in-process floor, what a second process adds, what waking over ZeroMQ adds, what the protocol adds, psgd
+    assert "| 1 MB | 0.500 | +0.500 | +0.250 | +0.250 | 1.500 |" in (tmp_path / "report.md").read_text()
+    runs[0]["rows"][0].update(shared_memory=False, psgd_ms=2.0, psgd_shm_ms=1.75)
+    write_comm_report(combine_runs(runs), tmp_path, "psgd bench comm")
+    # the default stayed on TCP: the split is of the path that used shared memory at any size
+    assert "| 1 MB | 0.500 | +0.500 | +0.250 | +0.500 | 1.750 |" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "round_trip.png").exists() and (tmp_path / "results.json").exists()
 
 

@@ -5,6 +5,7 @@ import torch
 
 from psgd.config import ConfigError, load_config
 from psgd.servers.state import PushStatus, ShardState
+from psgd.wire import protocol as P
 from psgd.wire.codecs import F16_RANGE, WireEncoder, topk_count
 from psgd.wire.payload import frame_to_tensor, wire_nbytes
 
@@ -101,3 +102,23 @@ def test_topk_ratio_is_validated():
     with pytest.raises(ConfigError, match="wire.topk_ratio"):
         load_config(None, ["wire.compression=topk", "wire.topk_ratio=0"])
     assert load_config(None, ["wire.compression=topk"]).wire.encoding == "topk"
+
+
+@pytest.mark.parametrize("encoding", ["f16", "bf16"])
+def test_a_dense_encoding_into_a_given_tensor_equals_the_encoders_own(encoding):
+    g = torch.randn(500) * 3
+    own = WireEncoder(encoding, [500]).encode(0, g)
+    out = torch.empty(500, dtype=P.ENCODINGS[encoding][0])
+    into = WireEncoder(encoding, [500]).encode(0, g, out=out)
+    assert into.tensor is out and torch.equal(out, own.tensor) and into.scale == own.scale
+    assert bytes(into.frames[0]) == bytes(own.frames[0])
+
+
+def test_encoding_into_a_tensor_of_the_wrong_kind_is_refused():
+    with pytest.raises(ValueError, match="cannot be encoded"):
+        WireEncoder("f16", [10]).encode(0, torch.ones(10), out=torch.empty(10, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="cannot be encoded"):
+        WireEncoder("f16", [10]).encode(0, torch.ones(10), out=torch.empty(9, dtype=torch.float16))
+    with pytest.raises(ValueError, match="cannot be encoded"):
+        WireEncoder("f32", [10]).encode(0, torch.ones(10), out=torch.empty(10))
+    assert WireEncoder("topk", [10]).wire_dtype is None and WireEncoder("f32", [10]).wire_dtype is torch.float32

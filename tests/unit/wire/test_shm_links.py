@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from psgd.wire.shm_links import ClientSegments, PayloadCache, ShardSegments, shared_memory_wanted
+from psgd.wire.shm_links import ClientSegments, PayloadCache, ShardSegments, shared_memory_wanted, worth_sharing
 
 
 def _read(shard: ShardSegments, identity: bytes, gen: int):
@@ -22,11 +22,11 @@ def _register(client: ClientSegments, shard: ShardSegments, s: int, identity: by
     return ok
 
 
-def test_an_accepted_offer_carries_payloads_both_ways_and_leaves_no_file(tmp_path):
-    client = ClientSegments([400], enabled=True, directory=tmp_path)
-    shard = ShardSegments(400, enabled=True, directory=tmp_path)
+def test_an_accepted_offer_carries_payloads_both_ways_and_gives_up_the_name():
+    client = ClientSegments([400], enabled=True, min_bytes=0)
+    shard = ShardSegments(400, enabled=True)
     assert _register(client, shard, 0, b"id-a")
-    assert os.listdir(tmp_path) == []  # unlinked as soon as the shard answered
+    assert not client.segment(0).linked  # the name is given up as soon as the shard answered
     g = torch.randn(100)
     gen = PayloadCache(client).generation(0, g)
     assert torch.equal(_read(shard, b"id-a", gen), g)
@@ -37,30 +37,48 @@ def test_an_accepted_offer_carries_payloads_both_ways_and_leaves_no_file(tmp_pat
     client.close()
 
 
-def test_a_refused_offer_leaves_the_connection_inline_and_no_file(tmp_path):
-    client = ClientSegments([400], enabled=True, directory=tmp_path)
-    shard = ShardSegments(800, enabled=True, directory=tmp_path)  # a different model size: too small
+def test_a_refused_offer_leaves_the_connection_inline_and_no_segment():
+    client = ClientSegments([400], enabled=True, min_bytes=0)
+    shard = ShardSegments(800, enabled=True)  # a different model size: too small
     assert not _register(client, shard, 0, b"id-a")
-    assert client.segment(0) is None and os.listdir(tmp_path) == []
+    assert client.segment(0) is None and not client._offered
     assert shard.refused == {"too_small": 1}
     assert PayloadCache(client).generation(0, torch.zeros(100)) == 0
     assert not shard.reply(b"id-a", 1, torch.zeros(200))
 
 
-def test_off_on_either_side_means_inline(tmp_path):
-    off_client = ClientSegments([400], enabled=False, directory=tmp_path)
-    assert off_client.offer(0) == {} and os.listdir(tmp_path) == []
-    client = ClientSegments([400], enabled=True, directory=tmp_path)
-    shard = ShardSegments(400, enabled=False, directory=tmp_path)
+def test_off_on_either_side_means_inline():
+    off_client = ClientSegments([400], enabled=False, min_bytes=0)
+    assert off_client.offer(0) == {}
+    client = ClientSegments([400], enabled=True, min_bytes=0)
+    shard = ShardSegments(400, enabled=False)
     assert not _register(client, shard, 0, b"id-a")
-    assert os.listdir(tmp_path) == []
+    assert client.segment(0) is None and not client._offered
 
 
-def test_a_rank_registering_again_replaces_its_segment(tmp_path):
-    shard = ShardSegments(400, enabled=True, directory=tmp_path)
-    first = ClientSegments([400], enabled=True, directory=tmp_path)
+@pytest.mark.parametrize("nbytes, min_bytes, shared", [(0, 0, True), (4, 0, True), (4095, 4096, False),
+                                                       (4096, 4096, True), (1 << 20, 4096, True)])
+def test_only_shards_of_at_least_the_threshold_use_shared_memory(nbytes, min_bytes, shared):
+    assert worth_sharing(nbytes, min_bytes) is shared
+
+
+def test_a_connection_below_the_threshold_offers_nothing_and_stays_inline():
+    client = ClientSegments([400, 8000, 4000], enabled=True, min_bytes=4000)
+    shard_small, shard_big = ShardSegments(400, enabled=True), ShardSegments(8000, enabled=True)
+    assert client.offer(0) == {} and not _register(client, shard_small, 0, b"small")
+    assert _register(client, shard_big, 1, b"big")
+    assert "shm" in client.offer(2)                    # exactly at the threshold: offered
+    assert [client.segment(s) is not None for s in range(2)] == [False, True]
+    assert PayloadCache(client).generation(0, torch.zeros(100)) == 0
+    with pytest.raises(ValueError, match=">= 0"):
+        worth_sharing(10, -1)
+
+
+def test_a_rank_registering_again_replaces_its_segment():
+    shard = ShardSegments(400, enabled=True)
+    first = ClientSegments([400], enabled=True, min_bytes=0)
     assert _register(first, shard, 0, b"old", rank=3)
-    second = ClientSegments([400], enabled=True, directory=tmp_path)  # the restarted worker
+    second = ClientSegments([400], enabled=True, min_bytes=0)  # the restarted worker
     assert _register(second, shard, 0, b"new", rank=3)
     assert len(shard) == 1
     assert _read(shard, b"old", 1) is None
@@ -68,9 +86,9 @@ def test_a_rank_registering_again_replaces_its_segment(tmp_path):
     assert torch.equal(_read(shard, b"new", gen), torch.ones(100))
 
 
-def test_payload_written_once_per_request_and_again_into_a_new_segment(tmp_path):
-    client = ClientSegments([400], enabled=True, directory=tmp_path)
-    shard = ShardSegments(400, enabled=True, directory=tmp_path)
+def test_payload_written_once_per_request_and_again_into_a_new_segment():
+    client = ClientSegments([400], enabled=True, min_bytes=0)
+    shard = ShardSegments(400, enabled=True)
     _register(client, shard, 0, b"a")
     cache = PayloadCache(client)
     g = torch.randn(100)
@@ -92,9 +110,9 @@ def test_shared_memory_setting_is_checked():
         shared_memory_wanted("on", False)
 
 
-def test_a_released_connection_lets_go_of_its_file_and_falls_back_inline(tmp_path):
-    shard = ShardSegments(400, enabled=True, directory=tmp_path)
-    worker, evaluator = (ClientSegments([400], enabled=True, directory=tmp_path) for _ in range(2))
+def test_a_released_connection_lets_go_of_its_file_and_falls_back_inline():
+    shard = ShardSegments(400, enabled=True)
+    worker, evaluator = (ClientSegments([400], enabled=True, min_bytes=0) for _ in range(2))
     assert _register(worker, shard, 0, b"w", rank=1)
     offer = evaluator.offer(0)
     evaluator.settle(0, shard.attach(b"e", "evaluator", 0, offer["shm"], offer["shm_token"]))

@@ -1,17 +1,21 @@
 """Shared-memory segments: bytes in and out, the generation and reply-order
-checks, what attach refuses, and reclaiming the files of dead processes."""
+checks, payloads made in place, what attach refuses, and that a segment can
+neither shrink under the shard nor outlive its processes."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
 
 from psgd.wire import shm
-from psgd.wire.shm import Segment, ShmError, process_start_time, reclaim
+from psgd.wire.shm import Segment, ShmError
 from psgd.wire.shm_attached import AttachedSegment
+
+pytestmark = pytest.mark.skipif(not shm.available(), reason="no sealable memfd here")
 
 
 def read(shard: AttachedSegment, gen: int, nbytes: int, dtype=torch.float32):
@@ -23,9 +27,9 @@ def read(shard: AttachedSegment, gen: int, nbytes: int, dtype=torch.float32):
 
 
 @pytest.fixture
-def pair(tmp_path):
-    client = Segment.create(4 * 1000, 4 * 1000, tmp_path)
-    shard = AttachedSegment.attach(client.name, client.token_hex, 4 * 1000, 4 * 1000, tmp_path)
+def pair():
+    client = Segment.create(4 * 1000, 4 * 1000)
+    shard = AttachedSegment.attach(client.name, client.token_hex, 4 * 1000, 4 * 1000)
     yield client, shard
     shard.close()
     client.close()
@@ -79,64 +83,94 @@ def test_a_reply_for_an_older_request_never_overwrites_a_newer_one(pair):
     assert not shard.put_reply(11, torch.zeros(1001))   # larger than the region
 
 
+def test_a_payload_made_in_the_request_region_is_sent_without_a_copy(pair):
+    client, shard = pair
+    g = client.request_tensor(torch.float32, 1000)
+    assert g is client.request_tensor(torch.float32, 1000) and client.holds(g)
+    g.copy_(torch.arange(1000, dtype=torch.float32))   # a gradient flattened straight into the segment
+    gen, nbytes = client.put_request(g)
+    assert nbytes == 4000 and torch.equal(read(shard, gen, nbytes), torch.arange(1000, dtype=torch.float32))
+    h = client.request_tensor(torch.float16, 1000)      # an encoding's payload, made in place
+    h.fill_(0.5)
+    gen2, n2 = client.put_request(h)
+    assert (gen2, n2) == (gen + 1, 2000) and torch.equal(read(shard, gen2, n2, torch.float16), h)
+    # A copy of the region is not the region: it is copied in (and the region then holds it).
+    assert not client.holds(g.clone()) and not client.holds(g[1:])
+    with pytest.raises(ValueError, match="exceed"):
+        client.request_tensor(torch.float32, 1001)
+
+
 @pytest.mark.parametrize("name, token, sizes, code", [
     ("../../etc/passwd", None, (0, 0), "bad_name"),
-    ("psgd-1-2-nothex", None, (0, 0), "bad_name"),
-    ("psgd-1-2-0123456789abcdef", None, (0, 0), "not_here"),
+    ("psgd-1-2-0123456789abcdef", None, (0, 0), "bad_name"),
+    ("psgd-1-x", None, (0, 0), "bad_name"),
+    ("psgd-999999999-3", None, (0, 0), "not_here"),
     (None, "00" * 16, (0, 0), "bad_token"),
     (None, "zz", (0, 0), "bad_token"),
     (None, None, (4001, 0), "too_small"),
     (None, None, (0, 4001), "too_small"),
 ])
-def test_attach_refuses_what_is_not_this_clients_segment(tmp_path, name, token, sizes, code):
-    client = Segment.create(4000, 4000, tmp_path)
+def test_attach_refuses_what_is_not_this_clients_segment(name, token, sizes, code):
+    client = Segment.create(4000, 4000)
     try:
         with pytest.raises(ShmError) as err:
-            AttachedSegment.attach(name or client.name, token or client.token_hex, *sizes, tmp_path)
+            AttachedSegment.attach(name or client.name, token or client.token_hex, *sizes)
         assert err.value.code == code
     finally:
         client.close()
 
 
-def test_attach_refuses_a_symlink_and_a_truncated_file(tmp_path):
-    client = Segment.create(4000, 4000, tmp_path)
+def test_attach_refuses_a_file_that_could_shrink_under_its_mapping(pair):
+    client, _ = pair
+    with tempfile.TemporaryFile(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as f:
+        # The same bytes as the client's segment, in an ordinary (unsealable) file.
+        os.write(f.fileno(), client._mm[:shm.segment_bytes(4000, 4000)])
+        with pytest.raises(ShmError) as err:
+            AttachedSegment.attach(f"psgd-{os.getpid()}-{f.fileno()}", client.token_hex, 4000, 4000)
+        assert err.value.code == "not_sealed"
+
+
+def test_the_segment_cannot_shrink_or_grow_and_the_shard_keeps_reading_it(pair):
+    client, shard = pair
+    gen, n = client.put_request(torch.ones(1000))
+    fd = os.open(f"/proc/self/fd/{client.name.split('-')[2]}", os.O_RDWR)  # anyone of this user may try
     try:
-        link = tmp_path / "psgd-1-2-0123456789abcdef"
-        link.symlink_to(client.path)
-        with pytest.raises(ShmError) as err:
-            AttachedSegment.attach(link.name, client.token_hex, 0, 0, tmp_path)
-        assert err.value.code == "not_here"
-        os.truncate(client.path, 4096 + 100)  # header intact, regions cut short
-        with pytest.raises(ShmError) as err:
-            AttachedSegment.attach(client.name, client.token_hex, 0, 0, tmp_path)
-        assert err.value.code == "bad_segment"
+        for size in (0, 4096 + 100, 1 << 30):
+            with pytest.raises(PermissionError):
+                os.ftruncate(fd, size)
     finally:
-        client.close()
+        os.close(fd)
+    assert torch.equal(read(shard, gen, n), torch.ones(1000))
+    assert shard.put_reply(1, torch.full((1000,), 2.0))
 
 
-def test_the_mapping_outlives_the_file(tmp_path):
-    client = Segment.create(400, 400, tmp_path)
-    shard = AttachedSegment.attach(client.name, client.token_hex, 400, 400, tmp_path)
+def test_the_mapping_outlives_the_name():
+    client = Segment.create(400, 400)
+    shard = AttachedSegment.attach(client.name, client.token_hex, 400, 400)
+    name = client.name
     client.unlink()
-    assert not client.linked and os.listdir(tmp_path) == []
+    assert not client.linked
+    with pytest.raises(ShmError) as err:
+        AttachedSegment.attach(name, client.token_hex, 400, 400)  # the name leads nowhere now
+    assert err.value.code in ("not_here", "bad_token")
     gen, n = client.put_request(torch.arange(100, dtype=torch.float32))
     assert torch.equal(read(shard, gen, n, torch.float32), torch.arange(100, dtype=torch.float32))
     shard.close()
     client.close()
 
 
-def test_close_unlinks_only_on_the_creating_side(tmp_path):
-    client = Segment.create(40, 40, tmp_path)
-    shard = AttachedSegment.attach(client.name, client.token_hex, 40, 40, tmp_path)
+def test_close_gives_up_the_name_only_on_the_creating_side():
+    client = Segment.create(40, 40)
+    shard = AttachedSegment.attach(client.name, client.token_hex, 40, 40)
     shard.close()
     assert client.linked
     client.close()
     assert not client.linked
 
 
-def test_close_with_a_live_view_keeps_the_view_valid(tmp_path):
-    client = Segment.create(40, 40, tmp_path)
-    shard = AttachedSegment.attach(client.name, client.token_hex, 40, 40, tmp_path)
+def test_close_with_a_live_view_keeps_the_view_valid():
+    client = Segment.create(40, 40)
+    shard = AttachedSegment.attach(client.name, client.token_hex, 40, 40)
     shard.put_reply(1, torch.full((10,), 3.0))
     view = client.reply_view(1, 40).view(torch.float32)
     client.close()
@@ -144,72 +178,28 @@ def test_close_with_a_live_view_keeps_the_view_valid(tmp_path):
     assert torch.equal(view, torch.full((10,), 3.0))
 
 
-def _dead_process() -> tuple[int, int]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    start = None
-    while start is None:
-        start = process_start_time(proc.pid)
-    proc.kill()
-    proc.wait()
-    return proc.pid, start
-
-
-def test_reclaim_removes_segments_of_dead_processes_only(tmp_path):
-    pid, start = _dead_process()
-    dead = tmp_path / f"psgd-{pid}-{start}-0123456789abcdef"
-    reused = tmp_path / f"psgd-{os.getpid()}-{process_start_time(os.getpid()) + 1}-0123456789abcdef"
-    other = tmp_path / "psgd-not-a-segment"
-    for path in (dead, reused, other):
-        path.write_bytes(b"x")
-    live = Segment.create(40, 40, tmp_path)  # create reclaims first
-    try:
-        assert sorted(os.listdir(tmp_path)) == sorted([live.name, other.name])
-        assert reclaim(tmp_path) == []
-    finally:
-        live.close()
-
-
-def test_a_sigkilled_creator_leaves_a_file_that_the_next_create_reclaims(tmp_path):
-    code = ("import sys, time; from psgd.wire.shm import Segment; "
-            f"s = Segment.create(4096, 4096, {str(tmp_path)!r}); print(s.name, flush=True); time.sleep(60)")
+def test_a_sigkilled_creator_leaves_nothing_behind(tmp_path):
+    code = ("import os, sys, time; from psgd.wire.shm import Segment; "
+            "s = Segment.create(1 << 20, 1 << 20); print(s.name, flush=True); time.sleep(60)")
+    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     name = proc.stdout.readline().strip()
+    pid, fd = shm.parse_name(name)
+    assert os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:psgd-segment")  # no file system path
     proc.kill()
     proc.wait()
     proc.stdout.close()
-    assert os.listdir(tmp_path) == [name]  # SIGKILL ran no cleanup
-    fresh = Segment.create(40, 40, tmp_path)
-    assert os.listdir(tmp_path) == [fresh.name]
-    fresh.close()
-    assert os.listdir(tmp_path) == []
+    assert not os.path.exists(f"/proc/{pid}/fd/{fd}")
+    if before:
+        assert set(os.listdir("/dev/shm")) <= before  # nothing was ever made there
 
 
-def test_the_default_directory_is_dev_shm_and_holds_nothing_after_close():
-    if not shm.available():
-        pytest.skip("no writable /dev/shm")
-    seg = Segment.create(64, 64)
-    assert seg.path.parent == shm.SHM_DIR and seg.linked
-    seg.close()
-    assert not seg.path.exists()
-
-
-def test_a_segment_cut_short_after_attach_is_refused_not_faulted(tmp_path):
-    client = Segment.create(4000, 4000, tmp_path)
-    shard = AttachedSegment.attach(client.name, client.token_hex, 4000, 4000, tmp_path)
-    gen, n = client.put_request(torch.ones(1000))
-    os.truncate(client.path, 4096 + 100)           # the client shrinks its file under the shard
-    assert read(shard, gen, n) is None              # a short read, not SIGBUS
-    assert not shard.put_reply(1, torch.ones(1000))
-    os.truncate(client.path, 0)
-    assert read(shard, gen, n) is None              # the generation itself is gone
-    shard.close()
-    client.close()
-
-
-def test_a_directory_too_small_for_the_segment_refuses_it_at_creation(tmp_path, monkeypatch):
+def test_too_little_memory_for_the_segment_refuses_it_at_creation(monkeypatch):
     def full(fd, offset, length):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(os, "posix_fallocate", full)
+    opened = set(os.listdir("/proc/self/fd"))
     with pytest.raises(ShmError) as err:
-        Segment.create(4000, 4000, tmp_path)
-    assert err.value.code == "no_space" and os.listdir(tmp_path) == []
+        Segment.create(4000, 4000)
+    assert err.value.code == "no_space"
+    assert set(os.listdir("/proc/self/fd")) <= opened  # the memfd was closed

@@ -39,3 +39,22 @@ def test_client_settings_read_the_config_once_and_name_a_missing_address_list():
     assert settings.curve is None  # security.curve is off by default
     with pytest.raises(ConfigError, match="cluster.servers: this role needs the list of server host:port"):
         ClientSettings.from_config(load_config(None, ["cluster.servers=2"]))
+
+
+@pytest.mark.parametrize("threshold, wanted", [(None, [False, True]), ("0", [True, True]),
+                                               ("4000000", [False, False])])
+def test_the_size_threshold_comes_from_the_config(threshold, wanted):
+    extra = [f"wire.shared_memory_min_bytes={threshold}"] if threshold is not None else []
+    cfg = load_config(None, ["cluster.servers=[127.0.0.1:1]", "cluster.workers=1", *extra])
+    got = []
+    for numel in (1000, 1 << 16):  # a 4 kB and a 256 KiB shard: the default threshold is 256 KiB
+        client = make_client(cfg, make_layout([("w", (numel,))], 1), rank=0, role="worker")
+        got += client._shm.wanted
+        client.close()
+    assert got == [w and shm.available() for w in wanted]
+
+
+@pytest.mark.parametrize("value", ["-1", "2147483648", "1.5"])
+def test_a_bad_size_threshold_names_the_key(value):
+    with pytest.raises(ConfigError, match="wire.shared_memory_min_bytes"):
+        load_config(None, [f"wire.shared_memory_min_bytes={value}"])
