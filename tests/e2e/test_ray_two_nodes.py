@@ -265,7 +265,7 @@ def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes
 def test_ray_address_in_the_environment_joins_the_two_node_cluster(two_nodes, tmp_path):
     out = tmp_path / "run"
     code, output = _launch(two_nodes, out, "--set", "cluster.workers=2", "--set", "train.steps_per_worker=100",
-                           address=False, env={"RAY_ADDRESS": two_nodes.address})
+                           "--set", "eval.enabled=false", address=False, env={"RAY_ADDRESS": two_nodes.address})
     assert code == 0, output[-3000:]
     nodes = _nodes(_events(out))
     # A local instance would have put every role on node A: the job ran on the cluster's two nodes.
