@@ -5,7 +5,6 @@ the filesystem with the launcher; node B (`node_b`) has its own /tmp and
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -37,23 +36,22 @@ def _teardown(cluster: TwoNodeRay) -> None:
 
 
 @pytest.fixture(scope="module")
-def two_nodes():
-    """One cluster for the tests that leave both nodes standing."""
-    cluster = _cluster()
+def cluster():
+    """One cluster for the whole file: making one costs more than most tests here."""
+    made = _cluster()
     try:
-        yield cluster
+        yield made
     finally:
-        _teardown(cluster)
+        _teardown(made)
 
 
 @pytest.fixture
-def fresh_two_nodes():
-    """A cluster of its own, for a test that kills a node."""
-    cluster = _cluster()
-    try:
-        yield cluster
-    finally:
-        _teardown(cluster)
+def two_nodes(cluster):
+    """The file's cluster with both nodes up. A test that killed node B leaves it
+    to be started again here: a fresh node B, as a replaced host would be."""
+    if not cluster.node_b_up():
+        cluster.start_node_b()
+    return cluster
 
 
 NODES = """
@@ -158,30 +156,55 @@ def test_mixed_placement_spreads_servers_and_workers_over_both_nodes(two_nodes, 
     assert code == 0 and json.loads(stdout)["identical"], (stdout, stderr)
 
 
-def _launch_and_kill_node_b(cluster: TwoNodeRay, out: Path, *sets: str, after_steps: int = 150):
+# A restart can take longer than cluster.timeout_s (10 s) on a loaded machine; a rank the shards
+# timed out first rejoins at the slowest other rank's clock (psgd/core/clocks.py) and pushes fewer
+# steps. A longer timeout makes every restarted rank take its own over, so the counts are exact.
+KEEP_RANKS = ["--set", "cluster.timeout_s=60"]
+
+
+def _launch_and_kill_node_b(cluster: TwoNodeRay, out: Path, *sets: str, after_steps: int):
     """Start the job, SIGKILL everything on node B once `after_steps` steps are
-    in metrics.jsonl; (exit code, output, seconds from the kill to the exit)."""
+    in metrics.jsonl; (exit code, output)."""
     where = ["--address", cluster.address]
     proc = spawn(cluster.on_a(psgd_cmd("launch", str(QUICKSTART), "--on", "ray", *where, "--out", str(out),
-                                       "--quiet", *SMALL, "--set", "train.steps_per_worker=400", *sets)),
+                                       "--quiet", *SMALL, *KEEP_RANKS, *sets)),
                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(out.parent))
     try:
         metrics = out / "metrics.jsonl"
         assert wait_for(lambda: metrics.exists() and metrics.read_text().count('"event": "step"') >= after_steps,
-                        timeout=50), "training did not get going"
+                        timeout=75, interval=0.1), "training did not get going"
         assert cluster.kill_node_b(), "nothing was running on node B"
-        killed_at = time.monotonic()
-        output, _ = proc.communicate(timeout=45)
-        return proc.returncode, output, time.monotonic() - killed_at
+        output, _ = proc.communicate(timeout=75)
+        return proc.returncode, output
     finally:
         kill_tree(proc)
 
 
+def _check_applied_once(events: list[dict], summary: dict, workers: int, steps: int) -> None:
+    """Exactly once, from the shards' final figures: every rank reached its last
+    clock, no clock was skipped, and each shard applied every push once. A push the
+    kill cut between the two shards reached one only (the shards' partial_pushes)."""
+    done = {e["rank"]: e for e in events if e.get("event") == "done"}
+    assert {r: d["clock"] for r, d in done.items()} == {r: steps for r in range(workers)}
+    last = {}
+    for e in events:
+        if e.get("event") == "server_stats":
+            last[e["index"]] = e
+    assert sorted(last) == [0, 1] and all(e["final"] for e in last.values()), last  # their word at the stop
+    partial = {s: e["counters"].get("partial_pushes", 0) for s, e in last.items()}
+    pushed = sum(d["pushes"] for d in done.values())
+    assert pushed == workers * steps + sum(partial.values()), (pushed, partial)
+    assert {s: e["version"] + partial[s] for s, e in last.items()} == {0: pushed, 1: pushed}
+    assert summary["total_updates"] == max(e["version"] for e in last.values())
+    assert summary["partial_pushes"] == sum(partial.values())
+
+
 @pytest.mark.timeout(90)
-def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(fresh_two_nodes, tmp_path):
-    cluster, out = fresh_two_nodes, tmp_path / "run"
-    code, output, _ = _launch_and_kill_node_b(cluster, out, "--set", "ray.server.resources={node_a: 1}",
-                                              "--set", "supervision.max_restarts=1")
+def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(two_nodes, tmp_path):
+    cluster, out = two_nodes, tmp_path / "run"
+    code, output = _launch_and_kill_node_b(cluster, out, "--set", "train.steps_per_worker=400",
+                                           "--set", "ray.server.resources={node_a: 1}",
+                                           "--set", "supervision.max_restarts=1", after_steps=150)
     assert code == 0, output[-3000:]
     events = _events(out)
     first = {}
@@ -198,30 +221,24 @@ def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(fresh_two_
     assert _nodes(events) == {n: cluster.ip_a for n in ALL}  # every role ended on node A
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["restarts"] == len(on_b)
-    # Exactly once: each worker finished its 400 pushes, every shard applied each one once.
-    done = {e["rank"]: e["clock"] for e in events if e.get("event") == "done"}
-    assert done == {r: 400 for r in range(4)}
-    versions = {}
-    for e in events:
-        if e.get("event") == "server_stats":
-            versions[e["index"]] = e["version"]
-    assert versions == {0: 1600, 1: 1600} and summary["total_updates"] == 1600
-    assert summary["partial_pushes"] == 0 and summary["final_test_accuracy"] >= 0.93
+    _check_applied_once(events, summary, workers=4, steps=400)
+    assert summary["final_test_accuracy"] >= 0.93
 
 
 @pytest.mark.timeout(90)
 def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes_when_it_is_back(
-        fresh_two_nodes, tmp_path):
-    cluster, out = fresh_two_nodes, tmp_path / "run"
-    code, output, stopped_in = _launch_and_kill_node_b(
-        cluster, out, "--set", "ray.server.resources={node_a: 1}", "--set", "ray.evaluator.resources={node_a: 1}",
-        "--set", "ray.worker.resources={node_b: 1}", "--set", "checkpoint.every_s=0.5")
+        two_nodes, tmp_path):
+    cluster, out = two_nodes, tmp_path / "run"
+    # Two workers, both on node B: the fewest processes that show it (this test starts the job twice).
+    code, output = _launch_and_kill_node_b(
+        cluster, out, "--set", "cluster.workers=2", "--set", "train.steps_per_worker=200",
+        "--set", "ray.server.resources={node_a: 1}", "--set", "ray.evaluator.resources={node_a: 1}",
+        "--set", "ray.worker.resources={node_b: 1}", "--set", "checkpoint.every_s=0.5", after_steps=60)
     assert code == 1, output
-    line = (f"lost Ray node {cluster.ip_b} (its node left the Ray cluster): worker 0, worker 1, worker 2, worker 3; "
+    line = (f"lost Ray node {cluster.ip_b} (its node left the Ray cluster): worker 0, worker 1; "
             "no live Ray node has room for worker 0 (ray.worker.num_cpus=0.5, ray.worker.resources.node_b=1)")
     assert line in output, output
     assert f"continue this run with: psgd launch --resume {out}" in output
-    assert stopped_in < 30, stopped_in
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and line in summary["failure"]
     assert sorted(p.name for p in (out / "checkpoints").iterdir()), "no checkpoints kept"
@@ -233,22 +250,22 @@ def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes
     proc = spawn(cluster.on_a(psgd_cmd("launch", "--resume", str(out), "--quiet")), stdout=subprocess.PIPE,
                  stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
     try:
-        output, _ = proc.communicate(timeout=50)
+        output, _ = proc.communicate(timeout=80)
     finally:
         kill_tree(proc)
     assert proc.returncode == 0, output[-3000:]
     after = _events(out)[n_before:]
     assert {e["index"] for e in after if e.get("event") == "resumed"} == {0, 1}  # both shards, from checkpoints
-    assert {e["rank"]: e["clock"] for e in after if e.get("event") == "done"} == {r: 400 for r in range(4)}
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["total_updates"] == 1600 and summary["partial_pushes"] == 0
+    assert summary["status"] == "ok"
+    _check_applied_once(after, summary, workers=2, steps=200)
 
 
 @pytest.mark.timeout(90)
 def test_ray_address_in_the_environment_joins_the_two_node_cluster(two_nodes, tmp_path):
     out = tmp_path / "run"
     code, output = _launch(two_nodes, out, "--set", "cluster.workers=2", "--set", "train.steps_per_worker=100",
-                           address=False, env={"RAY_ADDRESS": two_nodes.address})
+                           "--set", "eval.enabled=false", address=False, env={"RAY_ADDRESS": two_nodes.address})
     assert code == 0, output[-3000:]
     nodes = _nodes(_events(out))
     # A local instance would have put every role on node A: the job ran on the cluster's two nodes.

@@ -12,19 +12,22 @@ directory live there.
 Everything is created by `start()` and removed by `close()`: every process in
 either namespace is SIGKILLed by pid (`ip netns pids`; never `ray stop`, which
 matches process names machine-wide and would stop other people's Ray), then
-the namespaces are deleted. `close()` returns what it could not remove.
+the namespaces are deleted. `close()` returns what it could not remove. Should
+the test process die without closing (killed outright, or pytest-timeout's
+thread method), a reaper started with the cluster does the same
+(netns_reaper.py).
 """
 from __future__ import annotations
 
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Optional, Sequence
+
+from support.netns_reaper import kill_all, ns_pids, remove
 
 BIN = Path(sys.executable).parent
 RAY_PORT = 6379
@@ -76,6 +79,7 @@ class TwoNodeRay:
         # joining node present a token the head never asked for, and the join is refused.
         self.home = Path(f"/tmp/psgd-rh-{self.token}")
         self._made: list[str] = []
+        self._reaper: Optional[subprocess.Popen] = None
 
     # ---- commands on a node ------------------------------------------------
     def on_a(self, argv: Sequence[str]) -> list[str]:
@@ -89,13 +93,17 @@ class TwoNodeRay:
                 "--propagation", "private", "sh", "-c", script, "sh", *argv]
 
     def pids(self, ns: str) -> list[int]:
-        res = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=10)
-        return [int(p) for p in res.stdout.split()] if res.returncode == 0 else []
+        return ns_pids(ns)
+
+    def node_b_up(self) -> bool:
+        """Whether anything runs on node B (nothing does after kill_node_b)."""
+        return bool(self.pids(self.ns_b))
 
     # ---- lifecycle ---------------------------------------------------------
     def start(self) -> "TwoNodeRay":
         try:
             self.home.mkdir(mode=0o700)
+            self._start_reaper()
             self._network()
             ray = str(BIN / "ray")
             common = [f"--num-cpus={NODE_CPUS}", f"--object-store-memory={OBJECT_STORE_BYTES}",
@@ -115,6 +123,13 @@ class TwoNodeRay:
                         '--resources={"node_b": 8}', "--temp-dir=/tmp/psgd-rt", f"--num-cpus={NODE_CPUS}",
                         f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats"]), timeout=60)
 
+    def _start_reaper(self) -> None:
+        """Removes what this cluster made if this process dies before close()."""
+        script = Path(__file__).with_name("netns_reaper.py")
+        self._reaper = subprocess.Popen(
+            [sys.executable, str(script), str(os.getpid()), self.ns_a, self.ns_b, "--", str(self.temp_a),
+             str(self.home)], stdin=subprocess.DEVNULL, start_new_session=True)  # not in the test's process group
+
     def _network(self) -> None:
         va, vb = f"vra{self.token}", f"vrb{self.token}"
         for ns in (self.ns_a, self.ns_b):
@@ -130,37 +145,21 @@ class TwoNodeRay:
 
     def kill_node_b(self) -> list[int]:
         """SIGKILL every process on node B (its raylet, Ray's workers and psgd's roles)."""
-        return self._kill(self.ns_b)
-
-    def _kill(self, ns: str, timeout: float = 10.0) -> list[int]:
-        killed: list[int] = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            pids = self.pids(ns)
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
-        return killed
+        return kill_all(self.ns_b)
 
     def close(self) -> list[str]:
         """Stop everything; returns what is left behind (empty when all is gone)."""
-        left = []
-        for ns in reversed(self._made):
-            self._kill(ns)
-            if self.pids(ns):
-                left.append(f"processes {self.pids(ns)} in {ns}")
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-        self._made = []
-        shutil.rmtree(self.temp_a, ignore_errors=True)
-        shutil.rmtree(self.home, ignore_errors=True)
+        made, self._made = list(reversed(self._made)), []
+        for ns in made:
+            kill_all(ns)
+        left = [f"processes {self.pids(ns)} in {ns}" for ns in made if self.pids(ns)]
+        remove(made, [str(self.temp_a), str(self.home)])
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
         left += [f"namespace {ns}" for ns in (self.ns_a, self.ns_b) if ns in listed]
+        if self._reaper is not None:  # its work is done
+            self._reaper.terminate()
+            self._reaper.wait(timeout=10)
+            self._reaper = None
         return left
 
 
