@@ -10,6 +10,7 @@ from torch import nn
 
 import psgd
 from psgd.config import ConfigError, load_config
+from psgd.workers import overlap as overlap_module
 
 
 def net():
@@ -53,6 +54,52 @@ def test_pushing_during_backward_applies_what_a_blocking_push_applies(job):
         train(cfg, net(), batches(12))
         results[overlap] = shard_params(served)
     assert all(torch.equal(a, b) for a, b in zip(results["off"], results["backward"]))
+
+
+@pytest.mark.parametrize("compression", ["none", "bf16", "fp16", "topk"])
+@pytest.mark.parametrize("shared_memory", ["auto", "off"])
+def test_pieces_sent_during_backward_apply_what_a_blocking_push_applies(job, monkeypatch, compression,
+                                                                         shared_memory):
+    monkeypatch.setattr(overlap_module, "MIN_PIECE_ELEMENTS", 1)  # the small net in several pieces a shard
+    results, sent, pieces = {}, {}, {}
+    for overlap in ("off", "backward"):
+        sets = (f"workers.overlap={overlap}", f"wire.compression={compression}", "wire.topk_ratio=0.3",
+                f"wire.shared_memory={shared_memory}")
+        cfg, served = job(net(), *sets)
+        model = net()
+        with psgd.Optimizer(model, cfg, rank=0) as opt:
+            for x, y in batches(12):
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+            sent[overlap] = opt.stats.bytes_sent
+        results[overlap] = shard_params(served)
+        pieces[overlap] = sum(s.state.counters["push_pieces"] for s in served.servers)
+    assert all(torch.equal(a, b) for a, b in zip(results["off"], results["backward"]))
+    assert sent["off"] == sent["backward"]
+    # f32 and bf16 are encoded element by element: sent in pieces. f16's scale and top-k's
+    # choice depend on the whole gradient: each shard leaves whole.
+    assert pieces["off"] == 0 and (pieces["backward"] > 12 * 2) == (compression in ("none", "bf16"))
+
+
+def test_pieces_a_shard_lost_are_sent_again_whole(job):
+    """The last piece finds the others missing (a shard that restarted mid-push, say):
+    the push goes again in one message, under the same seq, and applies once."""
+    cfg, served = job(net(), "optimizer.lr=0.5")
+    layout, grads = served.layout, [torch.arange(n, dtype=torch.float32) / 7 for n in served.layout.shard_sizes]
+    before = shard_params(served)
+    client = psgd.PSClient(cfg.cluster.servers, layout, rank=0, heartbeat_s=None)
+    try:
+        client.register()
+        request = client.push_pull_start([None, None])
+        for s, g in enumerate(grads):  # only the upper half of each shard: its first half never went
+            client.push_pull_piece(request, s, g, g.numel() // 2, g.numel() - g.numel() // 2, last=True)
+        client.push_pull_finish(request)
+    finally:
+        client.close()
+    for server, start, g in zip(served.servers, before, grads):
+        assert torch.equal(server.state.params, start - 0.5 * g)
+        assert server.state.counters["bad_requests_missing_pieces"] == 1 and server.state.version == 1
 
 
 def test_a_pipelined_worker_follows_the_one_step_delayed_recurrence(job):
