@@ -74,17 +74,14 @@ class Pipeline:
         self._comm.shutdown(wait=True)
 
 
-# A piece is at least this many elements (256 KiB of fp32): a smaller one costs more
-# in messages than it hides. Tests lower it to cut a small model into pieces.
-MIN_PIECE_ELEMENTS = 1 << 16
 PIECES_PER_SHARD = 8  # at most, each about an equal share of the shard
 
 
-def plan_pieces(sizes: list[int], pieces: int = PIECES_PER_SHARD, min_elements: Optional[int] = None) -> list[slice]:
+def plan_pieces(sizes: list[int], min_elements: int, pieces: int = PIECES_PER_SHARD) -> list[slice]:
     """Consecutive segments of one shard (their sizes in shard order) grouped into pieces of
     at least max(total / pieces, min_elements) elements, the last one perhaps less: slices of
     the shard's segment list."""
-    least = max(sum(sizes) / pieces, MIN_PIECE_ELEMENTS if min_elements is None else min_elements)
+    least = max(sum(sizes) / pieces, min_elements)
     out, first, acc = [], 0, 0
     for i, n in enumerate(sizes):
         acc += n
@@ -106,7 +103,7 @@ class BackwardPushes:
     once, when its last piece arrives. Encodings whose bytes depend on the whole
     gradient (f16's scale, top-k's choice) send each shard whole, when it is complete."""
 
-    def __init__(self, client: PSClient, sync: ModelSync):
+    def __init__(self, client: PSClient, sync: ModelSync, piece_elements: int):
         self.client, self.sync = client, sync
         layout = sync.layout
         self.pieces: list[list[slice]] = []
@@ -114,7 +111,7 @@ class BackwardPushes:
         self.pieces_of: list[list[tuple[int, int]]] = [[] for _ in sync.params]  # param -> (shard, piece)
         self.needed: list[list[int]] = []  # per shard and piece: the parameters it covers
         for s, segs in enumerate(layout.segments):
-            plan = plan_pieces([g.length for g in segs]) if client.encoder.elementwise else []
+            plan = plan_pieces([g.length for g in segs], piece_elements) if client.encoder.elementwise else []
             plan = plan or [slice(0, len(segs))]  # whole (an empty shard too: its push still goes)
             self.pieces.append(plan)
             self.spans.append([(segs[k][0].shard_offset, sum(g.length for g in segs[k])) if segs[k] else (0, 0)

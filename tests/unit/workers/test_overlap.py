@@ -10,12 +10,16 @@ from torch import nn
 
 import psgd
 from psgd.config import ConfigError, load_config
-from psgd.workers import overlap as overlap_module
 
 
 def net():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+def wide_net():  # 2563 parameters: with 1 KiB pieces, a shard's gradient leaves in several
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(5, 64), nn.Tanh(), nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 3))
 
 
 def batches(n, seed=1):
@@ -58,15 +62,13 @@ def test_pushing_during_backward_applies_what_a_blocking_push_applies(job):
 
 @pytest.mark.parametrize("compression", ["none", "bf16", "fp16", "topk"])
 @pytest.mark.parametrize("shared_memory", ["auto", "off"])
-def test_pieces_sent_during_backward_apply_what_a_blocking_push_applies(job, monkeypatch, compression,
-                                                                         shared_memory):
-    monkeypatch.setattr(overlap_module, "MIN_PIECE_ELEMENTS", 1)  # the small net in several pieces a shard
+def test_pieces_sent_during_backward_apply_what_a_blocking_push_applies(job, compression, shared_memory):
     results, sent, pieces = {}, {}, {}
     for overlap in ("off", "backward"):
         sets = (f"workers.overlap={overlap}", f"wire.compression={compression}", "wire.topk_ratio=0.3",
-                f"wire.shared_memory={shared_memory}")
-        cfg, served = job(net(), *sets)
-        model = net()
+                f"wire.shared_memory={shared_memory}", "workers.piece_kb=1")  # the small net: several a shard
+        cfg, served = job(wide_net(), *sets)
+        model = wide_net()
         with psgd.Optimizer(model, cfg, rank=0) as opt:
             for x, y in batches(12):
                 opt.zero_grad()
