@@ -139,14 +139,10 @@ class _Worker:
         return seconds
 
 
-def _rates(workers: dict, order: list[str], rounds: int, steps: int, start: int) -> dict[str, float]:
-    """Steps per second of each of `order`, over `rounds` blocks each, in a rotating order."""
-    seconds = dict.fromkeys(order, 0.0)
-    for r in range(rounds):
-        k = (start + r) % len(order)
-        for what in order[k:] + order[:k]:
-            seconds[what] += workers[what].block(what, steps)
-    return {what: rounds * steps / s for what, s in seconds.items()}
+def _round(workers: dict, order: list[str], steps: int, start: int) -> dict[str, float]:
+    """Seconds of one block of each of `order`, starting the rotation at `start`."""
+    k = start % len(order)
+    return {what: workers[what].block(what, steps) for what in order[k:] + order[:k]}
 
 
 def run_overlap_bench(size_bytes: int, compute_ms: float | None = None, runs: int = 3, steps: int = 10,
@@ -186,14 +182,24 @@ def run_overlap_bench(size_bytes: int, compute_ms: float | None = None, runs: in
             order = [COMPUTE, COMM] + [v.value for v in VARIANTS]
             per_run = []
             for run in range(runs):
-                rates = _rates(workers, order, rounds, steps, start=run * rounds)
+                seconds = dict.fromkeys(order, 0.0)
+                for r in range(rounds):
+                    took = _round(workers, order, steps, start=run * rounds + r)
+                    for what, t in took.items():
+                        seconds[what] += t
+                    # The emulated compute runs late by however loaded the machine is: keep it at the
+                    # communication time (each round's five blocks share one setting).
+                    target = took[COMM] if compute_ms is None else steps * compute_ms / 1e3
+                    sleep_s = max(0.0, sleep_s + 0.5 * (target - took[COMPUTE]) / steps)
+                    _set_all(workers, sleep_s)
+                rates = {what: rounds * steps / t for what, t in seconds.items()}
                 c, comm = 1.0 / rates.pop(COMPUTE), 1.0 / rates.pop(COMM)
                 per_run.append({"compute_s": c, "comm_s": comm, "serial": 1.0 / (c + comm),
                                 "ideal": 1.0 / max(c, comm), "rates": rates})
                 on_line(f"run {run + 1}/{runs}: compute {1e3 * c:.2f} ms, communication {1e3 * comm:.2f} ms; "
                         + ", ".join(f"{k} {r:.1f}/s" for k, r in rates.items()))
         on_line(f"model {4 * width * width * LAYERS / 2**20:.1f} MiB in {LAYERS} layers over {shards} shard(s); "
-                f"emulated compute: {1e3 * sleep_s:.2f} ms of sleep a step")
+                f"emulated compute: {1e3 * sleep_s:.2f} ms of sleep a step at the end")
         _shutdown(addresses, token)
         load.append(os.getloadavg()[0])
     finally:
@@ -216,10 +222,11 @@ def _calibrate(workers: dict, compute_ms: float | None, steps: int, on_line) -> 
     sleep_s = 0.0
     for _ in range(CALIBRATIONS):
         _set_all(workers, sleep_s)
-        c = 1.0 / _rates(workers, [COMPUTE], 1, steps, 0)[COMPUTE]
-        target = 1.0 / _rates(workers, [COMM], 1, steps, 0)[COMM] if compute_ms is None else compute_ms / 1e3
-        sleep_s = max(0.0, sleep_s + target - c)
-        on_line(f"calibrating: compute {1e3 * c:.2f} ms against {1e3 * target:.2f} ms; sleep now {1e3 * sleep_s:.2f} ms")
+        took = _round(workers, [COMPUTE, COMM], steps, 0)
+        target = took[COMM] / steps if compute_ms is None else compute_ms / 1e3
+        sleep_s = max(0.0, sleep_s + target - took[COMPUTE] / steps)
+        on_line(f"calibrating: compute {1e3 * took[COMPUTE] / steps:.2f} ms against {1e3 * target:.2f} ms; "
+                f"sleep now {1e3 * sleep_s:.2f} ms")
     _set_all(workers, sleep_s)
     return sleep_s
 
