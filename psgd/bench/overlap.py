@@ -120,27 +120,32 @@ class _Worker:
     def __init__(self, opt, model, width: int):
         self.opt, self.model, self.x = opt, model, torch.ones(1, width)
 
-    def _one(self, what: str) -> None:
+    def _one(self, what: str) -> float:
+        """One step; returns the seconds it spent in opt.step()."""
         if what != COMM:
             self.opt.zero_grad(set_to_none=False)  # as the built-in worker: gradient buffers are reused
             self.model(self.x).sum().backward()
-        if what != COMPUTE:
-            self.opt.step()
+        if what == COMPUTE:
+            return 0.0
+        t0 = time.perf_counter()
+        self.opt.step()
+        return time.perf_counter() - t0
 
-    def block(self, what: str, steps: int) -> float:
-        """Seconds for `steps` steps after an untimed first one."""
+    def block(self, what: str, steps: int) -> tuple[float, float]:
+        """Seconds for `steps` steps after an untimed first one, and of those, seconds in step()."""
         self._one(what)
+        in_step = 0.0
         t0 = time.perf_counter()
         for _ in range(steps):
-            self._one(what)
+            in_step += self._one(what)
         seconds = time.perf_counter() - t0
         if isinstance(self.opt.overlap, Pipeline):
             self.opt.overlap.drain()  # untimed: the next block's other variants must not carry it
-        return seconds
+        return seconds, in_step
 
 
-def _round(workers: dict, order: list[str], steps: int, start: int) -> dict[str, float]:
-    """Seconds of one block of each of `order`, starting the rotation at `start`."""
+def _round(workers: dict, order: list[str], steps: int, start: int) -> dict[str, tuple[float, float]]:
+    """(seconds, seconds in step()) of one block of each of `order`, starting the rotation at `start`."""
     k = start % len(order)
     return {what: workers[what].block(what, steps) for what in order[k:] + order[:k]}
 
@@ -182,11 +187,13 @@ def run_overlap_bench(size_bytes: int, compute_ms: float | None = None, runs: in
             order = [COMPUTE, COMM] + [v.value for v in VARIANTS]
             per_run = []
             for run in range(runs):
-                seconds = dict.fromkeys(order, 0.0)
+                seconds, in_step = dict.fromkeys(order, 0.0), dict.fromkeys(order, 0.0)
                 for r in range(rounds):
-                    took = _round(workers, order, steps, start=run * rounds + r)
-                    for what, t in took.items():
+                    timed = _round(workers, order, steps, start=run * rounds + r)
+                    took = {what: t for what, (t, _) in timed.items()}
+                    for what, (t, t_step) in timed.items():
                         seconds[what] += t
+                        in_step[what] += t_step
                     # The emulated compute runs late by however loaded the machine is: keep it at the
                     # communication time (each round's five blocks share one setting).
                     target = took[COMM] if compute_ms is None else steps * compute_ms / 1e3
@@ -194,8 +201,12 @@ def run_overlap_bench(size_bytes: int, compute_ms: float | None = None, runs: in
                     _set_all(workers, sleep_s)
                 rates = {what: rounds * steps / t for what, t in seconds.items()}
                 c, comm = 1.0 / rates.pop(COMPUTE), 1.0 / rates.pop(COMM)
+                # Where a variant's step time went: forward and backward (the emulated compute,
+                # slowed when communication competes for the CPU), and step() (waiting).
+                split = {v: (1.0 / rates[v] - in_step[v] / (rounds * steps), in_step[v] / (rounds * steps))
+                         for v in rates}
                 per_run.append({"compute_s": c, "comm_s": comm, "serial": 1.0 / (c + comm),
-                                "ideal": 1.0 / max(c, comm), "rates": rates})
+                                "ideal": 1.0 / max(c, comm), "rates": rates, "split_s": split})
                 on_line(f"run {run + 1}/{runs}: compute {1e3 * c:.2f} ms, communication {1e3 * comm:.2f} ms; "
                         + ", ".join(f"{k} {r:.1f}/s" for k, r in rates.items()))
         on_line(f"model {4 * width * width * LAYERS / 2**20:.1f} MiB in {LAYERS} layers over {shards} shard(s); "
@@ -222,7 +233,7 @@ def _calibrate(workers: dict, compute_ms: float | None, steps: int, on_line) -> 
     sleep_s = 0.0
     for _ in range(CALIBRATIONS):
         _set_all(workers, sleep_s)
-        took = _round(workers, [COMPUTE, COMM], steps, 0)
+        took = {what: t for what, (t, _) in _round(workers, [COMPUTE, COMM], steps, 0).items()}
         target = took[COMM] / steps if compute_ms is None else compute_ms / 1e3
         sleep_s = max(0.0, sleep_s + target - took[COMPUTE] / steps)
         on_line(f"calibrating: compute {1e3 * took[COMPUTE] / steps:.2f} ms against {1e3 * target:.2f} ms; "
@@ -261,6 +272,11 @@ def overlap_table(result: dict) -> list[str]:
     lines.append(f"| ideal 1/max(c, comm) | {ideal:.1f} | {ideal / serial:.2f} | 1.00 |")
     c = [r["compute_s"] for r in result["runs"]]
     m = [r["comm_s"] for r in result["runs"]]
+    lines.append("")
+    lines.append("Where a step's time went, ms (median over runs): forward+backward / in step(): "
+                 + "; ".join(f"{v} {1e3 * statistics.median(r['split_s'][v][0] for r in result['runs']):.2f} / "
+                             f"{1e3 * statistics.median(r['split_s'][v][1] for r in result['runs']):.2f}"
+                             for v in result["points"]) + ".")
     lines.append("")
     lines.append("Per run: compute c " + ", ".join(f"{1e3 * x:.2f}" for x in c) + " ms; communication "
                  + ", ".join(f"{1e3 * x:.2f}" for x in m) + " ms; c / comm "
