@@ -1,9 +1,9 @@
 """`psgd bench overlap`: what workers.overlap buys, measured side by side.
 
-A worker trains a stack of linear layers (m bytes in all) through psgd.Optimizer
+A worker trains a stack of layers (m bytes of weights in all) through psgd.Optimizer
 against real shard processes on this host. Its compute is emulated: every layer
-sleeps during backward (the GPU's share of a step, which leaves the CPU to the
-communication); the sleep is calibrated so that the compute alone takes as long
+sleeps during backward and gives its weight a constant gradient (the GPU's share
+of a step, which leaves the CPU to the communication); the sleep is calibrated so that the compute alone takes as long
 as the communication alone (or --compute-ms).
 
 Five things are timed, all from one process in the same minutes: compute alone
@@ -47,10 +47,12 @@ CALIBRATIONS = 3  # rounds that fit the sleep to the communication time before t
 
 
 class _Compute(torch.autograd.Function):
-    """Identity forward; sleeps during backward: one layer's share of the step's compute."""
+    """Identity forward; in backward, sleeps (one layer's share of the step's compute) and
+    hands its layer's weight a constant gradient: the CPU does next to nothing, as when a
+    GPU computes, and what it does (accumulating into .grad) is what a real step also does."""
 
     @staticmethod
-    def forward(ctx, x, layer):
+    def forward(ctx, x, weight, layer):
         ctx.layer = layer
         return x.view_as(x)
 
@@ -58,17 +60,18 @@ class _Compute(torch.autograd.Function):
     def backward(ctx, grad):
         if ctx.layer.compute_s > 0:
             time.sleep(ctx.layer.compute_s)
-        return grad, None
+        return grad, ctx.layer.grad_value, None
 
 
 class _Layer(nn.Module):
     def __init__(self, width: int):
         super().__init__()
-        self.linear = nn.Linear(width, width, bias=False)
+        self.weight = nn.Parameter(torch.randn(width, width) / width)
+        self.grad_value = torch.full((width, width), 1e-3)
         self.compute_s = 0.0
 
     def forward(self, x):
-        return _Compute.apply(self.linear(x), self)
+        return _Compute.apply(x, self.weight, self)
 
 
 def _model(width: int) -> nn.Module:
