@@ -257,7 +257,7 @@ class ShardServer:
     def _on_push(self, identity: bytes, rec: P.Push, payload: list) -> None:
         self._peer(identity, rec.rank)
         piece = P.is_piece(rec, self.state.numel)
-        if rec.numel != self.state.numel and not piece:
+        if rec.numel != self.state.numel and not (piece and rec.encoding in P.ENCODINGS):  # pieces are dense
             raise ProtocolError(P.ErrorCode.BAD_SIZE, f"gradient has {rec.numel} elements, shard holds {self.state.numel}")
         if rec.clock < 0 or rec.seq < 0 or rec.read_version < 0:
             raise ProtocolError(P.ErrorCode.BAD_FIELD, "clock, seq and read_version must be >= 0")
