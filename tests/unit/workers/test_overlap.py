@@ -159,3 +159,11 @@ def test_backward_twice_before_a_step_is_refused(job):
         with pytest.raises(Exception, match="once per step"):
             nn.functional.cross_entropy(model(x), y).backward()
         del opt
+
+
+def test_pieces_group_consecutive_segments_into_an_even_share_at_least():
+    from psgd.workers.overlap import plan_pieces
+    assert plan_pieces([4] * 8, 1) == [slice(i, i + 1) for i in range(8)]  # 8 layers: one piece each
+    assert plan_pieces([5, 1, 1, 5, 2], 4) == [slice(0, 1), slice(1, 4), slice(4, 5)]  # the last: what is left
+    assert plan_pieces([4] * 8, 100) == [slice(0, 8)]  # the minimum size wins over the even share
+    assert plan_pieces([], 4) == []
