@@ -48,7 +48,7 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
     from psgd.bench.outcomes import conclusion
     try:
         specs = bc.parse_modes(args.modes)
-        if args.baseline != "bsp" and args.baseline not in {s.label for s in specs}:
+        if args.baseline != Mode.BSP and args.baseline not in {s.label for s in specs}:
             raise ValueError(f"--baseline {args.baseline!r} is not one of the --modes")
         overrides = [*args.overrides, *_on(args)]
         cfg = load_config(args.config, overrides)
@@ -168,7 +168,7 @@ def add_bench_convergence_command(bench) -> None:
     conv.add_argument("--lr-from", default="", help="a previous bench's summary.csv: each mode at the rate chosen there")
     conv.add_argument("--out", default=None, help="output directory (default: run.out_dir/bench-NAME-TIMESTAMP)")
     conv.add_argument("--title", default="", help="title of the report and plots")
-    conv.add_argument("--baseline", default="bsp", help="the mode every other is compared with (a --modes label)")
+    conv.add_argument("--baseline", default=Mode.BSP.value, help="the mode every other is compared with (a --modes label)")
     conv.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     conv.set_defaults(func=cmd_bench_convergence)
 
