@@ -1,5 +1,7 @@
 """A push's gradient as the shard applies it: decoded from its frames, or copied
-out of a same-host client's shared-memory segment, into buffers the shard reuses."""
+out of a same-host client's shared-memory segment, into buffers the shard reuses;
+or assembled from the pieces a worker pushing during backward sent (one buffer
+per rank that sends pieces, reused from push to push)."""
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -20,6 +22,7 @@ class PushDecoder:
         self._shm = segments
         self._f32: Optional[torch.Tensor] = None  # decoded fp16/bf16 and shared-memory gradients
         self._wire: dict[torch.dtype, torch.Tensor] = {}  # fp16/bf16 copied out of shared memory
+        self._pieces: dict[int, _Assembly] = {}  # rank -> the push it is assembling
 
     def gradient(self, identity: bytes, rec: P.Push,
                  payload: list) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
@@ -57,3 +60,43 @@ class PushDecoder:
         f32 = self._f32_buffer()
         f32.copy_(wire)
         return f32.mul_(scale) if scale != 1.0 else f32
+
+    def piece(self, rank: int, rec: P.Push, payload: list) -> Optional[torch.Tensor]:
+        """Add one piece of rank's push `rec.seq` (a newer seq starts over); returns the
+        whole fp32 gradient once the pieces cover it, else None. Valid until the rank's next piece."""
+        if rec.encoding not in P.ENCODINGS or rec.shm:
+            raise ProtocolError(P.ErrorCode.BAD_ENCODING, "pieces are dense and travel inline")
+        if rec.offset < 0 or rec.numel < 1 or rec.offset + rec.numel > self.numel:
+            raise ProtocolError(P.ErrorCode.BAD_SIZE, f"piece [{rec.offset}, {rec.offset + rec.numel}) outside "
+                                f"the shard's {self.numel} elements")
+        part = frame_to_tensor(payload[0], rec.encoding, rec.numel)  # checked before anything is kept
+        work = self._pieces.get(rank)
+        if work is None:
+            work = self._pieces[rank] = _Assembly(torch.empty(self.numel))
+        if work.seq != rec.seq:
+            work.seq, work.spans = rec.seq, {}
+        view = work.grad[rec.offset:rec.offset + rec.numel]
+        view.copy_(part)
+        if rec.scale != 1.0:
+            view.mul_(rec.scale)
+        work.spans[rec.offset] = rec.numel  # a piece sent again overwrites itself
+        return work.grad if work.complete(self.numel) else None
+
+    def forget(self, rank: int) -> None:
+        """The rank left: its half-assembled push (if any) is dropped with its buffer."""
+        self._pieces.pop(rank, None)
+
+
+class _Assembly:
+    def __init__(self, grad: torch.Tensor):
+        self.grad, self.seq = grad, -1
+        self.spans: dict[int, int] = {}  # offset -> numel of the pieces received for seq
+
+    def complete(self, numel: int) -> bool:
+        """The pieces tile [0, numel) exactly (overlapping pieces never do)."""
+        end = 0
+        for offset, n in sorted(self.spans.items()):
+            if offset != end:
+                return False
+            end += n
+        return end == numel

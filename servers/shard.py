@@ -107,6 +107,7 @@ class ShardServer:
                     for rank in gone:
                         self._peers.release(rank)
                         self._speeds.forget(rank)
+                        self._decode.forget(rank)
                         self._shm.release_rank(Role.WORKER, rank)
                         self.events.emit(Event.WORKER_TIMED_OUT, rank=rank, clock=self.state.board.clocks[rank])
                         self._journal("log_depart", rank)
@@ -252,7 +253,8 @@ class ShardServer:
 
     def _on_push(self, identity: bytes, rec: P.Push, payload: list) -> None:
         self._peer(identity, rec.rank)
-        if rec.numel != self.state.numel:
+        piece = P.is_piece(rec, self.state.numel)
+        if rec.numel != self.state.numel and not (piece and rec.encoding in P.ENCODINGS):  # pieces are dense
             raise ProtocolError(P.ErrorCode.BAD_SIZE, f"gradient has {rec.numel} elements, shard holds {self.state.numel}")
         if rec.clock < 0 or rec.seq < 0 or rec.read_version < 0:
             raise ProtocolError(P.ErrorCode.BAD_FIELD, "clock, seq and read_version must be >= 0")
@@ -266,8 +268,20 @@ class ShardServer:
             raise ProtocolError(P.ErrorCode.BAD_FIELD, f"steps must be in 1..{MAX_LOCAL_STEPS}")
         if rec.TYPE is MsgType.PUSH_PULL and not 1 <= rec.ahead <= MAX_PULL_AHEAD:
             raise ProtocolError(P.ErrorCode.BAD_FIELD, f"ahead must be in 1..{MAX_PULL_AHEAD}")
-        grad = self._decode.gradient(identity, rec, payload)
         self.state.seen(rec.rank, self._clock())
+        if not piece:
+            grad = self._decode.gradient(identity, rec, payload)
+        elif rec.seq <= self.state.last_seq[rec.rank]:  # a piece of a push already applied: nothing to add
+            if rec.held:
+                return
+            grad = torch.empty(0)  # state.push recognises the duplicate before reading it
+        else:
+            self.state.counters["push_pieces"] += 1
+            grad = self._decode.piece(rec.rank, rec, payload)
+            if rec.held:
+                return  # answered with the push's last message
+            if grad is None:
+                raise ProtocolError(P.ErrorCode.MISSING_PIECES, f"push {rec.seq}'s pieces do not cover the gradient")
         result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s)
         self._speeds.observe(rec.rank, rec.step_s, rec.steps)
         if result.status is not PushStatus.DUPLICATE:
@@ -319,6 +333,7 @@ class ShardServer:
         self._shm.release_rank(Role.WORKER, rec.rank)
         self._peers.release(rec.rank)
         self._speeds.forget(rec.rank)
+        self._decode.forget(rec.rank)
         self.state.leave(rec.rank)
         self._refuse_parked([rec.rank], "worker left")
         self._journal("log_depart", rec.rank)

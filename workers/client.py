@@ -227,6 +227,21 @@ class PSClient:
         more = self._rpc.start({shard: request.make(shard, self._rpc.next_id())})
         request.pending = more if request.pending is None else request.pending.merged(more)
 
+    def push_pull_piece(self, request: "GradsRequest", shard: int, grad: torch.Tensor, offset: int, numel: int,
+                        last: bool) -> None:
+        """Send elements [offset, offset + numel) of one shard's gradient (complete there:
+        backward has produced them). The shard holds a piece unanswered; `last`: the
+        remaining piece, answered once the shard has applied the whole gradient.
+        Elementwise encodings only (WireEncoder.elementwise)."""
+        frames = request.piece(shard, self._rpc.next_id(), self.encoder.encode_piece(shard, grad, offset, numel),
+                               offset, held=not last)
+        if not last:
+            self._conns.send(shard, frames)  # no reply to wait for: the last piece's answer covers it
+            return
+        request.whole[shard] = grad  # a repeat after the shard restarted sends it in one message
+        more = self._rpc.start({shard: frames})
+        request.pending = more if request.pending is None else request.pending.merged(more)
+
     def push_pull_finish(self, request: "GradsRequest") -> list[torch.Tensor]:
         """The parameters answering a started push (resending, or joining a restarted
         shard again and repeating the push, as a blocking push_pull does)."""
@@ -235,9 +250,10 @@ class PSClient:
         try:
             replies = self._rpc.wait(request.pending)
         except RemoteError as exc:
-            if exc.code != "not_registered":
+            if exc.code == P.ErrorCode.NOT_REGISTERED:
+                self._register_shards([exc.shard])
+            elif exc.code != P.ErrorCode.MISSING_PIECES:
                 raise
-            self._register_shards([exc.shard])
             replies = self._call_all(request.make)  # the same seq: a shard that applied it sees a resend
         return self._params(self._finish_grads(request, replies), ahead=request.ahead)
 
@@ -300,6 +316,7 @@ class GradsRequest:
         at = client._params_at
         self.step_s = time.monotonic() - at if at is not None else 0.0
         self.pending: Optional[Pending] = None
+        self.whole: dict[int, torch.Tensor] = {}  # shards sent in pieces: the gradient, encoded whole on a repeat
 
     def add_shard(self, s: int, grad: torch.Tensor) -> None:
         if grad.numel() != self.client.layout.shard_sizes[s] or grad.dtype != torch.float32:
@@ -310,11 +327,21 @@ class GradsRequest:
         self.wire[s] = enc.encode(s, grad, out=out)
 
     def make(self, s: int, req: int) -> list:
+        if s not in self.wire and s in self.whole:
+            self.add_shard(s, self.whole[s])
         wire, c = self.wire[s], self.client
         gen = self.in_shm.generation(s, wire.tensor) if wire.tensor is not None else 0
-        fields = dict(req=req, rank=c.rank, seq=self.seq, clock=self.clock, read_version=self.read_versions[s],
-                      encoding=wire.encoding, scale=wire.scale, numel=c.layout.shard_sizes[s], nnz=wire.nnz,
-                      shm=gen, step_s=self.step_s, steps=self.steps)
+        return P.encode(self._record(s, req, wire, numel=c.layout.shard_sizes[s], nnz=wire.nnz, shm=gen),
+                        () if gen else wire.frames)
+
+    def piece(self, s: int, req: int, wire, offset: int, held: bool) -> list:
+        """A piece's message: its frame inline (the segment holds a whole payload)."""
+        numel = memoryview(wire.frames[0]).nbytes // P.ENCODINGS[wire.encoding][1]
+        return P.encode(self._record(s, req, wire, numel=numel, offset=offset, held=held), wire.frames)
+
+    def _record(self, s: int, req: int, wire, **fields) -> P.Push:
         if self.kind is P.PushPull:
             fields["ahead"] = self.ahead
-        return P.encode(self.kind(**fields), () if gen else wire.frames)
+        return self.kind(req=req, rank=self.client.rank, seq=self.seq, clock=self.clock,
+                         read_version=self.read_versions[s], encoding=wire.encoding, scale=wire.scale,
+                         step_s=self.step_s, steps=self.steps, **fields)

@@ -87,18 +87,20 @@ class ModelSync:
             torch.cuda.synchronize(self.device)
             return self.host_grads
 
-    def shard_gradient(self, shard: int) -> torch.Tensor:
-        """One shard's part of the model's gradients as a flat float32 host tensor
-        (its `gradients` buffer), for a push that leaves during backward."""
-        # Only this shard's parameters: the others' gradients may not exist yet (backward is running).
-        mine = self.layout.params_of(shard)
+    def shard_gradient(self, shard: int, segments: slice = slice(None)) -> torch.Tensor:
+        """One shard's part of the model's gradients (of its `segments`: a piece) in
+        its flat float32 host `gradients` buffer, for a push that leaves during backward."""
+        # Only these parameters: the others' gradients may not exist yet (backward is running).
+        segs = self.layout.segments[shard][segments]
+        mine = {s.param for s in segs}
         grads = [(p.grad if p.grad is not None else torch.zeros_like(p)) if i in mine else None
                  for i, p in enumerate(self.params)]
         with torch.no_grad():
             if self.dev_grads is None:
-                return self.layout.flatten_shard(grads, shard, self._host_out()[shard])
-            self.layout.flatten_shard(grads, shard, self.dev_grads[shard])
-            self.host_grads[shard].copy_(self.dev_grads[shard], non_blocking=True)
+                return self.layout.flatten_shard(grads, shard, self._host_out()[shard], segments)
+            self.layout.flatten_shard(grads, shard, self.dev_grads[shard], segments)
+            span = slice(segs[0].shard_offset, segs[-1].shard_offset + segs[-1].length) if segs else slice(0, 0)
+            self.host_grads[shard][span].copy_(self.dev_grads[shard][span], non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()  # complete before it is sent
             return self.host_grads[shard]
 

@@ -104,7 +104,7 @@ class Optimizer:
         if self.cfg.workers.overlap is Overlap.PIPELINE:
             self.overlap = Pipeline(self.client, self.sync)
         elif self.cfg.workers.overlap is Overlap.BACKWARD:
-            self.overlap = BackwardPushes(self.client, self.sync)
+            self.overlap = BackwardPushes(self.client, self.sync, self.cfg.workers.piece_kb * 256)  # fp32 elements
         self.local: Optional[LocalRounds] = None
         if self.cfg.local.enabled:
             inner = optimizer or inner_torch_optimizer(self.cfg.optimizer, self.sync.params)

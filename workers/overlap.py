@@ -8,11 +8,11 @@ pipeline: step() sends this step's push+pull and returns at once; the next
   measure like any other: each push names the versions it was computed on. The
   pull asks for the clock after next, so SSP's bound holds for the step that
   will use it.
-backward: a hook on every parameter counts, per shard, the parameters whose
-  gradient backward has produced; a shard whose last one arrives gets its part
-  of the push at once (Poseidon's wait-free backpropagation), so the last
-  layers' traffic overlaps the first layers' compute. What the shards apply is
-  unchanged.
+backward: a hook on every parameter counts, per piece of a shard's gradient,
+  the parameters whose gradient backward has produced; a piece whose last one
+  arrives leaves at once (Poseidon's wait-free backpropagation), so the last
+  layers' traffic overlaps the first layers' compute. The shard applies the
+  whole gradient when its last piece arrives: what it applies is unchanged.
 Exactly-once, resends, compression with error feedback, shared memory and
 re-registration after a shard restart work as for a blocking push: the same
 request object is repeated (psgd.workers.client.GradsRequest).
@@ -27,7 +27,7 @@ import torch
 from psgd.workers.client import GradsRequest, PSClient
 from psgd.workers.model_sync import ModelSync
 
-__all__ = ["Pipeline", "BackwardPushes", "OverlapError"]
+__all__ = ["Pipeline", "BackwardPushes", "OverlapError", "plan_pieces"]
 
 
 class OverlapError(RuntimeError):
@@ -74,19 +74,62 @@ class Pipeline:
         self._comm.shutdown(wait=True)
 
 
+PIECES_PER_SHARD = 8  # at most, each about an equal share of the shard
+
+
+def plan_pieces(sizes: list[int], min_elements: int, pieces: int = PIECES_PER_SHARD) -> list[slice]:
+    """Consecutive segments of one shard (their sizes in shard order) grouped into pieces of
+    at least max(total / pieces, min_elements) elements, the last one perhaps less: slices of
+    the shard's segment list."""
+    least = max(sum(sizes) / pieces, min_elements)
+    out, first, acc = [], 0, 0
+    for i, n in enumerate(sizes):
+        acc += n
+        if acc >= least:
+            out.append(slice(first, i + 1))
+            first, acc = i + 1, 0
+    if first < len(sizes):
+        out.append(slice(first, len(sizes)))
+    return out
+
+
 class BackwardPushes:
-    def __init__(self, client: PSClient, sync: ModelSync):
+    """Sends each shard's gradient in pieces as backward produces them: a piece is a
+    run of the shard's segments and leaves once backward has produced every parameter
+    it covers, so the pieces of the last layers travel while the first layers still
+    compute (Poseidon's wait-free backpropagation, at the granularity of pieces rather
+    than of shards: with parameters spread evenly over the shards, a shard's last
+    parameter comes near the end of backward). The shard applies the whole gradient
+    once, when its last piece arrives. Encodings whose bytes depend on the whole
+    gradient (f16's scale, top-k's choice) send each shard whole, when it is complete."""
+
+    def __init__(self, client: PSClient, sync: ModelSync, piece_elements: int):
         self.client, self.sync = client, sync
         layout = sync.layout
-        self.shards_of = [[s for s in range(layout.num_shards) if i in layout.params_of(s)]
-                          for i in range(len(sync.params))]
-        self.needed = [len(layout.params_of(s)) for s in range(layout.num_shards)]
+        self.pieces: list[list[slice]] = []
+        self.spans: list[list[tuple[int, int]]] = []  # per shard and piece: (offset, numel) in the shard
+        self.pieces_of: list[list[tuple[int, int]]] = [[] for _ in sync.params]  # param -> (shard, piece)
+        self.needed: list[list[int]] = []  # per shard and piece: the parameters it covers
+        for s, segs in enumerate(layout.segments):
+            plan = plan_pieces([g.length for g in segs], piece_elements) if client.encoder.elementwise else []
+            plan = plan or [slice(0, len(segs))]  # whole (an empty shard too: its push still goes)
+            self.pieces.append(plan)
+            self.spans.append([(segs[k][0].shard_offset, sum(g.length for g in segs[k])) if segs[k] else (0, 0)
+                               for k in plan])
+            self.needed.append([])
+            for k, piece in enumerate(plan):
+                params = {g.param for g in segs[piece]}
+                self.needed[s].append(len(params))
+                for i in params:
+                    self.pieces_of[i].append((s, k))
         self.request: Optional[GradsRequest] = None
         self._begin()
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(sync.params)]
 
     def _begin(self) -> None:
-        self.waiting = list(self.needed)    # per shard: parameters whose gradient has not arrived
+        self.waiting = [list(n) for n in self.needed]  # per shard and piece: parameters not produced yet
+        self.unsent = [len(p) for p in self.pieces]    # per shard: pieces not sent yet
+        self.sent = [[False] * len(p) for p in self.pieces]
         self.seen: set[int] = set()
 
     def _hook(self, index: int):
@@ -95,27 +138,31 @@ class BackwardPushes:
                 raise OverlapError("workers.overlap: backward sends each shard's gradients when backward has "
                                    "produced them: call backward() once per step()")
             self.seen.add(index)
-            for s in self.shards_of[index]:
-                self.waiting[s] -= 1
-                if self.waiting[s] == 0:
-                    self._send(s)
+            for s, k in self.pieces_of[index]:
+                self.waiting[s][k] -= 1
+                if self.waiting[s][k] == 0:
+                    self._send(s, k)
         return ready
 
-    def _send(self, shard: int) -> None:
-        grad = self.sync.shard_gradient(shard)
+    def _send(self, shard: int, k: int) -> None:
+        self.sent[shard][k] = True
+        self.unsent[shard] -= 1
+        grad = self.sync.shard_gradient(shard, self.pieces[shard][k])
         if self.request is None:
-            parts = [None] * self.sync.layout.num_shards
-            parts[shard] = grad
-            self.request = self.client.push_pull_start(parts)
-        else:
+            self.request = self.client.push_pull_start([None] * self.sync.layout.num_shards)
+        if len(self.pieces[shard]) == 1:  # whole: it may travel through shared memory
             self.client.push_pull_send(self.request, shard, grad)
+        else:
+            offset, numel = self.spans[shard][k]
+            self.client.push_pull_piece(self.request, shard, grad, offset, numel, last=self.unsent[shard] == 0)
 
     def step(self) -> None:
         """Send what backward did not (parameters without a gradient this step), then
         wait for the parameters of the next clock."""
-        for s, left in enumerate(self.waiting):
-            if left:
-                self._send(s)
+        for s, sent in enumerate(self.sent):
+            for k, done in enumerate(sent):
+                if not done:
+                    self._send(s, k)
         request, self.request = self.request, None
         self._begin()
         self.sync.load(self.client.push_pull_finish(request))

@@ -292,11 +292,12 @@ def _compute_line(runs: list[RunData]) -> str:
 
 
 def write_outputs(result: BenchResult, title: str, config_text: str, command: str, setting: list[str],
-                  notes: str = "") -> tuple[Path, Path, list[Path]]:
-    """Write summary.csv, seeds.csv, the plots and report.md into result.out_dir."""
+                  notes: str = "", baseline: str = "bsp") -> tuple[Path, Path, list[Path]]:
+    """Write summary.csv, seeds.csv, the plots and report.md into result.out_dir;
+    every mode is compared with `baseline`'s runs."""
     out = result.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    a = result.analysis = analyse(result.runs, result.target) if result.runs else None
+    a = result.analysis = analyse(result.runs, result.target, baseline) if result.runs else None
     csv_path = out / "summary.csv"
     plots: list[Path] = []
     parts = [f"# Convergence: {title}", "", f"Command: `{command}`", ""]
@@ -304,7 +305,8 @@ def write_outputs(result: BenchResult, title: str, config_text: str, command: st
         write_summary_csv(csv_path, a)
         write_seeds_csv(out / "seeds.csv", a)
         plots = plot_runs(a.chosen_runs(result.runs), out, title, result.target.value, result.target.metric)
-        parts += report_sections(a, setting + [_compute_line(result.runs)]) + ["", "## Per mode", "", mode_table(a), ""]
+        parts += (report_sections(a, setting + [_compute_line(result.runs)], baseline)
+                  + ["", "## Per mode", "", mode_table(a, baseline), ""])
         if a.grid:
             parts += ["## Learning-rate grid", "", "Median held time to target (seeds that held it) for every "
                       "rate; the rate each mode is compared at in bold.", "", grid_table(a), ""]

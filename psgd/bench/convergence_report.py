@@ -149,12 +149,12 @@ def write_seeds_csv(path: Path, a: Analysis) -> None:
                         "examples_per_s": _num(o.examples / o.train_time_s if o.train_time_s > 0 else None, 1)})
 
 
-def mode_table(a: Analysis) -> str:
+def mode_table(a: Analysis, baseline: str = "bsp") -> str:
     metric = "final accuracy" if a.target.higher_is_better else "final validation loss"
-    lines = [f"| mode | lr | seeds | held target | time to target, median [95% CI] | ratio to bsp [95% CI] | "
-             f"tied with bsp (±{TIE_MARGIN:.0%}) | {metric}, median [95% CI] | wire bytes / example |",
+    lines = [f"| mode | lr | seeds | held target | time to target, median [95% CI] | ratio to {baseline} [95% CI] | "
+             f"tied with {baseline} (±{TIE_MARGIN:.0%}) | {metric}, median [95% CI] | wire bytes / example |",
              "|---|---|---|---|---|---|---|---|---|"]
-    base = a.stats.get("bsp")
+    base = a.stats.get(baseline)
     for label, s in a.stats.items():
         ratio, tie = "—", "—"
         if base is not None and s is not base and s.times and base.times:

@@ -105,10 +105,10 @@ def cmd_bench_overlap(args: argparse.Namespace) -> int:
     from psgd.bench.overlap import overlap_table, run_overlap_bench
     from psgd.bench.procs import parse_size
     show = None if args.json else (lambda line: print(line, file=sys.stderr))
-    result = run_overlap_bench(parse_size(args.size), args.compute_ms, args.runs, args.steps, args.shards,
-                               on_line=show or (lambda line: None))
-    plain = {**result, "points": {k: {"steps_per_s": p.steps_per_s, "median": p.median}
-                                  for k, p in result["points"].items()}}
+    result = run_overlap_bench(parse_size(args.size), args.compute_ms, args.runs, args.steps, args.rounds,
+                               args.shards, on_line=show or (lambda line: None))
+    plain = {**result, "points": {k: {"steps_per_s": p.steps_per_s, "median": p.median, "of_ideal": p.of_ideal,
+                                      "of_serial": p.of_serial} for k, p in result["points"].items()}}
     lines = overlap_table(result)
     if args.out:
         out = Path(args.out)
@@ -183,9 +183,11 @@ def add_measurement_commands(sub) -> None:
     overlap.add_argument("--size", default="4MB", help="model size (its gradient per step)")
     overlap.add_argument("--compute-ms", type=float, default=None,
                          help="emulated compute per step (default: the measured communication time)")
-    overlap.add_argument("--runs", type=int, default=3, help="interleaved runs; the table gives medians")
-    overlap.add_argument("--steps", type=int, default=40, help="timed steps per run and variant")
-    overlap.add_argument("--shards", type=int, default=2)
+    overlap.add_argument("--runs", type=int, default=3, help="runs, each with its own bounds; the table gives medians")
+    overlap.add_argument("--rounds", type=int, default=4,
+                         help="blocks per run and variant, every variant's block in turn, in a rotating order")
+    overlap.add_argument("--steps", type=int, default=10, help="timed steps per block")
+    overlap.add_argument("--shards", type=int, default=1, help="shard processes (1: the worker and one shard)")
     overlap.set_defaults(func=cmd_bench_overlap)
     sim = bench.add_parser("sim", help="the simulator's own cost against the gradient compute it executes")
     sim.add_argument("config", nargs="?", default=None, help="the workload (default: the built-in defaults)")

@@ -48,6 +48,8 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
     from psgd.bench.outcomes import conclusion
     try:
         specs = bc.parse_modes(args.modes)
+        if args.baseline != Mode.BSP and args.baseline not in {s.label for s in specs}:
+            raise ValueError(f"--baseline {args.baseline!r} is not one of the --modes")
         overrides = [*args.overrides, *_on(args)]
         cfg = load_config(args.config, overrides)
         seeds = _seeds(args.seeds, cfg)
@@ -71,10 +73,10 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
         return 2
     title = args.title or f"{cfg.task.model} on {cfg.task.dataset}, {cfg.cluster.workers} workers"
     report, csv_path, plots = bc.write_outputs(result, title, dump_config(cfg), _command_line(args),
-                                               bc.setting_lines(cfg, specs))
+                                               bc.setting_lines(cfg, specs), baseline=args.baseline)
     if result.analysis is not None:
-        print("\n".join(conclusion(result.analysis.stats, result.target.text)))
-        print(mode_table(result.analysis))
+        print("\n".join(conclusion(result.analysis.stats, result.target.text, args.baseline)))
+        print(mode_table(result.analysis, args.baseline))
     for f in result.failed:
         print(f"failed: {f}", file=sys.stderr)
     print(f"wrote {report}, {csv_path}, seeds.csv and {len(plots)} plots", file=sys.stderr)
@@ -166,6 +168,7 @@ def add_bench_convergence_command(bench) -> None:
     conv.add_argument("--lr-from", default="", help="a previous bench's summary.csv: each mode at the rate chosen there")
     conv.add_argument("--out", default=None, help="output directory (default: run.out_dir/bench-NAME-TIMESTAMP)")
     conv.add_argument("--title", default="", help="title of the report and plots")
+    conv.add_argument("--baseline", default=Mode.BSP.value, help="the mode every other is compared with (a --modes label)")
     conv.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     conv.set_defaults(func=cmd_bench_convergence)
 

@@ -64,8 +64,12 @@ class WorkersConfig:
     # off | pipeline (one more step of staleness: the next step's compute hides this one's push and
     # pull; not with bsp) | backward (each shard's gradients leave while backward still runs)
     overlap: Overlap = Overlap.OFF
+    # backward: a shard's gradient leaves in pieces of at least this many KiB (f32/bf16), as backward
+    # produces them; smaller pieces cost more in messages than they hide
+    piece_kb: int = field(default=256, metadata=int_max(1 << 20))
 
     def __post_init__(self):
+        _check(self.piece_kb >= 1, "piece_kb", f"must be >= 1, got {self.piece_kb}")
         for rank, mult in self.slowdown.items():
             _check(rank >= 0, f"slowdown[{rank}]", "rank must be >= 0")
             _check(mult >= 1.0, f"slowdown[{rank}]", f"multiplier must be >= 1, got {mult}")

@@ -61,10 +61,11 @@ class Layout:
                     flat[s.param][s.param_offset:s.param_offset + s.length], non_blocking=True)
         return list(out)
 
-    def flatten_shard(self, tensors: Sequence[Optional[torch.Tensor]], shard: int, out: torch.Tensor) -> torch.Tensor:
-        """Gather one shard's part of full tensors (in layout order; only the shard's own
-        parameters are read, the others may be None) into `out`."""
-        for s in self.segments[shard]:
+    def flatten_shard(self, tensors: Sequence[Optional[torch.Tensor]], shard: int, out: torch.Tensor,
+                      segments: slice = slice(None)) -> torch.Tensor:
+        """Gather one shard's part of full tensors (in layout order; only the parameters of
+        the shard's `segments` are read, the others may be None) into `out`."""
+        for s in self.segments[shard][segments]:
             out[s.shard_offset:s.shard_offset + s.length].copy_(
                 tensors[s.param].reshape(-1)[s.param_offset:s.param_offset + s.length])
         return out

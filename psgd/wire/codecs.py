@@ -83,6 +83,26 @@ class WireEncoder:
         """Let go of the last payloads (they may view memory the caller is releasing)."""
         self._frames.clear()
 
+    @property
+    def elementwise(self) -> bool:
+        """Whether each element's encoding depends on that element alone (f32, bf16), so a
+        gradient encoded piece by piece is the same bytes as encoded whole. f16's scale
+        comes from the whole gradient, top-k's choice too: those leave whole."""
+        return self.encoding in ("f32", "bf16")
+
+    def encode_piece(self, shard: int, grad: torch.Tensor, offset: int, numel: int) -> Encoded:
+        """Elements [offset, offset + numel) of one shard's flat float32 gradient, as
+        `encode` would put them on the wire (elementwise encodings only)."""
+        if not self.elementwise:
+            raise ValueError(f"{self.encoding} gradients cannot be encoded piece by piece")
+        piece = grad[offset:offset + numel]
+        if self.encoding == "bf16":
+            piece = self._buffers[shard][offset:offset + numel]
+            piece.copy_(grad[offset:offset + numel])
+        self.wire_bytes += piece.element_size() * numel
+        self.fp32_bytes += 4 * numel
+        return Encoded([tensor_frame(piece)], self.encoding)
+
     def _frame(self, shard: int, t: torch.Tensor):
         """The frame over `t`, the same object while `t` and its storage are the
         ones of the last call (workers reuse their gradient buffers), so the

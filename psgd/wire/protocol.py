@@ -4,7 +4,11 @@ A message is a list of frames: one msgpack header
 ``[PROTOCOL_VERSION, type, request_id, {field: value}]`` followed by zero or
 more raw tensor frames (little-endian, C order), sent zero-copy when large.
 A dense gradient is one frame; a sparse ("topk") gradient is two frames, the
-int32 indices then the float32 values of its `nnz` kept coordinates.
+int32 indices then the float32 values of its `nnz` kept coordinates. A dense
+gradient may also travel in pieces (push during backward): messages with
+`held` true carry [offset, offset + numel) of it and are not answered; the
+push's last message (`held` false) carries the rest, and the shard applies the
+whole gradient once, as if it had come in one message.
 Nothing is ever pickled. `decode` checks version, type, field names and field
 types and raises ProtocolError with a reason; checks against the parameter
 layout (sizes, shard) belong to the server.
@@ -80,6 +84,7 @@ class ErrorCode(str, Enum):
     NOT_OURS = "not_ours"
     NOT_PREPARED = "not_prepared"
     NOT_REGISTERED = "not_registered"
+    MISSING_PIECES = "missing_pieces"
     RANK_BOUND = "rank_bound"
     TOO_LATE = "too_late"
     TOO_SMALL = "too_small"
@@ -166,6 +171,18 @@ class Push(Record):
     shm: int = 0                # >0: the dense payload lies in the segment at this generation; no frame follows
     step_s: float = 0.0         # the worker's step time before this push (0: not measured)
     steps: int = 1              # training steps behind this push (local updates: the round's)
+    # Pieces (PIECE_FIELDS; absent from the header at their defaults, so shards that predate them read
+    # every push that does not use them): numel then counts this payload's elements.
+    offset: int = 0             # the payload's first element within the shard's gradient
+    held: bool = False          # a piece the shard keeps, unanswered, until the push's last message
+
+
+PIECE_FIELDS = ("offset", "held")
+
+
+def is_piece(push: Push, shard_numel: int) -> bool:
+    """Whether `push` is one piece of a gradient rather than all of it."""
+    return push.held or push.offset != 0 or push.numel != shard_numel
 
 
 @dataclass(frozen=True)
@@ -275,6 +292,9 @@ def encode(record: Record, frames: Sequence[Any] = ()) -> list:
     """Header bytes followed by the given payload frames (buffers, not copied)."""
     fields = record.__dict__.copy()  # the dataclass fields, in order
     req = fields.pop("req")
+    if isinstance(record, Push) and not (record.held or record.offset):
+        for name in PIECE_FIELDS:  # a whole gradient: the header an older shard knows
+            del fields[name]
     header = msgpack.packb([PROTOCOL_VERSION, int(record.TYPE), req, fields], use_bin_type=True)
     return [header, *frames]
 

@@ -1,7 +1,8 @@
 """Overlap keeps every guarantee across crashes, with real processes: a SIGKILLed
-shard under pipelined steps with top-k compression loses and doubles nothing
-(acknowledged = applied), and a SIGKILLed worker pushing during backward under SSP
-rejoins with the bound held."""
+shard under pipelined steps with top-k compression, or under pushes in pieces
+during backward, loses and doubles nothing (acknowledged = applied), and a
+SIGKILLed worker pushing in pieces during backward under SSP rejoins with the
+bound held."""
 import json
 import os
 import signal
@@ -23,14 +24,15 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.timeout(120)
-def test_a_killed_shard_under_pipelined_steps_loses_and_doubles_nothing(tmp_path):
+@pytest.mark.parametrize("overlap, wire", [("pipeline", {"compression": "topk", "topk_ratio": 0.1}),
+                                           ("backward", {"compression": "none"})])
+def test_a_killed_shard_under_overlap_loses_and_doubles_nothing(tmp_path, overlap, wire):
     steps = 300
     cfg = write_config(tmp_path / "c.yaml", cluster=FAST_RETRY,
                        train={"steps_per_worker": steps, "max_time_s": 90, "target_accuracy": 0.9},
                        checkpoint={"every_updates": 100, "every_s": 0},
                        supervision={"max_restarts": 2, "backoff_s": 0.2},
-                       workers={"device": "cpu", "overlap": "pipeline"},
-                       wire={"compression": "topk", "topk_ratio": 0.1})
+                       workers={"device": "cpu", "overlap": overlap, "piece_kb": 1}, wire=wire)
     out = tmp_path / "run"
     proc = start_launch(cfg, out)
     assert wait_for(lambda: worker_steps(out, 0) >= 130, timeout=60), "training did not get going"
@@ -44,7 +46,16 @@ def test_a_killed_shard_under_pipelined_steps_loses_and_doubles_nothing(tmp_path
     assert {r: (e["clock"], e["pushes"]) for r, e in done.items()} == {0: (steps, steps), 1: (steps, steps)}
     acknowledged = sum(e["pushes"] for e in done.values())
     assert final_versions(events) == {0: acknowledged, 1: acknowledged}  # ASP: one update per distinct push
-    assert summary["staleness_mean"] >= 1.0  # every pipelined gradient is at least one update old
+    if overlap == "pipeline":
+        assert summary["staleness_mean"] >= 1.0  # every pipelined gradient is at least one update old
+    else:  # the killed shard took the gradients in pieces (1 KiB ones: several a push), before and after
+        assert pieces_received(events, 1) > steps
+
+
+def pieces_received(events, shard):
+    """Pieces a shard took, in its last stats event (since its last start)."""
+    latest = [e for e in events if e.get("event") == "server_stats" and e["index"] == shard]
+    return latest[-1]["counters"].get("push_pieces", 0)
 
 
 @pytest.mark.timeout(120)
@@ -53,7 +64,7 @@ def test_a_killed_worker_pushing_during_backward_rejoins_with_the_ssp_bound_held
     cfg = write_config(tmp_path / "c.yaml", cluster=FAST_RETRY, consistency={"mode": "ssp", "staleness": 2},
                        train={"steps_per_worker": steps, "max_time_s": 90},
                        supervision={"max_restarts": 1, "backoff_s": 0.2},
-                       workers={"device": "cpu", "overlap": "backward"}, eval={"enabled": False})
+                       workers={"device": "cpu", "overlap": "backward", "piece_kb": 1}, eval={"enabled": False})
     out = tmp_path / "run"
     proc = start_launch(cfg, out)
     assert wait_for(lambda: worker_steps(out, 1) >= 50, timeout=60), "training did not get going"
@@ -68,3 +79,4 @@ def test_a_killed_worker_pushing_during_backward_rejoins_with_the_ssp_bound_held
     done = {e["rank"]: e["clock"] for e in events if e.get("event") == "done"}
     assert done == {0: steps, 1: steps}
     assert summary["max_clock_gap"] <= 2
+    assert pieces_received(events, 1) > steps  # both workers' gradients went in pieces

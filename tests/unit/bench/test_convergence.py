@@ -164,3 +164,13 @@ def test_overlap_suffixes_set_the_worker_overlap_and_read_back():
     assert mode_label("asp", None, False, overlap=False) == "asp"  # YAML's reading of off
     with pytest.raises(ValueError, match="ssp or asp"):
         parse_modes("bsp+pipe")
+
+
+def test_another_baseline_is_what_every_mode_is_compared_with(tmp_path):
+    runs = [_run("asp", s, 0.1, [0.5, 0.8, 0.85], mode="asp") for s in range(3)]              # held at t=2
+    runs += [_run("asp+pipe", s, 0.1, [0.5, 0.6, 0.7, 0.8, 0.9], mode="asp") for s in range(3)]  # held at t=4
+    report, _, _ = write_outputs(BenchResult(tmp_path, runs, [], TARGET), "t", "run: {}", "cmd", [], baseline="asp")
+    lines = report.read_text().splitlines()
+    assert lines[6] == "- Time to hold test accuracy 0.8, median [95% CI] over seeds; asp: 2.00 s [2.00 s, 2.00 s]."
+    assert lines[7] == "- Slower than asp (intervals do not overlap): asp+pipe (4.00 s [4.00 s, 4.00 s], 2.00x)."
+    assert any(line.startswith("| mode |") and "ratio to asp" in line for line in lines)

@@ -17,6 +17,11 @@ def net():
     return nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 3))
 
 
+def wide_net():  # 2563 parameters: with 1 KiB pieces, a shard's gradient leaves in several
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(5, 64), nn.Tanh(), nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 3))
+
+
 def batches(n, seed=1):
     g = torch.Generator().manual_seed(seed)
     return [(torch.randn(16, 5, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(n)]
@@ -53,6 +58,50 @@ def test_pushing_during_backward_applies_what_a_blocking_push_applies(job):
         train(cfg, net(), batches(12))
         results[overlap] = shard_params(served)
     assert all(torch.equal(a, b) for a, b in zip(results["off"], results["backward"]))
+
+
+@pytest.mark.parametrize("compression", ["none", "bf16", "fp16", "topk"])
+@pytest.mark.parametrize("shared_memory", ["auto", "off"])
+def test_pieces_sent_during_backward_apply_what_a_blocking_push_applies(job, compression, shared_memory):
+    results, sent, pieces = {}, {}, {}
+    for overlap in ("off", "backward"):
+        sets = (f"workers.overlap={overlap}", f"wire.compression={compression}", "wire.topk_ratio=0.3",
+                f"wire.shared_memory={shared_memory}", "workers.piece_kb=1")  # the small net: several a shard
+        cfg, served = job(wide_net(), *sets)
+        model = wide_net()
+        with psgd.Optimizer(model, cfg, rank=0) as opt:
+            for x, y in batches(12):
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+            sent[overlap] = opt.stats.bytes_sent
+        results[overlap] = shard_params(served)
+        pieces[overlap] = sum(s.state.counters["push_pieces"] for s in served.servers)
+    assert all(torch.equal(a, b) for a, b in zip(results["off"], results["backward"]))
+    assert sent["off"] == sent["backward"]
+    # f32 and bf16 are encoded element by element: sent in pieces. f16's scale and top-k's
+    # choice depend on the whole gradient: each shard leaves whole.
+    assert pieces["off"] == 0 and (pieces["backward"] > 12 * 2) == (compression in ("none", "bf16"))
+
+
+def test_pieces_a_shard_lost_are_sent_again_whole(job):
+    """The last piece finds the others missing (a shard that restarted mid-push, say):
+    the push goes again in one message, under the same seq, and applies once."""
+    cfg, served = job(net(), "optimizer.lr=0.5")
+    layout, grads = served.layout, [torch.arange(n, dtype=torch.float32) / 7 for n in served.layout.shard_sizes]
+    before = shard_params(served)
+    client = psgd.PSClient(cfg.cluster.servers, layout, rank=0, heartbeat_s=None)
+    try:
+        client.register()
+        request = client.push_pull_start([None, None])
+        for s, g in enumerate(grads):  # only the upper half of each shard: its first half never went
+            client.push_pull_piece(request, s, g, g.numel() // 2, g.numel() - g.numel() // 2, last=True)
+        client.push_pull_finish(request)
+    finally:
+        client.close()
+    for server, start, g in zip(served.servers, before, grads):
+        assert torch.equal(server.state.params, start - 0.5 * g)
+        assert server.state.counters["bad_requests_missing_pieces"] == 1 and server.state.version == 1
 
 
 def test_a_pipelined_worker_follows_the_one_step_delayed_recurrence(job):
@@ -110,3 +159,11 @@ def test_backward_twice_before_a_step_is_refused(job):
         with pytest.raises(Exception, match="once per step"):
             nn.functional.cross_entropy(model(x), y).backward()
         del opt
+
+
+def test_pieces_group_consecutive_segments_into_an_even_share_at_least():
+    from psgd.workers.overlap import plan_pieces
+    assert plan_pieces([4] * 8, 1) == [slice(i, i + 1) for i in range(8)]  # 8 layers: one piece each
+    assert plan_pieces([5, 1, 1, 5, 2], 4) == [slice(0, 1), slice(1, 4), slice(4, 5)]  # the last: what is left
+    assert plan_pieces([4] * 8, 100) == [slice(0, 8)]  # the minimum size wins over the even share
+    assert plan_pieces([], 4) == []
