@@ -22,21 +22,24 @@
 # records the machine, its load and the time each step took.
 #
 # A mode's grid is chosen by its inner optimizer: the workload's optimizer
-# (LR_GRID_<workload>) or, for the +diloco modes, AdamW (LR_GRID_ADAMW_<workload>,
-# which falls back to LR_GRID_<workload> when empty); each mode is compared at
-# the best rate of its own grid.
+# (LR_GRID_<workload>; in the local group LR_GRID_LOCAL_<workload>, wider, as
+# local SGD's best rate lies above bsp's and GEO-SGD's below) or, for the
+# +diloco modes, AdamW (LR_GRID_ADAMW_<workload>, which falls back to the
+# other grid when empty); each mode is compared at the best rate of its own grid.
 #
 # The full study is 2 workloads x (10 modes x 3 rates x 1 seed + 3 cases x 10
-# modes x 3 seeds + 7 local-group modes x 3 rates x 1 seed + 3 cases x 7 modes
-# x 3 seeds) + the many case (3 modes x 3 rates x 1 seed + 3 modes x 3 seeds)
-# = 426 runs of 18 s of training, about 21-24 s each with start-up: about
-# 2.6 h. Knobs for a smaller one: WORKLOADS, CASES_<workload> and
-# LOCAL_CASES_<workload> (empty: skip that part), MODES, MANY_MODES,
-# LOCAL_MODES, SEEDS, LR_GRID_<workload> (empty: skip the grids and use the
-# config's rate with optimizer.lr_scaling: linear), LR_GRID_ADAMW_<workload>,
+# modes x 3 seeds + the local group's 4 modes x 5 (charlm 4) rates + 3 modes x
+# 4 AdamW rates, 1 seed + 3 cases x 7 modes x 3 seeds) + the many case (3
+# modes x 3 rates x 1 seed + 3 modes x 3 seeds) = 444 runs of 18 s of
+# training, about 21-25 s each with start-up: about 2.8 h. Knobs for a
+# smaller one: WORKLOADS, CASES_<workload> and LOCAL_CASES_<workload> (empty:
+# skip that part), MODES, MANY_MODES, LOCAL_MODES, SEEDS, LR_GRID_<workload>
+# (empty: skip the grids and use the config's rate with optimizer.lr_scaling:
+# linear), LR_GRID_LOCAL_<workload>, LR_GRID_ADAMW_<workload>,
 # EXTRA_SETS (--set strings for every run), REUSE_LR=1 (keep the rates an
 # earlier run chose in $STUDY_RUNS and append to study.log: to add a case
-# without redoing the rest).
+# without redoing the rest), APPEND_LOG=1 (append to study.log: a partial run
+# that leaves the other parts' results in place).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 cd "$HERE/../.."
@@ -50,8 +53,12 @@ MANY_MODES="${MANY_MODES:-bsp,asp,asp+sa}"
 MODES="${MODES:-allreduce,bsp,bsp+b1,ssp:1,ssp:2,ssp:4,ssp:8,asp,asp+sa,asp+dc}"
 LR_GRID_mnist1d="${LR_GRID_mnist1d-0.05,0.1,0.2}"
 LR_GRID_charlm="${LR_GRID_charlm-0.001,0.003,0.006}"
-LR_GRID_ADAMW_mnist1d="${LR_GRID_ADAMW_mnist1d-0.001,0.003,0.01}"
-LR_GRID_ADAMW_charlm="${LR_GRID_ADAMW_charlm-0.001,0.003,0.006}"
+LR_GRID_ADAMW_mnist1d="${LR_GRID_ADAMW_mnist1d-0.0003,0.001,0.003,0.01}"
+LR_GRID_ADAMW_charlm="${LR_GRID_ADAMW_charlm-0.0003,0.001,0.003,0.006}"
+# Local SGD's inner steps are not scaled with the workers (bsp's are, x4) and its
+# best rate lies above bsp's; GEO-SGD's, below: the local group's grid is wider.
+LR_GRID_LOCAL_mnist1d="${LR_GRID_LOCAL_mnist1d-0.025,0.05,0.1,0.2,0.4}"
+LR_GRID_LOCAL_charlm="${LR_GRID_LOCAL_charlm-0.0005,0.001,0.003,0.006}"
 LOCAL_MODES="${LOCAL_MODES:-bsp,asp,local:8,geo:8,diloco:8,asp+h8+diloco,adiloco:8}"
 LOCAL_CASES_mnist1d="${LOCAL_CASES_mnist1d-none straggler delay}"
 LOCAL_CASES_charlm="${LOCAL_CASES_charlm-none straggler delay}"
@@ -82,9 +89,9 @@ case_title() {
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); seeds $SEEDS; modes $MODES"
   echo "workloads $WORKLOADS; cases: mnist1d $CASES_mnist1d, charlm $CASES_charlm (many: $MANY_MODES); extra settings: ${EXTRA_SETS:-none}"
   echo "local group: modes $LOCAL_MODES; cases: mnist1d ${LOCAL_CASES_mnist1d:-none}, charlm ${LOCAL_CASES_charlm:-none}"
-  echo "grids: mnist1d ${LR_GRID_mnist1d:-none} (AdamW ${LR_GRID_ADAMW_mnist1d:-none}), charlm ${LR_GRID_charlm:-none} (AdamW ${LR_GRID_ADAMW_charlm:-none})"
+  echo "grids: mnist1d ${LR_GRID_mnist1d:-none} (local group ${LR_GRID_LOCAL_mnist1d:-none}; AdamW ${LR_GRID_ADAMW_mnist1d:-none}), charlm ${LR_GRID_charlm:-none} (local group ${LR_GRID_LOCAL_charlm:-none}; AdamW ${LR_GRID_ADAMW_charlm:-none})"
 } > "$LOG.new"
-if [ "${REUSE_LR:-0}" = 1 ] && [ -f "$LOG" ]; then  # a continuation: keep the earlier steps' record
+if { [ "${REUSE_LR:-0}" = 1 ] || [ "${APPEND_LOG:-0}" = 1 ]; } && [ -f "$LOG" ]; then  # keep the earlier record
   cat "$LOG.new" >> "$LOG" && rm "$LOG.new"
 else
   mv "$LOG.new" "$LOG"
@@ -106,7 +113,7 @@ logged() {  # logged LABEL CMD...: run a bench, log its time and the machine's l
 
 grids() {  # grids W NAME MODES CASE-ARGS...: sets LR_ARGS, the rates each mode's own grid chose
   local w="$1" name="$2" modes="$3"; shift 3
-  local grid_var="LR_GRID_$w" adamw_var="LR_GRID_ADAMW_$w"
+  local grid_var="LR_GRID${GRID:-}_$w" adamw_var="LR_GRID_ADAMW_$w"
   local grid="${!grid_var:-}" adamw="${!adamw_var:-}" m sgd_modes="" adamw_modes="" out
   LR_ARGS=()
   [ -n "$grid" ] || return 0   # no grid: the config's rate
@@ -164,7 +171,7 @@ for w in $WORKLOADS; do
   fi
   local_var="LOCAL_CASES_$w"
   if [ -n "${!local_var-}" ]; then  # the local-update group, beside its own bsp and asp
-    TITLE="no straggler, local-update group" grids "$w" "$w-local" "$LOCAL_MODES"
+    GRID=_LOCAL TITLE="no straggler, local-update group" grids "$w" "$w-local" "$LOCAL_MODES"
     cases "$w" "$w-local" "$LOCAL_MODES" ${!local_var}
   fi
 done
