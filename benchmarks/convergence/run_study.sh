@@ -23,7 +23,7 @@
 #
 # A mode's grid is chosen by its inner optimizer: the workload's optimizer
 # (LR_GRID_<workload>; in the local group LR_GRID_LOCAL_<workload>, wider, as
-# local SGD's best rate lies above bsp's and GEO-SGD's below) or, for the
+# local SGD's best rate lies above bsp's) or, for the
 # +diloco modes, AdamW (LR_GRID_ADAMW_<workload>, which falls back to the
 # other grid when empty); each mode is compared at the best rate of its own grid.
 #
@@ -55,9 +55,9 @@ LR_GRID_mnist1d="${LR_GRID_mnist1d-0.05,0.1,0.2}"
 LR_GRID_charlm="${LR_GRID_charlm-0.001,0.003,0.006}"
 LR_GRID_ADAMW_mnist1d="${LR_GRID_ADAMW_mnist1d-0.0003,0.001,0.003,0.01}"
 LR_GRID_ADAMW_charlm="${LR_GRID_ADAMW_charlm-0.0003,0.001,0.003,0.006}"
-# Local SGD's inner steps are not scaled with the workers (bsp's are, x4) and its
-# best rate lies above bsp's; GEO-SGD's, below: the local group's grid is wider.
-LR_GRID_LOCAL_mnist1d="${LR_GRID_LOCAL_mnist1d-0.025,0.05,0.1,0.2,0.4}"
+# Local SGD's inner steps are not scaled with the workers (bsp's are, x4): its
+# best rate lies above bsp's, so the local group's grid reaches higher.
+LR_GRID_LOCAL_mnist1d="${LR_GRID_LOCAL_mnist1d-0.05,0.1,0.2,0.4,0.8}"
 LR_GRID_LOCAL_charlm="${LR_GRID_LOCAL_charlm-0.0005,0.001,0.003,0.006}"
 LOCAL_MODES="${LOCAL_MODES:-bsp,asp,local:8,geo:8,diloco:8,asp+h8+diloco,adiloco:8}"
 LOCAL_CASES_mnist1d="${LOCAL_CASES_mnist1d-none straggler delay}"
