@@ -1,7 +1,10 @@
 """The committed convergence study's analysis page, assembled from the cases'
 seeds.csv files that `psgd bench convergence` wrote: per workload, a headline
 table (median time to target [95% CI] and ratio to BSP per mode and case) and
-the literature verdicts those intervals support (literature.py).
+the literature verdicts those intervals support (literature.py). The
+local-update group (<workload>-local-<case>, run_study.sh's LOCAL_MODES) is a
+section of its own, with examples and bytes to the target and the local-update
+claims (literature_local.py).
 
     python benchmarks/convergence/verdicts.py benchmarks/convergence
 
@@ -16,16 +19,18 @@ import sys
 from pathlib import Path
 
 from literature import study_verdicts  # this script's sibling (run as a file, from any directory)
+from literature_local import SeedRow, local_table, local_verdicts
 
 from psgd.bench.outcomes import ModeStats, RunOutcome, mode_stats
 from psgd.config.modes import Mode
 
-__all__ = ["load_case", "headline", "verdicts_page", "main", "CASE_NAMES"]
+__all__ = ["load_case", "load_rows", "headline", "verdicts_page", "main", "CASE_NAMES", "LOCAL_GROUP"]
 
 # The cases run_study.sh runs, by the suffix of their directory names.
 CASE_NAMES = {"none": "no straggler", "straggler": "rank 3 slowed 4x", "delay": "random per-step delays",
               "many": "16 light workers"}
 CASE_ORDER = ["none", "straggler", "delay", "many"]
+LOCAL_GROUP = "-local"  # <workload>-local-<case>: the local-update modes and their baselines, run side by side
 
 
 def _f(text: str):
@@ -40,6 +45,18 @@ def load_case(seeds_csv: Path) -> dict[str, ModeStats]:
                            _f(r["final_metric"]), float(r["train_time_s"] or 0), int(r["examples"] or 0))
                 for r in rows]
     return mode_stats(outcomes)
+
+
+def load_rows(seeds_csv: Path) -> dict[str, list[SeedRow]]:
+    """Each mode's seed rows at its chosen learning rate (examples/s and wire bytes included)."""
+    out: dict[str, list[SeedRow]] = {}
+    for r in csv.DictReader(open(seeds_csv)):
+        if r["chosen_lr"] == "True":
+            ttt = _f(r["time_to_target_s"])
+            out.setdefault(r["label"], []).append(SeedRow(
+                r["label"], int(r["seed"]), float("inf") if ttt is None else ttt, _f(r["final_metric"]),
+                _f(r.get("examples_per_s", "")), _f(r.get("wire_bytes_per_example", ""))))
+    return out
 
 
 def headline(cases: dict[str, dict[str, ModeStats]]) -> str:
@@ -60,15 +77,21 @@ def headline(cases: dict[str, dict[str, ModeStats]]) -> str:
     return "\n".join(lines)
 
 
+def _order(cases: dict) -> dict:
+    return dict(sorted(cases.items(), key=lambda kv: CASE_ORDER.index(kv[0]) if kv[0] in CASE_ORDER else 99))
+
+
 def verdicts_page(study_dir: Path) -> str:
-    """Markdown for every workload found in study_dir."""
+    """Markdown for every workload (and local-update group) found in study_dir."""
     workloads: dict[str, dict[str, dict[str, ModeStats]]] = {}
+    rows: dict[str, dict[str, dict[str, list[SeedRow]]]] = {}
     higher: dict[str, bool] = {}
     for d in sorted(p for p in Path(study_dir).iterdir() if (p / "seeds.csv").is_file()):
         workload, _, case = d.name.rpartition("-")
         if not workload or case == "lr":  # a learning-rate grid, not a case
             continue
         workloads.setdefault(workload, {})[case] = load_case(d / "seeds.csv")
+        rows.setdefault(workload, {})[case] = load_rows(d / "seeds.csv")
         summary = list(csv.DictReader(open(d / "summary.csv"))) if (d / "summary.csv").is_file() else []
         higher[workload] = not summary or summary[0].get("metric", "accuracy") == "accuracy"
     parts = ["# Literature verdicts", "",
@@ -77,12 +100,24 @@ def verdicts_page(study_dir: Path) -> str:
              "only where the intervals separate in its favour, *not confirmed* where they separate against it, "
              "and *inconclusive* where they overlap. A claimed tie is about the ratio of the median times: *confirmed* "
              "only where its 95% interval lies within ±10% of 1 (the tie margin), *not confirmed* where it lies "
-             "wholly outside, and *inconclusive* otherwise.", ""]
+             "wholly outside, and *inconclusive* otherwise.", "",
+             "The `-local` sections are the local-update modes (`bsp+hH`: local SGD, `asp+hH`: GEO-SGD, "
+             "`bsp+hH+diloco`: DiLoCo, `asp+hH+diloco`: naive asynchronous DiLoCo, `asp+hH+diloco+dn`: with Delayed "
+             "Nesterov) measured side by side with the baselines they are compared against, each mode at the best "
+             "rate of the grid of its inner optimizer. Examples to target = examples/s x time to target (a run's "
+             "mean rate); bytes to target = wire bytes per example x examples to target. \"Far fewer bytes\" is "
+             "judged on the ratio of the medians: *confirmed* where its interval lies at or below 0.5.", ""]
     for workload, cases in workloads.items():
-        cases = dict(sorted(cases.items(), key=lambda kv: CASE_ORDER.index(kv[0]) if kv[0] in CASE_ORDER else 99))
-        parts += [f"## {workload}", "", headline(cases), "",
-                  "| claim | source | verdict | evidence |", "|---|---|---|---|"]
-        for c in study_verdicts(cases, workload, higher[workload]):
+        cases = _order(cases)
+        local = workload.endswith(LOCAL_GROUP)
+        parts += [f"## {workload}", "", headline(cases), ""]
+        if local:
+            parts += [local_table(_order(rows[workload]), CASE_NAMES), ""]
+            claims = local_verdicts(_order(rows[workload]), workload, higher[workload])
+        else:
+            claims = study_verdicts(cases, workload, higher[workload])
+        parts += ["| claim | source | verdict | evidence |", "|---|---|---|---|"]
+        for c in claims:
             parts.append(f"| {c.claim.split(': ', 1)[1]} | {c.source} | **{c.verdict}** | {c.evidence} |")
         parts.append("")
     if not workloads:

@@ -80,6 +80,11 @@ class ModeSpec:
                 f"local.steps={self.local_steps}",
                 f"local.delayed_nesterov={'true' if self.delayed_nesterov else 'false'}",
                 f"workers.overlap={self.overlap.value}"]
+        if self.local_steps:
+            # The inner optimizer steps one worker's batch, and lr_scaling (a rule for the
+            # servers' steps on gradients) is refused under local updates: a config that
+            # scales bsp's rate still runs its local modes, at the configured rate.
+            sets.append("optimizer.lr_scaling=none")
         return sets + (DILOCO_OVERRIDES if self.diloco else [])
 
     @property

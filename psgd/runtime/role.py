@@ -86,8 +86,15 @@ def start_role(role: str, index: int, cfg: Config, run_dir: Optional[Path] = Non
 
     torch.set_num_threads(cfg.run.threads)
     stop = threading.Event()
+
+    def on_signal(*_):
+        # The handler runs on the main thread, possibly inside stop.wait() (a straggler's
+        # delay) while that holds the Event's lock: stop.set() from here would wait for
+        # that lock forever. A short thread sets it once the wait lets the lock go.
+        threading.Thread(target=stop.set, name="psgd-stop", daemon=True).start()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     run_dir = Path(run_dir) if run_dir else None
     path = run_dir / "events" / f"{role}-{index}.jsonl" if run_dir else None
     events = EventLog(path, role, index)

@@ -73,7 +73,7 @@ def _run(label, seed, lr, accs, mode="bsp", batch=32, workers=4, step_end=None):
     end = float(len(accs)) if step_end is None else step_end
     steps = [{"t": 0.5, "loss": 1.0}, {"t": end, "loss": 0.5}]
     summary = {"seed": seed, "mode": mode, "workers": workers, "total_updates": 10 * len(accs),
-               "staleness_hist": {"0": 5, "1": 5}}
+               "staleness_hist": {"0": 5, "1": 5}, "wire_bytes_per_example": 100.0 + seed}
     config = {"optimizer": {"lr": lr}, "task": {"batch_size": batch}, "consistency": {"mode": mode}}
     return RunData(Path(f"/runs/{label}-{lr}-{seed}"), label, summary, evals, steps, config)
 
@@ -113,6 +113,7 @@ def test_outputs_summary_seeds_report_and_plots(tmp_path):
     assert rows[0]["final_metric_median"] == "0.91" and rows[0]["final_metric_ci_low"] == "0.9"
     seeds = list(csv.DictReader(open(tmp_path / "seeds.csv")))
     assert len(seeds) == 6 and seeds[0]["time_to_target_s"] == "2.0" and seeds[0]["chosen_lr"] == "True"
+    assert [r["wire_bytes_per_example"] for r in seeds[:3]] == ["100.0", "101.0", "102.0"]  # each run's own
     text = report.read_text()
     lines = text.splitlines()
     assert lines[4] == "## Conclusion"
@@ -139,6 +140,9 @@ def test_local_update_modes_parse_to_their_overrides_and_read_back_under_the_sam
                  "delayed_nesterov": cfg.local.delayed_nesterov}
         staleness = cfg.consistency.staleness if cfg.consistency.mode == "ssp" else None
         assert mode_label(cfg.consistency.mode, staleness, False, local=local) == spec.label
+    # A config that scales bsp's rate linearly (the study's) still runs its local modes.
+    for spec in specs:
+        assert load_config(None, ["optimizer.lr_scaling=linear"] + spec.overrides).optimizer.lr_scaling == "none"
     diloco = specs[2]
     cfg = load_config(None, diloco.overrides)
     assert (cfg.local.outer_lr, cfg.local.outer_momentum, cfg.local.outer_nesterov, cfg.optimizer.name) == \

@@ -52,3 +52,22 @@ def test_a_supervised_role_knows_when_its_launcher_is_gone(tmp_path):
         assert ctx.orphaned() and ctx.should_stop()
     finally:
         ctx.events.close()
+
+
+def test_a_stop_signal_that_lands_inside_stop_wait_does_not_deadlock(tmp_path):
+    """A worker's straggler delay is ctx.stop.wait(); the launcher's SIGTERM at the end of
+    the budget runs its handler on that same thread, possibly while wait() holds the
+    Event's (non-reentrant) lock. Setting the Event there would block forever."""
+    import signal
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    ctx = start_role("worker", 0, load_config(None), tmp_path, supervised=False)
+    try:
+        handler = signal.getsignal(signal.SIGTERM)
+        with ctx.stop._cond:   # where the main thread is inside Event.wait (CPython's Event)
+            handler(signal.SIGTERM, None)   # must return while the lock is held
+            assert not ctx.stop.is_set()
+        assert ctx.stop.wait(5.0)   # and the stop lands once the lock is free
+    finally:
+        ctx.events.close()
+        for sig, h in previous.items():
+            signal.signal(sig, h)
