@@ -7,7 +7,7 @@
   costs no simulated time, so the tuner evaluates at least 50 times over the
   run's least span (steps per worker x the larger of the step time and the
   time a shard takes to serve one push from every worker).
-- Everywhere: a learning rate the bounds can train at. Bounds compared at a
+- On the virtual cluster, where a probe costs seconds: a learning rate the bounds can train at. Bounds compared at a
   rate where every one of them diverges tell nothing about staleness (64
   asynchronous workers apply every gradient about 63 updates late; a rate
   fit for 4 workers collapses the model). The loosest bound runs first with
