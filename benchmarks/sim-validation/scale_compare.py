@@ -32,7 +32,7 @@ def main(path: str) -> None:
            f"Simulator calibrated from the real {base['workers']}-worker point only: "
            + ", ".join(f"{k} {v:g}" for k, v in sim.items()) + ".", "",
            "| workers | real updates/s | simulated | sim / real | judged | real pull ms (median) | simulated pull ms "
-           "| real shard CPU cores | real load (1 min) |",
+           "| real shard CPU per request (us) | real load (1 min) |",
            "|---|---|---|---|---|---|---|---|---|"]
     held = 0
     for r in rows:
@@ -43,7 +43,7 @@ def main(path: str) -> None:
         verdict = "calibration point" if r is base else ("within ±25%" if ok else "misses")
         out.append(f"| {r['workers']} | {r['updates_per_s']:.1f} | {s['updates_per_s']:.1f} | {ratio:.2f} | "
                    f"{verdict} | {r['pull_latency_ms_median']} | {s['pull_latency_ms_median']} | "
-                   f"{r['shard_cpu_cores']} | {r['load_avg_1m']} |")
+                   f"{1e6 * r['shard_cpu_cores'] / r['updates_per_s']:.0f} | {r['load_avg_1m']} |")
     out += ["", f"**{held} of {len(rows) - 1} predicted points within ±25%.**", ""]
     print("\n".join(out))
 

@@ -20,7 +20,7 @@ from psgd.bench.convergence_report import outcome_of
 from psgd.bench.outcomes import resolution_check
 from psgd.bench.stats import median_ci, schedule_runs
 from psgd.bench.tune_halving import HalvingResult, median_time, recommend_bound, run_halving
-from psgd.bench.tune_setup import RateCheck, check_rate, sim_overrides
+from psgd.bench.tune_setup import PROBE_FRACTION, RateCheck, check_rate, sim_overrides
 from psgd.config import load_config
 from psgd.config.modes import Mode
 
@@ -57,7 +57,7 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
     target = target_spec(base)
     if target is None:
         raise ValueError("the config sets no target: give train.target or --target-accuracy")
-    shared = sim_overrides(base, lambda: _measure_ms(base))
+    shared = sim_overrides(base, lambda: _measure(base))
     overrides = [*overrides, *shared]
     all_runs, failed = [], []
     loosest = max(bounds)
@@ -67,23 +67,23 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
 
     def probe(lr: float):
         on_run(f"rate check: s={loosest} at lr {lr:g}")
-        res = run_matrix(config_path, [*overrides, f"optimizer.lr={lr}"], [spec_of(loosest)], [0],
+        steps = max(1, base.train.steps_per_worker // PROBE_FRACTION)
+        sets = [*overrides, f"optimizer.lr={lr}", f"train.steps_per_worker={steps}"]
+        res = run_matrix(config_path, sets, [spec_of(loosest)], [0],
                          Path(out_dir) / "rate-check" / f"lr{lr:g}", on_run=on_run, child_main=child_main)
         return (res.runs[0], res.runs[0].training_evals) if res.runs else (None, [])
 
-    rate = check_rate(base.optimizer.lr, probe)
-    overrides = [*overrides, f"optimizer.lr={rate.lr}"]
+    # On the simulator a probe costs seconds; on real processes the configured rate is kept.
+    rate = check_rate(base.optimizer.lr, probe) if base.cluster.launcher == "sim" else None
+    if rate is not None:
+        overrides = [*overrides, f"optimizer.lr={rate.lr}"]
 
     def run_arm(bound: int, offsets: list[int]):
-        reused = []
-        if bound == loosest and 0 in offsets and rate.probe is not None:
-            reused, offsets = [rate.probe], [o for o in offsets if o != 0]
         res = run_matrix(config_path, overrides, [spec_of(bound)], offsets, out_dir, on_run=on_run,
-                         child_main=child_main) if offsets else None
-        runs = reused + (res.runs if res else [])
-        all_runs.extend(runs)
-        failed.extend(res.failed if res else [])
-        return [outcome_of(r, target) for r in runs]
+                         child_main=child_main)
+        all_runs.extend(res.runs)
+        failed.extend(res.failed)
+        return [outcome_of(r, target) for r in res.runs]
 
     halving = run_halving(bounds, seeds, run_arm, min_seeds, eta)
     bound, why = recommend_bound(halving)
@@ -91,13 +91,16 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
     return TuneResult(bench, halving, bound, why, len(bounds) * seeds, rate, shared)
 
 
-def _measure_ms(cfg) -> float:
+def _measure(cfg) -> tuple[float, int]:
+    """(the step time in ms, measured here, and the model's trainable parameter count)."""
     import torch
 
     from psgd.sim.measure import measure_compute_ms
-    from psgd.tasks import load_task
+    from psgd.tasks import build_model, load_task
     torch.set_num_threads(cfg.run.threads)  # as the runs will
-    return measure_compute_ms(cfg, load_task(cfg, None, splits=("train",)))
+    task = load_task(cfg, None, splits=("train",))
+    numel = sum(p.numel() for p in build_model(cfg, task).parameters() if p.requires_grad)
+    return measure_compute_ms(cfg, task), numel
 
 
 def staleness_table(t: TuneResult) -> str:
@@ -156,11 +159,11 @@ def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: l
         fixed.append("Every simulated run shares: " + ", ".join(f"`{s}`" for s in t.shared) + " (the step time "
                      "measured once; runs stop once the target is held; evaluations at least 50 per compute span).")
     text = [f"# Staleness tuning, target {t.bench.target.text}", "", f"Command: `{command}`", "", line, "", cost, "",
-            *[x for f in fixed for x in (f, "")], resolution, "", table, "", "Held: " + t.bench.target.rule_text + ".", ""]
+            resolution, "", *[x for f in fixed for x in (f, "")], table, "", "Held: " + t.bench.target.rule_text + ".", ""]
     text += [f"- {s}" for s in setting] + [""]
     if t.bench.failed:
         text += ["Failed runs:", ""] + [f"- {f}" for f in t.bench.failed] + [""]
     text += ["Per-mode details and plots: [report.md](report.md).", ""]
     md = out / "tune.md"
     md.write_text("\n".join(text))
-    return table, "\n".join([line, cost, *fixed, resolution]), md
+    return table, "\n".join([line, cost, resolution, *fixed]), md

@@ -22,7 +22,7 @@ from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
 
-__all__ = ["CostPoint", "measure_cost"]
+__all__ = ["CostPoint", "measure_cost", "measure_plain_loop"]
 
 
 @dataclass(frozen=True)
@@ -54,3 +54,29 @@ def measure_cost(cfg: Config, workers: int, steps_per_worker: int) -> CostPoint:
     g = ex.gradient_s
     return CostPoint(workers, result.steps, round(total, 4), round(g, 4), round(ex.shard_s, 4),
                      round((total - g) / g, 4), round((total - g - ex.shard_s) / g, 4))
+
+
+def measure_plain_loop(cfg: Config, steps: int) -> float:
+    """The floor: a plain one-process training loop on the same model and batches
+    (loader, zero_grad + forward + backward, torch.optim.SGD step), no simulator.
+    Returns (total - forward+backward) / forward+backward, as `overhead`."""
+    from psgd.tasks import build_model, load_task
+    from psgd.tasks.loaders import train_loader
+    torch.set_num_threads(cfg.run.threads)
+    task = load_task(cfg, None, splits=("train",))
+    model = build_model(cfg, task)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr)
+    batches = train_loader(task.train_data(), 0, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
+    gradient = 0.0
+    t0 = time.process_time()
+    for _ in range(steps):
+        x, y = next(batches)
+        g0 = time.process_time()
+        opt.zero_grad(set_to_none=False)
+        loss = task.loss(model(task.inputs(x)), task.targets(y))
+        loss.backward()
+        gradient += time.process_time() - g0
+        loss.item()
+        opt.step()
+    total = time.process_time() - t0
+    return round((total - gradient) / gradient, 4)

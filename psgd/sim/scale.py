@@ -33,7 +33,7 @@ class LightExecutor(Executor):
     """The executor with light workers: no task, no model; each step sends the
     same small random gradient (as the real bench's light workers do)."""
 
-    def __init__(self, cfg: Config, numel: int):  # no super().__init__(): it would build a model
+    def __init__(self, cfg: Config, numel: int):  # not super().__init__: that builds a task and a model
         self.cfg = cfg
         self.num_shards = cfg.cluster.num_servers
         self.layout = bench_layout(numel, self.num_shards)
