@@ -49,7 +49,8 @@ def cmd_bench_comm(args: argparse.Namespace) -> int:
                   f"{r['raw_zmq_sgd_ms']:.3f} ms", file=sys.stderr)
             return
         print(f"{r['size_bytes']:>10} B  {r['shards']} shard(s): psgd {r['psgd_ms']:.3f} ms "
-              f"(shared memory: {r['shared_memory']}), psgd TCP {r['psgd_tcp_ms']:.3f} ms, raw zmq "
+              f"(shared memory: {r['shared_memory']}), psgd shm {r['psgd_shm_ms']:.3f} ms, "
+              f"psgd TCP {r['psgd_tcp_ms']:.3f} ms, raw zmq "
               f"{r['raw_zmq_ms']:.3f} ms, zmq floor {r['raw_zmq_sgd_ms']:.3f} ms, shm floor "
               f"{r['shm_floor_ms']:.3f} ms, torch.rpc {r['torch_rpc_ms']:.3f} ms, ray {r['ray_ms']} ms",
               file=sys.stderr)

@@ -29,8 +29,11 @@ each starting on a page boundary.
     40 request generation   48 reply generation    (u64)
 
 Generations are staleness checks, not synchronisation (the ZeroMQ message
-is): the client bumps the request generation after writing a gradient and
-names it in its request; the shard reads the region only if they match.
+is): the client bumps the request generation before it writes into the
+region (so no earlier request names it any more) and again after, names
+the second in its request, and the shard copies the region only if the
+generation matches before and after its copy. So a request given up
+(timed out) and answered late can never copy half of the next gradient.
 The shard writes a reply only for a request id above the last it wrote
 (a late resend of an older request must not overwrite parameters the client
 may be reading) and stamps it with that id.
@@ -194,6 +197,7 @@ class Segment:
         nbytes = numel * dtype.itemsize
         if not 0 <= nbytes <= self.request_capacity:
             raise ValueError(f"{nbytes} bytes exceed the segment's {self.request_capacity}")
+        self._next_generation()  # the caller is about to write: no earlier request may read it now
         return self._typed("request", self._request, nbytes, dtype)
 
     def holds(self, data) -> bool:
@@ -212,10 +216,14 @@ class Segment:
             n = src.numel()
             if n > self.request_capacity:
                 raise ValueError(f"payload of {n} bytes exceeds the segment's {self.request_capacity}")
+            self._next_generation()
             self._typed("request", self._request, n, torch.uint8).copy_(src)
+        return self._next_generation(), n
+
+    def _next_generation(self) -> int:
         self._request_gen += 1
         _GEN.pack_into(self._mm, _REQUEST_GEN_AT, self._request_gen)
-        return self._request_gen, n
+        return self._request_gen
 
     def reply_view(self, req: int, nbytes: int) -> Optional[torch.Tensor]:
         """The reply region's first `nbytes` (a uint8 tensor, no copy), if the

@@ -103,8 +103,9 @@ class AttachedSegment:
 
     def read_request(self, gen: int, out: torch.Tensor) -> bool:
         """Copy the request payload into `out` (contiguous; its byte size is the
-        payload's). False, with `out` untouched, when the client has not written
-        generation `gen` (or has since overwritten it) or the payload exceeds the region."""
+        payload's). False, with `out` to be ignored, when the client has not
+        written generation `gen`, started writing another payload before the
+        copy ended, or the payload exceeds the region."""
         nbytes = out.numel() * out.element_size()
         if self._mm is None or not 0 <= nbytes <= self.request_capacity or self._generation(_REQUEST_GEN_AT) != gen:
             return False
@@ -112,7 +113,8 @@ class AttachedSegment:
             raise ValueError("read_request needs a contiguous buffer")
         if nbytes:
             out.reshape(-1).view(torch.uint8).copy_(self._request[:nbytes])  # the one read of client memory
-        return True
+        # The client bumps the generation before it writes: a change means it wrote during the copy.
+        return self._generation(_REQUEST_GEN_AT) == gen
 
     def put_reply(self, req: int, data: Union[torch.Tensor, memoryview, bytes]) -> bool:
         """Write a reply payload and stamp it with request id `req`. Refuses

@@ -48,7 +48,7 @@ def test_gradient_and_parameters_cross_the_segment_bit_for_bit(pair):
     # The shard's copy is its own: a later write into the region does not show through.
     g2 = torch.randn(1000)
     gen2, _ = client.put_request(g2)
-    assert gen2 == gen + 1 and torch.equal(read(shard, gen2, nbytes, torch.float32), g2)
+    assert gen2 == gen + 2 and torch.equal(read(shard, gen2, nbytes, torch.float32), g2)
     assert torch.equal(seen, g)
 
 
@@ -65,11 +65,21 @@ def test_a_stale_or_oversized_request_is_not_read(pair):
     gen, nbytes = client.put_request(torch.ones(1000))
     client.put_request(torch.zeros(1000))  # overwritten: the first descriptor is stale
     assert read(shard, gen, nbytes) is None
-    assert read(shard, gen + 1, 4 * 1000 + 4) is None
-    assert read(shard, gen + 1, -4) is None
+    assert read(shard, gen + 2, 4 * 1000 + 4) is None
+    assert read(shard, gen + 2, -4) is None
     assert read(shard, gen + 7, nbytes) is None
     with pytest.raises(ValueError, match="exceeds"):
         client.put_request(torch.zeros(1001))
+
+
+def test_a_request_whose_region_is_being_rewritten_is_not_read(pair):
+    client, shard = pair
+    gen, nbytes = client.put_request(torch.ones(1000))
+    view = client.request_tensor(torch.float32, 1000)  # the next gradient is about to be made in place
+    assert read(shard, gen, nbytes) is None               # a late answer to the old request reads nothing
+    view.fill_(2.0)
+    gen2, _ = client.put_request(view)
+    assert torch.equal(read(shard, gen2, nbytes), torch.full((1000,), 2.0))
 
 
 def test_a_reply_for_an_older_request_never_overwrites_a_newer_one(pair):
@@ -93,7 +103,7 @@ def test_a_payload_made_in_the_request_region_is_sent_without_a_copy(pair):
     h = client.request_tensor(torch.float16, 1000)      # an encoding's payload, made in place
     h.fill_(0.5)
     gen2, n2 = client.put_request(h)
-    assert (gen2, n2) == (gen + 1, 2000) and torch.equal(read(shard, gen2, n2, torch.float16), h)
+    assert (gen2, n2) == (gen + 2, 2000) and torch.equal(read(shard, gen2, n2, torch.float16), h)
     # A copy of the region is not the region: it is copied in (and the region then holds it).
     assert not client.holds(g.clone()) and not client.holds(g[1:])
     with pytest.raises(ValueError, match="exceed"):
