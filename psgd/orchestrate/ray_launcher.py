@@ -32,6 +32,7 @@ from typing import Optional
 
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psgd.config import Config, dump_config, override_config
 from psgd.config.modes import Role
@@ -39,7 +40,7 @@ from psgd.orchestrate.launcher import Launcher, LaunchFailed
 from psgd.orchestrate.processes import LossReport
 from psgd.orchestrate.ray_actor import TOKEN_FILE, RoleHost
 from psgd.orchestrate.ray_nodes import LOST_EXIT, NodeLoss, alive_nodes, cannot_restart, loss_event
-from psgd.orchestrate.ray_placement import check_resources, role_requests
+from psgd.orchestrate.ray_placement import check_resources, role_requests, spread_nodes
 from psgd.orchestrate.roles import child_command
 from psgd.orchestrate.supervise import RestartBudget
 from psgd.runtime.event_names import Event
@@ -131,17 +132,21 @@ class RayProcesses:
     def _place(self) -> None:
         self._token = secrets.token_hex(16)
         atomic_write(self.run_dir / TOKEN_FILE, self._token)  # an actor that reads it shares our run directory
+        targets = spread_nodes(self._requests, alive_nodes())
         for key in self._requests:
-            self._new_host(key)
+            self._new_host(key, targets.get(key))
         keys = list(self._hosts)
         infos = self._get([self._hosts[k].info.remote() for k in keys], PLACEMENT_TIMEOUT_S,
                           "placing the roles' actors")
         self._infos = dict(zip(keys, infos))
 
-    def _new_host(self, key: tuple[str, int]) -> None:
-        """An actor for (role, index), placed by Ray where the role's request allows."""
-        self._hosts[key] = RoleHost.options(**self._requests[key].options()).remote(
-            str(self.run_dir.resolve()), self._token)
+    def _new_host(self, key: tuple[str, int], node_id: Optional[str] = None) -> None:
+        """An actor for (role, index), placed by Ray where the role's request allows;
+        on `node_id` if it has room there (spread_nodes' pick; soft: else Ray's choice)."""
+        options = self._requests[key].options()
+        if node_id is not None:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=True)
+        self._hosts[key] = RoleHost.options(**options).remote(str(self.run_dir.resolve()), self._token)
         self._infos.pop(key, None)
 
     def _server_addresses(self, resume: bool) -> list[str]:

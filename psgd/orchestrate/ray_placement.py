@@ -6,12 +6,12 @@ whose node was lost. Pure functions of the config and of what Ray reports
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from psgd.config import Config, RayScheduling
 from psgd.orchestrate.launcher import LaunchFailed
 
-__all__ = ["RoleRequest", "role_requests", "check_resources", "nodes_that_fit", "NodeView"]
+__all__ = ["RoleRequest", "role_requests", "check_resources", "nodes_that_fit", "spread_nodes", "NodeView"]
 
 # Ray's names for the units num_cpus and num_gpus ask for.
 _BUILTIN = {"CPU": "num_cpus", "GPU": "num_gpus"}
@@ -89,3 +89,31 @@ def nodes_that_fit(request: RoleRequest, nodes: Iterable[NodeView],
                for u, amount in request.amounts().items() if amount > 0):
             fit.append(node)
     return fit
+
+
+def spread_nodes(requests: Mapping[tuple[str, int], RoleRequest],
+                 nodes: Sequence[NodeView]) -> dict[tuple[str, int], str]:
+    """(role, index) -> the node id a `spread` process goes to: each role's processes
+    take the nodes that can hold them in turn (in address order), counting what this
+    job's earlier picks hold, so two shards share a node only when no other can take
+    one. Ray's own SPREAD is best effort: a late resource report from a loaded node
+    can send a whole role to one node. A process no node can hold is left to Ray."""
+    order = sorted(nodes, key=lambda n: (n.ip, n.node_id))
+    in_use: dict[str, dict[str, float]] = {}
+    turn: dict[str, int] = {}  # role -> where its next process starts looking
+    picks = {}
+    for key, req in requests.items():
+        if req.scheduling is not RayScheduling.SPREAD:
+            continue
+        fit = {n.node_id for n in nodes_that_fit(req, order, in_use)}
+        start = turn.get(req.role, 0)
+        for k in range(len(order)):
+            node = order[(start + k) % len(order)]
+            if node.node_id in fit:
+                picks[key] = node.node_id
+                turn[req.role] = start + k + 1
+                used = in_use.setdefault(node.node_id, {})
+                for unit, amount in req.amounts().items():
+                    used[unit] = used.get(unit, 0.0) + amount
+                break
+    return picks

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Optional
 
 import pytest
 from conftest import ROOT, kill_tree, psgd_cmd, run_psgd, spawn, wait_for
@@ -162,9 +163,11 @@ def test_mixed_placement_spreads_servers_and_workers_over_both_nodes(two_nodes, 
 KEEP_RANKS = ["--set", "cluster.timeout_s=60"]
 
 
-def _launch_and_kill_node_b(cluster: TwoNodeRay, out: Path, *sets: str, after_steps: int):
-    """Start the job, SIGKILL everything on node B once `after_steps` steps are
-    in metrics.jsonl; (exit code, output)."""
+def _launch_and_kill_node_b(cluster: TwoNodeRay, out: Path, *sets: str, after_steps: int,
+                            once_lost: Optional[Callable[[], None]] = None):
+    """Start the job, SIGKILL everything on node B once `after_steps` steps are in
+    metrics.jsonl; `once_lost` runs once the launcher has recorded the loss (and
+    so decided what to do about it), while the job stops. (exit code, output)."""
     where = ["--address", cluster.address]
     proc = spawn(cluster.on_a(psgd_cmd("launch", str(QUICKSTART), "--on", "ray", *where, "--out", str(out),
                                        "--quiet", *SMALL, *KEEP_RANKS, *sets)),
@@ -174,6 +177,9 @@ def _launch_and_kill_node_b(cluster: TwoNodeRay, out: Path, *sets: str, after_st
         assert wait_for(lambda: metrics.exists() and metrics.read_text().count('"event": "step"') >= after_steps,
                         timeout=75, interval=0.1), "training did not get going"
         assert cluster.kill_node_b(), "nothing was running on node B"
+        if once_lost is not None:
+            assert wait_for(lambda: '"event": "node_lost"' in metrics.read_text(), timeout=60, interval=0.1)
+            once_lost()
         output, _ = proc.communicate(timeout=75)
         return proc.returncode, output
     finally:
@@ -233,7 +239,8 @@ def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes
     code, output = _launch_and_kill_node_b(
         cluster, out, "--set", "cluster.workers=2", "--set", "train.steps_per_worker=200",
         "--set", "ray.server.resources={node_a: 1}", "--set", "ray.evaluator.resources={node_a: 1}",
-        "--set", "ray.worker.resources={node_b: 1}", "--set", "checkpoint.every_s=0.5", after_steps=60)
+        "--set", "ray.worker.resources={node_b: 1}", "--set", "checkpoint.every_s=0.5", after_steps=60,
+        once_lost=cluster.start_node_b)  # node B rejoins while the job stops: it has decided by then
     assert code == 1, output
     line = (f"lost Ray node {cluster.ip_b} (its node left the Ray cluster): worker 0, worker 1; "
             "no live Ray node has room for worker 0 (ray.worker.num_cpus=0.5, ray.worker.resources.node_b=1)")
@@ -245,8 +252,7 @@ def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes
     assert (out / "model.pt").is_file()  # the evaluator, on node A, took its final measurement
     n_before = len(_events(out))
 
-    # Node B comes back: the printed command finishes the run, every push applied once.
-    cluster.start_node_b()
+    # Node B is back: the printed command finishes the run, every push applied once.
     proc = spawn(cluster.on_a(psgd_cmd("launch", "--resume", str(out), "--quiet")), stdout=subprocess.PIPE,
                  stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
     try:

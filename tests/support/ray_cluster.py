@@ -34,6 +34,10 @@ RAY_PORT = 6379
 # Small nodes for a 2-core machine: Ray's logical CPUs are not cores, and the object store is unused.
 NODE_CPUS = 4
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
+# No log monitor: psgd's driver does not take its workers' output (log_to_driver=False), and
+# each node's monitor is one more Python process polling on two shared cores.
+NODE_FLAGS = [f"--num-cpus={NODE_CPUS}", f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats",
+              "--include-log-monitor=false"]
 # A killed node is declared dead after about period x threshold (Ray's default is about 15 s).
 HEAD_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
             "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
@@ -106,11 +110,9 @@ class TwoNodeRay:
             self._start_reaper()
             self._network()
             ray = str(BIN / "ray")
-            common = [f"--num-cpus={NODE_CPUS}", f"--object-store-memory={OBJECT_STORE_BYTES}",
-                      "--disable-usage-stats"]
             _run(self.on_a([ray, "start", "--head", f"--node-ip-address={self.ip_a}", f"--port={RAY_PORT}",
                             '--resources={"node_a": 8}', "--include-dashboard=false",
-                            f"--temp-dir={self.temp_a}", *common]), timeout=60, env=HEAD_ENV)
+                            f"--temp-dir={self.temp_a}", *NODE_FLAGS]), timeout=60, env=HEAD_ENV)
             self.start_node_b()
         except BaseException:
             self.close()
@@ -120,8 +122,7 @@ class TwoNodeRay:
     def start_node_b(self) -> None:
         """Node B joins the head (again, after kill_node_b: a fresh node with an empty /tmp)."""
         _run(self.on_b([str(BIN / "ray"), "start", f"--address={self.address}", f"--node-ip-address={self.ip_b}",
-                        '--resources={"node_b": 8}', "--temp-dir=/tmp/psgd-rt", f"--num-cpus={NODE_CPUS}",
-                        f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats"]), timeout=60)
+                        '--resources={"node_b": 8}', "--temp-dir=/tmp/psgd-rt", *NODE_FLAGS]), timeout=60)
 
     def _start_reaper(self) -> None:
         """Removes what this cluster made if this process dies before close()."""

@@ -4,7 +4,14 @@ import pytest
 from psgd.config import ConfigError, RayScheduling, load_config
 from psgd.orchestrate.launcher import LaunchFailed
 from psgd.orchestrate.ray_nodes import NodeLoss, cannot_restart
-from psgd.orchestrate.ray_placement import NodeView, RoleRequest, check_resources, nodes_that_fit, role_requests
+from psgd.orchestrate.ray_placement import (
+    NodeView,
+    RoleRequest,
+    check_resources,
+    nodes_that_fit,
+    role_requests,
+    spread_nodes,
+)
 from psgd.orchestrate.supervise import RestartBudget
 
 
@@ -94,3 +101,29 @@ def test_lost_workers_restart_where_there_is_room_else_the_reason_names_the_keys
     server = cannot_restart(NodeLoss("10.0.0.2", [("server", 1)], "gone"), _requests(),
                             RestartBudget(cfg.supervision), [A], {})
     assert "server 1 cannot move to another node" in server
+
+
+NODE_A = NodeView("id-a", "10.0.0.1", {"CPU": 4.0, "node_a": 8.0})
+NODE_B = NodeView("id-b", "10.0.0.2", {"CPU": 4.0, "node_b": 8.0})
+
+
+def test_spread_puts_each_roles_processes_on_the_nodes_in_turn():
+    picks = spread_nodes(role_requests(_cfg("cluster.workers=4", "ray.server.num_cpus=0.5", "ray.worker.num_cpus=0.5",
+                                            "ray.evaluator.num_cpus=0.5")), [NODE_B, NODE_A])  # in address order, whatever Ray lists
+    assert picks == {("server", 0): "id-a", ("server", 1): "id-b", ("worker", 0): "id-a", ("worker", 1): "id-b",
+                     ("worker", 2): "id-a", ("worker", 3): "id-b", ("evaluator", 0): "id-a"}
+
+
+def test_spread_keeps_to_the_nodes_a_role_is_pinned_to_and_skips_full_ones():
+    pinned = spread_nodes(role_requests(_cfg("ray.server.resources={node_a: 1}", "ray.worker.num_cpus=0.5")), [NODE_A, NODE_B])
+    assert [pinned[("server", i)] for i in (0, 1)] == ["id-a", "id-a"]
+    assert [pinned[("worker", r)] for r in range(3)] == ["id-a", "id-b", "id-a"]
+    # One CPU a node: the servers take both, and no node can hold a worker: Ray decides (and waits).
+    small = [NodeView("id-a", "10.0.0.1", {"CPU": 1.0}), NodeView("id-b", "10.0.0.2", {"CPU": 1.0})]
+    full = spread_nodes(role_requests(_cfg("eval.enabled=false")), small)
+    assert full == {("server", 0): "id-a", ("server", 1): "id-b"}
+
+
+def test_roles_with_rays_default_scheduling_are_left_to_ray():
+    picks = spread_nodes(role_requests(_cfg("ray.worker.scheduling=default")), [NODE_A, NODE_B])
+    assert sorted(picks) == [("evaluator", 0), ("server", 0), ("server", 1)]
