@@ -294,7 +294,7 @@ def worker_batches(n: int, rank: int, workers: int, batch_size: int, seed: int) 
             for i in range(0, len(order) - batch_size + 1, batch_size):
                 yield order[i:i + batch_size]
     left = torch.empty(0, dtype=share.dtype)
-    per_cat = -(-64 * batch_size // len(share))  # epochs joined at a time: one cat per ~64 batches
+    per_cat = -(-4 * batch_size // len(share))  # epochs joined at a time: one cat per ~4 batches
     while True:  # wrap-around
         stream = torch.cat([left] + [next(epochs) for _ in range(per_cat)])
         whole = len(stream) // batch_size * batch_size
