@@ -122,7 +122,8 @@ def judge_examples_tie(a: Sequence[SeedRow], b: Sequence[SeedRow]) -> tuple[str,
     if x is None:
         return "not tested", "examples/s not recorded"
     r = ratio_ci(x, y)
-    return TIE[judge_tie(r)], f"{ev}, ratio {r.text(2)} (tie margin ±{TIE_MARGIN:.0%})"
+    verdict = "inconclusive" if all(math.isinf(v) for v in x + y) else TIE[judge_tie(r)]  # neither held it
+    return verdict, f"{ev}, ratio {r.text(2)} (tie margin ±{TIE_MARGIN:.0%})"
 
 
 def judge_faster_epochs(a: Sequence[SeedRow], b: Sequence[SeedRow], higher_is_better: bool) -> tuple[str, str]:

@@ -23,9 +23,9 @@
 #
 # A mode's grid is chosen by its inner optimizer: the workload's optimizer
 # (LR_GRID_<workload>; in the local group LR_GRID_LOCAL_<workload>, wider, as
-# local SGD's best rate lies above bsp's) or, for the
-# +diloco modes, AdamW (LR_GRID_ADAMW_<workload>, which falls back to the
-# other grid when empty); each mode is compared at the best rate of its own grid.
+# local SGD's best rate lies above bsp's) or, for the +diloco modes, AdamW
+# (LR_GRID_ADAMW_<workload>, which falls back to the other grid when empty);
+# each mode is compared at the best rate of its own grid.
 #
 # The full study is 2 workloads x (10 modes x 3 rates x 1 seed + 3 cases x 10
 # modes x 3 seeds + the local group's 4 modes x 5 (charlm 4) rates + 3 modes x

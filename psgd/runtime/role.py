@@ -91,7 +91,10 @@ def start_role(role: str, index: int, cfg: Config, run_dir: Optional[Path] = Non
         # The handler runs on the main thread, possibly inside stop.wait() (a straggler's
         # delay) while that holds the Event's lock: stop.set() from here would wait for
         # that lock forever. A short thread sets it once the wait lets the lock go.
-        threading.Thread(target=stop.set, name="psgd-stop", daemon=True).start()
+        try:
+            threading.Thread(target=stop.set, name="psgd-stop", daemon=True).start()
+        except RuntimeError:  # the interpreter is shutting down: no new threads, and no wait under way
+            stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)

@@ -62,6 +62,9 @@ def test_fewer_examples_and_the_tie():
     verdict, evidence = local.judge_examples_tie(dn, rows("bsp+h8+diloco", [10.8, 11, 11.2]))
     assert verdict == "confirmed" and "ratio 1.00 [0.97, 1.03] (tie margin ±10%)" in evidence
     assert local.judge_examples_tie(naive, sync)[0] == "not confirmed"   # ratio about 1.9
+    never = rows("asp+h8+diloco+dn", [INF] * 3)
+    assert local.judge_examples_tie(never, sync)[0] == "not confirmed"   # sync held it, this never did
+    assert local.judge_examples_tie(never, rows("bsp+h8+diloco", [INF] * 3))[0] == "inconclusive"  # neither
 
 
 def test_faster_per_epoch_needs_both_speed_and_quality():
