@@ -41,8 +41,8 @@ def measure_cost(cfg: Config, workers: int, steps_per_worker: int) -> CostPoint:
     ex = Executor(cfg)
     engine = Engine(ex, TimeModel.from_config(cfg.sim, cfg.sim.compute_ms or 1.0),
                     steps_per_worker=steps_per_worker, max_time_s=cfg.train.max_time_s, eval_every_s=None)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     result = engine.run()
-    total = time.perf_counter() - t0 - ex.evaluate_s
+    total = time.process_time() - t0 - ex.evaluate_s
     return CostPoint(workers, result.steps, round(total, 4), round(ex.gradient_s, 4),
                      round((total - ex.gradient_s) / ex.gradient_s, 4))

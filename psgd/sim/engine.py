@@ -135,6 +135,7 @@ class Engine:
 
     def _served(self, p: Push, t: float) -> None:
         self.ex.serve_push(p)
+        self.ex.recycle(p)
         self._answer_parked(p.shard, t)
         reply = self.ex.try_answer(p.shard, p.rank)  # the push carries its pull (push_pull)
         if reply is None:

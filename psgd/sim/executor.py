@@ -7,9 +7,12 @@ a shard answers a pull when its consistency mode allows (`try_answer`), a
 worker takes the replies (`receive`). Who runs next is decided elsewhere: by
 the discrete-event clock (psgd.sim.engine) or, later, by a recorded log.
 
-Memory: one model is shared by every worker (a worker's parameters are loaded
-into it just before its step), and workers that read the same shard version
-share one copy of it.
+Memory: one model is shared by every worker; its parameters are views of the
+flat parameters a worker holds (psgd.sim.binding), so nothing is copied into
+it. A reply hands out the shard's live parameters, and workers that read the
+same version share that one tensor: the shard's own copy-on-write
+(ShardState.sending) copies them only when it must update them while a
+worker that read them has not yet used them.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from psgd.core.heterogeneity import StragglerModel, straggler_for
 from psgd.core.local_updates import StepSpeeds, inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.servers.state import PushResult, ShardState
+from psgd.sim.binding import ModelBinding
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
 from psgd.wire import protocol as P
@@ -38,14 +42,18 @@ __all__ = ["Executor", "Push", "Reply", "VirtualWorker", "decode_push"]
 Gradient = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
 
 
-def decode_push(enc: Encoded, numel: int) -> Gradient:
+def decode_push(enc: Encoded, numel: int, owned: Optional[torch.Tensor] = None) -> Gradient:
     """The gradient a shard decodes from an encoded push, owned by the caller
     (the encoder's buffers are reused at its next step). Same decoders and the
-    same fp32 arithmetic as the shard's push handler."""
+    same fp32 arithmetic as the shard's push handler. `owned`: the fp32
+    gradient that was encoded, when nothing else will write to it: an fp32
+    push decodes to its very bytes, so it is used as it is."""
     if enc.encoding in P.SPARSE_ENCODINGS:
         idx, values = frames_to_sparse(enc.frames, enc.encoding, numel, enc.nnz)
         return idx.clone(), values.clone()
     wire = frame_to_tensor(enc.frames[0], enc.encoding, numel)
+    if owned is not None and wire.dtype == torch.float32:
+        return owned
     grad = torch.empty(numel)
     grad.copy_(wire)
     return grad.mul_(enc.scale) if wire.dtype != torch.float32 and enc.scale != 1.0 else grad
@@ -75,6 +83,20 @@ class Reply:
     clock: int
     min_clock: int
     fastest_step_s: float = 0.0  # local.dynamic: the fastest worker's time per step, as the shard sees it
+    read: Optional["Read"] = None  # marks `params` in use until the worker has stepped on them
+
+
+class Read:
+    """A reply's parameters still to be read by its worker: the tracker
+    ShardState.sending takes (a real shard's send in flight). The virtual
+    clock never waits: the shard copies if the read is not done."""
+    __slots__ = ("done",)
+
+    def __init__(self):
+        self.done = False
+
+    def wait(self, timeout_s: float) -> bool:
+        return self.done
 
 
 @dataclass
@@ -85,6 +107,7 @@ class VirtualWorker:
     straggler: StragglerModel
     params: list[torch.Tensor]
     versions: list[int]
+    reads: list = field(default_factory=list)  # Read markers of `params`, done once stepped on
     clock: int = 0
     seq: int = 0
     steps: int = 0
@@ -106,7 +129,9 @@ class Executor:
         self.sync = ModelSync(self.model, self.layout, torch.device("cpu"), pin_memory=False)
         initial = self.layout.flatten([p.detach() for p in self.sync.params])
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
-        self._shared: list[Optional[tuple[int, torch.Tensor]]] = [None] * self.num_shards
+        self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
+        self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
+        self._f32 = cfg.wire.encoding == "f32"
         self.now = 0.0  # the simulated time, set by whoever drives the executor (local rounds' pace)
         self.speeds = [StepSpeeds() for _ in range(self.num_shards)]  # each shard's view, as the real shard's
         self.gradient_s = 0.0  # real seconds in forward+backward (psgd bench sim's denominator)
@@ -117,8 +142,9 @@ class Executor:
         for rank in range(w):
             batches = train_loader(train, rank, w, cfg.task.batch_size, cfg.run.seed)
             enc = WireEncoder(cfg.wire.encoding, self.layout.shard_sizes, cfg.wire.topk_ratio)
+            reads = [self._read(s) for s in range(self.num_shards)]
             worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
-                                   [self._read(s) for s in range(self.num_shards)], [0] * self.num_shards)
+                                   [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
             if register:
                 worker.clock = min(shard.register(rank, 0.0) for shard in self.shards)
             if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
@@ -128,13 +154,23 @@ class Executor:
             self.workers.append(worker)
 
     # ---- memory -----------------------------------------------------------
-    def _read(self, s: int) -> torch.Tensor:
-        """Shard s's parameters at its current version, one copy per version."""
-        shard = self.shards[s]
-        cached = self._shared[s]
-        if cached is None or cached[0] != shard.version:
-            cached = self._shared[s] = (shard.version, shard.params.clone())
-        return cached[1]
+    def _read(self, s: int) -> tuple[torch.Tensor, Read]:
+        """Shard s's live parameters, marked as read until the worker steps on them."""
+        read = Read()
+        self.shards[s].sending(read)
+        return self.shards[s].live_params(), read
+
+    def _gradient_buffers(self) -> list[torch.Tensor]:
+        """Zeroed flat gradients, one per shard, reused once their push is served."""
+        out = []
+        for free, n in zip(self._free, self.layout.shard_sizes):
+            out.append(free.pop().zero_() if free else torch.zeros(n))
+        return out
+
+    def recycle(self, push: Push) -> None:
+        """A served push's gradient buffer is free again (the shard never keeps it)."""
+        if self._f32 and self.binding is not None:
+            self._free[push.shard].append(push.grad)
 
     # ---- steps ------------------------------------------------------------
     def compute(self, rank: int, step_s: float = 0.0, round_steps: Optional[int] = None) -> Optional[list[Push]]:
@@ -144,6 +180,8 @@ class Executor:
         complete (None while the round goes on: nothing to send). `round_steps`:
         a round that begins now takes that many steps (a replay's recorded rounds)."""
         w = self.workers[rank]
+        if self.binding is not None:
+            return self._step(w, step_s)
         if w.local is not None and w.own is None:  # a round starts from the parameters just pulled
             self.sync.load(w.params)
             w.local.begin()
@@ -152,19 +190,41 @@ class Executor:
             w.own = [t.clone() for t in w.local.start]
         self.sync.load(w.own if w.local is not None else w.params)
         x, y = next(w.batches)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         self.model.zero_grad(set_to_none=False)
         loss = self.task.loss(self.model(self.task.inputs(x)), self.task.targets(y))
         loss.backward()
-        self.gradient_s += time.perf_counter() - t0
+        self.gradient_s += time.process_time() - t0
         w.last_loss = loss.item()
         w.steps += 1
-        if w.local is None:
-            return self._send(w, self.sync.gradients(), step_s)
+        self._stepped_on(w)
         if not w.local.step():
             w.own = self.sync.flat_params(out=w.own)
             return None
         return self._send(w, w.local.delta(), step_s, w.local.taken)
+
+    def _step(self, w: VirtualWorker, step_s: float) -> list[Push]:
+        """One plain step: the model reads `w.params` in place and backward
+        writes into the flat gradients the pushes carry."""
+        grads = self._gradient_buffers()
+        self.binding.bind(w.params)
+        self.binding.bind_grads(grads)
+        x, y = next(w.batches)
+        t0 = time.process_time()
+        loss = self.task.loss(self.model(self.task.inputs(x)), self.task.targets(y))
+        loss.backward()
+        self.gradient_s += time.process_time() - t0
+        self.binding.gather_split(grads)
+        self._stepped_on(w)
+        w.last_loss = loss.item()
+        w.steps += 1
+        return self._send(w, grads, step_s, owned=True)
+
+    @staticmethod
+    def _stepped_on(w: VirtualWorker) -> None:
+        for read in w.reads:
+            read.done = True
+        w.reads = []
 
     def flush(self, rank: int, step_s: float = 0.0) -> Optional[list[Push]]:
         """Under local updates, the shorter round of a worker whose budget ended
@@ -175,12 +235,16 @@ class Executor:
         self.sync.load(w.own)
         return self._send(w, w.local.delta(), step_s, w.local.taken)
 
-    def _send(self, w: VirtualWorker, grads: list[torch.Tensor], step_s: float, steps: int = 1) -> list[Push]:
+    def _send(self, w: VirtualWorker, grads: list[torch.Tensor], step_s: float, steps: int = 1,
+              owned: bool = False) -> list[Push]:
         pushes = []
         for s, g in enumerate(grads):
             before = w.encoder.wire_bytes
             enc = w.encoder.encode(s, g)
-            pushes.append(Push(w.rank, s, w.seq, w.clock, w.versions[s], decode_push(enc, g.numel()),
+            grad = decode_push(enc, g.numel(), g if owned else None)
+            if owned and grad is not g:
+                self._free[s].append(g)  # encoded into the encoder's own buffer: free now
+            pushes.append(Push(w.rank, s, w.seq, w.clock, w.versions[s], grad,
                                w.encoder.wire_bytes - before, step_s, steps))
         w.seq += 1
         w.clock += 1
@@ -202,7 +266,8 @@ class Executor:
         if not shard.pull_ready(rank, clock):
             return None
         _, clock, low = shard.answer_pull(rank, clock)
-        return Reply(rank, s, self._read(s), shard.version, clock, low, self.speeds[s].fastest())
+        params, read = self._read(s)
+        return Reply(rank, s, params, shard.version, clock, low, self.speeds[s].fastest(), read)
 
     def receive(self, reply: Reply) -> bool:
         """Worker takes one shard's reply; True once it holds every shard's."""
@@ -212,6 +277,7 @@ class Executor:
             return False
         for s, r in w.replies.items():
             w.params[s], w.versions[s] = r.params, r.version
+            w.reads.append(r.read)
             w.fastest_step_s = r.fastest_step_s or w.fastest_step_s
         w.clock = adopted_clock(w.clock, (r.clock for r in w.replies.values()))
         return True
@@ -227,13 +293,19 @@ class Executor:
 
     def evaluate(self) -> dict:
         """Score the shards' current parameters (the evaluator's pull)."""
-        t0 = time.perf_counter()
-        self.sync.load(self.server_params())
+        t0 = time.process_time()
+        self._load(self.server_params())
         accuracy, loss = self.task.evaluate(self.model)
-        self.evaluate_s += time.perf_counter() - t0
+        self.evaluate_s += time.process_time() - t0
         versions = [shard.version for shard in self.shards]
         return {"accuracy": accuracy, "test_loss": loss, "updates": max(versions), "versions": versions}
 
+    def _load(self, params: list[torch.Tensor]) -> None:
+        if self.binding is not None:
+            self.binding.bind(params)
+        else:
+            self.sync.load(params)
+
     def state_dict(self) -> dict:
-        self.sync.load(self.server_params())
+        self._load(self.server_params())
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}

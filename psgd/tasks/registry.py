@@ -281,14 +281,29 @@ def _build_model(cfg: Config, task: Union[Task, TaskShape, None]) -> nn.Module:
 def worker_batches(n: int, rank: int, workers: int, batch_size: int, seed: int) -> Iterator[torch.Tensor]:
     """Endless index batches for `rank`: a disjoint 1/workers share of [0, n),
     reshuffled every epoch from (seed, rank, epoch). Incomplete batches are
-    dropped so every step averages exactly batch_size examples."""
+    dropped so every step averages exactly batch_size examples. A share
+    smaller than the batch (many workers, little data) wraps around: its
+    epochs run on into each other, so a batch holds every example of the
+    share at least once and some twice or more."""
     share = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[rank::workers]
-    if len(share) < batch_size:
-        raise ValueError(f"worker {rank} has {len(share)} examples, fewer than batch_size {batch_size}")
+    if not len(share):
+        raise ValueError(f"worker {rank} has no examples: {n} examples for {workers} workers")
+    epochs = _epochs(share, seed, rank)
+    if len(share) >= batch_size:
+        for order in epochs:
+            for i in range(0, len(order) - batch_size + 1, batch_size):
+                yield order[i:i + batch_size]
+    left = torch.empty(0, dtype=share.dtype)
+    for order in epochs:  # wrap-around
+        left = torch.cat([left, order])
+        while len(left) >= batch_size:
+            yield left[:batch_size]
+            left = left[batch_size:]
+
+
+def _epochs(share: torch.Tensor, seed: int, rank: int) -> Iterator[torch.Tensor]:
     epoch = 0
     while True:
         g = torch.Generator().manual_seed(seed * 1_000_003 + rank * 7919 + epoch)
-        order = share[torch.randperm(len(share), generator=g)]
-        for i in range(0, len(order) - batch_size + 1, batch_size):
-            yield order[i:i + batch_size]
+        yield share[torch.randperm(len(share), generator=g)]
         epoch += 1

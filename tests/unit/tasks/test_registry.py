@@ -46,6 +46,24 @@ def test_worker_shares_are_disjoint_and_reshuffled():
     assert torch.equal(torch.cat([next(again) for _ in range(5)]), e1)
 
 
+def test_a_share_smaller_than_the_batch_wraps_around_its_epochs():
+    n, workers, batch = 46, 2, 32  # 23 examples each, as 1438 digits over 64 workers
+    it = worker_batches(n, 1, workers, batch, seed=3)
+    stream = torch.cat([next(it) for _ in range(23)])  # 23 batches of 32 = 32 whole epochs of 23
+    epochs = stream.view(32, 23)
+    share = sorted(epochs[0].tolist())
+    assert len(set(share)) == 23  # the rank's 23 distinct examples
+    assert all(sorted(e.tolist()) == share for e in epochs)  # every epoch is the whole share once
+    assert epochs[0].tolist() != epochs[1].tolist()  # reshuffled each epoch
+    other = worker_batches(n, 0, workers, batch, seed=3)
+    assert not set(share) & set(next(other).tolist())  # shares stay disjoint
+
+
+def test_a_worker_without_examples_is_an_error():
+    with pytest.raises(ValueError, match="worker 5 has no examples: 4 examples for 8 workers"):
+        next(worker_batches(4, 5, 8, 1, seed=0))
+
+
 def test_resolve_callable_errors_are_clear(tmp_path):
     with pytest.raises(ValueError, match="module.path:callable"):
         resolve_callable("nocolon", str(tmp_path))
