@@ -106,7 +106,7 @@ SUMMARY_FIELDS = ["label", "lr", "seeds", "reached", "metric", "target", "time_t
                   "time_to_target_ci_low_s", "time_to_target_ci_high_s", "ratio_to_bsp", "final_metric_median",
                   "final_metric_ci_low", "final_metric_ci_high", "examples_per_s_median", "wire_bytes_per_example_median"]
 SEED_FIELDS = ["label", "lr", "seed", "chosen_lr", "time_to_target_s", "final_metric", "train_time_s", "examples",
-               "examples_per_s"]
+               "examples_per_s", "wire_bytes_per_example"]
 
 
 def _num(v: Optional[float], digits: int = 4):
@@ -146,7 +146,8 @@ def write_seeds_csv(path: Path, a: Analysis) -> None:
             w.writerow({"label": o.label, "lr": o.lr, "seed": o.seed, "chosen_lr": a.chosen_lr[o.label] == o.lr,
                         "time_to_target_s": _num(o.time_to_target_s), "final_metric": _num(o.final_metric),
                         "train_time_s": _num(o.train_time_s, 3), "examples": o.examples,
-                        "examples_per_s": _num(o.examples / o.train_time_s if o.train_time_s > 0 else None, 1)})
+                        "examples_per_s": _num(o.examples / o.train_time_s if o.train_time_s > 0 else None, 1),
+                        "wire_bytes_per_example": _num(o.wire_bytes_per_example, 3)})
 
 
 def mode_table(a: Analysis) -> str:
