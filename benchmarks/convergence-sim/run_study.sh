@@ -13,6 +13,7 @@
 # then report.py writes report.md, verdicts at every W and scale.png.
 # Runs go to $STUDY_RUNS; JOBS benches run side by side (one torch thread each);
 # study.log records the machine, its load, and each bench's wall and CPU seconds.
+# REUSE_LR=1 keeps the rates an earlier run's grids chose ($STUDY_RUNS/w<W>-lr.csv).
 # About 40 min of CPU on 2 quiet cores (README.md says what was measured).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -27,14 +28,14 @@ CASES="${CASES:-none straggler delay pareto}"
 H="${H:-8}"   # local steps of the local-update modes
 # The families' grids (optimizer.lr, no lr_scaling): synchronous modes average
 # W gradients and take larger steps; the others step per worker; DiLoCo's inner AdamW.
-SYNC_MODES="allreduce,bsp,bsp+b{B}"
+SYNC_MODES="allreduce,bsp,bsp+b%B%"   # %B%: the backup count at that W
 ASYNC_MODES="ssp:1,ssp:8,asp,asp+sa,asp+dc,local:$H,geo:$H"
 ADAMW_MODES="diloco:$H,adiloco:$H,asp+h$H+diloco"
-GRID_sync="${GRID_sync:-0.1,0.3,1,3}"
-GRID_async="${GRID_async:-0.003,0.01,0.03,0.1,0.3}"
-GRID_adamw="${GRID_adamw:-0.001,0.003,0.01,0.03}"
+GRID_sync="${GRID_sync:-0.1,0.3,1,3,10}"
+GRID_async="${GRID_async:-0.001,0.003,0.01,0.03,0.1,0.3,1}"
+GRID_adamw="${GRID_adamw:-0.0003,0.001,0.003,0.01,0.03}"
 NONE_MODES="${NONE_MODES:-allreduce,bsp,ssp:1,ssp:8,asp,asp+sa,asp+dc,local:$H,geo:$H,diloco:$H,adiloco:$H,asp+h$H+diloco}"
-HET_MODES="${HET_MODES:-bsp,bsp+b{B},ssp:1,ssp:8,asp,asp+sa,asp+dc}"
+HET_MODES="${HET_MODES:-bsp,bsp+b%B%,ssp:1,ssp:8,asp,asp+sa,asp+dc}"
 STUDY_RUNS="${STUDY_RUNS:-/tmp/psgd-simstudy}"
 LOG="$HERE/study.log"
 mkdir -p "$STUDY_RUNS"
@@ -89,9 +90,12 @@ for w in $WORKERS; do
   every=$(echo "scale=4; $cap / 100" | bc)   # 100 evaluations over the cap: resolution <= 3% of bsp's time
   common=(--set "cluster.workers=$w" --set "train.max_time_s=$cap" --set "eval.every_s=$every")
   grids=()
+  if [ "${REUSE_LR:-0}" = 1 ] && [ -s "$STUDY_RUNS/w$w-lr.csv" ]; then
+    echo "w$w: learning rates reused from $STUDY_RUNS/w$w-lr.csv (an earlier run's grids)" >> "$LOG"
+  else
   for fam in sync async adamw; do
     modes_var="${fam^^}_MODES"; grid_var="GRID_$fam"
-    modes="${!modes_var//\{B\}/$b}"
+    modes="${!modes_var//%B%/$b}"
     throttle
     bench "w$w-lr-$fam" --modes "$modes" --lr-grid "${!grid_var}" --seeds "$LR_SEEDS" \
       --title "simulated, $w workers, learning-rate grid ($fam modes), no straggler" "${common[@]}" &
@@ -100,10 +104,11 @@ for w in $WORKERS; do
   for p in "${grids[@]}"; do wait "$p" || status=1; done
   head -1 "$STUDY_RUNS/w$w-lr-sync/summary.csv" > "$STUDY_RUNS/w$w-lr.csv"
   for fam in sync async adamw; do tail -n +2 "$STUDY_RUNS/w$w-lr-$fam/summary.csv" >> "$STUDY_RUNS/w$w-lr.csv"; done
+  fi
   for c in $CASES; do
     case_sets "$c" "$w"
     modes="$HET_MODES"; [ "$c" = none ] && modes="$NONE_MODES"
-    modes="${modes//\{B\}/$b}"
+    modes="${modes//%B%/$b}"
     throttle
     bench "w$w-$c" --modes "$modes" --seeds "$SEEDS" --lr-from "$STUDY_RUNS/w$w-lr.csv" \
       --title "simulated, $w workers, $(case_title "$c" "$w")" "${common[@]}" ${CASE_ARGS[@]+"${CASE_ARGS[@]}"} &
