@@ -17,6 +17,7 @@ import csv
 import math
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +37,8 @@ CASES = ["none", "straggler", "delay", "pareto"]
 CASE_TITLES = {"none": "no straggler", "straggler": "the last rank slowed 4×",
                "delay": "exponential per-step delays (mean 1× compute)",
                "pareto": "Pareto per-step delays (shape 1.5, mean 1× compute)"}
+CASE_HEADS = {"none": "no straggler", "straggler": "last rank slowed 4×", "delay": "exponential delays",
+              "pareto": "Pareto delays"}
 _CASE_DIR = re.compile(r"w(\d+)-(" + "|".join(CASES) + r")$")
 _GRID_DIR = re.compile(r"w(\d+)-lr-(\w+)$")
 LOCAL_H = 8
@@ -110,6 +113,7 @@ def plot_scale(study: dict[int, dict[str, Path]], out: Path) -> None:
     from psgd.bench.pyplot import pyplot
     plt = pyplot()
     fig, axes = plt.subplots(1, len(CASES), figsize=(4.2 * len(CASES), 4.2), sharey=True)
+    colours: dict[str, str] = {}   # one colour per mode in every panel
     for ax, case in zip(axes, CASES):
         series: dict[str, list] = {}
         for w, paths in study.items():
@@ -126,10 +130,12 @@ def plot_scale(study: dict[int, dict[str, Path]], out: Path) -> None:
             lo = [iv.median - iv.low for _, iv in pts if math.isfinite(iv.median)]
             hi = [(iv.high - iv.median) if math.isfinite(iv.high) else 0 for _, iv in pts if math.isfinite(iv.median)]
             if ws:
-                ax.errorbar(ws, med, yerr=[lo, hi], marker="o", capsize=3, label=label)
+                colour = colours.setdefault(label, f"C{len(colours) % 10}")
+                ax.errorbar(ws, med, yerr=[lo, hi], marker="o", capsize=3, label=label, color=colour)
                 top = max(top, max(med))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.set_xlim(min(study) / 1.6, max(study) * 1.6)
         ax.set_xticks(sorted(study))
         ax.set_xticklabels([str(w) for w in sorted(study)])
         ax.set_title(CASE_TITLES[case], fontsize=9)
@@ -154,7 +160,7 @@ def plot_verdicts(matrix: dict[str, dict[int, str]], ws: list[int], out: Path) -
     colour = {"confirmed": 2, "inconclusive": 1, "not confirmed": 0, "not tested": math.nan}
     rows = list(matrix)
     grid = [[colour.get(matrix[c].get(w, "not tested"), math.nan) for w in ws] for c in rows]
-    fig, ax = plt.subplots(figsize=(2.2 + 1.1 * len(ws), 0.42 * len(rows) + 1.2))
+    fig, ax = plt.subplots(figsize=(5 + 1.1 * len(ws), 0.5 * len(rows) + 1.2))
     ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=2, aspect="auto")
     for i, c in enumerate(rows):
         for j, w in enumerate(ws):
@@ -162,7 +168,7 @@ def plot_verdicts(matrix: dict[str, dict[int, str]], ws: list[int], out: Path) -
     ax.set_xticks(range(len(ws)))
     ax.set_xticklabels([f"W={w}" for w in ws])
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([c if len(c) < 70 else c[:67] + "…" for c in rows], fontsize=7)
+    ax.set_yticklabels([textwrap.fill(c, 60) for c in rows], fontsize=7)
     ax.set_title("Literature verdicts by worker count (simulated)", fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -202,7 +208,7 @@ def main(argv: list[str]) -> int:
         cases, claims = claims_at(paths, w)
         claims_by_w[w] = claims
         parts += [f"## {w} workers", "", "Cases: " + "; ".join(f"{c} = {CASE_TITLES[c]}" for c in cases) + ".",
-                  "", headline(cases), "", "| claim | source | verdict | evidence |", "|---|---|---|---|"]
+                  "", headline(cases, CASE_HEADS), "", "| claim | source | verdict | evidence |", "|---|---|---|---|"]
         parts += [f"| {c.claim.split(': ', 1)[1]} | {c.source} | **{c.verdict}** | {c.evidence} |" for c in claims]
         parts += ["", "Learning rates (case none, grid per family of modes): " + "; ".join(grid_lines(study_dir, w)),
                   ""]
