@@ -32,10 +32,11 @@ def _iv(iv: Optional[Interval], unit: str) -> str:
     return "—" if iv is None else iv.text(3 if not unit else 2, unit)
 
 
-def judge_beats(winner: ModeStats, loser: ModeStats, unit: str = " s") -> tuple[str, str]:
+def judge_beats(winner: ModeStats, loser: ModeStats, unit: str = " s", lower_is_better: bool = True
+                ) -> tuple[str, str]:
     """(verdict, evidence) for "`winner` reaches the target sooner than `loser`" (or, with
-    `time`/`times` holding another per-seed cost in `unit`, needs less of it)."""
-    kind = compare(winner.time, loser.time).kind
+    `time`/`times` holding another per-seed measure in `unit`, does better on it)."""
+    kind = compare(winner.time, loser.time, lower_is_better).kind
     verdict = {"faster": "confirmed", "slower": "not confirmed", "indistinguishable": "inconclusive"}[kind]
     return verdict, f"{_iv(winner.time, unit)} vs {loser.label} {_iv(loser.time, unit)}"
 
