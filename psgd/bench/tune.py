@@ -11,7 +11,7 @@ says that the finalists are indistinguishable.
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -20,6 +20,7 @@ from psgd.bench.convergence_report import outcome_of
 from psgd.bench.outcomes import resolution_check
 from psgd.bench.stats import median_ci, schedule_runs
 from psgd.bench.tune_halving import HalvingResult, median_time, recommend_bound, run_halving
+from psgd.bench.tune_setup import PROBE_FRACTION, RateCheck, check_rate, sim_overrides
 from psgd.config import load_config
 from psgd.config.modes import Mode
 
@@ -45,6 +46,8 @@ class TuneResult:
     bound: Optional[int]
     why: str
     full_grid_runs: int
+    rate: Optional[RateCheck] = None
+    shared: list[str] = field(default_factory=list)  # settings the tuner fixed for every run
 
 
 def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: int, out_dir: Path,
@@ -54,11 +57,30 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
     target = target_spec(base)
     if target is None:
         raise ValueError("the config sets no target: give train.target or --target-accuracy")
+    shared = sim_overrides(base, lambda: _measure(base))
+    overrides = [*overrides, *shared]
     all_runs, failed = [], []
+    loosest = max(bounds)
+
+    def spec_of(bound: int) -> ModeSpec:
+        return ModeSpec(f"ssp:{bound}", Mode.SSP, bound)
+
+    def probe(lr: float):
+        on_run(f"rate check: s={loosest} at lr {lr:g}")
+        steps = max(1, base.train.steps_per_worker // PROBE_FRACTION)
+        sets = [*overrides, f"optimizer.lr={lr}", f"train.steps_per_worker={steps}"]
+        res = run_matrix(config_path, sets, [spec_of(loosest)], [0],
+                         Path(out_dir) / "rate-check" / f"lr{lr:g}", on_run=on_run, child_main=child_main)
+        return (res.runs[0], res.runs[0].training_evals) if res.runs else (None, [])
+
+    # On the simulator a probe costs seconds; on real processes the configured rate is kept.
+    rate = check_rate(base.optimizer.lr, probe) if base.cluster.launcher == "sim" else None
+    if rate is not None:
+        overrides = [*overrides, f"optimizer.lr={rate.lr}"]
 
     def run_arm(bound: int, offsets: list[int]):
-        spec = ModeSpec(f"ssp:{bound}", Mode.SSP, bound)
-        res = run_matrix(config_path, overrides, [spec], offsets, out_dir, on_run=on_run, child_main=child_main)
+        res = run_matrix(config_path, overrides, [spec_of(bound)], offsets, out_dir, on_run=on_run,
+                         child_main=child_main)
         all_runs.extend(res.runs)
         failed.extend(res.failed)
         return [outcome_of(r, target) for r in res.runs]
@@ -66,7 +88,19 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
     halving = run_halving(bounds, seeds, run_arm, min_seeds, eta)
     bound, why = recommend_bound(halving)
     bench = BenchResult(Path(out_dir), all_runs, failed, target)
-    return TuneResult(bench, halving, bound, why, len(bounds) * seeds)
+    return TuneResult(bench, halving, bound, why, len(bounds) * seeds, rate, shared)
+
+
+def _measure(cfg) -> tuple[float, int]:
+    """(the step time in ms, measured here, and the model's trainable parameter count)."""
+    import torch
+
+    from psgd.sim.measure import measure_compute_ms
+    from psgd.tasks import build_model, load_task
+    torch.set_num_threads(cfg.run.threads)  # as the runs will
+    task = load_task(cfg, None, splits=("train",))
+    numel = sum(p.numel() for p in build_model(cfg, task).parameters() if p.requires_grad)
+    return measure_compute_ms(cfg, task), numel
 
 
 def staleness_table(t: TuneResult) -> str:
@@ -118,12 +152,18 @@ def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: l
             + ", ".join(f"{r.arms} bounds x {r.seeds} seeds" for r in t.halving.rungs)
             + f", planned {schedule_runs(t.halving.rungs)}) instead of {t.full_grid_runs} for every bound x seed.")
     resolution = resolution_line(t)
+    fixed = []
+    if t.rate is not None:
+        fixed.append(t.rate.text(max(t.halving.outcomes)))
+    if t.shared:
+        fixed.append("Every simulated run shares: " + ", ".join(f"`{s}`" for s in t.shared) + " (the step time "
+                     "measured once; runs stop once the target is held; evaluations at least 50 per compute span).")
     text = [f"# Staleness tuning, target {t.bench.target.text}", "", f"Command: `{command}`", "", line, "", cost, "",
-            resolution, "", table, "", "Held: " + t.bench.target.rule_text + ".", ""]
+            resolution, "", *[x for f in fixed for x in (f, "")], table, "", "Held: " + t.bench.target.rule_text + ".", ""]
     text += [f"- {s}" for s in setting] + [""]
     if t.bench.failed:
         text += ["Failed runs:", ""] + [f"- {f}" for f in t.bench.failed] + [""]
     text += ["Per-mode details and plots: [report.md](report.md).", ""]
     md = out / "tune.md"
     md.write_text("\n".join(text))
-    return table, line + "\n" + cost + "\n" + resolution, md
+    return table, "\n".join([line, cost, resolution, *fixed]), md

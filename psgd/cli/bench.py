@@ -129,7 +129,7 @@ def _path(text: str) -> str:
 
 def cmd_bench_sim(args: argparse.Namespace) -> int:
     from psgd.config import ConfigError, load_config
-    from psgd.sim.cost import measure_cost
+    from psgd.sim.cost import measure_cost, measure_plain_loop
     try:
         cfg = load_config(args.config, args.overrides)
         counts = [int(w) for w in args.workers.split(",")]
@@ -139,10 +139,16 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
         print(f"psgd bench sim: {exc}", file=sys.stderr)
         return 2
     total_steps = args.steps or 20 * max(counts)
-    print(f"{'workers':>7} {'steps':>7} {'real s':>8} {'grad s':>8} {'overhead':>9}")
+    print("CPU seconds; overhead: all but forward+backward, over forward+backward; own: also less the "
+          "shards' pushes and pulls (ShardState)")
+    print(f"{'workers':>7} {'steps':>7} {'cpu s':>8} {'grad s':>8} {'shard s':>8} {'overhead':>9} {'own':>7}")
     for w in counts:
         p = measure_cost(cfg, w, max(1, total_steps // w))
-        print(f"{p.workers:>7} {p.worker_steps:>7} {p.total_s:>8.3f} {p.gradient_s:>8.3f} {100 * p.overhead:>8.1f}%")
+        print(f"{p.workers:>7} {p.worker_steps:>7} {p.total_s:>8.3f} {p.gradient_s:>8.3f} {p.shard_s:>8.3f} "
+              f"{100 * p.overhead:>8.1f}% {100 * p.own_overhead:>6.1f}%")
+    floor = measure_plain_loop(cfg, total_steps // len(counts))
+    print(f"floor: a plain one-process loop (loader, SGD step) on the same model and batch spends "
+          f"{100 * floor:.1f}% of its forward+backward besides it")
     return 0
 
 

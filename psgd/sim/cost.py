@@ -1,9 +1,14 @@
 """`psgd bench sim`: the simulator's own cost against the gradient compute it executes.
 
-Bookkeeping is everything the simulator spends real time on besides the
+Bookkeeping is everything the simulator spends CPU time on besides the
 forward+backward passes it must execute anyway: the event queue, the shard
-rules, the codecs, parameter copies and data loading. Evaluation is timed
-apart and left out of both.
+rules, the codecs, parameter copies and data loading. Of it, `shard_s` is the
+servers' own handling of pushes and pulls (ShardState: the rules, the update's
+arithmetic and its copy-on-write, which the real shards run too); the rest is
+the simulator's own.
+Evaluation is timed apart and left out of both. CPU seconds of this process,
+not wall time: on a shared machine the wall clock also counts other
+processes' turns.
 """
 from __future__ import annotations
 
@@ -17,16 +22,18 @@ from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
 
-__all__ = ["CostPoint", "measure_cost"]
+__all__ = ["CostPoint", "measure_cost", "measure_plain_loop"]
 
 
 @dataclass(frozen=True)
 class CostPoint:
     workers: int
     worker_steps: int
-    total_s: float        # real seconds of the run (evaluation excluded)
+    total_s: float        # CPU seconds of the run (evaluation excluded)
     gradient_s: float     # of which forward+backward
+    shard_s: float        # of which the shards' pushes and pulls (ShardState)
     overhead: float       # (total - gradient) / gradient
+    own_overhead: float   # (total - gradient - shard) / gradient: the simulator's own
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -44,5 +51,32 @@ def measure_cost(cfg: Config, workers: int, steps_per_worker: int) -> CostPoint:
     t0 = time.process_time()
     result = engine.run()
     total = time.process_time() - t0 - ex.evaluate_s
-    return CostPoint(workers, result.steps, round(total, 4), round(ex.gradient_s, 4),
-                     round((total - ex.gradient_s) / ex.gradient_s, 4))
+    g = ex.gradient_s
+    return CostPoint(workers, result.steps, round(total, 4), round(g, 4), round(ex.shard_s, 4),
+                     round((total - g) / g, 4), round((total - g - ex.shard_s) / g, 4))
+
+
+def measure_plain_loop(cfg: Config, steps: int) -> float:
+    """The floor: a plain one-process training loop on the same model and batches
+    (loader, zero_grad + forward + backward, torch.optim.SGD step), no simulator.
+    Returns (total - forward+backward) / forward+backward, as `overhead`."""
+    from psgd.tasks import build_model, load_task
+    from psgd.tasks.loaders import train_loader
+    torch.set_num_threads(cfg.run.threads)
+    task = load_task(cfg, None, splits=("train",))
+    model = build_model(cfg, task)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr)
+    batches = train_loader(task.train_data(), 0, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
+    gradient = 0.0
+    t0 = time.process_time()
+    for _ in range(steps):
+        x, y = next(batches)
+        g0 = time.process_time()
+        opt.zero_grad(set_to_none=False)
+        loss = task.loss(model(task.inputs(x)), task.targets(y))
+        loss.backward()
+        gradient += time.process_time() - g0
+        loss.item()
+        opt.step()
+    total = time.process_time() - t0
+    return round((total - gradient) / gradient, 4)

@@ -134,8 +134,9 @@ class Executor:
         self._f32 = cfg.wire.encoding == "f32"
         self.now = 0.0  # the simulated time, set by whoever drives the executor (local rounds' pace)
         self.speeds = [StepSpeeds() for _ in range(self.num_shards)]  # each shard's view, as the real shard's
-        self.gradient_s = 0.0  # real seconds in forward+backward (psgd bench sim's denominator)
-        self.evaluate_s = 0.0  # real seconds scoring the test set
+        self.gradient_s = 0.0  # CPU seconds in forward+backward (psgd bench sim's denominator)
+        self.evaluate_s = 0.0  # CPU seconds scoring the test set
+        self.shard_s = 0.0     # CPU seconds in the shards' pushes and pulls (the servers' rules and updates)
         train = self.task.train_data()
         self.workers: list[VirtualWorker] = []
         w = cfg.cluster.workers
@@ -206,11 +207,11 @@ class Executor:
     def _step(self, w: VirtualWorker, step_s: float) -> list[Push]:
         """One plain step: the model reads `w.params` in place and backward
         writes into the flat gradients the pushes carry."""
+        x, y = next(w.batches)
+        t0 = time.process_time()  # zeroing the gradients counts as compute, as zero_grad does
         grads = self._gradient_buffers()
         self.binding.bind(w.params)
         self.binding.bind_grads(grads)
-        x, y = next(w.batches)
-        t0 = time.process_time()
         loss = self.task.loss(self.model(self.task.inputs(x)), self.task.targets(y))
         loss.backward()
         self.gradient_s += time.process_time() - t0
@@ -255,17 +256,23 @@ class Executor:
 
     def serve_push(self, push: Push) -> PushResult:
         """Shard `push.shard` handles one push, exactly as the real shard does."""
+        t0 = time.process_time()
         result = self.shards[push.shard].push(push.rank, push.seq, push.clock, push.read_version,
                                               push.grad, push.step_s)
+        self.shard_s += time.process_time() - t0
         self.speeds[push.shard].observe(push.rank, push.step_s, push.steps)
         return result
 
     def try_answer(self, s: int, rank: int) -> Optional[Reply]:
         """Shard s answers worker `rank`'s pull for its next clock if the mode allows."""
         shard, clock = self.shards[s], self.workers[rank].clock
-        if not shard.pull_ready(rank, clock):
+        t0 = time.process_time()
+        ready = shard.pull_ready(rank, clock)
+        if ready:
+            _, clock, low = shard.answer_pull(rank, clock)
+        self.shard_s += time.process_time() - t0
+        if not ready:
             return None
-        _, clock, low = shard.answer_pull(rank, clock)
         params, read = self._read(s)
         return Reply(rank, s, params, shard.version, clock, low, self.speeds[s].fastest(), read)
 

@@ -294,11 +294,12 @@ def worker_batches(n: int, rank: int, workers: int, batch_size: int, seed: int) 
             for i in range(0, len(order) - batch_size + 1, batch_size):
                 yield order[i:i + batch_size]
     left = torch.empty(0, dtype=share.dtype)
-    for order in epochs:  # wrap-around
-        left = torch.cat([left, order])
-        while len(left) >= batch_size:
-            yield left[:batch_size]
-            left = left[batch_size:]
+    per_cat = -(-4 * batch_size // len(share))  # epochs joined at a time: one cat per ~4 batches
+    while True:  # wrap-around
+        stream = torch.cat([left] + [next(epochs) for _ in range(per_cat)])
+        whole = len(stream) // batch_size * batch_size
+        yield from stream[:whole].view(-1, batch_size)
+        left = stream[whole:]
 
 
 def _epochs(share: torch.Tensor, seed: int, rank: int) -> Iterator[torch.Tensor]:

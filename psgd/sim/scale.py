@@ -1,0 +1,113 @@
+"""`psgd bench scale`'s light workers on the virtual cluster.
+
+A light worker has no model: it computes for `compute_ms`, then pushes a fixed
+gradient and waits for the parameters, again and again (psgd/bench/scale.py).
+Here the same loop runs under the discrete-event clock (psgd.sim.engine) with
+the shards' own ShardState in the bench's mode (asp), so the simulator's time
+model (per-request service, apply rate, links, latency) can be checked
+against the real bench point by point. Updates are counted as the real bench
+counts them: round trips that end inside the window after the warm-up.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from psgd.bench.procs import bench_config, bench_layout
+from psgd.config import Config
+from psgd.core.heterogeneity import straggler_for
+from psgd.core.local_updates import StepSpeeds
+from psgd.runtime.event_names import Event
+from psgd.servers.state import ShardState
+from psgd.sim.engine import Engine
+from psgd.sim.executor import Executor, Push, VirtualWorker
+from psgd.sim.time_model import TimeModel
+from psgd.wire.codecs import WireEncoder
+
+__all__ = ["LightExecutor", "scale_config", "simulate_scale_point", "calibrate_from_point"]
+
+
+class LightExecutor(Executor):
+    """The executor with light workers: no task, no model; each step sends the
+    same small random gradient (as the real bench's light workers do)."""
+
+    def __init__(self, cfg: Config, numel: int):  # not super().__init__: that builds a task and a model
+        self.cfg = cfg
+        self.num_shards = cfg.cluster.num_servers
+        self.layout = bench_layout(numel, self.num_shards)
+        sizes = self.layout.shard_sizes
+        self.shards = [ShardState(cfg, s, torch.zeros(n)) for s, n in enumerate(sizes)]
+        self.binding, self._f32 = None, True
+        self._free = [[] for _ in sizes]
+        self.now, self.speeds = 0.0, [StepSpeeds() for _ in sizes]
+        self.gradient_s = self.evaluate_s = self.shard_s = 0.0
+        gen = torch.Generator().manual_seed(cfg.run.seed)
+        self.grads = [torch.randn(n, generator=gen) * 1e-3 for n in sizes]
+        self.workers = []
+        for rank in range(cfg.cluster.workers):
+            reads = [self._read(s) for s in range(self.num_shards)]
+            w = VirtualWorker(rank, iter(()), WireEncoder("f32", sizes), straggler_for(cfg.workers, rank, 0),
+                              [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
+            w.clock = min(shard.register(rank, 0.0) for shard in self.shards)
+            self.workers.append(w)
+
+    def compute(self, rank: int, step_s: float = 0.0, round_steps: Optional[int] = None) -> list[Push]:
+        w = self.workers[rank]
+        self._stepped_on(w)
+        w.steps += 1
+        return self._send(w, self.grads, step_s)
+
+    def evaluate(self) -> dict:
+        versions = [shard.version for shard in self.shards]
+        return {"accuracy": 0.0, "test_loss": 0.0, "updates": max(versions), "versions": versions}
+
+    def state_dict(self) -> dict:
+        return {}
+
+
+def scale_config(workers: int, shards: int, sim: dict) -> Config:
+    """The real bench's shard config (bench_config) with `sim` as its time model."""
+    cfg = bench_config(workers)
+    cfg = dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, servers=shards))
+    return dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, **sim))
+
+
+def simulate_scale_point(shards: int, workers: int, numel: int, sim: dict, warmup_s: float = 1.0,
+                         window_s: float = 3.0) -> dict:
+    """One (shards, workers) point: updates/s counted over the window, and the
+    median simulated round trip."""
+    cfg = scale_config(workers, shards, sim)
+    ex = LightExecutor(cfg, numel)
+    lo, hi = warmup_s, warmup_s + window_s
+    done, rtts = [0], []
+
+    def emit(e: dict) -> None:
+        if e["event"] == Event.STEP and lo <= e["t"] < hi:
+            done[0] += 1
+            rtts.append(e["comm_s"])
+
+    Engine(ex, TimeModel.from_config(cfg.sim, cfg.sim.compute_ms), steps_per_worker=10 ** 9, max_time_s=hi,
+           eval_every_s=None, emit=emit).run()
+    rtts.sort()
+    return {"shards": shards, "workers": workers, "updates_per_s": round(done[0] / window_s, 2),
+            "pull_latency_ms_median": round(rtts[len(rtts) // 2] * 1e3, 3) if rtts else None}
+
+
+def calibrate_from_point(row: dict, numel: int, bandwidth_gbps: float = 25.0, apply_gbps: float = 15.0) -> dict:
+    """The sim: section one real bench-scale point implies (in the spirit of
+    psgd sim calibrate): per-request service from the shard's CPU per request,
+    step time from the workers' cycle less the round trip, latency from what
+    the round trip leaves after service and transfers."""
+    shards, ups = row["shards"], row["updates_per_s"]
+    rtt_s = row["pull_latency_ms_median"] / 1e3
+    service_s = row["shard_cpu_cores"] / ups            # each update is one request to every shard
+    per_shard = numel // shards
+    apply_s = 4 * per_shard / (apply_gbps * 1e9)
+    transfer_s = 2 * 4 * per_shard / (bandwidth_gbps * 1e9 / 8)
+    cycle_s = row["workers"] / ups
+    return {"compute_ms": round((cycle_s - rtt_s) * 1e3, 6), "speedup": 1.0,
+            "request_us": round(max(0.0, service_s - apply_s) * 1e6, 3),
+            "latency_us": round(max(0.0, (rtt_s - service_s - transfer_s) / 2) * 1e6, 3),
+            "bandwidth_gbps": bandwidth_gbps, "apply_gbps": apply_gbps}

@@ -1,0 +1,37 @@
+"""bench scale's light workers on the virtual cluster: the time model's arithmetic,
+exactly (1 worker: one round trip per cycle; many: the shard's service bounds it)."""
+import pytest
+
+from psgd.sim.scale import calibrate_from_point, simulate_scale_point
+
+NUMEL = 16384  # 64 KB
+SIM = {"compute_ms": 20.0, "request_us": 100.0, "latency_us": 150.0, "bandwidth_gbps": 25.0, "apply_gbps": 15.0}
+
+
+def _round_trip_s(sim, shards=1):
+    per = NUMEL // shards
+    return (2 * sim["latency_us"] / 1e6 + sim["request_us"] / 1e6 + 4 * per / (sim["apply_gbps"] * 1e9)
+            + 2 * 4 * per / (sim["bandwidth_gbps"] * 1e9 / 8))
+
+
+def test_one_light_worker_does_one_round_trip_per_step():
+    p = simulate_scale_point(1, 1, NUMEL, SIM, warmup_s=1.0, window_s=3.0)
+    cycle = SIM["compute_ms"] / 1e3 + _round_trip_s(SIM)
+    assert p["pull_latency_ms_median"] == pytest.approx(_round_trip_s(SIM) * 1e3, abs=1e-3)
+    assert abs(p["updates_per_s"] - 1 / cycle) <= 1 / 3.0  # whole round trips in a 3 s window
+
+
+def test_a_saturated_shard_serves_one_request_per_service_time():
+    sim = {**SIM, "request_us": 2000.0}  # 64 workers x 2 ms > the 20 ms step: the shard is the bottleneck
+    p = simulate_scale_point(1, 64, NUMEL, sim, warmup_s=1.0, window_s=3.0)
+    service = sim["request_us"] / 1e6 + 4 * NUMEL / (sim["apply_gbps"] * 1e9)
+    assert p["updates_per_s"] == pytest.approx(1 / service, rel=0.01)
+
+
+def test_calibration_from_a_point_reproduces_it():
+    row = {"shards": 1, "workers": 1, "updates_per_s": 45.0, "pull_latency_ms_median": 1.2, "shard_cpu_cores": 0.009}
+    sim = calibrate_from_point(row, NUMEL)
+    assert sim["request_us"] == pytest.approx(0.009 / 45.0 * 1e6 - 4 * NUMEL / 15e9 * 1e6, abs=1e-3)
+    p = simulate_scale_point(1, 1, NUMEL, sim, window_s=20.0)
+    assert p["pull_latency_ms_median"] == pytest.approx(1.2, abs=1e-3)
+    assert p["updates_per_s"] == pytest.approx(45.0, abs=1 / 20.0)
