@@ -32,19 +32,21 @@ def _iv(iv: Optional[Interval], unit: str) -> str:
     return "—" if iv is None else iv.text(3 if not unit else 2, unit)
 
 
-def judge_beats(winner: ModeStats, loser: ModeStats) -> tuple[str, str]:
-    """(verdict, evidence) for "`winner` reaches the target sooner than `loser`"."""
-    kind = compare(winner.time, loser.time).kind
+def judge_beats(winner: ModeStats, loser: ModeStats, unit: str = " s", lower_is_better: bool = True
+                ) -> tuple[str, str]:
+    """(verdict, evidence) for "`winner` reaches the target sooner than `loser`" (or, with
+    `time`/`times` holding another per-seed measure in `unit`, does better on it)."""
+    kind = compare(winner.time, loser.time, lower_is_better).kind
     verdict = {"faster": "confirmed", "slower": "not confirmed", "indistinguishable": "inconclusive"}[kind]
-    return verdict, f"{_iv(winner.time, ' s')} vs {loser.label} {_iv(loser.time, ' s')}"
+    return verdict, f"{_iv(winner.time, unit)} vs {loser.label} {_iv(loser.time, unit)}"
 
 
-def judge_ties(a: ModeStats, b: ModeStats) -> tuple[str, str]:
+def judge_ties(a: ModeStats, b: ModeStats, unit: str = " s") -> tuple[str, str]:
     """(verdict, evidence) for "`a` ties `b`": the interval of median(a) / median(b) inside the margin."""
     ratio = ratio_ci(a.times, b.times)
     tie = judge_tie(ratio)
     verdict = {Tie.TIED: "confirmed", Tie.NOT_TIED: "not confirmed", Tie.INCONCLUSIVE: "inconclusive"}[tie]
-    return verdict, (f"{_iv(a.time, ' s')} vs {b.label} {_iv(b.time, ' s')}, ratio {ratio.text(2)} "
+    return verdict, (f"{_iv(a.time, unit)} vs {b.label} {_iv(b.time, unit)}, ratio {ratio.text(2)} "
                      f"(tie margin ±{TIE_MARGIN:.0%})")
 
 
@@ -65,8 +67,10 @@ def _combine(verdicts: list[str]) -> str:
 
 
 def study_verdicts(cases: dict[str, dict[str, ModeStats]], workload: str, higher_is_better: bool,
-                   none: str = "none", straggler: str = "straggler", delay: str = "delay") -> list[Claim]:
-    """`cases`: heterogeneity case -> mode label -> stats, for one workload."""
+                   none: str = "none", straggler: str = "straggler", delay: str = "delay",
+                   heavy_tail: Optional[str] = None) -> list[Claim]:
+    """`cases`: heterogeneity case -> mode label -> stats, for one workload. `heavy_tail`:
+    a case of heavy-tailed (Pareto) delays, judged apart from `delay` when given."""
     lower = not higher_is_better
     out = []
 
@@ -93,11 +97,17 @@ def study_verdicts(cases: dict[str, dict[str, ModeStats]], workload: str, higher
                [straggler], ssp, "bsp", judge_beats)
     time_claim("SSP beats BSP under random per-step delays (time to target)", "Ho et al. 2013; Cui et al. 2014",
                [delay], ssp, "bsp", judge_beats)
+    if heavy_tail:
+        time_claim("SSP beats BSP under heavy-tailed per-step delays (time to target)",
+                   "Ho et al. 2013; Cui et al. 2014", [heavy_tail], ssp, "bsp", judge_beats)
     backups = sorted({label for s in cases.values() for label in s if label.startswith("bsp+b")})
     time_claim("backup workers shorten BSP's time to target under a persistent straggler", "Chen et al. 2016",
                [straggler], backups, "bsp", judge_beats)
     time_claim("backup workers shorten BSP's time to target under random per-step delays", "Chen et al. 2016",
                [delay], backups, "bsp", judge_beats)
+    if heavy_tail:
+        time_claim("backup workers shorten BSP's time to target under heavy-tailed per-step delays",
+                   "Chen et al. 2016", [heavy_tail], backups, "bsp", judge_beats)
     time_claim("DC-ASGD beats plain ASP (time to target)", "Zheng et al. 2017",
                list(cases), ["asp+dc"], "asp", judge_beats)
 

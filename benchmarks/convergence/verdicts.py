@@ -59,11 +59,11 @@ def load_rows(seeds_csv: Path) -> dict[str, list[SeedRow]]:
     return out
 
 
-def headline(cases: dict[str, dict[str, ModeStats]]) -> str:
+def headline(cases: dict[str, dict[str, ModeStats]], names: dict[str, str] = CASE_NAMES) -> str:
     labels: list[str] = []
     for stats in cases.values():
         labels += [lab for lab in stats if lab not in labels]
-    lines = ["| mode | " + " | ".join(CASE_NAMES.get(c, c) for c in cases) + " |", "|---|" + "---|" * len(cases)]
+    lines = ["| mode | " + " | ".join(names.get(c, c) for c in cases) + " |", "|---|" + "---|" * len(cases)]
     for lab in labels:
         cells = []
         for stats in cases.values():

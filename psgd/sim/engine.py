@@ -87,6 +87,7 @@ class Engine:
         self.result = SimResult()
         self.q = EventQueue()
         self.active = len(executor.workers)
+        self.said_done: set[int] = set()  # ranks whose done event (with the bytes they pushed) was emitted
 
     # ---- scheduling -------------------------------------------------------
     def _start_step(self, rank: int, t: float) -> None:
@@ -100,9 +101,7 @@ class Engine:
                 return
             self.ex.leave(rank)  # as opt.close(): nobody waits for it any more
             self.active -= 1
-            self.emit(event(t, Role.WORKER, rank, Event.DONE, rank=rank, clock=w.clock, steps=w.steps, pushes=w.seq,
-                             resends=0, bytes_sent=w.encoder.wire_bytes, fp32_bytes=w.encoder.fp32_bytes,
-                             compression_ratio=round(w.encoder.compression_ratio, 6)))
+            self._done(rank, t)
             for s in range(self.ex.num_shards):
                 self._answer_parked(s, t)
             return
@@ -185,6 +184,13 @@ class Engine:
         self.emit(record)
         return self.stop(record)
 
+    def _done(self, rank: int, t: float) -> None:
+        w = self.ex.workers[rank]
+        self.said_done.add(rank)
+        self.emit(event(t, Role.WORKER, rank, Event.DONE, rank=rank, clock=w.clock, steps=w.steps, pushes=w.seq,
+                         resends=0, bytes_sent=w.encoder.wire_bytes, fp32_bytes=w.encoder.fp32_bytes,
+                         compression_ratio=round(w.encoder.compression_ratio, 6)))
+
     # ---- the loop ---------------------------------------------------------
     def run(self) -> SimResult:
         for w in self.ex.workers:
@@ -210,6 +216,9 @@ class Engine:
             blocked = [w.rank for w in self.ex.workers if w.steps < self.steps_per_worker]
             raise RuntimeError(f"the simulated run stopped with workers {blocked[:8]} waiting on a shard "
                                "that will never answer")
+        for w in self.ex.workers:  # stopped by the clock or the target: a real worker says done as it exits
+            if w.rank not in self.said_done:
+                self._done(w.rank, t)
         self.result.end_s = t
         self._evaluate(t, final=True)
         return self.result

@@ -3,6 +3,8 @@ and seed give the same files, byte for byte."""
 import json
 from pathlib import Path
 
+import torch
+
 from psgd.config import load_config
 from psgd.sim.launcher import SimLauncher
 
@@ -45,3 +47,21 @@ def test_psgd_launch_on_sim_writes_a_run_directory(tmp_path):
         assert (out / name).is_file(), name
     assert "launcher: sim" in (out / "config.yaml").read_text()
     assert json.loads((out / "summary.json").read_text())["clock"] == "simulated"
+
+
+def test_a_run_stopped_by_the_clock_still_counts_the_bytes_pushed(tmp_path):
+    # No compression, plain gradients: every step pushes the whole fp32 model once.
+    sets = [s for s in SETS if not s.startswith(("wire.", "train.steps"))]
+    cfg = load_config(None, sets + ["train.steps_per_worker=1000000", "train.max_time_s=0.01"])
+    run_dir = tmp_path / "capped"
+    run_dir.mkdir()
+    result = SimLauncher(cfg, run_dir).run()
+    assert result.code == 0, result.reason
+    events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    done = [e for e in events if e["event"] == "done" and e["role"] == "worker"]
+    assert sorted(e["rank"] for e in done) == [0, 1, 2, 3]
+    model_bytes = 4 * sum(t.numel() for t in torch.load(run_dir / "model.pt").values())
+    assert all(e["bytes_sent"] == e["pushes"] * model_bytes for e in done)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["wire_bytes_sent"] == sum(e["bytes_sent"] for e in done) > 0
+    assert summary["worker_steps"] < 4 * 1000000
