@@ -49,7 +49,8 @@ def cluster():
 @pytest.fixture
 def two_nodes(cluster):
     """The file's cluster with both nodes up. A test that killed node B leaves it
-    to be started again here: a fresh node B, as a replaced host would be."""
+    to be started again here: a fresh node B, as a replaced host would be. (The
+    no-room test starts it again itself, so it runs before the restart test.)"""
     if not cluster.node_b_up():
         cluster.start_node_b()
     return cluster
@@ -206,32 +207,6 @@ def _check_applied_once(events: list[dict], summary: dict, workers: int, steps: 
 
 
 @pytest.mark.timeout(90)
-def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(two_nodes, tmp_path):
-    cluster, out = two_nodes, tmp_path / "run"
-    code, output = _launch_and_kill_node_b(cluster, out, "--set", "train.steps_per_worker=400",
-                                           "--set", "ray.server.resources={node_a: 1}",
-                                           "--set", "supervision.max_restarts=1", after_steps=150)
-    assert code == 0, output[-3000:]
-    events = _events(out)
-    first = {}
-    for e in events:
-        if e.get("event") == "ready":
-            first.setdefault(f"{e['role']}-{e['index']}", e["node"])
-    on_b = sorted(n for n, ip in first.items() if ip == cluster.ip_b)
-    assert any(n.startswith("worker") for n in on_b), first  # spread put workers on node B
-    # One line names the node, every role it took and why; the CLI printed it.
-    lost = [e for e in events if e.get("event") == "node_lost"]
-    assert len(lost) == 1 and lost[0]["node"] == cluster.ip_b and sorted(lost[0]["roles"]) == on_b
-    assert lost[0]["restarted"] and "its node left the Ray cluster" in lost[0]["line"]
-    assert f"psgd launch: {lost[0]['line']}" in output
-    assert _nodes(events) == {n: cluster.ip_a for n in ALL}  # every role ended on node A
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["restarts"] == len(on_b)
-    _check_applied_once(events, summary, workers=4, steps=400)
-    assert summary["final_test_accuracy"] >= 0.93
-
-
-@pytest.mark.timeout(90)
 def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes_when_it_is_back(
         two_nodes, tmp_path):
     cluster, out = two_nodes, tmp_path / "run"
@@ -265,6 +240,32 @@ def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok"
     _check_applied_once(after, summary, workers=2, steps=200)
+
+
+@pytest.mark.timeout(90)
+def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(two_nodes, tmp_path):
+    cluster, out = two_nodes, tmp_path / "run"
+    code, output = _launch_and_kill_node_b(cluster, out, "--set", "train.steps_per_worker=400",
+                                           "--set", "ray.server.resources={node_a: 1}",
+                                           "--set", "supervision.max_restarts=1", after_steps=150)
+    assert code == 0, output[-3000:]
+    events = _events(out)
+    first = {}
+    for e in events:
+        if e.get("event") == "ready":
+            first.setdefault(f"{e['role']}-{e['index']}", e["node"])
+    on_b = sorted(n for n, ip in first.items() if ip == cluster.ip_b)
+    assert any(n.startswith("worker") for n in on_b), first  # spread put workers on node B
+    # One line names the node, every role it took and why; the CLI printed it.
+    lost = [e for e in events if e.get("event") == "node_lost"]
+    assert len(lost) == 1 and lost[0]["node"] == cluster.ip_b and sorted(lost[0]["roles"]) == on_b
+    assert lost[0]["restarted"] and "its node left the Ray cluster" in lost[0]["line"]
+    assert f"psgd launch: {lost[0]['line']}" in output
+    assert _nodes(events) == {n: cluster.ip_a for n in ALL}  # every role ended on node A
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["restarts"] == len(on_b)
+    _check_applied_once(events, summary, workers=4, steps=400)
+    assert summary["final_test_accuracy"] >= 0.93
 
 
 @pytest.mark.timeout(90)
