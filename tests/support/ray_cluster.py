@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,13 @@ HEAD_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": 
             "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
 
 
+def _software_under_tmp() -> list[str]:
+    """This checkout and its Python environment, where they live under /tmp (a CI clone may)."""
+    places = {Path(__file__).resolve().parents[2], Path(sys.prefix).resolve(), BIN.resolve()}
+    under = sorted(str(p) for p in places if p.is_relative_to("/tmp") and p != Path("/tmp"))
+    return [p for p in under if not any(p.startswith(q + "/") for q in under if q != p)]
+
+
 def unsupported() -> Optional[str]:
     """None where namespaces can be made here, else why not."""
     if os.geteuid() != 0:
@@ -50,6 +58,8 @@ def unsupported() -> Optional[str]:
     for tool in ("ip", "unshare", "mount"):
         if shutil.which(tool) is None:
             return f"needs the `{tool}` tool"
+    if _software_under_tmp() and not Path("/mnt").is_dir():
+        return "this checkout lives under /tmp, and node B needs /mnt to lend it past its own /tmp"
     if shutil.which("ray", path=str(BIN)) is None:
         return "needs Ray in this environment (pip install 'psgd[ray]')"
     return None
@@ -90,9 +100,17 @@ class TwoNodeRay:
         return ["ip", "netns", "exec", self.ns_a, "env", f"HOME={self.home}", *argv]
 
     def on_b(self, argv: Sequence[str]) -> list[str]:
-        """Node B's processes see a /tmp and /dev/shm of their own."""
+        """Node B's processes see a /tmp and /dev/shm of their own, and the software (this
+        checkout and its environment) where it is, as another host with the same image would,
+        even when the checkout itself lives under /tmp."""
         script = ("mount -t tmpfs -o size=512m,mode=1777 psgd-tmp /tmp && "
                   "mount -t tmpfs -o size=256m,mode=1777 psgd-shm /dev/shm && exec \"$@\"")
+        keep = _software_under_tmp()
+        if keep:  # the old /tmp, stashed on /mnt (private to this mount namespace), lends them back
+            lend = " && ".join(f"mkdir -p {shlex.quote(p)} && mount --bind {shlex.quote('/mnt/' + p[5:])} "
+                               f"{shlex.quote(p)}" for p in keep)
+            script = script.replace(" && exec", f" && {lend} && umount -l /mnt && exec")
+            script = "mount --bind /tmp /mnt && " + script
         return ["ip", "netns", "exec", self.ns_b, "env", f"HOME={self.home}", "unshare", "--mount",
                 "--propagation", "private", "sh", "-c", script, "sh", *argv]
 
