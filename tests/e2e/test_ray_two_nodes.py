@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 import pytest
 from conftest import ROOT, kill_tree, psgd_cmd, run_psgd, spawn, wait_for
-from support.ray_cluster import SetupFailed, TwoNodeRay, leftovers, unsupported
+from support.ray_cluster import SetupFailed, TwoNodeRay, lent_past_tmp, leftovers, unsupported
 
 from psgd.config import load_config
 
@@ -78,7 +78,8 @@ def test_the_two_nodes_are_two_hosts_to_ray(two_nodes):
     assert seen["resources"]["node_a"] == 8 and seen["resources"]["node_b"] == 8
     assert f"node:{two_nodes.ip_a}" in seen["resources"] and f"node:{two_nodes.ip_b}" in seen["resources"]
     assert seen["a"][0] == two_nodes.ip_a and seen["b"][0] == two_nodes.ip_b
-    assert seen["b"][1] == ["psgd-rt"]  # node B's /tmp is its own: only its Ray session is there
+    # Node B's /tmp is its own: only its Ray session is there (and this checkout, where it lives under /tmp).
+    assert seen["b"][1] == sorted({"psgd-rt", *(Path(p).relative_to("/tmp").parts[0] for p in lent_past_tmp())})
 
 
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"

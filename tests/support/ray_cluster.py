@@ -44,7 +44,7 @@ HEAD_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": 
             "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
 
 
-def _software_under_tmp() -> list[str]:
+def lent_past_tmp() -> list[str]:
     """This checkout and its Python environment, where they live under /tmp (a CI clone may)."""
     places = {Path(__file__).resolve().parents[2], Path(sys.prefix).resolve(), BIN.resolve()}
     under = sorted(str(p) for p in places if p.is_relative_to("/tmp") and p != Path("/tmp"))
@@ -58,7 +58,7 @@ def unsupported() -> Optional[str]:
     for tool in ("ip", "unshare", "mount"):
         if shutil.which(tool) is None:
             return f"needs the `{tool}` tool"
-    if _software_under_tmp() and not Path("/mnt").is_dir():
+    if lent_past_tmp() and not Path("/mnt").is_dir():
         return "this checkout lives under /tmp, and node B needs /mnt to lend it past its own /tmp"
     if shutil.which("ray", path=str(BIN)) is None:
         return "needs Ray in this environment (pip install 'psgd[ray]')"
@@ -105,7 +105,7 @@ class TwoNodeRay:
         even when the checkout itself lives under /tmp."""
         script = ("mount -t tmpfs -o size=512m,mode=1777 psgd-tmp /tmp && "
                   "mount -t tmpfs -o size=256m,mode=1777 psgd-shm /dev/shm && exec \"$@\"")
-        keep = _software_under_tmp()
+        keep = lent_past_tmp()
         if keep:  # the old /tmp, stashed on /mnt (private to this mount namespace), lends them back
             lend = " && ".join(f"mkdir -p {shlex.quote(p)} && mount --bind {shlex.quote('/mnt/' + p[5:])} "
                                f"{shlex.quote(p)}" for p in keep)
