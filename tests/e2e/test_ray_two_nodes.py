@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 import pytest
 from conftest import ROOT, kill_tree, psgd_cmd, run_psgd, spawn, wait_for
-from support.ray_cluster import SetupFailed, TwoNodeRay, lent_past_tmp, leftovers, unsupported
+from support.ray_cluster import SetupFailed, TwoNodeRay, leftovers, lent_past_tmp, unsupported
 
 from psgd.config import load_config
 
