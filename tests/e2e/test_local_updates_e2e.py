@@ -79,7 +79,7 @@ def test_dynamic_local_steps_give_a_straggler_shorter_rounds(tmp_path):
     config = tmp_path / "quickstart.yaml"
     config.write_text((ROOT / "configs" / "quickstart.yaml").read_text())
     code, output, summary = launch(config, tmp_path / "run", "consistency.mode=asp", "local.steps=8",
-                                   "local.dynamic=true", "workers.slowdown={3: 8.0}", "train.steps_per_worker=200",
+                                   "local.dynamic=true", "workers.slowdown={3: 8.0}", "train.steps_per_worker=1600",
                                    "workers.device=cpu", timeout=110)
     assert code == 0, output
     events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
