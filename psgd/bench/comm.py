@@ -12,7 +12,6 @@ computed from the medians of this run.
 """
 from __future__ import annotations
 
-import math
 import os
 import random
 import statistics
@@ -25,32 +24,12 @@ from psgd.bench.netns import netns_supported
 from psgd.bench.netns_comm import run_netns_row
 from psgd.bench.procs import BenchShards, bench_context
 from psgd.bench.raw_shm import ShmFloorPeer, ShmSgdFloor
-from psgd.bench.raw_zmq import RawEchoClient, serve_raw_echo
+from psgd.bench.raw_zmq import RAW_SGD_LR, RawEchoClient, RawSgdStep, serve_raw_echo
 from psgd.bench.ray_ps import ray_available, time_ray_actor_ps
 from psgd.bench.rpc_ps import time_gloo_allreduce, time_torch_rpc_ps
-from psgd.wire.payload import tensor_frame
 from psgd.workers.client import PSClient
 
 __all__ = ["run_comm_bench", "comm_row", "RawSgdStep", "RAW_SGD_LR", "start_raw_server"]
-
-RAW_SGD_LR = 1e-6  # the learning rate bench shards use too (bench_procs.bench_config)
-
-
-class RawSgdStep:
-    """The floor server's work per push: view the gradient frame, check it is
-    finite (one pass), apply plain SGD in place, reply with the parameters."""
-
-    def __init__(self, numel: int, lr: float = RAW_SGD_LR):
-        self.params = torch.zeros(numel)
-        self.lr = lr
-        self._frame = tensor_frame(self.params)
-
-    def __call__(self, payload: memoryview):
-        grad = torch.frombuffer(payload, dtype=torch.float32)
-        if math.isfinite(grad.sum().item()):
-            self.params.add_(grad, alpha=-self.lr)
-        return self._frame
-
 
 def _raw_echo_child(nbytes: int, conn) -> None:
     serve_raw_echo(nbytes, conn.send)

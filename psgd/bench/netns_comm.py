@@ -39,8 +39,7 @@ def _shard(numel: int, host: str) -> None:
 
 
 def _raw(numel: int, host: str) -> None:
-    from psgd.bench.comm import RawSgdStep
-    from psgd.bench.raw_zmq import serve_raw_echo
+    from psgd.bench.raw_zmq import RawSgdStep, serve_raw_echo
     serve_raw_echo(4 * numel, lambda address: print(address, flush=True), host=host, handle=RawSgdStep(numel))
 
 

@@ -5,13 +5,34 @@ the only zmq code outside psgd.wire.transport; nothing outside psgd.bench uses t
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional
 
+import torch
 import zmq
 
+from psgd.wire.payload import tensor_frame
 from psgd.wire.transport import zmq_context
 
-__all__ = ["serve_raw_echo", "RawEchoClient"]
+__all__ = ["serve_raw_echo", "RawEchoClient", "RawSgdStep", "RAW_SGD_LR"]
+
+RAW_SGD_LR = 1e-6  # the learning rate bench shards use too (bench_procs.bench_config)
+
+
+class RawSgdStep:
+    """The floor server's work per push: view the gradient frame, check it is
+    finite (one pass), apply plain SGD in place, reply with the parameters."""
+
+    def __init__(self, numel: int, lr: float = RAW_SGD_LR):
+        self.params = torch.zeros(numel)
+        self.lr = lr
+        self._frame = tensor_frame(self.params)
+
+    def __call__(self, payload: memoryview):
+        grad = torch.frombuffer(payload, dtype=torch.float32)
+        if math.isfinite(grad.sum().item()):
+            self.params.add_(grad, alpha=-self.lr)
+        return self._frame
 
 
 def serve_raw_echo(reply_nbytes: int, on_bound: Callable[[str], None], host: str = "127.0.0.1",
