@@ -61,24 +61,32 @@ class PushDecoder:
         f32.copy_(wire)
         return f32.mul_(scale) if scale != 1.0 else f32
 
-    def piece(self, rank: int, rec: P.Push, payload: list) -> Optional[torch.Tensor]:
+    def piece(self, rank: int, rec: P.Push, payload: list, identity: bytes = b"") -> Optional[torch.Tensor]:
         """Add one piece of rank's push `rec.seq` (a newer seq starts over); returns the
-        whole fp32 gradient once the pieces cover it, else None. Valid until the rank's next piece."""
-        if rec.encoding not in P.ENCODINGS or rec.shm:
-            raise ProtocolError(P.ErrorCode.BAD_ENCODING, "pieces are dense and travel inline")
+        whole fp32 gradient once the pieces cover it, else None. Valid until the rank's next piece.
+        A piece inline is checked before anything is kept; an fp32 piece in `identity`'s segment
+        (`rec.shm`) is copied straight to its place, and forgotten if the copy fails."""
+        if rec.encoding not in P.ENCODINGS or (rec.shm and rec.encoding != "f32"):
+            raise ProtocolError(P.ErrorCode.BAD_ENCODING, "pieces are dense, and fp32 in shared memory")
         if rec.offset < 0 or rec.numel < 1 or rec.offset + rec.numel > self.numel:
             raise ProtocolError(P.ErrorCode.BAD_SIZE, f"piece [{rec.offset}, {rec.offset + rec.numel}) outside "
                                 f"the shard's {self.numel} elements")
-        part = frame_to_tensor(payload[0], rec.encoding, rec.numel)  # checked before anything is kept
+        part = None if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel)
         work = self._pieces.get(rank)
         if work is None:
             work = self._pieces[rank] = _Assembly(torch.empty(self.numel))
         if work.seq != rec.seq:
             work.seq, work.spans = rec.seq, {}
         view = work.grad[rec.offset:rec.offset + rec.numel]
-        view.copy_(part)
-        if rec.scale != 1.0:
-            view.mul_(rec.scale)
+        if part is None:
+            if not self._shm.request(identity, rec.shm, view, at=4 * rec.offset):
+                work.spans.pop(rec.offset, None)  # what the failed copy left there is no piece
+                raise ProtocolError(P.ErrorCode.BAD_SHM, f"no shared-memory piece at generation {rec.shm} "
+                                    "for this connection")
+        else:
+            view.copy_(part)
+            if rec.scale != 1.0:
+                view.mul_(rec.scale)
         work.spans[rec.offset] = rec.numel  # a piece sent again overwrites itself
         return work.grad if work.complete(self.numel) else None
 

@@ -277,7 +277,8 @@ class ShardServer:
             grad = torch.empty(0)  # state.push recognises the duplicate before reading it
         else:
             self.state.counters["push_pieces"] += 1
-            grad = self._decode.piece(rec.rank, rec, payload)
+            grad = self._decode.piece(rec.rank, rec, payload, identity)
+            self.state.counters["push_pieces_shm"] += bool(rec.shm)  # copied from the segment
             if rec.held:
                 return  # answered with the push's last message
             if grad is None:

@@ -233,8 +233,12 @@ class PSClient:
         backward has produced them). The shard holds a piece unanswered; `last`: the
         remaining piece, answered once the shard has applied the whole gradient.
         Elementwise encodings only (WireEncoder.elementwise)."""
-        frames = request.piece(shard, self._rpc.next_id(), self.encoder.encode_piece(shard, grad, offset, numel),
-                               offset, held=not last)
+        wire = self.encoder.encode_piece(shard, grad, offset, numel)
+        seg = self._shm.segment(shard)
+        # Flattened into the segment's request region: the shard copies the piece from there.
+        # The region is published once per push; later pieces land beside pieces being read.
+        gen = request.in_shm.generation(shard, grad) if wire.encoding == "f32" and seg and seg.holds(grad) else 0
+        frames = request.piece(shard, self._rpc.next_id(), wire, offset, numel, held=not last, shm=gen)
         if not last:
             self._conns.send(shard, frames)  # no reply to wait for: the last piece's answer covers it
             return
@@ -334,10 +338,10 @@ class GradsRequest:
         return P.encode(self._record(s, req, wire, numel=c.layout.shard_sizes[s], nnz=wire.nnz, shm=gen),
                         () if gen else wire.frames)
 
-    def piece(self, s: int, req: int, wire, offset: int, held: bool) -> list:
-        """A piece's message: its frame inline (the segment holds a whole payload)."""
-        numel = memoryview(wire.frames[0]).nbytes // P.ENCODINGS[wire.encoding][1]
-        return P.encode(self._record(s, req, wire, numel=numel, offset=offset, held=held), wire.frames)
+    def piece(self, s: int, req: int, wire, offset: int, numel: int, held: bool, shm: int = 0) -> list:
+        """A piece's message: its frame inline, or (`shm`, the generation) in the segment."""
+        return P.encode(self._record(s, req, wire, numel=numel, offset=offset, held=held, shm=shm),
+                        () if shm else wire.frames)
 
     def _record(self, s: int, req: int, wire, **fields) -> P.Push:
         if self.kind is P.PushPull:

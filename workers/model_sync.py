@@ -46,6 +46,7 @@ class ModelSync:
         # Per shard, where the client wants the next gradient (PSClient.gradient_buffers;
         # None: host_grads). Read at every step, since the client's segments can change.
         self.gradient_buffers: Callable[[], list[Optional[torch.Tensor]]] = lambda: [None] * len(sizes)
+        self._spare: Optional[list[torch.Tensor]] = None  # stage()/swap_in(): the next parameters, off the model
 
     def _host_out(self) -> list[torch.Tensor]:
         """The host tensors the next gradients are written to."""
@@ -87,9 +88,16 @@ class ModelSync:
             torch.cuda.synchronize(self.device)
             return self.host_grads
 
-    def shard_gradient(self, shard: int, segments: slice = slice(None)) -> torch.Tensor:
+    def gradient_targets(self) -> list[torch.Tensor]:
+        """The host tensors the next gradients go to (a shared-memory request region where the
+        client offers one: fetching them starts a new payload there). For `shard_gradient`."""
+        return self._host_out()
+
+    def shard_gradient(self, shard: int, segments: slice = slice(None),
+                       targets: Optional[list[torch.Tensor]] = None) -> torch.Tensor:
         """One shard's part of the model's gradients (of its `segments`: a piece) in
-        its flat float32 host `gradients` buffer, for a push that leaves during backward."""
+        its flat float32 host `gradients` buffer, for a push that leaves during backward.
+        `targets`: `gradient_targets()` fetched once for all the pieces of one push."""
         # Only these parameters: the others' gradients may not exist yet (backward is running).
         segs = self.layout.segments[shard][segments]
         mine = {s.param for s in segs}
@@ -97,17 +105,43 @@ class ModelSync:
                  for i, p in enumerate(self.params)]
         with torch.no_grad():
             if self.dev_grads is None:
-                return self.layout.flatten_shard(grads, shard, self._host_out()[shard], segments)
+                return self.layout.flatten_shard(grads, shard, (targets or self._host_out())[shard], segments)
             self.layout.flatten_shard(grads, shard, self.dev_grads[shard], segments)
             span = slice(segs[0].shard_offset, segs[-1].shard_offset + segs[-1].length) if segs else slice(0, 0)
             self.host_grads[shard][span].copy_(self.dev_grads[shard][span], non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()  # complete before it is sent
             return self.host_grads[shard]
 
-    def gradients(self) -> list[torch.Tensor]:
-        """The model's current gradients as one flat float32 host tensor per shard.
-        The returned buffers are reused: send them before the next call."""
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+    def take_gradients(self) -> list[Optional[torch.Tensor]]:
+        """The model's gradient tensors, handed over: every `.grad` becomes None, as after
+        `zero_grad()`, so the next backward writes fresh tensors and these stay unchanged
+        while another thread flattens them (`gradients(taken)`)."""
+        taken = [p.grad for p in self.params]
+        for p in self.params:
+            p.grad = None
+        return taken
+
+    def stage(self, shard_params: list[torch.Tensor]) -> None:
+        """Copy pulled flat parameters into spare tensors shaped like the model's, leaving
+        the model untouched (it may be computing); `swap_in` then makes them the model's. CPU only."""
+        if self.device.type != "cpu":
+            raise ValueError("staged parameters are for CPU models: on CUDA use load()")
+        if self._spare is None:
+            self._spare = [torch.empty_like(p, memory_format=torch.contiguous_format) for p in self.params]
+        with torch.no_grad():
+            self.layout.unflatten(shard_params, self._spare)
+
+    def swap_in(self) -> None:
+        """The staged parameters become the model's: each parameter's storage and its spare
+        trade places (no copy; the parameter objects stay, so optimizers and hooks keep them)."""
+        for i, p in enumerate(self.params):
+            p.data, self._spare[i] = self._spare[i], p.data
+
+    def gradients(self, taken: Optional[list[Optional[torch.Tensor]]] = None) -> list[torch.Tensor]:
+        """The model's current gradients (or those `take_gradients` handed over) as one flat
+        float32 host tensor per shard. The returned buffers are reused: send them before the next call."""
+        source = [p.grad for p in self.params] if taken is None else taken
+        grads = [g if g is not None else torch.zeros_like(p) for g, p in zip(source, self.params)]
         with torch.no_grad():
             if self.dev_grads is None:
                 return self.layout.flatten(grads, out=self._host_out())

@@ -38,37 +38,54 @@ class Pipeline:
     """The push in flight runs on a communication thread (encoding, the copy into a
     shared-memory segment, sending, waiting and decoding all release the GIL or are
     short), so it overlaps the next step's compute; the client is touched by that
-    thread only between `step` calls, and by the caller's thread only inside them."""
+    thread only between `step` calls, and by the caller's thread only inside them.
+    On CPU the copies run there too: step() hands the gradient tensors over (`.grad`
+    is None after it, as after zero_grad()) and the thread flattens them, then
+    copies the reply into spare parameter tensors that the next step() swaps in, so
+    the training thread copies nothing. On CUDA the training thread's stream orders
+    the copies, so it makes them itself."""
 
     def __init__(self, client: PSClient, sync: ModelSync):
         self.client, self.sync = client, sync
         self.pending: Optional[Future] = None
         self.model_versions = list(client.versions)  # the versions of the parameters the model holds
+        self.off_thread = sync.device.type == "cpu"
         self._comm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="psgd-push")
 
-    def _push(self, grads, read_versions) -> tuple[list[torch.Tensor], list[int]]:
+    def _push(self, grads, read_versions) -> tuple[Optional[list[torch.Tensor]], list[int]]:
+        if self.off_thread:
+            grads = self.sync.gradients(grads)  # the taken tensors, flattened here
         request = self.client.push_pull_start(grads, read_versions=read_versions, ahead=2)
         params = self.client.push_pull_finish(request)
+        if self.off_thread:
+            self.sync.stage(params)  # before the next request: a shared-memory reply region is reused
+            params = None
         return params, list(self.client.versions)
 
+    def _install(self, params: Optional[list[torch.Tensor]], versions: list[int]) -> None:
+        if self.off_thread:
+            self.sync.swap_in()
+        else:
+            self.sync.load(params)  # before the next request: a shared-memory reply region is reused
+        self.model_versions = versions
+
     def step(self) -> None:
-        params = versions = None
+        done = None
         if self.pending is not None:
             future, self.pending = self.pending, None
-            params, versions = future.result()
-        grads = self.sync.gradients()  # computed on the parameters the model holds now
+            done = future.result()
+        # computed on the parameters the model holds now
+        grads = self.sync.take_gradients() if self.off_thread else self.sync.gradients()
         read = self.model_versions
-        if params is not None:
-            self.sync.load(params)  # before the next request: a shared-memory reply region is reused
-            self.model_versions = versions
+        if done is not None:
+            self._install(*done)
         self.pending = self._comm.submit(self._push, grads, read)
 
     def drain(self) -> None:
         """Collect the push in flight (close, or a final evaluation of the model)."""
         if self.pending is not None:
             future, self.pending = self.pending, None
-            params, self.model_versions = future.result()
-            self.sync.load(params)
+            self._install(*future.result())
 
     def close(self) -> None:
         self._comm.shutdown(wait=True)
@@ -101,7 +118,9 @@ class BackwardPushes:
     than of shards: with parameters spread evenly over the shards, a shard's last
     parameter comes near the end of backward). The shard applies the whole gradient
     once, when its last piece arrives. Encodings whose bytes depend on the whole
-    gradient (f16's scale, top-k's choice) send each shard whole, when it is complete."""
+    gradient (f16's scale, top-k's choice) send each shard whole, when it is complete.
+    A piece is flattened and sent on a thread, in order, so backward goes on meanwhile;
+    step() waits for every send before it waits for the replies."""
 
     def __init__(self, client: PSClient, sync: ModelSync, piece_elements: int):
         self.client, self.sync = client, sync
@@ -123,6 +142,8 @@ class BackwardPushes:
                 for i in params:
                     self.pieces_of[i].append((s, k))
         self.request: Optional[GradsRequest] = None
+        self._sends: list[Future] = []  # this step's pieces, flattened and sent in order on the thread
+        self._comm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="psgd-pieces")
         self._begin()
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(sync.params)]
 
@@ -131,6 +152,7 @@ class BackwardPushes:
         self.unsent = [len(p) for p in self.pieces]    # per shard: pieces not sent yet
         self.sent = [[False] * len(p) for p in self.pieces]
         self.seen: set[int] = set()
+        self._targets: Optional[list[torch.Tensor]] = None  # where this push's pieces are flattened
 
     def _hook(self, index: int):
         def ready(_: torch.Tensor) -> None:
@@ -145,16 +167,22 @@ class BackwardPushes:
         return ready
 
     def _send(self, shard: int, k: int) -> None:
+        """Hand piece k of `shard` to the thread: backward goes on while it is flattened and sent."""
         self.sent[shard][k] = True
         self.unsent[shard] -= 1
-        grad = self.sync.shard_gradient(shard, self.pieces[shard][k])
+        self._sends.append(self._comm.submit(self._flatten_and_send, shard, k, self.unsent[shard] == 0))
+
+    def _flatten_and_send(self, shard: int, k: int, last: bool) -> None:
+        if self._targets is None:  # once a push: fetching them starts a payload in a segment
+            self._targets = self.sync.gradient_targets()
+        grad = self.sync.shard_gradient(shard, self.pieces[shard][k], self._targets)
         if self.request is None:
             self.request = self.client.push_pull_start([None] * self.sync.layout.num_shards)
         if len(self.pieces[shard]) == 1:  # whole: it may travel through shared memory
             self.client.push_pull_send(self.request, shard, grad)
         else:
             offset, numel = self.spans[shard][k]
-            self.client.push_pull_piece(self.request, shard, grad, offset, numel, last=self.unsent[shard] == 0)
+            self.client.push_pull_piece(self.request, shard, grad, offset, numel, last=last)
 
     def step(self) -> None:
         """Send what backward did not (parameters without a gradient this step), then
@@ -163,10 +191,16 @@ class BackwardPushes:
             for k, done in enumerate(sent):
                 if not done:
                     self._send(s, k)
-        request, self.request = self.request, None
-        self._begin()
+        sends, self._sends = self._sends, []
+        try:
+            for f in sends:
+                f.result()  # every piece sent (or its error raised here)
+        finally:
+            request, self.request = self.request, None
+            self._begin()
         self.sync.load(self.client.push_pull_finish(request))
 
     def close(self) -> None:
         for h in self._hooks:
             h.remove()
+        self._comm.shutdown(wait=True)

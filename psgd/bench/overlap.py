@@ -48,8 +48,9 @@ CALIBRATIONS = 3  # rounds that fit the sleep to the communication time before t
 
 class _Compute(torch.autograd.Function):
     """Identity forward; in backward, sleeps (one layer's share of the step's compute) and
-    hands its layer's weight a constant gradient: the CPU does next to nothing, as when a
-    GPU computes, and what it does (accumulating into .grad) is what a real step also does."""
+    hands its layer's weight a constant gradient in a fresh tensor, as a backward kernel
+    writes its output: the CPU does next to nothing, as when a GPU computes, and what it
+    does (writing the gradient, accumulating it into .grad) is what a real step also does."""
 
     @staticmethod
     def forward(ctx, x, weight, layer):
@@ -60,7 +61,7 @@ class _Compute(torch.autograd.Function):
     def backward(ctx, grad):
         if ctx.layer.compute_s > 0:
             time.sleep(ctx.layer.compute_s)
-        return grad, ctx.layer.grad_value, None
+        return grad, ctx.layer.grad_value.clone(), None
 
 
 class _Layer(nn.Module):

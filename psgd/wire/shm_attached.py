@@ -101,18 +101,19 @@ class AttachedSegment:
             os.close(fd)
         return cls(mm, name, req_cap, rep_cap)
 
-    def read_request(self, gen: int, out: torch.Tensor) -> bool:
-        """Copy the request payload into `out` (contiguous; its byte size is the
-        payload's). False, with `out` to be ignored, when the client has not
-        written generation `gen`, started writing another payload before the
-        copy ended, or the payload exceeds the region."""
+    def read_request(self, gen: int, out: torch.Tensor, at: int = 0) -> bool:
+        """Copy the request payload's bytes from byte `at` on (a piece of it: `at` > 0)
+        into `out` (contiguous; its byte size is what is read). False, with `out` to be
+        ignored, when the client has not written generation `gen`, started writing
+        another payload before the copy ended, or the bytes exceed the region."""
         nbytes = out.numel() * out.element_size()
-        if self._mm is None or not 0 <= nbytes <= self.request_capacity or self._generation(_REQUEST_GEN_AT) != gen:
+        if (self._mm is None or at < 0 or not 0 <= at + nbytes <= self.request_capacity
+                or self._generation(_REQUEST_GEN_AT) != gen):
             return False
         if not out.is_contiguous():
             raise ValueError("read_request needs a contiguous buffer")
         if nbytes:
-            out.reshape(-1).view(torch.uint8).copy_(self._request[:nbytes])  # the one read of client memory
+            out.reshape(-1).view(torch.uint8).copy_(self._request[at:at + nbytes])  # the one read of client memory
         # The client bumps the generation before it writes: a change means it wrote during the copy.
         return self._generation(_REQUEST_GEN_AT) == gen
 

@@ -163,15 +163,15 @@ class ShardSegments:
         self._peer_of[identity] = (role, rank)
         return True
 
-    def request(self, identity: bytes, gen: int, out: torch.Tensor) -> bool:
+    def request(self, identity: bytes, gen: int, out: torch.Tensor, at: int = 0) -> bool:
         """Copy the request payload this connection's segment holds at generation
-        `gen` into `out` (the payload's dtype and size); False when there is none
-        (no segment, stale generation, larger than the region, file cut short)."""
+        `gen` (from byte `at` on: a piece) into `out` (the payload's dtype and size);
+        False when there is none (no segment, stale generation, larger than the region)."""
         seg = self._by_identity.get(identity)
         if seg is None:
             return False
         self._used.add(identity)
-        return seg.read_request(gen, out)
+        return seg.read_request(gen, out, at)
 
     def reply(self, identity: bytes, req: int, data: torch.Tensor) -> bool:
         """Copy a reply payload into the connection's segment; False: send it inline."""

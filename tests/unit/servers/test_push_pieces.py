@@ -42,3 +42,37 @@ def test_a_piece_outside_the_shard_is_refused(values, offset, code):
     with pytest.raises(P.ProtocolError) as exc:
         PushDecoder(4, segments=None).piece(0, *piece(1, values, offset))
     assert exc.value.code == code
+
+
+def test_pieces_in_a_segment_are_copied_to_their_place_and_a_stale_one_is_refused():
+    """A piece in shared memory names the payload's generation and its offset: the shard copies
+    those bytes alone. A generation the client has moved past is refused, and the span the
+    failed copy wrote is forgotten, so it never completes a gradient."""
+    from psgd.wire.shm import Segment
+    from psgd.wire.shm_links import ShardSegments
+    client = Segment.create(4 * 6, 4 * 6)
+    segments = ShardSegments(4 * 6, enabled=True)
+    try:
+        assert segments.attach(b"w0", "worker", 0, client.name, client.token_hex)
+        d = PushDecoder(6, segments)
+        region = client.request_tensor(torch.float32, 6)
+        region[4:].copy_(torch.tensor([5.0, 6.0]))
+        gen, _ = client.put_request(region)  # published once: later pieces land beside it
+        def in_segment(offset, held=True):
+            return P.Push(rank=0, seq=1, numel=2, offset=offset, held=held, encoding="f32", shm=gen)
+        assert d.piece(0, in_segment(4), [], b"w0") is None
+        region[:2].copy_(torch.tensor([1.0, 2.0]))
+        assert d.piece(0, in_segment(0), [], b"w0") is None
+        client.request_tensor(torch.float32, 6)  # the client starts its next payload
+        with pytest.raises(P.ProtocolError) as exc:  # [0, 2) again, from a payload that is gone
+            d.piece(0, in_segment(0), [], b"w0")
+        assert exc.value.code == "bad_shm"
+        assert d.piece(0, *piece(1, [3.0, 4.0], 2, held=False)) is None  # [0, 2) no longer counts
+        got = d.piece(0, *piece(1, [1.0, 2.0], 0, held=False))
+        assert torch.equal(got, torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]))
+        with pytest.raises(P.ProtocolError) as exc:  # only fp32 travels in a segment
+            d.piece(0, P.Push(rank=0, seq=2, numel=2, offset=0, encoding="f16", shm=gen), [], b"w0")
+        assert exc.value.code == "bad_encoding"
+    finally:
+        segments.release(b"w0")
+        client.close()

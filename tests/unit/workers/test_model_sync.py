@@ -50,3 +50,26 @@ def test_gradients_round_trip_exactly_and_reuse_their_buffers():
         layout.unflatten(grads, back)
         for b, p in zip(back, model.parameters()):
             assert torch.equal(b, p.grad)
+
+
+def test_taken_gradients_and_staged_parameters_leave_the_model_alone_until_swapped_in():
+    """The pipelined worker's moves: gradients handed over (the model's .grad is None, a later
+    backward writes fresh tensors), parameters staged beside the model and swapped in without a copy."""
+    task, model, layout, sync = _model_and_sync(2)
+    params = list(model.parameters())
+    task.loss(model(task.x_train[:16]), task.y_train[:16]).backward()
+    want = layout.flatten([p.grad.clone() for p in params])
+    taken = sync.take_gradients()
+    assert all(p.grad is None for p in params)
+    task.loss(model(task.x_train[16:32]), task.y_train[16:32]).backward()  # the next step's backward
+    for got, w in zip(sync.gradients(taken), want):
+        assert torch.equal(got, w)  # the taken tensors were not touched by it
+    held = layout.flatten([p.detach().clone() for p in params])
+    pulled = [torch.randn(n) for n in layout.shard_sizes]
+    sync.stage(pulled)
+    for got, w in zip(layout.flatten([p.detach() for p in params]), held):
+        assert torch.equal(got, w)  # staged: the model still computes on what it had
+    sync.swap_in()
+    assert list(model.parameters()) == params  # the same parameter objects, new storage
+    for got, w in zip(layout.flatten([p.detach() for p in params]), pulled):
+        assert torch.equal(got, w)

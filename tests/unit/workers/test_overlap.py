@@ -63,10 +63,11 @@ def test_pushing_during_backward_applies_what_a_blocking_push_applies(job):
 @pytest.mark.parametrize("compression", ["none", "bf16", "fp16", "topk"])
 @pytest.mark.parametrize("shared_memory", ["auto", "off"])
 def test_pieces_sent_during_backward_apply_what_a_blocking_push_applies(job, compression, shared_memory):
-    results, sent, pieces = {}, {}, {}
+    results, sent, pieces, in_shm = {}, {}, {}, {}
     for overlap in ("off", "backward"):
         sets = (f"workers.overlap={overlap}", f"wire.compression={compression}", "wire.topk_ratio=0.3",
-                f"wire.shared_memory={shared_memory}", "workers.piece_kb=1")  # the small net: several a shard
+                f"wire.shared_memory={shared_memory}", "wire.shared_memory_min_bytes=0",
+                "workers.piece_kb=1")  # the small net: several pieces a shard
         cfg, served = job(wide_net(), *sets)
         model = wide_net()
         with psgd.Optimizer(model, cfg, rank=0) as opt:
@@ -77,11 +78,14 @@ def test_pieces_sent_during_backward_apply_what_a_blocking_push_applies(job, com
             sent[overlap] = opt.stats.bytes_sent
         results[overlap] = shard_params(served)
         pieces[overlap] = sum(s.state.counters["push_pieces"] for s in served.servers)
+        in_shm[overlap] = sum(s.state.counters["push_pieces_shm"] for s in served.servers)
     assert all(torch.equal(a, b) for a, b in zip(results["off"], results["backward"]))
     assert sent["off"] == sent["backward"]
     # f32 and bf16 are encoded element by element: sent in pieces. f16's scale and top-k's
     # choice depend on the whole gradient: each shard leaves whole.
     assert pieces["off"] == 0 and (pieces["backward"] > 12 * 2) == (compression in ("none", "bf16"))
+    # fp32 pieces are flattened into a same-host shard's segment and read from there, the others inline.
+    assert in_shm["backward"] == (pieces["backward"] if compression == "none" and shared_memory == "auto" else 0)
 
 
 def test_pieces_a_shard_lost_are_sent_again_whole(job):
