@@ -47,7 +47,8 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
     else:
         # A model update touches every shard once, so one shard's version counts them.
         total_updates = max((int(st.get("version", 0)) for st in latest.values()), default=0)
-    done = [e for e in events if e.get("event") == Event.DONE and e.get("role") == Role.WORKER]
+    # Every rank that trains pushes (a worker) or contributes (an all-reduce rank) its gradient.
+    done = [e for e in events if e.get("event") == Event.DONE and e.get("role") in (Role.WORKER, Role.ALLREDUCE)]
     wire_bytes = sum(int(e.get("bytes_sent", 0)) for e in done)
     fp32_bytes = sum(int(e.get("fp32_bytes", 0)) for e in done)
     losses = [e["loss"] for e in steps[-max(1, cfg.cluster.workers * 5):] if e.get("loss") is not None]

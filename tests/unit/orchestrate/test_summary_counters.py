@@ -24,3 +24,13 @@ def test_resent_pushes_leave_the_shards_as_duplicates():
     summary = summarize(cfg, stats, wall_time_s=1.0)
     assert summary["duplicates"] == 3
     assert "duplicate_pushes" not in summary
+
+
+def test_all_reduce_ranks_count_their_gradient_bytes_as_workers_count_their_pushes():
+    cfg = load_config(None, ["consistency.mode=allreduce", "cluster.workers=2", "task.batch_size=8"])
+    events = [{"event": "step", "role": "allreduce", "rank": r, "clock": c} for r in (0, 1) for c in (1, 2, 3)]
+    events += [{"event": "done", "role": "allreduce", "rank": r, "steps": 3, "bytes_sent": 3 * 400} for r in (0, 1)]
+    summary = summarize(cfg, events, wall_time_s=1.0)
+    assert summary["wire_bytes_sent"] == 2400
+    assert summary["wire_bytes_per_example"] == 2400 / (6 * 8)
+    assert summary["compression_ratio"] is None  # all-reduce sends fp32 and does not count it apart
