@@ -209,7 +209,7 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
                lrs: Optional[list[float]] = None, lr_for: Optional[dict[str, float]] = None,
                on_run: Callable[[str], None] = lambda msg: None,
                child_main: Optional[Callable[[list[str]], int]] = None) -> BenchResult:
-    """Run every (mode, learning rate, seed) in turn; `seeds` is a count
+    """Run every (mode, learning rate, seed), seed by seed; `seeds` is a count
     (run.seed, run.seed + 1, ...) or a list of offsets from run.seed. Blocks;
     a failed run is recorded, not raised. Raises ConfigError up front if any config is invalid
     and ValueError if the config has no target or --lr-from lacks a mode. `child_main`: the
@@ -234,6 +234,9 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
                 if lr is not None:
                     sets.append(f"optimizer.lr={lr}")
                 plan.append((spec, lr, seed, sets, load_config(config_path, sets)))
+    # Seed by seed, every mode and rate in turn: a machine whose load drifts during the bench
+    # weighs on every mode alike, not on whichever ran last (the sort is stable).
+    plan.sort(key=lambda entry: entry[2])
     runs, failed = [], []
     for i, (spec, lr, seed, _sets, cfg) in enumerate(plan, 1):
         name = spec.dir_name + (f"-lr{_lr_text(lr)}" if lrs else "") + f"-seed{seed}"
