@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from sim_reference import STEPS, assert_servers_equal, cfg_for, reference_sgd
+from sim_reference import STEPS, assert_servers_equal, cfg_for, reference_geo, reference_sgd
 
 from psgd.sim import simulate
 
@@ -59,3 +59,11 @@ def test_with_one_worker_the_asynchronous_local_modes_are_the_synchronous_ones(m
     for a, b, p in zip(sync.shards, live.shards, plain.shards):
         assert torch.equal(a.params, b.params)
         assert over == {} or not torch.allclose(b.params, p.params, atol=1e-3)  # the outer rule took effect
+
+
+def test_geo_sgd_with_three_workers_follows_the_algorithm():
+    """Each delta applied alone at its share 1 / W of the outer rate, each worker's next round
+    from where its own push left the servers: GEO-SGD, checked to float rounding."""
+    cfg = cfg_for("asp", 3, **{"local.steps": 4, "local.outer_lr": 0.9})
+    ex, _ = simulate(cfg, 2.0)
+    assert_servers_equal(ex, reference_geo(cfg, STEPS), atol=1e-6)
