@@ -35,3 +35,37 @@ def assert_servers_equal(ex, model, atol):
     for s, shard in enumerate(ex.shards):
         assert not torch.allclose(shard.params, start[s], atol=1e-3)  # it did train
         torch.testing.assert_close(shard.params, expected[s], rtol=0, atol=atol)
+
+
+def reference_geo(cfg, steps):
+    """GEO-SGD as the algorithm states it, for workers in lock-step: every worker takes its
+    round of plain SGD from where its last push left the servers; then, rank by rank (the
+    simulator's order for pushes that arrive together), the servers subtract the worker's
+    delta at its share outer_lr / workers and the worker starts again from the result."""
+    task = load_task(cfg)
+    model = build_model(cfg, task)
+    w, h = cfg.cluster.workers, cfg.local.steps
+    theta = [p.detach().clone() for p in model.parameters()]
+    starts = [[t.clone() for t in theta] for _ in range(w)]
+    batches = [worker_batches(len(task.y_train), r, w, cfg.task.batch_size, cfg.run.seed) for r in range(w)]
+    for n in [h] * (steps // h) + ([steps % h] if steps % h else []):  # the last, shorter round too
+        ends = []
+        for k in range(w):
+            with torch.no_grad():
+                for p, s in zip(model.parameters(), starts[k]):
+                    p.copy_(s)
+            opt = torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr)
+            for _ in range(n):
+                idx = next(batches[k])
+                opt.zero_grad()
+                task.loss(model(task.x_train[idx]), task.y_train[idx]).backward()
+                opt.step()
+            ends.append([p.detach().clone() for p in model.parameters()])
+        for k in range(w):
+            for t, s, e in zip(theta, starts[k], ends[k]):
+                t.sub_(s - e, alpha=cfg.local.outer_lr / w)
+            starts[k] = [t.clone() for t in theta]
+    with torch.no_grad():
+        for p, t in zip(model.parameters(), theta):
+            p.copy_(t)
+    return model

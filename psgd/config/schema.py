@@ -178,6 +178,9 @@ class OptimizerConfig:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     # The momentum moves once per this many updates (Delayed Nesterov): set from `local`, not by users.
     momentum_period: int = field(default=1, metadata={"internal": True})
+    # Each update is applied at this fraction of lr: set from `local` (one worker's share of an
+    # outer step, 1 / workers, for a delta applied alone under ssp/asp), not by users.
+    push_share: float = field(default=1.0, metadata={"internal": True})
 
     def __post_init__(self):
         _check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")

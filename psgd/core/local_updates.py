@@ -20,13 +20,20 @@ __all__ = ["server_optimizer", "outer_optimizer", "inner_torch_optimizer", "roun
 
 def outer_optimizer(cfg) -> OptimizerConfig:
     """The shards' rule for deltas: SGD at local.outer_lr with the outer momentum. The
-    optimizer section's server-side options (staleness_aware, max_staleness_drop) carry over."""
+    optimizer section's server-side options (staleness_aware, max_staleness_drop) carry over.
+
+    The outer rate is for the mean of the workers' deltas, which BSP applies once a round.
+    Under ssp/asp each delta is applied alone, so it takes its share, 1 / workers, of that
+    step (as GEO-SGD does, Paddle's GeoCommunicator): the W deltas of a round then move the
+    parameters as far as BSP's one step on their mean. Delayed Nesterov shares by itself."""
     local = cfg.local
+    alone = cfg.consistency.mode.live and not local.delayed_nesterov
     return dataclasses.replace(
         cfg.optimizer, name="sgd", lr=local.outer_lr, momentum=local.outer_momentum,
         nesterov=local.outer_nesterov or local.delayed_nesterov, weight_decay=0.0, lr_scaling="none",
         schedule=ScheduleConfig(), dc_asgd=None,
-        momentum_period=cfg.cluster.workers if local.delayed_nesterov else 1)
+        momentum_period=cfg.cluster.workers if local.delayed_nesterov else 1,
+        push_share=1.0 / cfg.cluster.workers if alone else 1.0)
 
 
 def server_optimizer(cfg) -> OptimizerConfig:

@@ -52,7 +52,7 @@ class UpdateRule:
             self.state["sum"] = zeros()
 
     def lr(self, staleness: int = 0) -> float:
-        lr = scheduled_lr(self.cfg.lr, self.cfg.schedule, self.updates)
+        lr = scheduled_lr(self.cfg.lr, self.cfg.schedule, self.updates) * self.cfg.push_share
         if self.cfg.staleness_aware:
             lr /= max(1, staleness)
         return lr

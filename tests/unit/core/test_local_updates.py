@@ -29,6 +29,37 @@ def test_the_outer_rule_is_sgd_with_the_local_sections_rate_and_momentum():
     assert outer.staleness_aware  # a server-side option of the section carries over to deltas
 
 
+@pytest.mark.parametrize("mode,share", [("bsp", 1.0), ("ssp", 0.25), ("asp", 0.25)])
+def test_a_delta_applied_alone_takes_its_workers_share_of_the_outer_step(mode, share):
+    """The outer rate is for the mean of the W deltas, which bsp applies once; ssp/asp apply
+    each alone, at rate / W (GEO-SGD's 1 / trainers), so W of them move as far as the mean."""
+    c = cfg("local.steps=4", "local.outer_lr=0.8", f"consistency.mode={mode}", "cluster.workers=4")
+    assert outer_optimizer(c).push_share == share
+    params = torch.zeros(3)
+    UpdateRule(outer_optimizer(c), params).apply(params, torch.tensor([4.0, 8.0, -4.0]))
+    assert torch.equal(params, -0.8 * share * torch.tensor([4.0, 8.0, -4.0]))
+
+
+def test_w_lone_deltas_in_a_row_equal_bsps_one_step_on_their_mean():
+    deltas = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    moved = {}
+    for mode in ("bsp", "asp"):
+        c = cfg("local.steps=4", "local.outer_lr=0.7", f"consistency.mode={mode}", "cluster.workers=4")
+        params = torch.zeros(50)
+        rule = UpdateRule(outer_optimizer(c), params)
+        for d in ([deltas.mean(0)] if mode == "bsp" else deltas):
+            rule.apply(params, d)
+        moved[mode] = params
+    torch.testing.assert_close(moved["asp"], moved["bsp"], rtol=0, atol=1e-6)
+
+
+def test_without_local_updates_and_under_delayed_nesterov_nothing_is_shared():
+    assert server_optimizer(cfg("consistency.mode=asp", "cluster.workers=4")).push_share == 1.0
+    dn = cfg("local.steps=4", "local.outer_momentum=0.9", "local.delayed_nesterov=true", "cluster.workers=4",
+             "consistency.mode=asp")
+    assert outer_optimizer(dn).push_share == 1.0  # it applies each delta at lr / N by itself
+
+
 def test_delayed_nesterov_moves_the_momentum_once_per_workers_deltas():
     c = cfg("local.steps=4", "local.outer_momentum=0.9", "local.delayed_nesterov=true", "cluster.workers=3",
             "consistency.mode=asp")
@@ -107,7 +138,7 @@ def test_a_resent_delta_is_applied_once():
     delta = torch.tensor([1.0, -2.0, 4.0])
     assert state.push(0, 0, 0, 0, delta).status is PushStatus.APPLIED
     assert state.push(0, 0, 0, 0, delta).status is PushStatus.DUPLICATE
-    assert torch.equal(state.params, -0.5 * delta) and state.version == 1
+    assert torch.equal(state.params, -0.25 * delta) and state.version == 1  # its share 1/2 of the rate 0.5
 
 
 def test_a_non_finite_delta_is_refused_with_the_parameters_untouched():

@@ -2,8 +2,9 @@
 and the shards' outer rule: the same algebra the real-process tests check."""
 import math
 
+import pytest
 import torch
-from sim_reference import STEPS, assert_servers_equal, cfg_for, reference_sgd
+from sim_reference import STEPS, assert_servers_equal, cfg_for, reference_geo, reference_sgd
 
 from psgd.sim import simulate
 
@@ -37,3 +38,32 @@ def test_diloco_on_the_simulator_is_deterministic():
     a, _ = simulate(cfg_for("asp", 3, **over), 2.0)
     b, _ = simulate(cfg_for("asp", 3, **over), 2.0)
     assert all(torch.equal(x.params, y.params) for x, y in zip(a.shards, b.shards))
+
+
+DILOCO = {"local.outer_lr": 0.7, "local.outer_momentum": 0.9, "local.outer_nesterov": "true",
+          "optimizer.name": "adamw", "optimizer.lr": 0.01}
+
+
+@pytest.mark.parametrize("mode", ["asp", "ssp"])
+@pytest.mark.parametrize("over", [{}, DILOCO, {**DILOCO, "local.delayed_nesterov": "true"}],
+                         ids=["geo-vs-local", "async-diloco-vs-diloco", "delayed-nesterov-vs-diloco"])
+def test_with_one_worker_the_asynchronous_local_modes_are_the_synchronous_ones(mode, over):
+    """One worker has no one to be stale against: each delta is the round's only one, so
+    GEO-SGD is local SGD and asynchronous DiLoCo is DiLoCo, bit for bit. Delayed Nesterov's
+    period is cluster.workers = 1: its momentum moves on every delta, as DiLoCo's does."""
+    synchronous = {k: v for k, v in over.items() if k != "local.delayed_nesterov"}  # bsp averages already
+    sync, _ = simulate(cfg_for("bsp", 1, **{"local.steps": 4, **synchronous}), 2.0)
+    live, _ = simulate(cfg_for(mode, 1, **{"local.steps": 4, **over}), 2.0)
+    plain, _ = simulate(cfg_for(mode, 1, **{"local.steps": 4}), 2.0)
+    assert [s.version for s in live.shards] == [math.ceil(STEPS / 4)] * 2
+    for a, b, p in zip(sync.shards, live.shards, plain.shards):
+        assert torch.equal(a.params, b.params)
+        assert over == {} or not torch.allclose(b.params, p.params, atol=1e-3)  # the outer rule took effect
+
+
+def test_geo_sgd_with_three_workers_follows_the_algorithm():
+    """Each delta applied alone at its share 1 / W of the outer rate, each worker's next round
+    from where its own push left the servers: GEO-SGD, checked to float rounding."""
+    cfg = cfg_for("asp", 3, **{"local.steps": 4, "local.outer_lr": 0.9})
+    ex, _ = simulate(cfg, 2.0)
+    assert_servers_equal(ex, reference_geo(cfg, STEPS), atol=1e-6)
