@@ -2,6 +2,11 @@
 median (over seeds) of each run's staleness mean and max, each within ±25% or not.
 
     python benchmarks/sim-validation/compare.py RUNS none straggler delay > report.md
+    python benchmarks/sim-validation/compare.py --real-staleness RUNS none straggler delay > real-staleness.csv
+
+Real staleness comes from RUNS/real-CASE/runs/*/summary.json when those runs are
+there, else from the committed real-staleness.csv (written by the second form
+when the real runs were made; run.sh REUSE_REAL=1 reuses it).
 """
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ import sys
 from pathlib import Path
 
 MARGIN = 0.25
+HERE = Path(__file__).resolve().parent
+STALENESS = ("staleness_mean", "staleness_max")
 
 
 def _summary(bench: Path) -> dict[str, dict]:
@@ -27,6 +34,31 @@ def _runs(bench: Path, label: str) -> list[dict]:
 
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
+
+
+def _staleness(bench: Path, label: str) -> tuple[float, float]:
+    """Median over seeds of each run's staleness mean and max."""
+    runs = _runs(bench, label)
+    return tuple(_median([r[key] for r in runs]) for key in STALENESS)
+
+
+def _committed_staleness() -> dict[tuple[str, str], tuple[float, float]]:
+    path = HERE / "real-staleness.csv"
+    if not path.is_file():
+        return {}
+    with open(path) as f:
+        return {(r["case"], r["label"]): (float(r["staleness_mean"]), float(r["staleness_max"]))
+                for r in csv.DictReader(f)}
+
+
+def real_staleness_csv(runs: Path, cases: list[str]) -> str:
+    lines = ["case,label,seeds,staleness_mean,staleness_max"]
+    for case in cases:
+        bench = runs / f"real-{case}"
+        for label in _summary(bench):
+            mean, high = _staleness(bench, label)
+            lines.append(f"{case},{label},{len(_runs(bench, label))},{mean:g},{high:g}")
+    return "\n".join(lines) + "\n"
 
 
 def _cell(real: float, sim: float) -> tuple[str, str]:
@@ -47,6 +79,7 @@ def compare(runs: Path, cases: list[str]) -> str:
              "| case | mode | held time to target, median | staleness mean, median over seeds | "
              "staleness max, median over seeds |", "|---|---|---|---|---|"]
     held = total = 0
+    committed = _committed_staleness()
     for case in cases:
         real_dir, sim_dir = runs / f"real-{case}", runs / f"sim-{case}"
         real, sim = _summary(real_dir), _summary(sim_dir)
@@ -55,9 +88,8 @@ def compare(runs: Path, cases: list[str]) -> str:
                 continue
             cells = []
             pairs = [(float(real[label]["time_to_target_median_s"]), float(sim[label]["time_to_target_median_s"]))]
-            for key in ("staleness_mean", "staleness_max"):
-                pairs.append((_median([r[key] for r in _runs(real_dir, label)]),
-                              _median([r[key] for r in _runs(sim_dir, label)])))
+            real_st = _staleness(real_dir, label) if _runs(real_dir, label) else committed[(case, label)]
+            pairs += list(zip(real_st, _staleness(sim_dir, label)))
             for i, (r, s) in enumerate(pairs):
                 if i and label.startswith("bsp") and r == s == 0:
                     cells.append("0 / 0 (BSP: none by construction)")  # not counted: it cannot miss
@@ -67,6 +99,15 @@ def compare(runs: Path, cases: list[str]) -> str:
                 total += 1
                 cells.append(f"{text} ({verdict})")
             lines.append(f"| {case} | {label} | " + " | ".join(cells) + " |")
+    if any(not (runs / f"real-{case}" / "runs").is_dir() for case in cases):
+        lines += ["", "Real figures: the committed `real-CASE-summary.csv` and `real-staleness.csv` of the earlier "
+                  "real runs (run.sh REUSE_REAL=1; their dates and load are in run.log)."]
+    cal = runs / "real-calibration"
+    if _runs(cal, "asp"):
+        mean, high = _staleness(cal, "asp")
+        ttt = float(_summary(cal)["asp"]["time_to_target_median_s"])
+        lines += ["", f"The real run the simulator was calibrated from (none, asp, 1 seed, made with this report): "
+                  f"held time to target {ttt:.3g} s, staleness mean {mean:.3g}, max {high:g}."]
     lines += ["", f"{held} of {total} predictions hold within ±25% (BSP's zero staleness not counted). Real seeds: "
               f"{_summary(runs / f'real-{cases[0]}')[next(iter(_summary(runs / f'real-{cases[0]}')))]['seeds']}; "
               f"simulated seeds: {_summary(runs / f'sim-{cases[0]}')[next(iter(_summary(runs / f'sim-{cases[0]}')))]['seeds']}.", ""]
@@ -74,4 +115,7 @@ def compare(runs: Path, cases: list[str]) -> str:
 
 
 if __name__ == "__main__":
-    print(compare(Path(sys.argv[1]), sys.argv[2:]))
+    if sys.argv[1] == "--real-staleness":
+        sys.stdout.write(real_staleness_csv(Path(sys.argv[2]), sys.argv[3:]))
+    else:
+        print(compare(Path(sys.argv[1]), sys.argv[2:]))
