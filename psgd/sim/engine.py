@@ -138,7 +138,7 @@ class Engine:
 
     def _arrive(self, p: Push, t: float) -> None:
         server = self.servers[p.shard]
-        idle = server.free_at < t  # one that ends just as this arrives serves it back to back
+        idle = self.time.finds_idle(server.free_at, t)
         service_s = self.time.service_s(self.ex.layout.shard_sizes[p.shard], idle)
         self.arrivals[p.shard] += 1
         self.wakes[p.shard] += idle

@@ -14,6 +14,11 @@ from psgd.config.sim import SimConfig
 
 __all__ = ["Fifo", "TimeModel", "ring_allreduce_s"]
 
+# A shard free for less than this when a request arrives is still awake: a
+# request that arrives as the last one ends is served back to back, whatever
+# the rounding of the two sums of floats that make those instants.
+AWAKE_S = 1e-9
+
 
 @dataclass
 class Fifo:
@@ -51,6 +56,11 @@ class TimeModel:
 
     def transfer_s(self, nbytes: int) -> float:
         return nbytes / self.bytes_per_s
+
+    @staticmethod
+    def finds_idle(free_at: float, t: float) -> bool:
+        """Whether a request arriving at `t` finds a shard free since `free_at` asleep."""
+        return t - free_at > AWAKE_S
 
     def service_s(self, numel: int, idle: bool = False) -> float:
         """A shard's time for one push of `numel` fp32 values; `idle`: it found the shard idle."""
