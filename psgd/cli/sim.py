@@ -23,7 +23,9 @@ def cmd_sim_calibrate(args: argparse.Namespace) -> int:
     else:
         e = found.evidence
         print(f"# calibrated from {run_dir}: {e['workers']} workers, {e['shards']} shard(s), {e['worker_steps']} "
-              f"steps; compute {e['compute_ms_median']:.3f} ms, shard service {e['service_us_mean']:.1f} us, "
+              f"steps; compute median {e['compute_ms_median']:.3f} ms (10th-90th percentile "
+              f"{e['compute_ms_p10_p90'][0]:.3f}-{e['compute_ms_p10_p90'][1]:.3f}, sample CV {e['compute_sample_cv']:.3f}), "
+              f"shard service {e['service_us_mean']:.1f} us, "
               f"quiet round trip {e['comm_ms_quiet']:.3f} ms (median {e['comm_ms_median']:.3f})")
         print(yaml.safe_dump({"sim": found.sim}, sort_keys=False).rstrip())
     if args.out:
@@ -37,8 +39,8 @@ def cmd_sim_calibrate(args: argparse.Namespace) -> int:
 
 def add_sim_command(sub) -> None:
     sim = sub.add_parser("sim", help="the virtual cluster's tools").add_subparsers(dest="sim", required=True)
-    cal = sim.add_parser("calibrate", help="the sim: section that reproduces a real run's compute, service "
-                         "and round-trip times")
+    cal = sim.add_parser("calibrate", help="the sim: section that reproduces a real run's compute (and its "
+                         "spread), service and round-trip times")
     cal.add_argument("run_dir", help="a real run's directory")
     cal.add_argument("--out", help="also write the run's config with this sim: section here")
     cal.add_argument("--json", action="store_true", help="one JSON object on stdout")

@@ -20,6 +20,13 @@ class SimConfig:
     bandwidth_gbps: float = 25.0  # each link's bandwidth; a shard's link is shared by all its workers
     request_us: float = 30.0     # shard cost per request (benchmarks/scale-commits: ~30 us at 64 workers)
     apply_gbps: float = 15.0     # shard apply rate of fp32 gradient (benchmarks/apply: sgd, 10 MB)
+    # Per-step compute jitter: each step's compute time times a lognormal factor
+    # of mean 1 and this coefficient of variation, drawn from (seed, rank, step).
+    # 0: every step takes compute_ms exactly (psgd.sim.jitter says why lognormal).
+    compute_jitter: float = 0.0
+    # Extra shard time for a request that finds its shard idle (waking it up);
+    # requests that queue behind another are served back to back without it. 0: none.
+    wake_us: float = 0.0
 
     def __post_init__(self):
         _check(self.compute_ms is None or self.compute_ms > 0, "compute_ms",
@@ -30,3 +37,6 @@ class SimConfig:
         _check(self.bandwidth_gbps > 0, "bandwidth_gbps", f"must be > 0, got {self.bandwidth_gbps}")
         _check(self.request_us >= 0, "request_us", f"must be >= 0, got {self.request_us}")
         _check(self.apply_gbps > 0, "apply_gbps", f"must be > 0, got {self.apply_gbps}")
+        _check(0 <= self.compute_jitter < float("inf"), "compute_jitter",
+               f"must be a finite number >= 0 (a coefficient of variation), got {self.compute_jitter}")
+        _check(self.wake_us >= 0, "wake_us", f"must be >= 0, got {self.wake_us}")

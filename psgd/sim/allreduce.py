@@ -1,7 +1,7 @@
 """The all-reduce baseline on the virtual cluster: every rank's real gradient
 on its own batch, averaged, applied with the same UpdateRule on one flat
 vector as workers/allreduce_worker.py; a step takes the slowest rank's
-compute (with its straggler delay) plus a ring all-reduce."""
+compute (with its jitter and straggler delay) plus a ring all-reduce."""
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -15,6 +15,7 @@ from psgd.core.lr_scaling import scaled_optimizer
 from psgd.core.update_rules import UpdateRule
 from psgd.runtime.event_names import Event
 from psgd.sim.engine import SimResult, event
+from psgd.sim.jitter import ComputeJitter
 from psgd.sim.time_model import TimeModel
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
@@ -36,6 +37,7 @@ class AllReduceSim:
         train = self.task.train_data()
         self.batches = [train_loader(train, r, w, cfg.task.batch_size, cfg.run.seed) for r in range(w)]
         self.stragglers = [straggler_for(cfg.workers, r, cfg.run.seed) for r in range(w)]
+        self.jitter = ComputeJitter(time.jitter_cv, cfg.run.seed)
         self.steps = 0
 
     def _evaluate(self, t: float, final: bool = False) -> dict:
@@ -55,7 +57,7 @@ class AllReduceSim:
         next_eval = 0.0 if eval_every_s else float("inf")
         comm_s = self.time.allreduce_s(4 * self.flat.numel(), w)
         while self.steps < steps_per_worker:
-            grads, losses, busy = [], [], []
+            grads, losses, busy, computed = [], [], [], []
             for r in range(w):
                 with torch.no_grad():
                     vector_to_parameters(self.flat, self.params)
@@ -65,7 +67,8 @@ class AllReduceSim:
                 loss.backward()
                 grads.append(torch.cat([p.grad.reshape(-1) for p in self.params]))
                 losses.append(loss.item())
-                c = self.time.compute_s
+                c = self.time.compute_s * self.jitter.factor(r, self.steps)
+                computed.append(c)
                 s = self.stragglers[r]
                 busy.append(c + (s.extra_s(c, t) if s.active else 0.0))
             end = t + max(busy) + comm_s
@@ -83,7 +86,7 @@ class AllReduceSim:
             t = end
             for r in range(w):
                 self.emit(event(t, Role.ALLREDUCE, r, Event.STEP, rank=r, clock=self.steps, loss=losses[r],
-                                compute_s=round(self.time.compute_s, 9), comm_s=round(max(busy) + comm_s - busy[r], 9),
+                                compute_s=round(computed[r], 9), comm_s=round(max(busy) + comm_s - busy[r], 9),
                                 step_s=round(max(busy) + comm_s, 9), gap=0))
         return self._finish(result, t)
 

@@ -1,8 +1,12 @@
 """`psgd sim calibrate RUN_DIR`: the `sim:` section that reproduces a real run's times.
 
 Read from the run's events (metrics.jsonl), nothing re-measured:
-- compute_ms: the median of the workers' forward+backward times (`compute_s`
-  of their step events; a straggler's sleep is not in it);
+- compute_jitter: the spread of those forward+backward times (`compute_s` of
+  the workers' step events; a straggler's sleep is not in it), as the CV of the
+  lognormal (psgd.sim.jitter) whose 10th and 90th percentiles they have: robust
+  to the few steps a preemption makes very long, which a sample CV is not;
+- compute_ms: the mean of that lognormal with the steps' median as its median
+  (median x exp(sigma^2 / 2)); with no spread, the median itself;
 - request_us: each shard's time handling requests (`busy_s` / `requests` of
   its final server_stats), less the apply time the `apply_gbps` already given
   accounts for;
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +33,8 @@ from psgd.runtime.events import read_events
 __all__ = ["Calibration", "calibrate"]
 
 QUIET_QUANTILE = 0.5  # the typical round trip: on a shared machine its waiting is part of the link
+SPREAD_Q = 0.1        # compute spread from the 10th and 90th percentiles
+_Z = statistics.NormalDist().inv_cdf(1 - SPREAD_Q)
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,17 @@ class Calibration:
 def _quantile(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def compute_spread(compute_s: list[float]) -> tuple[float, float]:
+    """(mean compute seconds, CV) of the lognormal with the steps' median and
+    10th-90th percentile spread."""
+    median = statistics.median(compute_s)
+    low, high = _quantile(compute_s, SPREAD_Q), _quantile(compute_s, 1 - SPREAD_Q)
+    if low <= 0 or high <= low:
+        return median, 0.0
+    sigma = math.log(high / low) / (2 * _Z)
+    return median * math.exp(sigma ** 2 / 2), math.sqrt(math.expm1(sigma ** 2))
 
 
 def calibrate(run_dir: Path) -> Calibration:
@@ -67,7 +85,8 @@ def calibrate(run_dir: Path) -> Calibration:
     numel = {e["index"]: e["numel"] for e in events if e.get("event") == Event.READY and e.get("role") == Role.SERVER}
     shards = cfg.cluster.num_servers
     largest = max(numel.values())
-    compute_s = statistics.median(e["compute_s"] for e in steps)
+    computes = [e["compute_s"] for e in steps]
+    compute_s, jitter = compute_spread(computes)
     service_s = sum(e["busy_s"] for e in finals.values()) / max(1, sum(e["requests"] for e in finals.values()))
     apply_s = 4 * largest / (cfg.sim.apply_gbps * 1e9)
     up_bytes = (sum(e["bytes_sent"] for e in dones) / sum(e["pushes"] for e in dones) / shards) if dones \
@@ -75,11 +94,15 @@ def calibrate(run_dir: Path) -> Calibration:
     bytes_per_s = cfg.sim.bandwidth_gbps * 1e9 / 8
     quiet_comm_s = _quantile([e["comm_s"] for e in steps], QUIET_QUANTILE)
     network_s = quiet_comm_s - service_s - (up_bytes + 4 * largest) / bytes_per_s
-    sim = {"compute_ms": round(compute_s * 1e3, 6), "speedup": 1.0,
+    sim = {"compute_ms": round(compute_s * 1e3, 6), "compute_jitter": round(jitter, 4), "speedup": 1.0,
            "request_us": round(max(0.0, service_s - apply_s) * 1e6, 3),
            "latency_us": round(max(0.0, network_s / 2) * 1e6, 3)}
     evidence = {"worker_steps": len(steps), "shards": shards, "workers": cfg.cluster.workers,
-                "compute_ms_median": sim["compute_ms"], "service_us_mean": round(service_s * 1e6, 3),
+                "compute_ms_median": round(statistics.median(computes) * 1e3, 6),
+                "compute_ms_p10_p90": [round(_quantile(computes, q) * 1e3, 6) for q in (SPREAD_Q, 1 - SPREAD_Q)],
+                "compute_ms_sample_mean": round(statistics.fmean(computes) * 1e3, 6),
+                "compute_sample_cv": round(statistics.pstdev(computes) / statistics.fmean(computes), 4),
+                "service_us_mean": round(service_s * 1e6, 3),
                 "comm_ms_quiet": round(quiet_comm_s * 1e3, 6),
                 "comm_ms_median": round(statistics.median(e["comm_s"] for e in steps) * 1e3, 6),
                 "push_bytes_per_shard": round(up_bytes), "reply_bytes_per_shard": 4 * largest,

@@ -16,6 +16,7 @@ from psgd.config import Role
 from psgd.core.consistency import DeferredPulls
 from psgd.runtime.event_names import Event
 from psgd.sim.executor import Executor, Push, Reply
+from psgd.sim.jitter import ComputeJitter
 from psgd.sim.time_model import Fifo, TimeModel
 
 __all__ = ["Engine", "EventQueue", "Kind", "SimResult"]
@@ -76,6 +77,11 @@ class Engine:
         self.uplinks = [Fifo() for _ in range(n)]
         self.downlinks = [Fifo() for _ in range(n)]
         self.servers = [Fifo() for _ in range(n)]
+        self.arrivals = [0] * n      # pushes each shard received
+        self.wakes = [0] * n         # of them, those that found it idle
+        self.served_s = [0.0] * n    # its simulated service time in all
+        self.jitter = ComputeJitter(time.jitter_cv, executor.cfg.run.seed)
+        self.computed_s = [time.compute_s] * len(executor.workers)  # each worker's last step's compute
         self.parked = [DeferredPulls() for _ in range(n)]  # the real shard's parking, in arrival order
         # What a parked pull's readiness depends on, per shard, when last released (None: always retry).
         self._released_at: list[Optional[tuple]] = [None] * n
@@ -105,7 +111,8 @@ class Engine:
             for s in range(self.ex.num_shards):
                 self._answer_parked(s, t)
             return
-        compute_s = self.time.compute_s
+        compute_s = self.time.compute_s * self.jitter.factor(rank, w.steps)
+        self.computed_s[rank] = compute_s
         busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active else 0.0)
         self.ex.now = t + busy  # a local round's pace is read when its last step ends
         pushes = self.ex.compute(rank, step_s=t + busy - self.round_at[rank])
@@ -119,7 +126,7 @@ class Engine:
         w = self.ex.workers[rank]
         self.result.steps += 1
         self.emit(event(t, Role.WORKER, rank, Event.STEP, rank=rank, clock=w.clock, loss=w.last_loss,
-                        compute_s=round(self.time.compute_s, 9), comm_s=0.0,
+                        compute_s=round(self.computed_s[rank], 9), comm_s=0.0,
                         step_s=round(t - self.started_at[rank], 9), gap=0))
         self._start_step(rank, t)
 
@@ -130,7 +137,13 @@ class Engine:
             self.q.put(end + self.time.latency_s, Kind.ARRIVE, p)
 
     def _arrive(self, p: Push, t: float) -> None:
-        done = self.servers[p.shard].occupy(t, self.time.service_s(self.ex.layout.shard_sizes[p.shard]))
+        server = self.servers[p.shard]
+        idle = self.time.finds_idle(server.free_at, t)
+        service_s = self.time.service_s(self.ex.layout.shard_sizes[p.shard], idle)
+        self.arrivals[p.shard] += 1
+        self.wakes[p.shard] += idle
+        self.served_s[p.shard] += service_s
+        done = server.occupy(t, service_s)
         self.q.put(done, Kind.SERVED, p)
 
     def _served(self, p: Push, t: float) -> None:
@@ -171,7 +184,7 @@ class Engine:
             return
         self.result.steps += 1
         self.emit(event(t, Role.WORKER, r.rank, Event.STEP, rank=r.rank, clock=w.clock, loss=w.last_loss,
-                         compute_s=round(self.time.compute_s, 9), comm_s=round(t - self.sent_at[r.rank], 9),
+                         compute_s=round(self.computed_s[r.rank], 9), comm_s=round(t - self.sent_at[r.rank], 9),
                          step_s=round(t - self.started_at[r.rank], 9), gap=w.clock - min(x.min_clock for x in
                                                                                             w.replies.values())))
         self._start_step(r.rank, t)

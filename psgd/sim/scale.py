@@ -7,6 +7,8 @@ the shards' own ShardState in the bench's mode (asp), so the simulator's time
 model (per-request service, apply rate, links, latency) can be checked
 against the real bench point by point. Updates are counted as the real bench
 counts them: round trips that end inside the window after the warm-up.
+`calibrate_wake` splits the shard's time into a per-request and a wake part
+(sim.wake_us) from a second, loaded real point.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from psgd.sim.executor import Executor, Push, VirtualWorker
 from psgd.sim.time_model import TimeModel
 from psgd.wire.codecs import WireEncoder
 
-__all__ = ["LightExecutor", "scale_config", "simulate_scale_point", "calibrate_from_point"]
+__all__ = ["LightExecutor", "scale_config", "simulate_scale_point", "calibrate_from_point", "calibrate_wake"]
 
 
 class LightExecutor(Executor):
@@ -76,8 +78,9 @@ def scale_config(workers: int, shards: int, sim: dict) -> Config:
 
 def simulate_scale_point(shards: int, workers: int, numel: int, sim: dict, warmup_s: float = 1.0,
                          window_s: float = 3.0) -> dict:
-    """One (shards, workers) point: updates/s counted over the window, and the
-    median simulated round trip."""
+    """One (shards, workers) point: updates/s counted over the window, the
+    median simulated round trip, and the shards' mean service per request and
+    share of requests that found their shard idle (over the whole run)."""
     cfg = scale_config(workers, shards, sim)
     ex = LightExecutor(cfg, numel)
     lo, hi = warmup_s, warmup_s + window_s
@@ -88,11 +91,15 @@ def simulate_scale_point(shards: int, workers: int, numel: int, sim: dict, warmu
             done[0] += 1
             rtts.append(e["comm_s"])
 
-    Engine(ex, TimeModel.from_config(cfg.sim, cfg.sim.compute_ms), steps_per_worker=10 ** 9, max_time_s=hi,
-           eval_every_s=None, emit=emit).run()
+    engine = Engine(ex, TimeModel.from_config(cfg.sim, cfg.sim.compute_ms), steps_per_worker=10 ** 9,
+                    max_time_s=hi, eval_every_s=None, emit=emit)
+    engine.run()
     rtts.sort()
+    arrivals = max(1, sum(engine.arrivals))
     return {"shards": shards, "workers": workers, "updates_per_s": round(done[0] / window_s, 2),
-            "pull_latency_ms_median": round(rtts[len(rtts) // 2] * 1e3, 3) if rtts else None}
+            "pull_latency_ms_median": round(rtts[len(rtts) // 2] * 1e3, 3) if rtts else None,
+            "service_us_mean": round(sum(engine.served_s) / arrivals * 1e6, 3),
+            "idle_share": round(sum(engine.wakes) / arrivals, 4)}
 
 
 def calibrate_from_point(row: dict, numel: int, bandwidth_gbps: float = 25.0, apply_gbps: float = 15.0) -> dict:
@@ -111,3 +118,28 @@ def calibrate_from_point(row: dict, numel: int, bandwidth_gbps: float = 25.0, ap
             "request_us": round(max(0.0, service_s - apply_s) * 1e6, 3),
             "latency_us": round(max(0.0, (rtt_s - service_s - transfer_s) / 2) * 1e6, 3),
             "bandwidth_gbps": bandwidth_gbps, "apply_gbps": apply_gbps}
+
+
+def calibrate_wake(base: dict, loaded: dict, numel: int, sim: dict, iterations: int = 30) -> dict:
+    """`sim` (calibrated from the 1-worker point `base`) with its shard time split
+    into a per-request part and a wake part (sim.wake_us) so that the loaded
+    point's simulated service per request equals the real shard CPU per request
+    there. At one worker every request finds the shard idle, so request + wake
+    stays the base point's service and that point is reproduced as before; the
+    split is found by bisection on the wake (the loaded point's simulated
+    service falls as more of it is wake: fewer requests pay it)."""
+    total_us = sim["request_us"] + sim.get("wake_us", 0.0)
+    target_us = 1e6 * loaded["shard_cpu_cores"] / loaded["updates_per_s"]
+
+    def service_us(wake_us: float) -> float:
+        trial = {**sim, "request_us": total_us - wake_us, "wake_us": wake_us}
+        return simulate_scale_point(loaded["shards"], loaded["workers"], numel, trial)["service_us_mean"]
+
+    lo, hi = 0.0, total_us
+    if service_us(hi) > target_us:  # even all wake cannot make it that cheap: the closest split
+        lo = hi
+    for _ in range(iterations if lo < hi else 0):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if service_us(mid) > target_us else (lo, mid)
+    wake = round(lo, 3)
+    return {**sim, "request_us": round(total_us - wake, 3), "wake_us": wake}

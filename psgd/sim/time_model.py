@@ -14,6 +14,11 @@ from psgd.config.sim import SimConfig
 
 __all__ = ["Fifo", "TimeModel", "ring_allreduce_s"]
 
+# A shard free for less than this when a request arrives is still awake: a
+# request that arrives as the last one ends is served back to back, whatever
+# the rounding of the two sums of floats that make those instants.
+AWAKE_S = 1e-9
+
 
 @dataclass
 class Fifo:
@@ -41,17 +46,25 @@ class TimeModel:
     bytes_per_s: float    # link bandwidth
     request_s: float      # shard fixed cost per request
     apply_bytes_per_s: float
+    jitter_cv: float = 0.0  # coefficient of variation of each step's compute time
+    wake_s: float = 0.0     # shard cost added when a request finds it idle
 
     @classmethod
     def from_config(cls, sim: SimConfig, compute_ms: float) -> "TimeModel":
         return cls(compute_ms / 1e3 / sim.speedup, sim.latency_us / 1e6, sim.bandwidth_gbps * 1e9 / 8,
-                   sim.request_us / 1e6, sim.apply_gbps * 1e9)
+                   sim.request_us / 1e6, sim.apply_gbps * 1e9, sim.compute_jitter, sim.wake_us / 1e6)
 
     def transfer_s(self, nbytes: int) -> float:
         return nbytes / self.bytes_per_s
 
-    def service_s(self, numel: int) -> float:
-        return self.request_s + 4 * numel / self.apply_bytes_per_s
+    @staticmethod
+    def finds_idle(free_at: float, t: float) -> bool:
+        """Whether a request arriving at `t` finds a shard free since `free_at` asleep."""
+        return t - free_at > AWAKE_S
+
+    def service_s(self, numel: int, idle: bool = False) -> float:
+        """A shard's time for one push of `numel` fp32 values; `idle`: it found the shard idle."""
+        return self.request_s + 4 * numel / self.apply_bytes_per_s + (self.wake_s if idle else 0.0)
 
     def allreduce_s(self, nbytes: int, workers: int) -> float:
         return ring_allreduce_s(nbytes, workers, self.latency_s, self.bytes_per_s)

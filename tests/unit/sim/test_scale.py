@@ -2,7 +2,7 @@
 exactly (1 worker: one round trip per cycle; many: the shard's service bounds it)."""
 import pytest
 
-from psgd.sim.scale import calibrate_from_point, simulate_scale_point
+from psgd.sim.scale import calibrate_from_point, calibrate_wake, simulate_scale_point
 
 NUMEL = 16384  # 64 KB
 SIM = {"compute_ms": 20.0, "request_us": 100.0, "latency_us": 150.0, "bandwidth_gbps": 25.0, "apply_gbps": 15.0}
@@ -35,3 +35,15 @@ def test_calibration_from_a_point_reproduces_it():
     p = simulate_scale_point(1, 1, NUMEL, sim, window_s=20.0)
     assert p["pull_latency_ms_median"] == pytest.approx(1.2, abs=1e-3)
     assert p["updates_per_s"] == pytest.approx(45.0, abs=1 / 20.0)
+
+
+def test_the_wake_split_reproduces_a_loaded_points_service_and_keeps_the_lone_one():
+    base = {"shards": 1, "workers": 1, "updates_per_s": 45.0, "pull_latency_ms_median": 1.2, "shard_cpu_cores": 0.027}
+    loaded = {"shards": 1, "workers": 16, "updates_per_s": 700.0, "shard_cpu_cores": 0.14}  # 200 us per request
+    sim = calibrate_wake(base, loaded, NUMEL, calibrate_from_point(base, NUMEL))
+    lone_us = 0.027 / 45.0 * 1e6 - 4 * NUMEL / 15e9 * 1e6
+    assert sim["wake_us"] > 0 and sim["request_us"] + sim["wake_us"] == pytest.approx(lone_us, abs=2e-3)
+    assert simulate_scale_point(1, 16, NUMEL, sim)["service_us_mean"] == pytest.approx(200.0, rel=0.01)
+    one = simulate_scale_point(1, 1, NUMEL, sim, window_s=20.0)  # every request wakes the shard: as before
+    assert one["idle_share"] == 1.0
+    assert one["updates_per_s"] == pytest.approx(45.0, abs=1 / 20.0)

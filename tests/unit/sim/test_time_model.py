@@ -9,7 +9,7 @@ from psgd.sim.time_model import TimeModel, ring_allreduce_s
 STEPS = 20
 
 
-def run(workers, servers=1, mode="asp", extra=(), **sim):
+def run(workers, servers=1, mode="asp", extra=(), engine_out=None, **sim):
     sets = [*extra, "task.model=linear", "task.dataset=synthetic", "task.batch_size=8", f"cluster.servers={servers}",
             f"cluster.workers={workers}", f"consistency.mode={mode}", f"train.steps_per_worker={STEPS}",
             "train.max_time_s=1e9", "eval.enabled=false"]
@@ -18,8 +18,11 @@ def run(workers, servers=1, mode="asp", extra=(), **sim):
     ex = Executor(cfg)
     tm = TimeModel.from_config(cfg.sim, cfg.sim.compute_ms)
     events = []
-    result = Engine(ex, tm, steps_per_worker=STEPS, max_time_s=cfg.train.max_time_s, eval_every_s=None,
-                    emit=events.append).run()
+    engine = Engine(ex, tm, steps_per_worker=STEPS, max_time_s=cfg.train.max_time_s, eval_every_s=None,
+                    emit=events.append)
+    result = engine.run()
+    if engine_out is not None:
+        engine_out.append(engine)
     return ex, tm, result, events
 
 
@@ -48,6 +51,27 @@ def test_a_shard_serves_one_request_at_a_time():
     service = tm.service_s(ex.layout.shard_sizes[0])
     assert result.end_s >= 8 * STEPS * service
     assert result.end_s == pytest.approx(8 * STEPS * service, rel=0.02)
+
+
+def test_a_lone_worker_wakes_its_shard_every_time():
+    common = dict(compute_ms=2.0, latency_us=50, bandwidth_gbps=0.01, request_us=40, apply_gbps=1)
+    _, _, plain, _ = run(1, **common)
+    engines = []
+    ex, tm, woken, _ = run(1, engine_out=engines, wake_us=300, **common)
+    assert tm.service_s(5, idle=True) == pytest.approx(tm.service_s(5) + 300e-6, abs=1e-15)
+    assert engines[0].wakes == engines[0].arrivals == [STEPS]
+    assert woken.end_s == pytest.approx(plain.end_s + STEPS * 300e-6, rel=1e-12)
+
+
+def test_requests_queued_behind_another_pay_no_wake():
+    # 8 workers with (almost) no compute keep the shard busy from the first push to the last:
+    # only the first request finds it idle.
+    engines = []
+    ex, tm, result, _ = run(8, engine_out=engines, compute_ms=1e-6, latency_us=0, bandwidth_gbps=1e6,
+                            request_us=500, apply_gbps=1, wake_us=2000)
+    service = tm.service_s(ex.layout.shard_sizes[0])
+    assert engines[0].arrivals == [8 * STEPS] and engines[0].wakes == [1]
+    assert result.end_s == pytest.approx(8 * STEPS * service + tm.wake_s, rel=0.02)
 
 
 def test_a_straggler_slows_only_itself():
