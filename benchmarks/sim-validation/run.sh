@@ -40,7 +40,8 @@ case_sets() {
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 started="started $(date -u +%FT%TZ) on $(nproc) cores, load $(load); commit $(git rev-parse --short HEAD)"
-if [ -n "${CALIBRATED:-}" ] || [ "${REUSE_REAL:-0}" = 1 ]; then
+REUSE_REAL="${REUSE_REAL:-0}"
+if [ -n "${CALIBRATED:-}" ] || [ "$REUSE_REAL" = 1 ]; then
   REUSE_REAL=1
 fi
 if [ "$REUSE_REAL" = 1 ]; then
