@@ -24,6 +24,7 @@ from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
+from psgd.wire.doorbell import Bells
 from psgd.wire.payload import tensor_frame
 from psgd.wire.protocol import MsgType, ProtocolError
 from psgd.wire.shm_links import ShardSegments, shared_memory_wanted
@@ -68,7 +69,8 @@ class ShardServer:
         self.state.report_to(self.events.emit, lambda clock, origin, fields: self._journal(
             "log_setting", clock, origin, fields))
         self._clock = clock
-        self._sock = ServerSocket(address, cfg.wire.max_message_mb << 20, curve=curve)
+        self._bells = Bells()  # doorbells of same-host clients (psgd.wire.doorbell): the socket polls them
+        self._sock = ServerSocket(address, cfg.wire.max_message_mb << 20, curve=curve, bells=self._bells)
         self.address = self._sock.address
         self._sock.on_cut_off = self._cut_off
         self._peers = PeerTable(run_token)  # who may act for which rank (peers.py)
@@ -79,7 +81,8 @@ class ShardServer:
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
         self._frame = None
         # Same-host clients' shared-memory segments (psgd.wire.shm).
-        self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None))
+        self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None),
+                                  self._bells)
         self._decode = PushDecoder(self.state.numel, self._shm)
         self._handlers = {kind: MethodType(handler, self) for kind, handler in _HANDLERS.items()}
 
@@ -232,9 +235,13 @@ class ShardServer:
         shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token)
         if rec.shm:
             self.state.counters["shm_attached" if shm else "shm_refused"] += 1
+        bell = self._shm.open_bell(identity, rec.bell) if shm else False
+        if rec.bell:
+            self.state.counters["bells_opened" if bell else "bells_refused"] += 1
         snap = self.state.live_params()
         self._reply_params(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
-                                               clock=clock, last_seq=last_seq, session=session, shm=shm), snap)
+                                               clock=clock, last_seq=last_seq, session=session, shm=shm, bell=bell),
+                           snap)
         self._release()
 
     def _on_pull(self, identity: bytes, rec: P.Pull, payload: list) -> None:
@@ -343,7 +350,13 @@ class ShardServer:
         self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
 
     def _on_stats(self, identity: bytes, rec: P.Stats, payload: list) -> None:
+        self._bell_counters()
         self._reply(identity, P.StatsReply(req=rec.req, stats=self.state.stats()))
+
+    def _bell_counters(self) -> None:
+        """The socket's doorbell counts, as counters: requests that rang, bells whose client went away."""
+        self.state.counters["bell_requests"] = self._sock.rung
+        self.state.counters["bells_lost"] = self._bells.dropped
 
     def _on_shutdown(self, identity: bytes, rec: P.Shutdown, payload: list) -> None:
         if not self._peers.may_shut_down(identity, rec.token):
@@ -361,6 +374,7 @@ class ShardServer:
         self._release()  # a commit or abort ends a hold
 
     def emit_stats(self, final: bool = False) -> None:
+        self._bell_counters()
         self.events.emit(Event.SERVER_STATS, final=final, busy_s=round(self._busy_s, 6), requests=self._served,
                          **self.state.stats())
 

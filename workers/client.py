@@ -55,11 +55,11 @@ class PSClient:
         self._curve = curve  # CurveZMQ keys, also for the heartbeat sockets
         self._token = token or ""  # the run token: re-registering takes the rank over from a dead predecessor
         self._sessions = [""] * layout.num_shards  # per shard, from WELCOME: heartbeats carry it
-        self._conns = ShardConnections(addresses, max_message_bytes, curve=curve)
         # Same-host shards: gradients and parameters through shared memory (see psgd.wire.shm),
         # for shards whose tensor is large enough for it to win (psgd.wire.shm_links.worth_sharing).
         self._shm = ClientSegments([4 * n for n in layout.shard_sizes],
                                    shared_memory_wanted(shared_memory, curve is not None), shared_memory_min_bytes)
+        self._conns = ShardConnections(addresses, max_message_bytes, curve=curve, bells=self._shm.bells)
         self._rpc = RequestTracker(self._conns, request_timeout_s, max_retries, should_stop)
         self.clock = 0                # pushes completed
         self.versions = [0] * layout.num_shards  # shard versions of the parameters last read
@@ -135,6 +135,12 @@ class PSClient:
         """Per shard: whether this connection moves its payloads through shared memory."""
         return [self._shm.segment(s) is not None for s in range(self.layout.num_shards)]
 
+    @property
+    def doorbells(self) -> list[bool]:
+        """Per shard: whether this connection's header-only messages ring a doorbell
+        (psgd.wire.doorbell) instead of going through ZeroMQ."""
+        return [self._shm.bells.get(s) is not None for s in range(self.layout.num_shards)]
+
     def gradient_buffers(self) -> list[Optional[torch.Tensor]]:
         """Per shard, where to put the next gradient so that sending it copies
         nothing: a float32 view of the shared-memory request region (fp32 encoding,
@@ -159,7 +165,7 @@ class PSClient:
                                                           fingerprint=fp, token=self._token, **self._shm.offer(s)))
                                   for s in shards})
         for s, (welcome, _) in replies.items():
-            self._shm.settle(s, welcome.shm)
+            self._shm.settle(s, welcome.shm, welcome.bell)
         out = []
         self._adopt_clock(welcome.clock for welcome, _ in replies.values())
         for s in sorted(replies):

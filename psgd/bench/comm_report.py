@@ -63,8 +63,9 @@ def _fmt(v) -> str:
 def _where_time_goes(rows: list[dict]) -> list[str]:
     """psgd's shared-memory round trip split into the in-process floor (the
     copies, the check and the step on one core), what splitting it over two
-    processes woken by a pipe adds, what waking over ZeroMQ instead adds, and
-    what psgd's protocol adds on top."""
+    processes woken by a pipe adds (psgd's doorbell is such a pipe), and what
+    psgd's protocol adds on top; beside them, what waking over ZeroMQ instead
+    of the pipe would add (psgd's wake-up before it had doorbells)."""
     keys = ("shm_floor_inproc_ms", "shm_floor_ms", "shm_zmq_floor_ms")
     split = [r for r in rows if r["shards"] == 1 and (r.get("psgd_shm_ms") or r.get("shared_memory"))
              and None not in (r.get(k) for k in keys)]
@@ -72,13 +73,13 @@ def _where_time_goes(rows: list[dict]) -> list[str]:
         return []
     out = ["", "### Where psgd's shared-memory round trip goes (one shard, ms)", "",
            "| size | in-process floor (copies, check, step) | + a second process woken by a pipe | "
-           "+ ZeroMQ wake instead of the pipe | + psgd's protocol | = psgd with shared memory |",
+           "+ psgd's protocol | = psgd with shared memory | a ZeroMQ wake instead of the pipe would add |",
            "|---|---|---|---|---|---|"]
     for r in split:
         inproc, pipe, zmq_wake = (r[k] for k in keys)
         psgd = r.get("psgd_shm_ms") or r["psgd_ms"]
-        out.append(f"| {_mb(r['size_bytes'])} | {inproc:.3f} | {pipe - inproc:+.3f} | {zmq_wake - pipe:+.3f} | "
-                   f"{psgd - zmq_wake:+.3f} | {psgd:.3f} |")
+        out.append(f"| {_mb(r['size_bytes'])} | {inproc:.3f} | {pipe - inproc:+.3f} | {psgd - pipe:+.3f} | "
+                   f"{psgd:.3f} | {zmq_wake - pipe:+.3f} |")
     return out
 
 
@@ -128,9 +129,11 @@ def write_comm_report(result: dict, out: Path, command: str) -> None:
              "- shared-memory floor: the gradient copied into a segment, a server process woken by one byte on a "
              "pipe copies it out into a buffer of its own, checks that copy, applies SGD from it and copies `p` "
              "into the reply region; no protocol. "
+             "psgd wakes its same-host shard the same way: a shared-memory connection's headers travel over "
+             "a pair of pipes (its doorbell), everything else over ZeroMQ. "
              "The ZeroMQ-woken variant wakes the server with one empty ZeroMQ message each way instead of the "
              "pipe byte: the least any server can do that keeps requests and replies on ZeroMQ and moves only "
-             "the tensors through shared memory, as psgd does. "
+             "the tensors through shared memory (psgd before doorbells). "
              "The in-process variant does the same work on one core with no wake-up: a bound below any "
              "cross-process server.",
              f"- Ray actor PS: {result.get('ray')}.", "",

@@ -10,6 +10,11 @@ from typing import Literal, Union
 from psgd.config.loader import check as _check
 from psgd.config.loader import int_max
 
+# wire.shared_memory_min_bytes' default: the smallest shard `psgd bench comm` measured where
+# shared memory with its doorbell beat loopback TCP (4 KiB: 0.84x; benchmarks/comm/report.md).
+# Below it nothing was measured, and a segment reserves at least two pages anyway.
+SHARED_MEMORY_MIN_BYTES = 4 << 10
+
 __all__ = ["WireConfig", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
            "RayScheduling",
            "LoggingConfig"]
@@ -27,9 +32,8 @@ class WireConfig:
     # (YAML reads a bare `off` as false: false means "off", true means "auto".)
     shared_memory: Union[Literal["auto", "off"], bool] = "auto"
     # Under "auto", only connections to shards of at least this many fp32 bytes use shared
-    # memory: below it loopback TCP is faster (the crossover `psgd bench comm` measured,
-    # benchmarks/comm/report.md). 0: every same-host connection.
-    shared_memory_min_bytes: int = field(default=256 << 10, metadata=int_max(2**31 - 1))
+    # memory (see SHARED_MEMORY_MIN_BYTES). 0: every same-host connection.
+    shared_memory_min_bytes: int = field(default=SHARED_MEMORY_MIN_BYTES, metadata=int_max(2**31 - 1))
 
     def __post_init__(self):
         _check(0 < self.topk_ratio <= 1, "topk_ratio", f"must be in (0, 1], got {self.topk_ratio}")

@@ -137,6 +137,7 @@ class Register(Record):
     token: str = ""             # the run token: lets a worker take over a rank bound to another connection
     shm: str = ""               # offered shared-memory segment (psgd.wire.shm), "" for none
     shm_token: str = ""         # hex token the segment's header must carry
+    bell: str = ""              # offered doorbell (psgd.wire.doorbell) for the segment's connection, "" for none
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class Welcome(Record):
     last_seq: int = -1          # last push seq applied for this worker (for resumed clients)
     session: str = ""           # workers: heartbeats for the rank must carry this
     shm: bool = False           # the offered segment is attached: payloads may travel through it
+    bell: bool = False          # the offered doorbell is open: header-only messages may ring it
 
 
 @dataclass(frozen=True)

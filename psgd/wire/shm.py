@@ -2,9 +2,10 @@
 
 A client that shares a host with a shard moves the bulk bytes of a request
 (the gradient) and of its reply (the parameters) through one segment per
-connection instead of through the socket; the ZeroMQ message keeps the
-header and names the segment's generation, so requests, replies, ordering
-and every consistency rule stay on ZeroMQ.
+connection instead of through the socket; the message keeps the header and
+names the segment's generation, so requests, replies, ordering and every
+consistency rule stay in messages (which travel over ZeroMQ, or over the
+connection's doorbell pipes: psgd.wire.doorbell).
 
 Lifecycle (no segment outlives its processes, SIGKILL included):
 - the client `create`s an anonymous memory file (memfd), reserves every

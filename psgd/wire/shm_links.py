@@ -25,19 +25,20 @@ another host, leaves the pair on TCP.
 from __future__ import annotations
 
 import logging
+import resource
 from typing import Optional, Sequence
 
 import torch
 
+from psgd.config.operations import SHARED_MEMORY_MIN_BYTES
+from psgd.wire.doorbell import BellError, Bells, ClientBell, ShardBell
 from psgd.wire.shm import Segment, ShmError, available
 from psgd.wire.shm_attached import AttachedSegment
 
 __all__ = ["ClientSegments", "ShardSegments", "PayloadCache", "shared_memory_wanted", "worth_sharing",
            "MIN_BYTES_DEFAULT"]
 
-# wire.shared_memory_min_bytes' default: the crossover measured by `psgd bench comm`
-# (benchmarks/comm/report.md), below which loopback TCP is the faster path.
-MIN_BYTES_DEFAULT = 256 << 10
+MIN_BYTES_DEFAULT = SHARED_MEMORY_MIN_BYTES  # wire.shared_memory_min_bytes' default
 
 _log = logging.getLogger(__name__)
 
@@ -61,9 +62,13 @@ def worth_sharing(nbytes: int, min_bytes: int) -> bool:
 
 class ClientSegments:
     """A client's segment per shard. `offer` before registering, `settle` with
-    the shard's answer; afterwards `segment(s)` is the attached one or None."""
+    the shard's answer; afterwards `segment(s)` is the attached one or None.
+    Each segment comes with a doorbell (psgd.wire.doorbell) for the connection's
+    header-only messages; `bells` holds the ones the shard opened, by shard."""
 
     def __init__(self, shard_nbytes: Sequence[int], enabled: bool, min_bytes: int = MIN_BYTES_DEFAULT):
+        self.bells = Bells()
+        self._offered_bells: dict[int, ClientBell] = {}
         self._nbytes = list(shard_nbytes)   # fp32 bytes of each shard's tensor: the largest payload either way
         self.enabled = enabled
         self.wanted = [enabled and worth_sharing(n, min_bytes) for n in self._nbytes]
@@ -86,12 +91,24 @@ class ClientSegments:
                 _log.warning("psgd: shared memory off, payloads go over TCP: %s", exc.reason)
             return {}
         self._offered[shard] = seg
-        return {"shm": seg.name, "shm_token": seg.token_hex}
+        try:
+            bell = self._offered_bells[shard] = ClientBell.create()
+        except BellError:  # out of descriptors: the connection rings over ZeroMQ
+            return {"shm": seg.name, "shm_token": seg.token_hex}
+        return {"shm": seg.name, "shm_token": seg.token_hex, "bell": bell.name}
 
-    def settle(self, shard: int, accepted: bool) -> None:
+    def settle(self, shard: int, accepted: bool, bell_opened: bool = False) -> None:
         """The shard answered the offer: give up the name either way (the
-        mappings keep the memory); keep the segment only if it was accepted."""
+        mappings keep the memory); keep the segment only if it was accepted,
+        and the bell only if the shard opened it."""
         seg = self._offered.pop(shard, None)
+        bell = self._offered_bells.pop(shard, None)
+        if bell is not None:
+            bell.settle()  # only the shard holds its ends now
+            if accepted and bell_opened:
+                self.bells.add(shard, bell)
+            else:
+                bell.close()
         if seg is None:
             return
         seg.unlink()
@@ -104,14 +121,16 @@ class ClientSegments:
         return self._attached.get(shard)
 
     def _drop(self, shard: int) -> None:
-        for table in (self._offered, self._attached):
+        for table in (self._offered, self._attached, self._offered_bells):
             seg = table.pop(shard, None)
             if seg is not None:
                 seg.close()
+        self.bells.drop(shard)
 
     def close(self) -> None:
         for shard in list(self._offered) + list(self._attached):
             self._drop(shard)
+        self.bells.close()
 
 
 class PayloadCache:
@@ -135,11 +154,13 @@ class PayloadCache:
 
 
 class ShardSegments:
-    """The segments a shard has attached, by connection identity."""
+    """The segments a shard has attached, by connection identity, and the
+    doorbells that came with them (`bells`, which the shard's socket polls)."""
 
-    def __init__(self, nbytes: int, enabled: bool):
+    def __init__(self, nbytes: int, enabled: bool, bells: Optional[Bells] = None):
         self.nbytes = nbytes            # the shard's fp32 tensor bytes
         self.enabled = enabled
+        self.bells = bells if bells is not None else Bells()
         self._by_identity: dict[bytes, AttachedSegment] = {}
         self._identity_of: dict[tuple[str, int], bytes] = {}
         self._peer_of: dict[bytes, tuple[str, int]] = {}
@@ -161,6 +182,23 @@ class ShardSegments:
         self._by_identity[identity] = seg
         self._identity_of[(role, rank)] = identity
         self._peer_of[identity] = (role, rank)
+        return True
+
+    def open_bell(self, identity: bytes, name: str) -> bool:
+        """Open the doorbell offered with this connection's attached segment; True if
+        its header-only messages ring from now on (else they stay on ZeroMQ). Bells
+        take at most a quarter of the descriptors this process may open (two each),
+        so that they never starve the sockets."""
+        if not name or identity not in self._by_identity:
+            return False
+        if 2 * (len(self.bells) + 1) > _descriptor_limit() // 4:
+            self.refused["bell_limit"] = self.refused.get("bell_limit", 0) + 1
+            return False
+        try:
+            self.bells.add(identity, ShardBell.open(name))
+        except BellError as exc:
+            self.refused[f"bell_{exc.code}"] = self.refused.get(f"bell_{exc.code}", 0) + 1
+            return False
         return True
 
     def request(self, identity: bytes, gen: int, out: torch.Tensor, at: int = 0) -> bool:
@@ -188,6 +226,7 @@ class ShardSegments:
         self._used.discard(identity)
         if peer is not None and self._identity_of.get(peer) == identity:
             del self._identity_of[peer]
+        self.bells.drop(identity)
         if seg is not None:
             seg.close()
 
@@ -213,3 +252,8 @@ class ShardSegments:
 
     def __len__(self) -> int:
         return len(self._by_identity)
+
+
+def _descriptor_limit() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20

@@ -14,6 +14,7 @@ directory, checked by a ZAP authenticator thread (one per process).
 from __future__ import annotations
 
 import os
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -22,6 +23,7 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
+from psgd.wire.doorbell import Bells, ring
 from psgd.wire.keyfiles import AUTHORIZED_DIR, SERVER_KEY, KeyFileExists, generate_key_files
 
 __all__ = ["zmq_versions", "curve_round_trip", "ServerSocket", "ShardConnections", "SendTracker", "TransportError", "tcp_address", "CurveKeys",
@@ -155,11 +157,48 @@ PEER_SEND_HWM = 8
 PEER_RECV_HWM = 64
 
 
+class PolledBells:
+    """Keeps a zmq.Poller's registrations in step with a Bells table, and reads
+    the bells a poll reports."""
+
+    def __init__(self, poller: zmq.Poller, bells: Bells):
+        self._poller, self._bells = poller, bells
+        self._seen = -1
+        self._keys: dict[int, object] = {}   # polled descriptor -> its bell's key
+
+    def sync(self) -> None:
+        if self._seen == self._bells.version:
+            return
+        for fd in self._keys:
+            self._poller.unregister(fd)
+        self._keys = {bell.fileno(): key for key, bell in self._bells.items()}
+        for fd in self._keys:
+            self._poller.register(fd, zmq.POLLIN)
+        self._seen = self._bells.version
+
+    def take(self, item, out: list) -> bool:
+        """If poll reported `item` for a bell: append its messages to `out` as
+        (key, [header]) and return True (a bell whose peer is gone is dropped)."""
+        key = self._keys.get(item) if isinstance(item, int) else None
+        if key is None:
+            return False
+        bell = self._bells.get(key)
+        got = bell.read() if bell is not None and bell.fileno() == item else []
+        if got is None:
+            self._bells.drop(key, lost=True)
+        else:
+            out.extend((key, [m]) for m in got)
+        return True
+
+
 class ServerSocket:
     """A bound ROUTER socket. `recv` returns (identity, frames) or None on timeout."""
 
     def __init__(self, address: str, max_message_bytes: int = -1, curve: Optional[CurveKeys] = None,
-                 copy_max_bytes: int = REPLY_COPY_MAX_BYTES):
+                 copy_max_bytes: int = REPLY_COPY_MAX_BYTES, bells: Optional[Bells] = None):
+        self.bells = bells  # same-host clients' doorbells (psgd.wire.doorbell), by identity
+        self._rung: deque = deque()  # messages read from bells, not yet returned
+        self.rung = 0                # messages received through bells
         self.copy_max_bytes = copy_max_bytes  # send_tracked copies frames up to this size
         self._sock = zmq_context().socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -189,12 +228,26 @@ class ServerSocket:
         self.address = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
+        self._polled = PolledBells(self._poller, bells) if bells is not None else None
 
     def recv(self, timeout_ms: int) -> Optional[tuple[bytes, list]]:
         """The next message as (identity, frames), or None on timeout."""
+        if self._rung:
+            return self._rung.popleft()
         # Under load a message is usually queued already: asking the socket is
         # cheaper than a poll, which costs a system call and the Poller's Python.
-        if not self._sock.get(zmq.EVENTS) & zmq.POLLIN and not self._poller.poll(timeout_ms):
+        queued = self._sock.get(zmq.EVENTS) & zmq.POLLIN
+        if self._polled is not None:
+            self._polled.sync()  # never poll a dropped bell's descriptor
+        if self._polled is not None and len(self.bells):
+            ready = False
+            before = len(self._rung)
+            for item, _ in self._poller.poll(0 if queued else timeout_ms):
+                ready |= not self._polled.take(item, self._rung)
+            self.rung += len(self._rung) - before
+            if not (queued or ready):
+                return self._rung.popleft() if self._rung else None
+        elif not queued and not self._poller.poll(timeout_ms):
             return None
         parts = self._sock.recv_multipart(copy=False)
         identity = parts[0].bytes
@@ -204,7 +257,10 @@ class ServerSocket:
 
     def send(self, identity: bytes, frames: Sequence) -> bool:
         """Send a reply without blocking; returns False if the peer is gone or
-        its reply queue is full (the reply is dropped and counted)."""
+        its reply queue is full (the reply is dropped and counted). A header-only
+        reply to a client with a doorbell rings it instead."""
+        if ring(self.bells, identity, frames):
+            return True
         try:
             self._sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
         except zmq.ZMQError as exc:
@@ -253,6 +309,8 @@ class ServerSocket:
 
     def close(self) -> None:
         self._sock.close(0)
+        if self.bells is not None:
+            self.bells.close()
 
 
 class SendTracker:
@@ -277,8 +335,10 @@ class SendTracker:
 class ShardConnections:
     """One DEALER socket per shard address."""
 
-    def __init__(self, addresses: Sequence[str], max_message_bytes: int = -1, curve: Optional[CurveKeys] = None):
+    def __init__(self, addresses: Sequence[str], max_message_bytes: int = -1, curve: Optional[CurveKeys] = None,
+                 bells: Optional[Bells] = None):
         self.addresses = list(addresses)
+        self.bells = bells  # doorbells of same-host shards (psgd.wire.doorbell), by shard index
         self._socks = []
         self._poller = zmq.Poller()
         for addr in self.addresses:
@@ -297,6 +357,7 @@ class ShardConnections:
             self._poller.register(sock, zmq.POLLIN)
             self._socks.append(sock)
         self._index = {s: i for i, s in enumerate(self._socks)}
+        self._polled = PolledBells(self._poller, bells) if bells is not None else None
         self._messages: dict[tuple[int, int], tuple] = {}  # (shard, frame position) -> (buffer, zmq.Frame)
 
     def __len__(self) -> int:
@@ -311,7 +372,10 @@ class ShardConnections:
         Large frames are sent zero-copy: their buffers must stay unchanged
         until the request is answered. Passing the same buffer object again
         (a reused gradient buffer, a resend) reuses its ZeroMQ message, which
-        saves pyzmq's per-send release notification."""
+        saves pyzmq's per-send release notification. A header-only request to a
+        shard with a doorbell rings it instead."""
+        if ring(self.bells, shard, frames):
+            return True
         try:
             self._socks[shard].send_multipart([self._reusable(shard, i, f) for i, f in enumerate(frames)],
                                               flags=zmq.NOBLOCK, copy=False)
@@ -331,9 +395,13 @@ class ShardConnections:
 
     def recv(self, timeout_ms: int) -> list[tuple[int, list]]:
         """Every message ready within `timeout_ms`, as (shard, frames)."""
+        if self._polled is not None:
+            self._polled.sync()
         ready = self._poller.poll(timeout_ms)
-        out = []
+        out: list = []
         for sock, _ in ready:
+            if self._polled is not None and self._polled.take(sock, out):
+                continue
             parts = sock.recv_multipart(copy=False)
             out.append((self._index[sock], [p.buffer for p in parts]))
         return out
@@ -343,3 +411,5 @@ class ShardConnections:
         for sock in self._socks:
             sock.close(0)
         self._socks = []
+        if self.bells is not None:
+            self.bells.close()

@@ -8,6 +8,8 @@ from conftest import kill_tree, psgd_cmd, spawn
 
 from psgd.bench.comm import MORE_PEERS
 from psgd.bench.scale import run_scale_bench
+from psgd.config.operations import SHARED_MEMORY_MIN_BYTES
+from psgd.wire.shm import available as shm_available
 
 ROW_KEYS = {"size_bytes", "shards", "psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms", "raw_zmq_sgd_ms",
             "psgd_over_raw_zmq", "torch_rpc_over_psgd", "gloo_over_psgd", "raw_zmq_sgd_over_raw_zmq",
@@ -48,8 +50,9 @@ def test_bench_comm_json_schema_and_ratios(tmp_path):
         assert r["torch_rpc_over_psgd"] == pytest.approx(r["torch_rpc_ms"] / r["psgd_ms"], rel=1e-3)
         assert r["gloo_over_psgd"] == pytest.approx(r["gloo_ms"] / r["psgd_ms"], rel=1e-3)
         assert r["psgd_over_shm_floor"] == pytest.approx(r["psgd_ms"] / r["shm_floor_ms"], rel=1e-3)
-        # 64 KB is below wire.shared_memory_min_bytes: the default stays on TCP; the forced column does not.
-        assert r["ray_ms"] is None and r["shared_memory"] is False and r["psgd_shm_ms"] > 0
+        # 64 KB is above wire.shared_memory_min_bytes' default: the default path is shared memory too.
+        assert 65536 >= SHARED_MEMORY_MIN_BYTES
+        assert r["ray_ms"] is None and r["shared_memory"] is shm_available() and r["psgd_shm_ms"] > 0
     report = (tmp_path / "comm" / "report.md").read_text()
     assert "psgd bench comm --sizes 64KB" in report and (tmp_path / "comm" / "round_trip.png").stat().st_size
     assert json.loads((tmp_path / "comm" / "results.json").read_text())["rows"] == rows

@@ -59,7 +59,9 @@ def test_a_reused_gradient_buffer_sends_its_current_contents_every_push(shards, 
             p.zero_()
     cluster = shards(cfg, model)
     n = cluster.layout.shard_sizes[0]
-    client = PSClient(cluster.addresses, cluster.layout, rank=0, heartbeat_s=None, encoding=encoding)
+    # The TCP path (shared memory off): the reused ZeroMQ message is what this checks.
+    client = PSClient(cluster.addresses, cluster.layout, rank=0, heartbeat_s=None, encoding=encoding,
+                      shared_memory="off")
     try:
         client.register()
         grad = torch.empty(n)

@@ -211,7 +211,7 @@ def test_a_sigkilled_shard_restarts_and_the_client_moves_to_a_fresh_segment(tmp_
                       request_timeout_s=0.5, max_retries=200)
     try:
         client.register()
-        assert client.shared_memory == [True]
+        assert client.shared_memory == [True] and client.doorbells == [True]
         grads = [torch.full((n,), (k % 4 + 1) / 64.0) for k in range(20)]
         for g in grads[:10]:
             client.push_pull([g])
@@ -220,12 +220,15 @@ def test_a_sigkilled_shard_restarts_and_the_client_moves_to_a_fresh_segment(tmp_
         shard = _start_shard(config, run_dir, 1)
         for g in grads[10:]:
             out = client.push_pull([g])
-        assert client.shared_memory == [True]  # re-registered with a new segment
+        assert client.shared_memory == [True] and client.doorbells == [True]  # re-registered: new segment and bell
         expected = init.clone()
         for g in grads:
             expected -= lr * g.double()
         torch.testing.assert_close(out[0].double(), expected, rtol=0, atol=1e-6)
-        assert client.stats()[0]["version"] == 20  # none lost, none applied twice
+        stats = client.stats()[0]
+        assert stats["version"] == 20  # none lost, none applied twice
+        # The restarted shard heard the last pushes through the new bell (the first, resent, on ZeroMQ).
+        assert stats["counters"]["bell_requests"] >= 9
         mine = segments_of([os.getpid()])
         assert len(mine) == 1 and segments_of([shard.pid]) == mine  # the old segment is gone from both
     finally:

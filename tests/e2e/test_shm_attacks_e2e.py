@@ -203,3 +203,39 @@ def test_a_process_that_cannot_reserve_its_segments_falls_back_to_tcp_with_one_w
     assert out.split("\n")[0] == "shared_memory [False, False]"
     warnings = [line for line in err.splitlines() if "shared memory off" in line]
     assert len(warnings) == 1 and "cannot reserve a segment" in warnings[0], err[-2000:]
+
+
+@pytest.mark.timeout(60)
+def test_garbage_through_a_doorbell_gets_an_error_and_broken_framing_only_costs_the_bell():
+    import struct
+
+    numel = 50_000
+    with BenchShards(numel, 1, workers=1) as cluster:
+        client = PSClient(cluster.addresses, cluster.layout, rank=0, heartbeat_s=None, token=cluster.token,
+                          request_timeout_s=2, max_retries=3)
+        try:
+            client.register()
+            assert client.shared_memory == [True] and client.doorbells == [True]
+            client.push_pull([torch.ones(numel)])
+            bell = client._shm.bells.get(0)
+            # A header that is not msgpack: an ERROR reply comes back through the bell, nothing changes.
+            assert bell.ring(b"\xc1 not msgpack")
+            replies = []
+            while not replies:
+                replies = client._conns.recv(timeout_ms=5000)
+            (shard, frames), = replies
+            record, _ = P.decode(frames)
+            assert isinstance(record, P.Error) and record.code == P.ErrorCode.BAD_HEADER
+            stats = client.stats()[0]
+            assert stats["version"] == 1 and stats["counters"]["bad_requests_bad_header"] == 1
+            # A length no message can have: the shard drops the bell, the client sees it at once
+            # and goes on over ZeroMQ, with every push applied once.
+            os.write(bell.write_fd, struct.pack("<I", 1 << 30) + b"junk")
+            out = client.push_pull([torch.ones(numel)])
+            torch.testing.assert_close(out[0], torch.full((numel,), -2 * LR), rtol=0, atol=1e-12)
+            assert client.doorbells == [False] and client.shared_memory == [True]
+            stats = client.stats()[0]
+            assert stats["version"] == 2 and stats["counters"]["bells_lost"] == 1
+        finally:
+            client.shutdown_servers(token=cluster.token)
+            client.close()

@@ -125,3 +125,43 @@ def test_a_released_connection_lets_go_of_its_file_and_falls_back_inline():
     assert shard.release_idle("evaluator") == 0 and len(shard) == 1
     assert shard.release_idle("evaluator") == 1 and len(shard) == 0   # idle for a whole sweep
     assert not shard.reply(b"e", 2, torch.ones(100))
+
+
+def test_a_segment_comes_with_a_doorbell_that_goes_when_the_connection_does():
+    client = ClientSegments([400], enabled=True, min_bytes=0)
+    shard = ShardSegments(400, enabled=True)
+    offer = client.offer(0)
+    assert shard.attach(b"id-a", "worker", 0, offer["shm"], offer["shm_token"])
+    assert not shard.open_bell(b"id-b", offer["bell"])  # only a connection with a segment gets one
+    assert shard.open_bell(b"id-a", offer["bell"])
+    client.settle(0, True, bell_opened=True)
+    assert client.bells.get(0).ring(b"h") and shard.bells.get(b"id-a").read() == [b"h"]
+    shard.release(b"id-a")  # the connection left: its bell closes, and the client sees it at once
+    assert len(shard.bells) == 0 and not client.bells.get(0).ring(b"h")
+    client.close()
+    assert len(client.bells) == 0
+
+
+def test_a_bell_the_shard_did_not_open_is_closed_and_the_segment_kept():
+    client = ClientSegments([400], enabled=True, min_bytes=0)
+    shard = ShardSegments(400, enabled=True)
+    assert _register(client, shard, 0, b"id-a")  # a shard that predates bells: it never opens one
+    assert client.segment(0) is not None and len(client.bells) == 0 and not client._offered_bells
+    client.close()
+
+
+def test_bells_leave_most_descriptors_to_the_sockets(monkeypatch):
+    import psgd.wire.shm_links as links
+    monkeypatch.setattr(links, "_descriptor_limit", lambda: 16)  # room for two bells (a quarter, two each)
+    shard = ShardSegments(400, enabled=True)
+    clients = [ClientSegments([400], enabled=True, min_bytes=0) for _ in range(3)]
+    opened = []
+    for rank, client in enumerate(clients):
+        offer = client.offer(0)
+        assert shard.attach(b"id-%d" % rank, "worker", rank, offer["shm"], offer["shm_token"])
+        opened.append(shard.open_bell(b"id-%d" % rank, offer["bell"]))
+        client.settle(0, True, opened[-1])
+    assert opened == [True, True, False] and shard.refused == {"bell_limit": 1}
+    for client in clients:
+        client.close()
+    shard.close()

@@ -2,6 +2,7 @@
 import pytest
 
 from psgd.config import ConfigError, load_config
+from psgd.config.operations import SHARED_MEMORY_MIN_BYTES
 from psgd.core.sharding import make_layout
 from psgd.wire import shm
 from psgd.workers.client_factory import ClientSettings, make_client
@@ -47,7 +48,7 @@ def test_the_size_threshold_comes_from_the_config(threshold, wanted):
     extra = [f"wire.shared_memory_min_bytes={threshold}"] if threshold is not None else []
     cfg = load_config(None, ["cluster.servers=[127.0.0.1:1]", "cluster.workers=1", *extra])
     got = []
-    for numel in (1000, 1 << 16):  # a 4 kB and a 256 KiB shard: the default threshold is 256 KiB
+    for numel in (SHARED_MEMORY_MIN_BYTES // 4 - 1, SHARED_MEMORY_MIN_BYTES // 4):  # just below and at the default
         client = make_client(cfg, make_layout([("w", (numel,))], 1), rank=0, role="worker")
         got += client._shm.wanted
         client.close()
