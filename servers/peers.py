@@ -25,6 +25,7 @@ from typing import Optional
 
 from psgd.config.modes import Role
 from psgd.wire.protocol import ErrorCode, ProtocolError
+from psgd.wire.shm import REPLY_SLOTS
 
 __all__ = ["PeerTable", "Binding", "check_ahead", "MAX_AHEAD"]
 
@@ -124,3 +125,9 @@ def check_ahead(name: str, value: int, current: int, limit: int = MAX_AHEAD) -> 
     """Refuse a seq or clock (`name`) more than `limit` ahead of `current` (state untouched)."""
     if value > current + limit:
         raise ProtocolError(_AHEAD_CODES[name], f"{name} {value} is more than {limit} ahead of {current}")
+
+
+def check_slot(slot: int) -> None:
+    """Refuse a reply slot a shared-memory segment cannot have (state untouched)."""
+    if not 0 <= slot < REPLY_SLOTS:
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"slot must be in 0..{REPLY_SLOTS - 1}")

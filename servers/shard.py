@@ -34,7 +34,7 @@ from psgd.wire.transport import CurveKeys, ServerSocket
 # The server role's own modules, after the layers below it.
 from psgd.servers.checkpoint import ShardCheckpoint
 from psgd.servers.live_control import ControlError
-from psgd.servers.peers import PeerTable, check_ahead
+from psgd.servers.peers import PeerTable, check_ahead, check_slot
 from psgd.servers.push_decode import PushDecoder
 from psgd.servers.record import ShardRecorder
 from psgd.servers.state import PushStatus, ShardState
@@ -247,10 +247,11 @@ class ShardServer:
     def _on_pull(self, identity: bytes, rec: P.Pull, payload: list) -> None:
         if payload:
             raise ProtocolError(P.ErrorCode.BAD_FRAMES, "PULL carries no frames")
+        check_slot(rec.slot)
         if self._peers.role_of(identity) == Role.EVALUATOR:
             snap = self.state.live_params()
             self._reply_params(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel(),
-                                                  shm=self._shm.reply(identity, rec.req, snap)), snap)
+                                                  shm=self._shm.reply(identity, rec.req, snap, rec.slot)), snap)
             return
         self._peer(identity, rec.rank)
         self._check_member(rec.rank)
@@ -275,6 +276,8 @@ class ShardServer:
             raise ProtocolError(P.ErrorCode.BAD_FIELD, f"steps must be in 1..{MAX_LOCAL_STEPS}")
         if rec.TYPE is MsgType.PUSH_PULL and not 1 <= rec.ahead <= MAX_PULL_AHEAD:
             raise ProtocolError(P.ErrorCode.BAD_FIELD, f"ahead must be in 1..{MAX_PULL_AHEAD}")
+        if rec.TYPE is MsgType.PUSH_PULL:
+            check_slot(rec.slot)
         self.state.seen(rec.rank, self._clock())
         if not piece:
             grad = self._decode.gradient(identity, rec, payload)
@@ -303,7 +306,8 @@ class ShardServer:
                                         staleness=result.staleness))
         else:
             pull_clock = rec.clock + rec.ahead
-            self._answer_or_park(identity, P.Pull(req=rec.req, rank=rec.rank, clock=pull_clock), rec.rank, pull_clock)
+            self._answer_or_park(identity, P.Pull(req=rec.req, rank=rec.rank, clock=pull_clock, slot=rec.slot),
+                                 rec.rank, pull_clock)
 
     def _answer_or_park(self, identity: bytes, pull: P.Pull, rank: int, clock: int) -> None:
         if self.state.pull_ready(rank, clock):
@@ -318,7 +322,7 @@ class ShardServer:
         if self.recorder is not None:  # not the checkpoint's: an answered pull changes no parameter
             self.recorder.log_pull(pull.rank, pull.clock)
         self._reply_params(identity, P.Params(req=pull.req, version=self.state.version, clock=clock, min_clock=low,
-                                              numel=snap.numel(), shm=self._shm.reply(identity, pull.req, snap),
+                                              numel=snap.numel(), shm=self._shm.reply(identity, pull.req, snap, pull.slot),
                                               fastest_step_s=self._speeds.fastest()),
                            snap)
 

@@ -44,7 +44,7 @@ class PSClient:
                  encoding: str = "f32", max_message_bytes: int = -1,
                  should_stop: Optional[Callable[[], bool]] = None, curve: Optional[CurveKeys] = None,
                  topk_ratio: float = 0.01, token: Optional[str] = None, shared_memory: str = "auto",
-                 shared_memory_min_bytes: int = MIN_BYTES_DEFAULT):
+                 shared_memory_min_bytes: int = MIN_BYTES_DEFAULT, reply_slots: int = 1):
         if len(addresses) != layout.num_shards:
             raise ValueError(f"{len(addresses)} addresses for a layout of {layout.num_shards} shards")
         self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio)  # validates encoding
@@ -57,8 +57,11 @@ class PSClient:
         self._sessions = [""] * layout.num_shards  # per shard, from WELCOME: heartbeats carry it
         # Same-host shards: gradients and parameters through shared memory (see psgd.wire.shm),
         # for shards whose tensor is large enough for it to win (psgd.wire.shm_links.worth_sharing).
+        # reply_slots=2 (a pipelined worker): each shard's replies alternate between two slots of the
+        # segment, so the model can train on one reply while the next lands (see `reply_in_slot`).
         self._shm = ClientSegments([4 * n for n in layout.shard_sizes],
-                                   shared_memory_wanted(shared_memory, curve is not None), shared_memory_min_bytes)
+                                   shared_memory_wanted(shared_memory, curve is not None), shared_memory_min_bytes,
+                                   reply_slots)
         self._conns = ShardConnections(addresses, max_message_bytes, curve=curve, bells=self._shm.bells)
         self._rpc = RequestTracker(self._conns, request_timeout_s, max_retries, should_stop)
         self.clock = 0                # pushes completed
@@ -68,6 +71,7 @@ class PSClient:
         self.seq = 0                  # next push sequence number
         self.bytes_sent = 0
         self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
+        self.reply_in_slot = [False] * layout.num_shards  # per shard: the last parameters lie in a reply slot
         self._hb_stop = threading.Event()
         self._hb_thread = None
         if heartbeat_s and role == Role.WORKER:
@@ -136,6 +140,11 @@ class PSClient:
         return [self._shm.segment(s) is not None for s in range(self.layout.num_shards)]
 
     @property
+    def reply_slots(self) -> int:
+        """How many reply slots each shared-memory segment holds (2: a pipelined worker's)."""
+        return self._shm.reply_slots
+
+    @property
     def doorbells(self) -> list[bool]:
         """Per shard: whether this connection's header-only messages ring a doorbell
         (psgd.wire.doorbell) instead of going through ZeroMQ."""
@@ -195,13 +204,14 @@ class PSClient:
         return self._finish_grads(request, self._call_all(request.make))
 
     def _grads_request(self, kind, grads: Sequence[Optional[torch.Tensor]], steps: int = 1,
-                       read_versions: Optional[Sequence[int]] = None, ahead: int = 1) -> "GradsRequest":
+                       read_versions: Optional[Sequence[int]] = None, ahead: int = 1,
+                       slot: int = 0) -> "GradsRequest":
         """Encode one push (a None gradient: that shard's part is encoded later, by
         `add_shard`) and return how to build each shard's request."""
         if len(grads) != self.layout.num_shards:
             raise ValueError(f"expected {self.layout.num_shards} gradient tensors, got {len(grads)}")
         request = GradsRequest(self, kind, self.seq, self.clock, steps, ahead,
-                               list(self.versions if read_versions is None else read_versions))
+                               list(self.versions if read_versions is None else read_versions), slot)
         for s, g in enumerate(grads):
             if g is not None:
                 request.add_shard(s, g)
@@ -216,13 +226,15 @@ class PSClient:
 
     # ---- overlapped pushes (workers.overlap) ------------------------------------
     def push_pull_start(self, grads: Sequence[Optional[torch.Tensor]], steps: int = 1,
-                        read_versions: Optional[Sequence[int]] = None, ahead: int = 1) -> "GradsRequest":
+                        read_versions: Optional[Sequence[int]] = None, ahead: int = 1,
+                        slot: int = 0) -> "GradsRequest":
         """Send a push+pull and return at once; `push_pull_finish` waits for the
         parameters. Shards whose gradient is None here are sent by `push_pull_send`
         (push during backward). `read_versions`: the versions the gradient was
         computed on (a pipelined worker computes on older parameters than the last
-        reply); `ahead`: the pull is for clock + ahead. One overlapped push at a time."""
-        request = self._grads_request(P.PushPull, grads, steps, read_versions, ahead)
+        reply); `ahead`: the pull is for clock + ahead; `slot`: the reply slot a same-host
+        shard writes the parameters into (with reply_slots=2). One overlapped push at a time."""
+        request = self._grads_request(P.PushPull, grads, steps, read_versions, ahead, slot)
         shards = [s for s, g in enumerate(grads) if g is not None]
         request.pending = self._rpc.start({s: request.make(s, self._rpc.next_id()) for s in shards})
         return request
@@ -265,10 +277,11 @@ class PSClient:
             elif exc.code != P.ErrorCode.MISSING_PIECES:
                 raise
             replies = self._call_all(request.make)  # the same seq: a shard that applied it sees a resend
-        return self._params(self._finish_grads(request, replies), ahead=request.ahead)
+        return self._params(self._finish_grads(request, replies), ahead=request.ahead, slot=request.slot)
 
-    def _params(self, replies: dict, ahead: int = 1) -> list[torch.Tensor]:
-        """`ahead`: the pull was for clock + ahead; the worker's own clock is one past its push."""
+    def _params(self, replies: dict, ahead: int = 1, slot: int = 0) -> list[torch.Tensor]:
+        """`ahead`: the pull was for clock + ahead; the worker's own clock is one past its push.
+        `slot`: the reply slot the pull named."""
         out = []
         for s in range(self.layout.num_shards):
             rec, payload = replies[s]
@@ -277,17 +290,18 @@ class PSClient:
             self.versions[s] = rec.version
             self.min_clocks[s] = rec.min_clock
             self.fastest_step_s = rec.fastest_step_s or self.fastest_step_s
-            out.append(self._shm_params(s, rec) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel))
+            self.reply_in_slot[s] = rec.shm
+            out.append(self._shm_params(s, rec, slot) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel))
         if self.role == Role.WORKER:
             self._adopt_clock(replies[s][0].clock - (ahead - 1) for s in replies)
         self._params_at = time.monotonic()
         return out
 
-    def _shm_params(self, s: int, rec: P.Params) -> torch.Tensor:
+    def _shm_params(self, s: int, rec: P.Params, slot: int = 0) -> torch.Tensor:
         """The parameters a same-host shard wrote into the segment for this request."""
         seg = self._shm.segment(s)
         dtype = P.ENCODINGS.get(rec.encoding, (None,))[0]
-        out = seg.reply_tensor(rec.req, dtype, rec.numel) if seg is not None and dtype is not None else None
+        out = seg.reply_tensor(rec.req, dtype, rec.numel, slot) if seg is not None and dtype is not None else None
         if out is None or rec.numel != self.layout.shard_sizes[s]:
             raise RemoteError(s, "bad_reply", "PARAMS names a shared-memory reply this client cannot read")
         return out
@@ -315,9 +329,9 @@ class GradsRequest:
     gradient, and how to build a shard's request (again, after a re-registration)."""
 
     def __init__(self, client: PSClient, kind, seq: int, clock: int, steps: int, ahead: int,
-                 read_versions: list[int]):
+                 read_versions: list[int], slot: int = 0):
         self.client, self.kind, self.seq, self.clock = client, kind, seq, clock
-        self.steps, self.ahead, self.read_versions = steps, ahead, read_versions
+        self.steps, self.ahead, self.read_versions, self.slot = steps, ahead, read_versions, slot
         self.bytes_before = client.encoder.wire_bytes
         self.wire: dict[int, Any] = {}
         self.in_shm = PayloadCache(client._shm)  # dense payloads go to a same-host shard's segment, once
@@ -351,7 +365,7 @@ class GradsRequest:
 
     def _record(self, s: int, req: int, wire, **fields) -> P.Push:
         if self.kind is P.PushPull:
-            fields["ahead"] = self.ahead
+            fields["ahead"], fields["slot"] = self.ahead, self.slot
         return self.kind(req=req, rank=self.client.rank, seq=self.seq, clock=self.clock,
                          read_version=self.read_versions[s], encoding=wire.encoding, scale=wire.scale,
                          step_s=self.step_s, steps=self.steps, **fields)

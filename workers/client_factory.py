@@ -46,14 +46,15 @@ class ClientSettings:
                    shared_memory=w.shared_memory, shared_memory_min_bytes=w.shared_memory_min_bytes)
 
     def connect(self, layout: Layout, rank: int, role: str, should_stop: Optional[Callable[[], bool]] = None,
-                token: Optional[str] = None) -> PSClient:
-        """A client for these settings (its sockets connect; nothing is sent until `register`)."""
+                token: Optional[str] = None, reply_slots: int = 1) -> PSClient:
+        """A client for these settings (its sockets connect; nothing is sent until `register`).
+        `reply_slots`: 2 for a pipelined worker (see PSClient)."""
         return PSClient(list(self.addresses), layout, rank=rank, role=role,
                         request_timeout_s=self.request_timeout_s, max_retries=self.max_retries,
                         heartbeat_s=self.heartbeat_s, encoding=self.encoding, topk_ratio=self.topk_ratio,
                         max_message_bytes=self.max_message_bytes, should_stop=should_stop, curve=self.curve,
                         token=token, shared_memory=self.shared_memory,
-                        shared_memory_min_bytes=self.shared_memory_min_bytes)
+                        shared_memory_min_bytes=self.shared_memory_min_bytes, reply_slots=reply_slots)
 
 
 def make_client(cfg: Config, layout: Layout, rank: int, role: str, should_stop: Optional[Callable[[], bool]] = None,

@@ -46,7 +46,10 @@ class ModelSync:
         # Per shard, where the client wants the next gradient (PSClient.gradient_buffers;
         # None: host_grads). Read at every step, since the client's segments can change.
         self.gradient_buffers: Callable[[], list[Optional[torch.Tensor]]] = lambda: [None] * len(sizes)
-        self._spare: Optional[list[torch.Tensor]] = None  # stage()/swap_in(): the next parameters, off the model
+        n = len(self.params)
+        self._spare: list[Optional[torch.Tensor]] = [None] * n  # stage()/swap_in(): the next parameters, off the model
+        self._staged: list[Optional[torch.Tensor]] = [None] * n  # stage(): views of a reply slot to adopt
+        self._adopted = [False] * n  # the parameter's storage is a reply slot (never reused as a spare)
 
     def _host_out(self) -> list[torch.Tensor]:
         """The host tensors the next gradients are written to."""
@@ -56,6 +59,9 @@ class ModelSync:
 
     def load(self, shard_params: list[torch.Tensor]) -> None:
         """Copy pulled flat parameters (CPU, e.g. views of received frames) into the model."""
+        for i, p in enumerate(self.params):
+            if self._adopted[i]:  # a reply slot the shard writes again: the model takes its own storage back
+                p.data, self._adopted[i] = torch.empty_like(p.data), False
         with torch.no_grad():
             if self.host_params is None:
                 self.layout.unflatten(shard_params, self.params)
@@ -121,21 +127,38 @@ class ModelSync:
             p.grad = None
         return taken
 
-    def stage(self, shard_params: list[torch.Tensor]) -> None:
-        """Copy pulled flat parameters into spare tensors shaped like the model's, leaving
-        the model untouched (it may be computing); `swap_in` then makes them the model's. CPU only."""
+    def stage(self, shard_params: list[torch.Tensor], adopt: Optional[list[bool]] = None) -> None:
+        """Ready pulled flat parameters for `swap_in`, leaving the model untouched (it may be
+        computing). CPU only. A shard marked in `adopt` replied in a slot of its segment that
+        stays untouched until the reply after next (PSClient's reply_slots=2): each parameter
+        it holds whole is taken as a view of it, no copy. The others are copied into spare
+        tensors shaped like the model's."""
         if self.device.type != "cpu":
             raise ValueError("staged parameters are for CPU models: on CUDA use load()")
-        if self._spare is None:
-            self._spare = [torch.empty_like(p, memory_format=torch.contiguous_format) for p in self.params]
+        chosen = [t if adopt is not None and adopt[s] else None for s, t in enumerate(shard_params)]
+        views = self.layout.whole_views(chosen)
+        self._staged = [v.view(p.shape) if v is not None and v.dtype == p.dtype else None
+                        for v, p in zip(views, self.params)]
+        for i, p in enumerate(self.params):
+            if self._staged[i] is None and self._spare[i] is None:
+                self._spare[i] = torch.empty_like(p, memory_format=torch.contiguous_format)
         with torch.no_grad():
-            self.layout.unflatten(shard_params, self._spare)
+            self.layout.unflatten(shard_params, [sp if v is None else None for sp, v in zip(self._spare, self._staged)])
 
     def swap_in(self) -> None:
-        """The staged parameters become the model's: each parameter's storage and its spare
-        trade places (no copy; the parameter objects stay, so optimizers and hooks keep them)."""
+        """The staged parameters become the model's: each parameter takes its reply-slot view,
+        or trades storage with its spare (no copy either way; the parameter objects stay, so
+        optimizers and hooks keep them). A slot is never kept as a spare: the shard writes it again."""
         for i, p in enumerate(self.params):
-            p.data, self._spare[i] = self._spare[i], p.data
+            old, was_slot = p.data, self._adopted[i]
+            if self._staged[i] is not None:
+                p.data, self._adopted[i] = self._staged[i], True
+                if not was_slot and self._spare[i] is None:
+                    self._spare[i] = old  # the model's own storage, kept for a reply that comes inline
+            else:
+                p.data, self._adopted[i] = self._spare[i], False
+                self._spare[i] = None if was_slot else old
+        self._staged = [None] * len(self.params)
 
     def gradients(self, taken: Optional[list[Optional[torch.Tensor]]] = None) -> list[torch.Tensor]:
         """The model's current gradients (or those `take_gradients` handed over) as one flat

@@ -92,7 +92,9 @@ class Optimizer:
         self.layout = layout_for_module(model, self.cfg.cluster.num_servers)
         self.sync = ModelSync(model, self.layout, self.device, self.cfg.workers.pin_memory)
         # token: the run token lets a restarted worker take its rank over from its dead predecessor
-        self.client = client_settings.connect(self.layout, self.rank, "worker", should_stop, token)
+        # A pipelined CPU worker trains on one reply while the next lands: two reply slots.
+        slots = 2 if self.cfg.workers.overlap is Overlap.PIPELINE and self.device.type == "cpu" else 1
+        self.client = client_settings.connect(self.layout, self.rank, "worker", should_stop, token, slots)
         self.sync.gradient_buffers = self.client.gradient_buffers  # flatten into shared memory, no copy to send
         self._closed = False
         try:

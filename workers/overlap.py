@@ -51,15 +51,21 @@ class Pipeline:
         self.model_versions = list(client.versions)  # the versions of the parameters the model holds
         self.off_thread = sync.device.type == "cpu"
         self._comm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="psgd-push")
+        self._slot = 0  # the reply slot of the next push (they alternate when the client has two)
 
     def _push(self, grads, read_versions) -> tuple[Optional[list[torch.Tensor]], list[int]]:
         if self.off_thread:
             grads = self.sync.gradients(grads)  # the taken tensors, flattened here
-        request = self.client.push_pull_start(grads, read_versions=read_versions, ahead=2)
+        slot, two = self._slot, self.client.reply_slots == 2
+        request = self.client.push_pull_start(grads, read_versions=read_versions, ahead=2, slot=slot)
         params = self.client.push_pull_finish(request)
         if self.off_thread:
-            self.sync.stage(params)  # before the next request: a shared-memory reply region is reused
+            # With two reply slots the model trains on this reply's slot while the next reply fills
+            # the other one, so it takes the parameters as they lie there; else they are copied out
+            # before the next request reuses the region.
+            self.sync.stage(params, adopt=[two and shm for shm in self.client.reply_in_slot])
             params = None
+            self._slot = 1 - slot if two else 0
         return params, list(self.client.versions)
 
     def _install(self, params: Optional[list[torch.Tensor]], versions: list[int]) -> None:

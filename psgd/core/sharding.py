@@ -74,14 +74,32 @@ class Layout:
         """Indices of the parameters with elements on `shard`."""
         return frozenset(s.param for s in self.segments[shard])
 
-    def unflatten(self, shards: Sequence[torch.Tensor], into: Sequence[torch.Tensor]) -> None:
-        """Scatter per-shard flat tensors back into full tensors, in place."""
-        flat = [t.view(-1) for t in into]
+    def unflatten(self, shards: Sequence[torch.Tensor], into: Sequence[Optional[torch.Tensor]]) -> None:
+        """Scatter per-shard flat tensors back into full tensors, in place (a None in
+        `into`: that parameter is skipped)."""
+        flat = [t.view(-1) if t is not None else None for t in into]
         for shard, segs in enumerate(self.segments):
             src = shards[shard]
             for s in segs:
-                flat[s.param][s.param_offset:s.param_offset + s.length].copy_(
-                    src[s.shard_offset:s.shard_offset + s.length], non_blocking=True)
+                if flat[s.param] is not None:
+                    flat[s.param][s.param_offset:s.param_offset + s.length].copy_(
+                        src[s.shard_offset:s.shard_offset + s.length], non_blocking=True)
+
+    def whole_views(self, shards: Sequence[Optional[torch.Tensor]]) -> list[Optional[torch.Tensor]]:
+        """Per parameter, a flat view of the shard tensor that holds all of it (one
+        segment), or None: the parameter is split over segments, or its shard's tensor
+        is None."""
+        pieces = [0] * len(self.shapes)
+        for segs in self.segments:
+            for s in segs:
+                pieces[s.param] += 1
+        out: list[Optional[torch.Tensor]] = [None] * len(self.shapes)
+        for shard, segs in enumerate(self.segments):
+            src = shards[shard]
+            for s in segs:
+                if src is not None and pieces[s.param] == 1:
+                    out[s.param] = src[s.shard_offset:s.shard_offset + s.length]
+        return out
 
 
 def make_layout(named_shapes: Iterable[tuple[str, Sequence[int]]], num_shards: int) -> Layout:

@@ -157,6 +157,7 @@ class Pull(Record):
     TYPE: ClassVar[MsgType] = MsgType.PULL
     rank: int = 0
     clock: int = 0
+    slot: int = 0               # the shared-memory reply slot the parameters go to (psgd.wire.shm.REPLY_SLOTS)
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,7 @@ def is_piece(push: Push, shard_numel: int) -> bool:
 class PushPull(Push):
     TYPE: ClassVar[MsgType] = MsgType.PUSH_PULL
     ahead: int = 1              # the pull is for clock + ahead (2: a pipelined worker uses it a step later)
+    slot: int = 0               # the shared-memory reply slot the parameters go to (psgd.wire.shm.REPLY_SLOTS)
 
 
 @dataclass(frozen=True)

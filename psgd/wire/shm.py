@@ -67,7 +67,8 @@ import torch
 
 from psgd.wire.protocol import ErrorCode
 
-__all__ = ["Segment", "ShmError", "available", "segment_bytes", "reply_offset", "SEALS", "PROC"]
+__all__ = ["Segment", "ShmError", "available", "segment_bytes", "reply_offset", "reply_slot_at", "REPLY_SLOTS",
+           "SEALS", "PROC"]
 
 PROC = "/proc"
 MAGIC = b"PSGDSHM1"
@@ -105,6 +106,17 @@ REQUEST_AT = _round_up(HEADER_BYTES)
 def reply_offset(request_capacity: int) -> int:
     """Where the reply region starts in a segment whose request region holds `request_capacity` bytes."""
     return REQUEST_AT + _round_up(request_capacity)
+
+
+# A pipelined worker trains on one reply while the next lands: its segment's reply region
+# holds two slots, and each PUSH_PULL names the slot its parameters go to.
+REPLY_SLOTS = 2
+
+
+def reply_slot_at(slot: int, nbytes: int) -> int:
+    """Where reply slot `slot` starts within the reply region, for replies of `nbytes`
+    (page-aligned, so a slot's tensors never share a page with the other's)."""
+    return slot * _round_up(nbytes)
 
 
 def segment_bytes(request_capacity: int, reply_capacity: int) -> int:
@@ -234,13 +246,20 @@ class Segment:
             return None
         return self._reply[:nbytes]
 
-    def reply_tensor(self, req: int, dtype: torch.dtype, numel: int) -> Optional[torch.Tensor]:
-        """`reply_view` as a `numel`-element tensor of `dtype` (the same tensor
-        object every time for the same shape: it aliases the region)."""
+    def reply_tensor(self, req: int, dtype: torch.dtype, numel: int, slot: int = 0) -> Optional[torch.Tensor]:
+        """`reply_view` as a `numel`-element tensor of `dtype`, in reply slot `slot`
+        (the same tensor object every time for the same shape and slot: it aliases
+        the region)."""
         nbytes = numel * dtype.itemsize
-        if not 0 <= nbytes <= self.reply_capacity or _GEN.unpack_from(self._mm, _REPLY_GEN_AT)[0] != req:
+        at = reply_slot_at(slot, nbytes)
+        if (not 0 <= slot < REPLY_SLOTS or not 0 <= at + nbytes <= self.reply_capacity
+                or _GEN.unpack_from(self._mm, _REPLY_GEN_AT)[0] != req):
             return None
-        return self._typed("reply", self._reply, nbytes, dtype)
+        key = ("reply", slot, nbytes, dtype)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = self._reply[at:at + nbytes].view(dtype)
+        return view
 
     def _typed(self, region: str, whole: torch.Tensor, nbytes: int, dtype: torch.dtype) -> torch.Tensor:
         key = (region, nbytes, dtype)

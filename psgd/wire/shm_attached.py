@@ -26,11 +26,13 @@ from psgd.wire.shm import (
     MAGIC,
     MAX_SEGMENT_BYTES,
     PROC,
+    REPLY_SLOTS,
     REQUEST_AT,
     ShmError,
     _bytes_of,
     parse_name,
     reply_offset,
+    reply_slot_at,
     segment_bytes,
 )
 
@@ -117,16 +119,17 @@ class AttachedSegment:
         # The client bumps the generation before it writes: a change means it wrote during the copy.
         return self._generation(_REQUEST_GEN_AT) == gen
 
-    def put_reply(self, req: int, data: Union[torch.Tensor, memoryview, bytes]) -> bool:
-        """Write a reply payload and stamp it with request id `req`. Refuses
-        (returns False: send it inline) a request id not above the last one
-        answered here or a payload larger than the region."""
+    def put_reply(self, req: int, data: Union[torch.Tensor, memoryview, bytes], slot: int = 0) -> bool:
+        """Write a reply payload into reply slot `slot` and stamp it with request id
+        `req`. Refuses (returns False: send it inline) a request id not above the last
+        one answered here, or a payload that does not fit the region at that slot."""
         src = _bytes_of(data)
         n = src.numel()
-        if self._mm is None or req <= self.last_reply_req or n > self.reply_capacity:
+        at = reply_slot_at(slot, n) if 0 <= slot < REPLY_SLOTS else -1
+        if self._mm is None or req <= self.last_reply_req or not 0 <= at <= at + n <= self.reply_capacity:
             return False
         if n:
-            self._reply[:n].copy_(src)
+            self._reply[at:at + n].copy_(src)
         _GEN.pack_into(self._mm, _REPLY_GEN_AT, req)
         self.last_reply_req = req
         return True

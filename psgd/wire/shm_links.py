@@ -32,7 +32,7 @@ import torch
 
 from psgd.config.operations import SHARED_MEMORY_MIN_BYTES
 from psgd.wire.doorbell import BellError, Bells, ClientBell, ShardBell
-from psgd.wire.shm import Segment, ShmError, available
+from psgd.wire.shm import REPLY_SLOTS, Segment, ShmError, available, reply_slot_at
 from psgd.wire.shm_attached import AttachedSegment
 
 __all__ = ["ClientSegments", "ShardSegments", "PayloadCache", "shared_memory_wanted", "worth_sharing",
@@ -66,7 +66,11 @@ class ClientSegments:
     Each segment comes with a doorbell (psgd.wire.doorbell) for the connection's
     header-only messages; `bells` holds the ones the shard opened, by shard."""
 
-    def __init__(self, shard_nbytes: Sequence[int], enabled: bool, min_bytes: int = MIN_BYTES_DEFAULT):
+    def __init__(self, shard_nbytes: Sequence[int], enabled: bool, min_bytes: int = MIN_BYTES_DEFAULT,
+                 reply_slots: int = 1):
+        if not 1 <= reply_slots <= REPLY_SLOTS:
+            raise ValueError(f"reply_slots must be in 1..{REPLY_SLOTS}, got {reply_slots}")
+        self.reply_slots = reply_slots  # 2: a pipelined worker's replies alternate between two slots
         self.bells = Bells()
         self._offered_bells: dict[int, ClientBell] = {}
         self._nbytes = list(shard_nbytes)   # fp32 bytes of each shard's tensor: the largest payload either way
@@ -84,7 +88,8 @@ class ClientSegments:
         if not self.wanted[shard]:
             return {}
         try:
-            seg = Segment.create(self._nbytes[shard], self._nbytes[shard])
+            n = self._nbytes[shard]
+            seg = Segment.create(n, reply_slot_at(self.reply_slots - 1, n) + n)
         except ShmError as exc:
             if self.unavailable is None:
                 self.unavailable = exc
@@ -211,13 +216,14 @@ class ShardSegments:
         self._used.add(identity)
         return seg.read_request(gen, out, at)
 
-    def reply(self, identity: bytes, req: int, data: torch.Tensor) -> bool:
-        """Copy a reply payload into the connection's segment; False: send it inline."""
+    def reply(self, identity: bytes, req: int, data: torch.Tensor, slot: int = 0) -> bool:
+        """Copy a reply payload into the connection's segment, at reply slot `slot`;
+        False: send it inline (also when the segment has no such slot)."""
         seg = self._by_identity.get(identity)
         if seg is None:
             return False
         self._used.add(identity)
-        return seg.put_reply(req, data)
+        return seg.put_reply(req, data, slot)
 
     def release(self, identity: bytes) -> None:
         """The connection is gone (left, timed out, replaced): close its segment."""

@@ -72,6 +72,8 @@ def test_bad_requests_get_errors_and_leave_state_untouched(shards):
         P.encode(P.Pull(req=4, rank=0)),  # not the rank this connection registered as
         P.encode(P.Push(req=7, rank=1, seq=103, clock=0, numel=n), [tensor_frame(torch.ones(n))] * 2),
         P.encode(P.Push(req=8, rank=1, seq=104, clock=0, numel=n, scale=-1.0), [tensor_frame(torch.ones(n))]),
+        P.encode(P.PushPull(req=9, rank=1, seq=105, clock=0, numel=n, slot=2), [tensor_frame(torch.ones(n))]),
+        P.encode(P.Pull(req=10, rank=1, slot=-1)),
         P.encode(P.Register(req=5, rank=0, fingerprint="wrong")),
         P.encode(P.Params(req=6)),
     ]
@@ -83,7 +85,7 @@ def test_bad_requests_get_errors_and_leave_state_untouched(shards):
         assert isinstance(rec, P.Error)
         codes.append(rec.code)
     assert codes == ["bad_header", "bad_size", "bad_size", "bad_encoding", "bad_rank", "bad_frames",
-                     "bad_field", "layout_mismatch", "not_a_request"]
+                     "bad_field", "bad_field", "bad_field", "layout_mismatch", "not_a_request"]
     after = client.pull()
     assert all(torch.equal(a, b) for a, b in zip(before, after))
     assert client.stats()[0]["counters"]["bad_requests"] == len(bad) + 1

@@ -213,3 +213,28 @@ def test_too_little_memory_for_the_segment_refuses_it_at_creation(monkeypatch):
         Segment.create(4000, 4000)
     assert err.value.code == "no_space"
     assert set(os.listdir("/proc/self/fd")) <= opened  # the memfd was closed
+
+
+def test_two_reply_slots_hold_two_replies_and_a_slot_past_the_region_is_refused():
+    n = 1000
+    client = Segment.create(4 * n, shm.reply_slot_at(1, 4 * n) + 4 * n)
+    shard = AttachedSegment.attach(client.name, client.token_hex, 4 * n, 4 * n)
+    try:
+        first, second = torch.randn(n), torch.randn(n)
+        assert shard.put_reply(1, first, slot=0) and shard.put_reply(2, second, slot=1)
+        assert client.reply_tensor(2, torch.float32, n, slot=0) is not None  # stamped 2: slot 0 still holds reply 1
+        assert torch.equal(client.reply_tensor(2, torch.float32, n, slot=0), first)
+        assert torch.equal(client.reply_tensor(2, torch.float32, n, slot=1), second)
+        assert shm.reply_slot_at(1, 4 * n) % shm.PAGE == 0  # slots never share a page
+        assert not shard.put_reply(3, second, slot=2) and not shard.put_reply(3, second, slot=-1)
+        assert client.reply_tensor(2, torch.float32, n, slot=2) is None
+    finally:
+        shard.close()
+        client.close()
+    small = Segment.create(4 * n, 4 * n)  # one slot: a reply for slot 1 goes inline
+    shard = AttachedSegment.attach(small.name, small.token_hex, 4 * n, 4 * n)
+    try:
+        assert not shard.put_reply(1, torch.ones(n), slot=1) and shard.last_reply_req == -1
+    finally:
+        shard.close()
+        small.close()

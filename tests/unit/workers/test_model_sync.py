@@ -73,3 +73,37 @@ def test_taken_gradients_and_staged_parameters_leave_the_model_alone_until_swapp
     assert list(model.parameters()) == params  # the same parameter objects, new storage
     for got, w in zip(layout.flatten([p.detach() for p in params]), pulled):
         assert torch.equal(got, w)
+
+
+def test_adopted_reply_slots_become_the_parameters_and_are_never_written_as_spares():
+    """With two reply slots, parameters held whole by one shard take the slot as their
+    storage (no copy); split ones are copied. A slot the shard will fill again is never
+    reused as a spare, and load() gives the model its own storage back."""
+    task, model, layout, sync = _model_and_sync(2)
+    params = list(model.parameters())
+    whole = [v is not None for v in layout.whole_views([torch.zeros(n) for n in layout.shard_sizes])]
+    assert any(whole) and not all(whole)  # this layout splits a parameter over the shards
+    slots = [[torch.randn(n) for n in layout.shard_sizes] for _ in range(2)]
+    sync.stage(slots[0], adopt=[True, True])
+    sync.swap_in()
+    for p, is_whole, got in zip(params, whole, layout.whole_views(slots[0])):
+        assert (got is not None and p.data_ptr() == got.data_ptr()) == is_whole
+    for got, w in zip(layout.flatten([p.detach() for p in params]), slots[0]):
+        assert torch.equal(got, w)
+    sync.stage(slots[1], adopt=[False, False])  # a reply that came inline: copied into spares
+    sync.swap_in()
+    before = [t.clone() for t in slots[0]]
+    for t in slots[0]:
+        t.fill_(7.0)  # the shard writes the slot the model just left
+    for got, w in zip(layout.flatten([p.detach() for p in params]), slots[1]):
+        assert torch.equal(got, w)  # the model holds the inline reply, untouched by the slot's new contents
+    sync.stage([b * 2 for b in before], adopt=[False, False])
+    sync.swap_in()  # the spares used now are the model's own memory, not slot 0
+    assert all(torch.equal(t, torch.full_like(t, 7.0)) for t in slots[0])
+    sync.stage(slots[1], adopt=[True, False])  # shard 0's reply in a slot, shard 1's inline
+    sync.swap_in()
+    kept = [t.clone() for t in slots[1]]
+    sync.load([torch.zeros(n) for n in layout.shard_sizes])
+    assert all(torch.equal(t, k) for t, k in zip(slots[1], kept))  # load wrote into no slot
+    assert all(float(p.detach().abs().sum()) == 0 for p in params)
+    assert all(p.data_ptr() != v.data_ptr() for p, v in zip(params, layout.whole_views(slots[1])) if v is not None)

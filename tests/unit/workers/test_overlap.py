@@ -108,8 +108,11 @@ def test_pieces_a_shard_lost_are_sent_again_whole(job):
         assert server.state.counters["bad_requests_missing_pieces"] == 1 and server.state.version == 1
 
 
-def test_a_pipelined_worker_follows_the_one_step_delayed_recurrence(job):
-    cfg, served = job(net(), "workers.overlap=pipeline")
+@pytest.mark.parametrize("shared_memory", ["off", "auto"])
+def test_a_pipelined_worker_follows_the_one_step_delayed_recurrence(job, shared_memory):
+    # auto: shared memory at any size, so the model trains on the segments' reply slots
+    cfg, served = job(net(), "workers.overlap=pipeline", f"wire.shared_memory={shared_memory}",
+                      "wire.shared_memory_min_bytes=0")
     data = batches(10)
     train(cfg, net(), data)
     # theta_k = theta_{k-1} - lr * grad(theta_{k-2}, batch_{k-1}), with theta_{-1} = theta_0:
@@ -132,6 +135,44 @@ def test_a_pipelined_worker_follows_the_one_step_delayed_recurrence(job):
     # The staleness the shards recorded includes the pipelined step: every push after the first is 1 stale.
     for server in served.servers:
         assert server.state.staleness_hist.as_dict() == {"0": 1, "1": 9}
+
+
+def _slot_of(tensor, segment):
+    """Which reply slot of `segment` holds `tensor`'s storage, or None (the model's own memory)."""
+    from psgd.wire.shm import reply_slot_at
+    base, stride = segment._reply.data_ptr(), reply_slot_at(1, segment.reply_capacity // 2)
+    at = tensor.data_ptr() - base
+    return at // stride if 0 <= at < segment.reply_capacity else None
+
+
+def test_a_pipelined_worker_trains_on_alternate_reply_slots_and_copies_split_parameters(job):
+    from psgd.core.sharding import layout_for_module
+    cfg, served = job(wide_net(), "workers.overlap=pipeline", "wire.shared_memory_min_bytes=0")
+    model = wide_net()
+    layout = layout_for_module(model, 2)
+    shards_of = [{s for s, segs in enumerate(layout.segments) for seg in segs if seg.param == i}
+                 for i in range(len(layout.shapes))]
+    assert any(len(s) == 2 for s in shards_of) and any(len(s) == 1 for s in shards_of)  # both kinds here
+    seen = []
+    with psgd.Optimizer(model, cfg, rank=0) as opt:
+        assert opt.client.shared_memory == [True, True] and opt.client.reply_slots == 2
+        segments = [opt.client._shm.segment(s) for s in range(2)]
+        for x, y in batches(6):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            seen.append([_slot_of(p, segments[min(shards)]) for p, shards in zip(model.parameters(), shards_of)])
+    params = [p.detach() for p in model.parameters()]  # still views of the closed segments' memory
+    for i, shards in enumerate(shards_of):
+        got = [step[i] for step in seen]
+        if len(shards) == 1:  # held whole by one shard: a view of the slot its last reply filled, no copy
+            assert got == [None, 0, 1, 0, 1, 0], (i, got)
+        else:  # split over both shards: copied into the model's own memory every time
+            assert got == [None] * 6, (i, got)
+    # After close (which drains the last push) the model holds exactly the shards' parameters after 6 pushes.
+    for server, flat in zip(served.servers, layout.flatten(params)):
+        assert server.state.version == 6
+        assert torch.equal(flat, server.state.params)
 
 
 def test_pipelined_workers_keep_the_ssp_bound(job):
