@@ -40,10 +40,13 @@ class Pipeline:
     short), so it overlaps the next step's compute; the client is touched by that
     thread only between `step` calls, and by the caller's thread only inside them.
     On CPU the copies run there too: step() hands the gradient tensors over (`.grad`
-    is None after it, as after zero_grad()) and the thread flattens them, then
-    copies the reply into spare parameter tensors that the next step() swaps in, so
-    the training thread copies nothing. On CUDA the training thread's stream orders
-    the copies, so it makes them itself."""
+    is None after it, as after zero_grad()) and the thread flattens them. The reply
+    needs no copy where it came through shared memory: the client's segments hold two
+    reply slots, pushes alternate between them, and the next step() makes each
+    parameter a view of the slot that holds it (the shard writes the other slot
+    meanwhile); parameters split over shards, and replies that came inline, are copied
+    into spare tensors that step() swaps in. The training thread copies nothing. On
+    CUDA the training thread's stream orders the copies, so it makes them itself."""
 
     def __init__(self, client: PSClient, sync: ModelSync):
         self.client, self.sync = client, sync
