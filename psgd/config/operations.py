@@ -11,7 +11,7 @@ from psgd.config.loader import check as _check
 from psgd.config.loader import int_max
 
 # wire.shared_memory_min_bytes' default: the smallest shard `psgd bench comm` measured where
-# shared memory with its doorbell beat loopback TCP (4 KiB: 0.84x; benchmarks/comm/report.md).
+# shared memory with its doorbell beat loopback TCP (0.79x at 4 KiB, benchmarks/comm/report.md).
 # Below it nothing was measured, and a segment reserves at least two pages anyway.
 SHARED_MEMORY_MIN_BYTES = 4 << 10
 
