@@ -129,7 +129,33 @@ def check_shared_memory() -> Finding:
         return Finding("shared_memory", Status.FAILED, f"a segment was made but could not be used: {exc.reason}")
     finally:
         client.close()
-    return Finding("shared_memory", Status.OK, "a request and a reply crossed a sealed memfd segment")
+    problem = _doorbell_problem()
+    if problem:
+        return Finding("shared_memory", Status.FAILED, f"segments work, but {problem}")
+    return Finding("shared_memory", Status.OK, "a request and a reply crossed a sealed memfd segment and a doorbell")
+
+
+def _doorbell_problem() -> str:
+    """'' when a header rings a doorbell both ways (opened by name, as a shard opens a client's), else why not."""
+    from psgd.wire.doorbell import BellError, ClientBell, ShardBell
+    try:
+        client = ClientBell.create()
+    except BellError as exc:
+        return f"no doorbell can be made ({exc.reason}): headers go over ZeroMQ"
+    try:
+        shard = ShardBell.open(client.name)
+    except BellError as exc:
+        client.close()
+        return f"a doorbell cannot be opened by name ({exc.reason}): headers go over ZeroMQ"
+    try:
+        client.settle()
+        if not (client.ring(b"request") and shard.read() == [b"request"] and shard.ring(b"reply")
+                and client.read() == [b"reply"]):
+            return "a header rung through a doorbell did not arrive whole"
+    finally:
+        shard.close()
+        client.close()
+    return ""
 
 
 def check_curve() -> Finding:
