@@ -41,7 +41,7 @@ from typing import Optional
 
 from psgd.wire.shm import PROC
 
-__all__ = ["ClientBell", "ShardBell", "Bells", "BellError", "ring", "MAX_MESSAGE_BYTES", "parse_bell_name"]
+__all__ = ["ClientBell", "ShardBell", "Bells", "PolledBells", "BellError", "ring", "MAX_MESSAGE_BYTES", "parse_bell_name"]
 
 _LENGTH = struct.Struct("<I")
 # Below PIPE_BUF (4096 on Linux; POSIX guarantees at least 512 atomically, Linux 4096).
@@ -241,3 +241,38 @@ def ring(bells: Optional[Bells], key, frames) -> bool:
         bells.drop(key, lost=True)
     return False
 
+
+class PolledBells:
+    """Keeps a zmq.Poller's registrations in step with a Bells table, and reads
+    the bells a poll reports."""
+
+    def __init__(self, poller, bells: Bells, pollin: int):
+        """`poller`: a zmq.Poller (register/unregister/poll over sockets and descriptors);
+        `pollin`: its flag for readable."""
+        self._poller, self._bells, self._pollin = poller, bells, pollin
+        self._seen = -1
+        self._keys: dict[int, object] = {}   # polled descriptor -> its bell's key
+
+    def sync(self) -> None:
+        if self._seen == self._bells.version:
+            return
+        for fd in self._keys:
+            self._poller.unregister(fd)
+        self._keys = {bell.fileno(): key for key, bell in self._bells.items()}
+        for fd in self._keys:
+            self._poller.register(fd, self._pollin)
+        self._seen = self._bells.version
+
+    def take(self, item, out: list) -> bool:
+        """If poll reported `item` for a bell: append its messages to `out` as
+        (key, [header]) and return True (a bell whose peer is gone is dropped)."""
+        key = self._keys.get(item) if isinstance(item, int) else None
+        if key is None:
+            return False
+        bell = self._bells.get(key)
+        got = bell.read() if bell is not None and bell.fileno() == item else []
+        if got is None:
+            self._bells.drop(key, lost=True)
+        else:
+            out.extend((key, [m]) for m in got)
+        return True

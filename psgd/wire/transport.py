@@ -23,7 +23,7 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-from psgd.wire.doorbell import Bells, ring
+from psgd.wire.doorbell import Bells, PolledBells, ring
 from psgd.wire.keyfiles import AUTHORIZED_DIR, SERVER_KEY, KeyFileExists, generate_key_files
 
 __all__ = ["zmq_versions", "curve_round_trip", "ServerSocket", "ShardConnections", "SendTracker", "TransportError", "tcp_address", "CurveKeys",
@@ -157,40 +157,6 @@ PEER_SEND_HWM = 8
 PEER_RECV_HWM = 64
 
 
-class PolledBells:
-    """Keeps a zmq.Poller's registrations in step with a Bells table, and reads
-    the bells a poll reports."""
-
-    def __init__(self, poller: zmq.Poller, bells: Bells):
-        self._poller, self._bells = poller, bells
-        self._seen = -1
-        self._keys: dict[int, object] = {}   # polled descriptor -> its bell's key
-
-    def sync(self) -> None:
-        if self._seen == self._bells.version:
-            return
-        for fd in self._keys:
-            self._poller.unregister(fd)
-        self._keys = {bell.fileno(): key for key, bell in self._bells.items()}
-        for fd in self._keys:
-            self._poller.register(fd, zmq.POLLIN)
-        self._seen = self._bells.version
-
-    def take(self, item, out: list) -> bool:
-        """If poll reported `item` for a bell: append its messages to `out` as
-        (key, [header]) and return True (a bell whose peer is gone is dropped)."""
-        key = self._keys.get(item) if isinstance(item, int) else None
-        if key is None:
-            return False
-        bell = self._bells.get(key)
-        got = bell.read() if bell is not None and bell.fileno() == item else []
-        if got is None:
-            self._bells.drop(key, lost=True)
-        else:
-            out.extend((key, [m]) for m in got)
-        return True
-
-
 class ServerSocket:
     """A bound ROUTER socket. `recv` returns (identity, frames) or None on timeout."""
 
@@ -228,7 +194,7 @@ class ServerSocket:
         self.address = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
-        self._polled = PolledBells(self._poller, bells) if bells is not None else None
+        self._polled = PolledBells(self._poller, bells, zmq.POLLIN) if bells is not None else None
 
     def recv(self, timeout_ms: int) -> Optional[tuple[bytes, list]]:
         """The next message as (identity, frames), or None on timeout."""
@@ -357,7 +323,7 @@ class ShardConnections:
             self._poller.register(sock, zmq.POLLIN)
             self._socks.append(sock)
         self._index = {s: i for i, s in enumerate(self._socks)}
-        self._polled = PolledBells(self._poller, bells) if bells is not None else None
+        self._polled = PolledBells(self._poller, bells, zmq.POLLIN) if bells is not None else None
         self._messages: dict[tuple[int, int], tuple] = {}  # (shard, frame position) -> (buffer, zmq.Frame)
 
     def __len__(self) -> int:
