@@ -25,6 +25,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("overlap, wire", [("pipeline", {"compression": "topk", "topk_ratio": 0.1}),
+                                           ("pipeline", {"compression": "none", "shared_memory_min_bytes": 0}),
                                            ("backward", {"compression": "none"})])
 def test_a_killed_shard_under_overlap_loses_and_doubles_nothing(tmp_path, overlap, wire):
     steps = 300
@@ -48,6 +49,10 @@ def test_a_killed_shard_under_overlap_loses_and_doubles_nothing(tmp_path, overla
     assert final_versions(events) == {0: acknowledged, 1: acknowledged}  # ASP: one update per distinct push
     if overlap == "pipeline":
         assert summary["staleness_mean"] >= 1.0  # every pipelined gradient is at least one update old
+        if wire["compression"] == "none":  # fp32 through shared memory, before and after the restart
+            latest = [e for e in events if e.get("event") == "server_stats" and e["index"] == 1][-1]
+            # bell_requests counts since the restart (the socket's own count); a bell exists only beside a segment
+            assert latest["counters"]["shm_attached"] >= 2 and latest["counters"]["bell_requests"] > 0
     else:  # the killed shard took the gradients in pieces (1 KiB ones: several a push), before and after
         assert pieces_received(events, 1) > steps
 
