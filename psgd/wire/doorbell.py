@@ -4,7 +4,7 @@ way instead of four.
 
 A ZeroMQ message passes through the sender's I/O thread and the receiver's
 before it wakes the receiver; on the 2-core machine of benchmarks/comm that
-cost 0.12 ms per round trip at 1 MB (the ZeroMQ-woken shared-memory floor
+cost 0.11-0.15 ms per round trip at 1 MB (the ZeroMQ-woken shared-memory floor
 against the pipe-woken one). A connection whose payloads travel through its
 segment sends only headers, so it can ring instead: the request's header
 goes down a pipe the shard polls beside its ROUTER socket, the reply's
