@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Optional, Sequence
 
 import torch
@@ -89,17 +91,17 @@ class Layout:
         """Per parameter, a flat view of the shard tensor that holds all of it (one
         segment), or None: the parameter is split over segments, or its shard's tensor
         is None."""
-        pieces = [0] * len(self.shapes)
-        for segs in self.segments:
-            for s in segs:
-                pieces[s.param] += 1
         out: list[Optional[torch.Tensor]] = [None] * len(self.shapes)
-        for shard, segs in enumerate(self.segments):
-            src = shards[shard]
-            for s in segs:
-                if src is not None and pieces[s.param] == 1:
-                    out[s.param] = src[s.shard_offset:s.shard_offset + s.length]
+        for shard, s in self._whole_segments:
+            if shards[shard] is not None:
+                out[s.param] = shards[shard][s.shard_offset:s.shard_offset + s.length]
         return out
+
+    @cached_property
+    def _whole_segments(self) -> tuple[tuple[int, Segment], ...]:
+        """(shard, segment) of every parameter that lies in one segment (computed once)."""
+        pieces = Counter(s.param for segs in self.segments for s in segs)
+        return tuple((shard, s) for shard, segs in enumerate(self.segments) for s in segs if pieces[s.param] == 1)
 
 
 def make_layout(named_shapes: Iterable[tuple[str, Sequence[int]]], num_shards: int) -> Layout:

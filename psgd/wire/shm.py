@@ -255,17 +255,13 @@ class Segment:
         if (not 0 <= slot < REPLY_SLOTS or not 0 <= at + nbytes <= self.reply_capacity
                 or _GEN.unpack_from(self._mm, _REPLY_GEN_AT)[0] != req):
             return None
-        key = ("reply", slot, nbytes, dtype)
-        view = self._views.get(key)
-        if view is None:
-            view = self._views[key] = self._reply[at:at + nbytes].view(dtype)
-        return view
+        return self._typed("reply", self._reply, nbytes, dtype, at)
 
-    def _typed(self, region: str, whole: torch.Tensor, nbytes: int, dtype: torch.dtype) -> torch.Tensor:
-        key = (region, nbytes, dtype)
+    def _typed(self, region: str, whole: torch.Tensor, nbytes: int, dtype: torch.dtype, at: int = 0) -> torch.Tensor:
+        key = (region, at, nbytes, dtype)
         view = self._views.get(key)
         if view is None:
-            view = self._views[key] = whole[:nbytes].view(dtype)
+            view = self._views[key] = whole[at:at + nbytes].view(dtype)
         return view
 
     def _bytes(self, data) -> torch.Tensor:
