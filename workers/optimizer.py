@@ -157,7 +157,9 @@ class Optimizer:
     @property
     def clock(self) -> int:
         """Pushes this worker has completed (continues across re-registration); under
-        local updates a push ends a round."""
+        local updates a push ends a round. Pipelined: those step() has collected."""
+        if isinstance(self.overlap, Pipeline):
+            return self.overlap.clock
         return self.client.clock
 
     @property
@@ -165,8 +167,8 @@ class Optimizer:
         """Training steps of this rank: one per push, or under local updates
         local.steps per completed round plus the steps of the round under way."""
         if self.local is None:  # a pipelined push in flight counts: its step is done
-            in_flight = isinstance(self.overlap, Pipeline) and self.overlap.pending is not None
-            return self.client.clock + int(in_flight)
+            in_flight = isinstance(self.overlap, Pipeline) and self.overlap.in_flight
+            return self.clock + int(in_flight)
         # rounds pushed before this process (a restart) counted at their nominal length
         earlier = max(0, self.client.clock - self.local.rounds) * self.local.steps
         return earlier + self.local.steps_total + self.local.taken
@@ -175,14 +177,14 @@ class Optimizer:
     def stats(self) -> OptimizerStats:
         """A read-only snapshot of what this worker has sent (pushes, bytes, ...)."""
         c = self.client
-        return OptimizerStats(clock=c.clock, pushes=c.seq, resends=c.resends, bytes_sent=c.bytes_sent,
+        return OptimizerStats(clock=self.clock, pushes=c.seq, resends=c.resends, bytes_sent=c.bytes_sent,
                               fp32_bytes=c.encoder.fp32_bytes, compression_ratio=c.encoder.compression_ratio,
                               slowest_clock=min(c.min_clocks))
 
     def state_dict(self) -> dict:
         """This worker's position and the servers' rule. The optimizer state itself
         (moments, step counts) lives on the servers, which checkpoint it."""
-        state = {"rank": self.rank, "clock": self.client.clock, "seq": self.client.seq,
+        state = {"rank": self.rank, "clock": self.clock, "seq": self.client.seq,
                  "optimizer": dataclasses.asdict(self.cfg.optimizer)}
         if self.local is not None:  # the inner optimizer's state lives here, not on the servers
             state["local"] = self.local.state_dict()

@@ -55,6 +55,9 @@ class Pipeline:
         self.off_thread = sync.device.type == "cpu"
         self._comm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="psgd-push")
         self._slot = 0  # the reply slot of the next push (they alternate when the client has two)
+        # The client's clock as the training thread last collected it. The client's own moves on the
+        # communication thread the moment the push in flight finishes, so reading it from here races.
+        self.clock = client.clock
 
     def _push(self, grads, read_versions) -> tuple[Optional[list[torch.Tensor]], list[int]]:
         if self.off_thread:
@@ -88,13 +91,20 @@ class Pipeline:
         read = self.model_versions
         if done is not None:
             self._install(*done)
+        self.clock = self.client.clock  # exact: nothing is in flight until the submit below
         self.pending = self._comm.submit(self._push, grads, read)
+
+    @property
+    def in_flight(self) -> bool:
+        """A push was sent that step() or drain() has not collected yet (its step is done)."""
+        return self.pending is not None
 
     def drain(self) -> None:
         """Collect the push in flight (close, or a final evaluation of the model)."""
         if self.pending is not None:
             future, self.pending = self.pending, None
             self._install(*future.result())
+            self.clock = self.client.clock
 
     def close(self) -> None:
         self._comm.shutdown(wait=True)

@@ -175,6 +175,21 @@ def test_a_pipelined_worker_trains_on_alternate_reply_slots_and_copies_split_par
         assert torch.equal(flat, server.state.params)
 
 
+def test_a_pipelined_worker_counts_its_steps_exactly_when_the_push_lands_before_it_looks(job):
+    # The push in flight finishes on the communication thread, which moves the client's clock at once;
+    # the training loop must still see each step once (CI once saw a worker stop a step short).
+    cfg, served = job(net(), "workers.overlap=pipeline")
+    model = net()
+    with psgd.Optimizer(model, cfg, rank=0) as opt:
+        for k, (x, y) in enumerate(batches(8), start=1):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.overlap.pending.result()  # the push has landed; step() has not collected it
+            assert (opt.steps_taken, opt.clock, opt.stats.clock) == (k, k - 1, k - 1)
+    assert opt.clock == 8 and [s.state.version for s in served.servers] == [8, 8]
+
+
 def test_pipelined_workers_keep_the_ssp_bound(job):
     cfg, served = job(net(), "workers.overlap=pipeline", "consistency.mode=ssp", "consistency.staleness=1",
                       "cluster.workers=3")
