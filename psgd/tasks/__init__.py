@@ -1,5 +1,6 @@
 """What is trained: built-in models and datasets, user plugins (`module:callable`), worker batches."""
 from psgd.tasks.contract import DatasetContractError
+from psgd.tasks.loaders import worker_batches
 from psgd.tasks.registry import (
     MLP,
     SmallCNN,
@@ -9,7 +10,6 @@ from psgd.tasks.registry import (
     load_task,
     resolve_callable,
     task_shape,
-    worker_batches,
 )
 
 __all__ = ["Task", "TaskShape", "DatasetContractError", "load_task", "task_shape", "build_model", "worker_batches",

@@ -14,7 +14,7 @@ from typing import Iterator, Optional
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-__all__ = ["TensorPairs", "ShareBatchSampler", "train_loader", "eval_batches"]
+__all__ = ["TensorPairs", "ShareBatchSampler", "worker_batches", "train_loader", "eval_batches"]
 
 
 class TensorPairs(Dataset):
@@ -59,11 +59,42 @@ class _Unbatched(Dataset):
         return self.pairs[i]
 
 
+def worker_batches(n: int, rank: int, workers: int, batch_size: int, seed: int) -> Iterator[torch.Tensor]:
+    """Endless index batches for `rank`: a disjoint 1/workers share of [0, n),
+    reshuffled every epoch from (seed, rank, epoch). Incomplete batches are
+    dropped so every step averages exactly batch_size examples. A share
+    smaller than the batch (many workers, little data) wraps around: its
+    epochs run on into each other, so a batch holds every example of the
+    share at least once and some twice or more."""
+    share = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[rank::workers]
+    if not len(share):
+        raise ValueError(f"worker {rank} has no examples: {n} examples for {workers} workers")
+    epochs = _epochs(share, seed, rank)
+    if len(share) >= batch_size:
+        for order in epochs:
+            for i in range(0, len(order) - batch_size + 1, batch_size):
+                yield order[i:i + batch_size]
+    left = torch.empty(0, dtype=share.dtype)
+    per_cat = -(-4 * batch_size // len(share))  # epochs joined at a time: one cat per ~4 batches
+    while True:  # wrap-around
+        stream = torch.cat([left] + [next(epochs) for _ in range(per_cat)])
+        whole = len(stream) // batch_size * batch_size
+        yield from stream[:whole].view(-1, batch_size)
+        left = stream[whole:]
+
+
+def _epochs(share: torch.Tensor, seed: int, rank: int) -> Iterator[torch.Tensor]:
+    epoch = 0
+    while True:
+        g = torch.Generator().manual_seed(seed * 1_000_003 + rank * 7919 + epoch)
+        yield share[torch.randperm(len(share), generator=g)]
+        epoch += 1
+
+
 class ShareBatchSampler(Sampler):
-    """Endless index batches of one worker's share (see registry.worker_batches)."""
+    """Endless index batches of one worker's share (see worker_batches)."""
 
     def __init__(self, n: int, rank: int, workers: int, batch_size: int, seed: int):
-        from psgd.tasks.registry import worker_batches
         self._batches = worker_batches(n, rank, workers, batch_size, seed)  # validates the share size
 
     def __iter__(self) -> Iterator[list[int]]:

@@ -15,7 +15,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -35,7 +35,7 @@ from psgd.tasks.datasets import BUILTIN_DATASETS
 from psgd.tasks.loaders import TensorPairs, eval_batches
 from psgd.tasks.objects import is_object_spec, load_object
 
-__all__ = ["Task", "TaskShape", "load_task", "task_shape", "build_model", "worker_batches", "resolve_callable"]
+__all__ = ["Task", "TaskShape", "load_task", "task_shape", "build_model", "resolve_callable"]
 
 @dataclass
 class Task:
@@ -277,34 +277,3 @@ def _build_model(cfg: Config, task: Union[Task, TaskShape, None]) -> nn.Module:
             raise ValueError(f"model {spec!r} must return a torch.nn.Module, got {type(model).__name__}")
     return model
 
-
-def worker_batches(n: int, rank: int, workers: int, batch_size: int, seed: int) -> Iterator[torch.Tensor]:
-    """Endless index batches for `rank`: a disjoint 1/workers share of [0, n),
-    reshuffled every epoch from (seed, rank, epoch). Incomplete batches are
-    dropped so every step averages exactly batch_size examples. A share
-    smaller than the batch (many workers, little data) wraps around: its
-    epochs run on into each other, so a batch holds every example of the
-    share at least once and some twice or more."""
-    share = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[rank::workers]
-    if not len(share):
-        raise ValueError(f"worker {rank} has no examples: {n} examples for {workers} workers")
-    epochs = _epochs(share, seed, rank)
-    if len(share) >= batch_size:
-        for order in epochs:
-            for i in range(0, len(order) - batch_size + 1, batch_size):
-                yield order[i:i + batch_size]
-    left = torch.empty(0, dtype=share.dtype)
-    per_cat = -(-4 * batch_size // len(share))  # epochs joined at a time: one cat per ~4 batches
-    while True:  # wrap-around
-        stream = torch.cat([left] + [next(epochs) for _ in range(per_cat)])
-        whole = len(stream) // batch_size * batch_size
-        yield from stream[:whole].view(-1, batch_size)
-        left = stream[whole:]
-
-
-def _epochs(share: torch.Tensor, seed: int, rank: int) -> Iterator[torch.Tensor]:
-    epoch = 0
-    while True:
-        g = torch.Generator().manual_seed(seed * 1_000_003 + rank * 7919 + epoch)
-        yield share[torch.randperm(len(share), generator=g)]
-        epoch += 1
