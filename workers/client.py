@@ -20,12 +20,13 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from psgd.config.modes import Role
+from psgd.config.operations import SHARED_MEMORY_MIN_BYTES
 from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder
 from psgd.wire.payload import frame_to_tensor
 from psgd.wire.requests import Interrupted, Pending, RemoteError, RequestFailed, RequestTracker
-from psgd.wire.shm_links import MIN_BYTES_DEFAULT, ClientSegments, PayloadCache, shared_memory_wanted
+from psgd.wire.shm_links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
 
 __all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted", "adopted_clock"]
@@ -44,7 +45,7 @@ class PSClient:
                  encoding: str = "f32", max_message_bytes: int = -1,
                  should_stop: Optional[Callable[[], bool]] = None, curve: Optional[CurveKeys] = None,
                  topk_ratio: float = 0.01, token: Optional[str] = None, shared_memory: str = "auto",
-                 shared_memory_min_bytes: int = MIN_BYTES_DEFAULT, reply_slots: int = 1):
+                 shared_memory_min_bytes: int = SHARED_MEMORY_MIN_BYTES, reply_slots: int = 1):
         if len(addresses) != layout.num_shards:
             raise ValueError(f"{len(addresses)} addresses for a layout of {layout.num_shards} shards")
         self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio)  # validates encoding

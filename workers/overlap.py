@@ -80,6 +80,7 @@ class Pipeline:
         else:
             self.sync.load(params)  # before the next request: a shared-memory reply region is reused
         self.model_versions = versions
+        self.clock = self.client.clock  # exact: the push is collected and the next not yet sent
 
     def step(self) -> None:
         done = None
@@ -91,7 +92,6 @@ class Pipeline:
         read = self.model_versions
         if done is not None:
             self._install(*done)
-        self.clock = self.client.clock  # exact: nothing is in flight until the submit below
         self.pending = self._comm.submit(self._push, grads, read)
 
     @property
@@ -104,7 +104,6 @@ class Pipeline:
         if self.pending is not None:
             future, self.pending = self.pending, None
             self._install(*future.result())
-            self.clock = self.client.clock
 
     def close(self) -> None:
         self._comm.shutdown(wait=True)

@@ -35,10 +35,7 @@ from psgd.wire.doorbell import BellError, Bells, ClientBell, ShardBell
 from psgd.wire.shm import REPLY_SLOTS, Segment, ShmError, available, reply_slot_at
 from psgd.wire.shm_attached import AttachedSegment
 
-__all__ = ["ClientSegments", "ShardSegments", "PayloadCache", "shared_memory_wanted", "worth_sharing",
-           "MIN_BYTES_DEFAULT"]
-
-MIN_BYTES_DEFAULT = SHARED_MEMORY_MIN_BYTES  # wire.shared_memory_min_bytes' default
+__all__ = ["ClientSegments", "ShardSegments", "PayloadCache", "shared_memory_wanted", "worth_sharing"]
 
 _log = logging.getLogger(__name__)
 
@@ -66,7 +63,7 @@ class ClientSegments:
     Each segment comes with a doorbell (psgd.wire.doorbell) for the connection's
     header-only messages; `bells` holds the ones the shard opened, by shard."""
 
-    def __init__(self, shard_nbytes: Sequence[int], enabled: bool, min_bytes: int = MIN_BYTES_DEFAULT,
+    def __init__(self, shard_nbytes: Sequence[int], enabled: bool, min_bytes: int = SHARED_MEMORY_MIN_BYTES,
                  reply_slots: int = 1):
         if not 1 <= reply_slots <= REPLY_SLOTS:
             raise ValueError(f"reply_slots must be in 1..{REPLY_SLOTS}, got {reply_slots}")
