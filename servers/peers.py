@@ -25,7 +25,7 @@ from typing import Optional
 
 from psgd.config.modes import Role
 from psgd.wire.protocol import ErrorCode, ProtocolError
-from psgd.wire.shm import REPLY_SLOTS
+from psgd.wire.shm.segment import REPLY_SLOTS
 
 __all__ = ["PeerTable", "Binding", "check_ahead", "MAX_AHEAD"]
 

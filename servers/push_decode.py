@@ -11,7 +11,7 @@ import torch
 from psgd.wire import protocol as P
 from psgd.wire.payload import frame_to_tensor, frames_to_sparse
 from psgd.wire.protocol import ProtocolError
-from psgd.wire.shm_links import ShardSegments
+from psgd.wire.shm.links import ShardSegments
 
 __all__ = ["PushDecoder"]
 

@@ -28,7 +28,7 @@ from psgd.servers.record import record_path
 from psgd.servers.shard import ShardServer
 from psgd.tasks import build_model, task_shape
 from psgd.tasks.registry import needs_shape
-from psgd.wire.curve import server_curve
+from psgd.wire.keys.curve import server_curve
 from psgd.wire.transport import TransportError
 
 __all__ = ["serve", "initial_shard_params", "run_role"]

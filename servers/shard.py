@@ -24,10 +24,10 @@ from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
-from psgd.wire.doorbell import Bells
 from psgd.wire.payload import tensor_frame
 from psgd.wire.protocol import MsgType, ProtocolError
-from psgd.wire.shm_links import ShardSegments, shared_memory_wanted
+from psgd.wire.shm.doorbell import Bells
+from psgd.wire.shm.links import ShardSegments, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ServerSocket
 
 # isort: split
@@ -69,7 +69,7 @@ class ShardServer:
         self.state.report_to(self.events.emit, lambda clock, origin, fields: self._journal(
             "log_setting", clock, origin, fields))
         self._clock = clock
-        self._bells = Bells()  # doorbells of same-host clients (psgd.wire.doorbell): the socket polls them
+        self._bells = Bells()  # doorbells of same-host clients (psgd.wire.shm.doorbell): the socket polls them
         self._sock = ServerSocket(address, cfg.wire.max_message_mb << 20, curve=curve, bells=self._bells)
         self.address = self._sock.address
         self._sock.on_cut_off = self._cut_off
@@ -80,7 +80,7 @@ class ShardServer:
         self._busy_s, self._served = 0.0, 0  # time spent handling requests, and how many
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
         self._frame = None
-        # Same-host clients' shared-memory segments (psgd.wire.shm).
+        # Same-host clients' shared-memory segments (psgd.wire.shm.segment).
         self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None),
                                   self._bells)
         self._decode = PushDecoder(self.state.numel, self._shm)

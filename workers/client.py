@@ -26,7 +26,7 @@ from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder
 from psgd.wire.payload import frame_to_tensor
 from psgd.wire.requests import Interrupted, Pending, RemoteError, RequestFailed, RequestTracker
-from psgd.wire.shm_links import ClientSegments, PayloadCache, shared_memory_wanted
+from psgd.wire.shm.links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
 
 __all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted", "adopted_clock"]
@@ -56,8 +56,8 @@ class PSClient:
         self._curve = curve  # CurveZMQ keys, also for the heartbeat sockets
         self._token = token or ""  # the run token: re-registering takes the rank over from a dead predecessor
         self._sessions = [""] * layout.num_shards  # per shard, from WELCOME: heartbeats carry it
-        # Same-host shards: gradients and parameters through shared memory (see psgd.wire.shm),
-        # for shards whose tensor is large enough for it to win (psgd.wire.shm_links.worth_sharing).
+        # Same-host shards: gradients and parameters through shared memory (see psgd.wire.shm.segment),
+        # for shards whose tensor is large enough for it to win (psgd.wire.shm.links.worth_sharing).
         # reply_slots=2 (a pipelined worker): each shard's replies alternate between two slots of the
         # segment, so the model can train on one reply while the next lands (see `reply_in_slot`).
         self._shm = ClientSegments([4 * n for n in layout.shard_sizes],
@@ -148,7 +148,7 @@ class PSClient:
     @property
     def doorbells(self) -> list[bool]:
         """Per shard: whether this connection's header-only messages ring a doorbell
-        (psgd.wire.doorbell) instead of going through ZeroMQ."""
+        (psgd.wire.shm.doorbell) instead of going through ZeroMQ."""
         return [self._shm.bells.get(s) is not None for s in range(self.layout.num_shards)]
 
     def gradient_buffers(self) -> list[Optional[torch.Tensor]]:

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from psgd.config import Config, ConfigError
 from psgd.core.sharding import Layout
-from psgd.wire.curve import client_curve
+from psgd.wire.keys.curve import client_curve
 from psgd.wire.transport import CurveKeys
 from psgd.workers.client import PSClient
 

@@ -28,8 +28,8 @@ import torch
 import zmq
 
 from psgd.bench.procs import bench_context
-from psgd.wire.shm import Segment
-from psgd.wire.shm_attached import AttachedSegment
+from psgd.wire.shm.attached import AttachedSegment
+from psgd.wire.shm.segment import Segment
 
 __all__ = ["ShmSgdFloor", "ShmFloorPeer", "time_shm_floor"]
 

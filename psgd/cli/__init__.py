@@ -57,7 +57,7 @@ def _with_notices(update, bar):
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from psgd.orchestrate.launcher import LaunchFailed, make_run_dir, resume_config
-    from psgd.orchestrate.resume_check import ResumeRefused, check_resumable
+    from psgd.orchestrate.records.resume_check import ResumeRefused, check_resumable
     if args.resume:
         if args.config is not None or args.overrides or args.out or args.on or args.address:
             print("psgd launch: --resume RUN_DIR takes no CONFIG, --set, --out, --on or --address: "
@@ -120,7 +120,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from psgd.orchestrate.cluster_run import run_job
+    from psgd.orchestrate.cluster.run import run_job
     try:
         return run_job(args.config, args.overrides, args.run_dir)
     except ValueError as exc:  # ConfigError, ClusterEnvError
@@ -167,7 +167,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from psgd.orchestrate.collect import collect
+    from psgd.orchestrate.records.collect import collect
     try:
         s = collect(Path(args.run_dir))
     except (ValueError, OSError) as exc:

@@ -30,7 +30,7 @@ from psgd.config.modes import Role
 from psgd.core.live_settings import ControlError, parse_change
 from psgd.runtime.token import read_run_token
 from psgd.wire import protocol as P
-from psgd.wire.curve import client_curve
+from psgd.wire.keys.curve import client_curve
 from psgd.wire.requests import RemoteError, RequestFailed, RequestTracker
 from psgd.wire.transport import ShardConnections, TransportError
 

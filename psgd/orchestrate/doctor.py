@@ -104,8 +104,8 @@ def check_shared_memory() -> Finding:
     the shard maps the segment and copies it out, answers through the reply region, the client reads that."""
     import torch
 
-    from psgd.wire.shm import Segment, ShmError
-    from psgd.wire.shm_attached import AttachedSegment
+    from psgd.wire.shm.attached import AttachedSegment
+    from psgd.wire.shm.segment import Segment, ShmError
     payload = torch.arange(1 << 14, dtype=torch.float32)
     nbytes = payload.numel() * 4
     try:
@@ -137,7 +137,7 @@ def check_shared_memory() -> Finding:
 
 def _doorbell_problem() -> str:
     """'' when a header rings a doorbell both ways (opened by name, as a shard opens a client's), else why not."""
-    from psgd.wire.doorbell import BellError, ClientBell, ShardBell
+    from psgd.wire.shm.doorbell import BellError, ClientBell, ShardBell
     try:
         client = ClientBell.create()
     except BellError as exc:

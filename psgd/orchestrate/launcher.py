@@ -24,13 +24,13 @@ from typing import Callable, Optional
 from psgd.config import Config, dump_config, load_config
 from psgd.config.modes import Role
 from psgd.orchestrate.catch_up import unmerged_events
-from psgd.orchestrate.metrics_export import MetricsExport
 from psgd.orchestrate.processes import LocalProcesses, ProcessHost, RoleProcess
 from psgd.orchestrate.progress import Progress, ProgressTracker
-from psgd.orchestrate.resume_check import STATE_SHAPE_FILE, ResumeRefused, check_resumable, state_shape
+from psgd.orchestrate.records.metrics_export import MetricsExport
+from psgd.orchestrate.records.resume_check import STATE_SHAPE_FILE, ResumeRefused, check_resumable, state_shape
+from psgd.orchestrate.records.summary import summarize
+from psgd.orchestrate.records.summary_file import reserve_summary, write_summary
 from psgd.orchestrate.roles import CONFIG_FILE
-from psgd.orchestrate.summary import summarize
-from psgd.orchestrate.summary_file import reserve_summary, write_summary
 from psgd.orchestrate.supervise import PendingRestart, RestartBudget
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events

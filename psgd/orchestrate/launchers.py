@@ -16,7 +16,7 @@ def launcher_for(cfg: Config) -> tuple[Optional[type], str]:
     if cfg.cluster.launcher == "ray":
         if importlib.util.find_spec("ray") is None:
             return None, "--on ray (cluster.launcher: ray) needs Ray: pip install 'psgd[ray]'"
-        from psgd.orchestrate.ray_launcher import RayLauncher
+        from psgd.orchestrate.ray.launcher import RayLauncher
         return RayLauncher, ""
     if cfg.cluster.launcher == "sim":
         from psgd.sim.launcher import SimLauncher

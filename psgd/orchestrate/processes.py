@@ -5,7 +5,7 @@ training clock, restarts and the order in which the job stops. A ProcessHost
 owns the processes: where each role starts, how its status and events are
 read, how a group is stopped, and what comes back from a node of its own.
 LocalProcesses starts children on this machine; RayProcesses
-(ray_launcher.py) starts them in Ray actors. Each role's process is a
+(ray/launcher.py) starts them in Ray actors. Each role's process is a
 RoleProcess.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from psgd.core.histogram import Histogram
-from psgd.orchestrate.metrics_export import eval_updates
+from psgd.orchestrate.records.metrics_export import eval_updates
 from psgd.runtime.event_names import Event
 
 __all__ = ["Progress", "ProgressTracker"]

@@ -6,7 +6,7 @@ master pod's service), MASTER_PORT, WORLD_SIZE and RANK on every pod, and,
 unlike torchrun, no LOCAL_RANK (torchrun also sets TORCHELASTIC_* variables).
 The master replica is rank 0 and hosts the job's TCPStore, as under srun.
 
-The torchx component (psgd.orchestrate.torchx_component) starts each role as its
+The torchx component (psgd.orchestrate.cluster.torchx_component) starts each role as its
 own torchx role, so a process knows its role from its environment, never from
 a rank: PSGD_ROLE (server | worker | evaluator) and PSGD_ROLE_INDEX (torchx's
 replica id). The store's host is MASTER_ADDR, or the value of the variable

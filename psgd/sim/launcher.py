@@ -16,9 +16,9 @@ import torch
 
 from psgd.config import Config, ConfigError, dump_config, override_config
 from psgd.orchestrate.launcher import LaunchResult
-from psgd.orchestrate.metrics_export import MetricsExport
-from psgd.orchestrate.summary import summarize, time_to_target
-from psgd.orchestrate.summary_file import write_summary
+from psgd.orchestrate.records.metrics_export import MetricsExport
+from psgd.orchestrate.records.summary import summarize, time_to_target
+from psgd.orchestrate.records.summary_file import write_summary
 from psgd.runtime.files import atomic_write
 from psgd.sim.allreduce import AllReduceSim
 from psgd.sim.engine import Engine

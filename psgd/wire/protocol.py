@@ -135,9 +135,9 @@ class Register(Record):
     role: str = "worker"        # worker | evaluator
     fingerprint: str = ""
     token: str = ""             # the run token: lets a worker take over a rank bound to another connection
-    shm: str = ""               # offered shared-memory segment (psgd.wire.shm), "" for none
+    shm: str = ""               # offered shared-memory segment (psgd.wire.shm.segment), "" for none
     shm_token: str = ""         # hex token the segment's header must carry
-    bell: str = ""              # offered doorbell (psgd.wire.doorbell) for the segment's connection, "" for none
+    bell: str = ""              # offered doorbell (psgd.wire.shm.doorbell) for the segment's connection, "" for none
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ class Pull(Record):
     TYPE: ClassVar[MsgType] = MsgType.PULL
     rank: int = 0
     clock: int = 0
-    slot: int = 0               # the shared-memory reply slot the parameters go to (psgd.wire.shm.REPLY_SLOTS)
+    slot: int = 0               # the shared-memory reply slot the parameters go to (psgd.wire.shm.segment.REPLY_SLOTS)
 
 
 @dataclass(frozen=True)
@@ -192,7 +192,7 @@ def is_piece(push: Push, shard_numel: int) -> bool:
 class PushPull(Push):
     TYPE: ClassVar[MsgType] = MsgType.PUSH_PULL
     ahead: int = 1              # the pull is for clock + ahead (2: a pipelined worker uses it a step later)
-    slot: int = 0               # the shared-memory reply slot the parameters go to (psgd.wire.shm.REPLY_SLOTS)
+    slot: int = 0               # the shared-memory reply slot the parameters go to (psgd.wire.shm.segment.REPLY_SLOTS)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-from psgd.wire.doorbell import Bells, PolledBells, ring
-from psgd.wire.keyfiles import AUTHORIZED_DIR, SERVER_KEY, KeyFileExists, generate_key_files
+from psgd.wire.keys.files import AUTHORIZED_DIR, SERVER_KEY, KeyFileExists, generate_key_files
+from psgd.wire.shm.doorbell import Bells, PolledBells, ring
 
 __all__ = ["zmq_versions", "curve_round_trip", "ServerSocket", "ShardConnections", "SendTracker", "TransportError", "tcp_address", "CurveKeys",
            "generate_keys", "KeyFileExists", "PEER_SEND_HWM", "server_keys", "client_keys", "zmq_context"]
@@ -49,7 +49,7 @@ class CurveKeys:
 def generate_keys(directory, clients: int = 1, force: bool = False) -> list[Path]:
     """Make DIR/server.key(_secret), `clients` client key pairs DIR/client[-k].key(_secret)
     and copy their public keys into DIR/authorized/. Returns the files written.
-    Refuses to replace existing keys unless `force` (see keyfiles.py)."""
+    Refuses to replace existing keys unless `force` (see keys/files.py)."""
     return generate_key_files(directory, zmq.curve_keypair, clients, force)
 
 
@@ -162,7 +162,7 @@ class ServerSocket:
 
     def __init__(self, address: str, max_message_bytes: int = -1, curve: Optional[CurveKeys] = None,
                  copy_max_bytes: int = REPLY_COPY_MAX_BYTES, bells: Optional[Bells] = None):
-        self.bells = bells  # same-host clients' doorbells (psgd.wire.doorbell), by identity
+        self.bells = bells  # same-host clients' doorbells (psgd.wire.shm.doorbell), by identity
         self._rung: deque = deque()  # messages read from bells, not yet returned
         self.rung = 0                # messages received through bells
         self.copy_max_bytes = copy_max_bytes  # send_tracked copies frames up to this size
@@ -304,7 +304,7 @@ class ShardConnections:
     def __init__(self, addresses: Sequence[str], max_message_bytes: int = -1, curve: Optional[CurveKeys] = None,
                  bells: Optional[Bells] = None):
         self.addresses = list(addresses)
-        self.bells = bells  # doorbells of same-host shards (psgd.wire.doorbell), by shard index
+        self.bells = bells  # doorbells of same-host shards (psgd.wire.shm.doorbell), by shard index
         self._socks = []
         self._poller = zmq.Poller()
         for addr in self.addresses:

@@ -9,7 +9,7 @@ from conftest import kill_tree, psgd_cmd, spawn
 from psgd.bench.comm import MORE_PEERS
 from psgd.bench.scale import run_scale_bench
 from psgd.config.operations import SHARED_MEMORY_MIN_BYTES
-from psgd.wire.shm import available as shm_available
+from psgd.wire.shm.segment import available as shm_available
 
 ROW_KEYS = {"size_bytes", "shards", "psgd_ms", "raw_zmq_ms", "gloo_ms", "torch_rpc_ms", "raw_zmq_sgd_ms",
             "psgd_over_raw_zmq", "torch_rpc_over_psgd", "gloo_over_psgd", "raw_zmq_sgd_over_raw_zmq",

@@ -130,7 +130,7 @@ def test_ctrl_c_stops_every_role_and_says_how_to_resume(ray_address, tmp_path):
 # behave as on other nodes without a shared filesystem (a directory of their own).
 NOT_SHARED = """
 import sys
-import psgd.orchestrate.ray_launcher as ray_launcher
+import psgd.orchestrate.ray.launcher as ray_launcher
 ray_launcher.TOKEN_FILE = "token-the-actors-do-not-look-for"
 from psgd.cli import main
 sys.exit(main(sys.argv[1:]))

@@ -9,7 +9,7 @@ from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
 from psgd.servers.shard import ShardServer
 from psgd.tasks import build_model, load_task
-from psgd.wire.curve import client_curve, server_curve
+from psgd.wire.keys.curve import client_curve, server_curve
 from psgd.wire.transport import generate_keys
 from psgd.workers.client import PSClient, RequestFailed
 

@@ -21,7 +21,7 @@ from psgd.core.sharding import layout_for_module
 from psgd.runtime.ports import free_ports
 from psgd.tasks import build_model, load_task
 from psgd.wire import protocol as P
-from psgd.wire import shm
+from psgd.wire.shm import segment as shm
 from psgd.workers.client import PSClient, RemoteError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not shm.available(), reason="no sealable memfd here")]

@@ -17,7 +17,8 @@ from conftest import spawn
 
 from psgd.bench.procs import BenchShards
 from psgd.wire import protocol as P
-from psgd.wire import shm, shm_links
+from psgd.wire.shm import links as shm_links
+from psgd.wire.shm import segment as shm
 from psgd.workers.client import PSClient, RemoteError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not shm.available(), reason="no sealable memfd here")]

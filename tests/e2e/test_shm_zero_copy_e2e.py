@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from psgd.bench.procs import BenchShards
-from psgd.wire import shm
-from psgd.wire.shm import Segment
+from psgd.wire.shm import segment as shm
+from psgd.wire.shm.segment import Segment
 from psgd.workers.client import PSClient
 from psgd.workers.model_sync import ModelSync
 

@@ -45,7 +45,7 @@ def test_time_shm_floor_returns_one_time_per_repeat():
 @pytest.mark.parametrize("wake", ["pipe", "zmq"])
 def test_floor_peer_applies_the_step_in_its_own_process_and_gives_up_the_name(wake):
     from psgd.bench.raw_shm import ShmFloorPeer
-    from psgd.wire import shm
+    from psgd.wire.shm import segment as shm
     if not shm.available():
         pytest.skip("no sealable memfd here")
     peer = ShmFloorPeer(1000, lr=0.5, wake=wake)

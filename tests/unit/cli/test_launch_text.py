@@ -3,7 +3,7 @@
 from psgd.cli.launch_text import launch_result_lines, launcher_for
 from psgd.config import load_config
 from psgd.orchestrate.launcher import Launcher, LaunchResult
-from psgd.orchestrate.ray_launcher import RayLauncher
+from psgd.orchestrate.ray.launcher import RayLauncher
 
 SUMMARY = {"mode": "asp", "final_test_accuracy": 0.95543, "wall_time_s": 7.112, "total_updates": 2000,
            "updates_per_s": 281.2, "time_to_target_s": 2.0186, "staleness_mean": 2.79, "staleness_max": 11,

@@ -4,7 +4,7 @@ import pytest
 
 from psgd.config import load_config
 from psgd.core.target import HoldRule, held_target_time, metric_series, run_target
-from psgd.orchestrate.summary import summarize
+from psgd.orchestrate.records.summary import summarize
 
 
 def test_held_target_ignores_a_touch_that_falls_back():

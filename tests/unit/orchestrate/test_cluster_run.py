@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from psgd.config import ConfigError, load_config
-from psgd.orchestrate.cluster_run import Role, assign_role
+from psgd.orchestrate.cluster.run import Role, assign_role
 
 
 def _cfg(*sets):

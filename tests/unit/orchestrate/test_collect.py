@@ -2,7 +2,7 @@
 import json
 
 from psgd.config import load_config
-from psgd.orchestrate.collect import collect
+from psgd.orchestrate.records.collect import collect
 
 
 def _write(run_dir, name, events):

@@ -3,7 +3,7 @@ import threading
 
 import torch.distributed as dist
 
-from psgd.orchestrate.discovery import EXITED, FAILED, JobStore
+from psgd.orchestrate.cluster.discovery import EXITED, FAILED, JobStore
 
 
 def _job():

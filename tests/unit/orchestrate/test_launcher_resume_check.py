@@ -4,7 +4,7 @@ import json
 import pytest
 
 from psgd.config import load_config
-from psgd.orchestrate.resume_check import STATE_SHAPE_FILE, ResumeRefused, check_resumable, state_shape
+from psgd.orchestrate.records.resume_check import STATE_SHAPE_FILE, ResumeRefused, check_resumable, state_shape
 
 
 def started(tmp_path, *sets):

@@ -5,7 +5,13 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from psgd.config import load_config
-from psgd.orchestrate.metrics_export import CSV_COLUMNS, MetricsExport, eval_updates, examples_per_update, export_events
+from psgd.orchestrate.records.metrics_export import (
+    CSV_COLUMNS,
+    MetricsExport,
+    eval_updates,
+    examples_per_update,
+    export_events,
+)
 
 
 def _stats(index, version, staleness, gaps):

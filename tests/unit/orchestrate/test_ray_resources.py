@@ -3,8 +3,8 @@ import pytest
 
 from psgd.config import ConfigError, RayScheduling, load_config
 from psgd.orchestrate.launcher import LaunchFailed
-from psgd.orchestrate.ray_nodes import NodeLoss, cannot_restart
-from psgd.orchestrate.ray_placement import (
+from psgd.orchestrate.ray.nodes import NodeLoss, cannot_restart
+from psgd.orchestrate.ray.placement import (
     NodeView,
     RoleRequest,
     check_resources,

@@ -3,7 +3,7 @@ summed over the shards' latest server_stats events."""
 import torch
 
 from psgd.config import load_config
-from psgd.orchestrate.summary import summarize
+from psgd.orchestrate.records.summary import summarize
 from psgd.servers.state import PushStatus, ShardState
 
 

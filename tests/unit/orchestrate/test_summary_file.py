@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from psgd.orchestrate import summary_file
-from psgd.orchestrate.summary_file import RESERVED_BYTES, reserve_summary, write_summary
+from psgd.orchestrate.records import summary_file
+from psgd.orchestrate.records.summary_file import RESERVED_BYTES, reserve_summary, write_summary
 from psgd.runtime.safe_io import WriteFailed
 
 

@@ -4,7 +4,7 @@ from conftest import ROOT
 from torchx.specs import macros
 
 from psgd.config import ConfigError
-from psgd.orchestrate.torchx_component import psgd
+from psgd.orchestrate.cluster.torchx_component import psgd
 
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
 

@@ -48,8 +48,8 @@ def test_pieces_in_a_segment_are_copied_to_their_place_and_a_stale_one_is_refuse
     """A piece in shared memory names the payload's generation and its offset: the shard copies
     those bytes alone. A generation the client has moved past is refused, and the span the
     failed copy wrote is forgotten, so it never completes a gradient."""
-    from psgd.wire.shm import Segment
-    from psgd.wire.shm_links import ShardSegments
+    from psgd.wire.shm.links import ShardSegments
+    from psgd.wire.shm.segment import Segment
     client = Segment.create(4 * 6, 4 * 6)
     segments = ShardSegments(4 * 6, enabled=True)
     try:

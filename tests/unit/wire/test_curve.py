@@ -3,7 +3,7 @@ can register, pull or push; an authorised client trains normally."""
 import pytest
 
 from psgd.config import load_config
-from psgd.wire.curve import client_curve, server_curve
+from psgd.wire.keys.curve import client_curve, server_curve
 from psgd.wire.transport import TransportError
 
 

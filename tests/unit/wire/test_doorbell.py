@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from psgd.wire.doorbell import MAX_MESSAGE_BYTES, BellError, Bells, ClientBell, ShardBell, parse_bell_name, ring
+from psgd.wire.shm.doorbell import MAX_MESSAGE_BYTES, BellError, Bells, ClientBell, ShardBell, parse_bell_name, ring
 from psgd.wire.transport import ServerSocket, ShardConnections
 
 

@@ -8,8 +8,8 @@ import stat
 import pytest
 import zmq.auth
 
-from psgd.wire import keyfiles
-from psgd.wire.keyfiles import KeyFileExists, generate_key_files
+from psgd.wire.keys import files as keyfiles
+from psgd.wire.keys.files import KeyFileExists, generate_key_files
 
 
 def mode(p):

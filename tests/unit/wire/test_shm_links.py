@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from psgd.wire.shm_links import ClientSegments, PayloadCache, ShardSegments, shared_memory_wanted, worth_sharing
+from psgd.wire.shm.links import ClientSegments, PayloadCache, ShardSegments, shared_memory_wanted, worth_sharing
 
 
 def _read(shard: ShardSegments, identity: bytes, gen: int):
@@ -151,7 +151,7 @@ def test_a_bell_the_shard_did_not_open_is_closed_and_the_segment_kept():
 
 
 def test_bells_leave_most_descriptors_to_the_sockets(monkeypatch):
-    import psgd.wire.shm_links as links
+    import psgd.wire.shm.links as links
     monkeypatch.setattr(links, "_descriptor_limit", lambda: 16)  # room for two bells (a quarter, two each)
     shard = ShardSegments(400, enabled=True)
     clients = [ClientSegments([400], enabled=True, min_bytes=0) for _ in range(3)]

@@ -11,9 +11,9 @@ import tempfile
 import pytest
 import torch
 
-from psgd.wire import shm
-from psgd.wire.shm import Segment, ShmError
-from psgd.wire.shm_attached import AttachedSegment
+from psgd.wire.shm import segment as shm
+from psgd.wire.shm.attached import AttachedSegment
+from psgd.wire.shm.segment import Segment, ShmError
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="no sealable memfd here")
 
@@ -189,7 +189,7 @@ def test_close_with_a_live_view_keeps_the_view_valid():
 
 
 def test_a_sigkilled_creator_leaves_nothing_behind(tmp_path):
-    code = ("import os, sys, time; from psgd.wire.shm import Segment; "
+    code = ("import os, sys, time; from psgd.wire.shm.segment import Segment; "
             "s = Segment.create(1 << 20, 1 << 20); print(s.name, flush=True); time.sleep(60)")
     before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -4,7 +4,7 @@ import pytest
 from psgd.config import ConfigError, load_config
 from psgd.config.operations import SHARED_MEMORY_MIN_BYTES
 from psgd.core.sharding import make_layout
-from psgd.wire import shm
+from psgd.wire.shm import segment as shm
 from psgd.workers.client_factory import ClientSettings, make_client
 
 

@@ -139,7 +139,7 @@ def test_a_pipelined_worker_follows_the_one_step_delayed_recurrence(job, shared_
 
 def _slot_of(tensor, segment):
     """Which reply slot of `segment` holds `tensor`'s storage, or None (the model's own memory)."""
-    from psgd.wire.shm import reply_slot_at
+    from psgd.wire.shm.segment import reply_slot_at
     base, stride = segment._reply.data_ptr(), reply_slot_at(1, segment.reply_capacity // 2)
     at = tensor.data_ptr() - base
     return at // stride if 0 <= at < segment.reply_capacity else None

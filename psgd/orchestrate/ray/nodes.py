@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 from psgd.config.modes import Role
-from psgd.orchestrate.ray_placement import NodeView, RoleRequest, nodes_that_fit
+from psgd.orchestrate.ray.placement import NodeView, RoleRequest, nodes_that_fit
 from psgd.orchestrate.supervise import RestartBudget
 from psgd.runtime.event_names import Event
 

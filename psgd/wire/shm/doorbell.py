@@ -13,7 +13,7 @@ sockets. ZeroMQ stays the path for everything else: registration (a bell
 exists only once a shard has answered), messages with tensor frames, and
 any message a bell cannot take.
 
-Lifecycle, as for segments (psgd.wire.shm): the client makes both pipes and
+Lifecycle, as for segments (psgd.wire.shm.segment): the client makes both pipes and
 offers the name psgd-PID-R-W (R: the request pipe's read end, W: the reply
 pipe's write end) when it registers; the shard opens /proc/PID/fd/R and
 /proc/PID/fd/W (the same user only), checks both are pipes, and answers;
@@ -39,7 +39,7 @@ import stat
 import struct
 from typing import Optional
 
-from psgd.wire.shm import PROC
+from psgd.wire.shm.segment import PROC
 
 __all__ = ["ClientBell", "ShardBell", "Bells", "PolledBells", "BellError", "ring", "MAX_MESSAGE_BYTES", "parse_bell_name"]
 

@@ -11,9 +11,9 @@ restarts its process in place, so a server keeps its node and port; Ray's own
 actor restart would move it to another node under workers that know only the
 old address).
 
-Where each role goes is `ray.<role>.resources` and `.scheduling` (ray_placement).
+Where each role goes is `ray.<role>.resources` and `.scheduling` (ray/placement.py).
 A lost node (or a role's actor that died) is reported in one event naming the
-node, the roles and why (ray_nodes); its workers and evaluator are restarted in
+node, the roles and why (ray/nodes.py); its workers and evaluator are restarted in
 new actors on live nodes with room for them, within the restart budget. A lost
 server, a spent budget or no room left fails the run with that line, leaving
 the servers' checkpoints for `--resume`.
@@ -38,9 +38,9 @@ from psgd.config import Config, dump_config, override_config
 from psgd.config.modes import Role
 from psgd.orchestrate.launcher import Launcher, LaunchFailed
 from psgd.orchestrate.processes import LossReport
-from psgd.orchestrate.ray_actor import TOKEN_FILE, RoleHost
-from psgd.orchestrate.ray_nodes import LOST_EXIT, NodeLoss, alive_nodes, cannot_restart, loss_event
-from psgd.orchestrate.ray_placement import check_resources, role_requests, spread_nodes
+from psgd.orchestrate.ray.actor import TOKEN_FILE, RoleHost
+from psgd.orchestrate.ray.nodes import LOST_EXIT, NodeLoss, alive_nodes, cannot_restart, loss_event
+from psgd.orchestrate.ray.placement import check_resources, role_requests, spread_nodes
 from psgd.orchestrate.roles import child_command
 from psgd.orchestrate.supervise import RestartBudget
 from psgd.runtime.event_names import Event

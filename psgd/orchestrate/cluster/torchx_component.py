@@ -1,7 +1,7 @@
 """A torchx component for psgd: one torchx role per psgd role.
 
-    torchx run -s local_cwd psgd/orchestrate/torchx_component.py:psgd --config configs/quickstart.yaml
-    torchx run -s kubernetes -cfg queue=default psgd/orchestrate/torchx_component.py:psgd \\
+    torchx run -s local_cwd psgd/orchestrate/cluster/torchx_component.py:psgd --config configs/quickstart.yaml
+    torchx run -s kubernetes -cfg queue=default psgd/orchestrate/cluster/torchx_component.py:psgd \\
         --config configs/quickstart.yaml --image my-registry/psgd:latest
 
 The roles are `servers` (cluster.servers replicas), `workers` (cluster.workers

@@ -31,9 +31,9 @@ from typing import Optional, Sequence
 import torch
 
 from psgd.config.operations import SHARED_MEMORY_MIN_BYTES
-from psgd.wire.doorbell import BellError, Bells, ClientBell, ShardBell
-from psgd.wire.shm import REPLY_SLOTS, Segment, ShmError, available, reply_slot_at
-from psgd.wire.shm_attached import AttachedSegment
+from psgd.wire.shm.attached import AttachedSegment
+from psgd.wire.shm.doorbell import BellError, Bells, ClientBell, ShardBell
+from psgd.wire.shm.segment import REPLY_SLOTS, Segment, ShmError, available, reply_slot_at
 
 __all__ = ["ClientSegments", "ShardSegments", "PayloadCache", "shared_memory_wanted", "worth_sharing"]
 
@@ -60,7 +60,7 @@ def worth_sharing(nbytes: int, min_bytes: int) -> bool:
 class ClientSegments:
     """A client's segment per shard. `offer` before registering, `settle` with
     the shard's answer; afterwards `segment(s)` is the attached one or None.
-    Each segment comes with a doorbell (psgd.wire.doorbell) for the connection's
+    Each segment comes with a doorbell (psgd.wire.shm.doorbell) for the connection's
     header-only messages; `bells` holds the ones the shard opened, by shard."""
 
     def __init__(self, shard_nbytes: Sequence[int], enabled: bool, min_bytes: int = SHARED_MEMORY_MIN_BYTES,

@@ -5,14 +5,14 @@ A client that shares a host with a shard moves the bulk bytes of a request
 connection instead of through the socket; the message keeps the header and
 names the segment's generation, so requests, replies, ordering and every
 consistency rule stay in messages (which travel over ZeroMQ, or over the
-connection's doorbell pipes: psgd.wire.doorbell).
+connection's doorbell pipes: psgd.wire.shm.doorbell).
 
 Lifecycle (no segment outlives its processes, SIGKILL included):
 - the client `create`s an anonymous memory file (memfd), reserves every
   page, seals it against shrinking and growing, maps it, and offers
   (name, token) when it registers; the name, psgd-PID-FD, says where the
   shard finds it: /proc/PID/fd/FD;
-- the shard attaches (psgd.wire.shm_attached): it opens that path only if
+- the shard attaches (psgd.wire.shm.attached): it opens that path only if
   the name has psgd's form, the file is sealed against shrinking, the header
   carries the same token and the regions hold its tensor; a shard on another
   host (or in another pid namespace) finds no such file, or another one

@@ -1,4 +1,4 @@
-"""The shard's side of a shared-memory segment (see psgd.wire.shm).
+"""The shard's side of a shared-memory segment (see psgd.wire.shm.segment).
 
 The shard maps the client's segment, but only one sealed against shrinking:
 a mapping of a file that can shrink turns every later access into a
@@ -17,7 +17,7 @@ from typing import Union
 
 import torch
 
-from psgd.wire.shm import (
+from psgd.wire.shm.segment import (
     _GEN,
     _HEADER,
     _REPLY_GEN_AT,

@@ -1,4 +1,4 @@
-"""`psgd run CONFIG` (or `python -m psgd.orchestrate.cluster_run CONFIG`): one process of a job
+"""`psgd run CONFIG` (or `python -m psgd.orchestrate.cluster.run CONFIG`): one process of a job
 started by a cluster launcher (`srun`, `torchrun`, a Kubeflow PyTorchJob, torchx).
 
 When the launcher names the role (PSGD_ROLE and PSGD_ROLE_INDEX, as the torchx
@@ -28,8 +28,16 @@ from pathlib import Path
 from typing import Optional
 
 from psgd.config import Config, ConfigError, dump_config, load_config, modes, override_config
-from psgd.orchestrate.collect import collect
-from psgd.orchestrate.discovery import EVAL_DONE, EXITED, FAILED, TARGET_REACHED, WORKERS_DONE, JobStore, open_store
+from psgd.orchestrate.cluster.discovery import (
+    EVAL_DONE,
+    EXITED,
+    FAILED,
+    TARGET_REACHED,
+    WORKERS_DONE,
+    JobStore,
+    open_store,
+)
+from psgd.orchestrate.records.collect import collect
 from psgd.orchestrate.roles import role_lock, run_role
 from psgd.runtime.cluster_env import ClusterEnv, detect, reachable_address, with_config
 from psgd.runtime.event_names import Event

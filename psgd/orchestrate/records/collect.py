@@ -12,8 +12,8 @@ from pathlib import Path
 
 from psgd.config import Config, load_config
 from psgd.config.modes import Role
-from psgd.orchestrate.metrics_export import export_events
-from psgd.orchestrate.summary import summarize
+from psgd.orchestrate.records.metrics_export import export_events
+from psgd.orchestrate.records.summary import summarize
 from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
 from psgd.runtime.role import START_FILE
