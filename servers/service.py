@@ -6,7 +6,8 @@ says, in its order: the pulls answered now (parked ones that became ready,
 then the request's own), the parked pulls to refuse. Here live what a request
 does beyond the state's own rules (servers/state.py): the checks of a push's
 fields, pull parking, the workers' step speeds, and forgetting a rank that
-left. Synchronous and single-threaded, like the state.
+left. Synchronous and single-threaded, like the state. The results are plain
+(not frozen) dataclasses: the simulator makes one per push.
 """
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ __all__ = ["ShardService", "PushFields", "Answer", "Served", "Joined", "Pushed",
 MAX_PULL_AHEAD = 2  # a pipelined worker asks for the parameters of the clock after next
 
 Gradient = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
+_COUNTED = {status: f"push_{status.value}" for status in PushStatus}  # the counter of each push outcome
 
 
-@dataclass(frozen=True)
+@dataclass
 class PushFields:
     """A push's fields as the shard checks them. `ahead` > 0: the push carries a
     pull for clock + ahead (push_pull), answered into reply `slot`."""
@@ -47,7 +49,7 @@ class PushFields:
     slot: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass
 class Answer:
     """A pull answered now: what its reply carries. `token`: what the caller parked with it."""
     token: Any
@@ -59,7 +61,7 @@ class Answer:
     fastest_step_s: float  # the fastest worker's time per step (local.dynamic)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Served:
     """What a request leads to, to be sent in this order after the request's own reply
     (a push's ack comes after them)."""
@@ -67,19 +69,19 @@ class Served:
     refused: list[Any] = field(default_factory=list)  # tokens of parked pulls whose worker left
 
 
-@dataclass(frozen=True)
+@dataclass
 class Joined(Served):
     clock: int = 0       # the clock the worker continues from
     last_seq: int = -1   # the last push seq this shard has from it (exactly-once across restarts)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Pushed(Served):
     result: Optional[PushResult] = None  # None: a piece held for the push's last message (nothing to send)
     grad: Optional[Gradient] = None      # the gradient handled, for the journal (valid until the next push)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Departed(Served):
     ranks: list[int] = field(default_factory=list)  # the workers that left the quorum
 
@@ -119,7 +121,7 @@ class ShardService:
         result = self.state.push(push.rank, push.seq, push.clock, push.read_version, grad, push.step_s)
         self.speeds.observe(push.rank, push.step_s, push.steps)
         if result.status is not PushStatus.DUPLICATE:
-            self.state.counters[f"push_{result.status.value}"] += 1
+            self.state.counters[_COUNTED[result.status]] += 1
         answers = self._release()
         if push.ahead:
             answers += self._answer_or_park(pull, push.rank, push.clock + push.ahead)
@@ -181,8 +183,10 @@ class ShardService:
         self.state.counters["pulls_deferred"] += 1
         if self.parked.park((token, rank, clock), rank, clock) is not None:  # memory per peer: one parked pull
             self.state.counters["pulls_superseded"] += 1
-        if self.state.policy.readiness() != self._released_at:  # parked at another readiness: look again
-            self._released_at = None
+        if self._released_at is not None:
+            now = self.state.policy.readiness()
+            if now is None or now < self._released_at:  # it moved back after all: trust no earlier look
+                self._released_at = None
         return []
 
     def _release(self) -> list[Answer]:

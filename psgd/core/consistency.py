@@ -97,15 +97,17 @@ class ConsistencyPolicy:
             rule = self._rules[mode] = rule_class(mode)(self.board, 0)
         return rule
 
-    def readiness(self) -> Optional[tuple]:
+    def readiness(self) -> Optional[tuple[int, int]]:
         """What the readiness of a parked pull depends on, while nothing else can change
-        it: two equal values mean a pull not ready at the first is not ready at the second.
-        None (always look again) while the settings may change: a psgd ctl change, a hold,
-        an adaptive bound. The slowest clock and the rule's progress never move back, and a
-        rank's own clock (which its pull may not be below) only makes it less ready."""
-        if self.adaptive is not None or not self.settings.static:
+        it: (slowest quorum clock, the rule's progress), neither of which moves back, so
+        a pull not ready at one value is not ready at any later equal value (a rank's own
+        clock, which its pull may not be below, only makes it less ready). None (always
+        look again) while the settings may change (a psgd ctl change, a hold, an adaptive
+        bound) or the quorum is empty."""
+        if not self.settings.static or self.settings.initial.auto:
             return None
-        return self.board.min_clock(), self.rule.progress()
+        low = self.board.min_clock()
+        return None if low is None else (low, self.rule.progress())
 
     def answered(self, rank: int, clock: int) -> tuple[int, int]:
         """A pull was answered: (its clock, the slowest quorum clock); records the gap

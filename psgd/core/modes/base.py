@@ -109,9 +109,9 @@ class ModeRule(ABC):
         left the quorum the step waited for); None: none."""
         return None
 
-    def progress(self) -> Optional[int]:
-        """Besides the slowest clock, what pull readiness depends on (None: nothing)."""
-        return None
+    def progress(self) -> int:
+        """Besides the slowest clock, what pull readiness depends on; never decreases."""
+        return 0
 
     def state_dict(self) -> Optional[dict]:
         """State a restarted shard needs (None: none)."""

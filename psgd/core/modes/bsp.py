@@ -63,7 +63,7 @@ class Bsp(ModeRule):
             return f"BSP push for clock {clock} while the shard is at step {self.aggregator.step}"
         return None
 
-    def progress(self) -> Optional[int]:
+    def progress(self) -> int:
         return self.aggregator.step
 
     def state_dict(self) -> Optional[dict]:
