@@ -7,13 +7,12 @@ import importlib
 import pkgutil
 
 from psgd.config.modes import Mode
-from psgd.core.modes.base import RULES, Counted, ModeRule, PushAction, Update, rule_class
+from psgd.core.modes.base import RULES, Counted, ModeRule, PushAction, Update, rule_class, uncovered
 
-__all__ = ["ModeRule", "PushAction", "Counted", "Update", "RULES", "rule_class"]
+__all__ = ["ModeRule", "PushAction", "Counted", "Update", "RULES", "rule_class", "uncovered"]
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-_uncovered = [m.value for m in Mode if m.on_servers and m not in RULES]
-if _uncovered:
-    raise ImportError(f"consistency modes without a rule class in psgd/core/modes/: {', '.join(_uncovered)}")
+if uncovered(Mode):
+    raise ImportError(f"consistency modes without a rule class in psgd/core/modes/: {', '.join(uncovered(Mode))}")

@@ -18,7 +18,7 @@ import torch
 from psgd.config.modes import Mode
 from psgd.core.clocks import ClockBoard
 
-__all__ = ["ModeRule", "PushAction", "Counted", "Update", "RULES", "rule_class"]
+__all__ = ["ModeRule", "PushAction", "Counted", "Update", "RULES", "rule_class", "uncovered"]
 
 
 class PushAction(str, Enum):
@@ -133,6 +133,11 @@ class ApplyOnArrival(ModeRule):
 
     def count(self, rank: int, clock: int, grad: Optional[torch.Tensor], staleness: int) -> Counted:
         return Counted()
+
+
+def uncovered(modes) -> list[str]:
+    """The parameter-server members of `modes` (an enum like Mode) that have no class."""
+    return [m.value for m in modes if m.on_servers and m not in RULES]
 
 
 def rule_class(mode: Mode) -> type[ModeRule]:
