@@ -23,8 +23,8 @@ from psgd.config.modes import Role
 from psgd.config.operations import SHARED_MEMORY_MIN_BYTES
 from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
-from psgd.wire.codecs import WireEncoder
-from psgd.wire.payload import frame_to_tensor
+from psgd.wire.codecs import WireEncoder, dense_codec
+from psgd.wire.payload import frame_to_tensor, payload_frames
 from psgd.wire.requests import Interrupted, Pending, RemoteError, RequestFailed, RequestTracker
 from psgd.wire.shm.links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
@@ -286,7 +286,7 @@ class PSClient:
         out = []
         for s in range(self.layout.num_shards):
             rec, payload = replies[s]
-            if not isinstance(rec, P.Params) or len(payload) != P.payload_frames(rec):
+            if not isinstance(rec, P.Params) or len(payload) != payload_frames(rec):
                 raise RemoteError(s, "bad_reply", f"expected PARAMS with its frame, got {rec.TYPE.name}")
             self.versions[s] = rec.version
             self.min_clocks[s] = rec.min_clock
@@ -301,7 +301,8 @@ class PSClient:
     def _shm_params(self, s: int, rec: P.Params, slot: int = 0) -> torch.Tensor:
         """The parameters a same-host shard wrote into the segment for this request."""
         seg = self._shm.segment(s)
-        dtype = P.ENCODINGS.get(rec.encoding, (None,))[0]
+        codec = dense_codec(rec.encoding)
+        dtype = codec.wire_dtype if codec is not None else None
         out = seg.reply_tensor(rec.req, dtype, rec.numel, slot) if seg is not None and dtype is not None else None
         if out is None or rec.numel != self.layout.shard_sizes[s]:
             raise RemoteError(s, "bad_reply", "PARAMS names a shared-memory reply this client cannot read")

@@ -30,9 +30,7 @@ from psgd.servers.state import PushResult, ShardState
 from psgd.sim.binding import ModelBinding
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
-from psgd.wire import protocol as P
-from psgd.wire.codecs import Encoded, WireEncoder
-from psgd.wire.payload import frame_to_tensor, frames_to_sparse
+from psgd.wire.codecs import Encoded, WireEncoder, codec_named, encoding_of
 from psgd.workers.client import adopted_clock
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
@@ -48,15 +46,14 @@ def decode_push(enc: Encoded, numel: int, owned: Optional[torch.Tensor] = None) 
     same fp32 arithmetic as the shard's push handler. `owned`: the fp32
     gradient that was encoded, when nothing else will write to it: an fp32
     push decodes to its very bytes, so it is used as it is."""
-    if enc.encoding in P.SPARSE_ENCODINGS:
-        idx, values = frames_to_sparse(enc.frames, enc.encoding, numel, enc.nnz)
-        return idx.clone(), values.clone()
-    wire = frame_to_tensor(enc.frames[0], enc.encoding, numel)
-    if owned is not None and wire.dtype == torch.float32:
+    codec = codec_named(enc.encoding)
+    if owned is not None and codec.dense and codec.wire_dtype == torch.float32:
         return owned
-    grad = torch.empty(numel)
-    grad.copy_(wire)
-    return grad.mul_(enc.scale) if wire.dtype != torch.float32 and enc.scale != 1.0 else grad
+    out = torch.empty(numel) if codec.dense else None
+    grad = codec.decode(enc.frames, numel, enc.nnz, enc.scale, out)
+    if isinstance(grad, tuple):
+        return grad[0].clone(), grad[1].clone()
+    return grad if grad is out else out.copy_(grad)  # an fp32 payload decodes to a view of the frame
 
 
 @dataclass
@@ -131,7 +128,7 @@ class Executor:
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
-        self._f32 = cfg.wire.encoding == "f32"
+        self._f32 = encoding_of(cfg.wire) == "f32"
         self.now = 0.0  # the simulated time, set by whoever drives the executor (local rounds' pace)
         self.speeds = [StepSpeeds() for _ in range(self.num_shards)]  # each shard's view, as the real shard's
         self.gradient_s = 0.0  # CPU seconds in forward+backward (psgd bench sim's denominator)
@@ -142,7 +139,7 @@ class Executor:
         w = cfg.cluster.workers
         for rank in range(w):
             batches = train_loader(train, rank, w, cfg.task.batch_size, cfg.run.seed)
-            enc = WireEncoder(cfg.wire.encoding, self.layout.shard_sizes, cfg.wire.topk_ratio)
+            enc = WireEncoder(encoding_of(cfg.wire), self.layout.shard_sizes, cfg.wire.topk_ratio)
             reads = [self._read(s) for s in range(self.num_shards)]
             worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                    [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
