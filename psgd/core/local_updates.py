@@ -14,6 +14,7 @@ import torch
 
 from psgd.config import OptimizerConfig, ScheduleConfig
 from psgd.core.lr_scaling import scaled_optimizer
+from psgd.core.rules import rule_named
 
 __all__ = ["server_optimizer", "outer_optimizer", "inner_torch_optimizer", "round_steps", "StepSpeeds"]
 
@@ -45,17 +46,7 @@ def server_optimizer(cfg) -> OptimizerConfig:
 def inner_torch_optimizer(opt: OptimizerConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
     """The worker's own optimizer for its local steps: torch.optim's class for the
     optimizer section (the same formulas the servers follow for gradients)."""
-    params = list(params)
-    if opt.name in ("sgd", "momentum"):
-        return torch.optim.SGD(params, lr=opt.lr, momentum=opt.effective_momentum, nesterov=opt.nesterov,
-                               weight_decay=opt.weight_decay)
-    if opt.name == "adam":
-        return torch.optim.Adam(params, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps,
-                                weight_decay=opt.weight_decay)
-    if opt.name == "adamw":
-        return torch.optim.AdamW(params, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps,
-                                 weight_decay=opt.weight_decay)
-    return torch.optim.Adagrad(params, lr=opt.lr, eps=opt.eps, weight_decay=opt.weight_decay)
+    return rule_named(opt.name).torch_optimizer(opt, params)
 
 
 def round_steps(nominal: int, own_step_s: float, fastest_step_s: float) -> int:

@@ -1,4 +1,5 @@
-"""Every codec, found by importing each member module of this package once, and
+"""Every codec, found by importing each member module of this package once
+(psgd.core.members), and
 checked against the config's `wire.compression` values: a codec module that
 registers nothing, a codec the config cannot select, or a config value with no
 codec fails at import, naming it.
@@ -9,29 +10,15 @@ protocol's encodings, their frames, the decoders, the wire cost) comes from here
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import typing
 from typing import Optional
 
 from psgd.config.operations import WireConfig
+from psgd.core.members import import_members
 from psgd.wire.codecs.base import CODECS, Codec
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
 __all__ = ["CODECS", "codec_named", "dense_codec", "codec_for_compression", "encoding_of", "check_codecs"]
-
-_NOT_MEMBERS = {"base", "encoder", "registry"}
-
-
-def _import_members() -> None:
-    package = importlib.import_module("psgd.wire.codecs")
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name in _NOT_MEMBERS or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"psgd.wire.codecs.{info.name}")
-        if not any(c.__module__ == module.__name__ for c in CODECS.values()):
-            raise TypeError(f"psgd.wire.codecs.{info.name} defines no @codec class")
-
 
 def check_codecs(codecs: dict[str, type[Codec]], compression_values: tuple[str, ...]) -> None:
     """Raise unless each config value selects exactly one codec and each codec one value."""
@@ -72,5 +59,5 @@ def encoding_of(wire: WireConfig) -> str:
     return codec_for_compression(wire.compression).name
 
 
-_import_members()
+import_members("psgd.wire.codecs", ("base", "encoder", "registry"), CODECS.values)
 check_codecs(CODECS, typing.get_args(typing.get_type_hints(WireConfig)["compression"]))
