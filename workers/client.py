@@ -151,6 +151,17 @@ class PSClient:
         (psgd.wire.shm.doorbell) instead of going through ZeroMQ."""
         return [self._shm.bells.get(s) is not None for s in range(self.layout.num_shards)]
 
+    def payload_cache(self) -> PayloadCache:
+        """A new record of which shards' payloads one request wrote into their
+        shared-memory segments (each at most once, even when the request is re-made)."""
+        return PayloadCache(self._shm)
+
+    def step_s(self) -> float:
+        """Seconds since the last parameters arrived (0 before the first timed step):
+        a step's work, never the wait for its parameters, which feeds the shards'
+        adaptive staleness bound."""
+        return time.monotonic() - self._params_at if self._params_at is not None else 0.0
+
     def gradient_buffers(self) -> list[Optional[torch.Tensor]]:
         """Per shard, where to put the next gradient so that sending it copies
         nothing: a float32 view of the shared-memory request region (fp32 encoding,
@@ -158,9 +169,11 @@ class PSClient:
         client in flight); the views change when a shard is joined again."""
         if self.encoding != "f32":  # the encoder reads the fp32 gradient and writes the payload there
             return [None] * self.layout.num_shards
-        return [self._payload_view(s, torch.float32) for s in range(self.layout.num_shards)]
+        return [self.payload_view(s, torch.float32) for s in range(self.layout.num_shards)]
 
-    def _payload_view(self, s: int, dtype: torch.dtype) -> Optional[torch.Tensor]:
+    def payload_view(self, s: int, dtype: torch.dtype) -> Optional[torch.Tensor]:
+        """A `dtype` view of shard s's shared-memory request region, sized to its
+        gradient, to encode a payload straight into; None without a segment."""
         seg = self._shm.segment(s)
         return seg.request_tensor(dtype, self.layout.shard_sizes[s]) if seg is not None else None
 
@@ -336,11 +349,8 @@ class GradsRequest:
         self.steps, self.ahead, self.read_versions, self.slot = steps, ahead, read_versions, slot
         self.bytes_before = client.encoder.wire_bytes
         self.wire: dict[int, Any] = {}
-        self.in_shm = PayloadCache(client._shm)  # dense payloads go to a same-host shard's segment, once
-        # The step time (work since the parameters arrived, never the wait for
-        # them) feeds the shards' adaptive staleness bound.
-        at = client._params_at
-        self.step_s = time.monotonic() - at if at is not None else 0.0
+        self.in_shm = client.payload_cache()  # dense payloads go to a same-host shard's segment, once
+        self.step_s = client.step_s()
         self.pending: Optional[Pending] = None
         self.whole: dict[int, torch.Tensor] = {}  # shards sent in pieces: the gradient, encoded whole on a repeat
 
@@ -349,7 +359,7 @@ class GradsRequest:
             raise ValueError(f"shard {s} gradient must be float32 with {self.client.layout.shard_sizes[s]} elements")
         enc = self.client.encoder
         # fp16/bf16 for a same-host shard: encoded straight into its request region (no copy to send it).
-        out = self.client._payload_view(s, enc.wire_dtype) if enc.wire_dtype not in (None, torch.float32) else None
+        out = self.client.payload_view(s, enc.wire_dtype) if enc.wire_dtype not in (None, torch.float32) else None
         self.wire[s] = enc.encode(s, grad, out=out)
 
     def make(self, s: int, req: int) -> list:
