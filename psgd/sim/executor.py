@@ -24,6 +24,7 @@ import torch
 
 from psgd.config import Config
 from psgd.core.heterogeneity import StragglerModel, straggler_for
+from psgd.core.local_methods import method_for
 from psgd.core.local_updates import StepSpeeds, inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.servers.state import PushResult, ShardState
@@ -147,8 +148,8 @@ class Executor:
                 worker.clock = min(shard.register(rank, 0.0) for shard in self.shards)
             if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
                 inner = inner_torch_optimizer(cfg.optimizer, self.sync.params)
-                speed = (lambda w=worker: w.fastest_step_s) if cfg.local.dynamic else None
-                worker.local = LocalRounds(cfg.local.steps, self.sync, inner, speed, clock=lambda: self.now)
+                worker.local = LocalRounds(method_for(cfg.local, w), self.sync, inner,
+                                           lambda w=worker: w.fastest_step_s, clock=lambda: self.now)
             self.workers.append(worker)
 
     # ---- memory -----------------------------------------------------------
