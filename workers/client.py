@@ -28,15 +28,9 @@ from psgd.wire.payload import frame_to_tensor, payload_frames
 from psgd.wire.requests import Interrupted, Pending, RemoteError, RequestFailed, RequestTracker
 from psgd.wire.shm.links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
+from psgd.workers.push_cursor import PushCursor
 
-__all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted", "adopted_clock"]
-
-
-def adopted_clock(own: int, shard_clocks) -> int:
-    """The clock a worker continues from after the shards' replies (see
-    PSClient._adopt_clock); the simulator's workers use it too."""
-    clocks = list(shard_clocks)
-    return max(own, min(clocks)) if clocks else own
+__all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted"]
 
 
 class PSClient:
@@ -65,11 +59,10 @@ class PSClient:
                                    reply_slots)
         self._conns = ShardConnections(addresses, max_message_bytes, curve=curve, bells=self._shm.bells)
         self._rpc = RequestTracker(self._conns, request_timeout_s, max_retries, should_stop)
-        self.clock = 0                # pushes completed
+        self.cursor = PushCursor()    # clock (pushes completed) and the next push's seq
         self.versions = [0] * layout.num_shards  # shard versions of the parameters last read
         self.min_clocks = [0] * layout.num_shards
         self.fastest_step_s = 0.0  # the fastest worker's time per step, as the shards last reported it
-        self.seq = 0                  # next push sequence number
         self.bytes_sent = 0
         self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
         self.reply_in_slot = [False] * layout.num_shards  # per shard: the last parameters lie in a reply slot
@@ -80,6 +73,16 @@ class PSClient:
                                                name="psgd-heartbeat", daemon=True)
 
     # ---- public API -------------------------------------------------------
+    @property
+    def clock(self) -> int:
+        """Pushes completed, as the shards count them."""
+        return self.cursor.clock
+
+    @property
+    def seq(self) -> int:
+        """The next push's sequence number."""
+        return self.cursor.seq
+
     def register(self) -> list[torch.Tensor]:
         """Join every shard; returns the current parameters (one flat tensor per shard)
         and sets `clock` to where this worker continues (a restarted worker resumes)."""
@@ -190,10 +193,10 @@ class PSClient:
         for s, (welcome, _) in replies.items():
             self._shm.settle(s, welcome.shm, welcome.bell)
         out = []
-        self._adopt_clock(welcome.clock for welcome, _ in replies.values())
+        self.cursor.adopt(welcome.clock for welcome, _ in replies.values())
         for s in sorted(replies):
             welcome, payload = replies[s]
-            self.seq = max(self.seq, welcome.last_seq + 1)
+            self.cursor.joined(welcome.last_seq)
             self._sessions[s] = welcome.session
             self.versions[s] = welcome.version
             out.append(frame_to_tensor(payload[0], "f32", self.layout.shard_sizes[s]))
@@ -232,9 +235,7 @@ class PSClient:
         return request
 
     def _finish_grads(self, request: "GradsRequest", replies: dict) -> dict:
-        # max, not += 1: a re-registration during the call may already have moved them on.
-        self.seq = max(self.seq, request.seq + 1)
-        self.clock = max(self.clock, request.clock + 1)
+        self.cursor.pushed(request.seq, request.clock)
         self.bytes_sent += self.encoder.wire_bytes - request.bytes_before
         return replies
 
@@ -307,7 +308,7 @@ class PSClient:
             self.reply_in_slot[s] = rec.shm
             out.append(self._shm_params(s, rec, slot) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel))
         if self.role == Role.WORKER:
-            self._adopt_clock(replies[s][0].clock - (ahead - 1) for s in replies)
+            self.cursor.adopt(replies[s][0].clock - (ahead - 1) for s in replies)
         self._params_at = time.monotonic()
         return out
 
@@ -320,13 +321,6 @@ class PSClient:
         if out is None or rec.numel != self.layout.shard_sizes[s]:
             raise RemoteError(s, "bad_reply", "PARAMS names a shared-memory reply this client cannot read")
         return out
-
-    def _adopt_clock(self, shard_clocks) -> None:
-        """Continue from the clock the shards assign (a rejoin, or a BSP straggler
-        moved on). The lowest shard's view wins: pushing a clock one shard has
-        already applied is dropped there as late, whereas a clock ahead of a
-        BSP shard's step would be refused."""
-        self.clock = adopted_clock(self.clock, shard_clocks)
 
     def _heartbeat(self, addresses: list[str], period: float) -> None:
         conns = ShardConnections(addresses, curve=self._curve)

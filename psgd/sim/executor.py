@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional
 
 import torch
 
@@ -31,15 +31,12 @@ from psgd.servers.state import PushResult, ShardState
 from psgd.sim.binding import ModelBinding
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
-from psgd.wire.codecs import Encoded, WireEncoder, codec_named, encoding_of
-from psgd.workers.client import adopted_clock
+from psgd.wire.codecs import Encoded, Gradient, WireEncoder, codec_named, encoding_of
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
+from psgd.workers.push_cursor import PushCursor
 
 __all__ = ["Executor", "Push", "Reply", "VirtualWorker", "decode_push"]
-
-Gradient = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
-
 
 def decode_push(enc: Encoded, numel: int, owned: Optional[torch.Tensor] = None) -> Gradient:
     """The gradient a shard decodes from an encoded push, owned by the caller
@@ -98,7 +95,9 @@ class Read:
 
 
 @dataclass
-class VirtualWorker:
+class VirtualWorker(PushCursor):
+    """One simulated worker: its batches, encoder, parameters and, as the client's
+    (PushCursor), its clock and seq."""
     rank: int
     batches: Iterator
     encoder: WireEncoder
@@ -106,8 +105,6 @@ class VirtualWorker:
     params: list[torch.Tensor]
     versions: list[int]
     reads: list = field(default_factory=list)  # Read markers of `params`, done once stepped on
-    clock: int = 0
-    seq: int = 0
     steps: int = 0
     last_loss: float = float("nan")
     replies: dict[int, Reply] = field(default_factory=dict)
@@ -145,7 +142,7 @@ class Executor:
             worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                    [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
             if register:
-                worker.clock = min(shard.register(rank, 0.0) for shard in self.shards)
+                worker.adopt(shard.register(rank, 0.0) for shard in self.shards)
             if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
                 inner = inner_torch_optimizer(cfg.optimizer, self.sync.params)
                 worker.local = LocalRounds(method_for(cfg.local, w), self.sync, inner,
@@ -245,8 +242,7 @@ class Executor:
                 self._free[s].append(g)  # encoded into the encoder's own buffer: free now
             pushes.append(Push(w.rank, s, w.seq, w.clock, w.versions[s], grad,
                                w.encoder.wire_bytes - before, step_s, steps))
-        w.seq += 1
-        w.clock += 1
+        w.pushed(w.seq, w.clock)
         w.replies = {}
         if w.local is not None:
             w.own = None  # the reply starts the next round
@@ -284,7 +280,7 @@ class Executor:
             w.params[s], w.versions[s] = r.params, r.version
             w.reads.append(r.read)
             w.fastest_step_s = r.fastest_step_s or w.fastest_step_s
-        w.clock = adopted_clock(w.clock, (r.clock for r in w.replies.values()))
+        w.adopt(r.clock for r in w.replies.values())
         return True
 
     def leave(self, rank: int) -> None:
