@@ -1,8 +1,7 @@
 """Every codec, found by importing each member module of this package once
-(psgd.core.members), and
-checked against the config's `wire.compression` values: a codec module that
-registers nothing, a codec the config cannot select, or a config value with no
-codec fails at import, naming it.
+(psgd.core.members), and checked against the config's `wire.compression`
+values: a codec module that registers nothing, a codec the config cannot
+select, or a config value with no codec fails at import, naming it.
 
 The config is the lowest layer and cannot import the wire, so it spells the
 values users may write (`WireConfig.compression`); everything else (the
@@ -19,6 +18,7 @@ from psgd.wire.codecs.base import CODECS, Codec
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
 __all__ = ["CODECS", "codec_named", "dense_codec", "codec_for_compression", "encoding_of", "check_codecs"]
+
 
 def check_codecs(codecs: dict[str, type[Codec]], compression_values: tuple[str, ...]) -> None:
     """Raise unless each config value selects exactly one codec and each codec one value."""
