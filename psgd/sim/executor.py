@@ -31,7 +31,7 @@ from psgd.servers.state import PushResult, ShardState
 from psgd.sim.binding import ModelBinding
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
-from psgd.wire.codecs import Encoded, Gradient, WireEncoder, codec_named, encoding_of
+from psgd.wire.codecs import Encoded, Gradient, WireEncoder, codec_for_compression, codec_named, encoding_of
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.push_cursor import PushCursor
@@ -126,7 +126,8 @@ class Executor:
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
-        self._f32 = encoding_of(cfg.wire) == "f32"
+        codec = codec_for_compression(cfg.wire.compression)
+        self._f32 = codec.dense and codec.wire_dtype == torch.float32  # a push decodes to the very buffer
         self.now = 0.0  # the simulated time, set by whoever drives the executor (local rounds' pace)
         self.speeds = [StepSpeeds() for _ in range(self.num_shards)]  # each shard's view, as the real shard's
         self.gradient_s = 0.0  # CPU seconds in forward+backward (psgd bench sim's denominator)
