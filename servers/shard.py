@@ -21,7 +21,8 @@ from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
-from psgd.wire.payload import tensor_frame
+from psgd.wire.codecs import dense_codec
+from psgd.wire.payload import payload_frames, tensor_frame
 from psgd.wire.protocol import MsgType, ProtocolError
 from psgd.wire.shm.doorbell import Bells
 from psgd.wire.shm.links import ShardSegments, shared_memory_wanted
@@ -145,9 +146,9 @@ class ShardServer:
             handler = self._handlers.get(record.TYPE)
             if handler is None:
                 raise ProtocolError(P.ErrorCode.NOT_A_REQUEST, f"{record.TYPE.name} is a reply, not a request")
-            if len(payload) != P.payload_frames(record):
+            if len(payload) != payload_frames(record):
                 raise ProtocolError(P.ErrorCode.BAD_FRAMES, f"{record.TYPE.name} ({getattr(record, 'encoding', '')}) carries "
-                                                  f"{P.payload_frames(record)} payload frame(s), got {len(payload)}")
+                                                  f"{payload_frames(record)} payload frame(s), got {len(payload)}")
             handler(identity, record, payload)
         except ProtocolError as exc:
             self.state.counters["bad_requests"] += 1
@@ -254,7 +255,7 @@ class ShardServer:
         piece = P.is_piece(rec, self.state.numel)
         push_pull = rec.TYPE is MsgType.PUSH_PULL
         fields = PushFields(rec.rank, rec.seq, rec.clock, rec.read_version, rec.numel,
-                            dense_piece=piece and rec.encoding in P.ENCODINGS, scale=rec.scale, step_s=rec.step_s,
+                            dense_piece=piece and dense_codec(rec.encoding), scale=rec.scale, step_s=rec.step_s,
                             steps=rec.steps, ahead=rec.ahead if push_pull else 0, slot=rec.slot if push_pull else 0)
         pull = (identity, P.Pull(req=rec.req, rank=rec.rank, clock=rec.clock + rec.ahead, slot=rec.slot)) \
             if push_pull else None
