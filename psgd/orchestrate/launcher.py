@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.config import Config, dump_config, load_config
 from psgd.config.modes import Role
 from psgd.orchestrate.catch_up import unmerged_events
+from psgd.orchestrate.launchers import LaunchResult
 from psgd.orchestrate.processes import LocalProcesses, ProcessHost, RoleProcess
 from psgd.orchestrate.progress import Progress, ProgressTracker
 from psgd.orchestrate.records.metrics_export import MetricsExport
@@ -62,15 +62,6 @@ class LaunchFailed(RuntimeError):
     pass
 
 
-@dataclass
-class LaunchResult:
-    code: int
-    reason: str
-    run_dir: Path
-    summary: Optional[dict] = None
-    refused: bool = False  # the run directory was not ours to use: nothing in it was touched
-
-
 def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
     if out:
         path = Path(out)
@@ -88,6 +79,7 @@ def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
 class Launcher:
     """Runs one training job. `run` blocks until it ends and never raises for a
     child's failure: the result carries the exit code and a one-line reason."""
+    resumable = True  # --resume continues a stopped run from the servers' checkpoints
 
     def __init__(self, cfg: Config, run_dir: Path,
                  on_progress: Optional[Callable[[Progress], None]] = None, resume: bool = False,
