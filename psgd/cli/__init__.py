@@ -100,7 +100,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     print(f"run directory: {run_dir}{' (resuming)' if args.resume else ''}", file=sys.stderr)
     bar, update = _progress_bar(cfg.cluster.workers * cfg.train.steps_per_worker) if not args.quiet else (None, None)
     try:
-        result = job.run(on_progress=_with_notices(update, bar), child_main=main)
+        result = job.run(on_progress=_with_notices(update, bar), child_main=args.child_main)
     finally:
         if bar is not None:
             bar.close()
@@ -260,6 +260,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded in reports, so a study can be re-run
+    args.child_main = main  # the `psgd` entry forked children run (passed down: no import back into cli)
     from psgd.bench.pyplot import MissingExtra
     try:
         return args.func(args)
