@@ -33,3 +33,4 @@ def test_no_import_circle():
     planted = {**graph, "psgd.config.loader": graph["psgd.config.loader"] | {"psgd.config.schema"}}
     assert [c for c in circles(planted) if {"psgd.config.loader", "psgd.config.schema"} <= set(c)]
 
+
