@@ -1,4 +1,4 @@
-"""The guard in tests/unit/conftest.py holds: a unit test that starts a process fails."""
+"""The guard in tests/process_guard.py holds: a test without the e2e mark that starts a process fails."""
 import multiprocessing
 import subprocess
 import sys
@@ -6,10 +6,10 @@ import sys
 import pytest
 
 
-def test_a_unit_test_cannot_start_a_process():
-    with pytest.raises(AssertionError, match=r"a unit test started a process \(subprocess\): move it to tests/e2e"):
+def test_a_test_without_the_e2e_mark_cannot_start_a_process():
+    with pytest.raises(AssertionError, match=r"without the e2e mark started a process \(subprocess\): move it to tests/e2e"):
         subprocess.run([sys.executable, "-c", "pass"])
-    with pytest.raises(AssertionError, match="a unit test started a process"):
+    with pytest.raises(AssertionError, match="without the e2e mark started a process"):
         multiprocessing.get_context("spawn").Process(target=print).start()
-    with pytest.raises(AssertionError, match="a unit test started a process"):
+    with pytest.raises(AssertionError, match="without the e2e mark started a process"):
         multiprocessing.get_context("fork").Process(target=print).start()
