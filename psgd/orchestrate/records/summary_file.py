@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from psgd.orchestrate.states import RunStatus
 from psgd.runtime.files import atomic_write
 from psgd.runtime.safe_io import describe_os_error
 
@@ -25,7 +26,7 @@ RESERVED_BYTES = 64 * 1024
 def reserve_summary(path: Path) -> None:
     """Hold RESERVED_BYTES for the final summary (status "running" until then).
     Raises OSError."""
-    text = json.dumps({"status": "running"})
+    text = json.dumps({"status": str(RunStatus.RUNNING)})
     atomic_write(path, text + " " * (RESERVED_BYTES - len(text) - 1) + "\n")
 
 
