@@ -1,4 +1,4 @@
-"""`psgd run CONFIG` (or `python -m psgd.orchestrate.cluster.run CONFIG`): one process of a job
+"""`psgd run CONFIG` (or `python -m psgd.cli run CONFIG`): one process of a job
 started by a cluster launcher (`srun`, `torchrun`, a Kubeflow PyTorchJob, torchx).
 
 When the launcher names the role (PSGD_ROLE and PSGD_ROLE_INDEX, as the torchx
