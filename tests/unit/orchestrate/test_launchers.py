@@ -101,12 +101,12 @@ def test_a_missing_package_is_one_line_with_how_to_install_it():
         launcher_from("planted", member(REQUIRES={absent: "pip install it"}, launcher_class=lambda: Complete))
 
 
-def test_a_new_launcher_is_one_file(tmp_path, monkeypatch, capsys):
+def test_a_new_launcher_is_one_file(tmp_path, monkeypatch, capsys, request):
     folder = tmp_path / "more_launchers"
     folder.mkdir()
     (folder / "toy.py").write_text(TOY)
     monkeypatch.setattr(launchers, "__path__", [*launchers.__path__, str(folder)])
-    monkeypatch.delitem(sys.modules, "psgd.orchestrate.launchers.toy", raising=False)
+    request.addfinalizer(lambda: sys.modules.pop("psgd.orchestrate.launchers.toy", None))
     assert "toy" in launcher_names()
     sets = ["task.model=mlp", "task.dataset=digits", "cluster.launcher=toy", "consistency.mode=bsp"]
     summary = psgd.launch(load_config(None, sets), out=str(tmp_path / "api"))  # the Python API
