@@ -66,8 +66,8 @@ class ClusterConfig:
     request_timeout_s: float = 30.0  # client resends (same seq) after this
     max_retries: int = 5         # resends before a request fails
     allreduce_port: int = 0      # torch.distributed rendezvous port (0: the launcher picks one)
-    # What `psgd launch` starts the processes with: the name of a launcher in
-    # psgd/orchestrate/launchers/ (local, ray, sim), checked there when a job is launched.
+    # What `psgd launch` starts the processes with: the name of a module in
+    # psgd/orchestrate/launchers/ (`psgd launch --help` lists them), checked when a job is launched.
     launcher: str = "local"
 
     def __post_init__(self):

@@ -108,11 +108,11 @@ def test_a_new_launcher_is_one_file(tmp_path, monkeypatch, capsys, request):
     monkeypatch.setattr(launchers, "__path__", [*launchers.__path__, str(folder)])
     request.addfinalizer(lambda: sys.modules.pop("psgd.orchestrate.launchers.toy", None))
     assert "toy" in launcher_names()
-    sets = ["task.model=mlp", "task.dataset=digits", "cluster.launcher=toy", "consistency.mode=bsp"]
+    sets = ["task.model=linear", "task.dataset=synthetic", "cluster.launcher=toy", "consistency.mode=bsp"]
     summary = psgd.launch(load_config(None, sets), out=str(tmp_path / "api"))  # the Python API
     assert (summary["launcher"], summary.mode, summary.run_dir) == ("toy", "bsp", tmp_path / "api")
     config = tmp_path / "job.yaml"
-    config.write_text("task: {model: mlp, dataset: digits}\n")
+    config.write_text("task: {model: linear, dataset: synthetic}\n")
     from psgd.cli import main
     assert main(["launch", str(config), "--on", "toy", "--quiet", "--out", str(tmp_path / "cli")]) == 0  # the CLI
     assert json.loads((tmp_path / "cli" / "summary.json").read_text())["launcher"] == "toy"
