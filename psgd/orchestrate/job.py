@@ -12,6 +12,7 @@ removed again, so a refused job leaves nothing behind.
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from psgd.orchestrate.preflight import preflight, write_task_cache
 from psgd.orchestrate.records.resume_check import ResumeRefused, check_resumable
 from psgd.runtime.run_lock import RunDirLock, RunDirRefused
 from psgd.runtime.safe_io import describe_os_error
+from psgd.tasks.objects import save_object
 
 __all__ = ["PreparedJob", "RunDirUnusable", "prepare_job"]
 
@@ -94,9 +96,6 @@ def prepare_job(cfg: Config, *, out: Optional[str] = None, resume: Optional[Path
 
 
 def _with_objects(cfg: Config, run_dir: Path, objects: Mapping[str, Any]) -> Config:
-    import dataclasses
-
-    from psgd.tasks.objects import save_object
     task = {key: save_object(obj, run_dir / "objects" / f"{key}.pkl") for key, obj in objects.items()
             if obj is not None}
     return dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, **task)) if task else cfg
