@@ -225,7 +225,8 @@ def bsp_matches_allreduce(job: Callable[[Mode], Any], workdir: Path, child_main:
     from psgd.workers.model_sync import select_device
     configs = {mode: job(mode) for mode in (Mode.BSP, Mode.ALLREDUCE)}
     cfg = configs[Mode.BSP]
-    device = select_device(cfg.workers.device).type
+    # Named devices are taken as named: asking CUDA here would start it in a process that forks the runs.
+    device = cfg.workers.device if cfg.workers.device != "auto" else select_device("auto").type
     name = f"{device}: bsp = allreduce"
     models, updates = {}, {}
     for mode, mode_cfg in configs.items():
