@@ -12,7 +12,7 @@ SCRIPT = ROOT / "benchmarks" / "gpu" / "run.sh"
 CHECKS = ["install", "doctor", "quickstart", "comm", "overlap", "mnist1d", "sim-batched"]
 
 
-def run_script(tmp_path, *args, env=None, timeout=560):
+def run_script(tmp_path, *args, env=None, timeout=880):
     """run.sh to completion as a real process (its temporary work folder under tmp_path)."""
     proc = spawn(["bash", str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                  cwd=str(tmp_path), env={"PSGD_PYTHON": sys.executable, "TMPDIR": str(tmp_path), **(env or {})})
@@ -24,7 +24,7 @@ def run_script(tmp_path, *args, env=None, timeout=560):
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_dry_run_runs_every_check_on_cpu_and_says_what_it_skipped(tmp_path):
     out_dir = tmp_path / "out"
     code, out, err = run_script(tmp_path, "--dry", "--out", str(out_dir))
