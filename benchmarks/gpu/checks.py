@@ -266,6 +266,16 @@ def check_mnist1d(device: str, out: Path, work: Path) -> int:
 ARCHIVED = ("config.yaml", "metrics.jsonl", "summary.json")
 
 
+def gpu_names(out: Path) -> str:
+    """The GPUs doctor saw, with torch's CUDA version (from doctor.json), or 'a GPU'."""
+    try:
+        env = json.loads((out / "doctor.json").read_text())["doctor"]["environment"]
+    except (OSError, KeyError, json.JSONDecodeError):
+        return "a GPU"
+    names = ", ".join(d["name"] for d in env["cuda"]["devices"]) or "a GPU"
+    return f"{names} (torch {env['versions']['torch']}, CUDA {env['cuda']['runtime']}, driver {env['cuda']['driver']})"
+
+
 def report(out: Path, work: Path, steps_file: Path, dry: bool, seconds: float) -> int:
     """checks.json and report.md from the steps run.sh recorded and each check's JSON;
     runs.tar.gz with the run directories the simulator reads and every log."""
@@ -289,7 +299,7 @@ def report(out: Path, work: Path, steps_file: Path, dry: bool, seconds: float) -
     index = {"dry": dry, "ok": first is None, "first_failed": first, "seconds": round(seconds, 1),
              "steps": steps, "skipped": skipped}
     (out / "checks.json").write_text(json.dumps(index, indent=1) + "\n")
-    lines = [f"# psgd on {'CPU (dry run: the CUDA parts skipped)' if dry else 'a GPU'}", "",
+    lines = [f"# psgd on {'CPU (dry run: the CUDA parts skipped)' if dry else gpu_names(out)}", "",
              f"`bash benchmarks/gpu/run.sh{' --dry' if dry else ''}`: {round(seconds)} s, "
              + ("every check passed." if first is None else f"first failure: **{first}**."), "",
              "| check | status | seconds | what it found |", "|---|---|---|---|"]
