@@ -34,7 +34,7 @@ SIZES = {
     "quickstart_steps": {"cuda": None, "cpu": 20},       # None: the config's 500 per worker
     "exact_steps": {"cuda": 50, "cpu": 10},
     "comm": {"cuda": ["--sizes", "1MB,64MB", "--repeats", "20"], "cpu": ["--sizes", "64KB", "--repeats", "3"]},
-    "overlap": {"cuda": ["--size", "4MB"], "cpu": ["--size", "256KB", "--runs", "1", "--rounds", "1", "--steps", "3"]},
+    "overlap": {"cuda": ["--size", "16MB"], "cpu": ["--size", "256KB", "--runs", "1", "--rounds", "1", "--steps", "3"]},
     "mnist1d": {"cuda": [], "cpu": ["cluster.workers=2", "train.max_time_s=1.5", "task.model_args.channels=16",
                                     "eval.every_s=0.5"]},
 }
@@ -45,7 +45,7 @@ DRY_SKIPS = {
               "reported cuda missing",
     "quickstart": "the quickstart on cuda and bsp = NCCL all-reduce: ran on cpu (gloo) at 20 and 10 steps",
     "comm": "the pinned path on cuda at 1 MB and 64 MB: the same measurement ran from cpu memory at 64 KB",
-    "overlap": "overlap on cuda at 4 MB: ran on cpu at 256 KB, one short run",
+    "overlap": "overlap on cuda at 16 MB: ran on cpu at 256 KB, one short run",
     "mnist1d": "the MNIST-1D CNN on cuda with 4 workers: ran on cpu, 2 workers, 16 channels, 1.5 s a mode",
 }
 NO_BATCHED_PATH = "skipped: no batched path (the simulator computes one worker's gradient at a time)"
@@ -98,6 +98,16 @@ def worker_devices(run_dir: Path) -> list[str]:
     from psgd.runtime.events import read_events
     return sorted({e.get("device", "?") for e in read_events(run_dir / "metrics.jsonl")
                    if e.get("event") == Event.READY and Role(e.get("role")).trains})
+
+
+def num(x, spec: str = ".3f") -> str:
+    """A figure for a detail line; 'none' where the run has none (no evaluation, target not reached)."""
+    return "none" if x is None else format(x, spec)
+
+
+def on_device(devices: list[str], device: str) -> bool:
+    """Workers reported, and every one on `device` ('cuda' covers 'cuda:1')."""
+    return bool(devices) and all(d.split(":")[0] == device for d in devices)
 
 
 def launch(work: Path, name: str, config: Path, sets: list[str]) -> tuple[subprocess.CompletedProcess, Path, dict]:
@@ -167,7 +177,7 @@ def check_quickstart(device: str, out: Path, work: Path) -> int:
     commands = [command_line("launch", "configs/quickstart.yaml", *[f"--set {s}" for s in sets])]
     devices = worker_devices(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
     quick = {"summary": {k: summary.get(k) for k in SUMMARY_KEYS}, "worker_devices": devices}
-    if proc.returncode != 0 or summary.get("status") != "ok" or not all(d.startswith(device) for d in devices):
+    if proc.returncode != 0 or summary.get("status") != "ok" or not on_device(devices, device):
         return write(out, "quickstart", result("quickstart", device, False, f"the quickstart on {device} failed: "
                                                f"{failed_run(proc)}; workers on {devices}", commands, quickstart=quick))
     workers = gpu_count() if device == "cuda" else 2  # NCCL: one rank per GPU
@@ -179,8 +189,8 @@ def check_quickstart(device: str, out: Path, work: Path) -> int:
                     + " ".join(f"--set {s}" for s in exact_sets) + " --set consistency.mode={bsp,allreduce}")
     finding = bsp_matches_allreduce(job, work / "exact", child_main)
     ok = finding.status.value == "ok"
-    acc = summary.get("final_test_accuracy")
-    detail = (f"quickstart on {', '.join(devices)}: accuracy {acc:.3f} in {summary.get('wall_time_s')} s; "
+    detail = (f"quickstart on {', '.join(devices)}: accuracy {num(summary.get('final_test_accuracy'))} in "
+              f"{summary.get('wall_time_s')} s; "
               f"bsp = allreduce: {finding.detail}")
     return write(out, "quickstart", result("quickstart", device, ok, detail, commands, quickstart=quick,
                                            exactness=finding.as_dict()))
@@ -248,13 +258,14 @@ def check_mnist1d(device: str, out: Path, work: Path) -> int:
             continue
         calibrated = {"sim": found.sim, "evidence": found.evidence}
         devices = worker_devices(run_dir)
-        if not all(d.startswith(device) for d in devices):
+        if not on_device(devices, device):
             ok = False
             why.append(f"{mode}: workers on {devices}")
         modes[mode] = {"summary": {k: summary.get(k) for k in SUMMARY_KEYS}, "worker_devices": devices,
                        "run_dir": f"runs.tar.gz: mnist1d-{mode}/", **calibrated}
-    detail = "; ".join(f"{m}: accuracy {d['summary']['final_test_accuracy']:.3f}, {d['summary']['updates_per_s']} "
-                       f"updates/s, compute {d['evidence']['compute_ms_median']:.3f} ms a step (median)"
+    detail = "; ".join(f"{m}: accuracy {num(d['summary']['final_test_accuracy'])}, time to target "
+                       f"{num(d['summary']['time_to_target_s'], '.2f')} s, {d['summary']['updates_per_s']} updates/s, "
+                       f"compute {d['evidence']['compute_ms_median']:.3f} ms a step (median)"
                        for m, d in modes.items()) if ok else "; ".join(why)
     return write(out, "mnist1d", result("mnist1d", device, ok, detail, commands, modes=modes,
                                         simulator_reads="each run directory in runs.tar.gz (config.yaml, "
