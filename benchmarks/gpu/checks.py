@@ -100,9 +100,9 @@ def worker_devices(run_dir: Path) -> list[str]:
                    if e.get("event") == Event.READY and Role(e.get("role")).trains})
 
 
-def num(x, spec: str = ".3f") -> str:
+def num(x, spec: str = ".3f", unit: str = "") -> str:
     """A figure for a detail line; 'none' where the run has none (no evaluation, target not reached)."""
-    return "none" if x is None else format(x, spec)
+    return "none" if x is None else format(x, spec) + unit
 
 
 def on_device(devices: list[str], device: str) -> bool:
@@ -264,7 +264,7 @@ def check_mnist1d(device: str, out: Path, work: Path) -> int:
         modes[mode] = {"summary": {k: summary.get(k) for k in SUMMARY_KEYS}, "worker_devices": devices,
                        "run_dir": f"runs.tar.gz: mnist1d-{mode}/", **calibrated}
     detail = "; ".join(f"{m}: accuracy {num(d['summary']['final_test_accuracy'])}, time to target "
-                       f"{num(d['summary']['time_to_target_s'], '.2f')} s, {d['summary']['updates_per_s']} updates/s, "
+                       f"{num(d['summary']['time_to_target_s'], '.2f', ' s')}, {d['summary']['updates_per_s']} updates/s, "
                        f"compute {d['evidence']['compute_ms_median']:.3f} ms a step (median)"
                        for m, d in modes.items()) if ok else "; ".join(why)
     return write(out, "mnist1d", result("mnist1d", device, ok, detail, commands, modes=modes,
