@@ -301,6 +301,8 @@ def report(out: Path, work: Path, steps_file: Path, dry: bool, seconds: float) -
             s["detail"] = f"timed out after its {s['limit_s']} s"
         elif s["status"] == "failed":
             s["detail"] = f"exit {s['rc']} without a result: logs/run-{s['name']}.log in runs.tar.gz"
+        elif s["status"] == "skipped" and "detail" not in s and not dry:
+            s["detail"] = "not run: the install failed"
         s.setdefault("detail", "")
         if dry and s["name"] in DRY_SKIPS:
             s["skipped"] = DRY_SKIPS[s["name"]]

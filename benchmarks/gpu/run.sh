@@ -51,6 +51,7 @@ else
   DEVICE=cuda
   PY=${PSGD_PYTHON:-python3}
 fi
+case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY") ;; esac  # it runs from $WORK
 export PYTHONUNBUFFERED=1
 export PSGD_CACHE_DIR=$WORK/cache  # MNIST-1D's generated signals: this run's own
 
@@ -76,35 +77,43 @@ check() {  # check NAME LIMIT_S COMMAND...: the command under its own timeout, i
 }
 
 mkdir -p "$WORK/logs"
+# Everything runs from the work folder: from the repository root, `python -m psgd...` and
+# `python -c` would import the psgd/ source folder ahead of the installed package, which
+# maps servers/ and workers/ into it.
+cd "$WORK"
 echo "psgd GPU check: $([ $DRY = 1 ] && echo 'dry run on cpu' || echo 'cuda'), output in $OUT_DIR"
 
 # 1. psgd and the dependencies the device's image lacks, from the carried wheels.
 if [ "$DRY" = 1 ]; then
   record install skipped 0 0 0
 else
-  install() {
-    local wheels=benchmarks/gpu/wheels
+  install_wheels() {  # run by timeout in a bash of its own: it is exported below
+    local wheels=$ROOT/benchmarks/gpu/wheels
     [ -f "$wheels/SOURCE" ] || { echo "no wheels: run benchmarks/gpu/prepare.sh here first, carry $wheels"; return 1; }
-    [ "$(cat "$wheels/SOURCE")" = "$("$PY" benchmarks/gpu/checks.py source-hash)" ] \
+    [ "$(cat "$wheels/SOURCE")" = "$("$PY" "$ROOT/benchmarks/gpu/checks.py" source-hash)" ] \
       || { echo "the psgd wheel was built from other sources: run benchmarks/gpu/prepare.sh again"; return 1; }
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$WORK/site" "$wheels"/*.whl || return 1
     PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH} "$PY" -c \
       "import psgd, zmq, msgpack, crc32c, cloudpickle, mnist1d, torch; print('psgd from', psgd.__file__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())"
   }
-  check install 30 install
+  export -f install_wheels
+  export PY WORK ROOT
+  check install 30 bash -c install_wheels
   export PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
 # 2.-5. The checks (benchmarks/gpu/checks.py says what each runs and judges); the limits add
 # up to 8 minutes with the install and the report.
-C=("$PY" benchmarks/gpu/checks.py)
+C=("$PY" "$ROOT/benchmarks/gpu/checks.py")
 A=(--device "$DEVICE" --out "$OUT_DIR" --work "$WORK")
-check doctor 75 "${C[@]}" doctor "${A[@]}"
-check quickstart 110 "${C[@]}" quickstart "${A[@]}"
-check comm 80 "${C[@]}" comm "${A[@]}"
-check overlap 50 "${C[@]}" overlap "${A[@]}"
-check mnist1d 115 "${C[@]}" mnist1d "${A[@]}"
+for spec in doctor:75 quickstart:110 comm:80 overlap:50 mnist1d:115; do
+  if [ "$FIRST_FAILED" = install ]; then  # nothing to run them with: spend no more device time
+    record "${spec%%:*}" skipped 0 0 0
+  else
+    check "${spec%%:*}" "${spec##*:}" "${C[@]}" "${spec%%:*}" "${A[@]}"
+  fi
+done
 
 REPORT=(--out "$OUT_DIR" --work "$WORK" --steps "$STEPS" --seconds "$(elapsed "$STARTED")")
 [ "$DRY" = 1 ] && REPORT+=(--dry)
