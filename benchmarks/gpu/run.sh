@@ -117,7 +117,7 @@ done
 
 REPORT=(--out "$OUT_DIR" --work "$WORK" --steps "$STEPS" --seconds "$(elapsed "$STARTED")")
 [ "$DRY" = 1 ] && REPORT+=(--dry)
-if ! timeout -k 5 10 "${C[@]}" report "${REPORT[@]}"; then
+if ! timeout -k 5 $((10 * LIMIT_SCALE)) "${C[@]}" report "${REPORT[@]}"; then
   [ -z "$FIRST_FAILED" ] && FIRST_FAILED=report
 fi
 echo "took $(elapsed "$STARTED") s; report: $OUT_DIR/report.md"
