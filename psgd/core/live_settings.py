@@ -26,8 +26,8 @@ from typing import Any, Optional
 
 from psgd.config.modes import Mode
 from psgd.config.schema import MAX_STALENESS
+from psgd.core.error_codes import ErrorCode
 from psgd.core.modes import RULES
-from psgd.wire.protocol import ErrorCode
 
 __all__ = ["LiveSetting", "LiveSettings", "ControlError", "CONTROL_KEYS", "parse_change", "plain_fields",
            "typed_fields"]
