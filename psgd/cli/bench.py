@@ -176,16 +176,35 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
         print(f"psgd bench sim: {exc}", file=sys.stderr)
         return 2
     total_steps = args.steps or 20 * max(counts)
-    print("CPU seconds; overhead: all but forward+backward, over forward+backward; own: also less the "
-          "shards' pushes and pulls (ShardState)")
-    print(f"{'workers':>7} {'steps':>7} {'cpu s':>8} {'grad s':>8} {'shard s':>8} {'overhead':>9} {'own':>7}")
+    points = []
     for w in counts:
-        p = measure_cost(cfg, w, max(1, total_steps // w))
-        print(f"{p.workers:>7} {p.worker_steps:>7} {p.total_s:>8.3f} {p.gradient_s:>8.3f} {p.shard_s:>8.3f} "
-              f"{100 * p.overhead:>8.1f}% {100 * p.own_overhead:>6.1f}%")
+        steps = max(1, total_steps // w)
+        points.append({"workers": w, "batched": measure_cost(cfg, w, steps, batched=True),
+                       "one_by_one": measure_cost(cfg, w, steps, batched=False)})
     floor = measure_plain_loop(cfg, total_steps // len(counts))
-    print(f"floor: a plain one-process loop (loader, SGD step) on the same model and batch spends "
-          f"{100 * floor:.1f}% of its forward+backward besides it")
+    for p in points:
+        p["per_step_over_floor"] = round(p["batched"].per_step_s / floor.per_step_s, 4)
+        p["one_by_one_per_step_over_floor"] = round(p["one_by_one"].per_step_s / floor.per_step_s, 4)
+    if args.json:
+        plain = {"per_step_over_floor": points[-1]["per_step_over_floor"],  # at the largest count given last
+                 "points": [{k: v.as_dict() if hasattr(v, "as_dict") else v for k, v in p.items()} for p in points],
+                 "floor": {"steps": floor.steps, "per_step_s": round(floor.per_step_s, 7), "overhead": floor.overhead}}
+        print(json.dumps(plain, indent=2))
+        return 0
+    print("CPU seconds; overhead: all but forward+backward, over forward+backward; own: also less the "
+          "shards' pushes and pulls (ShardState); /floor: CPU per worker step over the plain loop's")
+    print(f"{'workers':>7} {'path':>10} {'steps':>7} {'cpu s':>8} {'grad s':>8} {'shard s':>8} {'overhead':>9} "
+          f"{'own':>7} {'/floor':>7}")
+    for p in points:
+        for name, key, ratio in (("batched", "batched", "per_step_over_floor"),
+                                 ("one-by-one", "one_by_one", "one_by_one_per_step_over_floor")):
+            c = p[key]
+            print(f"{c.workers:>7} {name:>10} {c.worker_steps:>7} {c.total_s:>8.3f} {c.gradient_s:>8.3f} "
+                  f"{c.shard_s:>8.3f} {100 * c.overhead:>8.1f}% {100 * c.own_overhead:>6.1f}% {p[ratio]:>7.3f}")
+        if p["batched"].fallback:
+            print(f"  batched fell back to one by one: {p['batched'].fallback}")
+    print(f"floor: a plain one-process loop (loader, SGD step) on the same model and batch: "
+          f"{1e3 * floor.per_step_s:.3f} ms CPU per step, {100 * floor.overhead:.1f}% of its forward+backward besides it")
     return 0
 
 

@@ -27,6 +27,10 @@ class SimConfig:
     # Extra shard time for a request that finds its shard idle (waking it up);
     # requests that queue behind another are served back to back without it. 0: none.
     wake_us: float = 0.0
+    # Workers whose steps overlap in simulated time get their gradients in one
+    # vmapped call (psgd.sim.batched): the same maths as one by one, equal up to
+    # the last bits. `psgd replay` always computes one by one, bit for bit.
+    batched: bool = True
 
     def __post_init__(self):
         _check(self.compute_ms is None or self.compute_ms > 0, "compute_ms",

@@ -81,3 +81,27 @@ class ModelBinding:
             for shard, s in segs:
                 flat_grads[shard][s.shard_offset:s.shard_offset + s.length].copy_(
                     flat[s.param_offset:s.param_offset + s.length])
+
+    def tensors(self, shard_params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Each model parameter's value in `shard_params`: a view where it lies in
+        one shard, an assembled copy where the layout splits it."""
+        out: list[Optional[torch.Tensor]] = [None] * len(self.params)
+        for i, shard, off, n, shape in self._views:
+            out[i] = shard_params[shard][off:off + n].view(shape)
+        for i, segs in zip(self._split, self._split_segs):
+            flat = torch.empty(self.params[i].numel())
+            for shard, s in segs:
+                flat[s.param_offset:s.param_offset + s.length] = shard_params[shard][s.shard_offset:
+                                                                                     s.shard_offset + s.length]
+            out[i] = flat.view(self.params[i].shape)
+        return out
+
+    def scatter_grads(self, grads: Sequence[torch.Tensor], flat_grads: Sequence[torch.Tensor]) -> None:
+        """Per-parameter gradients `grads` into the flat per-shard `flat_grads`."""
+        for i, shard, off, n, _ in self._views:
+            flat_grads[shard][off:off + n].copy_(grads[i].reshape(-1))
+        for i, segs in zip(self._split, self._split_segs):
+            flat = grads[i].reshape(-1)
+            for shard, s in segs:
+                flat_grads[shard][s.shard_offset:s.shard_offset + s.length].copy_(
+                    flat[s.param_offset:s.param_offset + s.length])

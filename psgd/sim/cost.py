@@ -9,20 +9,27 @@ the simulator's own.
 Evaluation is timed apart and left out of both. CPU seconds of this process,
 not wall time: on a shared machine the wall clock also counts other
 processes' turns.
+
+`per_step_over_floor`: the simulator's CPU seconds per worker step (all of
+it: gradients, shards, bookkeeping) over a plain one-process loop's per step
+(loader, forward+backward, SGD step) on the same model and batch. Below 1,
+batched gradients (sim.batched) do more than pay for the simulation.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from typing import Optional
 
 import torch
 
 from psgd.config import Config, override_config
+from psgd.sim.batched import initialize_functorch
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
 
-__all__ = ["CostPoint", "measure_cost", "measure_plain_loop"]
+__all__ = ["CostPoint", "Floor", "measure_cost", "measure_plain_loop"]
 
 
 @dataclass(frozen=True)
@@ -34,18 +41,34 @@ class CostPoint:
     shard_s: float        # of which the shards' pushes and pulls (ShardState)
     overhead: float       # (total - gradient) / gradient
     own_overhead: float   # (total - gradient - shard) / gradient: the simulator's own
+    batched: bool         # gradients computed in vmapped batches (psgd.sim.batched) throughout
+    fallback: Optional[str]  # why not, when batching was asked for
+    functorch_init_s: float  # torch.func's one-time setup in this process, left out of total_s
+
+    @property
+    def per_step_s(self) -> float:
+        return self.total_s / max(1, self.worker_steps)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "per_step_s": round(self.per_step_s, 7)}
 
 
-def measure_cost(cfg: Config, workers: int, steps_per_worker: int) -> CostPoint:
-    """One simulated run of `cfg` at `workers` workers, without evaluation."""
+@dataclass(frozen=True)
+class Floor:
+    steps: int
+    per_step_s: float  # CPU seconds per step of the plain loop, all of it
+    overhead: float    # (total - forward+backward) / forward+backward
+
+
+def measure_cost(cfg: Config, workers: int, steps_per_worker: int, batched: bool = False) -> CostPoint:
+    """One simulated run of `cfg` at `workers` workers, without evaluation;
+    `batched`: gradients through psgd.sim.batched (else one by one, exactly)."""
     cfg = override_config(cfg, [f"cluster.workers={workers}", f"train.steps_per_worker={steps_per_worker}",
                                 "eval.enabled=false", "train.max_time_s=1e12", "workers.slowdown={}",
                                 "workers.transient=[]"])
     torch.set_num_threads(cfg.run.threads)  # one thread, as every psgd process
-    ex = Executor(cfg)
+    init_s = initialize_functorch() if batched else 0.0
+    ex = Executor(cfg, batched=batched)
     engine = Engine(ex, TimeModel.from_config(cfg.sim, cfg.sim.compute_ms or 1.0),
                     steps_per_worker=steps_per_worker, max_time_s=cfg.train.max_time_s, eval_every_s=None)
     t0 = time.process_time()
@@ -53,13 +76,13 @@ def measure_cost(cfg: Config, workers: int, steps_per_worker: int) -> CostPoint:
     total = time.process_time() - t0 - ex.evaluate_s
     g = ex.gradient_s
     return CostPoint(workers, result.steps, round(total, 4), round(g, 4), round(ex.shard_s, 4),
-                     round((total - g) / g, 4), round((total - g - ex.shard_s) / g, 4))
+                     round((total - g) / g, 4), round((total - g - ex.shard_s) / g, 4),
+                     ex.batcher is not None, ex.batch_fallback, round(init_s, 4))
 
 
-def measure_plain_loop(cfg: Config, steps: int) -> float:
+def measure_plain_loop(cfg: Config, steps: int) -> Floor:
     """The floor: a plain one-process training loop on the same model and batches
-    (loader, zero_grad + forward + backward, torch.optim.SGD step), no simulator.
-    Returns (total - forward+backward) / forward+backward, as `overhead`."""
+    (loader, zero_grad + forward + backward, torch.optim.SGD step), no simulator."""
     from psgd.tasks import build_model, load_task
     from psgd.tasks.loaders import train_loader
     torch.set_num_threads(cfg.run.threads)
@@ -79,4 +102,4 @@ def measure_plain_loop(cfg: Config, steps: int) -> float:
         loss.item()
         opt.step()
     total = time.process_time() - t0
-    return round((total - gradient) / gradient, 4)
+    return Floor(steps, total / steps, round((total - gradient) / gradient, 4))

@@ -89,6 +89,13 @@ class Engine:
         self.q = EventQueue()
         self.active = len(executor.workers)
         self.said_done: set[int] = set()  # ranks whose done event (with the bytes they pushed) was emitted
+        # Batched gradients (executor.batcher): a plain step's gradient is computed when
+        # it is first needed, at the first STEP_DONE, together with every other step
+        # started by then: their parameters are fixed from their start (the shard
+        # copies on write what a worker has not stepped on), so the batch holds
+        # exactly the workers whose step started and whose reply was applied.
+        self.pending: dict[int, float] = {}          # rank: step_s of a started, uncomputed step
+        self.computed: dict[int, list[Push]] = {}    # rank: pushes computed ahead of its STEP_DONE
 
     # ---- scheduling -------------------------------------------------------
     def _start_step(self, rank: int, t: float) -> None:
@@ -110,8 +117,12 @@ class Engine:
         self.computed_s[rank] = compute_s
         busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active else 0.0)
         self.ex.now = t + busy  # a local round's pace is read when its last step ends
-        pushes = self.ex.compute(rank, step_s=t + busy - self.round_at[rank])
         self.started_at[rank] = t
+        if self.ex.batcher is not None and w.local is None:
+            self.pending[rank] = t + busy - self.round_at[rank]
+            self.q.put(t + busy, Kind.STEP_DONE, rank)
+            return
+        pushes = self.ex.compute(rank, step_s=t + busy - self.round_at[rank])
         if pushes is None:
             self.q.put(t + busy, Kind.LOCAL_DONE, rank)
         else:
@@ -124,6 +135,19 @@ class Engine:
                         compute_s=round(self.computed_s[rank], 9), comm_s=0.0,
                         step_s=round(t - self.started_at[rank], 9), gap=0))
         self._start_step(rank, t)
+
+    def _step_done(self, done, t: float) -> None:
+        """A step's compute ended: its pushes go out (computed now, with every
+        other started step, when it was left for the batch)."""
+        if isinstance(done, int):
+            self._compute_pending()
+            done = self.computed.pop(done)
+        self._send(done, t)
+
+    def _compute_pending(self) -> None:
+        if self.pending:
+            self.computed.update(self.ex.compute_together(self.pending))
+            self.pending = {}
 
     def _send(self, pushes: list[Push], t: float) -> None:
         self.sent_at[pushes[0].rank] = t
@@ -190,7 +214,7 @@ class Engine:
             self._start_step(w.rank, 0.0)
         if self.eval_every_s:
             self.q.put(0.0, Kind.EVALUATE, None)
-        handlers = {Kind.STEP_DONE: self._send, Kind.ARRIVE: self._arrive, Kind.SERVED: self._served,
+        handlers = {Kind.STEP_DONE: self._step_done, Kind.ARRIVE: self._arrive, Kind.SERVED: self._served,
                     Kind.REPLY: self._reply, Kind.LOCAL_DONE: self._local_done}
         t, ended = 0.0, False
         while self.q and self.active > 0:
@@ -209,6 +233,7 @@ class Engine:
             blocked = [w.rank for w in self.ex.workers if w.steps < self.steps_per_worker]
             raise RuntimeError(f"the simulated run stopped with workers {blocked[:8]} waiting on a shard "
                                "that will never answer")
+        self._compute_pending()  # steps under way count, as the one-by-one path computed them at their start
         for w in self.ex.workers:  # stopped by the clock or the target: a real worker says done as it exits
             if w.rank not in self.said_done:
                 self._done(w.rank, t)

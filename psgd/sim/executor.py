@@ -30,6 +30,7 @@ from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.servers.service import Answer, Joined, PushFields, Served, ShardService
 from psgd.servers.state import ShardState
+from psgd.sim.batched import RTOL, BatchedGradients, max_relative_error, static_fallback
 from psgd.sim.binding import ModelBinding
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
@@ -116,8 +117,11 @@ class VirtualWorker(PushCursor):
 
 
 class Executor:
-    def __init__(self, cfg: Config, run_dir=None, register: bool = True):
-        """`register`: every worker joins every shard now (a replay joins them as recorded)."""
+    def __init__(self, cfg: Config, run_dir=None, register: bool = True, batched: bool = False):
+        """`register`: every worker joins every shard now (a replay joins them as recorded).
+        `batched`: `compute_together` may compute many workers' gradients in one
+        vmapped call (psgd.sim.batched: equal to the exact path up to the last
+        bits); off, and always in a replay, every gradient takes the exact path."""
         self.cfg = cfg
         self.task = load_task(cfg, run_dir, splits=("train", "test"))
         self.model = build_model(cfg, self.task)
@@ -128,6 +132,14 @@ class Executor:
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
         self.services = [ShardService(shard) for shard in self.shards]  # what each request does, as on a real shard
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
+        self.batcher: Optional[BatchedGradients] = None
+        self.batch_fallback: Optional[str] = None  # why a batched run computes one by one
+        if batched:
+            self.batch_fallback = ("local updates: each worker's inner optimizer steps on its own"
+                                   if self.binding is None else static_fallback(self.model))
+            if self.batch_fallback is None:
+                self.batcher = BatchedGradients(self.model, self.binding, self.task)
+        self._checked = False  # the batcher's first call is checked against the exact path
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
         codec = codec_for_compression(cfg.wire.compression)
         self._f32 = codec.dense and codec.wire_dtype == torch.float32  # a push decodes to the very buffer
@@ -202,10 +214,10 @@ class Executor:
             return None
         return self._send(w, w.local.delta(), step_s, w.local.taken)
 
-    def _step(self, w: VirtualWorker, step_s: float) -> list[Push]:
+    def _step(self, w: VirtualWorker, step_s: float, batch: Optional[tuple] = None) -> list[Push]:
         """One plain step: the model reads `w.params` in place and backward
         writes into the flat gradients the pushes carry."""
-        x, y = next(w.batches)
+        x, y = batch if batch is not None else next(w.batches)
         t0 = time.process_time()  # zeroing the gradients counts as compute, as zero_grad does
         grads = self._gradient_buffers()
         self.binding.bind(w.params)
@@ -216,6 +228,71 @@ class Executor:
         self.binding.gather_split(grads)
         self._stepped_on(w)
         w.last_loss = loss.item()
+        w.steps += 1
+        return self._send(w, grads, step_s, owned=True)
+
+    def compute_together(self, steps: dict[int, float]) -> dict[int, list[Push]]:
+        """The plain steps of the workers `steps` names (rank: step_s), each at the
+        parameters it holds now: one vmapped call where the batcher allows, else
+        one by one. Each worker's pushes, as `compute` returns them."""
+        ranks = list(steps)
+        batches = {r: next(self.workers[r].batches) for r in ranks}
+        shapes: dict[tuple, list[int]] = {}
+        for r in ranks:  # a short last batch cannot be stacked with full ones
+            shapes.setdefault((batches[r][0].shape, batches[r][1].shape), []).append(r)
+        out: dict[int, list[Push]] = {}
+        for group in shapes.values():
+            if self.batcher is not None and len(group) > 1:
+                grads = self._batched(group, batches)
+                if grads is not None:
+                    for r in group:
+                        out[r] = self._finish(self.workers[r], grads[r], steps[r])
+                    continue
+            for r in group:
+                out[r] = self._step(self.workers[r], steps[r], batches[r])
+        return {r: out[r] for r in ranks}
+
+    def _batched(self, ranks: list[int], batches: dict) -> Optional[dict]:
+        """The workers' gradients and losses from the batcher, or None once it
+        has fallen back (a failed or wrong first call: the reason is kept)."""
+        t0 = time.process_time()
+        bufs = [self._gradient_buffers() for _ in ranks]
+        try:
+            losses = self.batcher.compute([self.workers[r].params for r in ranks], [batches[r][0] for r in ranks],
+                                          [batches[r][1] for r in ranks], bufs)
+        except RuntimeError as exc:  # vmap refuses: randomness, in-place updates of captured state, ...
+            self._fall_back(f"vmap failed: {str(exc).splitlines()[0]}", bufs)
+            return None
+        self.gradient_s += time.process_time() - t0
+        if not self._checked:
+            err = self._check_first(ranks[0], batches[ranks[0]], bufs[0])
+            if err > RTOL:
+                self._fall_back(f"batched gradients differ from the exact path by {err:.2e} of the largest "
+                                f"(more than {RTOL:g})", bufs)
+                return None
+        return {r: (g, loss) for r, g, loss in zip(ranks, bufs, losses)}
+
+    def _check_first(self, rank: int, batch: tuple, got: list[torch.Tensor]) -> float:
+        """The exact path's gradient for one worker of the first batch, against the batcher's."""
+        self._checked = True
+        want = [torch.zeros(n) for n in self.layout.shard_sizes]
+        self.binding.bind(self.workers[rank].params)
+        self.binding.bind_grads(want)
+        x, y = batch
+        self.task.loss(self.model(self.task.inputs(x)), self.task.targets(y)).backward()
+        self.binding.gather_split(want)
+        return max_relative_error(got, want)
+
+    def _fall_back(self, reason: str, bufs: list[list[torch.Tensor]]) -> None:
+        self.batcher, self.batch_fallback = None, reason
+        for grads in bufs:
+            for s, g in enumerate(grads):
+                self._free[s].append(g)
+
+    def _finish(self, w: VirtualWorker, grad_loss: tuple, step_s: float) -> list[Push]:
+        grads, loss = grad_loss
+        self._stepped_on(w)
+        w.last_loss = loss
         w.steps += 1
         return self._send(w, grads, step_s, owned=True)
 

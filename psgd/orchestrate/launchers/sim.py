@@ -56,7 +56,7 @@ class SimLauncher:
         started = time.perf_counter()
         torch.set_num_threads(self.cfg.run.threads)  # one thread, as every psgd process
         allreduce = not self.cfg.consistency.mode.on_servers
-        ex = None if allreduce else Executor(self.cfg, None)
+        ex = None if allreduce else Executor(self.cfg, None, batched=self.cfg.sim.batched)
         cfg = resolve_compute_ms(self.cfg, load_task(self.cfg, None, splits=("train",)) if allreduce else ex.task)
         atomic_write(self.run_dir / "config.yaml", dump_config(cfg))
         events: list[dict] = []
@@ -89,6 +89,8 @@ class SimLauncher:
         summary = summarize(cfg, events, result.end_s, clock="simulated")
         summary["real_time_s"] = round(time.perf_counter() - started, 3)  # what the simulation took here
         summary["failure"] = None
+        if ex is not None:  # how the workers' gradients were computed (psgd.sim.batched), and why not batched
+            summary["sim_gradients"] = {"batched": ex.batcher is not None, "fallback": ex.batch_fallback}
         unwritten = write_summary(self.run_dir / "summary.json", summary)
         if unwritten:
             return LaunchResult(1, f"summary.json not written: {unwritten}", self.run_dir, summary)
