@@ -140,6 +140,7 @@ class Executor:
             if self.batch_fallback is None:
                 self.batcher = BatchedGradients(self.model, self.binding, self.task)
         self._checked = False  # the batcher's first call is checked against the exact path
+        self.batched_steps = 0  # worker steps whose gradient came from a batched call
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
         codec = codec_for_compression(cfg.wire.compression)
         self._f32 = codec.dense and codec.wire_dtype == torch.float32  # a push decodes to the very buffer
@@ -270,6 +271,7 @@ class Executor:
                 self._fall_back(f"batched gradients differ from the exact path by {err:.2e} of the largest "
                                 f"(more than {RTOL:g})", bufs)
                 return None
+        self.batched_steps += len(ranks)
         return {r: (g, loss) for r, g, loss in zip(ranks, bufs, losses)}
 
     def _check_first(self, rank: int, batch: tuple, got: list[torch.Tensor]) -> float:

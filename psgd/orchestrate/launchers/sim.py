@@ -90,7 +90,7 @@ class SimLauncher:
         summary["real_time_s"] = round(time.perf_counter() - started, 3)  # what the simulation took here
         summary["failure"] = None
         if ex is not None:  # how the workers' gradients were computed (psgd.sim.batched), and why not batched
-            summary["sim_gradients"] = {"batched": ex.batcher is not None, "fallback": ex.batch_fallback}
+            summary["sim_gradients"] = {"batched_steps": ex.batched_steps, "fallback": ex.batch_fallback}
         unwritten = write_summary(self.run_dir / "summary.json", summary)
         if unwritten:
             return LaunchResult(1, f"summary.json not written: {unwritten}", self.run_dir, summary)
