@@ -29,6 +29,7 @@ from literature import study_verdicts  # noqa: E402
 from verdicts import headline, load_case  # noqa: E402
 
 from psgd.bench.stats import TIE_MARGIN  # noqa: E402
+from psgd.bench.target_resolution import target_resolution_line  # noqa: E402
 from psgd.config import load_config  # noqa: E402
 
 __all__ = ["load_study", "verdict_matrix", "main"]
@@ -201,9 +202,12 @@ def main(argv: list[str]) -> int:
              f"once it is held. Stated cluster: {sim.compute_ms:g} ms of compute per worker step, links of "
              f"{sim.bandwidth_gbps:g} Gb/s with {sim.latency_us:g} µs latency, a shard serves a request in "
              f"{sim.request_us:g} µs plus {sim.apply_gbps:g} GB/s of apply.", "",
-             f"Verdicts: a *beats* claim is confirmed only where the 95% intervals separate in its favour; a *tie* "
-             f"claim only where the 95% interval of the ratio of medians lies inside ±{TIE_MARGIN:.0%} (the tie "
-             f"margin). Times are held time to target, median [95% bootstrap CI] over seeds.", ""]
+             "Verdicts: every comparison is `psgd.bench.verdict.judge` on the 95% interval of the ratio of the "
+             f"medians: *faster*/*slower* wholly beyond ±{TIE_MARGIN:.0%} of 1, *tied* inside it, *inconclusive* "
+             "otherwise (overlap confirms nothing). A *beats* claim is confirmed only by *faster*, a *tie* claim "
+             "only by *tied*. A seed that never held the target is censored at its run's end; a verdict that rests "
+             "on such seeds says *decided by the cap*. Times are held time to target, median [95% bootstrap CI] "
+             "over seeds.", "", target_resolution_line(cfg), ""]
     claims_by_w = {}
     for w, paths in study.items():
         cases, claims = claims_at(paths, w)

@@ -39,6 +39,7 @@ from psgd.bench.convergence_report import (
 )
 from psgd.bench.plots import plot_runs
 from psgd.bench.run_data import RunData, load_run
+from psgd.bench.target_resolution import target_resolution_line
 from psgd.config import Config, Mode, load_config
 from psgd.config.modes import Overlap
 from psgd.core.heterogeneity import delay_spec, describe, transient_specs
@@ -271,6 +272,8 @@ def setting_lines(cfg: Config, specs: list[ModeSpec]) -> list[str]:
     """The setting a report's conclusion holds for, in words."""
     t, o, w = cfg.task, cfg.optimizer, cfg.workers
     args = lambda d: f" {d}" if d else ""  # noqa: E731
+    sim = cfg.cluster.launcher == "sim"
+    unit = " simulated s" if sim else " s"
     scaling = (f" with linear scaling: bsp and all-reduce step at lr x {cfg.cluster.workers} (x W - b with b backup "
                "workers), the gradients one of their updates averages; ssp/asp at lr"
                if o.lr_scaling == "linear" else ", the same learning rate in every mode")
@@ -280,11 +283,14 @@ def setting_lines(cfg: Config, specs: list[ModeSpec]) -> list[str]:
         f"for the parameter-server modes.",
         f"Heterogeneity: {describe(dict(w.slowdown), delay_spec(w), transient_specs(w))}.",
         f"Optimizer: {o.name}{scaling}{', momentum %g' % o.effective_momentum if o.effective_momentum else ''}.",
-        f"Budget, the same for every mode: at most {cfg.train.max_time_s:g} s of training and "
-        f"{cfg.train.steps_per_worker} steps per worker; evaluation every {cfg.eval.every_s:g} s.",
+        f"Budget, the same for every mode: at most {cfg.train.max_time_s:g}{unit} of training and "
+        f"{cfg.train.steps_per_worker} steps per worker; evaluation every {cfg.eval.every_s:g}{unit}.",
+        target_resolution_line(cfg),
         f"Modes: {', '.join(s.label for s in specs)}.",
-        f"Machine: {os.cpu_count()} cores, 1-minute load average at the end {os.getloadavg()[0]:.1f} "
-        "(absolute times are specific to it; compare modes by their ratios, measured in one bench).",
+        ("Clock: simulated (the virtual cluster's time model), so the load of the machine that ran it does not "
+         "enter the times." if sim else
+         f"Machine: {os.cpu_count()} cores, 1-minute load average at the end {os.getloadavg()[0]:.1f} "
+         "(absolute times are specific to it; compare modes by their ratios, measured in one bench)."),
     ]
 
 
