@@ -58,10 +58,11 @@ class ModeStats:
     times: tuple[float, ...] = ()  # every seed's time to target (inf: not reached), for ratio intervals
     caps: tuple[float, ...] = ()   # every seed's run length: a not-reached seed's time is censored there
     finals: tuple[float, ...] = () # every seed's final metric (seeds without one left out)
+    seed_ids: tuple[int, ...] = () # every seed's run.seed, in the order of `times`
 
     def sample(self) -> Sample:
         """The seeds' times for psgd.bench.verdict.judge, not-reached seeds censored at their run's end."""
-        return Sample.of(self.times, self.caps or None)
+        return Sample.of(self.times, self.caps or None, self.seed_ids or None)
 
     def versus(self, other: "ModeStats") -> Judgement:
         return judge(self.sample(), other.sample())
@@ -81,7 +82,7 @@ def mode_stats(outcomes: Sequence[RunOutcome], baseline: str = "bsp") -> dict[st
         finals = [o.final_metric for o in runs if o.final_metric is not None]
         out[label] = ModeStats(label, runs[0].lr, len(runs), sum(o.time_to_target_s is not None for o in runs),
                                median_ci(times), median_ci(finals) if finals else None, None, tuple(times),
-                               tuple(o.train_time_s for o in runs), tuple(finals))
+                               tuple(o.train_time_s for o in runs), tuple(finals), tuple(o.seed for o in runs))
     base = out.get(baseline)
     if base is not None and math.isfinite(base.time.median) and base.time.median > 0:
         for label, s in out.items():

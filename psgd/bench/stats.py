@@ -82,10 +82,12 @@ TIE_MARGIN = 0.10  # a tie claims the two medians are within ±10% of each other
 
 
 def ratio_ci(a: Sequence[float], b: Sequence[float], level: float = CI_LEVEL,
-             resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> Interval:
-    """median(a) / median(b) with a percentile-bootstrap interval (each side
-    resampled on its own). A ratio involving a never-reached (inf) median is inf;
-    inf / inf is unknown and counts as inf, so it can never look like a tie."""
+             resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0, paired: bool = False) -> Interval:
+    """median(a) / median(b) with a percentile-bootstrap interval: each side
+    resampled on its own, or, `paired` (a[i] and b[i] ran with the same seed),
+    the same seeds drawn for both, so what the seeds share cancels. A ratio
+    involving a never-reached (inf) median is inf; inf / inf is unknown and
+    counts as inf, so it can never look like a tie."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.size == 0 or y.size == 0:
         raise ValueError("ratio_ci: no values")
@@ -98,9 +100,12 @@ def ratio_ci(a: Sequence[float], b: Sequence[float], level: float = CI_LEVEL,
     med = float(ratio(np.median(x), np.median(y)))
     if x.size < 2 or y.size < 2:
         return Interval(med, med, med, min(x.size, y.size))
+    if paired and x.size != y.size:
+        raise ValueError("ratio_ci: paired samples differ in length")
     rng = np.random.default_rng(seed)
-    ma = _medians(x[rng.integers(0, x.size, size=(resamples, x.size))])
-    mb = _medians(y[rng.integers(0, y.size, size=(resamples, y.size))])
+    ia = rng.integers(0, x.size, size=(resamples, x.size))
+    ma = _medians(x[ia])
+    mb = _medians(y[ia if paired else rng.integers(0, y.size, size=(resamples, y.size))])
     rs = np.sort(ratio(ma, mb))
     alpha = (1.0 - level) / 2
     return Interval(med, float(np.quantile(rs, alpha, method="lower")),

@@ -18,6 +18,11 @@ SLOWER, never FASTER or TIED); otherwise it is INCONCLUSIVE. A FASTER/SLOWER
 verdict that rests on censored seeds is flagged `decided_by_cap`: it holds
 whatever the censored times are, but its size is the cap's.
 
+Pairing. Where both sides ran the same seeds (Sample.seeds), the bootstrap
+draws the same seeds for both (common random numbers: the same data order and
+delays), so two modes whose every seed gives the same time are TIED, not
+INCONCLUSIVE from each side's own spread.
+
 For quantities where higher is better (accuracy), FASTER reads "better".
 """
 from __future__ import annotations
@@ -49,15 +54,19 @@ class Sample:
     (how long it ran), a lower bound on its true value."""
     values: tuple[float, ...]
     censored: tuple[bool, ...]
+    seeds: Optional[tuple[int, ...]] = None   # the run seed of each value, where known
 
     def __post_init__(self):
         if len(self.values) != len(self.censored):
             raise ValueError("Sample: values and censored differ in length")
+        if self.seeds is not None and len(self.seeds) != len(self.values):
+            raise ValueError("Sample: values and seeds differ in length")
         if any(math.isnan(v) or math.isinf(v) for v in self.values):
             raise ValueError("Sample: values must be finite (a censored seed holds its cap)")
 
     @classmethod
-    def of(cls, times: Sequence[float], caps: Optional[Sequence[Optional[float]]] = None) -> "Sample":
+    def of(cls, times: Sequence[float], caps: Optional[Sequence[Optional[float]]] = None,
+           seeds: Optional[Sequence[int]] = None) -> "Sample":
         """`times`: inf (or None) where not reached; `caps[i]`: how far seed i ran
         (needed for every such seed; a censored seed without one counts 0, which
         can only make a verdict less sure)."""
@@ -70,7 +79,19 @@ class Sample:
             else:
                 vals.append(float(t))
                 cens.append(False)
-        return cls(tuple(vals), tuple(cens))
+        return cls(tuple(vals), tuple(cens), None if seeds is None else tuple(int(k) for k in seeds))
+
+    def paired_with(self, other: "Sample") -> Optional[tuple["Sample", "Sample"]]:
+        """Both samples ordered by seed when they ran the same seeds (else None)."""
+        if self.seeds is None or other.seeds is None or sorted(self.seeds) != sorted(other.seeds) \
+                or len(set(self.seeds)) != len(self.seeds):
+            return None
+
+        def by_seed(s: "Sample") -> "Sample":
+            order = sorted(range(s.n), key=lambda i: s.seeds[i])
+            return Sample(tuple(s.values[i] for i in order), tuple(s.censored[i] for i in order),
+                          tuple(s.seeds[i] for i in order))
+        return by_seed(self), by_seed(other)
 
     @property
     def n(self) -> int:
@@ -90,13 +111,14 @@ class Judgement:
     censored: tuple[int, int]  # censored seeds of a, of b
     seeds: tuple[int, int]
     higher_is_better: bool = False
+    paired: bool = False       # the two sides ran the same seeds, resampled together
 
     def text(self) -> str:
         """e.g. 'slower: ratio 1.42 [1.30, 1.55] (±10% margin; decided by the cap: 3/5 seeds of a censored)'."""
         word = self.outcome.value
         if self.higher_is_better and self.outcome in (Outcome.FASTER, Outcome.SLOWER):
             word = "better" if self.outcome == Outcome.FASTER else "worse"
-        notes = [f"±{self.margin:.0%} margin"]
+        notes = [f"±{self.margin:.0%} margin" + (", paired by seed" if self.paired else "")]
         ca, cb = self.censored
         if ca or cb:
             cens = f"censored at the cap: {ca}/{self.seeds[0]} and {cb}/{self.seeds[1]} seeds"
@@ -114,7 +136,10 @@ def judge(a: Sample, b: Sample, margin: float = TIE_MARGIN, higher_is_better: bo
         raise ValueError("judge: no values")
     if higher_is_better and (a.n_censored or b.n_censored):
         raise ValueError("judge: censored seeds only make sense for a lower-is-better cost")
-    r = ratio_ci(a.values, b.values, seed=seed)
+    pair = a.paired_with(b)
+    if pair is not None:
+        a, b = pair
+    r = ratio_ci(a.values, b.values, seed=seed, paired=pair is not None)
     if higher_is_better:  # b/a: a higher value of a reads as a lower ratio, as for times
         r = Interval(_inv(r.median), _inv(r.high), _inv(r.low), r.n)
     lo, hi = 1.0 - margin, 1.0 + margin
@@ -144,7 +169,7 @@ def judge(a: Sample, b: Sample, margin: float = TIE_MARGIN, higher_is_better: bo
     by_cap = bool(ca or cb) and outcome in (Outcome.FASTER, Outcome.SLOWER)
     if higher_is_better:  # report the ratio as a / b
         r = Interval(_inv(r.median), _inv(r.high), _inv(r.low), r.n)
-    return Judgement(outcome, r, margin, by_cap, (ca, cb), (a.n, b.n), higher_is_better)
+    return Judgement(outcome, r, margin, by_cap, (ca, cb), (a.n, b.n), higher_is_better, pair is not None)
 
 
 def _inv(x: float) -> float:

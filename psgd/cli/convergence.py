@@ -97,6 +97,7 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
         overrides.append(f"train.target={{metric: accuracy, value: {args.target_accuracy}}}")
     try:
         bounds = tune.parse_bounds(args.bounds)
+        lr_grid = bc.parse_lr_grid(args.lr_grid) if args.lr_grid else None
         cfg = load_config(args.config, overrides)
         seeds = _seeds(args.seeds, cfg)
         if seeds < 1 or not 1 <= args.min_seeds <= seeds:
@@ -115,7 +116,7 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
     print(f"output directory: {out}", file=sys.stderr)
     try:
         result = tune.run_tune(args.config, overrides, bounds, seeds, out, args.min_seeds, args.eta,
-                               on_run=_progress, child_main=_psgd_main)
+                               on_run=_progress, child_main=_psgd_main, lr_grid=lr_grid)
     except (ConfigError, ValueError) as exc:
         print(f"psgd tune staleness: {exc}", file=sys.stderr)
         return 2
@@ -187,7 +188,10 @@ def add_convergence_commands(sub) -> None:
     stale.add_argument("--seeds", type=int, default=None,
                        help=f"seeds each finalist bound gets (default {DEFAULT_SEEDS}, {SIM_SEEDS} on sim)")
     stale.add_argument("--min-seeds", type=int, default=1, help="seeds every bound gets in the first rung")
-    stale.add_argument("--eta", type=int, default=2, help="keep 1/eta of the bounds after each rung")
+    stale.add_argument("--eta", type=int, default=2, help="multiply the seeds by eta from one rung to the next")
+    stale.add_argument("--lr-grid", default="", help="comma-separated rates each bound tries with one seed, keeping "
+                                                     "its best (default on sim: the configured rate x 0.25, 0.5, 1, "
+                                                     "2; elsewhere: the configured rate, no grid)")
     stale.add_argument("--out", default=None, help="output directory (default: run.out_dir/tune-NAME-TIMESTAMP)")
     stale.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     stale.set_defaults(func=cmd_tune_staleness)
