@@ -121,8 +121,9 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
         print(f"psgd tune staleness: {exc}", file=sys.stderr)
         return 2
     specs = [bc.ModeSpec(f"ssp:{b}", Mode.SSP, b) for b in bounds]
-    table, line, md = tune.write_tune_outputs(result, dump_config(cfg), _command_line(args),
-                                              bc.setting_lines(cfg, specs))
+    ran = load_config(args.config, [*overrides, *result.shared])  # with what the tuner fixed (eval spacing)
+    table, line, md = tune.write_tune_outputs(result, dump_config(ran), _command_line(args),
+                                              bc.setting_lines(ran, specs))
     print(table)
     print(line)
     for f in result.bench.failed:
