@@ -46,7 +46,7 @@ from psgd.core.heterogeneity import delay_spec, describe, transient_specs
 from psgd.core.target import HoldRule
 from psgd.orchestrate.launchers import launcher_for
 
-__all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "read_lr_choice", "run_matrix", "BenchResult",
+__all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "inner_rate_problem", "ADAMW_GRID", "read_lr_choice", "run_matrix", "BenchResult",
            "write_outputs", "target_spec", "setting_lines"]
 
 _BACKUP = re.compile(r"b(\d+)")
@@ -171,6 +171,23 @@ def parse_lr_grid(text: str) -> list[float]:
     if len(set(lrs)) != len(lrs):
         raise ValueError("--lr-grid: a learning rate is listed twice")
     return lrs
+
+
+# Inner AdamW rates that trained DiLoCo in this repository's studies (best 0.003-0.01 on digits, MNIST-1D
+# and the character LM; benchmarks/convergence*/...-adamw-lr): the grid a refusal suggests.
+ADAMW_GRID = (0.001, 0.003, 0.01)
+
+
+def inner_rate_problem(cfg: Config, specs: list[ModeSpec]) -> Optional[str]:
+    """Without a grid every mode runs at optimizer.lr; a mode whose inner optimizer
+    is not the configured one (DiLoCo's AdamW under an SGD config) would inherit a
+    rate meant for another optimizer. Returns the one-line refusal, or None."""
+    foreign = [s.label for s in specs if s.diloco and cfg.optimizer.name != "adamw"]
+    if not foreign:
+        return None
+    grid = ",".join(f"{lr:g}" for lr in sorted({*ADAMW_GRID, cfg.optimizer.lr}))
+    return (f"the inner steps of {', '.join(foreign)} use AdamW, and optimizer.lr {cfg.optimizer.lr:g} is a rate for "
+            f"{cfg.optimizer.name}: pass --lr-grid {grid} (each mode at its best), or --lr-from a previous bench")
 
 
 def read_lr_choice(summary_csv: Path) -> dict[str, float]:

@@ -59,6 +59,9 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
             raise ValueError("give --lr-grid or --lr-from, not both")
         lrs = bc.parse_lr_grid(args.lr_grid) if args.lr_grid else None
         lr_for = bc.read_lr_choice(Path(args.lr_from)) if args.lr_from else None
+        problem = bc.inner_rate_problem(cfg, specs) if lrs is None and lr_for is None else None
+        if problem:
+            raise ValueError(problem)
     except (ConfigError, ValueError) as exc:
         print(f"psgd bench convergence: {exc}", file=sys.stderr)
         return 2

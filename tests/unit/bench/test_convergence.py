@@ -178,3 +178,17 @@ def test_another_baseline_is_what_every_mode_is_compared_with(tmp_path):
     assert lines[6] == "- Time to hold test accuracy 0.8, median [95% CI] over seeds; asp: 2.00 s [2.00 s, 2.00 s]."
     assert lines[7] == "- Slower than asp (intervals do not overlap): asp+pipe (4.00 s [4.00 s, 4.00 s], 2.00x)."
     assert any(line.startswith("| mode |") and "ratio to asp" in line for line in lines)
+
+
+def test_a_diloco_mode_under_an_sgd_config_without_a_grid_is_refused_with_the_grid_to_pass():
+    from psgd.bench.convergence import ADAMW_GRID, inner_rate_problem
+    from psgd.config import load_config
+    sgd = load_config(None, ["optimizer.name=sgd", "optimizer.lr=0.1"])
+    assert inner_rate_problem(sgd, parse_modes("asp,local:8,geo:4")) is None   # every mode steps SGD
+    problem = inner_rate_problem(sgd, parse_modes("asp,local:8,diloco:8"))
+    grid = sorted({*ADAMW_GRID, 0.1})
+    assert problem == ("the inner steps of bsp+h8+diloco use AdamW, and optimizer.lr 0.1 is a rate for sgd: pass --lr-grid "
+                       + ",".join(f"{x:g}" for x in grid) + " (each mode at its best), or --lr-from a previous bench")
+    assert "\n" not in problem
+    adamw = load_config(None, ["optimizer.name=adamw", "optimizer.lr=0.003"])
+    assert inner_rate_problem(adamw, parse_modes("diloco:8")) is None   # the configured rate is an AdamW rate
