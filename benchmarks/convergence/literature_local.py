@@ -98,8 +98,8 @@ _CAP = {"examples_to_target": "examples_spent", "bytes_to_target": "bytes_spent"
 
 def _sample(rows: Sequence[SeedRow], field: str) -> Sample:
     """The rows' `field` for judge, a not-reached seed censored at what it spent by its end."""
-    return Sample.of([getattr(r, field) for r in rows], [getattr(r, _CAP[field]) if field in _CAP else None
-                                                         for r in rows])
+    return Sample.of([getattr(r, field) for r in rows],
+                     [getattr(r, _CAP[field]) if field in _CAP else None for r in rows], [r.seed for r in rows])
 
 
 def _beats(a: Sample, b: Sample) -> tuple[ClaimVerdict, Judgement]:
@@ -159,8 +159,9 @@ def judge_faster_epochs(a: Sequence[SeedRow], b: Sequence[SeedRow], higher_is_be
                       _values(a, "final_metric"), _values(b, "final_metric"))
     if ra is None or rb is None or fa is None or fb is None:
         return ClaimVerdict.NOT_TESTED, "examples/s or final metric not recorded"
-    speed, js = _beats(Sample.of([1.0 / v for v in ra]), Sample.of([1.0 / v for v in rb]))  # seconds per example
-    jq = judge(Sample.of(fa), Sample.of(fb), higher_is_better=higher_is_better)
+    sa, sb = [r.seed for r in a], [r.seed for r in b]
+    speed, js = _beats(Sample.of([1.0 / v for v in ra], seeds=sa), Sample.of([1.0 / v for v in rb], seeds=sb))  # s/example
+    jq = judge(Sample.of(fa, seeds=sa), Sample.of(fb, seeds=sb), higher_is_better=higher_is_better)
     quality = claim_verdict(Claimed.TIES, jq.outcome)
     parts = {speed, quality}
     verdict = (ClaimVerdict.CONFIRMED if parts == {ClaimVerdict.CONFIRMED} else ClaimVerdict.NOT_CONFIRMED

@@ -112,10 +112,11 @@ def case_section(case: str, runs: Path) -> tuple[list[str], str]:
                      + " times in its seeds (largest bound " + ", ".join(str(b) for _, b in changes)
                      + "); see [bound_vs_time.png](" + case + "/bound_vs_time.png).")
     auto_train = [float(r["train_time_s"]) for r in bench.get("ssp:auto", []) if r["train_time_s"]]
-    lines.append(f"Tuner: `psgd tune staleness --bounds 1,2,4,8` recommended s={best} after {tuner_runs} runs "
-                 f"taking {tuner_s} s of wall time (start-up included); one ssp:auto run trains for "
-                 f"{statistics.median(auto_train):.1f} s (median) and needs no tuning." if auto_train else
-                 f"Tuner: recommended s={best} after {tuner_runs} runs, {tuner_s} s.")
+    lines.append(f"Tuner: `psgd tune staleness --bounds 1,2,4,8` ran {tuner_runs} runs taking {tuner_s} s of wall "
+                 f"time (start-up included); the tuner's rule (psgd.bench.tune_halving.recommend_bound) picks "
+                 f"s={best} from them; one ssp:auto run trains for {statistics.median(auto_train):.1f} s (median) "
+                 "and needs no tuning." if auto_train else
+                 f"Tuner: {tuner_runs} runs, {tuner_s} s; the tuner's rule picks s={best} from them.")
     verdict = "no verdict (missing runs)"
     if "ssp:auto" in ivs and len(ivs) == 4:
         tuned_label = rows[3][0]
