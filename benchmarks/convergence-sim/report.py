@@ -26,6 +26,7 @@ sys.path[:0] = [str(HERE), str(REAL)]
 
 from claims_local import local_update_verdicts, seed_rows  # noqa: E402
 from literature import study_verdicts  # noqa: E402
+from sweep import sensitivity_section  # noqa: E402
 from verdicts import headline, load_case  # noqa: E402
 
 from psgd.bench.stats import TIE_MARGIN  # noqa: E402
@@ -61,6 +62,11 @@ def claims_at(paths: dict[str, Path], w: int):
     if "none" in cases:
         claims += local_update_verdicts(cases["none"], seed_rows(paths["none"]), f"{w} workers", LOCAL_H)
     return cases, claims
+
+
+def judge_study(study_dir: Path) -> dict[int, list]:
+    """W -> its claims, for a directory laid out like the study (a sensitivity sweep point)."""
+    return {w: claims_at(paths, w)[1] for w, paths in load_study(study_dir).items()}
 
 
 def real_claims() -> dict[str, dict[str, str]]:
@@ -239,6 +245,7 @@ def main(argv: list[str]) -> int:
                   "clock (simulated, without the real study's two shared cores), so a difference says the answer "
                   "depends on them, not which is right.", ""]
         parts += differ or ["None: every claim tested in both has the same verdict."]
+    parts += [""] + sensitivity_section(Path(study_dir), claims_by_w, judge_study)
     parts += ["", "![time to target vs W](scale.png)", "", "![verdicts vs W](verdicts.png)", "",
               "## The run", ""] + log_lines(study_dir)
     (Path(study_dir) / "report.md").write_text("\n".join(parts) + "\n")
