@@ -143,7 +143,7 @@ def resolution_line(t: TuneResult) -> str:
     if spacing == float("inf") or fastest == float("inf"):
         return "Time resolution: not measurable (too few evaluations, or no bound held the target)."
     unit = " simulated s" if t.simulated else " s"
-    return (f"Time resolution: evaluations every {spacing:.3g}{unit} (median spacing), {spacing / fastest:.1%} of the "
+    return (f"Time resolution: evaluations every {spacing:.3f}{unit} (median spacing), {spacing / fastest:.1%} of the "
             f"fastest bound's median time to target" + (" (within 5%)." if ok else
             ": differences under two evaluation periods are not resolved; lower eval.every_s to resolve them."))
 
