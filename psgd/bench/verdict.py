@@ -114,7 +114,8 @@ class Judgement:
     paired: bool = False       # the two sides ran the same seeds, resampled together
 
     def text(self) -> str:
-        """e.g. 'slower: ratio 1.42 [1.30, 1.55] (±10% margin; decided by the cap: 3/5 seeds of a censored)'."""
+        """e.g. 'slower: ratio 1.42 [1.30, 1.55] (±10% margin, paired by seed; decided by the cap; censored
+        at the cap: 3/5 and 0/5 seeds)'."""
         word = self.outcome.value
         if self.higher_is_better and self.outcome in (Outcome.FASTER, Outcome.SLOWER):
             word = "better" if self.outcome == Outcome.FASTER else "worse"
