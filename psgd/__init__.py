@@ -8,11 +8,17 @@ light (no torch, no zmq) until one of them is touched:
     psgd.serve(cfg, shard=i)                          # one blocking server shard
     psgd.launch(cfg, model=..., dataset=...)          -> Summary
     psgd.PSClient                                     # the low-level client
+
+`psgd.__version__` is the one place the version is written: pyproject.toml
+reads it from here, `psgd --version` prints it, summary.json and `psgd doctor`
+record it.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any
+
+__version__ = "0.1.0"
 
 __all__ = ["load_config", "Optimizer", "serve", "launch", "Summary", "PSClient", "Config", "ConfigError",
            "StartupError", "LaunchError", "UnsupportedOptimizer"]

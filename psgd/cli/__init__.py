@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from psgd import __version__
 from psgd.cli.bench import add_measurement_commands
 from psgd.cli.ctl import add_ctl_command
 from psgd.cli.doctor import add_doctor_command
@@ -205,6 +206,8 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="psgd", description="Parameter-server SGD: BSP, SSP and ASP over ZeroMQ.")
+    p.add_argument("--version", action="version", version=f"psgd {__version__}",
+                   help="print the version of psgd (the one summary.json records) and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     launch = sub.add_parser("launch", help="run servers, workers and the evaluator on this machine")

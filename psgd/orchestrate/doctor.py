@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from psgd import __version__ as psgd_version
 from psgd.config.modes import Mode
 
 __all__ = ["Status", "Finding", "environment", "system_checks", "device_checks", "available_devices",
@@ -70,7 +71,7 @@ def environment() -> dict:
     import torch.distributed as dist
 
     from psgd.wire.transport import zmq_versions
-    versions = {"psgd": _version("psgd"), "python": platform.python_version(), "torch": torch.__version__,
+    versions = {"psgd": psgd_version, "python": platform.python_version(), "torch": torch.__version__,
                 **zmq_versions(),
                 "msgpack": ".".join(map(str, msgpack.version)), "ray": _version("ray")}
     cuda = {"available": torch.cuda.is_available(), "runtime": torch.version.cuda,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
+from psgd import __version__
 from psgd.config import Config, Mode
 from psgd.config.modes import Role
 from psgd.core.histogram import Histogram
@@ -53,6 +54,7 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
     fp32_bytes = sum(int(e.get("fp32_bytes", 0)) for e in done)
     losses = [e["loss"] for e in steps[-max(1, cfg.cluster.workers * 5):] if e.get("loss") is not None]
     return {
+        "psgd_version": __version__,  # the psgd that ran it (`psgd --version` prints the same)
         "mode": cfg.consistency.mode.value,
         "staleness": cfg.consistency.staleness if cfg.consistency.mode is Mode.SSP else None,
         "servers": cfg.cluster.num_servers if cfg.consistency.mode.on_servers else 0,
