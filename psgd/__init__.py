@@ -9,16 +9,14 @@ light (no torch, no zmq) until one of them is touched:
     psgd.launch(cfg, model=..., dataset=...)          -> Summary
     psgd.PSClient                                     # the low-level client
 
-`psgd.__version__` is the one place the version is written: pyproject.toml
-reads it from here, `psgd --version` prints it, summary.json and `psgd doctor`
-record it.
+`psgd.__version__` is the version (written once, in psgd/runtime/version.py).
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from psgd.runtime.version import VERSION as __version__  # noqa: F401 (psgd.__version__)
 
 __all__ = ["load_config", "Optimizer", "serve", "launch", "Summary", "PSClient", "Config", "ConfigError",
            "StartupError", "LaunchError", "UnsupportedOptimizer"]

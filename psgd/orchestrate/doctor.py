@@ -23,8 +23,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from psgd import __version__ as psgd_version
 from psgd.config.modes import Mode
+from psgd.runtime.version import VERSION as psgd_version
 
 __all__ = ["Status", "Finding", "environment", "system_checks", "device_checks", "available_devices",
            "DeviceUnavailable", "EXACT_ATOL"]
