@@ -57,7 +57,7 @@ def _with_notices(update, bar):
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from psgd.orchestrate.launcher import LaunchFailed, make_run_dir, resume_config
-    from psgd.orchestrate.records.resume_check import ResumeRefused, check_resumable
+    from psgd.orchestrate.records.resume_check import ResumeRefused, check_fresh, check_resumable
     if args.resume:
         if args.config is not None or args.overrides or args.out or args.on or args.address:
             print("psgd launch: --resume RUN_DIR takes no CONFIG, --set, --out, --on or --address: "
@@ -97,6 +97,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
         lock = RunDirLock(run_dir).acquire()  # before anything is written into the directory
         if args.resume:
             check_resumable(cfg, run_dir)
+        else:
+            check_fresh(run_dir)
         write_task_cache(run_dir, checked)
     except (OSError, RunDirRefused, LaunchFailed, ResumeRefused) as exc:
         if lock is not None:

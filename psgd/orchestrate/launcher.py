@@ -38,7 +38,7 @@ from psgd.runtime.files import atomic_write
 from psgd.runtime.lifeline import PROCESSES_FILE
 from psgd.runtime.role import EXIT_NO_RETRY, START_FILE
 from psgd.runtime.run_lock import RunDirLock, RunDirRefused
-from psgd.runtime.safe_io import WriteFailed, describe_os_error
+from psgd.runtime.safe_io import WriteFailed, describe_os_error, open_no_follow
 from psgd.runtime.token import new_run_token
 
 SUMMARY_FILE = "summary.json"
@@ -145,7 +145,7 @@ class Launcher:
             except LaunchFailed as exc:
                 return LaunchResult(1, str(exc), self.run_dir)
         try:
-            self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+            self._metrics = open_no_follow(self.run_dir / "metrics.jsonl", "a", buffering=1)
             self._catch_up()
             reserve_summary(self.run_dir / SUMMARY_FILE)
             self.cfg = self.processes.resolve(self.cfg, self.resume)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from psgd.runtime.safe_io import open_no_follow
+
 __all__ = ["atomic_write"]
 
 
@@ -13,7 +15,7 @@ def atomic_write(path: Path, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # hosts may share the directory
     try:
-        with open(tmp, "w") as f:
+        with open_no_follow(tmp, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
