@@ -219,7 +219,8 @@ class ShardState:
             elif grad is not None and not skip:
                 self._bsp_staleness.append(result.staleness)
             self.policy.advanced(rank, clock)
-            self._maybe_complete_bsp()
+            if not self._maybe_complete_bsp():  # this push completed a round whose step was refused
+                result = PushResult(PushStatus.NON_FINITE_RESULT, result.staleness)
             return result
         self.live.bound_changed(self.policy.advanced(rank, clock))
         return result
@@ -230,17 +231,21 @@ class ShardState:
         if lr != self.rule.cfg.lr:
             self.rule.cfg = replace(self.rule.cfg, lr=lr)
 
-    def _maybe_complete_bsp(self) -> None:
+    def _maybe_complete_bsp(self) -> bool:
+        """Apply the round's average if the round is complete; False when that step
+        was refused (it would make the parameters or the state non-finite)."""
         if self.bsp is None or self.bsp.check(self.board.quorum()) is not PushOutcome.COMPLETE:
-            return
+            return True
         avg = self.bsp.take_average()
         staleness, self._bsp_staleness = self._bsp_staleness, []
         if avg is None:
-            return
+            return True
         if self.rule.apply_if_finite(self._writable(), avg, max(staleness, default=0)):
             self._applied(avg.numel(), staleness)
-        else:  # the clock's pushes were acknowledged as counted; the step they make is refused
-            self.counters["rejected_nonfinite_result"] += 1
+            return True
+        # The round's earlier pushes were acknowledged as counted; the one completing it says the step was refused.
+        self.counters["rejected_nonfinite_result"] += 1
+        return False
 
     def _applied(self, numel: int, staleness: list[int]) -> None:
         self.version += 1
