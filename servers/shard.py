@@ -232,7 +232,7 @@ class ShardServer:
             self._journal("log_join", rec.rank)
             last_seq = self.state.last_seq[rec.rank]
             self.events.emit(Event.REGISTER, rank=rec.rank, clock=clock)
-        shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token)
+        shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token, req=rec.req)
         if rec.shm:
             self.state.counters["shm_attached" if shm else "shm_refused"] += 1
         bell = self._shm.open_bell(identity, rec.bell) if shm else False

@@ -166,17 +166,23 @@ class ShardSegments:
         self._by_identity: dict[bytes, AttachedSegment] = {}
         self._identity_of: dict[tuple[str, int], bytes] = {}
         self._peer_of: dict[bytes, tuple[str, int]] = {}
-        self._offer_of: dict[bytes, tuple[str, str]] = {}  # identity -> (name, token) of the attached offer
+        self._offer_of: dict[bytes, tuple] = {}  # identity -> (name, token, request id) of the attached offer
         self._bell_of: dict[bytes, str] = {}               # identity -> name of the bell opened with it
         self._used: set[bytes] = set()      # connections that used their segment since the last sweep
         self.refused: dict[str, int] = {}   # ShmError code -> offers refused (counters)
 
-    def attach(self, identity: bytes, role: str, rank: int, name: str, token_hex: str) -> bool:
+    def attach(self, identity: bytes, role: str, rank: int, name: str, token_hex: str,
+               req: Optional[int] = None) -> bool:
         """Handle a registration's offer; True if the connection now uses shared
         memory. Any segment this connection or this (role, rank) had is released,
         except when it is this very offer: a REGISTER resent on the connection (a
-        retry) keeps the segment it settled, whose name the client has since given up."""
-        if name and self._offer_of.get(identity) == (name, token_hex) and self._peer_of.get(identity) == (role, rank):
+        retry) keeps the segment it settled, whose name the client may have given up
+        since (and its descriptor number then reused): the same request id, or a name
+        that leads to the mapped file or nowhere, is the same offer."""
+        held, offered = self._by_identity.get(identity), self._offer_of.get(identity)
+        if (held is not None and offered is not None and offered[:2] == (name, token_hex)
+                and self._peer_of.get(identity) == (role, rank)
+                and ((req is not None and offered[2] == req) or held.still_named(name))):
             return True
         self.release_rank(role, rank)
         self.release(identity)
@@ -190,7 +196,7 @@ class ShardSegments:
         self._by_identity[identity] = seg
         self._identity_of[(role, rank)] = identity
         self._peer_of[identity] = (role, rank)
-        self._offer_of[identity] = (name, token_hex)
+        self._offer_of[identity] = (name, token_hex, req)
         return True
 
     def open_bell(self, identity: bytes, name: str) -> bool:

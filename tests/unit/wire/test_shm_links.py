@@ -108,6 +108,28 @@ def test_a_register_resent_after_its_offer_was_settled_keeps_the_segment_and_the
     client.close()
 
 
+def test_a_retried_register_keeps_the_segment_after_its_name_was_reused_and_another_request_does_not():
+    client = ClientSegments([400], enabled=True, min_bytes=0)
+    shard = ShardSegments(400, enabled=True)
+    offer = client.offer(0)
+    assert shard.attach(b"id-a", "worker", 0, offer["shm"], offer["shm_token"], req=7)
+    client.settle(0, True)
+    # The client's next descriptor takes the number the segment's name pointed at.
+    reused = os.open(os.devnull, os.O_RDONLY)
+    try:
+        assert f"-{reused}" in offer["shm"]
+        # The transport's retry of request 7 is the same offer: kept.
+        assert shard.attach(b"id-a", "worker", 0, offer["shm"], offer["shm_token"], req=7)
+        gen = PayloadCache(client).generation(0, torch.ones(100))
+        assert torch.equal(_read(shard, b"id-a", gen), torch.ones(100))
+        # Another request naming what is now another file is another offer, checked on its own.
+        assert not shard.attach(b"id-a", "worker", 0, offer["shm"], offer["shm_token"], req=8)
+        assert len(shard) == 0 and shard.refused == {"not_ours": 1}
+    finally:
+        os.close(reused)
+        client.close()
+
+
 def test_payload_written_once_per_request_and_again_into_a_new_segment():
     client = ClientSegments([400], enabled=True, min_bytes=0)
     shard = ShardSegments(400, enabled=True)
