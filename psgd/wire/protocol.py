@@ -3,8 +3,10 @@
 A message is a list of frames: one msgpack header
 ``[PROTOCOL_VERSION, type, request_id, {field: value}]`` followed by zero or
 more raw tensor frames (little-endian, C order), sent zero-copy when large.
-A dense gradient is one frame; a sparse ("topk") gradient is two frames, the
-int32 indices then the float32 values of its `nnz` kept coordinates. A dense
+A gradient's frames are its codec's (psgd.wire.codecs, named by the push's
+`encoding`; psgd.wire.payload.payload_frames counts them): a dense gradient is
+one frame; top-k's is two, the int32 indices then the float32 values of its
+`nnz` kept coordinates. A dense
 gradient may also travel in pieces (push during backward): messages with
 `held` true carry [offset, offset + numel) of it and are not answered; the
 push's last message (`held` false) carries the rest, and the shard applies the
@@ -17,11 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from enum import Enum, IntEnum
+from enum import IntEnum
 from typing import Any, ClassVar, Sequence
 
 import msgpack
-import torch
+
+from psgd.core.error_codes import ErrorCode  # the codes the ERROR reply carries
 
 PROTOCOL_VERSION = 1
 MAX_HEADER_BYTES = 64 * 1024
@@ -45,52 +48,6 @@ class MsgType(IntEnum):
     CONTROL_REPLY = 15  # shard -> controller: the clock of a prepared or committed change, and settings
 
 
-class ErrorCode(str, Enum):
-    """Every code an ERROR reply or a refused control change carries; the wire holds the value."""
-
-    def __str__(self) -> str:  # f"{code}" is the wire value on every Python version
-        return self.value
-
-    BAD_CLOCK = "bad_clock"
-    BAD_ENCODING = "bad_encoding"
-    BAD_FIELD = "bad_field"
-    BAD_FRAMES = "bad_frames"
-    BAD_HEADER = "bad_header"
-    BAD_INDEX = "bad_index"
-    BAD_KEY = "bad_key"
-    BAD_MODE = "bad_mode"
-    BAD_NAME = "bad_name"
-    BAD_OP = "bad_op"
-    BAD_RANK = "bad_rank"
-    BAD_ROLE = "bad_role"
-    BAD_SEGMENT = "bad_segment"
-    BAD_SEQ = "bad_seq"
-    BAD_SHM = "bad_shm"
-    BAD_SIZE = "bad_size"
-    BAD_TOKEN = "bad_token"
-    BAD_TYPE = "bad_type"
-    BAD_VALUE = "bad_value"
-    BAD_VERSION = "bad_version"
-    BUSY = "busy"
-    NOT_OWNER = "not_owner"
-    NO_SPACE = "no_space"
-    CREATE_FAILED = "create_failed"
-    EMPTY = "empty"
-    HEADER_TOO_LARGE = "header_too_large"
-    LAYOUT_MISMATCH = "layout_mismatch"
-    NO_TOKEN = "no_token"
-    NOT_A_REQUEST = "not_a_request"
-    NOT_HERE = "not_here"
-    NOT_OURS = "not_ours"
-    NOT_PREPARED = "not_prepared"
-    NOT_REGISTERED = "not_registered"
-    MISSING_PIECES = "missing_pieces"
-    RANK_BOUND = "rank_bound"
-    TOO_LATE = "too_late"
-    TOO_SMALL = "too_small"
-    UNAUTHORIZED = "unauthorized"
-
-
 class ProtocolError(ValueError):
     """A message that does not follow this module's contract."""
 
@@ -98,28 +55,6 @@ class ProtocolError(ValueError):
         self.code = code
         self.reason = reason
         super().__init__(f"{code}: {reason}")
-
-
-# Tensor encodings: name -> (torch dtype, bytes per element). "f16"/"bf16"
-# carry a scale so large gradients do not overflow (value = wire * scale).
-ENCODINGS: dict[str, tuple[torch.dtype, int]] = {
-    "f32": (torch.float32, 4),
-    "f16": (torch.float16, 2),
-    "bf16": (torch.bfloat16, 2),
-}
-# Sparse encodings: name -> (index dtype, value dtype); two frames, nnz elements each.
-SPARSE_ENCODINGS: dict[str, tuple[torch.dtype, torch.dtype]] = {
-    "topk": (torch.int32, torch.float32),
-}
-
-
-def payload_frames(record: "Record") -> int:
-    """How many tensor frames follow the header of `record`."""
-    if isinstance(record, Push):
-        return 0 if record.shm else 2 if record.encoding in SPARSE_ENCODINGS else 1
-    if isinstance(record, Params):
-        return 0 if record.shm else 1
-    return 1 if isinstance(record, Welcome) else 0
 
 
 @dataclass(frozen=True)
@@ -167,7 +102,7 @@ class Push(Record):
     seq: int = 0                # per-worker sequence number; a resend reuses it
     clock: int = 0              # worker clock this gradient belongs to
     read_version: int = 0       # shard version of the parameters the gradient was computed on
-    encoding: str = "f32"       # a dense ENCODINGS name, or a SPARSE_ENCODINGS name
+    encoding: str = "f32"       # a codec's wire name (psgd.wire.codecs): its frames follow
     scale: float = 1.0
     numel: int = 0              # elements of the (dense) gradient
     nnz: int = 0                # sparse encodings: coordinates carried

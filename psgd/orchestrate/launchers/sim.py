@@ -1,4 +1,4 @@
-"""`psgd launch --on sim` (cluster.launcher: sim): the job on the virtual cluster.
+"""`--on sim`: the job on the virtual cluster (psgd.sim), in one process.
 
 Leaves the run directory a real launch leaves (config.yaml, metrics.jsonl,
 metrics.csv, summary.json, model.pt, TensorBoard when asked), written by the
@@ -14,8 +14,8 @@ from typing import Callable, Optional
 
 import torch
 
-from psgd.config import Config, ConfigError, dump_config, override_config
-from psgd.orchestrate.launcher import LaunchResult
+from psgd.config import Config, dump_config, override_config
+from psgd.orchestrate.launchers import LaunchResult
 from psgd.orchestrate.records.metrics_export import MetricsExport
 from psgd.orchestrate.records.summary import summarize, time_to_target
 from psgd.orchestrate.records.summary_file import write_summary
@@ -28,7 +28,13 @@ from psgd.sim.measure import measure_compute_ms
 from psgd.sim.time_model import TimeModel
 from psgd.tasks import load_task
 
-__all__ = ["SimLauncher", "resolve_compute_ms"]
+__all__ = ["REQUIRES", "SimLauncher", "launcher_class", "resolve_compute_ms"]
+
+REQUIRES: dict[str, str] = {}
+
+
+def launcher_class() -> type:
+    return SimLauncher
 
 
 def resolve_compute_ms(cfg: Config, task) -> Config:
@@ -40,11 +46,11 @@ def resolve_compute_ms(cfg: Config, task) -> Config:
 
 
 class SimLauncher:
+    resumable = False  # a simulated run is repeated (bit for bit), not resumed
+
     def __init__(self, cfg: Config, run_dir: Path, on_progress: Optional[Callable] = None, resume: bool = False,
                  child_main=None, lock=None):
         """`lock`: the run directory's lock, held by the caller (psgd.runtime.run_lock)."""
-        if resume:
-            raise ConfigError("cluster.launcher", "a simulated run is repeated, not resumed: launch it again")
         self.cfg, self.run_dir = cfg, Path(run_dir)
 
     def run(self) -> LaunchResult:
