@@ -184,7 +184,27 @@ def check_namespaces() -> Finding:
 
 
 def system_checks() -> list[Finding]:
-    return [check_shared_memory(), check_curve(), check_namespaces()]
+    return [check_temp_dir(), check_shared_memory(), check_curve(), check_namespaces()]
+
+
+def _temp_dir_problem() -> Optional[str]:
+    """Why temporary files cannot go where the user wants them (None: they can). The
+    runs the doctor makes, torch and Ray write under the temporary directory."""
+    wanted = os.environ.get("TMPDIR")
+    try:
+        with tempfile.TemporaryDirectory(prefix="psgd-doctor-", dir=wanted or None):
+            pass
+    except OSError as exc:
+        where = f"TMPDIR={wanted}" if wanted else "no TMPDIR set"
+        return f"{exc.strerror or exc} ({where}): set TMPDIR to a writable directory"
+    return None
+
+
+def check_temp_dir() -> Finding:
+    problem = _temp_dir_problem()
+    if problem:
+        return Finding("temporary_directory", Status.FAILED, problem)
+    return Finding("temporary_directory", Status.OK, f"{tempfile.gettempdir()} is writable")
 
 
 # ---- end-to-end on each device -------------------------------------------------------
@@ -306,6 +326,10 @@ def check_round_trip(device: str) -> Finding:
 def device_checks(device: str, child_main: Optional[Callable] = None) -> list[Finding]:
     if device not in available_devices():
         raise DeviceUnavailable(f"{device}: torch sees no such device here")
+    problem = _temp_dir_problem()
+    if problem:
+        return [Finding(f"{device}: bsp = allreduce", Status.FAILED, f"its runs need a temporary directory: {problem}"),
+                check_round_trip(device)]
     with tempfile.TemporaryDirectory(prefix="psgd-doctor-") as tmp:
         return [check_exactness(device, Path(tmp), child_main), check_round_trip(device)]
 
