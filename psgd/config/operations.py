@@ -22,9 +22,10 @@ __all__ = ["WireConfig", "CheckpointConfig", "SupervisionConfig", "SecurityConfi
 
 @dataclass(frozen=True)
 class WireConfig:
-    # Gradient encoding on the wire: fp32, fp16/bf16 (scaled), or top-k with error feedback.
+    # Gradient encoding on the wire: fp32, fp16/bf16 (scaled), top-k with error feedback, int8/int4
+    # with a scale per block of 64, or 2-bit with error feedback (int2_ef).
     # Each value is a codec's config_name (psgd.wire.codecs; its registry checks the two agree).
-    compression: Literal["none", "fp16", "bf16", "topk"] = "none"
+    compression: Literal["none", "fp16", "bf16", "topk", "int8", "int4", "int2_ef"] = "none"
     topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
     max_message_mb: int = field(default=1024, metadata=int_max(2047))  # sockets refuse larger messages (< 2 GiB)
     # Same-host data path: "auto" moves gradients and parameters through a shared-memory
