@@ -280,6 +280,7 @@ class ShardServer:
         if rec.TYPE is MsgType.PUSH_PULL:
             check_slot(rec.slot)
         self.state.seen(rec.rank, self._clock())
+        started = time.perf_counter()
         if not piece:
             grad = self._decode.gradient(identity, rec, payload)
         elif rec.seq <= self.state.last_seq[rec.rank]:  # a piece of a push already applied: nothing to add
@@ -294,6 +295,7 @@ class ShardServer:
                 return  # answered with the push's last message
             if grad is None:
                 raise ProtocolError(P.ErrorCode.MISSING_PIECES, f"push {rec.seq}'s pieces do not cover the gradient")
+        self.state.counters["decode_us"] += round(1e6 * (time.perf_counter() - started))  # the codec's own time
         result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s)
         self._speeds.observe(rec.rank, rec.step_s, rec.steps)
         if result.status is not PushStatus.DUPLICATE:

@@ -5,6 +5,7 @@ before the next `encode` call. Not thread-safe.
 """
 from __future__ import annotations
 
+import time
 from typing import Optional, Sequence
 
 import torch
@@ -22,6 +23,7 @@ class WireEncoder:
         self.sizes = list(shard_sizes)
         self.wire_bytes = 0     # payload bytes encoded so far
         self.fp32_bytes = 0     # what the same gradients cost as fp32
+        self.encode_s = 0.0     # seconds spent encoding (the codec's own time, this side of the wire)
         # The dense payload's dtype (None for a sparse codec): an `out` given to `encode` must have it.
         self.wire_dtype = self.codec.wire_dtype if self.codec.dense else None
 
@@ -39,7 +41,9 @@ class WireEncoder:
         """Encode one shard's flat float32 gradient (not modified). Dense codecs
         other than fp32: into `out` (a `wire_dtype` tensor of the gradient's size,
         e.g. a shared-memory request region) instead of the codec's own buffer."""
+        start = time.perf_counter()
         encoded = self.codec.encode(shard, grad, out)
+        self.encode_s += time.perf_counter() - start
         self.wire_bytes += sum(memoryview(f).nbytes for f in encoded.frames)
         self.fp32_bytes += 4 * grad.numel()
         return encoded
@@ -49,7 +53,9 @@ class WireEncoder:
         `encode` would put them on the wire (elementwise codecs only)."""
         if not isinstance(self.codec, DenseCodec):
             raise ValueError(f"{self.encoding} gradients cannot be encoded piece by piece")
+        start = time.perf_counter()
         encoded = self.codec.encode_piece(shard, grad, offset, numel)
+        self.encode_s += time.perf_counter() - start
         self.wire_bytes += memoryview(encoded.frames[0]).nbytes
         self.fp32_bytes += 4 * numel
         return encoded
