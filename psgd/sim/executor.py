@@ -31,7 +31,7 @@ from psgd.servers.state import PushResult, ShardState
 from psgd.sim.binding import ModelBinding
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
-from psgd.wire.codecs import Encoded, Gradient, WireEncoder, codec_for_compression, codec_named, encoding_of
+from psgd.wire.codecs import Encoded, Gradient, WireEncoder, codec_named, encodings_for
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.push_cursor import PushCursor
@@ -126,8 +126,9 @@ class Executor:
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
-        codec = codec_for_compression(cfg.wire.compression)
-        self._f32 = codec.dense and codec.wire_dtype == torch.float32  # a push decodes to the very buffer
+        encodings = encodings_for(cfg.wire, self.layout.shard_sizes, cfg.local.enabled)
+        # Per shard: a push decodes to the very buffer it was encoded from (dense fp32).
+        self._f32 = [codec_named(e).dense and codec_named(e).wire_dtype == torch.float32 for e in encodings]
         self.now = 0.0  # the simulated time, set by whoever drives the executor (local rounds' pace)
         self.speeds = [StepSpeeds() for _ in range(self.num_shards)]  # each shard's view, as the real shard's
         self.gradient_s = 0.0  # CPU seconds in forward+backward (psgd bench sim's denominator)
@@ -138,7 +139,7 @@ class Executor:
         w = cfg.cluster.workers
         for rank in range(w):
             batches = train_loader(train, rank, w, cfg.task.batch_size, cfg.run.seed)
-            enc = WireEncoder(encoding_of(cfg.wire), self.layout.shard_sizes, cfg.wire.topk_ratio)
+            enc = WireEncoder(encodings, self.layout.shard_sizes, cfg.wire.topk_ratio)
             reads = [self._read(s) for s in range(self.num_shards)]
             worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                    [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
@@ -166,7 +167,7 @@ class Executor:
 
     def recycle(self, push: Push) -> None:
         """A served push's gradient buffer is free again (the shard never keeps it)."""
-        if self._f32 and self.binding is not None:
+        if self._f32[push.shard] and self.binding is not None:
             self._free[push.shard].append(push.grad)
 
     # ---- steps ------------------------------------------------------------

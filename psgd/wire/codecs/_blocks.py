@@ -23,6 +23,7 @@ torch ops on the gradient's own device; only the packed frames come to the CPU.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, ClassVar, Optional, Sequence
 
@@ -42,6 +43,7 @@ def levels(bits: int) -> int:
     return 2 ** (bits - 1) - 1
 
 
+@functools.lru_cache(maxsize=None)
 def max_scale(bits: int) -> torch.Tensor:
     """The largest fp32 scale s with L * s finite in fp32: a block's scale is capped
     there (its decoded values cannot overflow) and a larger one is forged."""
