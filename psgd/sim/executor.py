@@ -53,7 +53,9 @@ def decode_push(enc: Encoded, numel: int, owned: Optional[torch.Tensor] = None) 
     grad = codec.decode(enc.frames, numel, enc.nnz, enc.scale, out)
     if isinstance(grad, tuple):
         return grad[0].clone(), grad[1].clone()
-    return grad if grad is out else out.copy_(grad)  # an fp32 payload decodes to a view of the frame
+    if grad is out or out is None:  # a non-dense codec that decodes dense (int8, ...) made its own tensor
+        return grad
+    return out.copy_(grad)  # an fp32 payload decodes to a view of the frame
 
 
 @dataclass

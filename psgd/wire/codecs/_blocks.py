@@ -159,4 +159,5 @@ class BlockCodec(Codec):
         if scales.numel() and not bool(((scales >= 0) & (scales <= max_scale(cls.bits))).all()):  # NaN fails too
             raise ProtocolError(ErrorCode.BAD_VALUE, f"{cls.name} block scales must be finite and >= 0, "
                                 f"at most {float(max_scale(cls.bits)):.6g}")
-        return dequantize(unpack(packed, cls.bits, numel), scales, cls.bits, out[:numel])
+        out = torch.empty(numel) if out is None else out[:numel]  # the simulator passes none for a non-dense codec
+        return dequantize(unpack(packed, cls.bits, numel), scales, cls.bits, out)

@@ -152,3 +152,12 @@ def test_frames_of_the_wrong_length_are_refused(name):
         c.decode(frames, 100, 0, 2.0, torch.empty(100))
     with pytest.raises(ProtocolError, match="code and a scale frame"):
         c.decode(frames[:1], 100, 0, 1.0, torch.empty(100))
+
+
+@pytest.mark.parametrize("name", BLOCK_CODECS)
+def test_the_simulator_decodes_a_quantized_push_as_the_shard_does(name):
+    from psgd.sim.executor import decode_push
+    x = torch.randn(300)
+    encoded = WireEncoder(name, [300]).encode(0, x)
+    assert torch.equal(decode_push(encoded, 300), codec_named(name).decode(encoded.frames, 300, 0, 1.0,
+                                                                            torch.empty(300)))
