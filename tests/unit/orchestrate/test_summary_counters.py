@@ -44,3 +44,11 @@ def test_the_codecs_own_time_sums_the_workers_encoding_and_the_shards_decoding()
                 "counters": {"decode_us": 125_000 * (s + 1)}} for s in (0, 1)]
     summary = summarize(cfg, events, wall_time_s=1.0)
     assert summary["codec_encode_s"] == 0.75 and summary["codec_decode_s"] == 0.375
+
+
+def test_the_codecs_own_time_is_none_where_nobody_measured_it():
+    cfg = load_config(None, ["consistency.mode=asp", "cluster.workers=1", "cluster.servers=1"])
+    events = [{"event": "done", "role": "worker", "rank": 0, "steps": 1, "bytes_sent": 8},
+              {"event": "server_stats", "role": "server", "index": 0, "version": 1, "counters": {}}]
+    summary = summarize(cfg, events, wall_time_s=1.0)
+    assert summary["codec_encode_s"] is None and summary["codec_decode_s"] is None
