@@ -223,7 +223,7 @@ class ShardServer:
             joined = self.service.register(rec.rank, self._clock())
             self._journal("log_join", rec.rank)
             self.events.emit(Event.REGISTER, rank=rec.rank, clock=joined.clock)
-        shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token)
+        shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token, req=rec.req)
         if rec.shm:
             self.state.counters["shm_attached" if shm else "shm_refused"] += 1
         bell = self._shm.open_bell(identity, rec.bell) if shm else False

@@ -6,7 +6,6 @@ methods; everything here is synchronous and single-threaded.
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -18,7 +17,7 @@ from psgd.config import Config
 from psgd.core.consistency import ClockBoard, ConsistencyPolicy, Finished, Mode, PushAction, Update
 from psgd.core.histogram import Histogram
 from psgd.core.local_updates import server_optimizer
-from psgd.core.update_rules import UpdateRule
+from psgd.core.update_rules import UpdateRule, all_finite
 from psgd.servers.live_control import ShardLive
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
@@ -34,19 +33,13 @@ class PushStatus(str, Enum):
     LATE = "late"                # the clock was already applied (bsp backup workers)
     TOO_STALE = "too_stale"      # staleness above max_staleness_drop
     NON_FINITE = "non_finite"    # NaN or Inf in the gradient
+    NON_FINITE_RESULT = "non_finite_result"  # finite, but applying it would make the parameters non-finite
 
 
 @dataclass(frozen=True)
 class PushResult:
     status: PushStatus
     staleness: int = 0
-
-
-def all_finite(t: torch.Tensor) -> bool:
-    """True if no element is NaN or +-Inf. One vectorised sum, no temporaries:
-    any NaN/Inf makes the sum non-finite; only then (or if a huge finite
-    gradient overflows it) is the exact elementwise check run."""
-    return math.isfinite(t.sum().item()) or bool(torch.isfinite(t).all())
 
 
 class ShardState:
@@ -189,11 +182,13 @@ class ShardState:
             self.counters["rejected_stale"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.TOO_STALE, staleness))
         if isinstance(grad, tuple):
-            self.rule.apply_sparse(self._writable(), grad[0], grad[1], staleness)
-            self._applied(self.numel, [staleness])
+            applied = self.rule.apply_sparse(self._writable(), grad[0], grad[1], staleness)
         else:
-            self.rule.apply(self._writable(), grad, staleness, self._read.get(rank))
-            self._applied(grad.numel(), [staleness])
+            applied = self.rule.apply_if_finite(self._writable(), grad, staleness, self._read.get(rank))
+        if not applied:
+            self.counters["rejected_nonfinite_result"] += 1
+            return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE_RESULT, staleness))
+        self._applied(self.numel, [staleness])
         return self._finish_push(rank, clock, PushResult(PushStatus.APPLIED, staleness))
 
     def _dense(self, indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -221,7 +216,8 @@ class ShardState:
             self.counters["late_dropped"] += 1
             result = PushResult(PushStatus.LATE, result.staleness)
         self.live.bound_changed(done.bound_change)
-        self._apply_update(done.update)
+        if not self._apply_update(done.update):  # this push completed a round whose step was refused
+            result = PushResult(PushStatus.NON_FINITE_RESULT, result.staleness)
         return result
 
     def _use_lr(self, lr: float) -> None:
@@ -229,11 +225,17 @@ class ShardState:
         if lr != self.rule.cfg.lr:
             self.rule.cfg = replace(self.rule.cfg, lr=lr)
 
-    def _apply_update(self, update: Optional[Update]) -> None:
-        """An aggregated step the mode's rule completed (its mean; None: every push was rejected)."""
-        if update is not None and update.grad is not None:
-            self.rule.apply(self._writable(), update.grad, max(update.staleness, default=0))
-            self._applied(update.grad.numel(), update.staleness)
+    def _apply_update(self, update: Optional[Update]) -> bool:
+        """An aggregated step the mode's rule completed (its mean; None: every push was rejected).
+        False when the step was refused: it would make the parameters or the state non-finite
+        (the round's earlier pushes were acknowledged as counted)."""
+        if update is None or update.grad is None:
+            return True
+        if not self.rule.apply_if_finite(self._writable(), update.grad, max(update.staleness, default=0)):
+            self.counters["rejected_nonfinite_result"] += 1
+            return False
+        self._applied(update.grad.numel(), update.staleness)
+        return True
 
     def _applied(self, numel: int, staleness: list[int]) -> None:
         self.version += 1

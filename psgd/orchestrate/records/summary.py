@@ -10,6 +10,7 @@ from psgd.core.modes import rule_class
 from psgd.core.target import METRICS, held_target_time, metric_series, run_target
 from psgd.orchestrate.states import RunStatus
 from psgd.runtime.event_names import Event
+from psgd.runtime.version import VERSION
 
 __all__ = ["summarize", "time_to_target"]
 
@@ -60,6 +61,7 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
     fp32_bytes = sum(int(e.get("fp32_bytes", 0)) for e in done)
     losses = [e["loss"] for e in steps[-max(1, cfg.cluster.workers * 5):] if e.get("loss") is not None]
     return {
+        "psgd_version": VERSION,  # the psgd that ran it (`psgd --version` prints the same)
         "mode": cfg.consistency.mode.value,
         "staleness": cfg.consistency.staleness if _bounded(cfg) else None,
         "servers": cfg.cluster.num_servers if cfg.consistency.mode.on_servers else 0,
