@@ -33,9 +33,9 @@ class CompressionChoice:
     the run pushes, as hivemind's SizeAdaptiveCompression / RoleAdaptiveCompression do.
     A shard of fewer than `small_below` elements uses `small`; otherwise a run with
     local updates uses `deltas`; anything left uses `default`."""
-    default: Compression = "none"
+    default: Compression = "none"           # every shard the keys below do not choose for
     small: Optional[Compression] = None     # shards below small_below elements (None: as the others)
-    small_below: int = field(default=4096, metadata=int_max(2**31 - 1))
+    small_below: int = field(default=4096, metadata=int_max(2**31 - 1))  # elements of a shard's flat tensor
     deltas: Optional[Compression] = None    # local-update pushes (None: default)
 
     def __post_init__(self):
@@ -52,7 +52,10 @@ class CompressionChoice:
 
 @dataclass(frozen=True)
 class WireConfig:
-    # One encoding for every push (a Compression value), or a mapping choosing per shard (CompressionChoice).
+    # Each push's encoding: one for every shard (none: fp32; fp16/bf16 scaled; topk with error feedback;
+    # int8/int4 with one scale per 64-element block; int2_ef: 2-bit with error feedback), or a mapping
+    # {default, small, small_below, deltas} choosing per shard: shards of fewer than small_below (4096)
+    # elements use small, local-update deltas use deltas, the rest default (CompressionChoice).
     compression: Union[Compression, CompressionChoice] = "none"
     topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
     max_message_mb: int = field(default=1024, metadata=int_max(2047))  # sockets refuse larger messages (< 2 GiB)
