@@ -30,11 +30,12 @@ from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.servers.service import Answer, Joined, PushFields, Served, ShardService
 from psgd.servers.state import ShardState
-from psgd.sim.batched import RTOL, BatchedGradients, max_relative_error, static_fallback
+from psgd.sim.batched import BatchedGradients, static_fallback
+from psgd.sim.batched_steps import BatchedSteps
 from psgd.sim.binding import ModelBinding
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
-from psgd.wire.codecs import Encoded, Gradient, WireEncoder, codec_for_compression, codec_named, encoding_of
+from psgd.wire.codecs import Encoded, Gradient, WireEncoder, codec_named, encodings_for
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.push_cursor import PushCursor
@@ -54,7 +55,9 @@ def decode_push(enc: Encoded, numel: int, owned: Optional[torch.Tensor] = None) 
     grad = codec.decode(enc.frames, numel, enc.nnz, enc.scale, out)
     if isinstance(grad, tuple):
         return grad[0].clone(), grad[1].clone()
-    return grad if grad is out else out.copy_(grad)  # an fp32 payload decodes to a view of the frame
+    if grad is out or out is None:  # a non-dense codec that decodes dense (int8, ...) made its own tensor
+        return grad
+    return out.copy_(grad)  # an fp32 payload decodes to a view of the frame
 
 
 @dataclass
@@ -116,7 +119,7 @@ class VirtualWorker(PushCursor):
     fastest_step_s: float = 0.0
 
 
-class Executor:
+class Executor(BatchedSteps):
     def __init__(self, cfg: Config, run_dir=None, register: bool = True, batched: bool = False):
         """`register`: every worker joins every shard now (a replay joins them as recorded).
         `batched`: `compute_together` may compute many workers' gradients in one
@@ -142,8 +145,9 @@ class Executor:
         self._checked = False  # the batcher's first call is checked against the exact path
         self.batched_steps = 0  # worker steps whose gradient came from a batched call
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
-        codec = codec_for_compression(cfg.wire.compression)
-        self._f32 = codec.dense and codec.wire_dtype == torch.float32  # a push decodes to the very buffer
+        encodings = encodings_for(cfg.wire, self.layout.shard_sizes, cfg.local.enabled)
+        # Per shard: a push decodes to the very buffer it was encoded from (dense fp32).
+        self._f32 = [codec_named(e).dense and codec_named(e).wire_dtype == torch.float32 for e in encodings]
         self.now = 0.0  # the simulated time, set by whoever drives the executor (local rounds' pace)
         self.gradient_s = 0.0  # CPU seconds in forward+backward (psgd bench sim's denominator)
         self.evaluate_s = 0.0  # CPU seconds scoring the test set
@@ -153,7 +157,7 @@ class Executor:
         w = cfg.cluster.workers
         for rank in range(w):
             batches = train_loader(train, rank, w, cfg.task.batch_size, cfg.run.seed)
-            enc = WireEncoder(encoding_of(cfg.wire), self.layout.shard_sizes, cfg.wire.topk_ratio)
+            enc = WireEncoder(encodings, self.layout.shard_sizes, cfg.wire.topk_ratio)
             reads = [self._read(s) for s in range(self.num_shards)]
             worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                    [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
@@ -181,7 +185,7 @@ class Executor:
 
     def recycle(self, push: Push) -> None:
         """A served push's gradient buffer is free again (the shard never keeps it)."""
-        if self._f32 and self.binding is not None:
+        if self._f32[push.shard] and self.binding is not None:
             self._free[push.shard].append(push.grad)
 
     # ---- steps ------------------------------------------------------------
@@ -229,72 +233,6 @@ class Executor:
         self.binding.gather_split(grads)
         self._stepped_on(w)
         w.last_loss = loss.item()
-        w.steps += 1
-        return self._send(w, grads, step_s, owned=True)
-
-    def compute_together(self, steps: dict[int, float]) -> dict[int, list[Push]]:
-        """The plain steps of the workers `steps` names (rank: step_s), each at the
-        parameters it holds now: one vmapped call where the batcher allows, else
-        one by one. Each worker's pushes, as `compute` returns them."""
-        ranks = list(steps)
-        batches = {r: next(self.workers[r].batches) for r in ranks}
-        shapes: dict[tuple, list[int]] = {}
-        for r in ranks:  # a short last batch cannot be stacked with full ones
-            shapes.setdefault((batches[r][0].shape, batches[r][1].shape), []).append(r)
-        out: dict[int, list[Push]] = {}
-        for group in shapes.values():
-            if self.batcher is not None and len(group) > 1:
-                grads = self._batched(group, batches)
-                if grads is not None:
-                    for r in group:
-                        out[r] = self._finish(self.workers[r], grads[r], steps[r])
-                    continue
-            for r in group:
-                out[r] = self._step(self.workers[r], steps[r], batches[r])
-        return {r: out[r] for r in ranks}
-
-    def _batched(self, ranks: list[int], batches: dict) -> Optional[dict]:
-        """The workers' gradients and losses from the batcher, or None once it
-        has fallen back (a failed or wrong first call: the reason is kept)."""
-        t0 = time.process_time()
-        bufs = [self._gradient_buffers() for _ in ranks]
-        try:
-            losses = self.batcher.compute([self.workers[r].params for r in ranks], [batches[r][0] for r in ranks],
-                                          [batches[r][1] for r in ranks], bufs)
-        except RuntimeError as exc:  # vmap refuses: randomness, in-place updates of captured state, ...
-            self._fall_back(f"vmap failed: {str(exc).splitlines()[0]}", bufs)
-            return None
-        self.gradient_s += time.process_time() - t0
-        if not self._checked:
-            err = self._check_first(ranks[0], batches[ranks[0]], bufs[0])
-            if err > RTOL:
-                self._fall_back(f"batched gradients differ from the exact path by {err:.2e} of the largest "
-                                f"(more than {RTOL:g})", bufs)
-                return None
-        self.batched_steps += len(ranks)
-        return {r: (g, loss) for r, g, loss in zip(ranks, bufs, losses)}
-
-    def _check_first(self, rank: int, batch: tuple, got: list[torch.Tensor]) -> float:
-        """The exact path's gradient for one worker of the first batch, against the batcher's."""
-        self._checked = True
-        want = [torch.zeros(n) for n in self.layout.shard_sizes]
-        self.binding.bind(self.workers[rank].params)
-        self.binding.bind_grads(want)
-        x, y = batch
-        self.task.loss(self.model(self.task.inputs(x)), self.task.targets(y)).backward()
-        self.binding.gather_split(want)
-        return max_relative_error(got, want)
-
-    def _fall_back(self, reason: str, bufs: list[list[torch.Tensor]]) -> None:
-        self.batcher, self.batch_fallback = None, reason
-        for grads in bufs:
-            for s, g in enumerate(grads):
-                self._free[s].append(g)
-
-    def _finish(self, w: VirtualWorker, grad_loss: tuple, step_s: float) -> list[Push]:
-        grads, loss = grad_loss
-        self._stepped_on(w)
-        w.last_loss = loss
         w.steps += 1
         return self._send(w, grads, step_s, owned=True)
 
