@@ -33,7 +33,7 @@ __all__ = ["SimLauncher", "resolve_compute_ms"]
 def resolve_compute_ms(cfg: Config, task) -> Config:
     """`cfg` with sim.compute_ms measured here when it was not given: recorded in
     config.yaml, so rerunning that config repeats the run bit for bit."""
-    if cfg.sim.compute_ms is not None:
+    if cfg.sim.compute_ms not in (None, "measure"):
         return cfg
     return override_config(cfg, [f"sim.compute_ms={measure_compute_ms(cfg, task):.6g}"])
 
