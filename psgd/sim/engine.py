@@ -2,7 +2,9 @@
 
 Events sit in a heap keyed by (time, tie, sequence number). Sends that leave
 at the same instant (workers in lock-step) carry a seeded draw as their tie
-(psgd.sim.jitter.SendOrder), as do pulls a shard releases together; every
+(psgd.sim.jitter.SendOrder), as do pulls a shard releases together, and a busy
+shard takes the next of the pushes waiting for it by a seeded draw (a ZMQ
+ROUTER fair-queues its peers: arrival order is not service order); every
 other tie goes in the order it was scheduled. So the same config and seed give
 the same order, and lock-step does not queue the same ranks last at every clock.
 What each event does is the executor's (psgd.sim.executor); this module only
@@ -87,11 +89,16 @@ class Engine:
         self.worker_up = [Fifo() for _ in range(w)]   # each worker's link, from it
         self.worker_down = [Fifo() for _ in range(w)]  # and towards it
         self.servers = [Fifo() for _ in range(n)]
+        self.serving = [False] * n  # whether each shard is serving a push now
+        # Pushes waiting for their busy shard: (seeded priority, rank, push). The real shard's
+        # ZMQ ROUTER reads its peers' queued messages in turn, not by arrival time.
+        self.waiting: list[list] = [[] for _ in range(n)]
         self.arrivals = [0] * n      # pushes each shard received
         self.wakes = [0] * n         # of them, those that found it idle
         self.served_s = [0.0] * n    # its simulated service time in all
         self.step_times = step_times or StepTimes(time, executor.cfg.run.seed)
         self.send_order = SendOrder(executor.cfg.run.seed)
+        self.pick_order = SendOrder(executor.cfg.run.seed, stream=1)
         self.now = 0.0  # the time of the event being handled (the shards' setting_change events carry it)
         self.evaluations = 0
         for s, shard in enumerate(executor.shards):  # the adaptive bound's decisions, as a real shard reports them
@@ -159,16 +166,23 @@ class Engine:
             self.q.put(arrive, Kind.ARRIVE, p)
 
     def _arrive(self, p: Push, t: float) -> None:
-        server = self.servers[p.shard]
-        idle = self.time.finds_idle(server.free_at, t)
-        service_s = self.time.service_s(self.ex.layout.shard_sizes[p.shard], idle)
         self.arrivals[p.shard] += 1
+        if self.serving[p.shard]:  # busy: it waits with the others (a ZMQ ROUTER fair-queues its peers)
+            heapq.heappush(self.waiting[p.shard], (self.pick_order.priority(p.rank, p.seq), p.rank, p))
+            return
+        self._serve(p, t, self.time.finds_idle(self.servers[p.shard].free_at, t))
+
+    def _serve(self, p: Push, t: float, idle: bool) -> None:
+        service_s = self.time.service_s(self.ex.layout.shard_sizes[p.shard], idle)
         self.wakes[p.shard] += idle
         self.served_s[p.shard] += service_s
-        done = server.occupy(t, service_s)
-        self.q.put(done, Kind.SERVED, p)
+        self.serving[p.shard] = True
+        self.q.put(self.servers[p.shard].occupy(t, service_s), Kind.SERVED, p)
 
     def _served(self, p: Push, t: float) -> None:
+        self.serving[p.shard] = False
+        if self.waiting[p.shard]:  # the next request, back to back: which of those waiting is a seeded draw
+            self._serve(heapq.heappop(self.waiting[p.shard])[2], t, idle=False)
         self.ex.serve_push(p)
         self.ex.recycle(p)
         self._answer_parked(p.shard, t)

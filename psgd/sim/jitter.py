@@ -79,15 +79,16 @@ class SendOrder:
     workers in lock-step would queue in rank order at every clock, and BSP's
     backup workers would drop the same ranks forever."""
 
-    def __init__(self, seed: int):
-        self.seed = int(seed)
+    def __init__(self, seed: int, stream: int = 0):
+        """`stream`: independent orders from one seed (sends, a shard's picks)."""
+        self.seed, self.stream = int(seed), _ORDER_STREAM + int(stream)
         self._blocks: dict[int, tuple[int, np.ndarray]] = {}
 
     def priority(self, rank: int, step: int) -> float:
         block, i = divmod(step, _BLOCK)
         held = self._blocks.get(rank)
         if held is None or held[0] != block:
-            held = (block, np.random.default_rng([self.seed, int(rank), block, _ORDER_STREAM]).random(_BLOCK))
+            held = (block, np.random.default_rng([self.seed, int(rank), block, self.stream]).random(_BLOCK))
             self._blocks[rank] = held
         return float(held[1][i])
 
