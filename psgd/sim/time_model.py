@@ -110,7 +110,7 @@ class TimeModel:
     @classmethod
     def from_config(cls, sim: SimConfig, compute_ms: float, encoding: str = "f32") -> "TimeModel":
         """`compute_ms`: the step time before sim.speedup (psgd.sim.compute resolves it);
-        `encoding`: the run's wire encoding (cfg.wire.encoding). Raises ConfigError
+        `encoding`: the run's wire encoding (psgd.wire.codecs.encoding_of(cfg.wire)). Raises ConfigError
         naming sim when a combination of finite keys gives a time that is not finite."""
         def link(latency_us: Optional[float], gbps: Optional[float]) -> Link:
             latency_us = sim.latency_us if latency_us is None else latency_us
