@@ -14,7 +14,7 @@ def steps_span_s(run_dir):
     return max(t) - min(t), len(t)
 
 
-@pytest.mark.timeout(360)  # a shared 2-core machine: the real run alone took up to 100 s at load
+@pytest.mark.timeout(360)  # the whole test took 115 s on the shared 2-core machine at load
 def test_a_real_bsp_run_calibrates_a_simulator_that_reproduces_it_and_runs_at_scale(tmp_path):
     config = tmp_path / "quickstart.yaml"
     config.write_text((ROOT / "configs" / "quickstart.yaml").read_text())
