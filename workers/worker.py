@@ -11,6 +11,7 @@ import time
 
 from psgd.config import ConfigError
 from psgd.core.heterogeneity import straggler_for
+from psgd.runtime.devices import wait_for_device
 from psgd.runtime.event_names import Event
 from psgd.runtime.role import RoleContext
 from psgd.runtime.token import read_run_token
@@ -59,6 +60,7 @@ def run_worker(ctx: RoleContext) -> int:
             opt.zero_grad(set_to_none=False)
             loss = task.loss(model(x), y)
             loss.backward()
+            wait_for_device(device)  # compute_s is the device's time, not the kernels' launches
             compute_s = time.perf_counter() - t0
             if straggler.active and ctx.stop.wait(straggler.extra_s(compute_s, time.monotonic() - started)):
                 break

@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.config import Config, dump_config, load_config
 from psgd.config.modes import Role
 from psgd.orchestrate.catch_up import unmerged_events
+from psgd.orchestrate.launchers import LaunchResult
 from psgd.orchestrate.processes import LocalProcesses, ProcessHost, RoleProcess
 from psgd.orchestrate.progress import Progress, ProgressTracker
 from psgd.orchestrate.records.metrics_export import MetricsExport
@@ -31,6 +31,7 @@ from psgd.orchestrate.records.resume_check import STATE_SHAPE_FILE, ResumeRefuse
 from psgd.orchestrate.records.summary import summarize
 from psgd.orchestrate.records.summary_file import reserve_summary, write_summary
 from psgd.orchestrate.roles import CONFIG_FILE
+from psgd.orchestrate.states import ChildState, RunStatus
 from psgd.orchestrate.supervise import PendingRestart, RestartBudget
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
@@ -38,7 +39,7 @@ from psgd.runtime.files import atomic_write
 from psgd.runtime.lifeline import PROCESSES_FILE
 from psgd.runtime.role import EXIT_NO_RETRY, START_FILE
 from psgd.runtime.run_lock import RunDirLock, RunDirRefused
-from psgd.runtime.safe_io import WriteFailed, describe_os_error
+from psgd.runtime.safe_io import WriteFailed, describe_os_error, open_no_follow
 from psgd.runtime.token import new_run_token
 
 SUMMARY_FILE = "summary.json"
@@ -48,6 +49,11 @@ __all__ = ["Launcher", "LaunchFailed", "LaunchResult", "Progress", "make_run_dir
 READY_TIMEOUT_S = 180.0
 STOP_GRACE_S = 10.0
 INTERRUPT_BUDGET_S = 4.0  # after SIGTERM/SIGINT, every child is gone within this
+# Workers asked to stop at train.max_time_s (or at the target) that are still there this
+# much later are killed (a frozen or hung worker), and the run ends with this exit code
+# (timeout(1)'s) and status TIME_LIMIT: max_time_s bounds the run on every path.
+STOP_WORKERS_GRACE_S = STOP_GRACE_S
+TIME_LIMIT_EXIT_CODE = 124
 
 
 def resume_config(run_dir: Path) -> Config:
@@ -60,15 +66,6 @@ def resume_config(run_dir: Path) -> Config:
 
 class LaunchFailed(RuntimeError):
     pass
-
-
-@dataclass
-class LaunchResult:
-    code: int
-    reason: str
-    run_dir: Path
-    summary: Optional[dict] = None
-    refused: bool = False  # the run directory was not ours to use: nothing in it was touched
 
 
 def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
@@ -88,6 +85,7 @@ def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
 class Launcher:
     """Runs one training job. `run` blocks until it ends and never raises for a
     child's failure: the result carries the exit code and a one-line reason."""
+    resumable = True  # --resume continues a stopped run from the servers' checkpoints
 
     def __init__(self, cfg: Config, run_dir: Path,
                  on_progress: Optional[Callable[[Progress], None]] = None, resume: bool = False,
@@ -138,14 +136,14 @@ class Launcher:
 
     def _run(self) -> LaunchResult:
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        code, reason, status = 0, "ok", "ok"
+        code, reason, status = 0, "ok", RunStatus.OK
         if self.resume:
             try:
                 self._load_previous()
             except LaunchFailed as exc:
                 return LaunchResult(1, str(exc), self.run_dir)
         try:
-            self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+            self._metrics = open_no_follow(self.run_dir / "metrics.jsonl", "a", buffering=1)
             self._catch_up()
             reserve_summary(self.run_dir / SUMMARY_FILE)
             self.cfg = self.processes.resolve(self.cfg, self.resume)
@@ -169,23 +167,25 @@ class Launcher:
             self.progress.started = True
             self.on_progress(self.progress)
             self._supervise()
+        except _WorkersKilled as exc:
+            code, reason, status = TIME_LIMIT_EXIT_CODE, str(exc), RunStatus.TIME_LIMIT
         except LaunchFailed as exc:
-            code, reason, status = 1, str(exc), "failed"
+            code, reason, status = 1, str(exc), RunStatus.FAILED
         except (OSError, WriteFailed) as exc:  # the launcher's own files (processes.json, start.json)
             err = exc if isinstance(exc, WriteFailed) else describe_os_error(exc, self.run_dir)
-            code, reason, status = 1, str(err), "failed"
+            code, reason, status = 1, str(err), RunStatus.FAILED
         except _Stopped:
             code = 128 + (self._signal or signal.SIGTERM)
-            reason, status = f"stopped by signal {signal.Signals(self._signal).name}", "interrupted"
+            reason, status = f"stopped by signal {signal.Signals(self._signal).name}", RunStatus.INTERRUPTED
         finally:
             try:
-                self._shutdown(interrupted=status == "interrupted")
+                self._shutdown(interrupted=status is RunStatus.INTERRUPTED)
             finally:
                 for s, h in old.items():
                     signal.signal(s, h)
         wall = self._training_time or ((time.time() - self._t0) if self._t0 else self._prior_time)
         summary = summarize(self.cfg, self.events, wall, status=status, restarts=self.budget.total)
-        summary["failure"] = reason if status == "failed" else None
+        summary["failure"] = reason if status in (RunStatus.FAILED, RunStatus.TIME_LIMIT) else None
         unwritten = write_summary(self.run_dir / SUMMARY_FILE, summary)
         if unwritten:
             reason += f"; summary.json not written: {unwritten}"
@@ -257,33 +257,47 @@ class Launcher:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while self._pending or not all(c.ready for c in self.children):
+        while self._pending or not all(c.state.ready for c in self.children):
             self._poll(started=False)
             if time.monotonic() > deadline:
-                late = ", ".join(c.name for c in self.children if not c.ready)
+                late = ", ".join(c.name for c in self.children if not c.state.ready)
                 raise LaunchFailed(f"not ready after {READY_TIMEOUT_S:.0f}s: {late}")
             time.sleep(0.05)
 
     def _supervise(self) -> None:
         self.processes.training_started(self._t0)
         max_time = self.cfg.train.max_time_s
-        stopping_workers = False
+        stop_by = None  # once the workers were asked to stop: when they must be gone
         while True:
             self._poll(started=True)
             workers = [c for c in self.children if c.role in (Role.WORKER, Role.ALLREDUCE)]
-            if all(c.done for c in workers) and not any(p.role == Role.WORKER for p in self._pending):
+            if all(c.state is ChildState.DONE for c in workers) and not any(p.role == Role.WORKER for p in self._pending):
                 break
             elapsed = time.time() - self._t0
             target_hit = self.cfg.train.stop_at_target and any(
                 e.get("event") == Event.TARGET_REACHED for e in self.events[-50:])
-            if not stopping_workers and (elapsed > max_time or target_hit):
-                stopping_workers = True
+            if stop_by is None and (elapsed > max_time or target_hit):
+                stop_by = time.monotonic() + STOP_WORKERS_GRACE_S
+                why = f"train.max_time_s={max_time:g} reached" if elapsed > max_time else "the target was reached"
                 for c in workers:
                     c.terminate()
+            elif stop_by is not None and time.monotonic() > stop_by:
+                self._kill_workers([c for c in workers if c.state is not ChildState.DONE], why)
             time.sleep(0.1)
         # Training ends with the last worker's last step, not when its process has exited.
         done = [e["t"] for e in self.events if e.get("event") == Event.DONE and e.get("role") in (Role.WORKER, Role.ALLREDUCE)]
         self._training_time = max(done) if done else time.time() - self._t0
+
+    def _kill_workers(self, stuck: list[RoleProcess], why: str) -> None:
+        """Kill workers that did not stop when asked (SIGKILL ends a stopped process too)
+        and end the run, naming them."""
+        self._pending = [p for p in self._pending if p.role != Role.WORKER]  # no restarts after the limit
+        if not stuck:
+            return
+        names = [f"{c.name}{_frozen_note(c)}" for c in stuck]
+        self.processes.stop(stuck, 0.0)
+        raise _WorkersKilled(f"{why}: {', '.join(names)} did not stop within {STOP_WORKERS_GRACE_S:g} s "
+                             f"and {'was' if len(stuck) == 1 else 'were'} killed")
 
     def _poll(self, started: bool) -> None:
         if self._signal is not None:
@@ -300,12 +314,12 @@ class Launcher:
             for e in c.read_events():
                 self._record(c, e)
             code = c.poll()
-            if code is None or c.done:
+            if code is None or c.state is ChildState.DONE:
                 continue
             for e in c.read_events():
                 self._record(c, e)
             if code == 0 and c.role in (Role.WORKER, Role.ALLREDUCE) and started:
-                c.done = True
+                c.state = c.state.to(ChildState.DONE)
                 continue
             self._crashed(c, code)
         self._respawn_due()
@@ -337,7 +351,7 @@ class Launcher:
     def _record(self, child: Optional[RoleProcess], e: dict) -> None:
         """`child`: whose event it is (None: the launcher's own)."""
         if child is not None and e.get("event") == Event.READY:
-            child.ready = True
+            child.state = child.state.to(ChildState.READY)
         self.events.append(e)
         if self._metrics_error is None:
             try:
@@ -378,3 +392,18 @@ class Launcher:
 
 class _Stopped(Exception):
     pass
+
+
+class _WorkersKilled(Exception):
+    """Workers asked to stop at the time limit (or the target) were killed after the grace."""
+
+
+def _frozen_note(c: RoleProcess) -> str:
+    """ ", frozen (stopped by a signal)" for a local child in state T: what the user will look for."""
+    pid = getattr(getattr(c, "proc", None), "pid", None)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError, TypeError):
+        return ""
+    return ", frozen (stopped by a signal)" if state in ("T", "t") else ""

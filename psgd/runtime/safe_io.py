@@ -2,18 +2,16 @@
 and a half-written file.
 
 `WriteFailed` names the path and the cause ("No space left on device",
-"Read-only file system"); `atomic_write_text` writes through a temp file
-that is removed again when anything goes wrong, so a failed write never
-leaves a 0-byte file behind or replaces a good one.
+"Read-only file system"). Files are replaced whole by psgd.runtime.files.atomic_write,
+so a failed write never leaves a 0-byte file behind or replaces a good one.
 """
 from __future__ import annotations
 
 import errno
 import os
 from pathlib import Path
-from typing import Optional
 
-__all__ = ["WriteFailed", "atomic_write_text", "describe_os_error"]
+__all__ = ["WriteFailed", "describe_os_error", "open_no_follow"]
 
 
 class WriteFailed(RuntimeError):
@@ -34,25 +32,18 @@ def describe_os_error(exc: OSError, path=None) -> WriteFailed:
     return WriteFailed(name, cause)
 
 
-def atomic_write_text(path, text: str, fsync: bool = True) -> None:
-    """Replace `path` with `text` or raise WriteFailed with `path` untouched."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        _unlink_quietly(tmp)
-        raise describe_os_error(exc, path) from None
+NOT_THROUGH_LINKS = "it is a symbolic link the run did not create: nothing is written through it"
 
 
-def _unlink_quietly(path: Path) -> Optional[OSError]:
+def open_no_follow(path, mode: str = "a", **kwargs):
+    """Open a run file for writing ("a", "w", "wb", ...) unless its name is a symbolic link:
+    whoever can plant a link in a run directory must not make the run overwrite or append
+    to a file elsewhere. Raises WriteFailed naming the path (OSError for other causes)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if "a" in mode else os.O_TRUNC)
     try:
-        path.unlink(missing_ok=True)
-        return None
+        fd = os.open(path, flags, 0o644)
     except OSError as exc:
-        return exc
+        if exc.errno == errno.ELOOP:
+            raise WriteFailed(path, NOT_THROUGH_LINKS) from None
+        raise
+    return os.fdopen(fd, mode, **kwargs)

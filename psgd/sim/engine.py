@@ -19,7 +19,6 @@ from enum import IntEnum
 from typing import Any, Callable, Optional
 
 from psgd.config import ConfigError, Role
-from psgd.core.consistency import DeferredPulls
 from psgd.runtime.event_names import Event
 from psgd.sim.executor import Executor, Push, Reply
 from psgd.sim.jitter import SendOrder
@@ -104,10 +103,6 @@ class Engine:
         for s, shard in enumerate(executor.shards):  # the adaptive bound's decisions, as a real shard reports them
             shard.report_to(lambda name, s=s, **fields: self.emit(event(self.now, Role.SERVER, s, name, **fields)))
         self.computed_s = [time.compute_s] * len(executor.workers)  # each worker's last step's compute
-        self.parked = [DeferredPulls() for _ in range(n)]  # the real shard's parking, in arrival order
-        # What a parked pull's readiness depends on, per shard, when last released (None: always retry).
-        self._released_at: list[Optional[tuple]] = [None] * n
-        self._fixed_bound = executor.cfg.consistency.staleness != "auto"
         self.started_at = [0.0] * len(executor.workers)
         self.round_at = [0.0] * len(executor.workers)  # when each worker's parameters last arrived
         self.flushing: set[int] = set()  # workers whose last, shorter local round is in flight
@@ -127,11 +122,10 @@ class Engine:
                 self.flushing.add(rank)
                 self._send(last, t)
                 return
-            self.ex.leave(rank)  # as opt.close(): nobody waits for it any more
+            released = self.ex.leave(rank)  # as opt.close(): nobody waits for it any more
             self.active -= 1
             self._done(rank, t)
-            for s in range(self.ex.num_shards):
-                self._answer_parked(s, t)
+            self._send_together(released, t)
             return
         step = w.steps
         compute_s = self.step_times.compute_s(rank, step)
@@ -184,13 +178,10 @@ class Engine:
         self.serving[p.shard] = False
         if self.waiting[p.shard]:  # the next request, back to back: which of those waiting is a seeded draw
             self._serve(heapq.heappop(self.waiting[p.shard])[2], t, idle=False)
-        self.ex.serve_push(p)
+        self._send_together(self.ex.serve_push(p), t)  # to parked pulls the push released
         self.ex.recycle(p)
-        self._answer_parked(p.shard, t)
-        reply = self.ex.try_answer(p.shard, p.rank)  # the push carries its pull (push_pull)
-        if reply is None:
-            self.parked[p.shard].park(p.rank, p.rank, self.ex.workers[p.rank].clock)
-        else:
+        reply = self.ex.try_answer(p.shard, p.rank)  # the pull the push carries (push_pull); None: parked
+        if reply is not None:
             self._send_reply(reply, t)
 
     def _send_reply(self, reply: Reply, t: float) -> None:
@@ -198,21 +189,14 @@ class Engine:
                         self.time.worker_link, t, 4 * reply.params.numel())
         self.q.put(arrive, Kind.REPLY, reply)
 
-    def _answer_parked(self, s: int, t: float) -> None:
-        shard = self.ex.shards[s]
-        if not len(self.parked[s]):
-            return
-        # With a fixed bound a pull's readiness changes only with the slowest
-        # clock, the BSP step or the quorum: skip the O(parked) scan otherwise.
-        key = (shard.board.min_clock(), shard.bsp.step if shard.bsp else None, len(shard.registered))
-        if self._fixed_bound and key == self._released_at[s]:
-            return
-        self._released_at[s] = key
-        released = list(self.parked[s].release(shard.pull_ready))
-        # Pulls released together leave together (a real shard's sends share its link
-        # at once): which goes first is a seeded draw, not the parking order.
-        for rank in self.send_order.ranks(released, self.ex.workers[released[0]].clock) if released else ():
-            self._send_reply(self.ex.try_answer(s, rank), t)
+    def _send_together(self, replies: list[Reply], t: float) -> None:
+        """Replies a shard sends at one instant (pulls released together) share its link
+        at once: which goes first is a seeded draw, not the parking order."""
+        by_rank = {(r.shard, r.rank): r for r in replies}
+        for shard in dict.fromkeys(r.shard for r in replies):
+            ranks = [r.rank for r in replies if r.shard == shard]
+            for rank in self.send_order.ranks(ranks, self.ex.workers[ranks[0]].clock):
+                self._send_reply(by_rank[shard, rank], t)
 
     def _reply(self, r: Reply, t: float) -> None:
         if not self.ex.receive(r):

@@ -1,4 +1,4 @@
-"""`psgd launch --on sim` (cluster.launcher: sim): the job on the virtual cluster.
+"""`--on sim`: the job on the virtual cluster (psgd.sim), in one process.
 
 Leaves the run directory a real launch leaves (config.yaml, metrics.jsonl,
 metrics.csv, summary.json, model.pt, TensorBoard when asked), written by the
@@ -10,81 +10,56 @@ measured here: then also written into config.yaml).
 from __future__ import annotations
 
 import json
-import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
 from psgd.config import Config, ConfigError, dump_config
-from psgd.orchestrate.launcher import LaunchResult
+from psgd.orchestrate.launchers import LaunchResult
 from psgd.orchestrate.records.metrics_export import MetricsExport
 from psgd.orchestrate.records.summary import summarize, time_to_target
 from psgd.orchestrate.records.summary_file import write_summary
 from psgd.runtime.files import atomic_write
+from psgd.runtime.safe_io import WriteFailed, open_no_follow
 from psgd.sim.allreduce import AllReduceSim
-from psgd.sim.compute import ResolvedCompute, resolve_compute
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
-from psgd.sim.limits import check_evaluations
-from psgd.sim.step_times import RecordedSteps, StepTimes, load_recorded_steps
-from psgd.sim.time_model import TimeModel
+from psgd.sim.plan import check_plan, plan_times
 from psgd.tasks import load_task
-from psgd.wire.codecs import encoding_of
 
-__all__ = ["SimLauncher", "TimePlan", "plan_times", "refusal"]
+__all__ = ["REQUIRES", "SimLauncher", "launcher_class"]
 
-
-@dataclass(frozen=True)
-class TimePlan:
-    """Everything a simulated run's times come from, checked."""
-    compute: ResolvedCompute
-    recorded: Optional[RecordedSteps]
-    time_model: TimeModel
-    step_times: StepTimes
+REQUIRES: dict[str, str] = {}
 
 
-def plan_times(cfg: Config, task) -> TimePlan:
-    """The run's step time, variability and time model, refusing (ConfigError naming the
-    key) what could not finish in bounded time or would not give finite times."""
-    compute = resolve_compute(cfg, task)
-    cfg = compute.cfg
-    recorded = load_recorded_steps(cfg.sim.step_times_from, cfg.base_dir) if cfg.sim.step_times_from else None
-    time_model = TimeModel.from_config(cfg.sim, compute.compute_ms, encoding_of(cfg.wire))
-    mean_step_s = time_model.compute_s if recorded is None else statistics.fmean(
-        t for times in recorded.by_rank for t in times) / cfg.sim.speedup
-    check_evaluations(cfg, mean_step_s)
-    return TimePlan(compute, recorded, time_model, StepTimes.for_run(cfg, time_model, recorded))
-
-
-def refusal(cfg: Config) -> str:
-    """Why `cfg` cannot run on the virtual cluster ("" if it can), before a run directory
-    exists. A step time to be measured is checked once measured, in the run itself."""
-    if cfg.sim.compute_ms == "measure":
-        return ""
-    try:
-        plan_times(cfg, load_task(cfg, None, splits=("train",)) if cfg.sim.compute_ms is None else None)
-    except ConfigError as exc:
-        return f"config error: {exc}"
-    return ""
+def launcher_class() -> type:
+    return SimLauncher
 
 
 class SimLauncher:
+    resumable = False  # a simulated run is repeated (bit for bit), not resumed
+
     def __init__(self, cfg: Config, run_dir: Path, on_progress: Optional[Callable] = None, resume: bool = False,
                  child_main=None, lock=None):
         """`lock`: the run directory's lock, held by the caller (psgd.runtime.run_lock)."""
-        if resume:
-            raise ConfigError("cluster.launcher", "a simulated run is repeated, not resumed: launch it again")
         self.cfg, self.run_dir = cfg, Path(run_dir)
+
+    @staticmethod
+    def check(cfg: Config) -> None:
+        """Refuse (ConfigError naming the key) a time model that cannot finish in bounded
+        time or give finite times, before the run directory is used (psgd.sim.plan)."""
+        check_plan(cfg)
 
     def run(self) -> LaunchResult:
         """Raises nothing for a value the time model refuses: a LaunchResult with code 2 names the key."""
         try:
             return self._run()
+        except WriteFailed as exc:  # a run file that may not be written (a planted link): one line
+            return LaunchResult(1, str(exc), self.run_dir)
         except ConfigError as exc:
-            return LaunchResult(2, f"config error: {exc}", self.run_dir, None)
+            return LaunchResult(2, f"config error: {exc}", self.run_dir)
 
     def _run(self) -> LaunchResult:
         started = time.perf_counter()
@@ -99,7 +74,7 @@ class SimLauncher:
         export = MetricsExport(self.run_dir, cfg, t0=0.0)
         evals: list[dict] = []
 
-        with open(self.run_dir / "metrics.jsonl", "w") as metrics:
+        with open_no_follow(self.run_dir / "metrics.jsonl", "w") as metrics:
             def emit(e: dict) -> None:
                 events.append(e)
                 metrics.write(json.dumps(e) + "\n")
@@ -121,7 +96,8 @@ class SimLauncher:
                                     step_times=step_times).run()
             finally:
                 export.close()
-        torch.save(runner.state_dict(), self.run_dir / "model.pt")
+        with open_no_follow(self.run_dir / "model.pt", "wb") as model:
+            torch.save(runner.state_dict(), model)
         summary = summarize(cfg, events, result.end_s, clock="simulated")
         summary["real_time_s"] = round(time.perf_counter() - started, 3)  # what the simulation took here
         summary["failure"] = None
