@@ -207,7 +207,7 @@ def main(argv: list[str]) -> int:
              f"{t.metric} {t.value:g}, held for {t.hold_evals} evaluations within {t.tolerance:g}; runs stop "
              f"once it is held. Stated cluster: {sim.compute_ms:g} ms of compute per worker step, links of "
              f"{sim.bandwidth_gbps:g} Gb/s with {sim.latency_us:g} µs latency, a shard serves a request in "
-             f"{sim.request_us:g} µs plus {sim.apply_gbps:g} GB/s of apply.", "",
+             f"{sim.request_us:g} µs plus {sim.apply_gbytes_per_s:g} GB/s of apply.", "",
              "Verdicts: every comparison is `psgd.bench.verdict.judge` on the 95% interval of the ratio of the "
              f"medians: *faster*/*slower* wholly beyond ±{TIE_MARGIN:.0%} of 1, *tied* inside it, *inconclusive* "
              "otherwise (overlap confirms nothing). A *beats* claim is confirmed only by *faster*, a *tie* claim "

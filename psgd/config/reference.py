@@ -68,7 +68,7 @@ def _walk(cls: type, path: str, intro: str, found: list[Section]) -> None:
 
 
 def _section_type(tp) -> tuple[Optional[type], str]:
-    """The dataclass a field holds (itself, optional, or a list of them) and the path suffix."""
+    """The dataclass a field holds (itself, optional, a list or a mapping of them) and the path suffix."""
     if dataclasses.is_dataclass(tp):
         return tp, ""
     args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -77,6 +77,8 @@ def _section_type(tp) -> tuple[Optional[type], str]:
         return sections[0], ""
     if typing.get_origin(tp) is list and args and dataclasses.is_dataclass(args[0]):
         return args[0], "[]"
+    if typing.get_origin(tp) is dict and len(args) == 2 and dataclasses.is_dataclass(args[1]):
+        return args[1], ".<name>"  # a mapping of named sections (sim.devices)
     return None, ""
 
 
@@ -101,6 +103,8 @@ def type_text(tp) -> str:
 
 
 def default_text(f: dataclasses.Field) -> str:
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        return "(required)"
     value = f.default_factory() if f.default is dataclasses.MISSING else f.default
     return yaml_text(value)
 

@@ -65,6 +65,9 @@ def prepare_job(cfg: Config, *, out: Optional[str] = None, resume: Optional[Path
     Raises ConfigError, LauncherUnavailable, StartupError (the user's model or
     data) or RunDirUnusable, each before anything starts."""
     launcher = launcher_for(cfg)
+    refuse = getattr(launcher, "check", None)  # optional: values this launcher refuses (ConfigError), checked first
+    if refuse is not None:
+        refuse(cfg)
     if resume is not None and not launcher.resumable:
         raise ConfigError("cluster.launcher", f"a {cfg.cluster.launcher} run cannot be resumed: launch it again")
     fresh = resume is None and (out is None or not Path(out).exists())

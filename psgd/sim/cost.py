@@ -25,9 +25,11 @@ import torch
 
 from psgd.config import Config, override_config
 from psgd.sim.batched import initialize_functorch
+from psgd.sim.compute import resolve_compute
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
+from psgd.wire.codecs import encoding_of
 
 __all__ = ["CostPoint", "Floor", "measure_cost", "measure_plain_loop"]
 
@@ -69,7 +71,8 @@ def measure_cost(cfg: Config, workers: int, steps_per_worker: int, batched: bool
     torch.set_num_threads(cfg.run.threads)  # one thread, as every psgd process
     init_s = initialize_functorch() if batched else 0.0
     ex = Executor(cfg, batched=batched)
-    engine = Engine(ex, TimeModel.from_config(cfg.sim, cfg.sim.compute_ms or 1.0),
+    compute_ms = resolve_compute(cfg, ex.task).compute_ms
+    engine = Engine(ex, TimeModel.from_config(cfg.sim, compute_ms, encoding_of(cfg.wire)),
                     steps_per_worker=steps_per_worker, max_time_s=cfg.train.max_time_s, eval_every_s=None)
     t0 = time.process_time()
     result = engine.run()

@@ -8,7 +8,9 @@ Every module in this folder is one launcher, named by its file (local.py is
 
 The class keeps one contract (JobLauncher): built with the resolved config and
 the run directory, `run()` runs the whole job and returns a LaunchResult; it
-never raises for the job's own failure. This folder is the only list of
+never raises for the job's own failure. A class may also define a static
+`check(cfg)` that raises ConfigError for values it refuses, called before the
+run directory is used (the simulator's unbounded time models). This folder is the only list of
 launchers: the CLI's `--on` choices, the check of `cluster.launcher` and
 `psgd.launch` all read it, so a new launcher is one new file here (plus its
 tests). Names are found without importing anything, and a member is imported

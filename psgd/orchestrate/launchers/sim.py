@@ -3,7 +3,9 @@
 Leaves the run directory a real launch leaves (config.yaml, metrics.jsonl,
 metrics.csv, summary.json, model.pt, TensorBoard when asked), written by the
 same summary and export code, with every time in simulated seconds and
-`"clock": "simulated"` in summary.json.
+`"clock": "simulated"` in summary.json, and under "sim_compute" the step
+time the run used and where it came from (given, FLOPs on a device, or
+measured here: then also written into config.yaml).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Callable, Optional
 
 import torch
 
-from psgd.config import Config, dump_config, override_config
+from psgd.config import Config, ConfigError, dump_config
 from psgd.orchestrate.launchers import LaunchResult
 from psgd.orchestrate.records.metrics_export import MetricsExport
 from psgd.orchestrate.records.summary import summarize, time_to_target
@@ -24,25 +26,16 @@ from psgd.runtime.safe_io import WriteFailed, open_no_follow
 from psgd.sim.allreduce import AllReduceSim
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
-from psgd.sim.measure import measure_compute_ms
-from psgd.sim.time_model import TimeModel
+from psgd.sim.plan import check_plan, plan_times
 from psgd.tasks import load_task
 
-__all__ = ["REQUIRES", "SimLauncher", "launcher_class", "resolve_compute_ms"]
+__all__ = ["REQUIRES", "SimLauncher", "launcher_class"]
 
 REQUIRES: dict[str, str] = {}
 
 
 def launcher_class() -> type:
     return SimLauncher
-
-
-def resolve_compute_ms(cfg: Config, task) -> Config:
-    """`cfg` with sim.compute_ms measured here when it was not given: recorded in
-    config.yaml, so rerunning that config repeats the run bit for bit."""
-    if cfg.sim.compute_ms is not None:
-        return cfg
-    return override_config(cfg, [f"sim.compute_ms={measure_compute_ms(cfg, task):.6g}"])
 
 
 class SimLauncher:
@@ -53,18 +46,29 @@ class SimLauncher:
         """`lock`: the run directory's lock, held by the caller (psgd.runtime.run_lock)."""
         self.cfg, self.run_dir = cfg, Path(run_dir)
 
+    @staticmethod
+    def check(cfg: Config) -> None:
+        """Refuse (ConfigError naming the key) a time model that cannot finish in bounded
+        time or give finite times, before the run directory is used (psgd.sim.plan)."""
+        check_plan(cfg)
+
     def run(self) -> LaunchResult:
+        """Raises nothing for a value the time model refuses: a LaunchResult with code 2 names the key."""
         try:
             return self._run()
         except WriteFailed as exc:  # a run file that may not be written (a planted link): one line
             return LaunchResult(1, str(exc), self.run_dir)
+        except ConfigError as exc:
+            return LaunchResult(2, f"config error: {exc}", self.run_dir)
 
     def _run(self) -> LaunchResult:
         started = time.perf_counter()
         torch.set_num_threads(self.cfg.run.threads)  # one thread, as every psgd process
         allreduce = not self.cfg.consistency.mode.on_servers
         ex = None if allreduce else Executor(self.cfg, None, batched=self.cfg.sim.batched)
-        cfg = resolve_compute_ms(self.cfg, load_task(self.cfg, None, splits=("train",)) if allreduce else ex.task)
+        plan = plan_times(self.cfg, load_task(self.cfg, None, splits=("train",)) if allreduce else ex.task)
+        compute, recorded, time_model, step_times = plan.compute, plan.recorded, plan.time_model, plan.step_times
+        cfg = compute.cfg
         atomic_write(self.run_dir / "config.yaml", dump_config(cfg))
         events: list[dict] = []
         export = MetricsExport(self.run_dir, cfg, t0=0.0)
@@ -80,16 +84,16 @@ class SimLauncher:
                 evals.append(record)
                 return cfg.train.stop_at_target and time_to_target(evals, cfg.train) is not None
 
-            time_model = TimeModel.from_config(cfg.sim, cfg.sim.compute_ms)
             every = cfg.eval.every_s if cfg.eval.enabled else None
             try:
                 if allreduce:
-                    runner = AllReduceSim(cfg, time_model, emit, stop)
+                    runner = AllReduceSim(cfg, time_model, emit, stop, step_times)
                     result = runner.run(cfg.train.steps_per_worker, cfg.train.max_time_s, every)
                 else:
                     runner = ex
                     result = Engine(ex, time_model, steps_per_worker=cfg.train.steps_per_worker,
-                                    max_time_s=cfg.train.max_time_s, eval_every_s=every, emit=emit, stop=stop).run()
+                                    max_time_s=cfg.train.max_time_s, eval_every_s=every, emit=emit, stop=stop,
+                                    step_times=step_times).run()
             finally:
                 export.close()
         with open_no_follow(self.run_dir / "model.pt", "wb") as model:
@@ -97,6 +101,8 @@ class SimLauncher:
         summary = summarize(cfg, events, result.end_s, clock="simulated")
         summary["real_time_s"] = round(time.perf_counter() - started, 3)  # what the simulation took here
         summary["failure"] = None
+        summary["sim_compute"] = {**compute.describe(),
+                                  **({"step_times": recorded.describe()} if recorded is not None else {})}
         if ex is not None:  # how the workers' gradients were computed (psgd.sim.batched), and why not batched
             summary["sim_gradients"] = {"batched_steps": ex.batched_steps, "fallback": ex.batch_fallback}
         unwritten = write_summary(self.run_dir / "summary.json", summary)

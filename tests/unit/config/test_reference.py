@@ -21,7 +21,7 @@ def accepted_keys(cls=Config, prefix="") -> set[str]:
         tp = hints[f.name]
         inner = [a for a in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(a)]
         if inner:
-            suffix = "[]" if typing.get_origin(tp) is list else ""
+            suffix = {list: "[]", dict: ".<name>"}.get(typing.get_origin(tp), "")
             keys |= accepted_keys(inner[0], key + suffix + ".")
         if not inner or f.default_factory is not inner[0]:
             keys.add(key)
@@ -48,8 +48,8 @@ def test_defaults_are_the_ones_a_default_config_holds():
     checked = 0
     for section in config_sections():
         for k in section.keys:
-            if "[]" in k.key or k.key.startswith(("optimizer.dc_asgd.", "train.target.", "workers.delay.",
-                                                                 "wire.compression.")):
+            if "[]" in k.key or "<name>" in k.key or k.key.startswith(("optimizer.dc_asgd.", "train.target.",
+                                                                            "workers.delay.", "wire.compression.")):
                 continue  # inside a section that is absent (null or empty) by default
             assert k.default == yaml_text(lookup(defaults, k.key)), k.key
             checked += 1

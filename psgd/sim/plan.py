@@ -1,0 +1,49 @@
+"""Where a simulated run's times come from, resolved and checked before it starts.
+
+The step time (psgd.sim.compute), a real run's recorded steps if replayed, the
+time model and the per-step times, refusing (ConfigError naming the key) what
+could not finish in bounded time or would not give finite times (psgd.sim.limits).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Optional
+
+from psgd.config import Config
+from psgd.sim.compute import ResolvedCompute, resolve_compute
+from psgd.sim.limits import check_evaluations
+from psgd.sim.step_times import RecordedSteps, StepTimes, load_recorded_steps
+from psgd.sim.time_model import TimeModel
+from psgd.wire.codecs import encoding_of
+
+__all__ = ["TimePlan", "check_plan", "plan_times"]
+
+
+@dataclass(frozen=True)
+class TimePlan:
+    compute: ResolvedCompute
+    recorded: Optional[RecordedSteps]
+    time_model: TimeModel
+    step_times: StepTimes
+
+
+def plan_times(cfg: Config, task) -> TimePlan:
+    """`task`: the run's loaded task (None when sim.compute_ms is a number: nothing is counted)."""
+    compute = resolve_compute(cfg, task)
+    cfg = compute.cfg
+    recorded = load_recorded_steps(cfg.sim.step_times_from, cfg.base_dir) if cfg.sim.step_times_from else None
+    time_model = TimeModel.from_config(cfg.sim, compute.compute_ms, encoding_of(cfg.wire))
+    mean_step_s = time_model.compute_s if recorded is None else statistics.fmean(
+        t for times in recorded.by_rank for t in times) / cfg.sim.speedup
+    check_evaluations(cfg, mean_step_s)
+    return TimePlan(compute, recorded, time_model, StepTimes.for_run(cfg, time_model, recorded))
+
+
+def check_plan(cfg: Config) -> None:
+    """Raises ConfigError for a config whose times cannot be planned, before any file is
+    written. A step time to be measured is checked once measured, in the run itself."""
+    if cfg.sim.compute_ms == "measure":
+        return
+    from psgd.tasks import load_task
+    plan_times(cfg, load_task(cfg, None, splits=("train",)) if cfg.sim.compute_ms is None else None)
