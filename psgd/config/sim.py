@@ -22,7 +22,7 @@ class SimConfig:
     apply_gbps: float = 15.0     # shard apply rate of fp32 gradient (benchmarks/apply: sgd, 10 MB)
     # Per-step compute jitter: each step's compute time times a lognormal factor
     # of mean 1 and this coefficient of variation, drawn from (seed, rank, step).
-    # 0: every step takes compute_ms exactly (psgd.sim.jitter says why lognormal).
+    # 0: every step takes compute_ms exactly (psgd.core.step_time says why lognormal).
     compute_jitter: float = 0.0
     # Extra shard time for a request that finds its shard idle (waking it up);
     # requests that queue behind another are served back to back without it. 0: none.

@@ -12,10 +12,10 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from psgd.config import Config, Role
 from psgd.core.heterogeneity import straggler_for
 from psgd.core.lr_scaling import scaled_optimizer
+from psgd.core.step_time import step_variability
 from psgd.core.update_rules import UpdateRule
 from psgd.runtime.event_names import Event
 from psgd.sim.engine import SimResult, event
-from psgd.sim.jitter import ComputeJitter
 from psgd.sim.time_model import TimeModel
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
@@ -37,7 +37,7 @@ class AllReduceSim:
         train = self.task.train_data()
         self.batches = [train_loader(train, r, w, cfg.task.batch_size, cfg.run.seed) for r in range(w)]
         self.stragglers = [straggler_for(cfg.workers, r, cfg.run.seed) for r in range(w)]
-        self.jitter = ComputeJitter(time.jitter_cv, cfg.run.seed)
+        self.jitter = step_variability(cfg.sim, cfg.run.seed)
         self.steps = 0
 
     def _evaluate(self, t: float, final: bool = False) -> dict:

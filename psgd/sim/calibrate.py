@@ -3,7 +3,7 @@
 Read from the run's events (metrics.jsonl), nothing re-measured:
 - compute_jitter: the spread of those forward+backward times (`compute_s` of
   the workers' step events; a straggler's sleep is not in it), as the CV of the
-  lognormal (psgd.sim.jitter) whose 10th and 90th percentiles they have: robust
+  lognormal (psgd.core.step_time) whose 10th and 90th percentiles they have: robust
   to the few steps a preemption makes very long, which a sample CV is not;
 - compute_ms: the mean of that lognormal with the steps' median as its median
   (median x exp(sigma^2 / 2)); with no spread, the median itself;

@@ -14,9 +14,9 @@ from typing import Any, Callable, Optional
 
 from psgd.config import Role
 from psgd.core.consistency import DeferredPulls
+from psgd.core.step_time import step_variability
 from psgd.runtime.event_names import Event
 from psgd.sim.executor import Executor, Push, Reply
-from psgd.sim.jitter import ComputeJitter
 from psgd.sim.time_model import Fifo, TimeModel
 
 __all__ = ["Engine", "EventQueue", "Kind", "SimResult"]
@@ -80,7 +80,7 @@ class Engine:
         self.arrivals = [0] * n      # pushes each shard received
         self.wakes = [0] * n         # of them, those that found it idle
         self.served_s = [0.0] * n    # its simulated service time in all
-        self.jitter = ComputeJitter(time.jitter_cv, executor.cfg.run.seed)
+        self.jitter = step_variability(executor.cfg.sim, executor.cfg.run.seed)
         self.computed_s = [time.compute_s] * len(executor.workers)  # each worker's last step's compute
         self.parked = [DeferredPulls() for _ in range(n)]  # the real shard's parking, in arrival order
         # What a parked pull's readiness depends on, per shard, when last released (None: always retry).

@@ -1,4 +1,10 @@
-"""Per-step compute jitter: each simulated step's compute time times a random factor of mean 1.
+"""Step-time variability: each step's compute time times a random factor of mean 1.
+
+One definition for both clocks: the simulator multiplies its compute time by
+it, and a real worker with `workers.device_ms` waits out its device time drawn
+from it (workers/device_time.py), so a testbed run and its simulation take the
+same device time at every (rank, step). `step_variability` reads the keys of
+the `sim:` section that state the variability; nothing else builds the draw.
 
 Lognormal rather than gamma: a step's time on shared hardware is the product of
 many small slowdowns (cache misses, scheduling, frequency), which is what a
@@ -17,7 +23,7 @@ import math
 
 import numpy as np
 
-__all__ = ["ComputeJitter", "lognormal_sigma"]
+__all__ = ["ComputeJitter", "lognormal_sigma", "step_variability"]
 
 _STREAM = 0x717E  # keeps these draws apart from the straggler delays' (seed, rank) stream
 _BLOCK = 1024     # draws per Generator: its construction costs ~20 us, a draw well under 1 us
@@ -50,3 +56,9 @@ class ComputeJitter:
             held = (block, np.exp(self.mu + self.sigma * rng.standard_normal(_BLOCK)))
             self._blocks[rank] = held
         return float(held[1][i])
+
+
+def step_variability(sim, seed: int) -> ComputeJitter:
+    """The variability the `sim:` section states (`sim.compute_jitter`, read by
+    attribute so core needs no config import), seeded by the run seed."""
+    return ComputeJitter(float(sim.compute_jitter), seed)

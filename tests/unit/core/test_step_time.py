@@ -1,13 +1,13 @@
-"""Per-step compute jitter (psgd.sim.jitter): a pure function of (seed, rank, step),
+"""Per-step compute jitter (psgd.core.step_time): a pure function of (seed, rank, step),
 lognormal of mean 1 and the given CV, and on the engine it multiplies each step's
 compute, composes with a straggler, and spreads ASP's clocks."""
 import numpy as np
 import pytest
 
 from psgd.config import ConfigError, load_config
+from psgd.core.step_time import ComputeJitter, lognormal_sigma
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
-from psgd.sim.jitter import ComputeJitter, lognormal_sigma
 from psgd.sim.time_model import TimeModel
 
 
