@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
-from psgd.core.step_time import ComputeJitter, step_variability
+from psgd.core.step_time import StepVariability, step_variability
 
 __all__ = ["DeviceClock"]
 
@@ -27,7 +27,7 @@ def _sleep(seconds: float) -> bool:
 class DeviceClock:
     """One rank's device times. `hold` blocks; not thread-safe (one training loop)."""
 
-    def __init__(self, device_ms: float, variability: ComputeJitter, rank: int):
+    def __init__(self, device_ms: float, variability: StepVariability, rank: int):
         self.device_s, self.variability, self.rank = device_ms / 1e3, variability, rank
 
     @classmethod

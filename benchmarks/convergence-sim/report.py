@@ -200,7 +200,7 @@ def main(argv: list[str]) -> int:
              f"{t.metric} {t.value:g}, held for {t.hold_evals} evaluations within {t.tolerance:g}; runs stop "
              f"once it is held. Stated cluster: {sim.compute_ms:g} ms of compute per worker step, links of "
              f"{sim.bandwidth_gbps:g} Gb/s with {sim.latency_us:g} µs latency, a shard serves a request in "
-             f"{sim.request_us:g} µs plus {sim.apply_gbps:g} GB/s of apply.", "",
+             f"{sim.request_us:g} µs plus {sim.apply_gbytes_per_s:g} GB/s of apply.", "",
              f"Verdicts: a *beats* claim is confirmed only where the 95% intervals separate in its favour; a *tie* "
              f"claim only where the 95% interval of the ratio of medians lies inside ±{TIE_MARGIN:.0%} (the tie "
              f"margin). Times are held time to target, median [95% bootstrap CI] over seeds.", ""]

@@ -68,6 +68,9 @@ def build(cls, data: Any, path: str):
     for key, value in data.items():
         sub = _join(path, str(key))
         if key not in by_yaml:
+            renamed = getattr(cls, "RENAMED_KEYS", {}).get(key)
+            if renamed:
+                raise ConfigError(sub, renamed)
             known = ", ".join(sorted(by_yaml))
             raise ConfigError(sub, f"unknown key (known keys here: {known})")
         name = by_yaml[key]

@@ -1,42 +1,111 @@
-"""The `sim:` section: the virtual cluster's time model (psgd.sim)."""
+"""The `sim:` section: the virtual cluster's time model (psgd.sim), in hardware terms.
+
+Units are named by what they count: `_gbps` is gigabits per second (links),
+`_gbytes_per_s` gigabytes per second (memory, apply and codec rates), `_us`
+microseconds, `_ms` milliseconds, `_tflops` 10^12 FLOP per second. Everything
+here is a stated number: the same config and seed give the same simulated
+times, and this machine is measured only when `compute_ms: measure` asks.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Literal, Optional, Union
 
 from psgd.config.loader import check as _check
+from psgd.config.loader import int_max
+from psgd.config.sim_devices import DEVICES, DeviceProfile
 
-__all__ = ["SimConfig"]
+__all__ = ["DeviceProfile", "SimConfig", "MAX_CV"]
+
+# Largest coefficient of variation accepted for jitter and spread: a lognormal of
+# CV 10 already has its median at 1/10 of its mean; far beyond it the variance
+# overflows a double (CV ~1.4e154 made every simulated time NaN).
+MAX_CV = 10.0
 
 
 @dataclass(frozen=True)
 class SimConfig:
-    # Per-step compute time of one worker (forward + backward). None: measured
-    # here from the model's own forward+backward, median of `warmup_steps`.
-    compute_ms: Optional[float] = None
-    speedup: float = 1.0         # compute time is divided by this (faster hardware)
-    warmup_steps: int = 5        # steps timed to measure compute_ms
-    latency_us: float = 20.0     # one-way latency of every link
-    bandwidth_gbps: float = 25.0  # each link's bandwidth; a shard's link is shared by all its workers
-    request_us: float = 30.0     # shard cost per request (benchmarks/scale-commits: ~30 us at 64 workers)
-    apply_gbps: float = 15.0     # shard apply rate of fp32 gradient (benchmarks/apply: sgd, 10 MB)
-    # Per-step compute jitter: each step's compute time times a lognormal factor
-    # of mean 1 and this coefficient of variation, drawn from (seed, rank, step).
-    # 0: every step takes compute_ms exactly (psgd.core.step_time says why lognormal).
+    # ---- compute: one worker's forward + backward on its batch ----------------------
+    # A number: that many ms per step, whatever `device` says. null: the model's FLOPs
+    # on one batch (counted once with torch.utils.flop_counter, forward + backward)
+    # on `device`. "measure": timed here (median of `warmup_steps` steps); the figure
+    # is written into the run's config.yaml and summary.json, so a rerun repeats it.
+    compute_ms: Union[float, Literal["measure"], None] = None
+    # Named device profile (psgd.config.sim_devices: cpu, v100, a100, l4, h100, h200,
+    # with -tf32 / -bf16 / -fp16 variants) or one defined under `devices`.
+    device: str = "cpu"
+    # User-defined profiles by name: {peak_tflops, efficiency, step_overhead_us, host_gbytes_per_s}.
+    devices: dict[str, DeviceProfile] = field(default_factory=dict)
+    # Achieved fraction of the profile's peak for this model; null: the profile's own.
+    efficiency: Optional[float] = None
+    speedup: float = 1.0         # every step's compute time is divided by this (faster hardware)
+    # Steps timed for `compute_ms: measure`; bounded so the measurement ends in seconds.
+    warmup_steps: int = field(default=5, metadata=int_max(1000))
+
+    # ---- step-time variability (all drawn from run.seed: deterministic) ----------
+    # Per step: each step's compute time times a lognormal factor of mean 1 and
+    # this coefficient of variation, drawn from (seed, rank, step). 0: none.
     compute_jitter: float = 0.0
+    # Per worker, persistent: rank r's every step times one lognormal factor of
+    # mean 1 and this CV, drawn once from (seed, rank). 0: all workers equal.
+    worker_spread: float = 0.0
+    # A real run's step times: a run directory (or its metrics.jsonl; relative to
+    # the config file). Its workers' recorded per-step `compute_s` replace compute_ms:
+    # simulated rank r takes recorded rank (r mod R)'s times in order, cycling
+    # when they run out; divided by `speedup`, then spread and jitter apply as set.
+    step_times_from: Optional[str] = None
+
+    # ---- network: every worker has a link, every shard has a link ----------------
+    # A message crosses its sender's link and its receiver's link; both limit it:
+    # it streams at the slower link's rate, queues behind messages already on
+    # either link, and arrives after the sum of the two links' latencies.
+    latency_us: float = 10.0      # one-way latency of each link (worker -> shard: 2 x 10 us by default)
+    bandwidth_gbps: float = 25.0  # each link's bandwidth, gigabits/s, each direction (full duplex)
+    worker_latency_us: Optional[float] = None     # the workers' links only; null: latency_us
+    worker_bandwidth_gbps: Optional[float] = None  # the workers' links only; null: bandwidth_gbps
+    shard_latency_us: Optional[float] = None      # the shards' links only; null: latency_us
+    shard_bandwidth_gbps: Optional[float] = None   # the shards' links only; null: bandwidth_gbps
+
+    # ---- a shard's service: one request at a time ---------------------------------
+    request_us: float = 30.0     # shard cost per request (benchmarks/scale-commits: ~30 us at 64 workers)
+    # Shard apply rate, gigabytes/s of fp32 gradient (benchmarks/apply: sgd, 10 MB).
+    apply_gbytes_per_s: float = 15.0
     # Extra shard time for a request that finds its shard idle (waking it up);
     # requests that queue behind another are served back to back without it. 0: none.
     wake_us: float = 0.0
 
+    # ---- codecs: gigabytes/s of fp32 gradient; null: psgd.sim.codec_cost's figure ----
+    # for wire.compression (measured on one CPU thread; none: free).
+    encode_gbytes_per_s: Optional[float] = None  # the worker's encode, before its pushes leave
+    decode_gbytes_per_s: Optional[float] = None  # the shard's decode, added to its service
+
+    # Keys renamed: the loader answers these with the message instead of "unknown key".
+    RENAMED_KEYS = {"apply_gbps": "renamed to sim.apply_gbytes_per_s (it always was gigabytes per second, "
+                                  "not gigabits: the same value works)"}
+
     def __post_init__(self):
-        _check(self.compute_ms is None or self.compute_ms > 0, "compute_ms",
-               f"must be > 0 (or null to measure it), got {self.compute_ms}")
+        _check(self.compute_ms is None or self.compute_ms == "measure" or 0 < self.compute_ms, "compute_ms",
+               f"must be > 0 ms, null (from the model's FLOPs and sim.device) or measure, got {self.compute_ms}")
+        _check(self.device in DEVICES or self.device in self.devices, "device",
+               f"unknown device profile {self.device!r} (shipped: {', '.join(sorted(DEVICES))}; "
+               "or define it under sim.devices)")
+        _check(self.efficiency is None or 0 < self.efficiency <= 1, "efficiency",
+               f"must be in (0, 1] (a fraction of peak), got {self.efficiency}")
         _check(self.speedup > 0, "speedup", f"must be > 0, got {self.speedup}")
         _check(self.warmup_steps >= 1, "warmup_steps", f"must be >= 1, got {self.warmup_steps}")
-        _check(self.latency_us >= 0, "latency_us", f"must be >= 0, got {self.latency_us}")
-        _check(self.bandwidth_gbps > 0, "bandwidth_gbps", f"must be > 0, got {self.bandwidth_gbps}")
-        _check(self.request_us >= 0, "request_us", f"must be >= 0, got {self.request_us}")
-        _check(self.apply_gbps > 0, "apply_gbps", f"must be > 0, got {self.apply_gbps}")
-        _check(0 <= self.compute_jitter < float("inf"), "compute_jitter",
-               f"must be a finite number >= 0 (a coefficient of variation), got {self.compute_jitter}")
-        _check(self.wake_us >= 0, "wake_us", f"must be >= 0, got {self.wake_us}")
+        for key in ("compute_jitter", "worker_spread"):
+            value = getattr(self, key)
+            _check(0 <= value <= MAX_CV, key, f"must be a coefficient of variation in [0, {MAX_CV:g}], got {value}")
+        _check(self.step_times_from is None or self.step_times_from != "", "step_times_from",
+               "must name a run directory or metrics.jsonl (or be null)")
+        for key in ("latency_us", "worker_latency_us", "shard_latency_us", "request_us", "wake_us"):
+            value = getattr(self, key)
+            _check(value is None or value >= 0, key, f"must be >= 0, got {value}")
+        for key in ("bandwidth_gbps", "worker_bandwidth_gbps", "shard_bandwidth_gbps", "apply_gbytes_per_s",
+                    "encode_gbytes_per_s", "decode_gbytes_per_s"):
+            value = getattr(self, key)
+            _check(value is None or value > 0, key, f"must be > 0, got {value}")
+
+    def profile(self) -> DeviceProfile:
+        """The device profile in force (user-defined names shadow shipped ones)."""
+        return self.devices.get(self.device) or DEVICES[self.device]

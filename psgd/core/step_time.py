@@ -4,7 +4,8 @@ One definition for both clocks: the simulator multiplies its compute time by
 it, and a real worker with `workers.device_ms` waits out its device time drawn
 from it (workers/device_time.py), so a testbed run and its simulation take the
 same device time at every (rank, step). `step_variability` reads the keys of
-the `sim:` section that state the variability; nothing else builds the draw.
+the `sim:` section that state the variability (compute_jitter per step,
+worker_spread per worker); nothing else builds the draw.
 
 Lognormal rather than gamma: a step's time on shared hardware is the product of
 many small slowdowns (cache misses, scheduling, frequency), which is what a
@@ -23,9 +24,10 @@ import math
 
 import numpy as np
 
-__all__ = ["ComputeJitter", "lognormal_sigma", "step_variability"]
+__all__ = ["ComputeJitter", "StepVariability", "lognormal_sigma", "step_variability"]
 
 _STREAM = 0x717E  # keeps these draws apart from the straggler delays' (seed, rank) stream
+_SPREAD_STREAM = 0x5B7E  # a worker's persistent speed, apart from its per-step draws
 _BLOCK = 1024     # draws per Generator: its construction costs ~20 us, a draw well under 1 us
 
 
@@ -58,7 +60,33 @@ class ComputeJitter:
         return float(held[1][i])
 
 
-def step_variability(sim, seed: int) -> ComputeJitter:
-    """The variability the `sim:` section states (`sim.compute_jitter`, read by
-    attribute so core needs no config import), seeded by the run seed."""
-    return ComputeJitter(float(sim.compute_jitter), seed)
+class StepVariability:
+    """factor(rank, step): rank's persistent speed (a lognormal of mean 1 and CV
+    `spread`, drawn once from (seed, rank)) times its step's jitter."""
+
+    def __init__(self, jitter_cv: float, spread_cv: float, seed: int):
+        if not (spread_cv >= 0 and math.isfinite(spread_cv)):
+            raise ValueError(f"worker_spread: must be a finite number >= 0, got {spread_cv}")
+        self.jitter, self.spread_cv, self.seed = ComputeJitter(jitter_cv, seed), float(spread_cv), int(seed)
+        self._speeds: dict[int, float] = {}
+
+    def speed(self, rank: int) -> float:
+        """Rank `rank`'s persistent multiplier (1.0 without a spread)."""
+        if self.spread_cv == 0:
+            return 1.0
+        if rank not in self._speeds:
+            sigma = lognormal_sigma(self.spread_cv)
+            z = np.random.default_rng([self.seed, int(rank), _SPREAD_STREAM]).standard_normal()
+            self._speeds[rank] = float(np.exp(-sigma ** 2 / 2 + sigma * z))
+        return self._speeds[rank]
+
+    def factor(self, rank: int, step: int) -> float:
+        """The multiplier of rank `rank`'s step number `step` (0-based)."""
+        return self.speed(rank) * self.jitter.factor(rank, step)
+
+
+def step_variability(sim, seed: int) -> StepVariability:
+    """The variability the `sim:` section states (`sim.compute_jitter`,
+    `sim.worker_spread`, read by attribute so core needs no config import),
+    seeded by the run seed."""
+    return StepVariability(float(sim.compute_jitter), float(sim.worker_spread), seed)

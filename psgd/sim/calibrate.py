@@ -88,7 +88,7 @@ def calibrate(run_dir: Path) -> Calibration:
     computes = [e["compute_s"] for e in steps]
     compute_s, jitter = compute_spread(computes)
     service_s = sum(e["busy_s"] for e in finals.values()) / max(1, sum(e["requests"] for e in finals.values()))
-    apply_s = 4 * largest / (cfg.sim.apply_gbps * 1e9)
+    apply_s = 4 * largest / (cfg.sim.apply_gbytes_per_s * 1e9)
     up_bytes = (sum(e["bytes_sent"] for e in dones) / sum(e["pushes"] for e in dones) / shards) if dones \
         else 4 * largest
     bytes_per_s = cfg.sim.bandwidth_gbps * 1e9 / 8
@@ -106,5 +106,5 @@ def calibrate(run_dir: Path) -> Calibration:
                 "comm_ms_quiet": round(quiet_comm_s * 1e3, 6),
                 "comm_ms_median": round(statistics.median(e["comm_s"] for e in steps) * 1e3, 6),
                 "push_bytes_per_shard": round(up_bytes), "reply_bytes_per_shard": 4 * largest,
-                "kept": {"bandwidth_gbps": cfg.sim.bandwidth_gbps, "apply_gbps": cfg.sim.apply_gbps}}
+                "kept": {"bandwidth_gbps": cfg.sim.bandwidth_gbps, "apply_gbytes_per_s": cfg.sim.apply_gbytes_per_s}}
     return Calibration(sim, evidence)

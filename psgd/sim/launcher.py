@@ -35,9 +35,9 @@ def resolve_compute_ms(cfg: Config, task) -> Config:
     config.yaml, so rerunning that config repeats the run bit for bit. A stated
     device time (workers.device_ms), which real workers wait out, is the compute
     time when sim.compute_ms is not given: nothing is measured then."""
-    if cfg.sim.compute_ms is not None:
+    if cfg.sim.compute_ms not in (None, "measure"):
         return cfg
-    if cfg.workers.device_ms is not None:
+    if cfg.sim.compute_ms is None and cfg.workers.device_ms is not None:
         return override_config(cfg, [f"sim.compute_ms={cfg.workers.device_ms!r}"])
     return override_config(cfg, [f"sim.compute_ms={measure_compute_ms(cfg, task):.6g}"])
 

@@ -102,7 +102,7 @@ def simulate_scale_point(shards: int, workers: int, numel: int, sim: dict, warmu
             "idle_share": round(sum(engine.wakes) / arrivals, 4)}
 
 
-def calibrate_from_point(row: dict, numel: int, bandwidth_gbps: float = 25.0, apply_gbps: float = 15.0) -> dict:
+def calibrate_from_point(row: dict, numel: int, bandwidth_gbps: float = 25.0, apply_gbytes_per_s: float = 15.0) -> dict:
     """The sim: section one real bench-scale point implies (in the spirit of
     psgd sim calibrate): per-request service from the shard's CPU per request,
     step time from the workers' cycle less the round trip, latency from what
@@ -111,13 +111,14 @@ def calibrate_from_point(row: dict, numel: int, bandwidth_gbps: float = 25.0, ap
     rtt_s = row["pull_latency_ms_median"] / 1e3
     service_s = row["shard_cpu_cores"] / ups            # each update is one request to every shard
     per_shard = numel // shards
-    apply_s = 4 * per_shard / (apply_gbps * 1e9)
+    apply_s = 4 * per_shard / (apply_gbytes_per_s * 1e9)
     transfer_s = 2 * 4 * per_shard / (bandwidth_gbps * 1e9 / 8)
     cycle_s = row["workers"] / ups
     return {"compute_ms": round((cycle_s - rtt_s) * 1e3, 6), "speedup": 1.0,
             "request_us": round(max(0.0, service_s - apply_s) * 1e6, 3),
-            "latency_us": round(max(0.0, (rtt_s - service_s - transfer_s) / 2) * 1e6, 3),
-            "bandwidth_gbps": bandwidth_gbps, "apply_gbps": apply_gbps}
+            # A round trip crosses four links (worker's and shard's, each way): latency_us is one link's.
+            "latency_us": round(max(0.0, (rtt_s - service_s - transfer_s) / 4) * 1e6, 3),
+            "bandwidth_gbps": bandwidth_gbps, "apply_gbytes_per_s": apply_gbytes_per_s}
 
 
 def calibrate_wake(base: dict, loaded: dict, numel: int, sim: dict, iterations: int = 30) -> dict:

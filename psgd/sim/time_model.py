@@ -46,12 +46,14 @@ class TimeModel:
     bytes_per_s: float    # link bandwidth
     request_s: float      # shard fixed cost per request
     apply_bytes_per_s: float
+    jitter_cv: float = 0.0  # coefficient of variation of each step's compute time
     wake_s: float = 0.0     # shard cost added when a request finds it idle
 
     @classmethod
     def from_config(cls, sim: SimConfig, compute_ms: float) -> "TimeModel":
-        return cls(compute_ms / 1e3 / sim.speedup, sim.latency_us / 1e6, sim.bandwidth_gbps * 1e9 / 8,
-                   sim.request_us / 1e6, sim.apply_gbps * 1e9, sim.wake_us / 1e6)
+        path_us = sum(sim.latency_us if v is None else v for v in (sim.worker_latency_us, sim.shard_latency_us))
+        return cls(compute_ms / 1e3 / sim.speedup, path_us / 1e6, sim.bandwidth_gbps * 1e9 / 8,
+                   sim.request_us / 1e6, sim.apply_gbytes_per_s * 1e9, sim.compute_jitter, sim.wake_us / 1e6)
 
     def transfer_s(self, nbytes: int) -> float:
         return nbytes / self.bytes_per_s

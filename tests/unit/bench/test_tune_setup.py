@@ -45,6 +45,6 @@ def test_simulated_runs_share_the_step_time_stop_at_target_and_evaluate_densely(
     sets = sim_overrides(cfg, lambda: (0.1, 4810))
     assert sets[:2] == ["sim.compute_ms=0.1", "train.stop_at_target=true"]
     # 64 pushes of 2405 floats per round at 30 us + apply beat the 0.1 ms step: the shard sets the pace.
-    service = 30e-6 + 4 * 2405 / (cfg.sim.apply_gbps * 1e9)
+    service = 30e-6 + 4 * 2405 / (cfg.sim.apply_gbytes_per_s * 1e9)
     every = float(sets[2].split("=")[1])
     assert math.isclose(every, 500 * 64 * service / EVALS_PER_SPAN, rel_tol=1e-5)

@@ -33,7 +33,7 @@ def test_the_section_comes_from_the_events(tmp_path):
     assert found.sim["compute_ms"] == pytest.approx(3.0)
     assert found.sim["compute_jitter"] == 0.0  # every step computed for 3 ms
     service_s = (0.5 + 0.7) / 2000
-    apply_s = 4 * 1000 / (cfg.sim.apply_gbps * 1e9)
+    apply_s = 4 * 1000 / (cfg.sim.apply_gbytes_per_s * 1e9)
     assert found.sim["request_us"] == pytest.approx((service_s - apply_s) * 1e6, abs=1e-3)
     transfers_s = (4000 + 4000) / (cfg.sim.bandwidth_gbps * 1e9 / 8)
     assert found.sim["latency_us"] == pytest.approx((1.5e-3 - service_s - transfers_s) / 2 * 1e6, abs=1e-3)

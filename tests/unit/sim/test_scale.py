@@ -5,12 +5,12 @@ import pytest
 from psgd.sim.scale import calibrate_from_point, calibrate_wake, simulate_scale_point
 
 NUMEL = 16384  # 64 KB
-SIM = {"compute_ms": 20.0, "request_us": 100.0, "latency_us": 150.0, "bandwidth_gbps": 25.0, "apply_gbps": 15.0}
+SIM = {"compute_ms": 20.0, "request_us": 100.0, "latency_us": 150.0, "bandwidth_gbps": 25.0, "apply_gbytes_per_s": 15.0}
 
 
 def _round_trip_s(sim, shards=1):
     per = NUMEL // shards
-    return (2 * sim["latency_us"] / 1e6 + sim["request_us"] / 1e6 + 4 * per / (sim["apply_gbps"] * 1e9)
+    return (4 * sim["latency_us"] / 1e6 + sim["request_us"] / 1e6 + 4 * per / (sim["apply_gbytes_per_s"] * 1e9)
             + 2 * 4 * per / (sim["bandwidth_gbps"] * 1e9 / 8))
 
 
@@ -24,7 +24,7 @@ def test_one_light_worker_does_one_round_trip_per_step():
 def test_a_saturated_shard_serves_one_request_per_service_time():
     sim = {**SIM, "request_us": 2000.0}  # 64 workers x 2 ms > the 20 ms step: the shard is the bottleneck
     p = simulate_scale_point(1, 64, NUMEL, sim, warmup_s=1.0, window_s=3.0)
-    service = sim["request_us"] / 1e6 + 4 * NUMEL / (sim["apply_gbps"] * 1e9)
+    service = sim["request_us"] / 1e6 + 4 * NUMEL / (sim["apply_gbytes_per_s"] * 1e9)
     assert p["updates_per_s"] == pytest.approx(1 / service, rel=0.01)
 
 

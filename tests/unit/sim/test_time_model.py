@@ -27,7 +27,7 @@ def run(workers, servers=1, mode="asp", extra=(), engine_out=None, **sim):
 
 
 def test_one_worker_step_is_compute_plus_both_transfers_plus_service():
-    ex, tm, result, _ = run(1, compute_ms=2.0, latency_us=50, bandwidth_gbps=0.01, request_us=40, apply_gbps=1)
+    ex, tm, result, _ = run(1, compute_ms=2.0, latency_us=50, bandwidth_gbps=0.01, request_us=40, apply_gbytes_per_s=1)
     nbytes = 4 * ex.layout.shard_sizes[0]  # f32 both ways
     step = tm.compute_s + 2 * (tm.transfer_s(nbytes) + tm.latency_s) + tm.service_s(ex.layout.shard_sizes[0])
     assert result.end_s == pytest.approx(STEPS * step, rel=1e-12)
@@ -35,8 +35,8 @@ def test_one_worker_step_is_compute_plus_both_transfers_plus_service():
 
 def test_a_shards_link_shared_by_many_workers_saturates_at_its_bandwidth():
     # Transfers dominate: compute, latency and service are (almost) free.
-    _, tm, result, _ = run(16, compute_ms=1e-6, latency_us=0, bandwidth_gbps=0.01, request_us=0, apply_gbps=1e6)
-    ex1, tm1, one, _ = run(1, compute_ms=1e-6, latency_us=0, bandwidth_gbps=0.01, request_us=0, apply_gbps=1e6)
+    _, tm, result, _ = run(16, compute_ms=1e-6, latency_us=0, bandwidth_gbps=0.01, request_us=0, apply_gbytes_per_s=1e6)
+    ex1, tm1, one, _ = run(1, compute_ms=1e-6, latency_us=0, bandwidth_gbps=0.01, request_us=0, apply_gbytes_per_s=1e6)
     nbytes = 4 * ex1.layout.shard_sizes[0]
     link_limit = 1 / tm.transfer_s(nbytes)  # pushes/s one uplink carries
     rate16 = 16 * STEPS / result.end_s
@@ -47,14 +47,14 @@ def test_a_shards_link_shared_by_many_workers_saturates_at_its_bandwidth():
 
 
 def test_a_shard_serves_one_request_at_a_time():
-    ex, tm, result, _ = run(8, compute_ms=1e-6, latency_us=0, bandwidth_gbps=1e6, request_us=500, apply_gbps=1)
+    ex, tm, result, _ = run(8, compute_ms=1e-6, latency_us=0, bandwidth_gbps=1e6, request_us=500, apply_gbytes_per_s=1)
     service = tm.service_s(ex.layout.shard_sizes[0])
     assert result.end_s >= 8 * STEPS * service
     assert result.end_s == pytest.approx(8 * STEPS * service, rel=0.02)
 
 
 def test_a_lone_worker_wakes_its_shard_every_time():
-    common = dict(compute_ms=2.0, latency_us=50, bandwidth_gbps=0.01, request_us=40, apply_gbps=1)
+    common = dict(compute_ms=2.0, latency_us=50, bandwidth_gbps=0.01, request_us=40, apply_gbytes_per_s=1)
     _, _, plain, _ = run(1, **common)
     engines = []
     ex, tm, woken, _ = run(1, engine_out=engines, wake_us=300, **common)
@@ -68,14 +68,14 @@ def test_requests_queued_behind_another_pay_no_wake():
     # only the first request finds it idle.
     engines = []
     ex, tm, result, _ = run(8, engine_out=engines, compute_ms=1e-6, latency_us=0, bandwidth_gbps=1e6,
-                            request_us=500, apply_gbps=1, wake_us=2000)
+                            request_us=500, apply_gbytes_per_s=1, wake_us=2000)
     service = tm.service_s(ex.layout.shard_sizes[0])
     assert engines[0].arrivals == [8 * STEPS] and engines[0].wakes == [1]
     assert result.end_s == pytest.approx(8 * STEPS * service + tm.wake_s, rel=0.02)
 
 
 def test_a_straggler_slows_only_itself():
-    common = dict(compute_ms=10.0, latency_us=1, bandwidth_gbps=100, request_us=1, apply_gbps=100)
+    common = dict(compute_ms=10.0, latency_us=1, bandwidth_gbps=100, request_us=1, apply_gbytes_per_s=100)
     _, _, _, plain = run(4, **common)
     _, tm, _, events = run(4, extra=["workers.slowdown={1: 4.0}"], **common)
 

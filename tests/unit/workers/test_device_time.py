@@ -47,7 +47,7 @@ def test_the_simulator_computes_each_step_for_the_device_time_a_real_worker_wait
     cfg = load_config(None, ["task.model=linear", "task.dataset=synthetic", "task.batch_size=8", "cluster.servers=1",
                              "cluster.workers=3", "consistency.mode=asp", "train.steps_per_worker=40",
                              "train.max_time_s=1e9", "eval.enabled=false", "workers.device_ms=25",
-                             "sim.compute_jitter=0.4", "run.seed=5"])
+                             "sim.compute_jitter=0.4", "sim.worker_spread=0.3", "run.seed=5"])
     ex = Executor(cfg)
     cfg = resolve_compute_ms(cfg, ex.task)  # the stated device time, nothing measured
     assert cfg.sim.compute_ms == 25.0
