@@ -33,7 +33,7 @@ from psgd.bench.netns_reaper import REAPER, remove
 __all__ = ["LinkShape", "ShapedStar", "shaping_supported", "tbf_args"]
 
 _MTU_BYTES = 1514
-BURST_S = 4e-3  # a token bucket's depth, in seconds at its rate (tbf_args says why)
+BURST_S = 1e-3  # a token bucket's depth, in seconds at its rate (tbf_args says why)
 _SUBNET = "10.252"  # a private /16 that exists only inside these namespaces
 
 
@@ -55,12 +55,13 @@ class LinkShape:
 
 
 def tbf_args(shape: LinkShape) -> list[str]:
-    """The token bucket of one direction. Burst: 4 ms at the rate, at least two
-    full frames (tbf drops what exceeds its bucket). A smaller bucket loses
-    tokens whenever the qdisc's timer fires late, which on a loaded machine is
-    often: 20 MB over a 1 Gb/s link with a 100 us bucket ran at 90 Mb/s; over
-    100 Mb/s, a 1 ms bucket gave 80 Mb/s and a 4 ms one 94 (2 cores at load ~8).
-    The queue holds half a second at the rate (at least 1 MB), so a saturated
+    """The token bucket of one direction. Burst: 1 ms at the rate, at least two
+    full frames (tbf drops what exceeds its bucket). A deeper bucket lets more of
+    each message through at once (4 ms at 100 Mb/s is half of a 104 KB push); a
+    shallower one loses tokens whenever the qdisc's timer fires late, which on a
+    loaded machine is often: 20 MB over a 1 Gb/s link with a 100 us bucket ran
+    at 90 Mb/s; over 100 Mb/s a 1 ms bucket gave 80 Mb/s, a 4 ms one 94 (2 cores
+    at load ~8). The queue holds half a second at the rate (at least 1 MB), so a saturated
     link queues, as a switch port does, instead of dropping what TCP resends."""
     rate = shape.bytes_per_s
     burst = max(2 * _MTU_BYTES, int(rate * BURST_S))
