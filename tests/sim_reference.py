@@ -37,18 +37,20 @@ def assert_servers_equal(ex, model, atol):
         torch.testing.assert_close(shard.params, expected[s], rtol=0, atol=atol)
 
 
-def reference_geo(cfg, steps):
+def reference_geo(cfg, steps, orders):
     """GEO-SGD as the algorithm states it, for workers in lock-step: every worker takes its
-    round of plain SGD from where its last push left the servers; then, rank by rank (the
-    simulator's order for pushes that arrive together), the servers subtract the worker's
-    delta at its share outer_lr / workers and the worker starts again from the result."""
+    round of plain SGD from where its last push left the servers; then, rank by rank in
+    `orders[round]` (the order the simulator served pushes that arrived together), the servers
+    subtract the worker's delta at its share outer_lr / workers and the worker starts again
+    from the result."""
     task = load_task(cfg)
     model = build_model(cfg, task)
     w, h = cfg.cluster.workers, cfg.local.steps
     theta = [p.detach().clone() for p in model.parameters()]
     starts = [[t.clone() for t in theta] for _ in range(w)]
     batches = [worker_batches(len(task.y_train), r, w, cfg.task.batch_size, cfg.run.seed) for r in range(w)]
-    for n in [h] * (steps // h) + ([steps % h] if steps % h else []):  # the last, shorter round too
+    rounds = [h] * (steps // h) + ([steps % h] if steps % h else [])  # the last, shorter round too
+    for n, order in zip(rounds, orders, strict=True):
         ends = []
         for k in range(w):
             with torch.no_grad():
@@ -61,7 +63,7 @@ def reference_geo(cfg, steps):
                 task.loss(model(task.x_train[idx]), task.y_train[idx]).backward()
                 opt.step()
             ends.append([p.detach().clone() for p in model.parameters()])
-        for k in range(w):
+        for k in order:
             for t, s, e in zip(theta, starts[k], ends[k]):
                 t.sub_(s - e, alpha=cfg.local.outer_lr / w)
             starts[k] = [t.clone() for t in theta]

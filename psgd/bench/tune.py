@@ -92,15 +92,15 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
 
 
 def _measure(cfg) -> tuple[float, int]:
-    """(the step time in ms, measured here, and the model's trainable parameter count)."""
+    """(the step time in ms as a launch resolves it, and the model's trainable parameter count)."""
     import torch
 
-    from psgd.sim.measure import measure_compute_ms
+    from psgd.sim.compute import resolve_compute
     from psgd.tasks import build_model, load_task
     torch.set_num_threads(cfg.run.threads)  # as the runs will
     task = load_task(cfg, None, splits=("train",))
     numel = sum(p.numel() for p in build_model(cfg, task).parameters() if p.requires_grad)
-    return measure_compute_ms(cfg, task), numel
+    return resolve_compute(cfg, task).compute_ms, numel
 
 
 def staleness_table(t: TuneResult) -> str:

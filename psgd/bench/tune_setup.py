@@ -1,7 +1,8 @@
 """What `psgd tune staleness` fixes before it compares bounds.
 
-- On the virtual cluster: one step time for every run (measured once here,
-  so no run's bound is judged on a different simulated machine), each run
+- On the virtual cluster: one step time for every run (resolved once as a
+  launch resolves it: the config's, FLOPs on its device, or measured here when
+  it says `measure`, so no run's bound is judged on a different simulated machine), each run
   stopping once the target is held (nothing later changes its time to
   target), and evaluations dense enough to tell bounds apart: an evaluation
   costs no simulated time, so the tuner evaluates at least 50 times over the
@@ -36,12 +37,12 @@ PROBE_FRACTION = 4
 
 def sim_overrides(cfg: Config, measure: Callable[[], tuple[float, int]]) -> list[str]:
     """The settings every simulated run of the tuner shares (empty off the simulator).
-    `measure()`: (the step time in ms, the model's parameter count)."""
+    `measure()`: (the step time in ms, before sim.speedup, the model's parameter count)."""
     if cfg.cluster.launcher != "sim":
         return []
-    measured_ms, numel = measure()
-    compute_ms = cfg.sim.compute_ms if cfg.sim.compute_ms is not None else float(f"{measured_ms:.6g}")
-    time = TimeModel.from_config(cfg.sim, compute_ms)
+    resolved_ms, numel = measure()
+    compute_ms = float(f"{resolved_ms:.6g}")
+    time = TimeModel.from_config(cfg.sim, compute_ms, cfg.wire.encoding)
     round_s = cfg.cluster.workers * time.service_s(-(-numel // cfg.cluster.num_servers))
     span_s = cfg.train.steps_per_worker * max(time.compute_s, round_s)
     sets = [f"sim.compute_ms={compute_ms}", "train.stop_at_target=true"]

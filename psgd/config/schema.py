@@ -28,7 +28,7 @@ from psgd.config.operations import (  # noqa: F401 (re-exported)
     SupervisionConfig,
     WireConfig,
 )
-from psgd.config.sim import SimConfig  # noqa: F401 (re-exported)
+from psgd.config.sim import MAX_SIM_WORKERS, SimConfig  # noqa: F401 (re-exported)
 from psgd.config.workers import DelayConfig, LoaderConfig, TransientConfig, WorkersConfig  # noqa: F401 (re-exported)
 
 __all__ = ["Config", "ConfigError", "ConfigLike", "load_config", "override_config", "config_to_dict", "dump_config"]
@@ -267,6 +267,15 @@ class Config:
     base_dir: str = field(default=".", metadata={"internal": True})
 
     def __post_init__(self):
+        if self.cluster.launcher == "sim":
+            _check(self.cluster.workers <= MAX_SIM_WORKERS, "cluster.workers",
+                   f"at most {MAX_SIM_WORKERS} on the virtual cluster (--on sim executes every worker in one "
+                   f"process), got {self.cluster.workers}")
+            # Overlap changes which parameters each step reads and when its pushes leave:
+            # the virtual cluster's executor steps on the parameters of the last reply only.
+            _check(self.workers.overlap is Overlap.OFF, "workers.overlap",
+                   f"{self.workers.overlap} is not modelled on the virtual cluster (--on sim): its steps would "
+                   "be timed and trained as overlap off; run it with --on local, or set workers.overlap: off")
         for rank in self.workers.slowdown:
             _check(rank < self.cluster.workers, f"workers.slowdown[{rank}]",
                    f"no such worker rank (cluster.workers is {self.cluster.workers})")

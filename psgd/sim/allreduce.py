@@ -1,7 +1,8 @@
 """The all-reduce baseline on the virtual cluster: every rank's real gradient
 on its own batch, averaged, applied with the same UpdateRule on one flat
 vector as workers/allreduce_worker.py; a step takes the slowest rank's
-compute (with its jitter and straggler delay) plus a ring all-reduce."""
+compute (with its variability and straggler delay) plus a ring all-reduce
+over the workers' links (on GPUs the gradients never visit the host)."""
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -12,10 +13,10 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from psgd.config import Config, Role
 from psgd.core.heterogeneity import straggler_for
 from psgd.core.lr_scaling import scaled_optimizer
-from psgd.core.step_time import step_variability
 from psgd.core.update_rules import UpdateRule
 from psgd.runtime.event_names import Event
 from psgd.sim.engine import SimResult, event
+from psgd.sim.step_times import StepTimes
 from psgd.sim.time_model import TimeModel
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
@@ -25,7 +26,7 @@ __all__ = ["AllReduceSim"]
 
 class AllReduceSim:
     def __init__(self, cfg: Config, time: TimeModel, emit: Callable[[dict], None] = lambda e: None,
-                 stop: Optional[Callable[[dict], bool]] = None):
+                 stop: Optional[Callable[[dict], bool]] = None, step_times: Optional[StepTimes] = None):
         self.cfg, self.time, self.emit = cfg, time, emit
         self.stop = stop or (lambda record: False)
         self.task = load_task(cfg, None, splits=("train", "test"))
@@ -37,7 +38,7 @@ class AllReduceSim:
         train = self.task.train_data()
         self.batches = [train_loader(train, r, w, cfg.task.batch_size, cfg.run.seed) for r in range(w)]
         self.stragglers = [straggler_for(cfg.workers, r, cfg.run.seed) for r in range(w)]
-        self.jitter = step_variability(cfg.sim, cfg.run.seed)
+        self.step_times = step_times or StepTimes(time, cfg.run.seed)
         self.steps = 0
 
     def _evaluate(self, t: float, final: bool = False) -> dict:
@@ -67,7 +68,7 @@ class AllReduceSim:
                 loss.backward()
                 grads.append(torch.cat([p.grad.reshape(-1) for p in self.params]))
                 losses.append(loss.item())
-                c = self.time.compute_s * self.jitter.factor(r, self.steps)
+                c = self.step_times.compute_s(r, self.steps)
                 computed.append(c)
                 s = self.stragglers[r]
                 busy.append(c + (s.extra_s(c, t) if s.active else 0.0))

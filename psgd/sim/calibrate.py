@@ -1,50 +1,63 @@
 """`psgd sim calibrate RUN_DIR`: the `sim:` section that reproduces a real run's times.
 
-Read from the run's events (metrics.jsonl), nothing re-measured:
-- compute_jitter: the spread of those forward+backward times (`compute_s` of
-  the workers' step events; a straggler's sleep is not in it), as the CV of the
+Read from the run's events (metrics.jsonl), nothing re-measured. Every key it
+writes is fitted from them:
+- compute_ms: a worker's own time per step, the mean over steps of the time
+  between two of its steps less the step's round trip (`comm_s`): the forward
+  and backward, loading the batch, and the rest of the loop. The mean, so the
+  run's length is kept; ranks with a straggler model are left out (the
+  simulator adds their delay again).
+- compute_jitter: the spread of those times within each rank, as the CV of the
   lognormal (psgd.core.step_time) whose 10th and 90th percentiles they have: robust
-  to the few steps a preemption makes very long, which a sample CV is not;
-- compute_ms: the mean of that lognormal with the steps' median as its median
-  (median x exp(sigma^2 / 2)); with no spread, the median itself;
-- request_us: each shard's time handling requests (`busy_s` / `requests` of
-  its final server_stats), less the apply time the `apply_gbps` already given
-  accounts for;
-- latency_us: what is left of a quiet round trip (the lower quartile of the
-  workers' `comm_s`: little queueing in it) after the shard's service and the
-  transfers at `bandwidth_gbps`, split over the two directions.
-Bandwidth and apply rate are kept from the config: one message size cannot
-tell a link's latency from its bandwidth. The rest of the time model (queueing
-at a shard, its link shared by every worker) is the simulator's own.
+  to the few steps a preemption makes very long, which a sample CV is not.
+- worker_spread: the spread of the ranks' mean times beyond what the jitter
+  alone gives n steps (a persistent speed difference).
+- request_us: each shard's time per push (its `busy_s` over the pushes it
+  served), less the apply and decode times the config's rates account for.
+- latency_us: what is left of a round trip without waiting, after the shard's
+  service and the transfers at `bandwidth_gbps`, over the four links a round
+  trip crosses. Without waiting: under asp every round trip; otherwise, for
+  each clock, only the round trip of the worker whose push of that clock left
+  last (nobody is behind it, so BSP's barrier and SSP's bound did not hold its
+  pull); their mean.
+Bandwidth, apply and codec rates and wake_us are kept from the config: one
+message size cannot tell a link's latency from its bandwidth, nor one load a
+wake from a request. The run's CPU load is checked: a run with more busy
+processes than cores measured waiting for a core, and says so.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import os
 import statistics
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from psgd.config import Config, ConfigError, Role, load_config
+from psgd.config import Config, ConfigError, Mode, Role, load_config
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
+from psgd.sim.time_model import TimeModel
 
 __all__ = ["Calibration", "calibrate"]
 
-QUIET_QUANTILE = 0.5  # the typical round trip: on a shared machine its waiting is part of the link
 SPREAD_Q = 0.1        # compute spread from the 10th and 90th percentiles
 _Z = statistics.NormalDist().inv_cdf(1 - SPREAD_Q)
+MIN_STEPS = 10
 
 
 @dataclass(frozen=True)
 class Calibration:
-    sim: dict          # the sim: section
+    sim: dict          # the sim: section (only the keys fitted)
     evidence: dict     # what it was computed from
+    warnings: list[str] = field(default_factory=list)
 
     def config(self, cfg: Config) -> Config:
-        """`cfg` with this sim: section."""
-        return dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, **self.sim))
+        """`cfg` with this sim: section; compute_ms is the run's own, so no speed-up."""
+        return dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, speedup=1.0, step_times_from=None,
+                                                                **self.sim))
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -52,59 +65,166 @@ def _quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def compute_spread(compute_s: list[float]) -> tuple[float, float]:
-    """(mean compute seconds, CV) of the lognormal with the steps' median and
-    10th-90th percentile spread."""
-    median = statistics.median(compute_s)
-    low, high = _quantile(compute_s, SPREAD_Q), _quantile(compute_s, 1 - SPREAD_Q)
+def lognormal_cv(ratios: list[float]) -> float:
+    """CV of the lognormal with the 10th-90th percentile spread of `ratios` (0: none)."""
+    low, high = _quantile(ratios, SPREAD_Q), _quantile(ratios, 1 - SPREAD_Q)
     if low <= 0 or high <= low:
-        return median, 0.0
+        return 0.0
     sigma = math.log(high / low) / (2 * _Z)
-    return median * math.exp(sigma ** 2 / 2), math.sqrt(math.expm1(sigma ** 2))
+    return math.sqrt(math.expm1(sigma ** 2))
+
+
+def _number(e: dict, key: str, n: int) -> float:
+    value = e.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError("metrics.jsonl", f"event {n} ({e.get('event')} of {e.get('role')} {e.get('index')}) "
+                          f"has no numeric {key!r}: not a run psgd recorded, or damaged")
+    return float(value)
+
+
+def _events(run_dir: Path) -> list[dict]:
+    try:
+        events = read_events(run_dir / "metrics.jsonl")  # ValueError (with UnicodeDecodeError) on a damaged line
+    except OSError as exc:
+        raise ConfigError("metrics.jsonl", f"cannot read it: {exc.strerror or exc}") from None
+    bad = next((i for i, e in enumerate(events, 1) if not isinstance(e, dict)), None)
+    if bad is not None:
+        raise ConfigError("metrics.jsonl", f"line {bad} is not an event object")
+    return events
+
+
+def _check_real(run_dir: Path) -> None:
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        return  # a run still going, or killed: its events may still calibrate
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError("summary.json", f"unreadable: {exc}") from None
+    if not isinstance(summary, dict):
+        raise ConfigError("summary.json", "is not a JSON object: not a summary psgd wrote")
+    if summary.get("clock") == "simulated":
+        raise ConfigError("cluster.launcher", "this run was simulated: calibrate from a real run")
+
+
+def _own_times(steps: list[dict], skip: set[int]) -> dict[int, list[float]]:
+    """Per rank: the time between consecutive steps less the later one's round trip."""
+    by_rank: dict[int, list[dict]] = defaultdict(list)
+    for e in steps:
+        by_rank[e["rank"]].append(e)
+    own: dict[int, list[float]] = {}
+    for rank, evs in by_rank.items():
+        if rank in skip:
+            continue
+        evs.sort(key=lambda e: e["t"])
+        times = [b["t"] - a["t"] - b["comm_s"] for a, b in zip(evs, evs[1:])]
+        own[rank] = [x for x in times if x > 0]
+    return {r: x for r, x in own.items() if x}
+
+
+def _straggler_ranks(cfg: Config) -> set[int]:
+    from psgd.core.heterogeneity import straggler_for
+    return {r for r in range(cfg.cluster.workers) if straggler_for(cfg.workers, r, cfg.run.seed).active}
 
 
 def calibrate(run_dir: Path) -> Calibration:
-    """Raises ConfigError (naming what is missing) for a run that cannot calibrate."""
+    """Raises ConfigError (naming what is missing or damaged) for a run that cannot calibrate."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError("run_dir", f"{run_dir} is not a run directory (no config.yaml)")
     cfg = load_config(run_dir / "config.yaml")
     if not cfg.consistency.mode.on_servers:
         raise ConfigError("consistency.mode", "calibrate from a parameter-server run: an all-reduce run has no shards")
-    summary = run_dir / "summary.json"
-    if summary.is_file() and json.loads(summary.read_text()).get("clock") == "simulated":
-        raise ConfigError("cluster.launcher", "this run was simulated: calibrate from a real run")
-    events = read_events(run_dir / "metrics.jsonl")
-    steps = [e for e in events if e.get("event") == Event.STEP and e.get("role") == Role.WORKER]
-    if len(steps) < 10:
-        raise ConfigError("metrics.jsonl", f"{len(steps)} worker steps recorded: too few to calibrate from")
-    finals = {e["index"]: e for e in events if e.get("event") == Event.SERVER_STATS and e.get("role") == Role.SERVER}
+    _check_real(run_dir)
+    events = _events(run_dir)
+    steps = []
+    for n, e in enumerate(events, 1):
+        if e.get("event") == Event.STEP and e.get("role") == Role.WORKER:
+            steps.append({"t": _number(e, "t", n), "rank": int(_number(e, "rank", n)),
+                          "clock": int(_number(e, "clock", n)), "compute_s": _number(e, "compute_s", n),
+                          "comm_s": _number(e, "comm_s", n)})
+    if len(steps) < MIN_STEPS:
+        raise ConfigError("metrics.jsonl", f"{len(steps)} worker steps recorded: too few to calibrate from "
+                          f"(at least {MIN_STEPS})")
+    if not any(s["compute_s"] > 0 for s in steps):
+        raise ConfigError("metrics.jsonl", "every recorded compute_s is 0: no compute time to calibrate from")
+    finals = {e.get("index"): e for e in events if e.get("event") == Event.SERVER_STATS and e.get("role") == Role.SERVER}
     if not finals or any("busy_s" not in e for e in finals.values()):
         raise ConfigError("metrics.jsonl", "the shards' stats carry no service times (a psgd older than calibrate)")
-    dones = [e for e in events if e.get("event") == Event.DONE and e.get("role") == Role.WORKER and e.get("pushes")]
-    numel = {e["index"]: e["numel"] for e in events if e.get("event") == Event.READY and e.get("role") == Role.SERVER}
+    busy = {s: _number(e, "busy_s", 0) for s, e in finals.items()}
+    requests = sum(_number(e, "requests", 0) for e in finals.values())
+    numel = {e.get("index"): e.get("numel") for e in events
+             if e.get("event") == Event.READY and e.get("role") == Role.SERVER}
+    if not numel or not all(isinstance(v, int) and v > 0 for v in numel.values()):
+        raise ConfigError("metrics.jsonl", "the shards' ready events carry no parameter count (numel)")
+    dones = [e for e in events if e.get("event") == Event.DONE and e.get("role") == Role.WORKER
+             and isinstance(e.get("pushes"), int) and e["pushes"] > 0 and isinstance(e.get("bytes_sent"), int)]
+
     shards = cfg.cluster.num_servers
     largest = max(numel.values())
-    computes = [e["compute_s"] for e in steps]
-    compute_s, jitter = compute_spread(computes)
-    service_s = sum(e["busy_s"] for e in finals.values()) / max(1, sum(e["requests"] for e in finals.values()))
-    apply_s = 4 * largest / (cfg.sim.apply_gbytes_per_s * 1e9)
+    pushes = sum(e["pushes"] for e in dones) or len(steps)  # every push reaches every shard
+
+    # ---- compute: a worker's own time per step, its spread and the ranks' spread ----
+    skip = _straggler_ranks(cfg)
+    own = _own_times(steps, skip)
+    if not own or sum(len(x) for x in own.values()) < MIN_STEPS:  # too few consecutive steps: the forward+backward
+        own = {r: [s["compute_s"] for s in steps if s["rank"] == r and s["compute_s"] > 0]
+               for r in {s["rank"] for s in steps} - skip} or {0: [s["compute_s"] for s in steps if s["compute_s"] > 0]}
+        own = {r: x for r, x in own.items() if x}
+    pooled = [x for times in own.values() for x in times]
+    compute_s = statistics.fmean(pooled)
+    rank_means = {r: statistics.fmean(x) for r, x in own.items()}
+    jitter = lognormal_cv([x / rank_means[r] for r, times in own.items() for x in times])
+    spread = 0.0
+    if len(rank_means) > 1:
+        means = list(rank_means.values())
+        noise = statistics.fmean(statistics.pvariance(x) / len(x) for x in own.values())  # the means' own error
+        spread = math.sqrt(max(0.0, statistics.pvariance(means) - noise)) / statistics.fmean(means)
+
+    # ---- the shards' service per push, less what the rates already charge ----------
+    model = TimeModel.from_config(cfg.sim, compute_s * 1e3, cfg.wire.encoding)
+    service_s = sum(busy.values()) / shards / pushes
+    rates_s = model.service_s(largest) - model.request_s  # decode and apply
+
+    # ---- latency from round trips no barrier held -----------------------------------
+    if cfg.consistency.mode is Mode.ASP:  # no pull ever waits for another worker
+        free_comm = [s["comm_s"] for s in steps]
+    else:
+        last_of_clock: dict[int, dict] = {}
+        for s in steps:
+            held = last_of_clock.get(s["clock"])
+            if held is None or s["t"] - s["comm_s"] > held["t"] - held["comm_s"]:
+                last_of_clock[s["clock"]] = s
+        free_comm = [s["comm_s"] for s in last_of_clock.values()]
+    free_comm_s = statistics.fmean(free_comm)
     up_bytes = (sum(e["bytes_sent"] for e in dones) / sum(e["pushes"] for e in dones) / shards) if dones \
         else 4 * largest
-    bytes_per_s = cfg.sim.bandwidth_gbps * 1e9 / 8
-    quiet_comm_s = _quantile([e["comm_s"] for e in steps], QUIET_QUANTILE)
-    network_s = quiet_comm_s - service_s - (up_bytes + 4 * largest) / bytes_per_s
-    sim = {"compute_ms": round(compute_s * 1e3, 6), "compute_jitter": round(jitter, 4), "speedup": 1.0,
-           "request_us": round(max(0.0, service_s - apply_s) * 1e6, 3),
-           "latency_us": round(max(0.0, network_s / 2) * 1e6, 3)}
+    transfers_s = model.transfer_s(up_bytes) + model.transfer_s(4 * largest)
+    network_s = free_comm_s - service_s - transfers_s - model.before_push_s([largest] * shards)
+
+    sim = {"compute_ms": round(compute_s * 1e3, 6), "compute_jitter": round(jitter, 4),
+           "worker_spread": round(spread, 4), "request_us": round(max(0.0, service_s - rates_s) * 1e6, 3),
+           "latency_us": round(max(0.0, network_s / 4) * 1e6, 3)}
+
+    wall_s = max(s["t"] for s in steps)
+    load = (sum(s["compute_s"] for s in steps) + sum(busy.values())) / wall_s if wall_s > 0 else 0.0
+    cores = os.cpu_count() or 1
+    warnings = []
+    if load > cores:
+        warnings.append(f"the run kept about {load:.1f} processes busy on this machine's {cores} cores: it was "
+                        "CPU-bound, so its compute times include waiting for a core, which a cluster of "
+                        "accelerators does not have; calibrate from a run with fewer processes than cores")
     evidence = {"worker_steps": len(steps), "shards": shards, "workers": cfg.cluster.workers,
-                "compute_ms_median": round(statistics.median(computes) * 1e3, 6),
-                "compute_ms_p10_p90": [round(_quantile(computes, q) * 1e3, 6) for q in (SPREAD_Q, 1 - SPREAD_Q)],
-                "compute_ms_sample_mean": round(statistics.fmean(computes) * 1e3, 6),
-                "compute_sample_cv": round(statistics.pstdev(computes) / statistics.fmean(computes), 4),
-                "service_us_mean": round(service_s * 1e6, 3),
-                "comm_ms_quiet": round(quiet_comm_s * 1e3, 6),
-                "comm_ms_median": round(statistics.median(e["comm_s"] for e in steps) * 1e3, 6),
+                "ranks_fitted": sorted(own), "stragglers_left_out": sorted(skip),
+                "own_ms_mean": round(compute_s * 1e3, 6),
+                "compute_ms_median": round(statistics.median(s["compute_s"] for s in steps) * 1e3, 6),
+                "own_ms_p10_p90": [round(_quantile(pooled, q) * 1e3, 6) for q in (SPREAD_Q, 1 - SPREAD_Q)],
+                "service_us_per_push": round(service_s * 1e6, 3),
+                "service_us_per_request": round(sum(busy.values()) / max(1.0, requests) * 1e6, 3),
+                "unwaited_round_trips": len(free_comm), "unwaited_comm_ms_mean": round(free_comm_s * 1e3, 6),
+                "comm_ms_mean": round(statistics.fmean(s["comm_s"] for s in steps) * 1e3, 6),
                 "push_bytes_per_shard": round(up_bytes), "reply_bytes_per_shard": 4 * largest,
-                "kept": {"bandwidth_gbps": cfg.sim.bandwidth_gbps, "apply_gbytes_per_s": cfg.sim.apply_gbytes_per_s}}
-    return Calibration(sim, evidence)
+                "cpu_load": round(load, 3), "cores": cores,
+                "kept": {"bandwidth_gbps": cfg.sim.bandwidth_gbps, "apply_gbytes_per_s": cfg.sim.apply_gbytes_per_s,
+                         "wake_us": cfg.sim.wake_us}}
+    return Calibration(sim, evidence, warnings)

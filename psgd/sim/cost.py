@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from psgd.config import Config, override_config
+from psgd.sim.compute import resolve_compute
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
@@ -46,7 +47,8 @@ def measure_cost(cfg: Config, workers: int, steps_per_worker: int) -> CostPoint:
                                 "workers.transient=[]"])
     torch.set_num_threads(cfg.run.threads)  # one thread, as every psgd process
     ex = Executor(cfg)
-    engine = Engine(ex, TimeModel.from_config(cfg.sim, cfg.sim.compute_ms or 1.0),
+    compute_ms = resolve_compute(cfg, ex.task).compute_ms
+    engine = Engine(ex, TimeModel.from_config(cfg.sim, compute_ms, cfg.wire.encoding),
                     steps_per_worker=steps_per_worker, max_time_s=cfg.train.max_time_s, eval_every_s=None)
     t0 = time.process_time()
     result = engine.run()

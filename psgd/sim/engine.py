@@ -1,23 +1,31 @@
 """The discrete-event clock: decides who runs next and when, in simulated seconds.
 
-Events sit in a heap keyed by (time, sequence number): ties are broken by the
-order they were scheduled, so the same config and seed give the same order.
+Events sit in a heap keyed by (time, tie, sequence number). Sends that leave
+at the same instant (workers in lock-step) carry a seeded draw as their tie
+(psgd.sim.jitter.SendOrder), as do pulls a shard releases together, and a busy
+shard takes the next of the pushes waiting for it by a seeded draw (a ZMQ
+ROUTER fair-queues its peers: arrival order is not service order); every
+other tie goes in the order it was scheduled. So the same config and seed give
+the same order, and lock-step does not queue the same ranks last at every clock.
 What each event does is the executor's (psgd.sim.executor); this module only
 adds time (psgd.sim.time_model) and the evaluator's instants.
 """
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Callable, Optional
 
-from psgd.config import Role
+from psgd.config import ConfigError, Role
 from psgd.core.consistency import DeferredPulls
-from psgd.core.step_time import step_variability
 from psgd.runtime.event_names import Event
 from psgd.sim.executor import Executor, Push, Reply
-from psgd.sim.time_model import Fifo, TimeModel
+from psgd.sim.jitter import SendOrder
+from psgd.sim.limits import evaluations_exceeded
+from psgd.sim.step_times import StepTimes
+from psgd.sim.time_model import Fifo, TimeModel, stream
 
 __all__ = ["Engine", "EventQueue", "Kind", "SimResult"]
 
@@ -36,12 +44,13 @@ class EventQueue:
         self._heap: list = []
         self._n = 0
 
-    def put(self, t: float, kind: Kind, data: Any) -> None:
-        heapq.heappush(self._heap, (t, self._n, kind, data))
+    def put(self, t: float, kind: Kind, data: Any, tie: float = 0.0) -> None:
+        """`tie`: the order among events at the same `t` (lower first; equal: as scheduled)."""
+        heapq.heappush(self._heap, (t, tie, self._n, kind, data))
         self._n += 1
 
     def pop(self) -> tuple[float, Kind, Any]:
-        t, _, kind, data = heapq.heappop(self._heap)
+        t, _, _, kind, data = heapq.heappop(self._heap)
         return t, kind, data
 
     def __len__(self) -> int:
@@ -63,24 +72,37 @@ def event(t: float, role: Role, index: int, name: Event, **fields) -> dict:
 class Engine:
     """Runs `executor` under `time` until every worker has done its steps (or
     `max_time_s` of simulated time). `emit` receives every event record (step,
-    eval, server_stats, done) as it happens; `stop` may end the run at an eval."""
+    eval, server_stats, setting_change, done) as it happens; `stop` may end the run at an eval.
+    `step_times`: each step's compute (default: the time model's, with its jitter and spread)."""
 
     def __init__(self, executor: Executor, time: TimeModel, *, steps_per_worker: int, max_time_s: float,
                  eval_every_s: Optional[float], emit: Callable[[dict], None] = lambda e: None,
-                 stop: Optional[Callable[[dict], bool]] = None):
+                 stop: Optional[Callable[[dict], bool]] = None, step_times: Optional[StepTimes] = None):
         self.ex, self.time = executor, time
         self.steps_per_worker, self.max_time_s = steps_per_worker, max_time_s
         self.eval_every_s = eval_every_s
         self.stop = stop or (lambda record: False)
         self.emit = emit
-        n = executor.num_shards
-        self.uplinks = [Fifo() for _ in range(n)]
-        self.downlinks = [Fifo() for _ in range(n)]
+        n, w = executor.num_shards, len(executor.workers)
+        self.shard_in = [Fifo() for _ in range(n)]    # each shard's link, towards it
+        self.shard_out = [Fifo() for _ in range(n)]   # and from it
+        self.worker_up = [Fifo() for _ in range(w)]   # each worker's link, from it
+        self.worker_down = [Fifo() for _ in range(w)]  # and towards it
         self.servers = [Fifo() for _ in range(n)]
+        self.serving = [False] * n  # whether each shard is serving a push now
+        # Pushes waiting for their busy shard: (seeded priority, rank, push). The real shard's
+        # ZMQ ROUTER reads its peers' queued messages in turn, not by arrival time.
+        self.waiting: list[list] = [[] for _ in range(n)]
         self.arrivals = [0] * n      # pushes each shard received
         self.wakes = [0] * n         # of them, those that found it idle
         self.served_s = [0.0] * n    # its simulated service time in all
-        self.jitter = step_variability(executor.cfg.sim, executor.cfg.run.seed)
+        self.step_times = step_times or StepTimes(time, executor.cfg.run.seed)
+        self.send_order = SendOrder(executor.cfg.run.seed)
+        self.pick_order = SendOrder(executor.cfg.run.seed, stream=1)
+        self.now = 0.0  # the time of the event being handled (the shards' setting_change events carry it)
+        self.evaluations = 0
+        for s, shard in enumerate(executor.shards):  # the adaptive bound's decisions, as a real shard reports them
+            shard.report_to(lambda name, s=s, **fields: self.emit(event(self.now, Role.SERVER, s, name, **fields)))
         self.computed_s = [time.compute_s] * len(executor.workers)  # each worker's last step's compute
         self.parked = [DeferredPulls() for _ in range(n)]  # the real shard's parking, in arrival order
         # What a parked pull's readiness depends on, per shard, when last released (None: always retry).
@@ -111,7 +133,11 @@ class Engine:
             for s in range(self.ex.num_shards):
                 self._answer_parked(s, t)
             return
-        compute_s = self.time.compute_s * self.jitter.factor(rank, w.steps)
+        step = w.steps
+        compute_s = self.step_times.compute_s(rank, step)
+        if not math.isfinite(compute_s):
+            raise ConfigError("sim", f"worker {rank}'s step {step} would take {compute_s} s: check compute_ms, "
+                              "speedup, compute_jitter and worker_spread")
         self.computed_s[rank] = compute_s
         busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active else 0.0)
         self.ex.now = t + busy  # a local round's pace is read when its last step ends
@@ -119,8 +145,9 @@ class Engine:
         self.started_at[rank] = t
         if pushes is None:
             self.q.put(t + busy, Kind.LOCAL_DONE, rank)
-        else:
-            self.q.put(t + busy, Kind.STEP_DONE, pushes)
+        else:  # the gradient to the host and encoded, then it leaves
+            ready = t + busy + self.time.before_push_s(self.ex.layout.shard_sizes)
+            self.q.put(ready, Kind.STEP_DONE, pushes, tie=self.send_order.priority(rank, step))
 
     def _local_done(self, rank: int, t: float) -> None:
         w = self.ex.workers[rank]
@@ -131,22 +158,31 @@ class Engine:
         self._start_step(rank, t)
 
     def _send(self, pushes: list[Push], t: float) -> None:
-        self.sent_at[pushes[0].rank] = t
+        rank = pushes[0].rank
+        self.sent_at[rank] = t
         for p in pushes:
-            end = self.uplinks[p.shard].occupy(t, self.time.transfer_s(p.wire_bytes))
-            self.q.put(end + self.time.latency_s, Kind.ARRIVE, p)
+            arrive = stream(self.worker_up[rank], self.time.worker_link, self.shard_in[p.shard], self.time.shard_link,
+                            t, p.wire_bytes)
+            self.q.put(arrive, Kind.ARRIVE, p)
 
     def _arrive(self, p: Push, t: float) -> None:
-        server = self.servers[p.shard]
-        idle = self.time.finds_idle(server.free_at, t)
-        service_s = self.time.service_s(self.ex.layout.shard_sizes[p.shard], idle)
         self.arrivals[p.shard] += 1
+        if self.serving[p.shard]:  # busy: it waits with the others (a ZMQ ROUTER fair-queues its peers)
+            heapq.heappush(self.waiting[p.shard], (self.pick_order.priority(p.rank, p.seq), p.rank, p))
+            return
+        self._serve(p, t, self.time.finds_idle(self.servers[p.shard].free_at, t))
+
+    def _serve(self, p: Push, t: float, idle: bool) -> None:
+        service_s = self.time.service_s(self.ex.layout.shard_sizes[p.shard], idle)
         self.wakes[p.shard] += idle
         self.served_s[p.shard] += service_s
-        done = server.occupy(t, service_s)
-        self.q.put(done, Kind.SERVED, p)
+        self.serving[p.shard] = True
+        self.q.put(self.servers[p.shard].occupy(t, service_s), Kind.SERVED, p)
 
     def _served(self, p: Push, t: float) -> None:
+        self.serving[p.shard] = False
+        if self.waiting[p.shard]:  # the next request, back to back: which of those waiting is a seeded draw
+            self._serve(heapq.heappop(self.waiting[p.shard])[2], t, idle=False)
         self.ex.serve_push(p)
         self.ex.recycle(p)
         self._answer_parked(p.shard, t)
@@ -157,8 +193,9 @@ class Engine:
             self._send_reply(reply, t)
 
     def _send_reply(self, reply: Reply, t: float) -> None:
-        end = self.downlinks[reply.shard].occupy(t, self.time.transfer_s(4 * reply.params.numel()))
-        self.q.put(end + self.time.latency_s, Kind.REPLY, reply)
+        arrive = stream(self.shard_out[reply.shard], self.time.shard_link, self.worker_down[reply.rank],
+                        self.time.worker_link, t, 4 * reply.params.numel())
+        self.q.put(arrive, Kind.REPLY, reply)
 
     def _answer_parked(self, s: int, t: float) -> None:
         shard = self.ex.shards[s]
@@ -170,7 +207,10 @@ class Engine:
         if self._fixed_bound and key == self._released_at[s]:
             return
         self._released_at[s] = key
-        for rank in self.parked[s].release(shard.pull_ready):
+        released = list(self.parked[s].release(shard.pull_ready))
+        # Pulls released together leave together (a real shard's sends share its link
+        # at once): which goes first is a seeded draw, not the parking order.
+        for rank in self.send_order.ranks(released, self.ex.workers[released[0]].clock) if released else ():
             self._send_reply(self.ex.try_answer(s, rank), t)
 
     def _reply(self, r: Reply, t: float) -> None:
@@ -178,18 +218,23 @@ class Engine:
             return
         w = self.ex.workers[r.rank]
         self.round_at[r.rank] = t
+        fetched = t + self.time.after_pull_s(self.ex.layout.total)  # the parameters onto the device
         if r.rank in self.flushing:  # the reply to a flushed round: no training step of its own
             self.flushing.discard(r.rank)
-            self._start_step(r.rank, t)
+            self._start_step(r.rank, fetched)
             return
         self.result.steps += 1
         self.emit(event(t, Role.WORKER, r.rank, Event.STEP, rank=r.rank, clock=w.clock, loss=w.last_loss,
                          compute_s=round(self.computed_s[r.rank], 9), comm_s=round(t - self.sent_at[r.rank], 9),
                          step_s=round(t - self.started_at[r.rank], 9), gap=w.clock - min(x.min_clock for x in
                                                                                             w.replies.values())))
-        self._start_step(r.rank, t)
+        self._start_step(r.rank, fetched)
 
     def _evaluate(self, t: float, final: bool = False) -> bool:
+        self.evaluations += 1
+        too_many = evaluations_exceeded(self.evaluations, self.eval_every_s)
+        if too_many is not None:
+            raise too_many
         for shard in self.ex.shards:
             self.emit(event(t, Role.SERVER, shard.shard, Event.SERVER_STATS, **shard.stats()))
         record = event(t, Role.EVALUATOR, 0, Event.EVAL, **({"final": True} if final else {}), **self.ex.evaluate())
@@ -215,6 +260,7 @@ class Engine:
         t, ended = 0.0, False
         while self.q and self.active > 0:
             t, kind, data = self.q.pop()
+            self.now = t
             if t > self.max_time_s:
                 t, ended = self.max_time_s, True
                 break
@@ -232,6 +278,6 @@ class Engine:
         for w in self.ex.workers:  # stopped by the clock or the target: a real worker says done as it exits
             if w.rank not in self.said_done:
                 self._done(w.rank, t)
-        self.result.end_s = t
+        self.result.end_s = self.now = t
         self._evaluate(t, final=True)
         return self.result

@@ -3,43 +3,36 @@
 Leaves the run directory a real launch leaves (config.yaml, metrics.jsonl,
 metrics.csv, summary.json, model.pt, TensorBoard when asked), written by the
 same summary and export code, with every time in simulated seconds and
-`"clock": "simulated"` in summary.json.
+`"clock": "simulated"` in summary.json, and under "sim_compute" the step
+time the run used and where it came from (given, FLOPs on a device, or
+measured here: then also written into config.yaml).
 """
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
-from psgd.config import Config, ConfigError, dump_config, override_config
+from psgd.config import Config, ConfigError, dump_config
 from psgd.orchestrate.launcher import LaunchResult
 from psgd.orchestrate.records.metrics_export import MetricsExport
 from psgd.orchestrate.records.summary import summarize, time_to_target
 from psgd.orchestrate.records.summary_file import write_summary
 from psgd.runtime.files import atomic_write
 from psgd.sim.allreduce import AllReduceSim
+from psgd.sim.compute import resolve_compute
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
-from psgd.sim.measure import measure_compute_ms
+from psgd.sim.limits import check_evaluations
+from psgd.sim.step_times import StepTimes, load_recorded_steps
 from psgd.sim.time_model import TimeModel
 from psgd.tasks import load_task
 
-__all__ = ["SimLauncher", "resolve_compute_ms"]
-
-
-def resolve_compute_ms(cfg: Config, task) -> Config:
-    """`cfg` with sim.compute_ms measured here when it was not given: recorded in
-    config.yaml, so rerunning that config repeats the run bit for bit. A stated
-    device time (workers.device_ms), which real workers wait out, is the compute
-    time when sim.compute_ms is not given: nothing is measured then."""
-    if cfg.sim.compute_ms not in (None, "measure"):
-        return cfg
-    if cfg.sim.compute_ms is None and cfg.workers.device_ms is not None:
-        return override_config(cfg, [f"sim.compute_ms={cfg.workers.device_ms!r}"])
-    return override_config(cfg, [f"sim.compute_ms={measure_compute_ms(cfg, task):.6g}"])
+__all__ = ["SimLauncher"]
 
 
 class SimLauncher:
@@ -51,11 +44,25 @@ class SimLauncher:
         self.cfg, self.run_dir = cfg, Path(run_dir)
 
     def run(self) -> LaunchResult:
+        """Raises nothing for a value the time model refuses: a LaunchResult with code 2 names the key."""
+        try:
+            return self._run()
+        except ConfigError as exc:
+            return LaunchResult(2, f"config error: {exc}", self.run_dir, None)
+
+    def _run(self) -> LaunchResult:
         started = time.perf_counter()
         torch.set_num_threads(self.cfg.run.threads)  # one thread, as every psgd process
         allreduce = not self.cfg.consistency.mode.on_servers
         ex = None if allreduce else Executor(self.cfg, None)
-        cfg = resolve_compute_ms(self.cfg, load_task(self.cfg, None, splits=("train",)) if allreduce else ex.task)
+        compute = resolve_compute(self.cfg, load_task(self.cfg, None, splits=("train",)) if allreduce else ex.task)
+        cfg = compute.cfg
+        recorded = load_recorded_steps(cfg.sim.step_times_from, cfg.base_dir) if cfg.sim.step_times_from else None
+        time_model = TimeModel.from_config(cfg.sim, compute.compute_ms, cfg.wire.encoding)
+        step_times = StepTimes.for_run(cfg, time_model, recorded)
+        mean_step_s = time_model.compute_s if recorded is None else statistics.fmean(
+            t for times in recorded.by_rank for t in times) / cfg.sim.speedup
+        check_evaluations(cfg, mean_step_s)
         atomic_write(self.run_dir / "config.yaml", dump_config(cfg))
         events: list[dict] = []
         export = MetricsExport(self.run_dir, cfg, t0=0.0)
@@ -71,22 +78,24 @@ class SimLauncher:
                 evals.append(record)
                 return cfg.train.stop_at_target and time_to_target(evals, cfg.train) is not None
 
-            time_model = TimeModel.from_config(cfg.sim, cfg.sim.compute_ms)
             every = cfg.eval.every_s if cfg.eval.enabled else None
             try:
                 if allreduce:
-                    runner = AllReduceSim(cfg, time_model, emit, stop)
+                    runner = AllReduceSim(cfg, time_model, emit, stop, step_times)
                     result = runner.run(cfg.train.steps_per_worker, cfg.train.max_time_s, every)
                 else:
                     runner = ex
                     result = Engine(ex, time_model, steps_per_worker=cfg.train.steps_per_worker,
-                                    max_time_s=cfg.train.max_time_s, eval_every_s=every, emit=emit, stop=stop).run()
+                                    max_time_s=cfg.train.max_time_s, eval_every_s=every, emit=emit, stop=stop,
+                                    step_times=step_times).run()
             finally:
                 export.close()
         torch.save(runner.state_dict(), self.run_dir / "model.pt")
         summary = summarize(cfg, events, result.end_s, clock="simulated")
         summary["real_time_s"] = round(time.perf_counter() - started, 3)  # what the simulation took here
         summary["failure"] = None
+        summary["sim_compute"] = {**compute.describe(),
+                                  **({"step_times": recorded.describe()} if recorded is not None else {})}
         unwritten = write_summary(self.run_dir / "summary.json", summary)
         if unwritten:
             return LaunchResult(1, f"summary.json not written: {unwritten}", self.run_dir, summary)

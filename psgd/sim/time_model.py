@@ -1,18 +1,28 @@
 """The virtual cluster's time model (the `sim:` section), in seconds.
 
-A link is a FIFO resource: a message starts when the link is free, occupies
-it for bytes / bandwidth, and arrives `latency` later. Each shard has one
-link in each direction, shared by every worker that talks to it, so at many
-workers the shard's link saturates. A shard serves one request at a time:
-a fixed per-request cost plus the apply cost of the fp32 gradient.
+Every worker and every shard has a link of its own, full duplex, and each
+direction of it is a FIFO: a message starts when its sender's link is free,
+streams at the slower of the two links it crosses (it cannot leave the
+sender's faster than its sender's link nor enter the receiver's faster than
+the receiver's), holds each link for its bytes / that link's bandwidth, and
+arrives after both links' latencies. So one worker pushing to 8 shards is
+bounded by its own link, and 64 workers pushing to one shard by the shard's.
+A shard serves one request at a time: a fixed per-request cost, the decode of
+an encoded gradient and the apply of the fp32 gradient. Around its compute a
+worker pays its encode and, on an accelerator, the device-to-host copy of the
+gradient and the host-to-device copy of the parameters it pulled.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
+from typing import Optional
 
+from psgd.config import ConfigError
 from psgd.config.sim import SimConfig
+from psgd.sim.codec_cost import codec_rates
 
-__all__ = ["Fifo", "TimeModel", "ring_allreduce_s"]
+__all__ = ["Fifo", "Link", "TimeModel", "ring_allreduce_s", "stream"]
 
 # A shard free for less than this when a request arrives is still awake: a
 # request that arrives as the last one ends is served back to back, whatever
@@ -31,6 +41,27 @@ class Fifo:
         return self.free_at
 
 
+@dataclass(frozen=True)
+class Link:
+    latency_s: float     # one way
+    bytes_per_s: float   # each direction
+
+    def transfer_s(self, nbytes: int) -> float:
+        return nbytes / self.bytes_per_s
+
+
+def stream(out: Fifo, out_link: Link, into: Fifo, into_link: Link, ready: float, nbytes: int) -> float:
+    """A message of `nbytes` ready at `ready` leaves through the sender's link
+    (`out`) into the receiver's (`into`): returns when it has fully arrived.
+    Cut-through: the receiver's link starts taking it when the sender's does
+    (or when it is free), and neither link finishes before the other's rate allows."""
+    start = max(ready, out.free_at)
+    out.free_at = start + out_link.transfer_s(nbytes)
+    into_start = max(start, into.free_at)
+    into.free_at = max(into_start + into_link.transfer_s(nbytes), out.free_at)
+    return into.free_at + out_link.latency_s + into_link.latency_s
+
+
 def ring_allreduce_s(nbytes: int, workers: int, latency_s: float, bytes_per_s: float) -> float:
     """Ring all-reduce: 2(W-1) steps, each sending nbytes / W over one link."""
     if workers <= 1:
@@ -39,33 +70,83 @@ def ring_allreduce_s(nbytes: int, workers: int, latency_s: float, bytes_per_s: f
     return steps * (latency_s + nbytes / workers / bytes_per_s)
 
 
+def _rate(gbytes_per_s: Optional[float]) -> Optional[float]:
+    return None if gbytes_per_s is None else gbytes_per_s * 1e9
+
+
 @dataclass(frozen=True)
 class TimeModel:
     compute_s: float      # one step's forward+backward, after the speed-up
-    latency_s: float
-    bytes_per_s: float    # link bandwidth
+    worker_link: Link
+    shard_link: Link
     request_s: float      # shard fixed cost per request
     apply_bytes_per_s: float
     jitter_cv: float = 0.0  # coefficient of variation of each step's compute time
     wake_s: float = 0.0     # shard cost added when a request finds it idle
+    spread_cv: float = 0.0  # coefficient of variation of the workers' persistent speeds
+    encode_bytes_per_s: Optional[float] = None  # None: free (fp32 travels as it is)
+    decode_bytes_per_s: Optional[float] = None
+    host_bytes_per_s: Optional[float] = None    # host <-> device copies; None: none (a CPU worker)
 
     @classmethod
-    def from_config(cls, sim: SimConfig, compute_ms: float) -> "TimeModel":
-        path_us = sum(sim.latency_us if v is None else v for v in (sim.worker_latency_us, sim.shard_latency_us))
-        return cls(compute_ms / 1e3 / sim.speedup, path_us / 1e6, sim.bandwidth_gbps * 1e9 / 8,
-                   sim.request_us / 1e6, sim.apply_gbytes_per_s * 1e9, sim.compute_jitter, sim.wake_us / 1e6)
+    def from_config(cls, sim: SimConfig, compute_ms: float, encoding: str = "f32") -> "TimeModel":
+        """`compute_ms`: the step time before sim.speedup (psgd.sim.compute resolves it);
+        `encoding`: the run's wire encoding (cfg.wire.encoding). Raises ConfigError
+        naming sim when a combination of finite keys gives a time that is not finite."""
+        def link(latency_us: Optional[float], gbps: Optional[float]) -> Link:
+            latency_us = sim.latency_us if latency_us is None else latency_us
+            gbps = sim.bandwidth_gbps if gbps is None else gbps
+            return Link(latency_us / 1e6, gbps * 1e9 / 8)
+        encode, decode = codec_rates(encoding, sim.encode_gbytes_per_s, sim.decode_gbytes_per_s)
+        model = cls(compute_ms / 1e3 / sim.speedup, link(sim.worker_latency_us, sim.worker_bandwidth_gbps),
+                    link(sim.shard_latency_us, sim.shard_bandwidth_gbps), sim.request_us / 1e6,
+                    sim.apply_gbytes_per_s * 1e9, sim.compute_jitter, sim.wake_us / 1e6, sim.worker_spread,
+                    encode, decode, _rate(sim.profile().host_gbytes_per_s))
+        for f in fields(model):
+            value = getattr(model, f.name)
+            for v in (value.latency_s, value.bytes_per_s) if isinstance(value, Link) else (value,):
+                if v is not None and not (math.isfinite(v) and v >= 0):
+                    raise ConfigError("sim", f"gives a {f.name} of {v} (compute_ms {compute_ms}, "
+                                      f"speedup {sim.speedup}): every time must be a finite number")
+        return model
+
+    # ---- the path between a worker and a shard --------------------------------
+    @property
+    def latency_s(self) -> float:
+        """One way, worker to shard: both links' latencies."""
+        return self.worker_link.latency_s + self.shard_link.latency_s
+
+    @property
+    def bytes_per_s(self) -> float:
+        """What one message streams at alone: the slower link's rate."""
+        return min(self.worker_link.bytes_per_s, self.shard_link.bytes_per_s)
 
     def transfer_s(self, nbytes: int) -> float:
         return nbytes / self.bytes_per_s
 
+    # ---- a shard ----------------------------------------------------------------
     @staticmethod
     def finds_idle(free_at: float, t: float) -> bool:
         """Whether a request arriving at `t` finds a shard free since `free_at` asleep."""
         return t - free_at > AWAKE_S
 
     def service_s(self, numel: int, idle: bool = False) -> float:
-        """A shard's time for one push of `numel` fp32 values; `idle`: it found the shard idle."""
-        return self.request_s + 4 * numel / self.apply_bytes_per_s + (self.wake_s if idle else 0.0)
+        """A shard's time for one push of `numel` values (decoded, then applied as fp32);
+        `idle`: it found the shard idle."""
+        decode_s = 4 * numel / self.decode_bytes_per_s if self.decode_bytes_per_s else 0.0
+        return self.request_s + decode_s + 4 * numel / self.apply_bytes_per_s + (self.wake_s if idle else 0.0)
+
+    # ---- a worker, around its compute -------------------------------------------
+    def before_push_s(self, shard_numels: list[int]) -> float:
+        """After the backward pass: the gradient copied to the host, then encoded per shard."""
+        nbytes = 4 * sum(shard_numels)
+        copy_s = nbytes / self.host_bytes_per_s if self.host_bytes_per_s else 0.0
+        return copy_s + (nbytes / self.encode_bytes_per_s if self.encode_bytes_per_s else 0.0)
+
+    def after_pull_s(self, numel: int) -> float:
+        """Pulled parameters copied to the device before the next step computes."""
+        return 4 * numel / self.host_bytes_per_s if self.host_bytes_per_s else 0.0
 
     def allreduce_s(self, nbytes: int, workers: int) -> float:
-        return ring_allreduce_s(nbytes, workers, self.latency_s, self.bytes_per_s)
+        """The baseline's ring over the workers' links (each hop crosses two)."""
+        return ring_allreduce_s(nbytes, workers, 2 * self.worker_link.latency_s, self.worker_link.bytes_per_s)

@@ -1,4 +1,5 @@
-"""`psgd sim calibrate`: the sim: section is computed from the run's events as documented."""
+"""`psgd sim calibrate`: the sim: section is computed from the run's events as documented,
+and a damaged run directory is one line of error, never a traceback."""
 import json
 import math
 import random
@@ -7,65 +8,187 @@ import statistics
 import pytest
 import yaml
 
+from psgd.cli import main
 from psgd.config import ConfigError, dump_config, load_config
 from psgd.sim.calibrate import calibrate
 
+NUMEL = 1000
 
-def _run_dir(tmp_path, comm_ms, compute_ms=(3.0,), busy=(0.5, 0.7), requests=(1000, 1000)):
-    cfg = load_config(None, ["cluster.servers=2", "cluster.workers=2"])
+
+def _write(tmp_path, cfg, steps, busy=(0.005, 0.007), requests=(1000, 1000), pushes=None):
     (tmp_path / "config.yaml").write_text(dump_config(cfg))
-    events = [{"role": "server", "index": s, "event": "ready", "numel": 1000} for s in range(2)]
-    for i, c in enumerate(comm_ms):
-        events.append({"role": "worker", "index": i % 2, "event": "step", "rank": i % 2, "loss": 1.0,
-                       "compute_s": compute_ms[i % len(compute_ms)] / 1e3, "comm_s": c / 1e3})
-    events += [{"role": "server", "index": s, "event": "server_stats", "final": True, "busy_s": busy[s],
+    events = [{"t": 0.0, "role": "server", "index": s, "event": "ready", "numel": NUMEL} for s in range(2)]
+    events += sorted(steps, key=lambda e: e["t"])
+    events += [{"t": 9.0, "role": "server", "index": s, "event": "server_stats", "final": True, "busy_s": busy[s],
                 "requests": requests[s]} for s in range(2)]
-    events += [{"role": "worker", "index": r, "event": "done", "pushes": 10, "bytes_sent": 10 * 2 * 4000}
-               for r in range(2)]
+    counts = pushes or {r: sum(1 for e in steps if e["rank"] == r) for r in {e["rank"] for e in steps}}
+    events += [{"t": 9.0, "role": "worker", "index": r, "event": "done", "pushes": n, "bytes_sent": n * 2 * 4 * NUMEL}
+               for r, n in counts.items()]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def _step(rank, t, clock, compute_s, comm_s):
+    return {"t": t, "role": "worker", "index": rank, "event": "step", "rank": rank, "clock": clock, "loss": 1.0,
+            "compute_s": compute_s, "comm_s": comm_s, "step_s": compute_s + comm_s, "gap": 0}
+
+
+def _asp_run(tmp_path, own_ms, comm_ms, workers=2, **kw):
+    """Each rank steps back to back: its own time, then its round trip, again and again."""
+    cfg = load_config(None, ["cluster.servers=2", f"cluster.workers={workers}", "consistency.mode=asp"])
+    steps = []
+    for rank in range(workers):
+        t = 0.0
+        for k, (own, comm) in enumerate(zip(own_ms(rank), comm_ms)):
+            t += (own + comm) / 1e3
+            steps.append(_step(rank, t, k + 1, own / 1e3, comm / 1e3))
+    _write(tmp_path, cfg, steps, **kw)
     return cfg
 
 
 def test_the_section_comes_from_the_events(tmp_path):
-    comm = [1.0 + 0.1 * i for i in range(11)]  # median 1.5 ms
-    cfg = _run_dir(tmp_path, comm)
+    comm = [1.0 + 0.1 * i for i in range(11)]  # mean 1.5 ms
+    cfg = _asp_run(tmp_path, lambda rank: [3.0] * 11, comm)
     found = calibrate(tmp_path)
     assert found.sim["compute_ms"] == pytest.approx(3.0)
-    assert found.sim["compute_jitter"] == 0.0  # every step computed for 3 ms
-    service_s = (0.5 + 0.7) / 2000
-    apply_s = 4 * 1000 / (cfg.sim.apply_gbytes_per_s * 1e9)
+    assert found.sim["compute_jitter"] == 0.0 and found.sim["worker_spread"] == 0.0  # every step took 3 ms
+    pushes = 2 * 11
+    service_s = (0.005 + 0.007) / 2 / pushes  # each shard served every push
+    apply_s = 4 * NUMEL / (cfg.sim.apply_gbytes_per_s * 1e9)
     assert found.sim["request_us"] == pytest.approx((service_s - apply_s) * 1e6, abs=1e-3)
-    transfers_s = (4000 + 4000) / (cfg.sim.bandwidth_gbps * 1e9 / 8)
-    assert found.sim["latency_us"] == pytest.approx((1.5e-3 - service_s - transfers_s) / 2 * 1e6, abs=1e-3)
-    assert found.evidence["push_bytes_per_shard"] == 4000
+    transfers_s = (4 * NUMEL + 4 * NUMEL) / (cfg.sim.bandwidth_gbps * 1e9 / 8)
+    # comm of the 2nd..11th steps (the first has no step before it to time its own part): all of them under asp
+    mean_comm_s = statistics.fmean(comm) / 1e3
+    assert found.sim["latency_us"] == pytest.approx((mean_comm_s - service_s - transfers_s) / 4 * 1e6, abs=1e-3)
+    assert set(found.sim) == {"compute_ms", "compute_jitter", "worker_spread", "request_us", "latency_us"}
     # The calibrated config is a valid config with exactly that section.
     again = load_config(yaml.safe_load(dump_config(found.config(cfg))))
     assert again.sim.compute_ms == found.sim["compute_ms"] and again.sim.latency_us == found.sim["latency_us"]
 
 
-def test_the_compute_spread_becomes_the_jitter(tmp_path):
-    # Step times that are a lognormal's exact quantiles: median 20 ms, CV 0.4.
+def test_the_compute_spread_becomes_the_jitter_and_its_mean_the_step(tmp_path):
+    # Own times that are a lognormal's exact quantiles: median 20 ms, CV 0.4.
     cv, n = 0.4, 2001
     sigma = math.sqrt(math.log1p(cv ** 2))
     normal = statistics.NormalDist()
-    compute = [20.0 * math.exp(sigma * normal.inv_cdf((i + 0.5) / n)) for i in range(n)]
-    random.Random(0).shuffle(compute)
-    _run_dir(tmp_path, [1.0] * n, compute_ms=compute)
+    own = [20.0 * math.exp(sigma * normal.inv_cdf((i + 0.5) / n)) for i in range(n)]
+    random.Random(0).shuffle(own)
+    _asp_run(tmp_path, lambda rank: own, [1.0] * n, workers=1)
     found = calibrate(tmp_path)
     assert found.sim["compute_jitter"] == pytest.approx(cv, rel=0.01)
-    # compute_ms is the lognormal's mean, so the jittered steps keep the real median
-    assert found.sim["compute_ms"] == pytest.approx(20.0 * math.exp(sigma ** 2 / 2), rel=0.005)
-    assert found.evidence["compute_ms_median"] == pytest.approx(20.0, rel=1e-3)
+    assert found.sim["compute_ms"] == pytest.approx(statistics.fmean(own[1:]), rel=1e-6)  # the sample mean
+
+
+def test_a_persistent_difference_between_ranks_becomes_the_spread(tmp_path):
+    # Rank r always takes 10 x (1 + 0.2 r) ms: no jitter, a spread of the four means.
+    means = [10.0 * (1 + 0.2 * r) for r in range(4)]
+    _asp_run(tmp_path, lambda rank: [means[rank]] * 30, [1.0] * 30, workers=4)
+    found = calibrate(tmp_path)
+    assert found.sim["compute_jitter"] == 0.0
+    assert found.sim["worker_spread"] == pytest.approx(statistics.pstdev(means) / statistics.fmean(means), abs=1e-4)
+
+
+def test_the_bsp_barrier_is_not_booked_as_latency(tmp_path):
+    # Rank 0 computes 1 ms, rank 1 5 ms; a round trip takes 1 ms once the clock completes.
+    # Rank 0's comm_s also holds 4 ms of waiting for rank 1 at the barrier: not the network's.
+    cfg = load_config(None, ["cluster.servers=2", "cluster.workers=2", "consistency.mode=bsp"])
+    steps, t = [], 0.0
+    for k in range(20):
+        sent0, sent1 = t + 1e-3, t + 5e-3
+        t = sent1 + 1e-3
+        steps += [_step(0, t, k + 1, 1e-3, t - sent0), _step(1, t, k + 1, 5e-3, t - sent1)]
+    _write(tmp_path, cfg, steps)
+    found = calibrate(tmp_path)
+    assert found.evidence["unwaited_comm_ms_mean"] == pytest.approx(1.0)
+    service_s = (0.005 + 0.007) / 2 / 40
+    transfers_s = 8 * NUMEL / (cfg.sim.bandwidth_gbps * 1e9 / 8)
+    assert found.sim["latency_us"] == pytest.approx((1e-3 - service_s - transfers_s) / 4 * 1e6, abs=1e-3)
 
 
 def test_a_round_trip_faster_than_the_service_gives_no_negative_latency(tmp_path):
-    _run_dir(tmp_path, [0.1] * 11, busy=(5.0, 5.0))
+    _asp_run(tmp_path, lambda rank: [3.0] * 11, [0.1] * 11, busy=(5.0, 5.0))
     assert calibrate(tmp_path).sim["latency_us"] == 0.0
+
+
+def test_a_run_with_more_busy_processes_than_cores_is_called_cpu_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    _asp_run(tmp_path, lambda rank: [3.0] * 11, [1.0] * 11, workers=4)  # 4 workers computing 3 of every 4 ms
+    found = calibrate(tmp_path)
+    assert found.evidence["cpu_load"] == pytest.approx((4 * 11 * 3e-3 + 0.012) / 0.044, rel=1e-3)
+    assert found.evidence["cores"] == 2 and "CPU-bound" in found.warnings[0]
+    _asp_run(tmp_path, lambda rank: [3.0] * 11, [1.0] * 11, workers=1, busy=(0.001, 0.001))
+    assert calibrate(tmp_path).warnings == []
 
 
 def test_runs_that_cannot_calibrate_say_why(tmp_path):
     with pytest.raises(ConfigError, match="not a run directory"):
         calibrate(tmp_path)
-    _run_dir(tmp_path, [1.0] * 3)
+    _asp_run(tmp_path, lambda rank: [3.0] * 3, [1.0] * 3, workers=1)
     with pytest.raises(ConfigError, match="too few"):
         calibrate(tmp_path)
+
+
+def _damage(run_dir, how):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    events = [json.loads(line) for line in lines]
+
+    def without(event, key):
+        return [{k: v for k, v in e.items() if not (e["event"] == event and k == key)} for e in events]
+
+    def rewrite(evs):
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evs))
+
+    if how in ("compute_s", "comm_s", "t", "rank"):
+        rewrite(without("step", how))
+    elif how == "busy_s":
+        rewrite(without("server_stats", how))
+    elif how == "numel":
+        rewrite(without("ready", how))
+    elif how == "zero_compute":
+        rewrite([{**e, "compute_s": 0.0} if e["event"] == "step" else e for e in events])
+    elif how == "string_compute":
+        rewrite([{**e, "compute_s": "fast"} if e["event"] == "step" else e for e in events])
+    elif how == "summary_list":
+        (run_dir / "summary.json").write_text("[1, 2]")
+    elif how == "summary_garbled":
+        (run_dir / "summary.json").write_text("{not json")
+    elif how == "garbled_line":
+        (run_dir / "metrics.jsonl").write_text("\n".join(lines[:5] + ["{garbled"] + lines[5:]) + "\n")
+    elif how == "byte_ff":
+        (run_dir / "metrics.jsonl").write_bytes(b"\xff" + (run_dir / "metrics.jsonl").read_bytes())
+    elif how == "not_an_object":
+        (run_dir / "metrics.jsonl").write_text("\n".join(lines[:5] + ["[1, 2]"] + lines[5:]) + "\n")
+    elif how == "no_metrics":
+        (run_dir / "metrics.jsonl").unlink()
+    elif how == "config_garbled":
+        (run_dir / "config.yaml").write_text("cluster: [")
+
+
+DAMAGE = ["compute_s", "comm_s", "t", "rank", "busy_s", "numel", "zero_compute", "string_compute", "summary_list",
+          "summary_garbled", "garbled_line", "byte_ff", "not_an_object", "no_metrics", "config_garbled"]
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_run_directory_is_one_line_and_a_nonzero_exit(tmp_path, capsys, how):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _asp_run(run_dir, lambda rank: [3.0] * 11, [1.0] * 11)
+    (run_dir / "summary.json").write_text(json.dumps({"clock": "wall"}))
+    assert main(["sim", "calibrate", str(run_dir)]) == 0  # whole, it calibrates
+    capsys.readouterr()
+    _damage(run_dir, how)
+    assert main(["sim", "calibrate", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("psgd sim calibrate: ") and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_out_into_a_missing_directory_or_onto_a_directory_is_refused(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _asp_run(run_dir, lambda rank: [3.0] * 11, [1.0] * 11)
+    for out, why in ((tmp_path / "missing" / "cal.yaml", "does not exist"), (tmp_path, "is a directory")):
+        assert main(["sim", "calibrate", str(run_dir), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1
+    assert not (tmp_path / "missing").exists()
+    assert main(["sim", "calibrate", str(run_dir), "--out", str(tmp_path / "cal.yaml")]) == 0
+    assert load_config(tmp_path / "cal.yaml").sim.compute_ms == pytest.approx(3.0)

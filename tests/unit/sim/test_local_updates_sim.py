@@ -61,9 +61,21 @@ def test_with_one_worker_the_asynchronous_local_modes_are_the_synchronous_ones(m
         assert over == {} or not torch.allclose(b.params, p.params, atol=1e-3)  # the outer rule took effect
 
 
-def test_geo_sgd_with_three_workers_follows_the_algorithm():
+def test_geo_sgd_with_three_workers_follows_the_algorithm(monkeypatch):
     """Each delta applied alone at its share 1 / W of the outer rate, each worker's next round
-    from where its own push left the servers: GEO-SGD, checked to float rounding."""
+    from where its own push left the servers: GEO-SGD, checked to float rounding. Workers in
+    lock-step push together, and a seeded draw orders them (psgd.sim.jitter.SendOrder): the
+    reference applies the deltas in the order shard 0 served them."""
+    from psgd.sim.executor import Executor
     cfg = cfg_for("asp", 3, **{"local.steps": 4, "local.outer_lr": 0.9})
+    served, serve = [], Executor.serve_push
+
+    def recording(self, push):
+        if push.shard == 0:
+            served.append(push.rank)
+        return serve(self, push)
+    monkeypatch.setattr(Executor, "serve_push", recording)
     ex, _ = simulate(cfg, 2.0)
-    assert_servers_equal(ex, reference_geo(cfg, STEPS), atol=1e-6)
+    orders = [served[i:i + 3] for i in range(0, len(served), 3)]
+    assert all(sorted(o) == [0, 1, 2] for o in orders)  # every round complete before the next
+    assert_servers_equal(ex, reference_geo(cfg, STEPS, orders), atol=1e-6)

@@ -11,9 +11,9 @@ from torch import nn
 import psgd
 from psgd.config import ConfigError, load_config
 from psgd.core.step_time import ComputeJitter
+from psgd.sim.compute import ComputeSource, resolve_compute
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
-from psgd.sim.launcher import resolve_compute_ms
 from psgd.sim.time_model import TimeModel
 from psgd.workers.device_time import DeviceClock
 
@@ -49,10 +49,10 @@ def test_the_simulator_computes_each_step_for_the_device_time_a_real_worker_wait
                              "train.max_time_s=1e9", "eval.enabled=false", "workers.device_ms=25",
                              "sim.compute_jitter=0.4", "sim.worker_spread=0.3", "run.seed=5"])
     ex = Executor(cfg)
-    cfg = resolve_compute_ms(cfg, ex.task)  # the stated device time, nothing measured
-    assert cfg.sim.compute_ms == 25.0
+    compute = resolve_compute(cfg, ex.task)  # the stated device time, nothing measured or counted
+    assert (compute.compute_ms, compute.source) == (25.0, ComputeSource.DEVICE_MS)
     events = []
-    Engine(ex, TimeModel.from_config(cfg.sim, cfg.sim.compute_ms), steps_per_worker=40, max_time_s=1e9,
+    Engine(ex, TimeModel.from_config(cfg.sim, compute.compute_ms), steps_per_worker=40, max_time_s=1e9,
            eval_every_s=None, emit=events.append).run()
     for rank in range(3):
         real = DeviceClock.from_config(cfg, rank)
