@@ -61,7 +61,7 @@ def tbf_args(shape: LinkShape) -> list[str]:
     shallower one loses tokens whenever the qdisc's timer fires late, which on a
     loaded machine is often: 20 MB over a 1 Gb/s link with a 100 us bucket ran
     at 90 Mb/s; over 100 Mb/s a 1 ms bucket gave 80 Mb/s, a 4 ms one 94 (2 cores
-    at load ~8). The queue holds half a second at the rate (at least 1 MB), so a saturated
+    shared with other jobs). The queue holds half a second at the rate (at least 1 MB), so a saturated
     link queues, as a switch port does, instead of dropping what TCP resends."""
     rate = shape.bytes_per_s
     burst = max(2 * _MTU_BYTES, int(rate * BURST_S))
