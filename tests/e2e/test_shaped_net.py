@@ -1,13 +1,16 @@
 """psgd.bench.shaped_net: hosts in network namespaces whose links really run at
 the stated rate, and that leave nothing behind."""
+import json
 import subprocess
 import sys
 
 import pytest
-from conftest import kill_tree, spawn
+from conftest import kill_tree, psgd_cmd, spawn, write_config
 
 from psgd.bench.netns import NetnsError
 from psgd.bench.shaped_net import LinkShape, ShapedStar, shaping_supported, tbf_args
+from psgd.config import load_config
+from psgd.tasks import build_model, task_shape
 
 pytestmark = pytest.mark.e2e
 
@@ -96,3 +99,38 @@ def test_a_link_shape_refuses_nonsense():
         LinkShape(rate_mbit=0)
     with pytest.raises(ValueError, match="latency_ms"):
         LinkShape(rate_mbit=1, latency_ms=-1)
+
+
+@pytest.mark.timeout(150)
+def test_a_psgd_push_and_pull_over_a_10_mbit_link_take_at_least_their_bytes_over_the_rate(tmp_path):
+    """The real system over the testbed: a worker's every step pushes its gradient and pulls
+    the parameters (1.2 MB each way) through 10 Mb/s links, so its round trip lasts at least
+    both transfers at the rate."""
+    shape, port = LinkShape(rate_mbit=10), 7300
+    with ShapedStar(["shard", "worker"], shape) as net:
+        config = write_config(tmp_path / "config.yaml",
+                              cluster={"servers": [f"{net.ip('shard')}:{port}"], "workers": 1},
+                              task={"model": "mlp", "dataset": "digits", "batch_size": 32,
+                                    "model_args": {"hidden": 512, "depth": 2}},
+                              train={"steps_per_worker": 3, "max_time_s": 100, "target_accuracy": None},
+                              wire={"shared_memory": "off"}, checkpoint={"enabled": False},
+                              run={"name": "test", "seed": 0, "record": False})
+        run_dir = tmp_path / "run"
+        server = spawn(net.command("shard", psgd_cmd("server", str(config), "--shard", "0", "--run-dir",
+                                                     str(run_dir))))
+        try:
+            worker = subprocess.run(net.command("worker", psgd_cmd("worker", str(config), "--rank", "0",
+                                                                   "--run-dir", str(run_dir))),
+                                    capture_output=True, text=True, timeout=120)
+            assert worker.returncode == 0, worker.stderr
+        finally:
+            kill_tree(server)
+    cfg = load_config(config)
+    nbytes = 4 * sum(p.numel() for p in build_model(cfg, task_shape(cfg)).parameters())
+    assert nbytes > 1_000_000
+    burst = int(tbf_args(shape)[tbf_args(shape).index("burst") + 1])
+    steps = [json.loads(line) for line in (run_dir / "events" / "worker-0.jsonl").read_text().splitlines()
+             if '"event": "step"' in line]
+    assert len(steps) == 3
+    for e in steps:  # one push out on the worker's link, the parameters back on the shard's
+        assert e["comm_s"] >= 2 * (nbytes - burst) * 8 / 10e6, (e, nbytes)
