@@ -9,7 +9,7 @@ from typing import Optional, Union
 import torch
 
 from psgd.wire import protocol as P
-from psgd.wire.payload import frame_to_tensor, frames_to_sparse
+from psgd.wire.codecs import codec_named, dense_codec
 from psgd.wire.protocol import ProtocolError
 from psgd.wire.shm.links import ShardSegments
 
@@ -29,49 +29,46 @@ class PushDecoder:
         """Dense fp32, or (indices, values) for a sparse push. Valid until the next call."""
         if rec.shm:
             return self._from_segment(identity, rec)
-        if rec.encoding in P.SPARSE_ENCODINGS:
-            return frames_to_sparse(payload, rec.encoding, rec.numel, rec.nnz)
-        grad = frame_to_tensor(payload[0], rec.encoding, rec.numel)
-        return grad if grad.dtype == torch.float32 else self._to_f32(grad, rec.scale)
+        # An fp32 payload decodes to a view of its frame; others into the shard's fp32 buffer.
+        return codec_named(rec.encoding).decode(payload, rec.numel, rec.nnz, rec.scale, self._f32_buffer)
 
     def _from_segment(self, identity: bytes, rec: P.Push) -> torch.Tensor:
         """Copied once out of the client's segment into a buffer of the shard's own:
         what is checked, applied and logged is that copy, whatever the client
         writes into its memory meanwhile."""
-        if rec.encoding not in P.ENCODINGS:
+        codec = dense_codec(rec.encoding)
+        if codec is None:
             raise ProtocolError(P.ErrorCode.BAD_ENCODING, f"{rec.encoding!r} cannot travel through shared memory")
-        dtype = P.ENCODINGS[rec.encoding][0]
+        dtype = codec.wire_dtype
         if dtype == torch.float32:
-            out = self._f32_buffer()  # fp32: copied straight into the decode buffer
+            out = self._f32_buffer  # fp32: copied straight into the decode buffer
         else:
             out = self._wire.get(dtype)
             if out is None:
                 out = self._wire[dtype] = torch.empty(self.numel, dtype=dtype)
         if rec.numel != out.numel() or not self._shm.request(identity, rec.shm, out):
             raise ProtocolError(P.ErrorCode.BAD_SHM, f"no shared-memory payload at generation {rec.shm} for this connection")
-        return out if dtype == torch.float32 else self._to_f32(out, rec.scale)
+        return codec.to_f32(out, rec.scale, self._f32_buffer)
 
+    @property
     def _f32_buffer(self) -> torch.Tensor:
+        """The fp32 buffer decoded gradients land in, made on first use."""
         if self._f32 is None:
             self._f32 = torch.empty(self.numel)
         return self._f32
-
-    def _to_f32(self, wire: torch.Tensor, scale: float) -> torch.Tensor:
-        f32 = self._f32_buffer()
-        f32.copy_(wire)
-        return f32.mul_(scale) if scale != 1.0 else f32
 
     def piece(self, rank: int, rec: P.Push, payload: list, identity: bytes = b"") -> Optional[torch.Tensor]:
         """Add one piece of rank's push `rec.seq` (a newer seq starts over); returns the
         whole fp32 gradient once the pieces cover it, else None. Valid until the rank's next piece.
         A piece inline is checked before anything is kept; an fp32 piece in `identity`'s segment
         (`rec.shm`) is copied straight to its place, and forgotten if the copy fails."""
-        if rec.encoding not in P.ENCODINGS or (rec.shm and rec.encoding != "f32"):
+        codec = dense_codec(rec.encoding)
+        if codec is None or (rec.shm and codec.wire_dtype != torch.float32):
             raise ProtocolError(P.ErrorCode.BAD_ENCODING, "pieces are dense, and fp32 in shared memory")
         if rec.offset < 0 or rec.numel < 1 or rec.offset + rec.numel > self.numel:
             raise ProtocolError(P.ErrorCode.BAD_SIZE, f"piece [{rec.offset}, {rec.offset + rec.numel}) outside "
                                 f"the shard's {self.numel} elements")
-        part = None if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel)
+        part = None if rec.shm else codec.view(payload[0], rec.numel)
         work = self._pieces.get(rank)
         if work is None:
             work = self._pieces[rank] = _Assembly(torch.empty(self.numel))

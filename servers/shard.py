@@ -24,7 +24,8 @@ from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
-from psgd.wire.payload import tensor_frame
+from psgd.wire.codecs import dense_codec
+from psgd.wire.payload import payload_frames, tensor_frame
 from psgd.wire.protocol import MsgType, ProtocolError
 from psgd.wire.shm.doorbell import Bells
 from psgd.wire.shm.links import ShardSegments, shared_memory_wanted
@@ -151,9 +152,9 @@ class ShardServer:
             handler = self._handlers.get(record.TYPE)
             if handler is None:
                 raise ProtocolError(P.ErrorCode.NOT_A_REQUEST, f"{record.TYPE.name} is a reply, not a request")
-            if len(payload) != P.payload_frames(record):
+            if len(payload) != payload_frames(record):
                 raise ProtocolError(P.ErrorCode.BAD_FRAMES, f"{record.TYPE.name} ({getattr(record, 'encoding', '')}) carries "
-                                                  f"{P.payload_frames(record)} payload frame(s), got {len(payload)}")
+                                                  f"{payload_frames(record)} payload frame(s), got {len(payload)}")
             handler(identity, record, payload)
         except ProtocolError as exc:
             self.state.counters["bad_requests"] += 1
@@ -262,7 +263,7 @@ class ShardServer:
     def _on_push(self, identity: bytes, rec: P.Push, payload: list) -> None:
         self._peer(identity, rec.rank)
         piece = P.is_piece(rec, self.state.numel)
-        if rec.numel != self.state.numel and not (piece and rec.encoding in P.ENCODINGS):  # pieces are dense
+        if rec.numel != self.state.numel and not (piece and dense_codec(rec.encoding)):  # pieces are dense
             raise ProtocolError(P.ErrorCode.BAD_SIZE, f"gradient has {rec.numel} elements, shard holds {self.state.numel}")
         if rec.clock < 0 or rec.seq < 0 or rec.read_version < 0:
             raise ProtocolError(P.ErrorCode.BAD_FIELD, "clock, seq and read_version must be >= 0")

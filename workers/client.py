@@ -23,20 +23,14 @@ from psgd.config.modes import Role
 from psgd.config.operations import SHARED_MEMORY_MIN_BYTES
 from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
-from psgd.wire.codecs import WireEncoder
-from psgd.wire.payload import frame_to_tensor
+from psgd.wire.codecs import WireEncoder, dense_codec
+from psgd.wire.payload import frame_to_tensor, payload_frames
 from psgd.wire.requests import Interrupted, Pending, RemoteError, RequestFailed, RequestTracker
 from psgd.wire.shm.links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
+from psgd.workers.push_cursor import PushCursor
 
-__all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted", "adopted_clock"]
-
-
-def adopted_clock(own: int, shard_clocks) -> int:
-    """The clock a worker continues from after the shards' replies (see
-    PSClient._adopt_clock); the simulator's workers use it too."""
-    clocks = list(shard_clocks)
-    return max(own, min(clocks)) if clocks else own
+__all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted"]
 
 
 class PSClient:
@@ -65,11 +59,10 @@ class PSClient:
                                    reply_slots)
         self._conns = ShardConnections(addresses, max_message_bytes, curve=curve, bells=self._shm.bells)
         self._rpc = RequestTracker(self._conns, request_timeout_s, max_retries, should_stop)
-        self.clock = 0                # pushes completed
+        self.cursor = PushCursor()    # clock (pushes completed) and the next push's seq
         self.versions = [0] * layout.num_shards  # shard versions of the parameters last read
         self.min_clocks = [0] * layout.num_shards
         self.fastest_step_s = 0.0  # the fastest worker's time per step, as the shards last reported it
-        self.seq = 0                  # next push sequence number
         self.bytes_sent = 0
         self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
         self.reply_in_slot = [False] * layout.num_shards  # per shard: the last parameters lie in a reply slot
@@ -80,6 +73,16 @@ class PSClient:
                                                name="psgd-heartbeat", daemon=True)
 
     # ---- public API -------------------------------------------------------
+    @property
+    def clock(self) -> int:
+        """Pushes completed, as the shards count them."""
+        return self.cursor.clock
+
+    @property
+    def seq(self) -> int:
+        """The next push's sequence number."""
+        return self.cursor.seq
+
     def register(self) -> list[torch.Tensor]:
         """Join every shard; returns the current parameters (one flat tensor per shard)
         and sets `clock` to where this worker continues (a restarted worker resumes)."""
@@ -151,6 +154,17 @@ class PSClient:
         (psgd.wire.shm.doorbell) instead of going through ZeroMQ."""
         return [self._shm.bells.get(s) is not None for s in range(self.layout.num_shards)]
 
+    def payload_cache(self) -> PayloadCache:
+        """A new record of which shards' payloads one request wrote into their
+        shared-memory segments (each at most once, even when the request is re-made)."""
+        return PayloadCache(self._shm)
+
+    def step_s(self) -> float:
+        """Seconds since the last parameters arrived (0 before the first timed step):
+        a step's work, never the wait for its parameters, which feeds the shards'
+        adaptive staleness bound."""
+        return time.monotonic() - self._params_at if self._params_at is not None else 0.0
+
     def gradient_buffers(self) -> list[Optional[torch.Tensor]]:
         """Per shard, where to put the next gradient so that sending it copies
         nothing: a float32 view of the shared-memory request region (fp32 encoding,
@@ -158,9 +172,11 @@ class PSClient:
         client in flight); the views change when a shard is joined again."""
         if self.encoding != "f32":  # the encoder reads the fp32 gradient and writes the payload there
             return [None] * self.layout.num_shards
-        return [self._payload_view(s, torch.float32) for s in range(self.layout.num_shards)]
+        return [self.payload_view(s, torch.float32) for s in range(self.layout.num_shards)]
 
-    def _payload_view(self, s: int, dtype: torch.dtype) -> Optional[torch.Tensor]:
+    def payload_view(self, s: int, dtype: torch.dtype) -> Optional[torch.Tensor]:
+        """A `dtype` view of shard s's shared-memory request region, sized to its
+        gradient, to encode a payload straight into; None without a segment."""
         seg = self._shm.segment(s)
         return seg.request_tensor(dtype, self.layout.shard_sizes[s]) if seg is not None else None
 
@@ -177,10 +193,10 @@ class PSClient:
         for s, (welcome, _) in replies.items():
             self._shm.settle(s, welcome.shm, welcome.bell)
         out = []
-        self._adopt_clock(welcome.clock for welcome, _ in replies.values())
+        self.cursor.adopt(welcome.clock for welcome, _ in replies.values())
         for s in sorted(replies):
             welcome, payload = replies[s]
-            self.seq = max(self.seq, welcome.last_seq + 1)
+            self.cursor.joined(welcome.last_seq)
             self._sessions[s] = welcome.session
             self.versions[s] = welcome.version
             out.append(frame_to_tensor(payload[0], "f32", self.layout.shard_sizes[s]))
@@ -219,9 +235,7 @@ class PSClient:
         return request
 
     def _finish_grads(self, request: "GradsRequest", replies: dict) -> dict:
-        # max, not += 1: a re-registration during the call may already have moved them on.
-        self.seq = max(self.seq, request.seq + 1)
-        self.clock = max(self.clock, request.clock + 1)
+        self.cursor.pushed(request.seq, request.clock)
         self.bytes_sent += self.encoder.wire_bytes - request.bytes_before
         return replies
 
@@ -286,7 +300,7 @@ class PSClient:
         out = []
         for s in range(self.layout.num_shards):
             rec, payload = replies[s]
-            if not isinstance(rec, P.Params) or len(payload) != P.payload_frames(rec):
+            if not isinstance(rec, P.Params) or len(payload) != payload_frames(rec):
                 raise RemoteError(s, "bad_reply", f"expected PARAMS with its frame, got {rec.TYPE.name}")
             self.versions[s] = rec.version
             self.min_clocks[s] = rec.min_clock
@@ -294,25 +308,19 @@ class PSClient:
             self.reply_in_slot[s] = rec.shm
             out.append(self._shm_params(s, rec, slot) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel))
         if self.role == Role.WORKER:
-            self._adopt_clock(replies[s][0].clock - (ahead - 1) for s in replies)
+            self.cursor.adopt(replies[s][0].clock - (ahead - 1) for s in replies)
         self._params_at = time.monotonic()
         return out
 
     def _shm_params(self, s: int, rec: P.Params, slot: int = 0) -> torch.Tensor:
         """The parameters a same-host shard wrote into the segment for this request."""
         seg = self._shm.segment(s)
-        dtype = P.ENCODINGS.get(rec.encoding, (None,))[0]
+        codec = dense_codec(rec.encoding)
+        dtype = codec.wire_dtype if codec is not None else None
         out = seg.reply_tensor(rec.req, dtype, rec.numel, slot) if seg is not None and dtype is not None else None
         if out is None or rec.numel != self.layout.shard_sizes[s]:
             raise RemoteError(s, "bad_reply", "PARAMS names a shared-memory reply this client cannot read")
         return out
-
-    def _adopt_clock(self, shard_clocks) -> None:
-        """Continue from the clock the shards assign (a rejoin, or a BSP straggler
-        moved on). The lowest shard's view wins: pushing a clock one shard has
-        already applied is dropped there as late, whereas a clock ahead of a
-        BSP shard's step would be refused."""
-        self.clock = adopted_clock(self.clock, shard_clocks)
 
     def _heartbeat(self, addresses: list[str], period: float) -> None:
         conns = ShardConnections(addresses, curve=self._curve)
@@ -335,11 +343,8 @@ class GradsRequest:
         self.steps, self.ahead, self.read_versions, self.slot = steps, ahead, read_versions, slot
         self.bytes_before = client.encoder.wire_bytes
         self.wire: dict[int, Any] = {}
-        self.in_shm = PayloadCache(client._shm)  # dense payloads go to a same-host shard's segment, once
-        # The step time (work since the parameters arrived, never the wait for
-        # them) feeds the shards' adaptive staleness bound.
-        at = client._params_at
-        self.step_s = time.monotonic() - at if at is not None else 0.0
+        self.in_shm = client.payload_cache()  # dense payloads go to a same-host shard's segment, once
+        self.step_s = client.step_s()
         self.pending: Optional[Pending] = None
         self.whole: dict[int, torch.Tensor] = {}  # shards sent in pieces: the gradient, encoded whole on a repeat
 
@@ -348,7 +353,7 @@ class GradsRequest:
             raise ValueError(f"shard {s} gradient must be float32 with {self.client.layout.shard_sizes[s]} elements")
         enc = self.client.encoder
         # fp16/bf16 for a same-host shard: encoded straight into its request region (no copy to send it).
-        out = self.client._payload_view(s, enc.wire_dtype) if enc.wire_dtype not in (None, torch.float32) else None
+        out = self.client.payload_view(s, enc.wire_dtype) if enc.wire_dtype not in (None, torch.float32) else None
         self.wire[s] = enc.encode(s, grad, out=out)
 
     def make(self, s: int, req: int) -> list:

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 from psgd.config import Config, ConfigError
 from psgd.core.sharding import Layout
+from psgd.wire.codecs import encoding_of
 from psgd.wire.keys.curve import client_curve
 from psgd.wire.transport import CurveKeys
 from psgd.workers.client import PSClient
@@ -41,7 +42,7 @@ class ClientSettings:
             raise ConfigError("cluster.servers", "this role needs the list of server host:port addresses")
         c, w = cfg.cluster, cfg.wire
         return cls(addresses=tuple(c.servers), request_timeout_s=c.request_timeout_s, max_retries=c.max_retries,
-                   heartbeat_s=c.heartbeat_s, encoding=w.encoding, topk_ratio=w.topk_ratio,
+                   heartbeat_s=c.heartbeat_s, encoding=encoding_of(w), topk_ratio=w.topk_ratio,
                    max_message_bytes=w.max_message_mb << 20, curve=client_curve(cfg),
                    shared_memory=w.shared_memory, shared_memory_min_bytes=w.shared_memory_min_bytes)
 

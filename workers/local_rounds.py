@@ -12,27 +12,30 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from psgd.core.local_updates import round_steps, smoothed
+from psgd.core.local_methods import LocalMethod
+from psgd.core.local_updates import smoothed
 from psgd.workers.model_sync import ModelSync
 
 __all__ = ["LocalRounds"]
 
 
 class LocalRounds:
-    """`fastest_step_s()` (local.dynamic): the fastest worker's time per step as the
-    shards last reported it; the round's length follows it (DyLU). None: fixed rounds."""
+    """`method` (psgd.core.local_methods) says how many steps each round takes;
+    `fastest_step_s()`: the fastest worker's time per step as the shards last
+    reported it, which a paced method (DyLU) follows."""
 
-    def __init__(self, steps: int, sync: ModelSync, inner: torch.optim.Optimizer,
-                 fastest_step_s: Callable[[], float] | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, method: LocalMethod, sync: ModelSync, inner: torch.optim.Optimizer,
+                 fastest_step_s: Callable[[], float], clock: Callable[[], float] = time.monotonic):
         """`clock`: seconds, for this worker's own pace (the virtual cluster passes its simulated clock)."""
-        self.steps = steps      # nominal steps per round
+        self.method = method
+        self.steps = method.local.steps  # nominal steps per round
         self.sync = sync
         self.inner = inner
         self.fastest_step_s = fastest_step_s
         self.taken = 0          # inner steps in the round under way
         self.rounds = 0         # rounds pushed by this process
         self.steps_total = 0    # inner steps in the rounds pushed
-        self.round_steps = steps  # this round's length
+        self.round_steps = self.steps  # this round's length
         self.own_step_s = 0.0   # this worker's time per step, smoothed over its rounds
         self.start: list[torch.Tensor] = []
         self._clock = clock
@@ -44,8 +47,8 @@ class LocalRounds:
         self.start = self.sync.flat_params(out=self.start or None)
         self.taken = 0
         self._began = self._clock()
-        if self.fastest_step_s is not None:
-            self.round_steps = round_steps(self.steps, self.own_step_s, self.fastest_step_s())
+        if self.method.paced:
+            self.round_steps = self.method.round_steps(self.own_step_s, self.fastest_step_s())
 
     def step(self) -> bool:
         """One inner step; True when the round is complete and its delta is due."""

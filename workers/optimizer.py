@@ -36,6 +36,7 @@ from torch import nn
 
 from psgd.config import Config, ConfigError, ConfigLike, load_config
 from psgd.config.modes import Overlap
+from psgd.core.local_methods import method_for
 from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
@@ -118,8 +119,8 @@ class Optimizer:
         self.local: Optional[LocalRounds] = None
         if self.cfg.local.enabled:
             inner = optimizer or inner_torch_optimizer(self.cfg.optimizer, self.sync.params)
-            speed = (lambda: self.client.fastest_step_s) if self.cfg.local.dynamic else None
-            self.local = LocalRounds(self.cfg.local.steps, self.sync, inner, speed)
+            method = method_for(self.cfg.local, self.cfg.cluster.workers)
+            self.local = LocalRounds(method, self.sync, inner, lambda: self.client.fastest_step_s)
         self.device_clock = DeviceClock.from_config(self.cfg, self.rank)
         self._step_started = time.perf_counter()  # when the step under way began
         self._held = False  # whether this step has waited out its device time

@@ -25,6 +25,7 @@ from typing import Callable
 
 from psgd.config import Config
 from psgd.sim.time_model import TimeModel
+from psgd.wire.codecs import encoding_of
 
 __all__ = ["RateCheck", "check_rate", "sim_overrides", "trained", "EVALS_PER_SPAN", "MIN_LOSS_DROP", "MAX_HALVINGS",
            "PROBE_FRACTION"]
@@ -42,7 +43,7 @@ def sim_overrides(cfg: Config, measure: Callable[[], tuple[float, int]]) -> list
         return []
     resolved_ms, numel = measure()
     compute_ms = float(f"{resolved_ms:.6g}")
-    time = TimeModel.from_config(cfg.sim, compute_ms, cfg.wire.encoding)
+    time = TimeModel.from_config(cfg.sim, compute_ms, encoding_of(cfg.wire))
     round_s = cfg.cluster.workers * time.service_s(-(-numel // cfg.cluster.num_servers))
     span_s = cfg.train.steps_per_worker * max(time.compute_s, round_s)
     sets = [f"sim.compute_ms={compute_ms}", "train.stop_at_target=true"]

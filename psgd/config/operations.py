@@ -23,6 +23,7 @@ __all__ = ["WireConfig", "CheckpointConfig", "SupervisionConfig", "SecurityConfi
 @dataclass(frozen=True)
 class WireConfig:
     # Gradient encoding on the wire: fp32, fp16/bf16 (scaled), or top-k with error feedback.
+    # Each value is a codec's config_name (psgd.wire.codecs; its registry checks the two agree).
     compression: Literal["none", "fp16", "bf16", "topk"] = "none"
     topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
     max_message_mb: int = field(default=1024, metadata=int_max(2047))  # sockets refuse larger messages (< 2 GiB)
@@ -41,11 +42,6 @@ class WireConfig:
         _check(self.shared_memory_min_bytes >= 0, "shared_memory_min_bytes", "must be >= 0")
         if isinstance(self.shared_memory, bool):
             object.__setattr__(self, "shared_memory", "auto" if self.shared_memory else "off")
-
-    @property
-    def encoding(self) -> str:
-        """The protocol's tensor encoding for `compression`."""
-        return {"none": "f32", "fp16": "f16", "bf16": "bf16", "topk": "topk"}[self.compression]
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from psgd.config.operations import (  # noqa: F401 (re-exported)
     SupervisionConfig,
     WireConfig,
 )
-from psgd.config.sim import MAX_SIM_WORKERS, SimConfig  # noqa: F401 (re-exported)
+from psgd.config.sim import MAX_SIM_WORKERS, SimConfig  # noqa: F401 (SimConfig re-exported)
 from psgd.config.workers import DelayConfig, LoaderConfig, TransientConfig, WorkersConfig  # noqa: F401 (re-exported)
 
 __all__ = ["Config", "ConfigError", "ConfigLike", "load_config", "override_config", "config_to_dict", "dump_config"]

@@ -3,37 +3,28 @@ optimizer a worker steps, and how many steps a worker takes per round.
 
 A delta (start - end of a worker's round) travels and is checked exactly as a
 gradient; only the rule the shards apply to it differs (see psgd/config/local_updates.py).
+What differs between methods (outer rule, round length) is each method's class,
+in psgd.core.local_methods.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Iterable
 
 import torch
 
-from psgd.config import OptimizerConfig, ScheduleConfig
+from psgd.config import OptimizerConfig
+from psgd.core.local_methods import method_for
 from psgd.core.lr_scaling import scaled_optimizer
+from psgd.core.rules import rule_named
 
-__all__ = ["server_optimizer", "outer_optimizer", "inner_torch_optimizer", "round_steps", "StepSpeeds"]
+__all__ = ["server_optimizer", "outer_optimizer", "inner_torch_optimizer", "StepSpeeds"]
 
 
 def outer_optimizer(cfg) -> OptimizerConfig:
-    """The shards' rule for deltas: SGD at local.outer_lr with the outer momentum. The
-    optimizer section's server-side options (staleness_aware, max_staleness_drop) carry over.
-
-    The outer rate is for the mean of the workers' deltas, which BSP applies once a round.
-    Under ssp/asp each delta is applied alone, so it takes its share, 1 / workers, of that
-    step (as GEO-SGD does, Paddle's GeoCommunicator): the W deltas of a round then move the
-    parameters as far as BSP's one step on their mean. Delayed Nesterov shares by itself."""
-    local = cfg.local
-    alone = cfg.consistency.mode.live and not local.delayed_nesterov
-    return dataclasses.replace(
-        cfg.optimizer, name="sgd", lr=local.outer_lr, momentum=local.outer_momentum,
-        nesterov=local.outer_nesterov or local.delayed_nesterov, weight_decay=0.0, lr_scaling="none",
-        schedule=ScheduleConfig(), dc_asgd=None,
-        momentum_period=cfg.cluster.workers if local.delayed_nesterov else 1,
-        push_share=1.0 / cfg.cluster.workers if alone else 1.0)
+    """The shards' rule for deltas, as the selected local method says
+    (psgd.core.local_methods: outer SGD at local.outer_lr with the outer momentum)."""
+    return method_for(cfg.local, cfg.cluster.workers).outer_rule(cfg.optimizer, cfg.consistency.mode.live)
 
 
 def server_optimizer(cfg) -> OptimizerConfig:
@@ -45,27 +36,7 @@ def server_optimizer(cfg) -> OptimizerConfig:
 def inner_torch_optimizer(opt: OptimizerConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
     """The worker's own optimizer for its local steps: torch.optim's class for the
     optimizer section (the same formulas the servers follow for gradients)."""
-    params = list(params)
-    if opt.name in ("sgd", "momentum"):
-        return torch.optim.SGD(params, lr=opt.lr, momentum=opt.effective_momentum, nesterov=opt.nesterov,
-                               weight_decay=opt.weight_decay)
-    if opt.name == "adam":
-        return torch.optim.Adam(params, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps,
-                                weight_decay=opt.weight_decay)
-    if opt.name == "adamw":
-        return torch.optim.AdamW(params, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps,
-                                 weight_decay=opt.weight_decay)
-    return torch.optim.Adagrad(params, lr=opt.lr, eps=opt.eps, weight_decay=opt.weight_decay)
-
-
-def round_steps(nominal: int, own_step_s: float, fastest_step_s: float) -> int:
-    """DyLU (Liu et al. 2024): a worker whose steps take k times the fastest worker's
-    takes nominal / k steps per round (at least one), so that every round lasts about
-    as long as the fastest worker's. Without both times it keeps the nominal count."""
-    if not (0 < own_step_s < math.inf and 0 < fastest_step_s < math.inf):
-        return nominal
-    ratio = fastest_step_s / own_step_s
-    return max(1, min(nominal, int(nominal * ratio + 0.5)))
+    return rule_named(opt.name).torch_optimizer(opt, params)
 
 
 SPEED_SMOOTHING = 0.3  # weight of the newest round in a time per step: one preempted round must not halve H

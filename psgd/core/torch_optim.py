@@ -10,11 +10,13 @@ model does not own) is an error that names the setting, never a silent change.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from typing import Iterable, Optional
 
 import torch
 
 from psgd.config import OptimizerConfig
+from psgd.core.rules import RULES, Rule, UnsupportedOptimizer, rule_named
+from psgd.core.rules.base import require
 
 __all__ = ["rule_from_torch", "rule_differences", "UnsupportedOptimizer"]
 
@@ -22,13 +24,10 @@ __all__ = ["rule_from_torch", "rule_differences", "UnsupportedOptimizer"]
 _IMPLEMENTATION_ONLY = {"foreach", "fused", "capturable", "differentiable"}
 
 
-class UnsupportedOptimizer(ValueError):
-    """The torch optimizer (or one of its settings) has no exact psgd server rule."""
-
-
-def _require(group: dict, key: str, allowed, why: str) -> None:
-    if group.get(key, allowed) != allowed:
-        raise UnsupportedOptimizer(f"{key}={group[key]!r} is not supported: {why}")
+def _rule_for(optimizer: torch.optim.Optimizer) -> Optional[type[Rule]]:
+    """The rule following `optimizer`'s class: the most specific torch class it is an instance of."""
+    matches = [r for r in RULES.values() if r.torch_class is not None and isinstance(optimizer, r.torch_class)]
+    return min(matches, key=lambda r: -len(r.torch_class.__mro__), default=None)
 
 
 def _single_group(optimizer: torch.optim.Optimizer) -> dict:
@@ -70,25 +69,15 @@ def rule_from_torch(optimizer: torch.optim.Optimizer, params: Iterable[torch.nn.
     """`base` with the rule and hyperparameters of `optimizer`. psgd-only settings
     of `base` (schedule, staleness_aware, dc_asgd, max_staleness_drop) are kept."""
     kind = type(optimizer).__name__
-    if not isinstance(optimizer, (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad)):
-        raise UnsupportedOptimizer(f"psgd maps torch.optim SGD, Adam, AdamW and Adagrad; got {kind}")
+    follows = _rule_for(optimizer)
+    if follows is None:
+        mapped = ", ".join(sorted(r.torch_class.__name__ for r in RULES.values() if r.torch_class is not None))
+        raise UnsupportedOptimizer(f"psgd maps torch.optim {mapped}; got {kind}")
     _check_params(optimizer, params)
     try:
         g = _single_group(optimizer)
-        _require(g, "maximize", False, "the servers always minimise")
-        common = {"lr": float(g["lr"]), "weight_decay": float(g.get("weight_decay", 0.0))}
-        if isinstance(optimizer, torch.optim.SGD):
-            _require(g, "dampening", 0, "the servers' momentum has no dampening")
-            rule = dict(name="sgd", momentum=float(g["momentum"]), nesterov=bool(g["nesterov"]), **common)
-        elif isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):  # AdamW: decoupled weight decay
-            _require(g, "amsgrad", False, "the servers' Adam keeps no running maximum")
-            decoupled = bool(g.get("decoupled_weight_decay", False)) or isinstance(optimizer, torch.optim.AdamW)
-            rule = dict(name="adamw" if decoupled else "adam", betas=[float(b) for b in g["betas"]],
-                        eps=float(g["eps"]), momentum=0.0, nesterov=False, **common)
-        else:
-            _require(g, "lr_decay", 0, "use optimizer.schedule on the servers instead")
-            _require(g, "initial_accumulator_value", 0, "the servers start the sum of squares at 0")
-            rule = dict(name="adagrad", eps=float(g["eps"]), momentum=0.0, nesterov=False, **common)
+        require(g, "maximize", False, "the servers always minimise")
+        rule = dict(lr=float(g["lr"]), weight_decay=float(g.get("weight_decay", 0.0)), **follows.from_torch(g))
     except UnsupportedOptimizer as exc:
         raise UnsupportedOptimizer(f"torch.optim.{kind}: {exc}") from None
     try:
@@ -97,20 +86,11 @@ def rule_from_torch(optimizer: torch.optim.Optimizer, params: Iterable[torch.nn.
         raise UnsupportedOptimizer(f"torch.optim.{kind}: {exc}") from None
 
 
-# Which settings decide each rule's arithmetic (the rest are ignored by that rule).
-_RULE_KEYS = {
-    "sgd": ("lr", "momentum", "nesterov", "weight_decay"),
-    "adam": ("lr", "betas", "eps", "weight_decay"),
-    "adamw": ("lr", "betas", "eps", "weight_decay"),
-    "adagrad": ("lr", "eps", "weight_decay"),
-}
-
-
 def _canonical(cfg: OptimizerConfig) -> tuple[str, dict]:
-    name = "sgd" if cfg.name == "momentum" else cfg.name
-    values = {"lr": cfg.lr, "momentum": cfg.effective_momentum, "nesterov": cfg.nesterov,
-              "weight_decay": cfg.weight_decay, "betas": list(cfg.betas), "eps": cfg.eps}
-    return name, {k: values[k] for k in _RULE_KEYS[name]}
+    """The rule's family and the settings that decide its arithmetic (the rule's `keys`)."""
+    rule = rule_named(cfg.name)
+    values = {"momentum": cfg.effective_momentum, "betas": list(cfg.betas)}
+    return rule.family, {k: values.get(k, getattr(cfg, k)) for k in rule.keys}
 
 
 def rule_differences(wanted: OptimizerConfig, configured: OptimizerConfig) -> list[str]:

@@ -1,10 +1,10 @@
 """Server-side update rules on one shard's flat parameter tensor.
 
-Every rule is a handful of vectorised in-place ops on flat tensors (never a
-loop over parameters) and follows torch.optim's formulas exactly, so a shard
-and torch.optim given the same gradients produce the same parameters.
-Staleness-aware scaling, DC-ASGD compensation and learning-rate schedules
-wrap the base rule. No sockets here: this is pure policy, unit-testable alone.
+Every rule (psgd.core.rules, one module per optimizer) is a handful of
+vectorised in-place ops on flat tensors (never a loop over parameters) and
+follows torch.optim's formulas exactly, so a shard and torch.optim given the
+same gradients produce the same parameters. Staleness-aware scaling, DC-ASGD
+compensation, weight decay and learning-rate schedules wrap the rule, here. No sockets here: this is pure policy, unit-testable alone.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 
 from psgd.config import OptimizerConfig, ScheduleConfig
+from psgd.core.rules import Rule, rule_named
 
 __all__ = ["UpdateRule", "scheduled_lr"]
 
@@ -32,24 +33,15 @@ def scheduled_lr(base_lr: float, sched: ScheduleConfig, update: int) -> float:
 
 
 class UpdateRule:
-    """Applies gradients to a flat parameter tensor in place. Not thread-safe."""
+    """Applies gradients to a flat parameter tensor in place: the configured
+    optimizer's rule (psgd.core.rules) inside the learning-rate schedule,
+    staleness-aware scaling, DC-ASGD and weight decay. Not thread-safe."""
 
     def __init__(self, cfg: OptimizerConfig, params: torch.Tensor):
         self.cfg = cfg
         self.updates = 0  # updates applied; drives schedules and Adam's bias correction
-        self.momentum = cfg.effective_momentum
-        zeros = lambda: torch.zeros_like(params)  # noqa: E731
-        self.state: dict[str, torch.Tensor] = {}
-        if cfg.name in ("sgd", "momentum") and self.momentum > 0:
-            self.state["momentum_buffer"] = zeros()
-            if cfg.momentum_period > 1:
-                self.state["period_sum"] = zeros()  # Delayed Nesterov: the gradients since the last move
-        elif cfg.name in ("adam", "adamw"):
-            self.state["exp_avg"] = zeros()
-            self.state["exp_avg_sq"] = zeros()
-            self._denom = zeros()  # scratch, reused every step (large temporaries cost page faults)
-        elif cfg.name == "adagrad":
-            self.state["sum"] = zeros()
+        self.base: Rule = rule_named(cfg.name)(cfg, params)
+        self.state = self.base.state  # the rule's flat tensors, checkpointed by name
 
     def lr(self, staleness: int = 0) -> float:
         lr = scheduled_lr(self.cfg.lr, self.cfg.schedule, self.updates) * self.cfg.push_share
@@ -67,24 +59,18 @@ class UpdateRule:
             # g + lambda * g * g * (w_now - w_read), Zheng et al. 2017
             diff = params - read_params
             grad = grad + cfg.dc_asgd.lambda_ * grad * grad * diff
-        if cfg.weight_decay and cfg.name == "adamw":
+        if cfg.weight_decay and self.base.decoupled_weight_decay:
             params.mul_(1 - lr * cfg.weight_decay)  # decoupled (Loshchilov & Hutter), as torch.optim.AdamW
         elif cfg.weight_decay:
             grad = grad.add(params, alpha=cfg.weight_decay)
-        if cfg.name in ("sgd", "momentum"):
-            self._sgd(params, grad, lr)
-        elif cfg.name in ("adam", "adamw"):
-            self._adam(params, grad, lr)
-        else:
-            self._adagrad(params, grad, lr)
+        self.base.step(params, grad, lr, self.updates)
         self.updates += 1
 
     @property
     def sparse_exact(self) -> bool:
         """True if a sparse gradient changes only its own coordinates (plain SGD,
         no momentum, weight decay or delay compensation); other rules see it dense."""
-        return (self.cfg.name in ("sgd", "momentum") and self.momentum == 0 and not self.cfg.weight_decay
-                and self.cfg.dc_asgd is None)
+        return self.base.sparse_exact() and not self.cfg.weight_decay and self.cfg.dc_asgd is None
 
     def apply_sparse(self, params: torch.Tensor, indices: torch.Tensor, values: torch.Tensor,
                      staleness: int = 0) -> None:
@@ -94,47 +80,6 @@ class UpdateRule:
             raise ValueError(f"{self.cfg.name} with these options needs dense gradients")
         params.index_add_(0, indices, values, alpha=-self.lr(staleness))
         self.updates += 1
-
-    def _sgd(self, params, grad, lr):
-        if self.momentum == 0:
-            params.add_(grad, alpha=-lr)
-            return
-        if self.cfg.momentum_period > 1:
-            self._delayed_nesterov(params, grad, lr)
-            return
-        buf = self.state["momentum_buffer"]
-        buf.mul_(self.momentum).add_(grad)
-        if self.cfg.nesterov:
-            params.add_(grad, alpha=-lr).add_(buf, alpha=-lr * self.momentum)
-        else:
-            params.add_(buf, alpha=-lr)
-
-    def _delayed_nesterov(self, params, grad, lr):
-        """Liu et al. 2024, with c = 0: each gradient is applied at lr / N; every N-th
-        update also moves the momentum by the mean of the last N gradients and steps
-        along it, so N in-order updates equal one Nesterov step on their mean."""
-        n, beta = self.cfg.momentum_period, self.momentum
-        acc, buf = self.state["period_sum"], self.state["momentum_buffer"]
-        acc.add_(grad)
-        if (self.updates + 1) % n == 0:
-            buf.mul_(beta).add_(acc, alpha=1.0 / n)
-            params.add_(buf, alpha=-lr * beta)
-            acc.zero_()
-        params.add_(grad, alpha=-lr / n)
-
-    def _adam(self, params, grad, lr):
-        b1, b2 = self.cfg.betas
-        m, v = self.state["exp_avg"], self.state["exp_avg_sq"]
-        t = self.updates + 1
-        m.mul_(b1).add_(grad, alpha=1 - b1)
-        v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-        denom = torch.sqrt(v, out=self._denom).div_(math.sqrt(1 - b2 ** t)).add_(self.cfg.eps)
-        params.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))
-
-    def _adagrad(self, params, grad, lr):
-        acc = self.state["sum"]
-        acc.addcmul_(grad, grad, value=1.0)
-        params.addcdiv_(grad, acc.sqrt().add_(self.cfg.eps), value=-lr)
 
     def state_dict(self) -> dict:
         return {"updates": self.updates, **{k: v.clone() for k, v in self.state.items()}}

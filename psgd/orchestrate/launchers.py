@@ -19,7 +19,8 @@ def launcher_for(cfg: Config) -> tuple[Optional[type], str]:
         from psgd.orchestrate.ray.launcher import RayLauncher
         return RayLauncher, ""
     if cfg.cluster.launcher == "sim":
-        from psgd.sim.launcher import SimLauncher
-        return SimLauncher, ""
+        from psgd.sim.launcher import SimLauncher, refusal
+        problem = refusal(cfg)  # values the virtual cluster cannot finish in bounded time, before any file
+        return (None, problem) if problem else (SimLauncher, "")
     from psgd.orchestrate.launcher import Launcher
     return Launcher, ""

@@ -2,6 +2,7 @@
 from psgd.sim.engine import Engine, SimResult
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
+from psgd.wire.codecs import encoding_of
 
 __all__ = ["Engine", "Executor", "SimResult", "TimeModel", "simulate"]
 
@@ -9,7 +10,7 @@ __all__ = ["Engine", "Executor", "SimResult", "TimeModel", "simulate"]
 def simulate(cfg, compute_ms: float, run_dir=None) -> tuple[Executor, SimResult]:
     """Run `cfg` on the virtual cluster with `compute_ms` per step (before sim.speedup)."""
     ex = Executor(cfg, run_dir)
-    engine = Engine(ex, TimeModel.from_config(cfg.sim, compute_ms, cfg.wire.encoding),
+    engine = Engine(ex, TimeModel.from_config(cfg.sim, compute_ms, encoding_of(cfg.wire)),
                     steps_per_worker=cfg.train.steps_per_worker, max_time_s=cfg.train.max_time_s,
                     eval_every_s=cfg.eval.every_s if cfg.eval.enabled else None)
     return ex, engine.run()

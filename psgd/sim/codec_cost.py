@@ -2,13 +2,15 @@
 
 Figures measured once on the project's reference machine (one thread of an AMD
 EPYC, psgd's own WireEncoder and the shard's decode, a 1M-element gradient,
-median of 15): /tmp scripts are not kept, the numbers are. The shard's top-k
+median of 15), kept here so that no run depends on this machine. The shard's top-k
 decode is its copy of indices and values; scattering them into the dense update
 is part of the apply (sim.apply_gbytes_per_s).
 """
 from __future__ import annotations
 
 from typing import Optional
+
+from psgd.wire.codecs import CODECS
 
 __all__ = ["DEFAULT_RATES", "codec_rates"]
 
@@ -19,6 +21,10 @@ DEFAULT_RATES: dict[str, tuple[Optional[float], Optional[float]]] = {
     "bf16": (36.0, 28.0),
     "topk": (0.42, 29.0),
 }
+
+if set(DEFAULT_RATES) != set(CODECS):  # a new codec needs its cost here (a check, not an assert: python -O)
+    raise ImportError(f"psgd.sim.codec_cost: rates for {sorted(set(CODECS) ^ set(DEFAULT_RATES))} out of step "
+                      "with psgd.wire.codecs")
 
 
 def codec_rates(encoding: str, encode_gbytes_per_s: Optional[float],

@@ -22,6 +22,7 @@ from psgd.sim.compute import resolve_compute
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
+from psgd.wire.codecs import encoding_of
 
 __all__ = ["CostPoint", "measure_cost", "measure_plain_loop"]
 
@@ -48,7 +49,7 @@ def measure_cost(cfg: Config, workers: int, steps_per_worker: int) -> CostPoint:
     torch.set_num_threads(cfg.run.threads)  # one thread, as every psgd process
     ex = Executor(cfg)
     compute_ms = resolve_compute(cfg, ex.task).compute_ms
-    engine = Engine(ex, TimeModel.from_config(cfg.sim, compute_ms, cfg.wire.encoding),
+    engine = Engine(ex, TimeModel.from_config(cfg.sim, compute_ms, encoding_of(cfg.wire)),
                     steps_per_worker=steps_per_worker, max_time_s=cfg.train.max_time_s, eval_every_s=None)
     t0 = time.process_time()
     result = engine.run()

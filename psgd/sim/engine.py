@@ -25,7 +25,7 @@ from psgd.sim.executor import Executor, Push, Reply
 from psgd.sim.jitter import SendOrder
 from psgd.sim.limits import evaluations_exceeded
 from psgd.sim.step_times import StepTimes
-from psgd.sim.time_model import Fifo, TimeModel, stream
+from psgd.sim.time_model import Fifo, TimeModel, stream, stream_together
 
 __all__ = ["Engine", "EventQueue", "Kind", "SimResult"]
 
@@ -160,9 +160,10 @@ class Engine:
     def _send(self, pushes: list[Push], t: float) -> None:
         rank = pushes[0].rank
         self.sent_at[rank] = t
-        for p in pushes:
-            arrive = stream(self.worker_up[rank], self.time.worker_link, self.shard_in[p.shard], self.time.shard_link,
-                            t, p.wire_bytes)
+        arrivals = stream_together(self.worker_up[rank], self.time.worker_link,
+                                   [(self.shard_in[p.shard], self.time.shard_link) for p in pushes], t,
+                                   [p.wire_bytes for p in pushes])
+        for p, arrive in zip(pushes, arrivals):
             self.q.put(arrive, Kind.ARRIVE, p)
 
     def _arrive(self, p: Push, t: float) -> None:

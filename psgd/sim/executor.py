@@ -18,29 +18,25 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional
 
 import torch
 
 from psgd.config import Config
 from psgd.core.heterogeneity import StragglerModel, straggler_for
+from psgd.core.local_methods import method_for
 from psgd.core.local_updates import StepSpeeds, inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.servers.state import PushResult, ShardState
 from psgd.sim.binding import ModelBinding
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
-from psgd.wire import protocol as P
-from psgd.wire.codecs import Encoded, WireEncoder
-from psgd.wire.payload import frame_to_tensor, frames_to_sparse
-from psgd.workers.client import adopted_clock
+from psgd.wire.codecs import Encoded, Gradient, WireEncoder, codec_for_compression, codec_named, encoding_of
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
+from psgd.workers.push_cursor import PushCursor
 
 __all__ = ["Executor", "Push", "Reply", "VirtualWorker", "decode_push"]
-
-Gradient = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
-
 
 def decode_push(enc: Encoded, numel: int, owned: Optional[torch.Tensor] = None) -> Gradient:
     """The gradient a shard decodes from an encoded push, owned by the caller
@@ -48,15 +44,14 @@ def decode_push(enc: Encoded, numel: int, owned: Optional[torch.Tensor] = None) 
     same fp32 arithmetic as the shard's push handler. `owned`: the fp32
     gradient that was encoded, when nothing else will write to it: an fp32
     push decodes to its very bytes, so it is used as it is."""
-    if enc.encoding in P.SPARSE_ENCODINGS:
-        idx, values = frames_to_sparse(enc.frames, enc.encoding, numel, enc.nnz)
-        return idx.clone(), values.clone()
-    wire = frame_to_tensor(enc.frames[0], enc.encoding, numel)
-    if owned is not None and wire.dtype == torch.float32:
+    codec = codec_named(enc.encoding)
+    if owned is not None and codec.dense and codec.wire_dtype == torch.float32:
         return owned
-    grad = torch.empty(numel)
-    grad.copy_(wire)
-    return grad.mul_(enc.scale) if wire.dtype != torch.float32 and enc.scale != 1.0 else grad
+    out = torch.empty(numel) if codec.dense else None
+    grad = codec.decode(enc.frames, numel, enc.nnz, enc.scale, out)
+    if isinstance(grad, tuple):
+        return grad[0].clone(), grad[1].clone()
+    return grad if grad is out else out.copy_(grad)  # an fp32 payload decodes to a view of the frame
 
 
 @dataclass
@@ -100,7 +95,9 @@ class Read:
 
 
 @dataclass
-class VirtualWorker:
+class VirtualWorker(PushCursor):
+    """One simulated worker: its batches, encoder, parameters and, as the client's
+    (PushCursor), its clock and seq."""
     rank: int
     batches: Iterator
     encoder: WireEncoder
@@ -108,8 +105,6 @@ class VirtualWorker:
     params: list[torch.Tensor]
     versions: list[int]
     reads: list = field(default_factory=list)  # Read markers of `params`, done once stepped on
-    clock: int = 0
-    seq: int = 0
     steps: int = 0
     last_loss: float = float("nan")
     replies: dict[int, Reply] = field(default_factory=dict)
@@ -131,7 +126,8 @@ class Executor:
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
-        self._f32 = cfg.wire.encoding == "f32"
+        codec = codec_for_compression(cfg.wire.compression)
+        self._f32 = codec.dense and codec.wire_dtype == torch.float32  # a push decodes to the very buffer
         self.now = 0.0  # the simulated time, set by whoever drives the executor (local rounds' pace)
         self.speeds = [StepSpeeds() for _ in range(self.num_shards)]  # each shard's view, as the real shard's
         self.gradient_s = 0.0  # CPU seconds in forward+backward (psgd bench sim's denominator)
@@ -142,16 +138,16 @@ class Executor:
         w = cfg.cluster.workers
         for rank in range(w):
             batches = train_loader(train, rank, w, cfg.task.batch_size, cfg.run.seed)
-            enc = WireEncoder(cfg.wire.encoding, self.layout.shard_sizes, cfg.wire.topk_ratio)
+            enc = WireEncoder(encoding_of(cfg.wire), self.layout.shard_sizes, cfg.wire.topk_ratio)
             reads = [self._read(s) for s in range(self.num_shards)]
             worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                    [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
             if register:
-                worker.clock = min(shard.register(rank, 0.0) for shard in self.shards)
+                worker.adopt(shard.register(rank, 0.0) for shard in self.shards)
             if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
                 inner = inner_torch_optimizer(cfg.optimizer, self.sync.params)
-                speed = (lambda w=worker: w.fastest_step_s) if cfg.local.dynamic else None
-                worker.local = LocalRounds(cfg.local.steps, self.sync, inner, speed, clock=lambda: self.now)
+                worker.local = LocalRounds(method_for(cfg.local, w), self.sync, inner,
+                                           lambda w=worker: w.fastest_step_s, clock=lambda: self.now)
             self.workers.append(worker)
 
     # ---- memory -----------------------------------------------------------
@@ -247,8 +243,7 @@ class Executor:
                 self._free[s].append(g)  # encoded into the encoder's own buffer: free now
             pushes.append(Push(w.rank, s, w.seq, w.clock, w.versions[s], grad,
                                w.encoder.wire_bytes - before, step_s, steps))
-        w.seq += 1
-        w.clock += 1
+        w.pushed(w.seq, w.clock)
         w.replies = {}
         if w.local is not None:
             w.own = None  # the reply starts the next round
@@ -286,7 +281,7 @@ class Executor:
             w.params[s], w.versions[s] = r.params, r.version
             w.reads.append(r.read)
             w.fastest_step_s = r.fastest_step_s or w.fastest_step_s
-        w.clock = adopted_clock(w.clock, (r.clock for r in w.replies.values()))
+        w.adopt(r.clock for r in w.replies.values())
         return True
 
     def leave(self, rank: int) -> None:

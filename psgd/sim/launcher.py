@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -24,15 +25,50 @@ from psgd.orchestrate.records.summary import summarize, time_to_target
 from psgd.orchestrate.records.summary_file import write_summary
 from psgd.runtime.files import atomic_write
 from psgd.sim.allreduce import AllReduceSim
-from psgd.sim.compute import resolve_compute
+from psgd.sim.compute import ResolvedCompute, resolve_compute
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.limits import check_evaluations
-from psgd.sim.step_times import StepTimes, load_recorded_steps
+from psgd.sim.step_times import RecordedSteps, StepTimes, load_recorded_steps
 from psgd.sim.time_model import TimeModel
 from psgd.tasks import load_task
+from psgd.wire.codecs import encoding_of
 
-__all__ = ["SimLauncher"]
+__all__ = ["SimLauncher", "TimePlan", "plan_times", "refusal"]
+
+
+@dataclass(frozen=True)
+class TimePlan:
+    """Everything a simulated run's times come from, checked."""
+    compute: ResolvedCompute
+    recorded: Optional[RecordedSteps]
+    time_model: TimeModel
+    step_times: StepTimes
+
+
+def plan_times(cfg: Config, task) -> TimePlan:
+    """The run's step time, variability and time model, refusing (ConfigError naming the
+    key) what could not finish in bounded time or would not give finite times."""
+    compute = resolve_compute(cfg, task)
+    cfg = compute.cfg
+    recorded = load_recorded_steps(cfg.sim.step_times_from, cfg.base_dir) if cfg.sim.step_times_from else None
+    time_model = TimeModel.from_config(cfg.sim, compute.compute_ms, encoding_of(cfg.wire))
+    mean_step_s = time_model.compute_s if recorded is None else statistics.fmean(
+        t for times in recorded.by_rank for t in times) / cfg.sim.speedup
+    check_evaluations(cfg, mean_step_s)
+    return TimePlan(compute, recorded, time_model, StepTimes.for_run(cfg, time_model, recorded))
+
+
+def refusal(cfg: Config) -> str:
+    """Why `cfg` cannot run on the virtual cluster ("" if it can), before a run directory
+    exists. A step time to be measured is checked once measured, in the run itself."""
+    if cfg.sim.compute_ms == "measure":
+        return ""
+    try:
+        plan_times(cfg, load_task(cfg, None, splits=("train",)) if cfg.sim.compute_ms is None else None)
+    except ConfigError as exc:
+        return f"config error: {exc}"
+    return ""
 
 
 class SimLauncher:
@@ -55,14 +91,9 @@ class SimLauncher:
         torch.set_num_threads(self.cfg.run.threads)  # one thread, as every psgd process
         allreduce = not self.cfg.consistency.mode.on_servers
         ex = None if allreduce else Executor(self.cfg, None)
-        compute = resolve_compute(self.cfg, load_task(self.cfg, None, splits=("train",)) if allreduce else ex.task)
+        plan = plan_times(self.cfg, load_task(self.cfg, None, splits=("train",)) if allreduce else ex.task)
+        compute, recorded, time_model, step_times = plan.compute, plan.recorded, plan.time_model, plan.step_times
         cfg = compute.cfg
-        recorded = load_recorded_steps(cfg.sim.step_times_from, cfg.base_dir) if cfg.sim.step_times_from else None
-        time_model = TimeModel.from_config(cfg.sim, compute.compute_ms, cfg.wire.encoding)
-        step_times = StepTimes.for_run(cfg, time_model, recorded)
-        mean_step_s = time_model.compute_s if recorded is None else statistics.fmean(
-            t for times in recorded.by_rank for t in times) / cfg.sim.speedup
-        check_evaluations(cfg, mean_step_s)
         atomic_write(self.run_dir / "config.yaml", dump_config(cfg))
         events: list[dict] = []
         export = MetricsExport(self.run_dir, cfg, t0=0.0)

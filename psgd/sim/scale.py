@@ -52,7 +52,7 @@ class LightExecutor(Executor):
             reads = [self._read(s) for s in range(self.num_shards)]
             w = VirtualWorker(rank, iter(()), WireEncoder("f32", sizes), straggler_for(cfg.workers, rank, 0),
                               [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
-            w.clock = min(shard.register(rank, 0.0) for shard in self.shards)
+            w.adopt(shard.register(rank, 0.0) for shard in self.shards)
             self.workers.append(w)
 
     def compute(self, rank: int, step_s: float = 0.0, round_steps: Optional[int] = None) -> list[Push]:

@@ -1,7 +1,8 @@
 """The virtual cluster's time model (the `sim:` section), in seconds.
 
 Every worker and every shard has a link of its own, full duplex, and each
-direction of it is a FIFO: a message starts when its sender's link is free,
+direction of it is a FIFO (except a worker's pushes of one step, which leave
+together and share its link fairly): a message starts when its sender's link is free,
 streams at the slower of the two links it crosses (it cannot leave the
 sender's faster than its sender's link nor enter the receiver's faster than
 the receiver's), holds each link for its bytes / that link's bandwidth, and
@@ -22,7 +23,7 @@ from psgd.config import ConfigError
 from psgd.config.sim import SimConfig
 from psgd.sim.codec_cost import codec_rates
 
-__all__ = ["Fifo", "Link", "TimeModel", "ring_allreduce_s", "stream"]
+__all__ = ["Fifo", "Link", "TimeModel", "ring_allreduce_s", "stream", "stream_together"]
 
 # A shard free for less than this when a request arrives is still awake: a
 # request that arrives as the last one ends is served back to back, whatever
@@ -62,6 +63,24 @@ def stream(out: Fifo, out_link: Link, into: Fifo, into_link: Link, ready: float,
     return into.free_at + out_link.latency_s + into_link.latency_s
 
 
+def stream_together(out: Fifo, out_link: Link, intos: list[tuple[Fifo, Link]], ready: float,
+                    sizes: list[int]) -> list[float]:
+    """Messages that leave one sender at once, one to each receiver (a worker's pushes to
+    every shard): they share the sender's link fairly, as concurrent TCP flows do, so a
+    message of size s finishes when sum(min(s, s_j)) bytes have left, and the link is
+    free once all have. Each then enters its receiver's link as `stream` says.
+    Returns each message's arrival."""
+    start = max(ready, out.free_at)
+    out.free_at = start + out_link.transfer_s(sum(sizes))
+    arrivals = []
+    for (into, into_link), size in zip(intos, sizes):
+        left = start + out_link.transfer_s(sum(min(size, other) for other in sizes))
+        into_start = max(start, into.free_at)
+        into.free_at = max(into_start + into_link.transfer_s(size), left)
+        arrivals.append(into.free_at + out_link.latency_s + into_link.latency_s)
+    return arrivals
+
+
 def ring_allreduce_s(nbytes: int, workers: int, latency_s: float, bytes_per_s: float) -> float:
     """Ring all-reduce: 2(W-1) steps, each sending nbytes / W over one link."""
     if workers <= 1:
@@ -91,7 +110,7 @@ class TimeModel:
     @classmethod
     def from_config(cls, sim: SimConfig, compute_ms: float, encoding: str = "f32") -> "TimeModel":
         """`compute_ms`: the step time before sim.speedup (psgd.sim.compute resolves it);
-        `encoding`: the run's wire encoding (cfg.wire.encoding). Raises ConfigError
+        `encoding`: the run's wire encoding (psgd.wire.codecs.encoding_of(cfg.wire)). Raises ConfigError
         naming sim when a combination of finite keys gives a time that is not finite."""
         def link(latency_us: Optional[float], gbps: Optional[float]) -> Link:
             latency_us = sim.latency_us if latency_us is None else latency_us

@@ -3,8 +3,10 @@
 A message is a list of frames: one msgpack header
 ``[PROTOCOL_VERSION, type, request_id, {field: value}]`` followed by zero or
 more raw tensor frames (little-endian, C order), sent zero-copy when large.
-A dense gradient is one frame; a sparse ("topk") gradient is two frames, the
-int32 indices then the float32 values of its `nnz` kept coordinates. A dense
+A gradient's frames are its codec's (psgd.wire.codecs, named by the push's
+`encoding`; psgd.wire.payload.payload_frames counts them): a dense gradient is
+one frame; top-k's is two, the int32 indices then the float32 values of its
+`nnz` kept coordinates. A dense
 gradient may also travel in pieces (push during backward): messages with
 `held` true carry [offset, offset + numel) of it and are not answered; the
 push's last message (`held` false) carries the rest, and the shard applies the
@@ -21,7 +23,6 @@ from enum import Enum, IntEnum
 from typing import Any, ClassVar, Sequence
 
 import msgpack
-import torch
 
 PROTOCOL_VERSION = 1
 MAX_HEADER_BYTES = 64 * 1024
@@ -100,28 +101,6 @@ class ProtocolError(ValueError):
         super().__init__(f"{code}: {reason}")
 
 
-# Tensor encodings: name -> (torch dtype, bytes per element). "f16"/"bf16"
-# carry a scale so large gradients do not overflow (value = wire * scale).
-ENCODINGS: dict[str, tuple[torch.dtype, int]] = {
-    "f32": (torch.float32, 4),
-    "f16": (torch.float16, 2),
-    "bf16": (torch.bfloat16, 2),
-}
-# Sparse encodings: name -> (index dtype, value dtype); two frames, nnz elements each.
-SPARSE_ENCODINGS: dict[str, tuple[torch.dtype, torch.dtype]] = {
-    "topk": (torch.int32, torch.float32),
-}
-
-
-def payload_frames(record: "Record") -> int:
-    """How many tensor frames follow the header of `record`."""
-    if isinstance(record, Push):
-        return 0 if record.shm else 2 if record.encoding in SPARSE_ENCODINGS else 1
-    if isinstance(record, Params):
-        return 0 if record.shm else 1
-    return 1 if isinstance(record, Welcome) else 0
-
-
 @dataclass(frozen=True)
 class Record:
     TYPE: ClassVar[MsgType]
@@ -167,7 +146,7 @@ class Push(Record):
     seq: int = 0                # per-worker sequence number; a resend reuses it
     clock: int = 0              # worker clock this gradient belongs to
     read_version: int = 0       # shard version of the parameters the gradient was computed on
-    encoding: str = "f32"       # a dense ENCODINGS name, or a SPARSE_ENCODINGS name
+    encoding: str = "f32"       # a codec's wire name (psgd.wire.codecs): its frames follow
     scale: float = 1.0
     numel: int = 0              # elements of the (dense) gradient
     nnz: int = 0                # sparse encodings: coordinates carried

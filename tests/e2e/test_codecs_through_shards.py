@@ -34,7 +34,7 @@ def test_server_topk_push_moves_exactly_the_chosen_coordinates(shards):
     assert torch.equal(after[chosen], before[chosen] - 0.5 * grad[chosen])
     assert client.bytes_sent == 8 * k
     # The chosen coordinates went out in full; everything else waits in the residual.
-    assert torch.equal(client.encoder.residuals[0], torch.where(after != before, 0.0, grad))
+    assert torch.equal(client.encoder.codec.residuals[0], torch.where(after != before, 0.0, grad))
     client.close()
 
 

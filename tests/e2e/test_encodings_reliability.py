@@ -115,7 +115,7 @@ def test_nan_topk_push_is_refused_and_the_shard_stays_up(tmp_path):
         poisoned[0] = float("nan")
         assert not client.push([poisoned])[0].applied
         assert proc.poll() is None
-        client.encoder.residuals[0].zero_()  # the NaN stayed in the error-feedback residual
+        client.encoder.codec.residuals[0].zero_()  # the NaN stayed in the error-feedback residual
         assert client.push([torch.ones(n)])[0].applied
         before = client.stats()[0]
         assert before["counters"]["rejected_nonfinite"] == 1 and before["version"] == 2

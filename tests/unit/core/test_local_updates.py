@@ -150,13 +150,16 @@ def test_a_non_finite_delta_is_refused_with_the_parameters_untouched():
 
 
 def test_dylu_shortens_a_slow_workers_round_in_proportion_to_its_speed():
-    from psgd.core.local_updates import round_steps
-    assert round_steps(8, own_step_s=0.04, fastest_step_s=0.01) == 2   # 4x slower: a quarter of the steps
-    assert round_steps(8, own_step_s=0.03, fastest_step_s=0.01) == 3   # 8 / 3 rounds to 3
-    assert round_steps(8, own_step_s=0.01, fastest_step_s=0.01) == 8   # the fastest worker keeps the nominal
-    assert round_steps(8, own_step_s=1.0, fastest_step_s=0.001) == 1   # never fewer than one step
+    from psgd.config.local_updates import LocalConfig
+    from psgd.core.local_methods import method_for
+    dylu = method_for(LocalConfig(steps=8, dynamic=True), 4)
+    assert dylu.paced and dylu.name == "DyLU"
+    assert dylu.round_steps(own_step_s=0.04, fastest_step_s=0.01) == 2   # 4x slower: a quarter of the steps
+    assert dylu.round_steps(own_step_s=0.03, fastest_step_s=0.01) == 3   # 8 / 3 rounds to 3
+    assert dylu.round_steps(own_step_s=0.01, fastest_step_s=0.01) == 8   # the fastest worker keeps the nominal
+    assert dylu.round_steps(own_step_s=1.0, fastest_step_s=0.001) == 1   # never fewer than one step
     for own, fastest in ((0.0, 0.01), (0.01, 0.0), (float("inf"), 0.01), (0.01, float("nan"))):
-        assert round_steps(8, own, fastest) == 8  # not measured yet: the nominal round
+        assert dylu.round_steps(own, fastest) == 8  # not measured yet: the nominal round
 
 
 def test_a_shard_reports_the_fastest_workers_time_per_step_and_forgets_departed_ones():

@@ -4,11 +4,12 @@ import torch
 
 from psgd.servers.push_decode import PushDecoder
 from psgd.wire import protocol as P
+from psgd.wire.codecs import CODECS
 from psgd.wire.payload import tensor_frame
 
 
 def piece(seq, values, offset, encoding="f32", scale=1.0, held=True):
-    t = torch.tensor(values, dtype=P.ENCODINGS[encoding][0])
+    t = torch.tensor(values, dtype=CODECS[encoding].wire_dtype)
     return P.Push(rank=0, seq=seq, numel=t.numel(), offset=offset, held=held, encoding=encoding,
                   scale=scale), [bytes(tensor_frame(t))]
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from psgd.wire import protocol as P
+from psgd.wire.codecs import CODECS
 from psgd.wire.payload import frame_to_tensor, tensor_frame
 
 
@@ -59,10 +60,10 @@ def test_malformed_headers_are_refused(frames, code):
 
 @pytest.mark.parametrize("encoding", ["f32", "f16", "bf16"])
 def test_tensor_frames_round_trip_without_copy(encoding):
-    dtype = P.ENCODINGS[encoding][0]
+    dtype = CODECS[encoding].wire_dtype
     t = torch.arange(1000, dtype=torch.float32).to(dtype)
     frame = tensor_frame(t)
-    assert frame.nbytes == 1000 * P.ENCODINGS[encoding][1]
+    assert frame.nbytes == 1000 * CODECS[encoding].wire_nbytes(1)
     back = frame_to_tensor(frame, encoding, 1000)
     assert torch.equal(back, t)
     assert back.data_ptr() == t.data_ptr()  # a view of the same memory, not a copy

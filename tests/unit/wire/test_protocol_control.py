@@ -3,6 +3,7 @@ import msgpack
 import pytest
 
 from psgd.wire import protocol as P
+from psgd.wire.payload import payload_frames
 
 
 def test_control_and_reply_round_trip():
@@ -13,7 +14,7 @@ def test_control_and_reply_round_trip():
     assert P.decode(P.encode(reply))[0] == reply
     push = P.Push(req=1, rank=0, seq=3, clock=3, numel=4, step_s=0.0125)
     assert P.decode(P.encode(push, [b"\0" * 16]))[0].step_s == 0.0125
-    assert P.payload_frames(rec) == 0 and P.payload_frames(reply) == 0
+    assert payload_frames(rec) == 0 and payload_frames(reply) == 0
 
 
 @pytest.mark.parametrize("fields", [{"settings": ["consistency.staleness", 4]}, {"token": 5}, {"clock": "3"},

@@ -7,6 +7,7 @@ import msgpack
 import pytest
 
 from psgd.wire import protocol as P
+from psgd.wire.payload import payload_frames
 
 
 @pytest.mark.parametrize("req", [0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1])
@@ -30,9 +31,9 @@ def test_request_id_of_a_header_it_did_not_expect_falls_back_to_msgpack():
     P.Error(req=9, code="bad_shm", reason="stale"),
 ])
 def test_records_round_trip_equal_with_every_field(record):
-    frames = P.encode(record, [b"x" * 32] * P.payload_frames(record))
+    frames = P.encode(record, [b"x" * 32] * payload_frames(record))
     back, payload = P.decode(frames)
-    assert back == record and type(back) is type(record) and len(payload) == P.payload_frames(record)
+    assert back == record and type(back) is type(record) and len(payload) == payload_frames(record)
 
 
 def test_a_decoded_record_is_still_frozen_and_defaults_missing_fields():
@@ -44,12 +45,12 @@ def test_a_decoded_record_is_still_frozen_and_defaults_missing_fields():
 
 
 def test_payload_frames_follow_the_shared_memory_fields():
-    assert P.payload_frames(P.Push(shm=3)) == 0
-    assert P.payload_frames(P.Push(shm=3, encoding="topk")) == 0
-    assert P.payload_frames(P.Push()) == 1
-    assert P.payload_frames(P.Params(shm=True)) == 0
-    assert P.payload_frames(P.Params()) == 1
-    assert P.payload_frames(P.Welcome(shm=True)) == 1  # registration replies always carry the parameters inline
+    assert payload_frames(P.Push(shm=3)) == 0
+    assert payload_frames(P.Push(shm=3, encoding="topk")) == 0
+    assert payload_frames(P.Push()) == 1
+    assert payload_frames(P.Params(shm=True)) == 0
+    assert payload_frames(P.Params()) == 1
+    assert payload_frames(P.Welcome(shm=True)) == 1  # registration replies always carry the parameters inline
 
 
 @pytest.mark.parametrize("field, value", [("shm", True), ("shm", 1.5), ("shm", "3"), ("rank", True),

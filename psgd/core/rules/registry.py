@@ -1,0 +1,38 @@
+"""Every update rule, found by importing each member module of this package once
+(psgd.core.members), and checked against the config's `optimizer.name` values:
+a rule the config cannot name, or a name with no rule, fails at import.
+
+The config is the lowest layer and cannot import core, so it spells the names
+users may write (`OptimizerConfig.name`); the server's rule, the worker's inner
+torch optimizer and the mapping from a user's torch optimizer come from here."""
+from __future__ import annotations
+
+import typing
+
+from psgd.config import OptimizerConfig
+from psgd.core.members import import_members
+from psgd.core.rules.base import RULES, Rule
+
+__all__ = ["RULES", "rule_named", "check_rules"]
+
+
+def check_rules(rules: dict[str, type[Rule]], names: tuple[str, ...]) -> None:
+    """Raise unless the config's names and the rules' names are the same set."""
+    no_rule = sorted(set(names) - set(rules))
+    if no_rule:
+        raise TypeError(f"optimizer.name values with no update rule: {', '.join(no_rule)}")
+    unnamed = sorted(c.__name__ for n, c in rules.items() if n not in names)
+    if unnamed:
+        raise TypeError(f"update rules that optimizer.name cannot select (add their name to "
+                        f"psgd.config.schema.OptimizerConfig.name): {', '.join(unnamed)}")
+
+
+def rule_named(name: str) -> type[Rule]:
+    try:
+        return RULES[name]
+    except KeyError:
+        raise ValueError(f"optimizer.name {name!r} has no update rule (known: {', '.join(sorted(RULES))})") from None
+
+
+import_members("psgd.core.rules", ("base", "registry"), RULES.values)
+check_rules(RULES, typing.get_args(typing.get_type_hints(OptimizerConfig)["name"]))

@@ -1,0 +1,24 @@
+"""float16, scaled so the gradient's largest magnitude maps to F16_RANGE: large
+gradients do not overflow fp16's range. The scale comes from the whole gradient,
+so it is not elementwise (it never travels in pieces)."""
+from __future__ import annotations
+
+import torch
+
+from psgd.wire.codecs.base import DenseCodec, codec
+
+F16_RANGE = 1024.0  # the largest magnitude of a payload
+
+
+@codec
+class F16(DenseCodec):
+    name = "f16"
+    config_name = "fp16"
+    wire_dtype = torch.float16
+    elementwise = False
+
+    def fill(self, grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, float]:
+        amax = float(grad.abs().max()) if grad.numel() else 0.0
+        scale = amax / F16_RANGE if 0 < amax < float("inf") else 1.0
+        torch.div(grad, scale, out=out)  # computed in fp32, rounded once to fp16
+        return out, scale

@@ -1,0 +1,63 @@
+"""Every codec, found by importing each member module of this package once
+(psgd.core.members), and checked against the config's `wire.compression`
+values: a codec module that registers nothing, a codec the config cannot
+select, or a config value with no codec fails at import, naming it.
+
+The config is the lowest layer and cannot import the wire, so it spells the
+values users may write (`WireConfig.compression`); everything else (the
+protocol's encodings, their frames, the decoders, the wire cost) comes from here.
+"""
+from __future__ import annotations
+
+import typing
+from typing import Optional
+
+from psgd.config.operations import WireConfig
+from psgd.core.members import import_members
+from psgd.wire.codecs.base import CODECS, Codec
+from psgd.wire.protocol import ErrorCode, ProtocolError
+
+__all__ = ["CODECS", "codec_named", "dense_codec", "codec_for_compression", "encoding_of", "check_codecs"]
+
+
+def check_codecs(codecs: dict[str, type[Codec]], compression_values: tuple[str, ...]) -> None:
+    """Raise unless each config value selects exactly one codec and each codec one value."""
+    chosen = {c.config_name for c in codecs.values()}
+    no_codec = sorted(set(compression_values) - chosen)
+    if no_codec:
+        raise TypeError(f"wire.compression values with no codec: {', '.join(no_codec)}")
+    unselectable = sorted(c.__name__ for c in codecs.values() if c.config_name not in compression_values)
+    if unselectable:
+        raise TypeError(f"codecs that wire.compression cannot select (add their config_name to "
+                        f"psgd.config.operations.WireConfig.compression): {', '.join(unselectable)}")
+
+
+def codec_named(encoding: str) -> type[Codec]:
+    """The codec whose wire name is `encoding` (ProtocolError BAD_ENCODING if none)."""
+    try:
+        return CODECS[encoding]
+    except (KeyError, TypeError):
+        raise ProtocolError(ErrorCode.BAD_ENCODING, f"unknown tensor encoding {encoding!r}") from None
+
+
+def dense_codec(encoding: str) -> Optional[type[Codec]]:
+    """The codec named `encoding` if it is dense (one frame of `numel` values), else None."""
+    codec = CODECS.get(encoding)
+    return codec if codec is not None and codec.dense else None
+
+
+def codec_for_compression(compression: str) -> type[Codec]:
+    """The codec a `wire.compression` value selects."""
+    for c in CODECS.values():
+        if c.config_name == compression:
+            return c
+    raise ValueError(f"wire.compression {compression!r} selects no codec")
+
+
+def encoding_of(wire: WireConfig) -> str:
+    """The protocol's `encoding` (a codec's wire name) that `wire.compression` selects."""
+    return codec_for_compression(wire.compression).name
+
+
+import_members("psgd.wire.codecs", ("base", "encoder", "registry"), CODECS.values)
+check_codecs(CODECS, typing.get_args(typing.get_type_hints(WireConfig)["compression"]))

@@ -1,0 +1,78 @@
+"""Top-k sparsification with error feedback (Stich et al. 2018; Lin et al. 2018).
+
+Each push sends the k largest-magnitude coordinates of gradient + residual, as
+two frames (int32 indices, then fp32 values); the unsent part becomes the next
+residual, so nothing is ever dropped, only delayed. One residual per shard."""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import torch
+
+from psgd.wire.codecs.base import Codec, CodecOptions, Encoded, Gradient, codec
+from psgd.wire.frames import tensor_frame, view_frame
+from psgd.wire.protocol import ErrorCode, ProtocolError
+
+__all__ = ["TopK", "topk_count"]
+
+
+def topk_count(numel: int, ratio: float) -> int:
+    """Coordinates kept per step: ceil(ratio * numel), at least one (if any)."""
+    return min(numel, max(1, math.ceil(ratio * numel))) if numel else 0
+
+
+@codec
+class TopK(Codec):
+    name = "topk"
+    config_name = "topk"
+    frames = 2
+    wire_dtype = torch.float32
+    dense = False
+    elementwise = False
+
+    def __init__(self, sizes: Sequence[int], options: CodecOptions):
+        if not 0 < options.topk_ratio <= 1:
+            raise ValueError(f"topk_ratio must be in (0, 1], got {options.topk_ratio}")
+        super().__init__(sizes, options)
+        self.residuals = [torch.zeros(n) for n in self.sizes]
+        self.k = [topk_count(n, options.topk_ratio) for n in self.sizes]
+
+    @classmethod
+    def bytes_per_element(cls, options: CodecOptions) -> float:
+        return 8 * options.topk_ratio  # an int32 index and an fp32 value per coordinate sent
+
+    def encode(self, shard: int, grad: torch.Tensor, out: Optional[torch.Tensor] = None) -> Encoded:
+        if out is not None:
+            raise ValueError(f"a {self.name} payload cannot be encoded into a {out.dtype} tensor of {out.numel()}")
+        indices, values = self.select(shard, grad)
+        return Encoded([tensor_frame(indices), tensor_frame(values)], self.name, nnz=indices.numel())
+
+    def select(self, shard: int, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """acc = residual + g; send acc's k largest magnitudes; the residual
+        becomes acc with those coordinates zeroed. Afterwards
+        dense(sent) + residual == acc exactly."""
+        acc = self.residuals[shard]
+        acc.add_(g)
+        k = self.k[shard]
+        if k == 0:
+            return torch.empty(0, dtype=torch.int32), torch.empty(0)
+        idx = acc.abs().topk(k, sorted=False).indices
+        values = acc[idx]
+        acc.index_fill_(0, idx, 0.0)
+        return idx.to(torch.int32), values
+
+    @classmethod
+    def decode(cls, frames: Sequence[Any], numel: int, nnz: int, scale: float,
+               out: torch.Tensor) -> Gradient:
+        """(indices, values) viewing the two frames; every index lies in [0, numel)."""
+        if len(frames) != 2:
+            raise ProtocolError(ErrorCode.BAD_FRAMES,
+                                f"{cls.name} gradient needs an index and a value frame, got {len(frames)}")
+        if not 0 <= nnz <= numel:
+            raise ProtocolError(ErrorCode.BAD_SIZE, f"nnz {nnz} outside 0..{numel}")
+        indices = view_frame(frames[0], torch.int32, nnz, "index")
+        values = view_frame(frames[1], cls.wire_dtype, nnz, "value")
+        if nnz and (int(indices.min()) < 0 or int(indices.max()) >= numel):
+            raise ProtocolError(ErrorCode.BAD_INDEX, f"{cls.name} index outside 0..{numel - 1}")
+        return indices, values

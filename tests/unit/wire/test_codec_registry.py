@@ -1,0 +1,92 @@
+"""The codec table: every member has every part, the config's values and the
+codecs agree, and a codec lacking a part is refused when it is defined."""
+import typing
+
+import pytest
+import torch
+
+from psgd.config.operations import WireConfig
+from psgd.wire import protocol as P
+from psgd.wire.codecs import CODECS, Codec, CodecOptions, DenseCodec, WireEncoder, codec, codec_for_compression
+from psgd.wire.codecs.registry import check_codecs
+from psgd.wire.payload import payload_frames
+
+
+def _half(name="half", config_name="half"):
+    class Half(DenseCodec):
+        wire_dtype = torch.float16
+        elementwise = True
+
+        def fill(self, grad, out):
+            out.copy_(grad)
+            return out, 1.0
+    Half.name, Half.config_name = name, config_name
+    return Half
+
+
+def test_every_config_value_selects_the_codec_with_that_config_name():
+    values = typing.get_args(typing.get_type_hints(WireConfig)["compression"])
+    assert sorted(codec_for_compression(v).config_name for v in values) == sorted(values)
+    assert {c.name for c in CODECS.values()} == set(CODECS)
+
+
+@pytest.mark.parametrize("missing", ["name", "config_name", "wire_dtype", "elementwise"])
+def test_a_codec_lacking_an_attribute_is_refused(missing):
+    cls = _half()
+    setattr(cls, missing, None)
+    with pytest.raises(TypeError, match=f"lacks {missing}"):
+        codec(cls)
+    assert cls not in CODECS.values()
+
+
+def test_a_codec_lacking_a_method_is_refused():
+    class NoDecode(Codec):
+        name, config_name, frames, wire_dtype, dense, elementwise = "nd", "nd", 1, torch.float32, True, False
+
+        @classmethod
+        def bytes_per_element(cls, options):
+            return 4.0
+
+        def encode(self, shard, grad, out=None):
+            raise NotImplementedError
+    with pytest.raises(TypeError, match="lacks decode"):
+        codec(NoDecode)
+    assert "nd" not in CODECS
+
+
+def test_a_codec_reusing_a_name_is_refused():
+    with pytest.raises(TypeError, match="reuses the name"):
+        codec(_half(name="f16"))
+    with pytest.raises(TypeError, match="reuses the name"):
+        codec(_half(config_name="none"))
+    assert CODECS["f16"].__name__ == "F16"
+
+
+def test_config_values_and_codecs_must_agree():
+    check_codecs(CODECS, ("none", "fp16", "bf16", "topk"))
+    with pytest.raises(TypeError, match="with no codec: zstd"):
+        check_codecs(CODECS, ("none", "fp16", "bf16", "topk", "zstd"))
+    with pytest.raises(TypeError, match="cannot select .*TopK"):
+        check_codecs(CODECS, ("none", "fp16", "bf16"))
+
+
+def test_a_registered_codec_is_used_from_encoder_to_decoder_and_frame_count():
+    half = _half()
+    codec(half)
+    try:
+        g = torch.tensor([0.5, -2.0, 3.25])
+        enc = WireEncoder("half", [3]).encode(0, g)
+        assert enc.encoding == "half" and payload_frames(P.Push(encoding="half", numel=3)) == 1
+        out = torch.empty(3)
+        assert torch.equal(CODECS["half"].decode(enc.frames, 3, 0, enc.scale, out), g)
+        assert half.wire_nbytes(3) == 6 and half.bytes_per_element(CodecOptions()) == 2
+    finally:
+        del CODECS["half"]
+
+
+def test_wire_cost_per_element_matches_the_bytes_encoded():
+    n, options = 1000, CodecOptions(topk_ratio=0.05)
+    for name, cls in CODECS.items():
+        enc = WireEncoder(name, [n], topk_ratio=options.topk_ratio)
+        enc.encode(0, torch.randn(n))
+        assert enc.wire_bytes == cls.bytes_per_element(options) * n, name
