@@ -3,8 +3,8 @@
 The loop never blocks on a client: pulls that the consistency mode does not
 allow yet are parked and answered when clocks move. Every request is decoded
 and checked before it can touch the state; a bad one gets an ERROR reply and
-is counted. Public entry points: `ShardServer` (embed a shard in your own
-process) and `main` (the `psgd server` command).
+is counted. Public entry point: `ShardServer` (embed a shard in your own
+process); `psgd server` and `psgd.serve` start one through serve.py.
 """
 from __future__ import annotations
 

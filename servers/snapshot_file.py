@@ -13,13 +13,14 @@ new one in, so a crash between the two renames still leaves a good pair.
 from __future__ import annotations
 
 import io
-import os
 import struct
 from pathlib import Path
 from typing import Optional
 
 import crc32c
 import torch
+
+from psgd.runtime.files import atomic_write
 
 __all__ = ["SnapshotCorrupt", "SnapshotFiles", "write_snapshot", "read_snapshot"]
 
@@ -35,9 +36,16 @@ class SnapshotCorrupt(RuntimeError):
         super().__init__(f"snapshot {path} is unusable: {why}")
 
 
+def _write(path: Path, parts, keep_old_as: Optional[Path] = None) -> None:
+    def write(f) -> None:
+        for part in parts:
+            f.write(part)
+    atomic_write(path, write, keep_old_as=keep_old_as, sync_dir=True)  # survives a power loss
+
+
 def write_snapshot(path: Path, state: dict) -> None:
     """Write `state` (tensors and plain values) to `path` atomically."""
-    _atomic_write_bytes(Path(path), *_encode(state))
+    _write(Path(path), _encode(state))
 
 
 def _encode(state: dict) -> tuple[memoryview, bytes]:
@@ -71,31 +79,6 @@ def read_snapshot(path: Path) -> dict:
         raise SnapshotCorrupt(path, f"{type(exc).__name__}: {exc}") from None
 
 
-def _atomic_write_bytes(path: Path, *parts, keep_old_as: Optional[Path] = None) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            for part in parts:
-                f.write(part)
-            f.flush()
-            os.fsync(f.fileno())
-        if keep_old_as is not None and path.exists():
-            os.replace(path, keep_old_as)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class SnapshotFiles:
     """The newest and the previous snapshot of one shard."""
 
@@ -107,7 +90,7 @@ class SnapshotFiles:
     def save(self, state: dict, rotate: bool = True) -> None:
         """Write a new newest snapshot; the old newest becomes the previous one
         (with `rotate` False it is replaced, e.g. because it is damaged)."""
-        _atomic_write_bytes(self.newest, *_encode(state), keep_old_as=self.previous if rotate else None)
+        _write(self.newest, _encode(state), keep_old_as=self.previous if rotate else None)
 
     def candidates(self) -> list[Path]:
         """Existing snapshot files, newest first."""

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _SPAWNED: list[subprocess.Popen] = []
 
 
-pytest_plugins = ["timeout_margin"]  # tests/ is on pythonpath
+pytest_plugins = ["timeout_margin", "process_guard"]  # tests/ is on pythonpath
 
 
 def load_script(relpath: str):

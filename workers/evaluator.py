@@ -18,6 +18,7 @@ import torch
 from psgd.config import Config
 from psgd.core.sharding import layout_for_module
 from psgd.runtime.event_names import Event
+from psgd.runtime.files import atomic_write
 from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.tasks import build_model, load_task
 from psgd.workers.client import Interrupted, PSClient, RemoteError, RequestFailed
@@ -62,9 +63,8 @@ class Evaluator:
                 "versions": list(self.client.versions)}
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        torch.save(self.model.state_dict(), tmp)
-        tmp.replace(path)
+        state = self.model.state_dict()
+        atomic_write(path, lambda f: torch.save(state, f), fsync=False)
 
     def close(self) -> None:
         self.client.leave(timeout_s=1.0)  # the shards let go of this connection's segment now

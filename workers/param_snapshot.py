@@ -10,12 +10,13 @@ benchmarks, a publish costs well under a millisecond.
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Optional
 
 import torch
+
+from psgd.runtime.files import atomic_write
 
 __all__ = ["SNAPSHOT_FILE", "REQUEST_FILE", "SnapshotPublisher", "SnapshotEvaluator", "read_snapshot"]
 
@@ -38,9 +39,8 @@ class SnapshotPublisher:
             return False
         self.request.unlink(missing_ok=True)  # before writing: a newer request is never lost
         self.seq += 1
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        torch.save({"params": flat_params.detach().cpu().clone(), "updates": int(updates), "seq": self.seq}, tmp)
-        os.replace(tmp, self.path)
+        snapshot = {"params": flat_params.detach().cpu().clone(), "updates": int(updates), "seq": self.seq}
+        atomic_write(self.path, lambda f: torch.save(snapshot, f), fsync=False)
         return True
 
 
@@ -108,9 +108,8 @@ class SnapshotEvaluator:
         return {"accuracy": accuracy, "test_loss": loss, "updates": self.updates, "versions": [self.updates]}
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        torch.save(self.model.state_dict(), tmp)
-        tmp.replace(path)
+        state = self.model.state_dict()
+        atomic_write(path, lambda f: torch.save(state, f), fsync=False)
 
     def close(self) -> None:
         """Removes an unanswered request, so the run directory ends tidy."""

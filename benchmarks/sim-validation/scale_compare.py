@@ -1,11 +1,11 @@
 """bench scale, simulated against real: 1 shard, 1-64 light workers.
 
 Reads the real `psgd bench scale --json` result and calibrates the simulator's
-time model from two of its points: the smallest-worker point (psgd.sim.scale.
+time model from two of its points: the smallest-worker point (psgd.bench.scale_sim.
 calibrate_from_point: shard CPU per request, round trip, step time) and one
 loaded point (LOADED workers, default 32), whose lower shard CPU per request
 splits the shard's time into a per-request cost and a wake cost paid only by a
-request that finds the shard idle (psgd.sim.scale.calibrate_wake, sim.wake_us).
+request that finds the shard idle (psgd.bench.scale_sim.calibrate_wake, sim.wake_us).
 It then simulates every point with the same gradient size, compute time,
 warm-up and window, and judges each updates/s ratio within ±25%. The two
 calibration points are not counted; the other points are predictions.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 
-from psgd.sim.scale import calibrate_from_point, calibrate_wake, simulate_scale_point
+from psgd.bench.scale_sim import calibrate_from_point, calibrate_wake, simulate_scale_point
 
 MARGIN = 0.25
 

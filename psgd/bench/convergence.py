@@ -43,7 +43,7 @@ from psgd.config import Config, Mode, load_config
 from psgd.config.modes import Overlap
 from psgd.core.heterogeneity import delay_spec, describe, transient_specs
 from psgd.core.target import HoldRule
-from psgd.orchestrate.launchers import launcher_for
+from psgd.orchestrate.launchers import LauncherUnavailable, launcher_for
 
 __all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "read_lr_choice", "run_matrix", "BenchResult",
            "write_outputs", "target_spec", "setting_lines"]
@@ -245,9 +245,10 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
         lr_note = f" lr {cfg.optimizer.lr:g}"
         on_run(f"[{i}/{len(plan)}] {spec.label}{lr_note} seed {seed} -> {run_dir}")
         t = time.monotonic()
-        launcher, problem = launcher_for(cfg)
-        if problem:
-            raise ValueError(problem)
+        try:
+            launcher = launcher_for(cfg)
+        except LauncherUnavailable as exc:
+            raise ValueError(str(exc)) from None
         result = launcher(cfg, run_dir, child_main=child_main).run()
         if result.code != 0:
             failed.append(f"{spec.label}{lr_note} seed {seed}: {result.reason}")

@@ -10,10 +10,11 @@ from typing import Optional
 from psgd.cli.bench import add_measurement_commands
 from psgd.cli.ctl import add_ctl_command
 from psgd.cli.doctor import add_doctor_command
-from psgd.cli.launch_text import launch_result_lines, launcher_for
+from psgd.cli.launch_text import launch_result_lines
 from psgd.cli.replay import add_replay_command
 from psgd.cli.sim import add_sim_command
 from psgd.config import ConfigError, load_config
+from psgd.orchestrate.launchers import launcher_names
 from psgd.orchestrate.roles import ROLES, run_role
 from psgd.runtime.role import RoleFailed
 from psgd.runtime.user_errors import STARTUP_EXIT_CODE, StartupError
@@ -56,8 +57,7 @@ def _with_notices(update, bar):
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from psgd.orchestrate.launcher import LaunchFailed, make_run_dir, resume_config
-    from psgd.orchestrate.records.resume_check import ResumeRefused, check_resumable
+    from psgd.orchestrate.launcher import LaunchFailed, resume_config
     if args.resume:
         if args.config is not None or args.overrides or args.out or args.on or args.address:
             print("psgd launch: --resume RUN_DIR takes no CONFIG, --set, --out, --on or --address: "
@@ -80,38 +80,28 @@ def cmd_launch(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             print(f"psgd launch: config error: {exc}", file=sys.stderr)
             return 2
-    launcher_cls, problem = launcher_for(cfg)
-    if problem:
-        print(f"psgd launch: {problem}", file=sys.stderr)
-        return 2
-    from psgd.orchestrate.preflight import preflight, write_task_cache
+    from psgd.orchestrate.job import RunDirUnusable, prepare_job
+    from psgd.orchestrate.launchers import LauncherUnavailable
     try:
-        checked = preflight(cfg)  # the user's model and data, here, before anything is spawned
-    except StartupError as exc:
+        job = prepare_job(cfg, out=args.out, resume=Path(args.resume) if args.resume else None)
+    except ConfigError as exc:
+        print(f"psgd launch: config error: {exc}", file=sys.stderr)
+        return 2
+    except LauncherUnavailable as exc:
+        print(f"psgd launch: {exc}", file=sys.stderr)
+        return 2
+    except StartupError as exc:  # the user's model or data, checked here before anything is spawned
         print(f"psgd launch: {exc}", file=sys.stderr)
         return STARTUP_EXIT_CODE
-    from psgd.runtime.run_lock import RunDirLock, RunDirRefused
-    lock = None
-    try:
-        run_dir = Path(args.resume) if args.resume else make_run_dir(cfg, args.out)
-        lock = RunDirLock(run_dir).acquire()  # before anything is written into the directory
-        if args.resume:
-            check_resumable(cfg, run_dir)
-        write_task_cache(run_dir, checked)
-    except (OSError, RunDirRefused, LaunchFailed, ResumeRefused) as exc:
-        if lock is not None:
-            lock.release()
-        from psgd.runtime.safe_io import describe_os_error
-        why = describe_os_error(exc, args.out) if isinstance(exc, OSError) else exc
-        print(f"psgd launch: {why}; nothing was started", file=sys.stderr)
+    except RunDirUnusable as exc:
+        print(f"psgd launch: {exc}; nothing was started", file=sys.stderr)
         return 1
+    run_dir = job.run_dir
     print(f"run directory: {run_dir}{' (resuming)' if args.resume else ''}", file=sys.stderr)
     bar, update = _progress_bar(cfg.cluster.workers * cfg.train.steps_per_worker) if not args.quiet else (None, None)
     try:
-        result = launcher_cls(cfg, run_dir, on_progress=_with_notices(update, bar), resume=bool(args.resume), child_main=main,
-                              lock=lock).run()
+        result = job.run(on_progress=_with_notices(update, bar), child_main=args.child_main)
     finally:
-        lock.release()
         if bar is not None:
             bar.close()
     for line in launch_result_lines(result, run_dir):
@@ -213,8 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a config key, value parsed as YAML (repeatable)")
     launch.add_argument("--out", default=None, help="run directory (default: run.out_dir/NAME-TIMESTAMP)")
     launch.add_argument("--quiet", action="store_true", help="no progress bar")
-    launch.add_argument("--on", choices=("local", "ray", "sim"), default=None,
-                        help="where the processes run; sim: the virtual cluster, in simulated time "
+    launch.add_argument("--on", choices=launcher_names(), default=None,
+                        help="where the processes run (psgd/orchestrate/launchers/); sim: the virtual cluster, "
+                        "in simulated time "
                         "(default: the config's cluster.launcher, local)")
     launch.add_argument("--address", default=None,
                         help="with --on ray: the Ray cluster to join, e.g. auto (default: ray.address)")
@@ -269,6 +260,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded in reports, so a study can be re-run
+    args.child_main = main  # the `psgd` entry forked children run (passed down: no import back into cli)
     from psgd.bench.pyplot import MissingExtra
     try:
         return args.func(args)

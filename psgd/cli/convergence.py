@@ -67,7 +67,7 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
     print(f"output directory: {out}", file=sys.stderr)
     try:
         result = bc.run_matrix(args.config, overrides, specs, seeds, out, lrs, lr_for, on_run=_progress,
-                               child_main=_psgd_main)
+                               child_main=args.child_main)
     except (ConfigError, ValueError) as exc:
         print(f"psgd bench convergence: {exc}", file=sys.stderr)
         return 2
@@ -81,12 +81,6 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
         print(f"failed: {f}", file=sys.stderr)
     print(f"wrote {report}, {csv_path}, seeds.csv and {len(plots)} plots", file=sys.stderr)
     return 1 if result.failed else 0
-
-
-def _psgd_main(argv: list[str]) -> int:
-    """The `psgd` entry, for children forked by the bench's launchers (no exec, no second torch import)."""
-    from psgd.cli import main
-    return main(argv)
 
 
 def cmd_tune_staleness(args: argparse.Namespace) -> int:
@@ -115,7 +109,7 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
     print(f"output directory: {out}", file=sys.stderr)
     try:
         result = tune.run_tune(args.config, overrides, bounds, seeds, out, args.min_seeds, args.eta,
-                               on_run=_progress, child_main=_psgd_main)
+                               on_run=_progress, child_main=args.child_main)
     except (ConfigError, ValueError) as exc:
         print(f"psgd tune staleness: {exc}", file=sys.stderr)
         return 2

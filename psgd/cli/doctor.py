@@ -28,7 +28,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     missing = []
     for device in devices:
         try:
-            found = device_checks(device, child_main=_child_main())
+            found = device_checks(device, child_main=args.child_main)
         except DeviceUnavailable as exc:
             missing.append(str(exc))
             continue
@@ -50,11 +50,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if not verdict["ok"] and args.json:
         print(f"psgd doctor: failed: {', '.join(verdict['failed'])}", file=sys.stderr)
     return 0 if verdict["ok"] else 1
-
-
-def _child_main():
-    from psgd.cli import main
-    return main
 
 
 def _print_environment(env: dict) -> None:

@@ -1,14 +1,11 @@
-"""`psgd launch`'s choices and words: which launcher runs the job, and what is
-printed when it ends (every time with its unit; for a run that stopped early
+"""`psgd launch`'s words: what is printed when a job ends (every time with its unit; for a run that stopped early
 with checkpoints, the command that continues it)."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["launch_result_lines", "launcher_for", "seconds"]
-
-from psgd.orchestrate.launchers import launcher_for  # noqa: E402  (the CLI's choice, decided there)
+__all__ = ["launch_result_lines", "seconds"]
 
 
 def seconds(value: Optional[float], none: str = "—") -> str:

@@ -66,7 +66,9 @@ class ClusterConfig:
     request_timeout_s: float = 30.0  # client resends (same seq) after this
     max_retries: int = 5         # resends before a request fails
     allreduce_port: int = 0      # torch.distributed rendezvous port (0: the launcher picks one)
-    launcher: Literal["local", "ray", "sim"] = "local"  # what `psgd launch` starts the processes with
+    # What `psgd launch` starts the processes with: the name of a module in
+    # psgd/orchestrate/launchers/ (`psgd launch --help` lists them), checked when a job is launched.
+    launcher: str = "local"
 
     def __post_init__(self):
         if isinstance(self.servers, int):

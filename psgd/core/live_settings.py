@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from psgd.config.modes import Mode
 from psgd.config.schema import MAX_STALENESS
-from psgd.wire.protocol import ErrorCode
+from psgd.core.error_codes import ErrorCode
 
 __all__ = ["LiveSetting", "LiveSettings", "ControlError", "CONTROL_KEYS", "parse_change", "plain_fields",
            "typed_fields"]

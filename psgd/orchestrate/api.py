@@ -1,4 +1,5 @@
-"""`psgd.launch`: a whole local job from Python (a script or a notebook).
+"""`psgd.launch`: a whole job from Python (a script or a notebook), on the
+launcher the config's `cluster.launcher` names (local by default, ray, sim).
 
     summary = psgd.launch("job.yaml", model=MyNet(), dataset=make_data)
     print(summary.final_test_accuracy, summary.run_dir)
@@ -13,7 +14,6 @@ in `__main__` or a notebook work. The task is checked in this process first
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
@@ -59,44 +59,22 @@ class Summary(Mapping[str, Any]):
 
 def launch(cfg: ConfigLike, model: Any = None, dataset: Any = None, *, overrides: Sequence[str] = (),
            out: Optional[str] = None, on_progress: Optional[Callable] = None) -> Summary:
-    """Run the job of `cfg` on this machine (servers, workers, evaluator) and wait
-    for it. Raises ConfigError or StartupError before anything starts, and
-    LaunchError when a process fails for good."""
-    from psgd.orchestrate.launcher import Launcher, make_run_dir
-    from psgd.orchestrate.preflight import preflight, write_task_cache
-    from psgd.runtime.run_lock import RunDirLock, RunDirRefused
-    from psgd.tasks.objects import save_object
+    """Run the job of `cfg` on the launcher its `cluster.launcher` names (local,
+    ray, sim: psgd.orchestrate.launchers) and wait for it. Raises ConfigError,
+    LauncherUnavailable or StartupError before anything starts, and LaunchError
+    when the run directory cannot be used or a process fails for good."""
+    from psgd.orchestrate.job import RunDirUnusable, prepare_job  # on first call: `import psgd` stays light
 
     config = load_config(cfg, overrides)
     # The caller's process (a notebook, a script with threads and its own torch
     # settings) is no safe thing to fork: its children start fresh instead.
     config = dataclasses.replace(config, run=dataclasses.replace(config.run, start_method="exec"))
-    fresh = out is None or not Path(out).exists()
-    run_dir = make_run_dir(config, out)
     try:
-        lock = RunDirLock(run_dir).acquire()  # before anything is written into the directory
-    except RunDirRefused as exc:
-        raise LaunchError(str(exc), run_dir) from None
-    try:
-        task = {}
-        if model is not None:
-            task["model"] = save_object(model, run_dir / "objects" / "model.pkl")
-        if dataset is not None:
-            task["dataset"] = save_object(dataset, run_dir / "objects" / "dataset.pkl")
-        if task:
-            config = dataclasses.replace(config, task=dataclasses.replace(config.task, **task))
-        checked = preflight(config)  # reads the objects back, as every child will
-    except BaseException:
-        lock.release()
-        if fresh:
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave nothing behind
-        raise
-    try:
-        write_task_cache(run_dir, checked)
-        result = Launcher(config, run_dir, on_progress=on_progress, lock=lock).run()
-    finally:
-        lock.release()
-    summary = Summary(result.summary or {}, run_dir)
+        job = prepare_job(config, out=out, objects={"model": model, "dataset": dataset})
+    except RunDirUnusable as exc:
+        raise LaunchError(str(exc), exc.run_dir or Path(out or config.run.out_dir)) from None
+    result = job.run(on_progress=on_progress)
+    summary = Summary(result.summary or {}, job.run_dir)
     if result.code != 0:
-        raise LaunchError(result.reason, run_dir, summary)
+        raise LaunchError(result.reason, job.run_dir, summary)
     return summary

@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.config import Config, dump_config, load_config
 from psgd.config.modes import Role
 from psgd.orchestrate.catch_up import unmerged_events
+from psgd.orchestrate.launchers import LaunchResult
 from psgd.orchestrate.processes import LocalProcesses, ProcessHost, RoleProcess
 from psgd.orchestrate.progress import Progress, ProgressTracker
 from psgd.orchestrate.records.metrics_export import MetricsExport
@@ -31,6 +31,7 @@ from psgd.orchestrate.records.resume_check import STATE_SHAPE_FILE, ResumeRefuse
 from psgd.orchestrate.records.summary import summarize
 from psgd.orchestrate.records.summary_file import reserve_summary, write_summary
 from psgd.orchestrate.roles import CONFIG_FILE
+from psgd.orchestrate.states import ChildState, RunStatus
 from psgd.orchestrate.supervise import PendingRestart, RestartBudget
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
@@ -62,15 +63,6 @@ class LaunchFailed(RuntimeError):
     pass
 
 
-@dataclass
-class LaunchResult:
-    code: int
-    reason: str
-    run_dir: Path
-    summary: Optional[dict] = None
-    refused: bool = False  # the run directory was not ours to use: nothing in it was touched
-
-
 def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
     if out:
         path = Path(out)
@@ -88,6 +80,7 @@ def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
 class Launcher:
     """Runs one training job. `run` blocks until it ends and never raises for a
     child's failure: the result carries the exit code and a one-line reason."""
+    resumable = True  # --resume continues a stopped run from the servers' checkpoints
 
     def __init__(self, cfg: Config, run_dir: Path,
                  on_progress: Optional[Callable[[Progress], None]] = None, resume: bool = False,
@@ -138,7 +131,7 @@ class Launcher:
 
     def _run(self) -> LaunchResult:
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        code, reason, status = 0, "ok", "ok"
+        code, reason, status = 0, "ok", RunStatus.OK
         if self.resume:
             try:
                 self._load_previous()
@@ -170,22 +163,22 @@ class Launcher:
             self.on_progress(self.progress)
             self._supervise()
         except LaunchFailed as exc:
-            code, reason, status = 1, str(exc), "failed"
+            code, reason, status = 1, str(exc), RunStatus.FAILED
         except (OSError, WriteFailed) as exc:  # the launcher's own files (processes.json, start.json)
             err = exc if isinstance(exc, WriteFailed) else describe_os_error(exc, self.run_dir)
-            code, reason, status = 1, str(err), "failed"
+            code, reason, status = 1, str(err), RunStatus.FAILED
         except _Stopped:
             code = 128 + (self._signal or signal.SIGTERM)
-            reason, status = f"stopped by signal {signal.Signals(self._signal).name}", "interrupted"
+            reason, status = f"stopped by signal {signal.Signals(self._signal).name}", RunStatus.INTERRUPTED
         finally:
             try:
-                self._shutdown(interrupted=status == "interrupted")
+                self._shutdown(interrupted=status is RunStatus.INTERRUPTED)
             finally:
                 for s, h in old.items():
                     signal.signal(s, h)
         wall = self._training_time or ((time.time() - self._t0) if self._t0 else self._prior_time)
         summary = summarize(self.cfg, self.events, wall, status=status, restarts=self.budget.total)
-        summary["failure"] = reason if status == "failed" else None
+        summary["failure"] = reason if status is RunStatus.FAILED else None
         unwritten = write_summary(self.run_dir / SUMMARY_FILE, summary)
         if unwritten:
             reason += f"; summary.json not written: {unwritten}"
@@ -257,10 +250,10 @@ class Launcher:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while self._pending or not all(c.ready for c in self.children):
+        while self._pending or not all(c.state.ready for c in self.children):
             self._poll(started=False)
             if time.monotonic() > deadline:
-                late = ", ".join(c.name for c in self.children if not c.ready)
+                late = ", ".join(c.name for c in self.children if not c.state.ready)
                 raise LaunchFailed(f"not ready after {READY_TIMEOUT_S:.0f}s: {late}")
             time.sleep(0.05)
 
@@ -271,7 +264,7 @@ class Launcher:
         while True:
             self._poll(started=True)
             workers = [c for c in self.children if c.role in (Role.WORKER, Role.ALLREDUCE)]
-            if all(c.done for c in workers) and not any(p.role == Role.WORKER for p in self._pending):
+            if all(c.state is ChildState.DONE for c in workers) and not any(p.role == Role.WORKER for p in self._pending):
                 break
             elapsed = time.time() - self._t0
             target_hit = self.cfg.train.stop_at_target and any(
@@ -300,12 +293,12 @@ class Launcher:
             for e in c.read_events():
                 self._record(c, e)
             code = c.poll()
-            if code is None or c.done:
+            if code is None or c.state is ChildState.DONE:
                 continue
             for e in c.read_events():
                 self._record(c, e)
             if code == 0 and c.role in (Role.WORKER, Role.ALLREDUCE) and started:
-                c.done = True
+                c.state = c.state.to(ChildState.DONE)
                 continue
             self._crashed(c, code)
         self._respawn_due()
@@ -337,7 +330,7 @@ class Launcher:
     def _record(self, child: Optional[RoleProcess], e: dict) -> None:
         """`child`: whose event it is (None: the launcher's own)."""
         if child is not None and e.get("event") == Event.READY:
-            child.ready = True
+            child.state = child.state.to(ChildState.READY)
         self.events.append(e)
         if self._metrics_error is None:
             try:

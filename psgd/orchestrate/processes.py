@@ -19,6 +19,7 @@ from typing import Callable, Optional, Protocol
 
 from psgd.config import Config, override_config
 from psgd.orchestrate.spawn import kill, spawn_child
+from psgd.orchestrate.states import ChildState
 from psgd.orchestrate.supervise import RestartBudget
 from psgd.runtime.ports import free_ports
 
@@ -30,8 +31,7 @@ class RoleProcess(Protocol):
     role: str
     index: int
     address: Optional[str]   # a server's "host:port"
-    ready: bool              # it has said so in its events
-    done: bool               # a worker that finished its steps
+    state: ChildState        # STARTING -> READY -> DONE (states.py)
 
     @property
     def name(self) -> str: ...          # for messages: role, index, pid (and node)

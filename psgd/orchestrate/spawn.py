@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 from psgd.config import Config
 from psgd.orchestrate.roles import child_command
+from psgd.orchestrate.states import ChildState
 from psgd.runtime.events import EventTail
 from psgd.runtime.lifeline import LAUNCHER_PID_ENV
 
@@ -25,8 +26,7 @@ class Child:
     log: Path
     events: EventTail
     address: Optional[str] = None
-    ready: bool = False
-    done: bool = False
+    state: ChildState = ChildState.STARTING
 
     def cause(self) -> str:
         """The last meaningful line the child printed (usually the exception)."""

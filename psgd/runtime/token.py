@@ -6,10 +6,11 @@ not even for a moment).
 """
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 from typing import Optional
+
+from psgd.runtime.files import atomic_write
 
 __all__ = ["TOKEN_FILE", "new_run_token", "read_run_token"]
 
@@ -19,13 +20,7 @@ TOKEN_FILE = "run.token"
 def new_run_token(run_dir: Path) -> str:
     """Create (or replace) the run's token file, mode 0600 from creation; returns the token."""
     token = secrets.token_hex(16)
-    path = Path(run_dir) / TOKEN_FILE
-    tmp = path.with_name(TOKEN_FILE + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token)
-    os.replace(tmp, path)
+    atomic_write(Path(run_dir) / TOKEN_FILE, token, fsync=False, mode=0o600)
     return token
 
 

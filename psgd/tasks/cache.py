@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
+
+from psgd.runtime.files import atomic_write
 
 __all__ = ["TaskShape", "CACHE_DIR", "save_task_cache", "load_split", "load_shape"]
 
@@ -35,14 +36,7 @@ def _atomic_save(obj, path: Path) -> None:
     the file (torch.save writing a file itself raises a RuntimeError that names neither)."""
     data = io.BytesIO()
     torch.save(obj, data)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data.getbuffer())
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, data.getbuffer(), fsync=False)
 
 
 def save_task_cache(run_dir: Path, train: tuple[torch.Tensor, torch.Tensor],
@@ -51,9 +45,7 @@ def save_task_cache(run_dir: Path, train: tuple[torch.Tensor, torch.Tensor],
     folder.mkdir(parents=True, exist_ok=True)
     for name, (x, y) in (("train", train), ("test", test)):
         _atomic_save({"x": x.contiguous(), "y": y.contiguous()}, folder / f"{name}.pt")
-    tmp = folder / "task.json.tmp"
-    tmp.write_text(json.dumps(asdict(shape)))
-    os.replace(tmp, folder / "task.json")
+    atomic_write(folder / "task.json", json.dumps(asdict(shape)), fsync=False)
 
 
 def load_split(run_dir: Optional[Path], split: str) -> Optional[tuple[torch.Tensor, torch.Tensor]]:

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from psgd.runtime.files import atomic_write
+
 __all__ = ["mnist1d_dataset", "CNN1D", "cache_path"]
 
 
@@ -65,9 +67,7 @@ def mnist1d_dataset(num_samples: int = 5000, seed: int = 42, train_split: float 
     except (FileNotFoundError, OSError, KeyError, ValueError):
         arrays = _generate(args)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
+        atomic_write(path, lambda f: np.savez(f, **arrays), fsync=False)
 
     def t(x, y):
         return torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.int64)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from psgd.runtime.files import atomic_write
+
 __all__ = ["OBJECT_PREFIX", "is_object_spec", "save_object", "load_object"]
 
 OBJECT_PREFIX = "object:"
@@ -26,10 +28,7 @@ def save_object(obj: Any, path: Path) -> str:
 
     path = Path(path).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        cloudpickle.dump(obj, f)
-    tmp.replace(path)
+    atomic_write(path, lambda f: cloudpickle.dump(obj, f), fsync=False)
     return OBJECT_PREFIX + str(path)
 
 

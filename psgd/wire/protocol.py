@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from enum import Enum, IntEnum
+from enum import IntEnum
 from typing import Any, ClassVar, Sequence
 
 import msgpack
+
+from psgd.core.error_codes import ErrorCode  # the codes the ERROR reply carries
 
 PROTOCOL_VERSION = 1
 MAX_HEADER_BYTES = 64 * 1024
@@ -44,52 +46,6 @@ class MsgType(IntEnum):
     ERROR = 13       # shard -> client: request refused; carries code and reason
     CONTROL = 14     # controller -> shard: show/prepare/commit/abort a live change; carries the run token
     CONTROL_REPLY = 15  # shard -> controller: the clock of a prepared or committed change, and settings
-
-
-class ErrorCode(str, Enum):
-    """Every code an ERROR reply or a refused control change carries; the wire holds the value."""
-
-    def __str__(self) -> str:  # f"{code}" is the wire value on every Python version
-        return self.value
-
-    BAD_CLOCK = "bad_clock"
-    BAD_ENCODING = "bad_encoding"
-    BAD_FIELD = "bad_field"
-    BAD_FRAMES = "bad_frames"
-    BAD_HEADER = "bad_header"
-    BAD_INDEX = "bad_index"
-    BAD_KEY = "bad_key"
-    BAD_MODE = "bad_mode"
-    BAD_NAME = "bad_name"
-    BAD_OP = "bad_op"
-    BAD_RANK = "bad_rank"
-    BAD_ROLE = "bad_role"
-    BAD_SEGMENT = "bad_segment"
-    BAD_SEQ = "bad_seq"
-    BAD_SHM = "bad_shm"
-    BAD_SIZE = "bad_size"
-    BAD_TOKEN = "bad_token"
-    BAD_TYPE = "bad_type"
-    BAD_VALUE = "bad_value"
-    BAD_VERSION = "bad_version"
-    BUSY = "busy"
-    NOT_OWNER = "not_owner"
-    NO_SPACE = "no_space"
-    CREATE_FAILED = "create_failed"
-    EMPTY = "empty"
-    HEADER_TOO_LARGE = "header_too_large"
-    LAYOUT_MISMATCH = "layout_mismatch"
-    NO_TOKEN = "no_token"
-    NOT_A_REQUEST = "not_a_request"
-    NOT_HERE = "not_here"
-    NOT_OURS = "not_ours"
-    NOT_PREPARED = "not_prepared"
-    NOT_REGISTERED = "not_registered"
-    MISSING_PIECES = "missing_pieces"
-    RANK_BOUND = "rank_bound"
-    TOO_LATE = "too_late"
-    TOO_SMALL = "too_small"
-    UNAUTHORIZED = "unauthorized"
 
 
 class ProtocolError(ValueError):

@@ -94,6 +94,23 @@ def test_requests_beyond_the_cluster_fail_up_front_naming_the_keys(ray_address, 
     assert not (tmp_path / "run" / "events").exists()  # no role was started
 
 
+@pytest.mark.timeout(120)
+def test_psgd_launch_with_cluster_launcher_ray_runs_on_ray(ray_address, tmp_path):
+    # The Python API in a process of its own (this one is already Ray's driver); only Ray's
+    # launcher measures the job against the cluster's CPUs, so its refusal shows where the job went.
+    code = ("import sys, psgd\n"
+            "try:\n"
+            "    psgd.launch(sys.argv[1], overrides=sys.argv[3:], out=sys.argv[2])\n"
+            "except psgd.LaunchError as exc:\n"
+            "    print(exc.reason)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(QUICKSTART), str(tmp_path / "run"),
+                           "cluster.launcher=ray", f"ray.address={ray_address}"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=100)
+    assert done.returncode == 0, done.stderr
+    assert "asks Ray for 7 CPU" in done.stdout and "has 2 CPU" in done.stdout, done.stdout
+    assert not (tmp_path / "run" / "events").exists()  # no role was started
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -9,11 +9,12 @@ import time
 
 import pytest
 import torch
+from sgd_reference import reference_sgd
 
 from psgd.config import load_config
 from psgd.runtime.events import EventLog
 from psgd.runtime.role import RoleContext
-from psgd.tasks import build_model, load_task, worker_batches
+from psgd.tasks import build_model, load_task
 from psgd.workers.client import PSClient
 from psgd.workers.worker import run_worker
 
@@ -84,20 +85,6 @@ def test_ssp_bound_holds_with_a_4x_straggler_and_asp_drifts_further(shards):
     assert observed[("asp", 0)] > max(observed[("ssp", s)] for s in (0, 1, 3)), observed
 
 
-def reference_sgd(cfg, task, steps, lr=None):
-    """Single-process SGD on the concatenation of every worker's batch of each step."""
-    model = build_model(cfg, task)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr if lr is None else lr)
-    batches = [worker_batches(len(task.y_train), r, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
-               for r in range(cfg.cluster.workers)]
-    for _ in range(steps):
-        idx = torch.cat([next(b) for b in batches])
-        opt.zero_grad()
-        task.loss(model(task.x_train[idx]), task.y_train[idx]).backward()
-        opt.step()
-    return model
-
-
 def run_real_workers(cfg, cluster):
     """psgd.workers.worker.run_worker on threads, against the given shards."""
     cfg = dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, servers=cluster.addresses))
@@ -134,10 +121,10 @@ def test_bsp_sgd_equals_single_process_sgd_on_the_concatenated_batch(shards, tas
     run_real_workers(cfg, cluster)
     assert [s.state.version for s in cluster.servers] == [steps, steps]
     lr = cfg.optimizer.lr * (cfg.cluster.workers if scaling == "linear" else 1)
-    ref = reference_sgd(cfg, task_data, steps, lr)
+    ref = reference_sgd(cfg, steps, task=task_data, lr=lr)
     expected = cluster.layout.flatten([p.detach() for p in ref.parameters()])
     start = cluster.layout.flatten([p.detach() for p in model.parameters()])
-    unscaled = cluster.layout.flatten([p.detach() for p in reference_sgd(cfg, task_data, steps).parameters()])
+    unscaled = cluster.layout.flatten([p.detach() for p in reference_sgd(cfg, steps, task=task_data).parameters()])
     for s, server in enumerate(cluster.servers):
         assert not torch.allclose(server.state.params, start[s], atol=1e-3)  # it did train
         torch.testing.assert_close(server.state.params, expected[s], rtol=0, atol=1e-5)

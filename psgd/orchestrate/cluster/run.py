@@ -1,4 +1,4 @@
-"""`psgd run CONFIG` (or `python -m psgd.orchestrate.cluster.run CONFIG`): one process of a job
+"""`psgd run CONFIG` (or `python -m psgd.cli run CONFIG`): one process of a job
 started by a cluster launcher (`srun`, `torchrun`, a Kubeflow PyTorchJob, torchx).
 
 When the launcher names the role (PSGD_ROLE and PSGD_ROLE_INDEX, as the torchx
@@ -39,6 +39,7 @@ from psgd.orchestrate.cluster.discovery import (
 )
 from psgd.orchestrate.records.collect import collect
 from psgd.orchestrate.roles import role_lock, run_role
+from psgd.orchestrate.states import RunStatus
 from psgd.runtime.cluster_env import ClusterEnv, detect, reachable_address, with_config
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog, read_events
@@ -214,5 +215,5 @@ def _leave(job: JobStore, role: Role, launch: ClusterEnv, cfg: Config, out: Path
     deadline = time.monotonic() + FINISH_WAIT_S
     while job.count(EXITED) < launch.world_size - 1 and time.monotonic() < deadline:
         time.sleep(POLL_S)
-    collect(out, cfg, status="failed" if code != 0 or job.is_set(FAILED) else "ok")
+    collect(out, cfg, status=RunStatus.FAILED if code != 0 or job.is_set(FAILED) else RunStatus.OK)
 

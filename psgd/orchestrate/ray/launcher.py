@@ -42,6 +42,7 @@ from psgd.orchestrate.ray.actor import TOKEN_FILE, RoleHost
 from psgd.orchestrate.ray.nodes import LOST_EXIT, NodeLoss, alive_nodes, cannot_restart, loss_event
 from psgd.orchestrate.ray.placement import check_resources, role_requests, spread_nodes
 from psgd.orchestrate.roles import child_command
+from psgd.orchestrate.states import ChildState
 from psgd.orchestrate.supervise import RestartBudget
 from psgd.runtime.event_names import Event
 from psgd.runtime.files import atomic_write
@@ -59,7 +60,7 @@ class RayRoleProcess:
     def __init__(self, role: str, index: int, actor, pid: int, info: dict, address: Optional[str] = None):
         self.role, self.index, self.actor, self.pid, self.info = role, index, actor, pid, info
         self.address = address
-        self.ready = self.done = False
+        self.state = ChildState.STARTING
         self.code: Optional[int] = None
         self.cause_line = "no output"
         self.pending: list[dict] = []

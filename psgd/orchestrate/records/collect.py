@@ -14,6 +14,7 @@ from psgd.config import Config, load_config
 from psgd.config.modes import Role
 from psgd.orchestrate.records.metrics_export import export_events
 from psgd.orchestrate.records.summary import summarize
+from psgd.orchestrate.states import RunStatus
 from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
 from psgd.runtime.role import START_FILE
@@ -28,7 +29,7 @@ def read_event_files(run_dir: Path) -> list[dict]:
     return events
 
 
-def collect(run_dir: Path, cfg: Config | None = None, status: str = "ok") -> dict:
+def collect(run_dir: Path, cfg: Config | None = None, status: RunStatus = RunStatus.OK) -> dict:
     """Write run_dir/metrics.jsonl and summary.json; returns the summary.
     `cfg` defaults to run_dir/config.yaml. Wall time is the last worker event's `t`;
     `missing_events` lists the processes whose events file is not there."""

@@ -7,6 +7,7 @@ from psgd.config import Config, Mode
 from psgd.config.modes import Role
 from psgd.core.histogram import Histogram
 from psgd.core.target import METRICS, held_target_time, metric_series, run_target
+from psgd.orchestrate.states import RunStatus
 from psgd.runtime.event_names import Event
 
 __all__ = ["summarize", "time_to_target"]
@@ -22,7 +23,7 @@ def time_to_target(evals: list[dict], train) -> Optional[float]:
     return held_target_time(times, values, value, METRICS[metric][1], rule)
 
 
-def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: str = "ok",
+def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: RunStatus = RunStatus.OK,
               restarts: int = 0, clock: str = "wall") -> dict:
     """`clock`: "wall" for real runs, "simulated" for the virtual cluster (psgd.sim),
     whose event times and `wall_time_s` are simulated seconds."""
@@ -57,7 +58,7 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: s
         "staleness": cfg.consistency.staleness if cfg.consistency.mode is Mode.SSP else None,
         "servers": cfg.cluster.num_servers if cfg.consistency.mode.on_servers else 0,
         "workers": cfg.cluster.workers,
-        "status": status,
+        "status": str(status),
         "clock": clock,
         "seed": cfg.run.seed,
         "wall_time_s": round(wall_time_s, 3),

@@ -14,7 +14,9 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from psgd.runtime.safe_io import WriteFailed, atomic_write_text, describe_os_error
+from psgd.orchestrate.states import RunStatus
+from psgd.runtime.files import atomic_write
+from psgd.runtime.safe_io import describe_os_error
 
 __all__ = ["reserve_summary", "write_summary", "RESERVED_BYTES"]
 
@@ -23,19 +25,19 @@ RESERVED_BYTES = 64 * 1024
 
 def reserve_summary(path: Path) -> None:
     """Hold RESERVED_BYTES for the final summary (status "running" until then).
-    Raises WriteFailed."""
-    text = json.dumps({"status": "running"})
-    atomic_write_text(path, text + " " * (RESERVED_BYTES - len(text) - 1) + "\n")
+    Raises OSError."""
+    text = json.dumps({"status": str(RunStatus.RUNNING)})
+    atomic_write(path, text + " " * (RESERVED_BYTES - len(text) - 1) + "\n")
 
 
 def write_summary(path: Path, summary: dict) -> Optional[str]:
     """Write the final summary; returns None, or a one-line reason it could not be written."""
     text = json.dumps(summary, indent=2)
     try:
-        atomic_write_text(path, text)
+        atomic_write(path, text)
         return None
-    except WriteFailed as exc:
-        first = exc
+    except OSError as exc:
+        first = describe_os_error(exc, path)
     try:
         if len(text) + 1 > path.stat().st_size:
             return f"{first} (and the {path.stat().st_size}-byte reservation is too small)"

@@ -42,27 +42,6 @@ def test_time_shm_floor_returns_one_time_per_repeat():
     assert len(times) == 5 and all(t > 0 for t in times)
 
 
-@pytest.mark.parametrize("wake", ["pipe", "zmq"])
-def test_floor_peer_applies_the_step_in_its_own_process_and_gives_up_the_name(wake):
-    from psgd.bench.raw_shm import ShmFloorPeer
-    from psgd.wire.shm import segment as shm
-    if not shm.available():
-        pytest.skip("no sealable memfd here")
-    peer = ShmFloorPeer(1000, lr=0.5, wake=wake)
-    try:
-        expect = torch.zeros(1000)
-        for _ in range(3):
-            g = torch.randn(1000)
-            out = peer.round_trip(g)
-            expect.add_(g, alpha=-0.5)
-            assert torch.equal(out, expect)
-        bad = torch.full((1000,), float("inf"))
-        assert torch.equal(peer.round_trip(bad), expect)
-        assert not peer._segment.linked  # only the two mappings hold the memory
-    finally:
-        peer.close()
-
-
 def test_floor_peer_refuses_an_unknown_wake_channel():
     from psgd.bench.raw_shm import ShmFloorPeer
     with pytest.raises(ValueError, match="wake"):

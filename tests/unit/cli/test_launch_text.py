@@ -1,9 +1,7 @@
-"""What `psgd launch` prints at the end, and which launcher it picks."""
+"""What `psgd launch` prints at the end."""
 
-from psgd.cli.launch_text import launch_result_lines, launcher_for
-from psgd.config import load_config
-from psgd.orchestrate.launcher import Launcher, LaunchResult
-from psgd.orchestrate.ray.launcher import RayLauncher
+from psgd.cli.launch_text import launch_result_lines
+from psgd.orchestrate.launchers import LaunchResult
 
 SUMMARY = {"mode": "asp", "final_test_accuracy": 0.95543, "wall_time_s": 7.112, "total_updates": 2000,
            "updates_per_s": 281.2, "time_to_target_s": 2.0186, "staleness_mean": 2.79, "staleness_max": 11,
@@ -27,7 +25,3 @@ def test_a_stopped_run_with_checkpoints_says_how_to_resume(tmp_path):
     assert launch_result_lines(result, tmp_path)[1] == ("psgd launch: the servers' checkpoints are kept; continue "
                                                         f"this run with: psgd launch --resume {tmp_path}")
 
-
-def test_the_config_picks_the_launcher():
-    assert launcher_for(load_config(None)) == (Launcher, "")
-    assert launcher_for(load_config(None, ["cluster.launcher=ray"])) == (RayLauncher, "")

@@ -1,11 +1,12 @@
 """summary.json survives a full disk: the reserved bytes take the final summary in place."""
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 from psgd.orchestrate.records import summary_file
 from psgd.orchestrate.records.summary_file import RESERVED_BYTES, reserve_summary, write_summary
-from psgd.runtime.safe_io import WriteFailed
 
 
 def test_reserved_summary_is_valid_json_and_holds_its_size(tmp_path):
@@ -19,9 +20,9 @@ def test_final_summary_is_written_in_place_when_the_disk_is_full(tmp_path, monke
     path = tmp_path / "summary.json"
     reserve_summary(path)
 
-    def full(p, text, fsync=True):
-        raise WriteFailed(p, "No space left on device (disk full)")
-    monkeypatch.setattr(summary_file, "atomic_write_text", full)
+    def full(p, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(summary_file, "atomic_write", full)
     summary = {"status": "failed", "failure": "cannot write x: No space left on device (disk full)"}
     assert write_summary(path, summary) is None
     assert json.loads(path.read_text()) == summary
@@ -32,8 +33,8 @@ def test_final_summary_is_written_in_place_when_the_disk_is_full(tmp_path, monke
 def test_unwritable_summary_is_reported_in_one_line(tmp_path, monkeypatch):
     path = tmp_path / "summary.json"  # never reserved (e.g. a read-only directory)
 
-    def refused(p, text, fsync=True):
-        raise WriteFailed(p, "Read-only file system")
-    monkeypatch.setattr(summary_file, "atomic_write_text", refused)
+    def refused(p, text):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+    monkeypatch.setattr(summary_file, "atomic_write", refused)
     reason = write_summary(path, {"status": "failed"})
     assert reason == f"cannot write {path}: Read-only file system"

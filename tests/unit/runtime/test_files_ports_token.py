@@ -40,3 +40,16 @@ def test_run_token_is_private_and_read_back(tmp_path):
     assert read_run_token(tmp_path) == token and len(token) == 32
     assert new_run_token(tmp_path) != token  # a new run gets a new secret
     assert read_run_token(tmp_path / "nowhere") is None and read_run_token(None) is None
+
+
+def test_atomic_write_takes_bytes_or_a_writer_keeps_the_old_file_and_sets_the_mode(tmp_path):
+    path, old = tmp_path / "snap.pt", tmp_path / "snap.prev.pt"
+    atomic_write(path, b"\x00first")
+    atomic_write(path, lambda f: f.write(b"second"), keep_old_as=old, sync_dir=True)
+    assert (path.read_bytes(), old.read_bytes()) == (b"second", b"\x00first")
+    atomic_write(tmp_path / "secret", "s", mode=0o600)
+    assert stat.S_IMODE((tmp_path / "secret").stat().st_mode) == 0o600
+    with pytest.raises(ZeroDivisionError):
+        atomic_write(path, lambda f: f.write(b"half") and 1 / 0)  # a writer that fails midway
+    assert path.read_bytes() == b"second" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "secret", "snap.prev.pt", "snap.pt"]

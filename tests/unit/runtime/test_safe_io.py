@@ -6,13 +6,14 @@ import os
 
 import pytest
 
-from psgd.runtime.safe_io import WriteFailed, atomic_write_text, describe_os_error
+from psgd.runtime.files import atomic_write
+from psgd.runtime.safe_io import describe_os_error
 
 
 def test_atomic_write_replaces_the_file(tmp_path):
     path = tmp_path / "summary.json"
-    atomic_write_text(path, "one")
-    atomic_write_text(path, "two")
+    atomic_write(path, "one")
+    atomic_write(path, "two")
     assert path.read_text() == "two" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
 
 
@@ -20,23 +21,25 @@ def test_atomic_write_replaces_the_file(tmp_path):
 def test_read_only_directory_gives_one_line(tmp_path):
     (tmp_path / "ro").mkdir()
     os.chmod(tmp_path / "ro", 0o555)
-    with pytest.raises(WriteFailed) as err:
-        atomic_write_text(tmp_path / "ro" / "x.json", "{}")
-    assert "\n" not in str(err.value) and "ro" in str(err.value)
+    with pytest.raises(OSError) as err:
+        atomic_write(tmp_path / "ro" / "x.json", "{}")
+    line = str(describe_os_error(err.value, tmp_path / "ro" / "x.json"))
+    assert "\n" not in line and "ro" in line and "Permission denied" in line
 
 
 def test_write_failure_mid_file_removes_the_temp_file(tmp_path, monkeypatch):
     path = tmp_path / "summary.json"
-    atomic_write_text(path, "good")
+    atomic_write(path, "good")
     real_fsync = os.fsync
 
     def full_disk(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     monkeypatch.setattr(os, "fsync", full_disk)
-    with pytest.raises(WriteFailed) as err:
-        atomic_write_text(path, "new")
+    with pytest.raises(OSError) as err:
+        atomic_write(path, "new")
     monkeypatch.setattr(os, "fsync", real_fsync)
-    assert str(path) in str(err.value) and "No space left on device" in str(err.value)
+    line = str(describe_os_error(err.value, path))
+    assert str(path) in line and "No space left on device" in line
     assert path.read_text() == "good" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
 
 

@@ -2,7 +2,7 @@
 writes gradients straight into the flat buffers a push carries: the same bits
 as copying them in and out (workers/model_sync.py), and nothing it must not touch."""
 import torch
-from sim_reference import cfg_for
+from sgd_reference import cfg_for
 
 from psgd.core.sharding import layout_for_module
 from psgd.sim.binding import ModelBinding

@@ -8,9 +8,9 @@ import torch
 
 from psgd.config import ConfigError, load_config
 from psgd.config.sim_devices import DEVICES
+from psgd.orchestrate.launchers.sim import SimLauncher
 from psgd.sim.compute import ComputeSource, resolve_compute
 from psgd.sim.flops import step_flops
-from psgd.sim.launcher import SimLauncher
 from psgd.tasks import build_model, load_task
 
 SETS = ["task.model=mlp", "task.dataset=digits", "task.batch_size=16", "cluster.servers=2", "cluster.workers=3",

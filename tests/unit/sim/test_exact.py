@@ -1,7 +1,7 @@
 """The simulator applies the servers' rules exactly: BSP with plain SGD is
 single-process SGD on the W x B batch; ASP with one worker is a plain loop."""
 import torch
-from sim_reference import STEPS, assert_servers_equal, cfg_for, reference_sgd
+from sgd_reference import STEPS, assert_servers_equal, cfg_for, reference_sgd
 
 from psgd.sim import simulate
 

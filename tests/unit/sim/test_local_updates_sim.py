@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from sim_reference import STEPS, assert_servers_equal, cfg_for, reference_geo, reference_sgd
+from sgd_reference import STEPS, assert_servers_equal, cfg_for, reference_geo, reference_sgd
 
 from psgd.sim import simulate
 

@@ -7,8 +7,8 @@ import pytest
 
 from psgd.cli import main
 from psgd.config import ConfigError, load_config
+from psgd.orchestrate.launchers.sim import SimLauncher
 from psgd.runtime.event_names import FIELDS, Event
-from psgd.sim.launcher import SimLauncher
 
 CONFIG = Path(__file__).parents[3] / "configs" / "quickstart.yaml"
 

@@ -9,11 +9,11 @@ import pytest
 
 from psgd.config import ConfigError, load_config
 from psgd.core.step_time import ComputeJitter, WorkerSpread
+from psgd.orchestrate.launchers.sim import SimLauncher
 from psgd.servers.state import PushStatus
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.jitter import SendOrder
-from psgd.sim.launcher import SimLauncher
 from psgd.sim.step_times import StepTimes, load_recorded_steps
 from psgd.sim.time_model import TimeModel
 

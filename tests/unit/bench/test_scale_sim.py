@@ -2,7 +2,7 @@
 exactly (1 worker: one round trip per cycle; many: the shard's service bounds it)."""
 import pytest
 
-from psgd.sim.scale import calibrate_from_point, calibrate_wake, simulate_scale_point
+from psgd.bench.scale_sim import calibrate_from_point, calibrate_wake, simulate_scale_point
 
 NUMEL = 16384  # 64 KB
 SIM = {"compute_ms": 20.0, "request_us": 100.0, "latency_us": 150.0, "bandwidth_gbps": 25.0, "apply_gbytes_per_s": 15.0}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 # A None entry in sys.modules makes `import matplotlib` raise ImportError, as when it is not installed.
 NO_MPL = "import sys; sys.modules['matplotlib'] = None; "
 

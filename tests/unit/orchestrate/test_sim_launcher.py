@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from psgd.config import load_config
-from psgd.sim.launcher import SimLauncher
+from psgd.orchestrate.launchers.sim import SimLauncher
 
 SETS = ["task.model=mlp", "task.dataset=digits", "task.batch_size=16", "cluster.servers=2", "cluster.workers=4",
         "consistency.mode=ssp", "consistency.staleness=1", "wire.compression=topk", "wire.topk_ratio=0.1",
@@ -47,6 +47,16 @@ def test_psgd_launch_on_sim_writes_a_run_directory(tmp_path):
         assert (out / name).is_file(), name
     assert "launcher: sim" in (out / "config.yaml").read_text()
     assert json.loads((out / "summary.json").read_text())["clock"] == "simulated"
+
+
+def test_psgd_launch_with_cluster_launcher_sim_runs_on_the_simulator(tmp_path):
+    import psgd
+    summary = psgd.launch(load_config(None, SETS), out=str(tmp_path / "api"))
+    assert summary.clock == "simulated" and summary.run_dir == tmp_path / "api"
+    direct = launch(tmp_path, "direct")  # the same config on the SimLauncher itself
+    for name in ("metrics.jsonl", "model.pt"):
+        assert (tmp_path / "api" / name).read_bytes() == (direct / name).read_bytes(), name
+    assert summary.total_updates == json.loads((direct / "summary.json").read_text())["total_updates"]
 
 
 def test_a_run_stopped_by_the_clock_still_counts_the_bytes_pushed(tmp_path):

@@ -1,4 +1,5 @@
-"""The references the simulator's exact tests compare against (tests/unit/sim)."""
+"""The exact-trajectory oracles: single-process SGD (what BSP must equal) and GEO-SGD, for the
+simulator's exactness tests (tests/unit/sim) and the real shards' (tests/e2e/test_shard_consistency.py)."""
 import torch
 
 from psgd.config import load_config
@@ -14,11 +15,12 @@ def cfg_for(mode, workers, **over):
     return load_config(None, sets + [f"{k}={v}" for k, v in over.items()])
 
 
-def reference_sgd(cfg, steps):
-    """Single-process SGD on the concatenation of every worker's batch of each step."""
-    task = load_task(cfg)
+def reference_sgd(cfg, steps, task=None, lr=None):
+    """Single-process SGD on the concatenation of every worker's batch of each step
+    (`task`: the loaded task, else loaded here; `lr`: else the config's)."""
+    task = load_task(cfg) if task is None else task
     model = build_model(cfg, task)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr if lr is None else lr)
     batches = [worker_batches(len(task.y_train), r, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
                for r in range(cfg.cluster.workers)]
     for _ in range(steps):

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from psgd.config import Config, ConfigError, dump_config
-from psgd.orchestrate.launcher import LaunchResult
+from psgd.orchestrate.launchers import LaunchResult
 from psgd.orchestrate.records.metrics_export import MetricsExport
 from psgd.orchestrate.records.summary import summarize, time_to_target
 from psgd.orchestrate.records.summary_file import write_summary
@@ -34,7 +34,13 @@ from psgd.sim.time_model import TimeModel
 from psgd.tasks import load_task
 from psgd.wire.codecs import encoding_of
 
-__all__ = ["SimLauncher", "TimePlan", "plan_times", "refusal"]
+__all__ = ["REQUIRES", "SimLauncher", "TimePlan", "launcher_class", "plan_times"]
+
+REQUIRES: dict[str, str] = {}
+
+
+def launcher_class() -> type:
+    return SimLauncher
 
 
 @dataclass(frozen=True)
@@ -59,25 +65,22 @@ def plan_times(cfg: Config, task) -> TimePlan:
     return TimePlan(compute, recorded, time_model, StepTimes.for_run(cfg, time_model, recorded))
 
 
-def refusal(cfg: Config) -> str:
-    """Why `cfg` cannot run on the virtual cluster ("" if it can), before a run directory
-    exists. A step time to be measured is checked once measured, in the run itself."""
-    if cfg.sim.compute_ms == "measure":
-        return ""
-    try:
-        plan_times(cfg, load_task(cfg, None, splits=("train",)) if cfg.sim.compute_ms is None else None)
-    except ConfigError as exc:
-        return f"config error: {exc}"
-    return ""
-
-
 class SimLauncher:
+    resumable = False  # a simulated run is repeated (bit for bit), not resumed
+
     def __init__(self, cfg: Config, run_dir: Path, on_progress: Optional[Callable] = None, resume: bool = False,
                  child_main=None, lock=None):
         """`lock`: the run directory's lock, held by the caller (psgd.runtime.run_lock)."""
-        if resume:
-            raise ConfigError("cluster.launcher", "a simulated run is repeated, not resumed: launch it again")
         self.cfg, self.run_dir = cfg, Path(run_dir)
+
+    @staticmethod
+    def check_config(cfg: Config) -> None:
+        """Raises ConfigError (naming the key) for what the virtual cluster cannot run in
+        bounded time, before a run directory exists. A step time to be measured is
+        checked once measured, in the run itself."""
+        if cfg.sim.compute_ms == "measure":
+            return
+        plan_times(cfg, load_task(cfg, None, splits=("train",)) if cfg.sim.compute_ms is None else None)
 
     def run(self) -> LaunchResult:
         """Raises nothing for a value the time model refuses: a LaunchResult with code 2 names the key."""
