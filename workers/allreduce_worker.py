@@ -33,7 +33,7 @@ from psgd.config import ConfigError
 from psgd.core.heterogeneity import straggler_for
 from psgd.core.lr_scaling import scaled_optimizer
 from psgd.core.update_rules import UpdateRule
-from psgd.runtime.devices import dist_backend
+from psgd.runtime.devices import dist_backend, wait_for_device
 from psgd.runtime.event_names import Event
 from psgd.runtime.role import RoleContext
 from psgd.tasks import build_model, load_task
@@ -53,8 +53,8 @@ class _SlowdownHook:
     of a step by the wait for the stated device time (workers.device_ms) and
     the straggler's sleep. Records the step's compute time."""
 
-    def __init__(self, straggler, device: Optional[DeviceClock] = None):
-        self.straggler, self.device = straggler, device
+    def __init__(self, straggler, device: torch.device, device_clock: Optional[DeviceClock] = None):
+        self.straggler, self.device, self.device_clock = straggler, device, device_clock
         self.started = time.perf_counter()   # reset when training starts
         self.step_start = 0.0
         self.compute_s = 0.0
@@ -68,8 +68,9 @@ class _SlowdownHook:
 
     def communicate(self, state, bucket):  # unannotated: DDP rejects string annotations
         if bucket.is_last():
-            self.compute_s = (time.perf_counter() - self.step_start if self.device is None
-                              else self.device.hold(self.step_start, self.steps))
+            wait_for_device(self.device)  # backward's kernels have run: their time, not their launches
+            self.compute_s = (time.perf_counter() - self.step_start if self.device_clock is None
+                              else self.device_clock.hold(self.step_start, self.steps))
             if self.straggler.active:
                 self.slept_s = self.straggler.extra_s(self.compute_s, self.step_start - self.started)
                 time.sleep(self.slept_s)
@@ -78,6 +79,8 @@ class _SlowdownHook:
 
 def _init_group(cfg, rank: int, device: torch.device) -> None:
     backend = dist_backend(device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL's communicators and barrier() use the current device
     c = cfg.cluster
     if not c.allreduce_port:
         raise ConfigError("cluster.allreduce_port", "allreduce mode needs a rendezvous port (psgd launch picks one)")
@@ -85,8 +88,9 @@ def _init_group(cfg, rank: int, device: torch.device) -> None:
                             world_size=c.workers, timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
 
 
-def _all_agree_to_stop(wants_stop: bool) -> bool:
-    flag = torch.tensor([1 if wants_stop else 0], dtype=torch.int32)
+def _all_agree_to_stop(wants_stop: bool, device: torch.device) -> bool:
+    # On the group's device: NCCL reduces CUDA tensors only (a CPU flag has no backend there).
+    flag = torch.tensor([1 if wants_stop else 0], dtype=torch.int32, device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())
 
@@ -107,7 +111,7 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
     rule = UpdateRule(scaled_optimizer(cfg), flat)
     batches = train_loader(task.train_data(), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed,
                            cfg.workers.loader.num_workers, cfg.workers.loader.pin_memory and device.type == "cuda")
-    hook = _SlowdownHook(straggler_for(cfg.workers, rank, cfg.run.seed), DeviceClock.from_config(cfg, rank))
+    hook = _SlowdownHook(straggler_for(cfg.workers, rank, cfg.run.seed), device, DeviceClock.from_config(cfg, rank))
     publisher = SnapshotPublisher(ctx.run_dir) if rank == 0 else None
 
     _init_group(cfg, rank, device)
@@ -120,7 +124,7 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
             publisher.maybe_publish(flat, 0, force=True)
         ctx.events.emit(Event.READY, clock=0, device=str(device), backend=dist.get_backend())
         started = ctx.wait_for_start()
-        if not _all_agree_to_stop(not started):
+        if not _all_agree_to_stop(not started, device):
             hook.started = time.perf_counter()
             steps = _train(ctx, ddp, task, batches, params, flat, rule, hook, publisher)
         dist.barrier()  # nobody tears down while a peer may still be in a collective
@@ -145,7 +149,7 @@ def _train(ctx, ddp, task, batches, params, flat, rule, hook, publisher) -> int:
     cfg, rank, device = ctx.cfg, ctx.index, flat.device
     steps = 0
     while steps < cfg.train.steps_per_worker:
-        if steps % STOP_CHECK_EVERY == 0 and steps and _all_agree_to_stop(ctx.should_stop()):
+        if steps % STOP_CHECK_EVERY == 0 and steps and _all_agree_to_stop(ctx.should_stop(), device):
             break
         hook.start_step()
         x, y = next(batches)

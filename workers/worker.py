@@ -12,6 +12,7 @@ import time
 
 from psgd.config import ConfigError
 from psgd.core.heterogeneity import straggler_for
+from psgd.runtime.devices import wait_for_device
 from psgd.runtime.event_names import Event
 from psgd.runtime.role import RoleContext
 from psgd.runtime.token import read_run_token
@@ -60,7 +61,8 @@ def run_worker(ctx: RoleContext) -> int:
             opt.zero_grad(set_to_none=False)
             loss = task.loss(model(x), y)
             loss.backward()
-            compute_s = opt.hold_device(t0, ctx.stop.wait)  # the device time, or the real compute if longer
+            wait_for_device(device)  # the real kernels have run: their time, not their launches
+            compute_s = opt.hold_device(t0, ctx.stop.wait)  # the stated device time, or the real compute if longer
             if straggler.active and ctx.stop.wait(straggler.extra_s(compute_s, time.monotonic() - started)):
                 break
             t1 = time.perf_counter()

@@ -36,6 +36,7 @@ from psgd.bench.procs import START_TIMEOUT_S, bench_context
 from psgd.config import load_config
 from psgd.config.modes import Overlap
 from psgd.core.sharding import layout_for_module
+from psgd.runtime.devices import wait_for_device
 from psgd.workers.overlap import Pipeline
 
 __all__ = ["OverlapPoint", "run_overlap_bench", "VARIANTS", "overlap_table"]
@@ -68,7 +69,7 @@ class _Layer(nn.Module):
     def __init__(self, width: int):
         super().__init__()
         self.weight = nn.Parameter(torch.randn(width, width) / width)
-        self.grad_value = torch.full((width, width), 1e-3)
+        self.register_buffer("grad_value", torch.full((width, width), 1e-3), persistent=False)  # moves with .to()
         self.compute_s = 0.0
 
     def forward(self, x):
@@ -85,10 +86,10 @@ def _set_sleep(model: nn.Module, total_s: float) -> None:
         layer.compute_s = total_s / LAYERS
 
 
-def _config(addresses, overlap: Overlap, shards: int):
+def _config(addresses, overlap: Overlap, shards: int, device: str = "cpu"):
     servers = addresses if addresses is not None else shards
     cfg = load_config(None, [f"cluster.workers={len(VARIANTS)}", "consistency.mode=asp", "optimizer.lr=0.000001",
-                             f"workers.overlap={overlap.value}", "workers.device=cpu", "checkpoint.enabled=false",
+                             f"workers.overlap={overlap.value}", f"workers.device={device}", "checkpoint.enabled=false",
                              "cluster.timeout_s=600", "cluster.heartbeat_s=100"])
     return dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, servers=servers))
 
@@ -121,8 +122,8 @@ class OverlapPoint:
 class _Worker:
     """One open Optimizer and its model: a variant, or (off's) the phases alone."""
 
-    def __init__(self, opt, model, width: int):
-        self.opt, self.model, self.x = opt, model, torch.ones(1, width)
+    def __init__(self, opt, model, width: int, device: torch.device):
+        self.opt, self.model, self.x, self.device = opt, model, torch.ones(1, width, device=device), device
 
     def _one(self, what: str) -> float:
         """One step; returns the seconds it spent in opt.step()."""
@@ -130,9 +131,11 @@ class _Worker:
             self.opt.zero_grad(set_to_none=False)  # as the built-in worker: gradient buffers are reused
             self.model(self.x).sum().backward()
         if what == COMPUTE:
+            wait_for_device(self.device)
             return 0.0
         t0 = time.perf_counter()
         self.opt.step()
+        wait_for_device(self.device)  # a step is over when the parameters are on the device
         return time.perf_counter() - t0
 
     def block(self, what: str, steps: int) -> tuple[float, float]:
@@ -155,10 +158,14 @@ def _round(workers: dict, order: list[str], steps: int, start: int) -> dict[str,
 
 
 def run_overlap_bench(size_bytes: int, compute_ms: float | None = None, runs: int = 3, steps: int = 10,
-                      rounds: int = 4, shards: int = 1, on_line=lambda line: None) -> dict:
+                      rounds: int = 4, shards: int = 1, on_line=lambda line: None, device: str = "cpu") -> dict:
     """Returns {"size_bytes", "compute_s", "comm_s", "serial", "ideal" (medians over runs),
     "runs": [per run: compute_s, comm_s, serial, ideal, rates], "points": {variant: OverlapPoint}}.
-    compute_ms None: the compute is fitted to the measured communication time."""
+    compute_ms None: the compute is fitted to the measured communication time. `device`: where
+    the worker's model lives (on cuda its gradients and parameters cross pinned buffers)."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA device here")
     width = max(8, int((size_bytes / 4 / LAYERS) ** 0.5))
     load = [os.getloadavg()[0]]  # 1-minute load average before and after: the machine may be shared
     token = secrets.token_hex(16)
@@ -183,9 +190,9 @@ def run_overlap_bench(size_bytes: int, compute_ms: float | None = None, runs: in
             from psgd.workers.optimizer import Optimizer
             workers: dict[str, _Worker] = {}
             for rank, v in enumerate(VARIANTS):
-                model = _model(width)
-                opt = stack.enter_context(Optimizer(model, _config(addresses, v, shards), rank=rank))
-                workers[v.value] = _Worker(opt, model, width)
+                model = _model(width).to(dev)
+                opt = stack.enter_context(Optimizer(model, _config(addresses, v, shards, device), rank=rank))
+                workers[v.value] = _Worker(opt, model, width, dev)
             workers[COMPUTE] = workers[COMM] = workers[Overlap.OFF.value]  # no hooks: the phases alone
             sleep_s = _calibrate(workers, compute_ms, steps, on_line)
             order = [COMPUTE, COMM] + [v.value for v in VARIANTS]
@@ -228,7 +235,7 @@ def run_overlap_bench(size_bytes: int, compute_ms: float | None = None, runs: in
                                     [r["rates"][v.value] / r["ideal"] for r in per_run],
                                     [r["rates"][v.value] / r["serial"] for r in per_run]) for v in VARIANTS}
     med = {k: statistics.median(r[k] for r in per_run) for k in ("compute_s", "comm_s", "serial", "ideal")}
-    return {"size_bytes": 4 * width * width * LAYERS, "sleep_s": sleep_s, "load": load, **med, "runs": per_run, "points": points}
+    return {"size_bytes": 4 * width * width * LAYERS, "device": device, "sleep_s": sleep_s, "load": load, **med, "runs": per_run, "points": points}
 
 
 def _calibrate(workers: dict, compute_ms: float | None, steps: int, on_line) -> float:

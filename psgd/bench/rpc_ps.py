@@ -15,6 +15,7 @@ import warnings
 import torch
 
 from psgd.bench.procs import bench_context
+from psgd.runtime.devices import wait_for_device
 from psgd.runtime.ports import free_ports
 
 __all__ = ["RpcParameterServer", "time_torch_rpc_ps", "time_gloo_allreduce"]
@@ -63,7 +64,7 @@ def _time_each(call, warmup: int, repeats: int, before=None, check=None, what: s
     return times
 
 
-def _rpc_child(rank: int, port: int, numel: int, warmup: int, repeats: int, conn) -> None:
+def _rpc_child(rank: int, port: int, numel: int, warmup: int, repeats: int, conn, device: str = "cpu") -> None:
     import torch.distributed.rpc as rpc
     # rpc.shutdown() gathers over a gloo group and trips the same torch warning as the gloo child.
     warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
@@ -76,9 +77,16 @@ def _rpc_child(rank: int, port: int, numel: int, warmup: int, repeats: int, conn
     times = []
     if rank == 1:
         ps = rpc.remote("ps", RpcParameterServer, args=(numel, 1e-6))
-        grad = torch.randn(numel) * 1e-3
-        times = _time_each(lambda: ps.rpc_sync().push_pull(grad), warmup, repeats,
-                           check=lambda out: out.numel() == numel,
+        dev = torch.device(device)
+        grad = torch.randn(numel, device=dev) * 1e-3
+
+        def push_pull() -> torch.Tensor:
+            if dev.type == "cpu":
+                return ps.rpc_sync().push_pull(grad)
+            out = ps.rpc_sync().push_pull(grad.cpu()).to(dev)  # a device trainer's copies, each way
+            wait_for_device(dev)
+            return out
+        times = _time_each(push_pull, warmup, repeats, check=lambda out: out.numel() == numel,
                            what="torch.rpc parameter server returned the wrong size")
     rpc.shutdown()
     if rank == 1:
@@ -101,11 +109,11 @@ def _gloo_child(rank: int, port: int, numel: int, warmup: int, repeats: int, con
     conn.close()
 
 
-def _run_pair(target, numel: int, warmup: int, repeats: int) -> list[float]:
+def _run_pair(target, numel: int, warmup: int, repeats: int, *extra) -> list[float]:
     ctx = bench_context()
     port = free_ports("127.0.0.1", 1)[0]
     parent, child = ctx.Pipe(duplex=False)
-    procs = [ctx.Process(target=target, args=(rank, port, numel, warmup, repeats, child), daemon=True)
+    procs = [ctx.Process(target=target, args=(rank, port, numel, warmup, repeats, child, *extra), daemon=True)
              for rank in (0, 1)]
     for p in procs:
         p.start()
@@ -125,9 +133,10 @@ def _run_pair(target, numel: int, warmup: int, repeats: int) -> list[float]:
                 p.join(timeout=5)
 
 
-def time_torch_rpc_ps(numel: int, warmup: int, repeats: int) -> list[float]:
-    """Seconds per push+pull (rpc_sync) against the torch.rpc parameter server."""
-    return _run_pair(_rpc_child, numel, warmup, repeats)
+def time_torch_rpc_ps(numel: int, warmup: int, repeats: int, device: str = "cpu") -> list[float]:
+    """Seconds per push+pull (rpc_sync) against the torch.rpc parameter server; with a
+    `device`, the trainer's gradient lives there and the parameters go back there."""
+    return _run_pair(_rpc_child, numel, warmup, repeats, device)
 
 
 def time_gloo_allreduce(numel: int, warmup: int, repeats: int) -> list[float]:

@@ -32,6 +32,8 @@ def _bench_output(args: argparse.Namespace, result: dict, write_report, table: l
 
 
 def cmd_bench_comm(args: argparse.Namespace) -> int:
+    if args.device:
+        return _bench_comm_device(args)
     _plots_if_out(args)
     from psgd.bench.comm import run_comm_bench
     from psgd.bench.comm_report import combine_runs, write_comm_report
@@ -73,6 +75,36 @@ def cmd_bench_comm(args: argparse.Namespace) -> int:
     return _bench_output(args, result, write_comm_report, table)
 
 
+def _bench_comm_device(args: argparse.Namespace) -> int:
+    """`psgd bench comm --device D`: the round trip from and to D's memory (psgd.bench.comm_device)."""
+    from psgd.bench.comm_device import device_comm_table, run_device_comm_bench
+    from psgd.bench.procs import parse_list, parse_size
+    sizes, shards = parse_list(args.sizes, parse_size), parse_list(args.shards)
+    if args.runs != 1:
+        print("psgd bench comm: --device measures one run (--runs 1)", file=sys.stderr)
+        return 2
+    show = None if args.json else (lambda r: print(
+        f"{r['size_bytes']:>10} B  {r['shards']} shard(s): psgd {r['psgd_ms']:.3f} ms (pinned: {r['pinned']}), "
+        f"pageable {r['psgd_pageable_ms']:.3f} ms, from host {r['psgd_host_ms']:.3f} ms, copies "
+        f"{r['copies_pinned_ms']:.3f} ms, torch.rpc {r['torch_rpc_ms']:.3f} ms", file=sys.stderr))
+    try:
+        result = run_device_comm_bench(sizes, shards, args.device, args.repeats, on_row=show)
+    except ValueError as exc:
+        print(f"psgd bench comm: {exc}", file=sys.stderr)
+        return 2
+    lines = device_comm_table(result)
+    if args.out:
+        from pathlib import Path
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(result, indent=1))
+        (out / "report.md").write_text("# psgd bench comm --device\n\nCommand: `psgd " + " ".join(args.argv)
+                                       + "`\n\n" + "\n".join(lines) + "\n")
+        print(f"report: {out}/report.md", file=sys.stderr)
+    print(json.dumps(result, indent=1) if args.json else "\n".join(lines))
+    return 0
+
+
 def cmd_bench_apply(args: argparse.Namespace) -> int:
     _plots_if_out(args)
     from psgd.bench.apply import run_apply_bench
@@ -106,8 +138,12 @@ def cmd_bench_overlap(args: argparse.Namespace) -> int:
     from psgd.bench.overlap import overlap_table, run_overlap_bench
     from psgd.bench.procs import parse_size
     show = None if args.json else (lambda line: print(line, file=sys.stderr))
-    result = run_overlap_bench(parse_size(args.size), args.compute_ms, args.runs, args.steps, args.rounds,
-                               args.shards, on_line=show or (lambda line: None))
+    try:
+        result = run_overlap_bench(parse_size(args.size), args.compute_ms, args.runs, args.steps, args.rounds,
+                                   args.shards, on_line=show or (lambda line: None), device=args.device)
+    except ValueError as exc:
+        print(f"psgd bench overlap: {exc}", file=sys.stderr)
+        return 2
     plain = {**result, "points": {k: {"steps_per_s": p.steps_per_s, "median": p.median, "of_ideal": p.of_ideal,
                                       "of_serial": p.of_serial} for k, p in result["points"].items()}}
     lines = overlap_table(result)
@@ -165,6 +201,9 @@ def add_measurement_commands(sub) -> None:
     comm.add_argument("--no-cross-host", action="store_true",
                       help="skip the rows between two network namespaces (they need root)")
     comm.add_argument("--no-ray", action="store_true", help="skip the Ray actor PS even when ray is installed")
+    comm.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                      help="instead: the round trip of a worker whose model lives on this device (staged through "
+                           "pinned buffers on cuda) against the copies alone and a torch.rpc PS")
     comm.set_defaults(func=cmd_bench_comm)
     apply = bench.add_parser("apply", help="gradient bytes a shard applies per second")
     apply.add_argument("--sizes", default="1MB,10MB,40MB")
@@ -192,6 +231,8 @@ def add_measurement_commands(sub) -> None:
                          help="blocks per run and variant, every variant's block in turn, in a rotating order")
     overlap.add_argument("--steps", type=int, default=10, help="timed steps per block")
     overlap.add_argument("--shards", type=int, default=1, help="shard processes (1: the worker and one shard)")
+    overlap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                         help="where the worker's model lives (cuda: staged through pinned buffers)")
     overlap.set_defaults(func=cmd_bench_overlap)
     sim = bench.add_parser("sim", help="the simulator's own cost against the gradient compute it executes")
     sim.add_argument("config", nargs="?", default=None, help="the workload (default: the built-in defaults)")

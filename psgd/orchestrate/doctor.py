@@ -10,6 +10,7 @@ agree, and a timed push+pull round trip through the worker's staging buffers
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import platform
 import shutil
@@ -26,7 +27,7 @@ from typing import Any, Callable, Optional
 from psgd.config.modes import Mode
 
 __all__ = ["Status", "Finding", "environment", "system_checks", "device_checks", "available_devices",
-           "DeviceUnavailable", "EXACT_ATOL"]
+           "DeviceUnavailable", "EXACT_ATOL", "bsp_matches_allreduce"]
 
 # Final parameters of BSP+SGD and all-reduce after the doctor's steps may differ by float
 # summation order only: the CPU tolerance is the e2e test's; GPU kernels reorder more.
@@ -209,27 +210,45 @@ def _job_config(device: str, mode: str, workers: int):
 def check_exactness(device: str, workdir: Path, child_main: Optional[Callable] = None) -> Finding:
     """BSP with plain SGD and all-reduce, same seed: the same algorithm, so the same parameters."""
     import torch
-
-    from psgd.orchestrate.launcher import Launcher
     # NCCL refuses two ranks on one GPU: on CUDA, one worker per device.
     workers = 2 if device == "cpu" else min(2, torch.cuda.device_count())
+    return bsp_matches_allreduce(lambda mode: _job_config(device, mode, workers), workdir, child_main)
+
+
+def bsp_matches_allreduce(job: Callable[[Mode], Any], workdir: Path, child_main: Optional[Callable] = None) -> Finding:
+    """Launches `job(Mode.BSP)` and `job(Mode.ALLREDUCE)` (configs alike but for the mode, with
+    plain SGD) under `workdir` and compares their final parameters at EXACT_ATOL of their device."""
+    import torch
+
+    from psgd.orchestrate.launcher import Launcher
+    from psgd.runtime.devices import dist_backend
+    from psgd.workers.model_sync import select_device
+    configs = {mode: job(mode) for mode in (Mode.BSP, Mode.ALLREDUCE)}
+    cfg = configs[Mode.BSP]
+    # Named devices are taken as named: asking CUDA here would start it in a process that forks the runs.
+    device = cfg.workers.device if cfg.workers.device != "auto" else select_device("auto").type
     name = f"{device}: bsp = allreduce"
-    models = {}
-    for mode in (Mode.BSP, Mode.ALLREDUCE):
+    models, updates = {}, {}
+    for mode, mode_cfg in configs.items():
         run_dir = workdir / f"{device}-{mode}"
         run_dir.mkdir(parents=True)
-        result = Launcher(_job_config(device, mode, workers), run_dir, child_main=child_main).run()
+        result = Launcher(mode_cfg, run_dir, child_main=child_main).run()
         if result.code != 0:
             return Finding(name, Status.FAILED, f"the {mode} run failed: {result.reason} (logs in {run_dir / 'logs'})")
         models[mode] = torch.load(run_dir / "model.pt", weights_only=True)
+        updates[mode] = json.loads((run_dir / "summary.json").read_text())["total_updates"]
+    if updates[Mode.BSP] != updates[Mode.ALLREDUCE]:  # a run that stopped early (a target reached) compares nothing
+        return Finding(name, Status.FAILED, f"the runs applied {updates[Mode.BSP]} (bsp) and "
+                       f"{updates[Mode.ALLREDUCE]} (allreduce) updates: set steps the target does not cut short")
     diff = max((models[Mode.BSP][k] - models[Mode.ALLREDUCE][k]).abs().max().item() for k in models[Mode.BSP])
-    backend = "gloo" if device == "cpu" else "nccl"
-    data = {"workers": workers, "steps": EXACT_STEPS, "max_abs_diff": diff, "atol": EXACT_ATOL[device],
-            "backend": backend}
+    backend = dist_backend(device)
+    workers, steps = cfg.cluster.workers, cfg.train.steps_per_worker
+    data = {"workers": workers, "steps": steps, "updates": updates[Mode.BSP], "max_abs_diff": diff, "atol": EXACT_ATOL[device],
+            "backend": backend, "model": cfg.task.model, "dataset": cfg.task.dataset}
     if diff > EXACT_ATOL[device]:
         return Finding(name, Status.FAILED, f"final parameters differ by {diff:.3g} > {EXACT_ATOL[device]:g} "
-                       f"after {EXACT_STEPS} steps of {workers} workers ({backend})", data)
-    return Finding(name, Status.OK, f"{workers} workers x {EXACT_STEPS} steps, max |difference| {diff:.2g} "
+                       f"after {steps} steps of {workers} workers ({backend})", data)
+    return Finding(name, Status.OK, f"{workers} workers x {steps} steps, max |difference| {diff:.2g} "
                    f"<= {EXACT_ATOL[device]:g} ({backend})", data)
 
 

@@ -15,7 +15,7 @@ from psgd.orchestrate.states import ChildState
 from psgd.runtime.events import EventTail
 from psgd.runtime.lifeline import LAUNCHER_PID_ENV
 
-__all__ = ["Child", "spawn_child", "terminate", "kill"]
+__all__ = ["Child", "spawn_child", "fork_allowed", "terminate", "kill"]
 
 
 @dataclass
@@ -50,6 +50,18 @@ class Child:
         terminate(self.proc)
 
 
+def fork_allowed(cfg: Config, child_main: Optional[Callable[[list[str]], int]]) -> bool:
+    """Whether a child may be forked rather than exec'd. Forking needs the command's entry
+    (`child_main`, from the CLI); macOS: fork and torch do not mix; and a CUDA context does
+    not survive fork(): once this process has used the GPU (`psgd doctor` reading the
+    device's properties, a user's script around psgd.launch), a forked child would fail at
+    its first CUDA call, so children are exec'd."""
+    torch = sys.modules.get("torch")
+    cuda_used = torch is not None and torch.cuda.is_initialized()
+    return cfg.run.start_method == "fork" and child_main is not None and sys.platform.startswith("linux") \
+        and not cuda_used
+
+
 def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Optional[str] = None,
                 child_main: Optional[Callable[[list[str]], int]] = None) -> Child:
     """Start `role` `index` on the run's config.yaml, its output going to logs/ROLE-I.log."""
@@ -59,8 +71,7 @@ def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Opti
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(cfg.run.threads),
                MKL_NUM_THREADS=str(cfg.run.threads), **{LAUNCHER_PID_ENV: str(os.getpid())})
     command = child_command(role, index, run_dir)
-    # Forking needs the command's entry (`child_main`, from the CLI); macOS: fork and torch do not mix.
-    if cfg.run.start_method == "fork" and child_main is not None and sys.platform.startswith("linux"):
+    if fork_allowed(cfg, child_main):
         from psgd.orchestrate.fork import fork_child, preload
         preload()  # imported once here; every forked child starts with it
         proc = fork_child(child_main, command[3:], log, env)  # the arguments after `python -m psgd.cli`

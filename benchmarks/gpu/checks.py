@@ -1,0 +1,395 @@
+"""The checks benchmarks/gpu/run.sh runs, one subcommand each; run.sh gives each its own timeout.
+
+Every check runs the psgd command a user would (`python -m psgd.cli ...`, the
+interpreter this script runs under), judges what it printed or wrote, and
+writes one JSON file into the output folder: {"check", "device", "status",
+"detail", "commands", ...}. It exits 1 when the check failed, naming why on
+stderr. With --device cpu (run.sh --dry) the same code runs at tiny sizes and
+each JSON says what it stood in for ("skipped"): a machine without a GPU
+keeps the script from rotting, it proves nothing about CUDA.
+
+    python benchmarks/gpu/checks.py source-hash
+    python benchmarks/gpu/checks.py deps pyzmq crc32c mnist1d
+    python benchmarks/gpu/checks.py {doctor,quickstart,comm,overlap,mnist1d} --device D --out DIR --work DIR
+    python benchmarks/gpu/checks.py report --out DIR --work DIR --steps FILE
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+MNIST1D = ROOT / "benchmarks" / "convergence" / "mnist1d.yaml"
+SOURCES = ("psgd", "servers", "workers")  # what psgd's wheel is built from, with setup.py and pyproject.toml
+
+# Per device: what each check runs. cuda is the real check; cpu the dry run's stand-in.
+SIZES = {
+    "quickstart_steps": {"cuda": None, "cpu": 20},       # None: the config's 500 per worker
+    "exact_steps": {"cuda": 50, "cpu": 10},
+    "comm": {"cuda": ["--sizes", "1MB,64MB", "--repeats", "20"], "cpu": ["--sizes", "64KB", "--repeats", "3"]},
+    "overlap": {"cuda": ["--size", "16MB"], "cpu": ["--size", "256KB", "--runs", "1", "--rounds", "1", "--steps", "3"]},
+    "mnist1d": {"cuda": [], "cpu": ["cluster.workers=2", "train.max_time_s=1.5", "task.model_args.channels=16",
+                                    "eval.every_s=0.5"]},
+}
+# What a dry run leaves out, per check (said in its JSON, report.md and on stdout).
+DRY_SKIPS = {
+    "install": "installing the carried wheels (the dry run uses the psgd installed here)",
+    "doctor": "doctor's cuda checks (bsp = NCCL all-reduce, the pinned round trip): the same command ran and "
+              "reported cuda missing",
+    "quickstart": "the quickstart on cuda and bsp = NCCL all-reduce: ran on cpu (gloo) at 20 and 10 steps",
+    "comm": "the pinned path on cuda at 1 MB and 64 MB: the same measurement ran from cpu memory at 64 KB",
+    "overlap": "overlap on cuda at 16 MB: ran on cpu at 256 KB, one short run",
+    "mnist1d": "the MNIST-1D CNN on cuda with 4 workers: ran on cpu, 2 workers, 16 channels, 1.5 s a mode",
+}
+NO_BATCHED_PATH = "skipped: no batched path (the simulator computes one worker's gradient at a time)"
+
+
+# ---- helpers ---------------------------------------------------------------------
+def psgd(work: Path, *args: str) -> subprocess.CompletedProcess:
+    """`psgd ARGS` run from `work`: from the repository root, `python -m` would import the
+    psgd/ source folder, which is not the installed package (servers/ and workers/ map into it)."""
+    return subprocess.run([sys.executable, "-m", "psgd.cli", *args], capture_output=True, text=True, cwd=work)
+
+
+def command_line(*args: str) -> str:
+    return "psgd " + " ".join(args)
+
+
+def write(out: Path, name: str, doc: dict) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    if doc["status"] == "failed":
+        print(f"{name}: {doc['detail']}", file=sys.stderr)
+        return 1
+    print(f"{name}: {doc['detail']}")
+    return 0
+
+
+def result(check: str, device: str, ok: bool, detail: str, commands: list[str], **data) -> dict:
+    doc = {"check": check, "device": device, "status": "ok" if ok else "failed", "detail": detail,
+           "commands": commands, **data}
+    if device != "cuda":
+        doc["skipped"] = DRY_SKIPS[check]
+    return doc
+
+
+def failed_run(proc: subprocess.CompletedProcess) -> str:
+    lines = [ln for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]
+    return f"exit {proc.returncode}: {lines[-1] if lines else 'no output'}"
+
+
+def keep_log(work: Path, name: str, proc: subprocess.CompletedProcess) -> None:
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / f"{name}.log").write_text(f"$ {' '.join(proc.args)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+
+
+def worker_devices(run_dir: Path) -> list[str]:
+    """The device each worker reported when ready (its READY event)."""
+    from psgd.config.modes import Role
+    from psgd.runtime.event_names import Event
+    from psgd.runtime.events import read_events
+    return sorted({e.get("device", "?") for e in read_events(run_dir / "metrics.jsonl")
+                   if e.get("event") == Event.READY and Role(e.get("role")).trains})
+
+
+def num(x, spec: str = ".3f", unit: str = "") -> str:
+    """A figure for a detail line; 'none' where the run has none (no evaluation, target not reached)."""
+    return "none" if x is None else format(x, spec) + unit
+
+
+def on_device(devices: list[str], device: str) -> bool:
+    """Workers reported, and every one on `device` ('cuda' covers 'cuda:1')."""
+    return bool(devices) and all(d.split(":")[0] == device for d in devices)
+
+
+def launch(work: Path, name: str, config: Path, sets: list[str]) -> tuple[subprocess.CompletedProcess, Path, dict]:
+    run_dir = work / name
+    args = ["launch", str(config), "--out", str(run_dir), "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    proc = psgd(work, *args)
+    keep_log(work, name, proc)
+    summary = run_dir / "summary.json"
+    return proc, run_dir, json.loads(summary.read_text()) if summary.is_file() else {}
+
+
+def gpu_count() -> int:
+    """GPUs torch sees, asked in a child: CUDA started in this process would not survive the
+    fork of the runs it launches."""
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                           capture_output=True, text=True, check=True)
+    return int(probe.stdout)
+
+
+SUMMARY_KEYS = ("mode", "workers", "servers", "status", "wall_time_s", "total_updates", "updates_per_s",
+                "final_test_accuracy", "time_to_target_s", "staleness_mean", "staleness_max")
+
+
+# ---- the checks ----------------------------------------------------------------------
+def check_doctor(device: str, out: Path, work: Path) -> int:
+    """`psgd doctor --device cuda --json`: on a GPU every finding passes, the cuda exactness
+    among them, and the round trip is staged through pinned memory; without one it must say
+    cuda is missing (and still run the system checks)."""
+    args = ("doctor", "--device", "cuda", "--json")
+    proc = psgd(work, *args)
+    keep_log(work, "doctor", proc)
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        return write(out, "doctor", result("doctor", device, False, f"no JSON from doctor ({failed_run(proc)})",
+                                           [command_line(*args)]))
+    found = {f["name"]: f for f in report["findings"]}
+    system = [n for n in ("shared_memory", "curvezmq", "network_namespaces") if n in found]
+    if device == "cuda":
+        exact, trip = found.get("cuda: bsp = allreduce"), found.get("cuda: round trip")
+        ok = proc.returncode == 0 and report["ok"] and exact is not None and trip is not None \
+            and trip["status"] == "ok" and trip["data"].get("pinned") is True
+        detail = ("all checks passed: " + "; ".join(f"{n}: {found[n]['detail']}" for n in found if n.startswith("cuda"))
+                  if ok else f"failed: {', '.join(report['failed']) or 'the cuda findings are missing or unpinned'}")
+    else:
+        ok = proc.returncode == 1 and report["failed"] == ["cuda"] and len(system) == 3 \
+            and any(m.startswith("cuda:") for m in report["missing_devices"])
+        statuses = ", ".join(f"{n} {found[n]['status']}" for n in system)
+        detail = (f"no GPU: doctor reported cuda missing and ran the system checks ({statuses})" if ok
+                  else f"unexpected doctor result without a GPU ({failed_run(proc)})")
+    return write(out, "doctor", result("doctor", device, ok, detail, [command_line(*args)], doctor=report))
+
+
+def check_quickstart(device: str, out: Path, work: Path) -> int:
+    """The quickstart with its workers on `device`, then BSP with plain SGD against the
+    all-reduce baseline (NCCL on cuda) on the quickstart's model: final parameters within
+    the doctor's tolerance for the device."""
+    from psgd.cli import main as child_main  # forked children run it, as under `psgd launch`
+    from psgd.config import load_config
+    from psgd.orchestrate.doctor import bsp_matches_allreduce
+    sets = [f"workers.device={device}", "checkpoint.enabled=false"]
+    if SIZES["quickstart_steps"][device]:
+        sets.append(f"train.steps_per_worker={SIZES['quickstart_steps'][device]}")
+    proc, run_dir, summary = launch(work, "quickstart", QUICKSTART, sets)
+    commands = [command_line("launch", "configs/quickstart.yaml", *[f"--set {s}" for s in sets])]
+    devices = worker_devices(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
+    quick = {"summary": {k: summary.get(k) for k in SUMMARY_KEYS}, "worker_devices": devices}
+    if proc.returncode != 0 or summary.get("status") != "ok" or not on_device(devices, device):
+        return write(out, "quickstart", result("quickstart", device, False, f"the quickstart on {device} failed: "
+                                               f"{failed_run(proc)}; workers on {devices}", commands, quickstart=quick))
+    workers = gpu_count() if device == "cuda" else 2  # NCCL: one rank per GPU
+    steps = SIZES["exact_steps"][device]
+    exact_sets = [f"workers.device={device}", f"cluster.workers={workers}", f"train.steps_per_worker={steps}",
+                  "optimizer.momentum=0.0", "checkpoint.enabled=false", "eval.every_s=5"]
+    job = lambda mode: load_config(QUICKSTART, [*exact_sets, f"consistency.mode={mode}"])  # noqa: E731
+    commands.append("python: psgd.orchestrate.doctor.bsp_matches_allreduce on configs/quickstart.yaml with "
+                    + " ".join(f"--set {s}" for s in exact_sets) + " --set consistency.mode={bsp,allreduce}")
+    finding = bsp_matches_allreduce(job, work / "exact", child_main)
+    ok = finding.status.value == "ok"
+    detail = (f"quickstart on {', '.join(devices)}: accuracy {num(summary.get('final_test_accuracy'))} in "
+              f"{summary.get('wall_time_s')} s; "
+              f"bsp = allreduce: {finding.detail}")
+    return write(out, "quickstart", result("quickstart", device, ok, detail, commands, quickstart=quick,
+                                           exactness=finding.as_dict()))
+
+
+def check_comm(device: str, out: Path, work: Path) -> int:
+    """`psgd bench comm --device D`: psgd's round trip from device memory (pinned staging)
+    against the copies alone and a torch.rpc PS, at each size."""
+    args = ("bench", "comm", "--device", device, "--shards", "1", *SIZES["comm"][device], "--json")
+    proc = psgd(work, *args)
+    keep_log(work, "comm", proc)
+    if proc.returncode != 0:
+        return write(out, "comm", result("comm", device, False, f"bench comm failed: {failed_run(proc)}",
+                                         [command_line(*args)]))
+    bench = json.loads(proc.stdout)
+    rows = bench["rows"]
+    ok = bool(rows) and all(r["psgd_ms"] > 0 and r["torch_rpc_ms"] > 0 for r in rows) \
+        and (device != "cuda" or all(r["pinned"] for r in rows))
+    detail = "; ".join(f"{r['size_bytes'] / 2**20:g} MiB: psgd {r['psgd_ms']:.3f} ms (pinned {r['pinned']}), "
+                       f"copies {r['copies_pinned_ms']:.3f} ms, torch.rpc {r['torch_rpc_ms']:.3f} ms "
+                       f"(x{r['torch_rpc_over_psgd']:.2f} psgd)" for r in rows)
+    return write(out, "comm", result("comm", device, ok, detail, [command_line(*args)], bench=bench))
+
+
+def check_overlap(device: str, out: Path, work: Path) -> int:
+    """`psgd bench overlap --device D`: compute is fitted to the measured communication
+    (compute ~ communication), then overlap off, pipeline and backward are timed."""
+    args = ("bench", "overlap", "--device", device, *SIZES["overlap"][device], "--json")
+    proc = psgd(work, *args)
+    keep_log(work, "overlap", proc)
+    if proc.returncode != 0:
+        return write(out, "overlap", result("overlap", device, False, f"bench overlap failed: {failed_run(proc)}",
+                                            [command_line(*args)]))
+    bench = json.loads(proc.stdout)
+    ratio = bench["compute_s"] / bench["comm_s"]
+    of_ideal = {k: statistics.median(p["of_ideal"]) for k, p in bench["points"].items()}
+    detail = (f"{bench['size_bytes'] / 2**20:.2f} MiB, compute / communication {ratio:.2f}; steps/s of the ideal: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in of_ideal.items()))
+    return write(out, "overlap", result("overlap", device, bool(of_ideal), detail, [command_line(*args)],
+                                        compute_over_comm=ratio, of_ideal=of_ideal, bench=bench))
+
+
+def check_mnist1d(device: str, out: Path, work: Path) -> int:
+    """The MNIST-1D CNN study config for real on `device`, 4 workers, ASP then BSP, one
+    seed; each run's per-step compute times calibrated into the simulator's `sim:` section."""
+    modes, commands, ok, why = {}, [], True, []
+    for mode in ("asp", "bsp"):
+        sets = [f"consistency.mode={mode}", f"workers.device={device}", "checkpoint.enabled=false",
+                *SIZES["mnist1d"][device]]
+        proc, run_dir, summary = launch(work, f"mnist1d-{mode}", MNIST1D, sets)
+        commands.append(command_line("launch", "benchmarks/convergence/mnist1d.yaml", *[f"--set {s}" for s in sets]))
+        if proc.returncode != 0 or summary.get("status") != "ok":
+            ok = False
+            why.append(f"{mode}: {failed_run(proc)}")
+            continue
+        # What `psgd sim calibrate RUN_DIR --json` prints, without another interpreter.
+        from psgd.config import ConfigError
+        from psgd.sim.calibrate import calibrate
+        commands.append(command_line("sim", "calibrate", f"mnist1d-{mode}", "--json"))
+        try:
+            found = calibrate(run_dir)
+        except (ConfigError, ValueError) as exc:
+            ok = False
+            why.append(f"{mode}: calibrate: {exc}")
+            continue
+        calibrated = {"sim": found.sim, "evidence": found.evidence}
+        devices = worker_devices(run_dir)
+        if not on_device(devices, device):
+            ok = False
+            why.append(f"{mode}: workers on {devices}")
+        modes[mode] = {"summary": {k: summary.get(k) for k in SUMMARY_KEYS}, "worker_devices": devices,
+                       "run_dir": f"runs.tar.gz: mnist1d-{mode}/", **calibrated}
+    detail = "; ".join(f"{m}: accuracy {num(d['summary']['final_test_accuracy'])}, time to target "
+                       f"{num(d['summary']['time_to_target_s'], '.2f', ' s')}, {d['summary']['updates_per_s']} updates/s, "
+                       f"compute {d['evidence']['compute_ms_median']:.3f} ms a step (median)"
+                       for m, d in modes.items()) if ok else "; ".join(why)
+    return write(out, "mnist1d", result("mnist1d", device, ok, detail, commands, modes=modes,
+                                        simulator_reads="each run directory in runs.tar.gz (config.yaml, "
+                                        "metrics.jsonl: every step's compute_s) through `psgd sim calibrate DIR`; "
+                                        "modes.*.sim is the sim: section it gives"))
+
+
+# ---- report ------------------------------------------------------------------------
+ARCHIVED = ("config.yaml", "metrics.jsonl", "summary.json")
+
+
+def gpu_names(out: Path) -> str:
+    """The GPUs doctor saw, with torch's CUDA version (from doctor.json), or 'a GPU'."""
+    try:
+        env = json.loads((out / "doctor.json").read_text())["doctor"]["environment"]
+    except (OSError, KeyError, json.JSONDecodeError):
+        return "a GPU"
+    names = ", ".join(d["name"] for d in env["cuda"]["devices"]) or "a GPU"
+    return f"{names} (torch {env['versions']['torch']}, CUDA {env['cuda']['runtime']}, driver {env['cuda']['driver']})"
+
+
+def report(out: Path, work: Path, steps_file: Path, dry: bool, seconds: float) -> int:
+    """checks.json and report.md from the steps run.sh recorded and each check's JSON;
+    runs.tar.gz with the run directories the simulator reads and every log."""
+    steps = [json.loads(ln) for ln in steps_file.read_text().splitlines() if ln.strip()] \
+        if steps_file.is_file() else []
+    steps.append({"name": "sim-batched", "status": "skipped", "seconds": 0.0, "detail": NO_BATCHED_PATH})
+    for s in steps:
+        doc = out / f"{s['name']}.json"
+        if doc.is_file():
+            s["detail"] = json.loads(doc.read_text())["detail"]
+        elif s.get("rc") in (124, 137):  # timeout's codes: the check wrote nothing
+            s["detail"] = f"timed out after its {s['limit_s']} s"
+        elif s["status"] == "failed":
+            s["detail"] = f"exit {s['rc']} without a result: logs/run-{s['name']}.log in runs.tar.gz"
+        elif s["status"] == "skipped" and "detail" not in s and not dry:
+            s["detail"] = "not run: the install failed"
+        s.setdefault("detail", "")
+        if dry and s["name"] in DRY_SKIPS:
+            s["skipped"] = DRY_SKIPS[s["name"]]
+    first = next((s["name"] for s in steps if s["status"] == "failed"), None)
+    skipped = [f"{s['name']}: {s.get('skipped') or s['detail']}" for s in steps
+               if s.get("skipped") or s["status"] == "skipped"]
+    index = {"dry": dry, "ok": first is None, "first_failed": first, "seconds": round(seconds, 1),
+             "steps": steps, "skipped": skipped}
+    (out / "checks.json").write_text(json.dumps(index, indent=1) + "\n")
+    lines = [f"# psgd on {'CPU (dry run: the CUDA parts skipped)' if dry else gpu_names(out)}", "",
+             f"`bash benchmarks/gpu/run.sh{' --dry' if dry else ''}`: {round(seconds)} s, "
+             + ("every check passed." if first is None else f"first failure: **{first}**."), "",
+             "| check | status | seconds | what it found |", "|---|---|---|---|"]
+    lines += [f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {s.get('detail', '').replace('|', '/')} |"
+              for s in steps]
+    if skipped:
+        lines += ["", "Skipped:", ""] + [f"- {s}" for s in skipped]
+    lines += ["", "Files: checks.json (this table), doctor.json, quickstart.json, comm.json, overlap.json, "
+              "mnist1d.json (each check's command and output), runs.tar.gz (the MNIST-1D run directories "
+              "for `psgd sim calibrate`, every check's log)."]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
+        for run_dir in sorted(work.glob("mnist1d-*")) + [work / "quickstart"]:
+            for name in ARCHIVED:
+                if (run_dir / name).is_file():
+                    tar.add(run_dir / name, arcname=f"{run_dir.name}/{name}")
+        for log in sorted((work / "logs").glob("*.log")) if (work / "logs").is_dir() else []:
+            tar.add(log, arcname=f"logs/{log.name}")
+    if skipped:
+        print("skipped:\n" + "\n".join(f"  {s}" for s in skipped))
+    return 0
+
+
+# ---- the wheels --------------------------------------------------------------------
+def source_hash() -> str:
+    """sha256 over psgd's sources, as built into its wheel: run.sh refuses a stale wheel."""
+    h = hashlib.sha256()
+    files = [p for d in SOURCES for p in (ROOT / d).rglob("*.py")] + [ROOT / "setup.py", ROOT / "pyproject.toml"]
+    for path in sorted(files, key=lambda p: p.relative_to(ROOT).as_posix()):
+        h.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def dependency_specs(names: list[str]) -> list[str]:
+    """pyproject.toml's requirement for each of `names` (its bounds: one place for them)."""
+    import re
+    text = (ROOT / "pyproject.toml").read_text()
+    block = text[text.index("dependencies = ["):]
+    block = block[:block.index("]")]
+    specs = {re.split(r"[<>=!~ ]", s, maxsplit=1)[0].lower(): s for s in re.findall(r'"([^"]+)"', block)}
+    missing = [n for n in names if n.lower() not in specs]
+    if missing:
+        raise SystemExit(f"not dependencies of psgd (pyproject.toml): {', '.join(missing)}")
+    return [specs[n.lower()] for n in names]
+
+
+CHECKS = {"doctor": check_doctor, "quickstart": check_quickstart, "comm": check_comm, "overlap": check_overlap,
+          "mnist1d": check_mnist1d}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    sub.add_parser("source-hash")
+    deps = sub.add_parser("deps")
+    deps.add_argument("names", nargs="+")
+    for name in CHECKS:
+        c = sub.add_parser(name)
+        c.add_argument("--device", choices=("cpu", "cuda"), required=True)
+        c.add_argument("--out", type=Path, required=True)
+        c.add_argument("--work", type=Path, required=True)
+    r = sub.add_parser("report")
+    for a in ("--out", "--work", "--steps"):
+        r.add_argument(a, type=Path, required=True)
+    r.add_argument("--dry", action="store_true")
+    r.add_argument("--seconds", type=float, required=True)
+    args = p.parse_args()
+    if args.what == "source-hash":
+        print(source_hash())
+        return 0
+    if args.what == "deps":
+        print("\n".join(dependency_specs(args.names)))
+        return 0
+    if args.what == "report":
+        return report(args.out, args.work, args.steps, args.dry, args.seconds)
+    return CHECKS[args.what](args.device, args.out, args.work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
