@@ -54,16 +54,23 @@ class Kill:
     pid: int
 
 
-def kill_schedule(every_s: float, max_time_s: float, targets: int) -> list[tuple[float, int]]:
+def kill_schedule(every_s: float, max_time_s: float, targets: int, backoff_s: float = 0.0) -> list[tuple[float, int]]:
     """(run time, index) of each planned kill: one every `every_s` from `every_s` on, the
-    targets in turn (0, 1, ..., targets - 1, 0, ...), none within RESTART_MARGIN_S of the end."""
+    targets in turn (0, 1, ..., targets - 1, 0, ...). A kill is left out when the restart it
+    causes would not be due RESTART_MARGIN_S before the end: the launcher waits
+    backoff_s * 2**k before a process's k-th restart (supervision.backoff_s)."""
     if not every_s > 0:
         raise ValueError(f"--kill-every-s must be > 0, got {every_s}")
     if targets < 1:
         raise ValueError("no process of the target role to kill")
-    plan, k = [], 1
+    plan: list[tuple[float, int]] = []
+    killed: dict[int, int] = {}
+    k = 1
     while k * every_s < max_time_s - RESTART_MARGIN_S:
-        plan.append((k * every_s, (k - 1) % targets))
+        t, index = k * every_s, (k - 1) % targets
+        if t + backoff_s * 2 ** killed.get(index, 0) < max_time_s - RESTART_MARGIN_S:
+            plan.append((t, index))
+            killed[index] = killed.get(index, 0) + 1
         k += 1
     return plan
 

@@ -96,7 +96,7 @@ def plan_overrides(cfg: Config, target: FaultTarget, every_s: float) -> tuple[li
         raise ValueError(f"consistency.mode={cfg.consistency.mode}: all-reduce ranks cannot rejoin their "
                          "process group, so a killed one is not restarted; use bsp, ssp or asp")
     count = cfg.cluster.workers if target is FaultTarget.WORKERS else cfg.cluster.num_servers
-    plan = kill_schedule(every_s, cfg.train.max_time_s, count)
+    plan = kill_schedule(every_s, cfg.train.max_time_s, count, cfg.supervision.backoff_s)
     if not plan:
         raise ValueError(f"--kill-every-s {every_s:g}: no kill fits in train.max_time_s={cfg.train.max_time_s:g}")
     # The storm is sent to processes on this machine: the local launcher runs them.

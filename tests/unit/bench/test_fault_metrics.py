@@ -49,6 +49,9 @@ def test_kill_plan_one_every_period_targets_in_turn_none_near_the_end():
     assert restarts_needed(plan) == 3  # ranks 0, 1 and 2 are killed three times
     assert kill_schedule(7, 20, 4) == [(7, 0), (14, 1)]
     assert kill_schedule(10, 10 + RESTART_MARGIN_S, 2) == []  # a kill at 10 s would be too close to the end
+    # The k-th restart of a process waits backoff * 2**k: shard 0's sixth kill (at 110 s) would
+    # be restarted 16 s later, after the end, so it is left out; shard 1's fifth (100 s + 8 s) fits.
+    assert kill_schedule(10, 120, 2, backoff_s=0.5) == [(t, (t // 10 - 1) % 2) for t in range(10, 110, 10)]
     assert restarts_needed([]) == 0
     with pytest.raises(ValueError, match="kill-every-s"):
         kill_schedule(0, 120, 4)
@@ -62,7 +65,7 @@ def test_plan_overrides_give_every_run_the_restarts_the_storm_needs():
     plan, sets = plan_overrides(cfg, FaultTarget.WORKERS, 10)
     assert len(plan) == 11 and sets == ["cluster.launcher=local", "supervision.max_restarts=3"]
     plan, sets = plan_overrides(cfg, FaultTarget.SHARDS, 10)
-    assert [i for _, i in plan] == [0, 1] * 5 + [0] and sets[-1] == "supervision.max_restarts=6"
+    assert [i for _, i in plan] == [0, 1] * 5 and sets[-1] == "supervision.max_restarts=5"  # backoff 0.5 s
     with pytest.raises(ValueError, match="all-reduce ranks cannot rejoin"):
         plan_overrides(load_config(None, ["consistency.mode=allreduce"]), FaultTarget.WORKERS, 10)
     with pytest.raises(ValueError, match="no kill fits"):
