@@ -134,6 +134,8 @@ def _storm(proc: subprocess.Popen, run_dir: Path, plan: list[tuple[float, int]],
     while t0 is None and proc.poll() is None:
         t0 = _training_t0(run_dir)
         time.sleep(POLL_S)
+    if t0 is None:  # the launch ended before training started: nothing to kill
+        return kills
     for at, index in plan:
         while proc.poll() is None and time.time() < t0 + at:
             time.sleep(POLL_S)
