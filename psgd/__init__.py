@@ -8,11 +8,15 @@ light (no torch, no zmq) until one of them is touched:
     psgd.serve(cfg, shard=i)                          # one blocking server shard
     psgd.launch(cfg, model=..., dataset=...)          -> Summary
     psgd.PSClient                                     # the low-level client
+
+`psgd.__version__` is the version (written once, in psgd/runtime/version.py).
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any
+
+from psgd.runtime.version import VERSION as __version__  # noqa: F401 (psgd.__version__)
 
 __all__ = ["load_config", "Optimizer", "serve", "launch", "Summary", "PSClient", "Config", "ConfigError",
            "StartupError", "LaunchError", "UnsupportedOptimizer"]

@@ -57,7 +57,6 @@ class CheckpointError(RuntimeError):
 def shard_state_dict(state: ShardState, fingerprint: str) -> dict:
     """Everything a restarted shard needs, as tensors and plain values only
     (so it loads with weights_only=True)."""
-    bsp = state.bsp
     return {
         "format": SNAPSHOT_FORMAT,
         "fingerprint": fingerprint,
@@ -74,7 +73,7 @@ def shard_state_dict(state: ShardState, fingerprint: str) -> dict:
         "counters": dict(state.counters),
         "staleness": {int(k): int(v) for k, v in state.staleness_hist.counts.items()},
         "clock_gaps": {int(k): int(v) for k, v in state.clock_gaps.counts.items()},
-        "bsp": None if bsp is None else bsp.state_dict(),
+        "bsp": state.policy.rule.state_dict(),  # the mode's clock in progress (bsp's aggregate; None for others)
         "live": state.policy.settings.state_dict(),  # psgd ctl's changes survive a restart
     }
 
@@ -104,8 +103,7 @@ def load_shard_state(state: ShardState, sd: dict, fingerprint: str, now: float) 
     state.staleness_hist.counts.update(sd["staleness"])
     state.clock_gaps.counts.clear()
     state.clock_gaps.counts.update(sd["clock_gaps"])
-    if state.bsp is not None and sd["bsp"] is not None:
-        state.bsp.load_state_dict(sd["bsp"])
+    state.policy.rule.load_state_dict(sd["bsp"])
     if "live" in sd:  # snapshots written before live settings were durable have none
         state.policy.settings.load_state_dict(sd["live"])
 

@@ -17,9 +17,6 @@ from typing import Callable, Optional
 import torch
 
 from psgd.config import Config, Role
-from psgd.config.local_updates import MAX_LOCAL_STEPS
-from psgd.core.consistency import DeferredPulls
-from psgd.core.local_updates import StepSpeeds
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
 from psgd.runtime.safe_io import WriteFailed
@@ -35,9 +32,10 @@ from psgd.wire.transport import CurveKeys, ServerSocket
 # The server role's own modules, after the layers below it.
 from psgd.servers.checkpoint import ShardCheckpoint
 from psgd.servers.live_control import ControlError
-from psgd.servers.peers import PeerTable, check_ahead, check_slot
+from psgd.servers.peers import PeerTable, check_slot
 from psgd.servers.push_decode import PushDecoder
 from psgd.servers.record import ShardRecorder
+from psgd.servers.service import Answer, PushFields, Served, ShardService
 from psgd.servers.state import PushStatus, ShardState
 
 __all__ = ["ShardServer"]
@@ -45,7 +43,6 @@ __all__ = ["ShardServer"]
 STATS_EVERY_S = 1.0
 EVALUATOR_RANKS = 4  # the run's evaluator is rank 0; a few more for observers. Bounds their segments.
 EXPIRE_EVERY_S = 0.01  # how often the loop looks for silent workers
-MAX_PULL_AHEAD = 2  # a pipelined worker asks for the parameters of the clock after next
 
 class ShardServer:
     """Serves one shard. `serve` blocks until `stop` is set or a SHUTDOWN arrives."""
@@ -57,7 +54,9 @@ class ShardServer:
                  run_token: Optional[str] = None, record_to: Optional[Path] = None):
         """`record_to`: the file that records this shard's state changes for `psgd replay`."""
         self.cfg = cfg
-        self.state = ShardState(cfg, shard, params, run_token=run_token)
+        # What each request does (parking, speeds, checks) over the state: this class only carries it.
+        self.service = ShardService(ShardState(cfg, shard, params, run_token=run_token))
+        self.state = self.service.state
         # Snapshot + log of everything applied since (None: in-memory only).
         self.checkpoint = checkpoint
         self.resumed = checkpoint.resume(self.state) if checkpoint is not None else None
@@ -75,8 +74,6 @@ class ShardServer:
         self.address = self._sock.address
         self._sock.on_cut_off = self._cut_off
         self._peers = PeerTable(run_token)  # who may act for which rank (peers.py)
-        self._parked = DeferredPulls()
-        self._speeds = StepSpeeds()  # local.dynamic: workers size their rounds by the fastest one's speed
         self._running = False
         self._busy_s, self._served = 0.0, 0  # time spent handling requests, and how many
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
@@ -86,6 +83,11 @@ class ShardServer:
                                   self._bells)
         self._decode = PushDecoder(self.state.numel, self._shm)
         self._handlers = {kind: MethodType(handler, self) for kind, handler in _HANDLERS.items()}
+
+    @property
+    def _parked(self):
+        """The service's parked pulls (read by tests written when the shard kept them)."""
+        return self.service.parked
 
     # ---- loop -------------------------------------------------------------
     def serve(self, stop: threading.Event, should_stop: Callable[[], bool] = lambda: False) -> None:
@@ -104,24 +106,16 @@ class ShardServer:
                     self._served += 1
                 now = self._clock()
                 # Timeouts are seconds long: scanning every worker after every message is wasted work.
-                gone = self.state.expire(now) if now - last_expire >= EXPIRE_EVERY_S else None
-                if gone is not None:
+                if now - last_expire >= EXPIRE_EVERY_S:
                     last_expire = now
-                if gone:
-                    for rank in gone:
-                        self._peers.release(rank)
-                        self._speeds.forget(rank)
-                        self._decode.forget(rank)
-                        self._shm.release_rank(Role.WORKER, rank)
-                        self.events.emit(Event.WORKER_TIMED_OUT, rank=rank, clock=self.state.board.clocks[rank])
-                        self._journal("log_depart", rank)
-                    self._refuse_parked(gone, "timed out: no message for cluster.timeout_s; register again")
-                    self._release()
+                    gone = self.service.expire(now)
+                    for rank in gone.ranks:
+                        self._forget(rank, Event.WORKER_TIMED_OUT)
+                    self._send(gone, "timed out: no message for cluster.timeout_s; register again")
                 if now - last_sweep >= self.cfg.cluster.timeout_s:  # evaluators send no heartbeats
                     self._shm.release_idle(Role.EVALUATOR)
                     last_sweep = now
-                if self.state.live.expire(now):  # a psgd ctl change that was never committed
-                    self._release()
+                self._send(self.service.expire_hold(now))  # a psgd ctl change that was never committed
                 if self.checkpoint is not None and self.checkpoint.due(self.state):
                     self.checkpoint.save(self.state)
                 if now - last_stats >= STATS_EVERY_S:
@@ -182,16 +176,23 @@ class ShardServer:
             self._frame_of, self._frame = params, tensor_frame(params)
         self.state.sending(self._sock.send_tracked(identity, P.encode(record, [self._frame])))
 
-    def _release(self) -> None:
-        for identity, record in self._parked.release(self.state.pull_ready):
-            self._send_params(identity, record)
+    def _send(self, served: Served, reason: str = "") -> None:
+        """Send what a request led to: refusals of parked pulls whose worker left (with
+        `reason`, so a worker that is in fact alive re-registers instead of waiting),
+        then the pulls answered now."""
+        for identity, pull in served.refused:
+            self._reply(identity, P.Error(req=pull.req, code=P.ErrorCode.NOT_REGISTERED, reason=reason))
+        for answer in served.answers:
+            self._send_params(answer)
 
-    def _refuse_parked(self, ranks: list[int], reason: str) -> None:
-        """Answer the parked pulls of workers that left the quorum with an error,
-        so a worker that is in fact alive re-registers instead of waiting."""
-        for rank in ranks:
-            for identity, pull in self._parked.drop_rank(rank):
-                self._reply(identity, P.Error(req=pull.req, code=P.ErrorCode.NOT_REGISTERED, reason=reason))
+    def _forget(self, rank: int, event: Event) -> None:
+        """A worker left the quorum (the service forgot it): what the transport kept for
+        it goes, and its departure is reported and journaled."""
+        self._peers.release(rank)
+        self._decode.forget(rank)
+        self._shm.release_rank(Role.WORKER, rank)
+        self.events.emit(event, rank=rank, clock=self.state.board.clocks[rank])
+        self._journal("log_depart", rank)
 
     def _cut_off(self, identity: bytes) -> None:
         """A peer's reply queue is full (it does not read): its replies are dropped
@@ -204,15 +205,6 @@ class ShardServer:
     def _peer(self, identity: bytes, rank: int) -> None:
         self._peers.check_worker(identity, rank)
 
-    def _check_member(self, rank: int) -> None:
-        if rank not in self.state.registered:
-            raise ProtocolError(P.ErrorCode.NOT_REGISTERED, f"worker {rank} left the quorum of shard {self.state.shard}; "
-                                "register again")
-
-    def _check_rank(self, rank: int) -> None:
-        if not 0 <= rank < self.state.workers:
-            raise ProtocolError(P.ErrorCode.BAD_RANK, f"rank {rank} outside 0..{self.state.workers - 1}")
-
     def _on_register(self, identity: bytes, rec: P.Register, payload: list) -> None:
         if payload:
             raise ProtocolError(P.ErrorCode.BAD_FRAMES, "REGISTER carries no frames")
@@ -221,19 +213,17 @@ class ShardServer:
                                 "model, shard count or parameter order differ")
         if rec.role not in (Role.WORKER, Role.EVALUATOR):
             raise ProtocolError(P.ErrorCode.BAD_ROLE, f"unknown role {rec.role!r}")
-        clock, last_seq = 0, -1
+        joined = None
         if rec.role == Role.WORKER:
-            self._check_rank(rec.rank)
+            self.service.check_rank(rec.rank)
         elif not 0 <= rec.rank < EVALUATOR_RANKS:
             raise ProtocolError(P.ErrorCode.BAD_RANK, f"evaluator rank {rec.rank} outside 0..{EVALUATOR_RANKS - 1}")
         session = self._peers.register(identity, rec.role, rec.rank, self._sock.peer_key, rec.token)
         if rec.role == Role.WORKER:
-            self._parked.drop_rank(rec.rank)  # a previous incarnation's pulls have no reader now
-            clock = self.state.register(rec.rank, self._clock())
+            joined = self.service.register(rec.rank, self._clock())
             self._journal("log_join", rec.rank)
-            last_seq = self.state.last_seq[rec.rank]
-            self.events.emit(Event.REGISTER, rank=rec.rank, clock=clock)
-        shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token)
+            self.events.emit(Event.REGISTER, rank=rec.rank, clock=joined.clock)
+        shm = self._shm.attach(identity, rec.role, rec.rank, rec.shm, rec.shm_token, req=rec.req)
         if rec.shm:
             self.state.counters["shm_attached" if shm else "shm_refused"] += 1
         bell = self._shm.open_bell(identity, rec.bell) if shm else False
@@ -241,9 +231,12 @@ class ShardServer:
             self.state.counters["bells_opened" if bell else "bells_refused"] += 1
         snap = self.state.live_params()
         self._reply_params(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
-                                               clock=clock, last_seq=last_seq, session=session, shm=shm, bell=bell),
+                                               clock=joined.clock if joined else 0,
+                                               last_seq=joined.last_seq if joined else -1,
+                                               session=session, shm=shm, bell=bell),
                            snap)
-        self._release()
+        if joined is not None:
+            self._send(joined)
 
     def _on_pull(self, identity: bytes, rec: P.Pull, payload: list) -> None:
         if payload:
@@ -255,80 +248,58 @@ class ShardServer:
                                                   shm=self._shm.reply(identity, rec.req, snap, rec.slot)), snap)
             return
         self._peer(identity, rec.rank)
-        self._check_member(rec.rank)
-        check_ahead("clock", rec.clock, self.state.board.clocks[rec.rank])
-        self.state.seen(rec.rank, self._clock())
-        self._answer_or_park(identity, rec, rec.rank, rec.clock)
+        self._send(self.service.pull(rec.rank, rec.clock, (identity, rec), self._clock()))
 
     def _on_push(self, identity: bytes, rec: P.Push, payload: list) -> None:
         self._peer(identity, rec.rank)
         piece = P.is_piece(rec, self.state.numel)
-        if rec.numel != self.state.numel and not (piece and dense_codec(rec.encoding)):  # pieces are dense
-            raise ProtocolError(P.ErrorCode.BAD_SIZE, f"gradient has {rec.numel} elements, shard holds {self.state.numel}")
-        if rec.clock < 0 or rec.seq < 0 or rec.read_version < 0:
-            raise ProtocolError(P.ErrorCode.BAD_FIELD, "clock, seq and read_version must be >= 0")
-        if not (rec.scale > 0 and rec.scale < float("inf")):
-            raise ProtocolError(P.ErrorCode.BAD_FIELD, "scale must be positive and finite")
-        check_ahead("seq", rec.seq, self.state.last_seq[rec.rank])
-        check_ahead("clock", rec.clock, self.state.board.clocks[rec.rank])
-        if not (0 <= rec.step_s < float("inf")):
-            raise ProtocolError(P.ErrorCode.BAD_FIELD, "step_s must be finite and >= 0")
-        if not 1 <= rec.steps <= MAX_LOCAL_STEPS:
-            raise ProtocolError(P.ErrorCode.BAD_FIELD, f"steps must be in 1..{MAX_LOCAL_STEPS}")
-        if rec.TYPE is MsgType.PUSH_PULL and not 1 <= rec.ahead <= MAX_PULL_AHEAD:
-            raise ProtocolError(P.ErrorCode.BAD_FIELD, f"ahead must be in 1..{MAX_PULL_AHEAD}")
-        if rec.TYPE is MsgType.PUSH_PULL:
-            check_slot(rec.slot)
-        self.state.seen(rec.rank, self._clock())
-        if not piece:
-            grad = self._decode.gradient(identity, rec, payload)
-        elif rec.seq <= self.state.last_seq[rec.rank]:  # a piece of a push already applied: nothing to add
-            if rec.held:
-                return
-            grad = torch.empty(0)  # state.push recognises the duplicate before reading it
-        else:
-            self.state.counters["push_pieces"] += 1
-            grad = self._decode.piece(rec.rank, rec, payload, identity)
-            self.state.counters["push_pieces_shm"] += bool(rec.shm)  # copied from the segment
-            if rec.held:
-                return  # answered with the push's last message
-            if grad is None:
-                raise ProtocolError(P.ErrorCode.MISSING_PIECES, f"push {rec.seq}'s pieces do not cover the gradient")
-        result = self.state.push(rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s)
-        self._speeds.observe(rec.rank, rec.step_s, rec.steps)
-        if result.status is not PushStatus.DUPLICATE:
-            self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, grad, rec.step_s,  # before the ack
-                          steps=rec.steps)
-            self.state.counters[f"push_{result.status.value}"] += 1
-        self._release()
-        if rec.TYPE is MsgType.PUSH:
+        push_pull = rec.TYPE is MsgType.PUSH_PULL
+        fields = PushFields(rec.rank, rec.seq, rec.clock, rec.read_version, rec.numel,
+                            dense_piece=piece and dense_codec(rec.encoding), scale=rec.scale, step_s=rec.step_s,
+                            steps=rec.steps, ahead=rec.ahead if push_pull else 0, slot=rec.slot if push_pull else 0)
+        pull = (identity, P.Pull(req=rec.req, rank=rec.rank, clock=rec.clock + rec.ahead, slot=rec.slot)) \
+            if push_pull else None
+        pushed = self.service.push(fields, self._clock(), lambda: self._gradient(identity, rec, payload, piece), pull)
+        if pushed.result is None:
+            return  # a piece held: answered with the push's last message
+        if pushed.result.status is not PushStatus.DUPLICATE:
+            self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, pushed.grad, rec.step_s,
+                          steps=rec.steps)  # before the ack and the pulls it released
+        self._send(pushed)
+        if not push_pull:
             self._reply(identity, P.Ack(req=rec.req, version=self.state.version,
-                                        applied=result.status in (PushStatus.APPLIED, PushStatus.BUFFERED),
-                                        staleness=result.staleness))
-        else:
-            pull_clock = rec.clock + rec.ahead
-            self._answer_or_park(identity, P.Pull(req=rec.req, rank=rec.rank, clock=pull_clock, slot=rec.slot),
-                                 rec.rank, pull_clock)
+                                        applied=pushed.result.status in (PushStatus.APPLIED, PushStatus.BUFFERED),
+                                        staleness=pushed.result.staleness))
 
-    def _answer_or_park(self, identity: bytes, pull: P.Pull, rank: int, clock: int) -> None:
-        if self.state.pull_ready(rank, clock):
-            self._send_params(identity, pull)
-        else:
-            self.state.counters["pulls_deferred"] += 1
-            if self._parked.park((identity, pull), rank, clock) is not None:  # memory per peer: one parked pull
-                self.state.counters["pulls_superseded"] += 1
+    def _gradient(self, identity: bytes, rec: P.Push, payload: list, piece: bool):
+        """The push's gradient from its frames or segment; for a piece, the whole gradient
+        once its pieces are in (None while a held piece waits for the rest)."""
+        if not piece:
+            return self._decode.gradient(identity, rec, payload)
+        if rec.seq <= self.state.last_seq[rec.rank]:  # a piece of a push already applied: nothing to add
+            return None if rec.held else torch.empty(0)  # state.push recognises the duplicate before reading it
+        self.state.counters["push_pieces"] += 1
+        grad = self._decode.piece(rec.rank, rec, payload, identity)
+        self.state.counters["push_pieces_shm"] += bool(rec.shm)  # copied from the segment
+        if rec.held:
+            return None  # answered with the push's last message
+        if grad is None:
+            raise ProtocolError(P.ErrorCode.MISSING_PIECES, f"push {rec.seq}'s pieces do not cover the gradient")
+        return grad
 
-    def _send_params(self, identity: bytes, pull: P.Pull) -> None:
-        snap, clock, low = self.state.answer_pull(pull.rank, pull.clock)
+    def _send_params(self, answer: Answer) -> None:
+        identity, pull = answer.token
         if self.recorder is not None:  # not the checkpoint's: an answered pull changes no parameter
             self.recorder.log_pull(pull.rank, pull.clock)
-        self._reply_params(identity, P.Params(req=pull.req, version=self.state.version, clock=clock, min_clock=low,
-                                              numel=snap.numel(), shm=self._shm.reply(identity, pull.req, snap, pull.slot),
-                                              fastest_step_s=self._speeds.fastest()),
+        snap = answer.params
+        self._reply_params(identity, P.Params(req=pull.req, version=answer.version, clock=answer.clock,
+                                              min_clock=answer.min_clock, numel=snap.numel(),
+                                              shm=self._shm.reply(identity, pull.req, snap, pull.slot),
+                                              fastest_step_s=answer.fastest_step_s),
                            snap)
 
     def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
-        self._check_rank(rec.rank)
+        self.service.check_rank(rec.rank)
         if not self._peers.heartbeat_ok(rec.rank, rec.session):
             # Counted, not answered: heartbeats never are, and a worker's heartbeat socket
             # still sending the session of a shard that restarted must not pile up replies.
@@ -343,15 +314,9 @@ class ShardServer:
             self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
             return
         self._peer(identity, rec.rank)
-        self._shm.release_rank(Role.WORKER, rec.rank)
-        self._peers.release(rec.rank)
-        self._speeds.forget(rec.rank)
-        self._decode.forget(rec.rank)
-        self.state.leave(rec.rank)
-        self._refuse_parked([rec.rank], "worker left")
-        self._journal("log_depart", rec.rank)
-        self.events.emit(Event.LEAVE, rank=rec.rank, clock=self.state.board.clocks[rec.rank])
-        self._release()
+        left = self.service.leave(rec.rank)
+        self._forget(rec.rank, Event.LEAVE)
+        self._send(left, "worker left")
         self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
 
     def _on_stats(self, identity: bytes, rec: P.Stats, payload: list) -> None:
@@ -371,12 +336,12 @@ class ShardServer:
 
     def _on_control(self, identity: bytes, rec: P.Control, payload: list) -> None:
         try:
-            clock, detail = self.state.live.control(rec.op, rec.token, rec.clock, rec.settings, self._clock(),
-                                                    owner=rec.owner)
+            clock, detail, released = self.service.control(rec.op, rec.token, rec.clock, rec.settings, self._clock(),
+                                                           owner=rec.owner)
         except ControlError as exc:
             raise ProtocolError(exc.code, exc.reason) from None
         self._reply(identity, P.ControlReply(req=rec.req, clock=clock, detail=detail))
-        self._release()  # a commit or abort ends a hold
+        self._send(released)  # a commit or abort ends a hold
 
     def emit_stats(self, final: bool = False) -> None:
         self._bell_counters()

@@ -6,7 +6,6 @@ methods; everything here is synchronous and single-threaded.
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -15,10 +14,10 @@ from typing import Callable, Optional, Union
 import torch
 
 from psgd.config import Config
-from psgd.core.consistency import BspAggregator, ClockBoard, ConsistencyPolicy, Mode, PushAction, PushOutcome
+from psgd.core.consistency import ClockBoard, ConsistencyPolicy, Finished, Mode, PushAction, Update
 from psgd.core.histogram import Histogram
 from psgd.core.local_updates import server_optimizer
-from psgd.core.update_rules import UpdateRule
+from psgd.core.update_rules import UpdateRule, all_finite
 from psgd.servers.live_control import ShardLive
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
@@ -28,25 +27,19 @@ COW_WAIT_S = 0.0005  # how long an update waits for an in-flight reply before co
 
 
 class PushStatus(str, Enum):
-    APPLIED = "applied"          # applied now (ASP/SSP) or completed a BSP clock
-    BUFFERED = "buffered"        # BSP: counted toward the current clock's aggregate
+    APPLIED = "applied"          # applied now (on arrival)
+    BUFFERED = "buffered"        # counted toward the current clock's aggregate (bsp)
     DUPLICATE = "duplicate"      # seq already seen: a resend, not applied again
-    LATE = "late"                # BSP: clock already applied (backup workers)
+    LATE = "late"                # the clock was already applied (bsp backup workers)
     TOO_STALE = "too_stale"      # staleness above max_staleness_drop
     NON_FINITE = "non_finite"    # NaN or Inf in the gradient
+    NON_FINITE_RESULT = "non_finite_result"  # finite, but applying it would make the parameters non-finite
 
 
 @dataclass(frozen=True)
 class PushResult:
     status: PushStatus
     staleness: int = 0
-
-
-def all_finite(t: torch.Tensor) -> bool:
-    """True if no element is NaN or +-Inf. One vectorised sum, no temporaries:
-    any NaN/Inf makes the sum non-finite; only then (or if a huge finite
-    gradient overflows it) is the exact elementwise check run."""
-    return math.isfinite(t.sum().item()) or bool(torch.isfinite(t).all())
 
 
 class ShardState:
@@ -61,9 +54,8 @@ class ShardState:
         self.workers = cfg.cluster.workers
         self.params = params.detach().clone().float().contiguous()
         self.rule = UpdateRule(server_optimizer(cfg), self.params)
-        # The one rule for pulls and pushes; it owns the clocks and the live settings.
-        self.policy = ConsistencyPolicy.from_config(cfg, lr=self.rule.cfg.lr)
-        self.bsp = BspAggregator(self.params.numel(), cfg.consistency.backup_workers) if self.mode is Mode.BSP else None
+        # The one rule for pulls and pushes; it owns the mode's rule, the clocks and the live settings.
+        self.policy = ConsistencyPolicy.from_config(cfg, lr=self.rule.cfg.lr, numel=self.params.numel())
         self.version = 0                       # updates applied to this shard
         self.last_seq = [-1] * self.workers    # exactly-once: highest push seq seen per worker
         self.last_seen: dict[int, float] = {}  # worker -> monotonic time of last message
@@ -75,7 +67,6 @@ class ShardState:
         self._in_flight: list = []             # trackers of zero-copy replies reading `params`
         self._dense_buf: Optional[torch.Tensor] = None  # sparse gradients scattered for dense rules
         self._read: dict[int, torch.Tensor] = {}  # DC-ASGD: parameters each worker last read
-        self._bsp_staleness: list[int] = []       # BSP: staleness of the gradients buffered for this step
         self.live = ShardLive(self.policy, run_token, emit)  # psgd ctl; setting_change events
 
     @property
@@ -87,6 +78,11 @@ class ShardState:
         """From now on send setting changes (the adaptive bound's, psgd ctl's) to `emit`,
         and make each psgd ctl change durable with `journal` before it is confirmed."""
         self.live.emit, self.live.journal = emit, journal
+
+    @property
+    def bsp(self):
+        """The BSP aggregator (its step, its count) when the mode has one, else None: for reading."""
+        return getattr(self.policy.rule, "aggregator", None)
 
     @property
     def board(self) -> ClockBoard:
@@ -128,12 +124,12 @@ class ShardState:
 
     # ---- membership -------------------------------------------------------
     def register(self, rank: int, now: float) -> int:
-        """A worker (re)joins; returns the clock it continues from: under BSP the
-        step being aggregated; otherwise its own clock on a first registration
-        and the slowest other worker's clock when it returns."""
+        """A worker (re)joins; returns the clock it continues from (the mode's rule:
+        bsp's step in progress; otherwise its own clock on a first registration
+        and the slowest other worker's clock when it returns)."""
         self.registered.add(rank)
         self.last_seen[rank] = now
-        return self.board.join(rank, at=self.bsp.step if self.bsp else None)
+        return self.policy.joined(rank)
 
     def seen(self, rank: int, now: float) -> None:
         if rank in self.registered:
@@ -141,11 +137,10 @@ class ShardState:
 
     def leave(self, rank: int) -> None:
         """The worker leaves the quorum and must register again to take part;
-        a BSP clock that was only waiting for it completes now."""
+        an aggregated step that was only waiting for it is applied now."""
         self.registered.discard(rank)
         self.last_seen.pop(rank, None)
-        self.board.depart(rank)
-        self._maybe_complete_bsp()
+        self._apply_update(self.policy.departed(rank))
 
     def expire(self, now: float) -> list[int]:
         """Drop workers silent for longer than cluster.timeout_s from the quorum.
@@ -173,31 +168,32 @@ class ShardState:
             self.counters["partial_pushes"] += seq - self.last_seq[rank] - 1
         self.last_seq[rank] = seq
         self.counters["pushes"] += 1
-        self.policy.pushed(rank, clock, step_s)
-        self._use_lr(self.bsp.step if self.bsp is not None else clock)
+        self._use_lr(self.policy.pushed(rank, clock, step_s))
         staleness = max(0, self.version - read_version)
         if not all_finite(grad[1] if isinstance(grad, tuple) else grad):
             self.counters["rejected_nonfinite"] += 1
-            return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE, staleness), skip=True)
-        if isinstance(grad, tuple) and (self.bsp is not None or not self.rule.sparse_exact):
-            grad = self._dense(*grad)
+            return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE, staleness))
         action = self.policy.push_action(staleness)
+        if isinstance(grad, tuple) and (action is PushAction.AGGREGATE or not self.rule.sparse_exact):
+            grad = self._dense(*grad)
         if action is PushAction.AGGREGATE:
             return self._finish_push(rank, clock, PushResult(PushStatus.BUFFERED, staleness), grad=grad)
         if action is PushAction.DROP_STALE:
             self.counters["rejected_stale"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.TOO_STALE, staleness))
         if isinstance(grad, tuple):
-            self.rule.apply_sparse(self._writable(), grad[0], grad[1], staleness)
-            self._applied(self.numel, [staleness])
+            applied = self.rule.apply_sparse(self._writable(), grad[0], grad[1], staleness)
         else:
-            self.rule.apply(self._writable(), grad, staleness, self._read.get(rank))
-            self._applied(grad.numel(), [staleness])
+            applied = self.rule.apply_if_finite(self._writable(), grad, staleness, self._read.get(rank))
+        if not applied:
+            self.counters["rejected_nonfinite_result"] += 1
+            return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE_RESULT, staleness))
+        self._applied(self.numel, [staleness])
         return self._finish_push(rank, clock, PushResult(PushStatus.APPLIED, staleness))
 
     def _dense(self, indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """A sparse gradient scattered into a reused zero buffer (for rules that
-        touch every coordinate, and for BSP's aggregate)."""
+        touch every coordinate, and for an aggregate)."""
         if self._dense_buf is None:
             self._dense_buf = torch.zeros(self.numel)
         else:
@@ -209,40 +205,37 @@ class ShardState:
             raise ProtocolError(ErrorCode.NOT_REGISTERED, f"worker {rank} has not registered with shard {self.shard}")
         if read_version > self.version:
             raise ProtocolError(ErrorCode.BAD_VERSION, f"read_version {read_version} is ahead of the shard ({self.version})")
-        if self.bsp is not None and clock > self.bsp.step:
-            raise ProtocolError(ErrorCode.BAD_CLOCK, f"BSP push for clock {clock} while the shard is at step {self.bsp.step}")
+        refusal = self.policy.push_refusal(clock)
+        if refusal is not None:
+            raise ProtocolError(ErrorCode.BAD_CLOCK, refusal)
 
-    def _finish_push(self, rank, clock, result: PushResult, grad=None, skip=False) -> PushResult:
-        if self.bsp is not None:
-            outcome = self.bsp.add(rank, clock, None if skip else grad, self.board.quorum())
-            if outcome is PushOutcome.LATE:
-                self.counters["late_dropped"] += 1
-                result = PushResult(PushStatus.LATE, result.staleness)
-                # A straggler whose clock was already applied continues from the
-                # step in progress instead of staying behind forever.
-                self.board.skip_to(rank, self.bsp.step + int(self.bsp.contributed(rank)))
-            elif grad is not None and not skip:
-                self._bsp_staleness.append(result.staleness)
-            self.policy.advanced(rank, clock)
-            self._maybe_complete_bsp()
-            return result
-        self.live.bound_changed(self.policy.advanced(rank, clock))
+    def _finish_push(self, rank, clock, result: PushResult, grad=None) -> PushResult:
+        """`grad`: a gradient the mode aggregates (None: applied already, or rejected)."""
+        done: Finished = self.policy.finished(rank, clock, result.staleness, grad)
+        if done.late:
+            self.counters["late_dropped"] += 1
+            result = PushResult(PushStatus.LATE, result.staleness)
+        self.live.bound_changed(done.bound_change)
+        if not self._apply_update(done.update):  # this push completed a round whose step was refused
+            result = PushResult(PushStatus.NON_FINITE_RESULT, result.staleness)
         return result
 
-    def _use_lr(self, clock: int) -> None:
-        """The learning rate in force for gradients of `clock` (changed by psgd ctl)."""
-        lr = self.policy.lr_at(clock)
+    def _use_lr(self, lr: float) -> None:
+        """Apply the next gradient at `lr` (the rate in force at its clock: psgd ctl changes it)."""
         if lr != self.rule.cfg.lr:
             self.rule.cfg = replace(self.rule.cfg, lr=lr)
 
-    def _maybe_complete_bsp(self) -> None:
-        if self.bsp is None or self.bsp.check(self.board.quorum()) is not PushOutcome.COMPLETE:
-            return
-        avg = self.bsp.take_average()
-        staleness, self._bsp_staleness = self._bsp_staleness, []
-        if avg is not None:
-            self.rule.apply(self._writable(), avg, max(staleness, default=0))
-            self._applied(avg.numel(), staleness)
+    def _apply_update(self, update: Optional[Update]) -> bool:
+        """An aggregated step the mode's rule completed (its mean; None: every push was rejected).
+        False when the step was refused: it would make the parameters or the state non-finite
+        (the round's earlier pushes were acknowledged as counted)."""
+        if update is None or update.grad is None:
+            return True
+        if not self.rule.apply_if_finite(self._writable(), update.grad, max(update.staleness, default=0)):
+            self.counters["rejected_nonfinite_result"] += 1
+            return False
+        self._applied(update.grad.numel(), update.staleness)
+        return True
 
     def _applied(self, numel: int, staleness: list[int]) -> None:
         self.version += 1
@@ -253,7 +246,7 @@ class ShardState:
 
     # ---- pulls ------------------------------------------------------------
     def pull_ready(self, rank: int, clock: int) -> bool:
-        return self.policy.pull_ready(rank, clock, self.bsp.step if self.bsp is not None else 0)
+        return self.policy.pull_ready(rank, clock)
 
     def answer_pull(self, rank: int, clock: int) -> tuple[torch.Tensor, int, int]:
         """(parameters, clock, slowest quorum clock) for a worker's ready pull; records the gap."""

@@ -78,10 +78,19 @@ class PSClient:
         """Pushes completed, as the shards count them."""
         return self.cursor.clock
 
+    @clock.setter
+    def clock(self, value: int) -> None:
+        """Set by hand only to resend a push (a retry after a lost reply) or in tests."""
+        self.cursor.clock = value
+
     @property
     def seq(self) -> int:
         """The next push's sequence number."""
         return self.cursor.seq
+
+    @seq.setter
+    def seq(self, value: int) -> None:
+        self.cursor.seq = value
 
     def register(self) -> list[torch.Tensor]:
         """Join every shard; returns the current parameters (one flat tensor per shard)

@@ -1,6 +1,6 @@
 """The local-update claims of issue #26, judged from a case's seeds.csv with the
 real study's judges (benchmarks/convergence/literature.py: judge_beats,
-judge_ties), on per-seed costs other than time:
+judge_ties, both psgd.bench.verdict.judge), on per-seed costs other than time:
 
 - examples to target = examples/s x held time to target (the simulated runs
   stop at the target, so the rate is the run's own), and
@@ -8,7 +8,9 @@ judge_ties), on per-seed costs other than time:
 - seconds per 1,000 examples = 1000 / examples/s (time per epoch, up to the
   epoch's size), and the final metric (accuracy; higher is better).
 
-A seed that never held the target costs inf, as it does in time.
+A seed that never held the target is censored, as it is in time: its cost is
+known only to exceed what it spent by the run's end (examples/s x the run's
+length), which psgd.bench.verdict.judge takes as its cap.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from literature import Claim, _combine, judge_beats, judge_ties
 
 from psgd.bench.outcomes import ModeStats
 from psgd.bench.stats import median_ci
+from psgd.bench.verdict import ClaimVerdict
 
 __all__ = ["seed_rows", "cost_stats", "local_update_verdicts"]
 
@@ -59,12 +62,28 @@ def seed_rows(seeds_csv: Path) -> dict[str, list[dict]]:
     return out
 
 
+def _spent(cost: Cost, r: dict) -> float:
+    """What a seed that never held the target had spent of `cost` by its run's end (its cap)."""
+    return cost({**r, "time_to_target_s": r["train_time_s"]})
+
+
+CENSORED_COSTS = {"examples_to_target", "kb_to_target"}  # costs that run until the target is held
+
+
 def cost_stats(stats: ModeStats, rows: list[dict], cost: Cost) -> Optional[ModeStats]:
-    """`stats` with its time interval replaced by `cost`'s over the same seeds (None if a seed lacks it)."""
+    """`stats` with its time interval replaced by `cost`'s over the same seeds (None if a seed lacks it).
+    For costs to the target a seed that never held it is censored at what it spent by its end; for the
+    others (final metric, s per 1,000 examples) every seed needs a finite value."""
     values = [cost(r) for r in rows]
     if not values or any(math.isnan(v) for v in values):
         return None
-    return dataclasses.replace(stats, time=median_ci(values), times=tuple(values))
+    if cost.__name__ in CENSORED_COSTS:
+        caps = tuple(_spent(cost, r) if math.isinf(v) else v for r, v in zip(rows, values))
+    elif any(math.isinf(v) for v in values):
+        return None
+    else:
+        caps = tuple(values)
+    return dataclasses.replace(stats, time=median_ci(values), times=tuple(values), caps=caps)
 
 
 def local_update_verdicts(stats: dict[str, ModeStats], rows: dict[str, list[dict]], where: str,
@@ -102,7 +121,7 @@ def local_update_verdicts(stats: dict[str, ModeStats], rows: dict[str, list[dict
           [(geo, "asp")], judge_beats, seconds_per_1k_examples, " s")
     if geo in stats and "asp" in stats:
         g, a = stats[geo], stats["asp"]
-        v = "confirmed" if g.reached >= a.reached else "not confirmed"
+        v = ClaimVerdict.CONFIRMED if g.reached >= a.reached else ClaimVerdict.NOT_CONFIRMED
         out.append(Claim(f"{where}: GEO-SGD reaches ASP's quality (holds the target in as many seeds)",
                          "Paddle PR #20018", v, f"{geo} held {g.reached}/{g.seeds}, asp {a.reached}/{a.seeds}; "
                          f"time to target {g.time.text(2, ' s')} vs asp {a.time.text(2, ' s')} -> {v}"))

@@ -26,9 +26,11 @@ sys.path[:0] = [str(HERE), str(REAL)]
 
 from claims_local import local_update_verdicts, seed_rows  # noqa: E402
 from literature import study_verdicts  # noqa: E402
+from sweep import sensitivity_section  # noqa: E402
 from verdicts import headline, load_case  # noqa: E402
 
 from psgd.bench.stats import TIE_MARGIN  # noqa: E402
+from psgd.bench.target_resolution import target_resolution_line  # noqa: E402
 from psgd.config import load_config  # noqa: E402
 
 __all__ = ["load_study", "verdict_matrix", "main"]
@@ -60,6 +62,11 @@ def claims_at(paths: dict[str, Path], w: int):
     if "none" in cases:
         claims += local_update_verdicts(cases["none"], seed_rows(paths["none"]), f"{w} workers", LOCAL_H)
     return cases, claims
+
+
+def judge_study(study_dir: Path) -> dict[int, list]:
+    """W -> its claims, for a directory laid out like the study (a sensitivity sweep point)."""
+    return {w: claims_at(paths, w)[1] for w, paths in load_study(study_dir).items()}
 
 
 def real_claims() -> dict[str, dict[str, str]]:
@@ -201,9 +208,12 @@ def main(argv: list[str]) -> int:
              f"once it is held. Stated cluster: {sim.compute_ms:g} ms of compute per worker step, links of "
              f"{sim.bandwidth_gbps:g} Gb/s with {sim.latency_us:g} µs latency, a shard serves a request in "
              f"{sim.request_us:g} µs plus {sim.apply_gbps:g} GB/s of apply.", "",
-             f"Verdicts: a *beats* claim is confirmed only where the 95% intervals separate in its favour; a *tie* "
-             f"claim only where the 95% interval of the ratio of medians lies inside ±{TIE_MARGIN:.0%} (the tie "
-             f"margin). Times are held time to target, median [95% bootstrap CI] over seeds.", ""]
+             "Verdicts: every comparison is `psgd.bench.verdict.judge` on the 95% interval of the ratio of the "
+             f"medians: *faster*/*slower* wholly beyond ±{TIE_MARGIN:.0%} of 1, *tied* inside it, *inconclusive* "
+             "otherwise (overlap confirms nothing). A *beats* claim is confirmed only by *faster*, a *tie* claim "
+             "only by *tied*. A seed that never held the target is censored at its run's end; a verdict that rests "
+             "on such seeds says *decided by the cap*. Times are held time to target, median [95% bootstrap CI] "
+             "over seeds.", "", target_resolution_line(cfg), ""]
     claims_by_w = {}
     for w, paths in study.items():
         cases, claims = claims_at(paths, w)
@@ -235,6 +245,7 @@ def main(argv: list[str]) -> int:
                   "clock (simulated, without the real study's two shared cores), so a difference says the answer "
                   "depends on them, not which is right.", ""]
         parts += differ or ["None: every claim tested in both has the same verdict."]
+    parts += [""] + sensitivity_section(Path(study_dir), claims_by_w, judge_study)
     parts += ["", "![time to target vs W](scale.png)", "", "![verdicts vs W](verdicts.png)", "",
               "## The run", ""] + log_lines(study_dir)
     (Path(study_dir) / "report.md").write_text("\n".join(parts) + "\n")

@@ -2,12 +2,13 @@
 intervals: *confirmed*, *not confirmed* or *inconclusive*, with the evidence.
 Used by verdicts.py; the case names are those run_study.sh runs.
 
-A "beats" claim is confirmed when the claimed winner's interval lies entirely
-on the better side, not confirmed when it lies entirely on the worse side, and
-inconclusive when they overlap. A "ties" claim is a claim about the ratio of
-the two medians: confirmed when the ratio's interval lies inside 1 ± TIE_MARGIN
-(±10%), not confirmed when it lies wholly outside, inconclusive otherwise:
-overlapping intervals alone are "indistinguishable", not "tied".
+Every comparison is psgd.bench.verdict.judge (faster / slower / tied /
+inconclusive from the interval of the ratio of medians and the ±TIE_MARGIN
+margin, seeds that never held the target censored at their run's end), and
+claim_verdict turns it into the claim's verdict: a "beats" claim is confirmed
+only by FASTER, a "ties" claim only by TIED; the other decided outcome refutes
+it, and overlap confirms nothing. A verdict that rests on censored seeds says
+"decided by the cap" in its evidence.
 """
 from __future__ import annotations
 
@@ -15,16 +16,17 @@ from dataclasses import dataclass
 from typing import Optional
 
 from psgd.bench.outcomes import ModeStats
-from psgd.bench.stats import TIE_MARGIN, Interval, Tie, compare, judge_tie, ratio_ci
+from psgd.bench.stats import Interval
+from psgd.bench.verdict import Claimed, ClaimVerdict, Sample, claim_verdict, judge
 
-__all__ = ["Claim", "judge_beats", "judge_ties", "study_verdicts"]
+__all__ = ["Claim", "judge_beats", "judge_ties", "judge_final_ties", "study_verdicts"]
 
 
 @dataclass(frozen=True)
 class Claim:
     claim: str
     source: str
-    verdict: str      # confirmed | not confirmed | inconclusive | not tested
+    verdict: ClaimVerdict
     evidence: str
 
 
@@ -33,21 +35,26 @@ def _iv(iv: Optional[Interval], unit: str) -> str:
 
 
 def judge_beats(winner: ModeStats, loser: ModeStats, unit: str = " s", lower_is_better: bool = True
-                ) -> tuple[str, str]:
+                ) -> tuple[ClaimVerdict, str]:
     """(verdict, evidence) for "`winner` reaches the target sooner than `loser`" (or, with
-    `time`/`times` holding another per-seed measure in `unit`, does better on it)."""
-    kind = compare(winner.time, loser.time, lower_is_better).kind
-    verdict = {"faster": "confirmed", "slower": "not confirmed", "indistinguishable": "inconclusive"}[kind]
-    return verdict, f"{_iv(winner.time, unit)} vs {loser.label} {_iv(loser.time, unit)}"
+    `time`/`times`/`caps` holding another per-seed measure in `unit`, does better on it)."""
+    j = judge(winner.sample(), loser.sample(), higher_is_better=not lower_is_better)
+    return claim_verdict(Claimed.BEATS, j.outcome), f"{_iv(winner.time, unit)} vs {loser.label} {_iv(loser.time, unit)}, {j.text()}"
 
 
-def judge_ties(a: ModeStats, b: ModeStats, unit: str = " s") -> tuple[str, str]:
+def judge_ties(a: ModeStats, b: ModeStats, unit: str = " s") -> tuple[ClaimVerdict, str]:
     """(verdict, evidence) for "`a` ties `b`": the interval of median(a) / median(b) inside the margin."""
-    ratio = ratio_ci(a.times, b.times)
-    tie = judge_tie(ratio)
-    verdict = {Tie.TIED: "confirmed", Tie.NOT_TIED: "not confirmed", Tie.INCONCLUSIVE: "inconclusive"}[tie]
-    return verdict, (f"{_iv(a.time, unit)} vs {b.label} {_iv(b.time, unit)}, ratio {ratio.text(2)} "
-                     f"(tie margin ±{TIE_MARGIN:.0%})")
+    j = judge(a.sample(), b.sample())
+    return claim_verdict(Claimed.TIES, j.outcome), f"{_iv(a.time, unit)} vs {b.label} {_iv(b.time, unit)}, {j.text()}"
+
+
+def judge_final_ties(a: ModeStats, b: ModeStats, higher_is_better: bool) -> tuple[ClaimVerdict, str]:
+    """(verdict, evidence) for "`a`'s final metric ties `b`'s" (per-seed finals, ratio inside the margin)."""
+    if not a.finals or not b.finals:
+        return ClaimVerdict.NOT_TESTED, "no final metric recorded"
+    j = judge(Sample.of(a.finals), Sample.of(b.finals), higher_is_better=higher_is_better)
+    return (claim_verdict(Claimed.TIES, j.outcome),
+            f"final {_iv(a.final, '')} vs {b.label} {_iv(b.final, '')}, {j.text()}")
 
 
 def _pair(cases: dict[str, dict[str, ModeStats]], case: str, a: str, b: str):
@@ -55,15 +62,16 @@ def _pair(cases: dict[str, dict[str, ModeStats]], case: str, a: str, b: str):
     return s.get(a), s.get(b)
 
 
-def _combine(verdicts: list[str]) -> str:
+def _combine(verdicts: list[ClaimVerdict]) -> ClaimVerdict:
     """One verdict for a claim tested several times (e.g. every SSP bound)."""
+    verdicts = [v for v in verdicts if v != ClaimVerdict.NOT_TESTED]
     if not verdicts:
-        return "not tested"
-    if all(v == "confirmed" for v in verdicts):
-        return "confirmed"
-    if all(v == "not confirmed" for v in verdicts):
-        return "not confirmed"
-    return "inconclusive"   # some inconclusive, or mixed across bounds/cases: the evidence lists each
+        return ClaimVerdict.NOT_TESTED
+    if all(v == ClaimVerdict.CONFIRMED for v in verdicts):
+        return ClaimVerdict.CONFIRMED
+    if all(v == ClaimVerdict.NOT_CONFIRMED for v in verdicts):
+        return ClaimVerdict.NOT_CONFIRMED
+    return ClaimVerdict.INCONCLUSIVE   # some inconclusive, or mixed across bounds/cases: the evidence lists each
 
 
 def study_verdicts(cases: dict[str, dict[str, ModeStats]], workload: str, higher_is_better: bool,
@@ -71,7 +79,6 @@ def study_verdicts(cases: dict[str, dict[str, ModeStats]], workload: str, higher
                    heavy_tail: Optional[str] = None) -> list[Claim]:
     """`cases`: heterogeneity case -> mode label -> stats, for one workload. `heavy_tail`:
     a case of heavy-tailed (Pareto) delays, judged apart from `delay` when given."""
-    lower = not higher_is_better
     out = []
 
     def time_claim(claim, source, case_names, a, b, judge):
@@ -111,16 +118,16 @@ def study_verdicts(cases: dict[str, dict[str, ModeStats]], workload: str, higher
     time_claim("DC-ASGD beats plain ASP (time to target)", "Zheng et al. 2017",
                list(cases), ["asp+dc"], "asp", judge_beats)
 
-    # Staleness-aware steps: final metric of asp+sa stays as good as BSP's.
+    # Staleness-aware steps: asp+sa's final metric ties BSP's (a difference beyond the margin either way
+    # refutes "keeps it near"; runs that stop at the target or the cap end at different points).
     verdicts, ev = [], []
     for case, s in cases.items():
         a, b = s.get("asp+sa"), s.get("bsp")
-        if a is None or b is None or a.final is None or b.final is None:
+        if a is None or b is None:
             continue
-        kind = compare(a.final, b.final, lower).kind
-        v = "not confirmed" if kind == "slower" else "confirmed"
+        v, evidence = judge_final_ties(a, b, higher_is_better)
         verdicts.append(v)
-        ev.append(f"{case}: asp+sa final {_iv(a.final, '')} vs bsp {_iv(b.final, '')} -> {v}")
+        ev.append(f"{case}: asp+sa {evidence} -> {v}")
     out.append(Claim(f"{workload}: staleness-aware ASP keeps its final metric near BSP's", "Zhang et al. 2016",
                      _combine(verdicts), "; ".join(ev) or "the modes were not run"))
     return out

@@ -14,12 +14,14 @@ from its seeds.csv row at the mode's chosen rate:
 - bytes to target: what the workers pushed by then, wire bytes per example x
   examples to target.
 
-A never-reached target is inf for both. "Far fewer bytes" means at most half of
-BSP's (FAR_FEWER): confirmed when the interval of the ratio of the medians lies
-at or below it, not confirmed when it lies wholly above, inconclusive
-otherwise (and wherever neither mode held the target). "Fewer"/"more" claims
-are judged as literature.py's "beats": separated intervals only; ties need
-the ratio's interval inside ±TIE_MARGIN.
+A never-reached target is inf for both, censored at what the seed spent by
+its run's end (examples/s x its run length) where the row says how long it
+ran. Every comparison is psgd.bench.verdict.judge: "fewer"/"more" claims are
+confirmed only by FASTER, ties only by TIED. "Far fewer bytes" means at most
+half of BSP's (FAR_FEWER): confirmed when judge says FASTER and the ratio's
+interval lies at or below FAR_FEWER, not confirmed when it says TIED or SLOWER
+or its (uncensored) ratio interval lies wholly above FAR_FEWER, inconclusive
+otherwise.
 """
 from __future__ import annotations
 
@@ -29,13 +31,13 @@ from typing import Optional, Sequence
 
 from literature import Claim, _combine  # this script's sibling (run as a file, from any directory)
 
-from psgd.bench.stats import TIE_MARGIN, Interval, Tie, compare, judge_tie, median_ci, ratio_ci
+from psgd.bench.stats import Interval, median_ci
+from psgd.bench.verdict import Claimed, ClaimVerdict, Judgement, Outcome, Sample, claim_verdict, judge
 
 __all__ = ["SeedRow", "FAR_FEWER", "judge_far_fewer_bytes", "judge_fewer_examples", "judge_examples_tie",
            "judge_faster_epochs", "local_verdicts", "local_table"]
 
 FAR_FEWER = 0.5  # "far fewer bytes": at most half of the baseline's
-TIE = {Tie.TIED: "confirmed", Tie.NOT_TIED: "not confirmed", Tie.INCONCLUSIVE: "inconclusive"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class SeedRow:
     final_metric: Optional[float]
     examples_per_s: Optional[float]
     wire_bytes_per_example: Optional[float]   # None in CSVs written before the column existed
+    train_time_s: Optional[float] = None      # the run's length: where a not-reached seed's costs are censored
 
     @property
     def examples_to_target(self) -> Optional[float]:
@@ -60,6 +63,18 @@ class SeedRow:
         if n is None or self.wire_bytes_per_example is None:
             return None
         return math.inf if math.isinf(n) else self.wire_bytes_per_example * n
+
+    @property
+    def examples_spent(self) -> Optional[float]:
+        """Examples behind the run by its end (the cap of a censored examples-to-target)."""
+        if self.examples_per_s is None or self.train_time_s is None:
+            return None
+        return self.examples_per_s * self.train_time_s
+
+    @property
+    def bytes_spent(self) -> Optional[float]:
+        n = self.examples_spent
+        return None if n is None or self.wire_bytes_per_example is None else self.wire_bytes_per_example * n
 
 
 def _values(rows: Sequence[SeedRow], field: str) -> Optional[list[float]]:
@@ -78,28 +93,37 @@ def _ci(rows: Sequence[SeedRow], field: str) -> Optional[Interval]:
     return None if v is None else median_ci(v)
 
 
-def _beats(a: list[float], b: list[float]) -> str:
-    """a lower than b, by separated intervals."""
-    kind = compare(median_ci(a), median_ci(b)).kind
-    return {"faster": "confirmed", "slower": "not confirmed", "indistinguishable": "inconclusive"}[kind]
+_CAP = {"examples_to_target": "examples_spent", "bytes_to_target": "bytes_spent"}
 
 
-def judge_far_fewer_bytes(a: Sequence[SeedRow], b: Sequence[SeedRow]) -> tuple[str, str]:
+def _sample(rows: Sequence[SeedRow], field: str) -> Sample:
+    """The rows' `field` for judge, a not-reached seed censored at what it spent by its end."""
+    return Sample.of([getattr(r, field) for r in rows],
+                     [getattr(r, _CAP[field]) if field in _CAP else None for r in rows], [r.seed for r in rows])
+
+
+def _beats(a: Sample, b: Sample) -> tuple[ClaimVerdict, Judgement]:
+    """a lower than b, by judge."""
+    j = judge(a, b)
+    return claim_verdict(Claimed.BEATS, j.outcome), j
+
+
+def judge_far_fewer_bytes(a: Sequence[SeedRow], b: Sequence[SeedRow]) -> tuple[ClaimVerdict, str]:
     """(verdict, evidence) for "`a` reaches the target with at most FAR_FEWER of `b`'s bytes"."""
     x, y = _values(a, "bytes_to_target"), _values(b, "bytes_to_target")
     if x is None or y is None:
-        return "not tested", "no wire bytes recorded"
-    r = ratio_ci(x, y)
-    if all(math.isinf(v) for v in x + y):
-        verdict = "inconclusive"   # neither held the target: nothing to compare
-    elif r.n >= 2 and r.high <= FAR_FEWER:
-        verdict = "confirmed"
-    elif r.n >= 2 and r.low > FAR_FEWER:
-        verdict = "not confirmed"
+        return ClaimVerdict.NOT_TESTED, "no wire bytes recorded"
+    j = judge(_sample(a, "bytes_to_target"), _sample(b, "bytes_to_target"))
+    r = j.ratio
+    if j.outcome == Outcome.FASTER and r.high <= FAR_FEWER:
+        verdict = ClaimVerdict.CONFIRMED
+    elif j.outcome in (Outcome.TIED, Outcome.SLOWER) or (j.outcome == Outcome.FASTER and not j.censored[1]
+                                                          and r.low > FAR_FEWER):
+        verdict = ClaimVerdict.NOT_CONFIRMED
     else:
-        verdict = "inconclusive"
+        verdict = ClaimVerdict.INCONCLUSIVE
     return verdict, (f"{_text(median_ci(x), 1e6, ' MB')} vs {b[0].label} {_text(median_ci(y), 1e6, ' MB')} to the "
-                     f"target, ratio {r.text(3)} (far fewer: at most {FAR_FEWER:g}), bytes/example "
+                     f"target, {j.text()} (far fewer: at most {FAR_FEWER:g}), bytes/example "
                      f"{_text(_ci(a, 'wire_bytes_per_example'), 1, '', 0)} vs {_text(_ci(b, 'wire_bytes_per_example'), 1, '', 0)}")
 
 
@@ -110,38 +134,41 @@ def _examples(a: Sequence[SeedRow], b: Sequence[SeedRow]) -> tuple[Optional[list
     return x, y, ev
 
 
-def judge_fewer_examples(a: Sequence[SeedRow], b: Sequence[SeedRow]) -> tuple[str, str]:
+def judge_fewer_examples(a: Sequence[SeedRow], b: Sequence[SeedRow]) -> tuple[ClaimVerdict, str]:
     """(verdict, evidence) for "`a` needs fewer examples (steps) than `b` to hold the target"."""
     x, y, ev = _examples(a, b)
-    return ("not tested", "examples/s not recorded") if x is None else (_beats(x, y), ev)
+    if x is None:
+        return ClaimVerdict.NOT_TESTED, "examples/s not recorded"
+    verdict, j = _beats(_sample(a, "examples_to_target"), _sample(b, "examples_to_target"))
+    return verdict, f"{ev}, {j.text()}"
 
 
-def judge_examples_tie(a: Sequence[SeedRow], b: Sequence[SeedRow]) -> tuple[str, str]:
-    """(verdict, evidence) for "`a` needs as many examples as `b`" (ratio of medians inside ±TIE_MARGIN)."""
+def judge_examples_tie(a: Sequence[SeedRow], b: Sequence[SeedRow]) -> tuple[ClaimVerdict, str]:
+    """(verdict, evidence) for "`a` needs as many examples as `b`" (judge says TIED)."""
     x, y, ev = _examples(a, b)
     if x is None:
-        return "not tested", "examples/s not recorded"
-    r = ratio_ci(x, y)
-    verdict = "inconclusive" if all(math.isinf(v) for v in x + y) else TIE[judge_tie(r)]  # neither held it
-    return verdict, f"{ev}, ratio {r.text(2)} (tie margin ±{TIE_MARGIN:.0%})"
+        return ClaimVerdict.NOT_TESTED, "examples/s not recorded"
+    j = judge(_sample(a, "examples_to_target"), _sample(b, "examples_to_target"))
+    return claim_verdict(Claimed.TIES, j.outcome), f"{ev}, {j.text()}"
 
 
-def judge_faster_epochs(a: Sequence[SeedRow], b: Sequence[SeedRow], higher_is_better: bool) -> tuple[str, str]:
-    """(verdict, evidence) for "`a` takes less time per epoch than `b` at equal quality": its
-    examples/s interval above b's, and its final metric tied with b's (ratio inside ±TIE_MARGIN)."""
+def judge_faster_epochs(a: Sequence[SeedRow], b: Sequence[SeedRow], higher_is_better: bool) -> tuple[ClaimVerdict, str]:
+    """(verdict, evidence) for "`a` takes less time per epoch than `b` at equal quality": judge says
+    its seconds per example are FASTER, and its final metric TIED with b's."""
     ra, rb, fa, fb = (_values(a, "examples_per_s"), _values(b, "examples_per_s"),
                       _values(a, "final_metric"), _values(b, "final_metric"))
     if ra is None or rb is None or fa is None or fb is None:
-        return "not tested", "examples/s or final metric not recorded"
-    speed = _beats([-v for v in ra], [-v for v in rb])   # more examples per second: less time per epoch
-    quality = TIE[judge_tie(ratio_ci(fa, fb))]
+        return ClaimVerdict.NOT_TESTED, "examples/s or final metric not recorded"
+    sa, sb = [r.seed for r in a], [r.seed for r in b]
+    speed, js = _beats(Sample.of([1.0 / v for v in ra], seeds=sa), Sample.of([1.0 / v for v in rb], seeds=sb))  # s/example
+    jq = judge(Sample.of(fa, seeds=sa), Sample.of(fb, seeds=sb), higher_is_better=higher_is_better)
+    quality = claim_verdict(Claimed.TIES, jq.outcome)
     parts = {speed, quality}
-    verdict = ("confirmed" if parts == {"confirmed"} else "not confirmed" if "not confirmed" in parts
-               else "inconclusive")
+    verdict = (ClaimVerdict.CONFIRMED if parts == {ClaimVerdict.CONFIRMED} else ClaimVerdict.NOT_CONFIRMED
+               if ClaimVerdict.NOT_CONFIRMED in parts else ClaimVerdict.INCONCLUSIVE)
     return verdict, (f"examples/s {_text(median_ci(ra), 1, '', 0)} vs {b[0].label} {_text(median_ci(rb), 1, '', 0)} "
-                     f"-> faster per epoch: {speed}; final metric {_text(median_ci(fa), 1, '', 3)} vs "
-                     f"{_text(median_ci(fb), 1, '', 3)}, ratio {ratio_ci(fa, fb).text(3)} -> equal within "
-                     f"±{TIE_MARGIN:.0%}: {quality}")
+                     f"-> time per example {js.text()}: {speed}; final metric {_text(median_ci(fa), 1, '', 3)} vs "
+                     f"{_text(median_ci(fb), 1, '', 3)}, {jq.text()}: {quality}")
 
 
 def _h(label: str) -> Optional[int]:
@@ -164,8 +191,7 @@ def local_verdicts(cases: dict[str, dict[str, list[SeedRow]]], workload: str, hi
             for a, b in pairs:
                 if a in rows and b in rows:
                     v, evidence = judge(rows[a], rows[b])
-                    if v != "not tested":
-                        verdicts.append(v)
+                    verdicts.append(v)
                     ev.append(f"{case}: {a} {evidence} -> {v}")
         out.append(Claim(f"{workload}: {text}", source, _combine(verdicts),
                          "; ".join(ev) or "the modes were not run"))

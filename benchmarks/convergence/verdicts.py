@@ -55,7 +55,7 @@ def load_rows(seeds_csv: Path) -> dict[str, list[SeedRow]]:
             ttt = _f(r["time_to_target_s"])
             out.setdefault(r["label"], []).append(SeedRow(
                 r["label"], int(r["seed"]), float("inf") if ttt is None else ttt, _f(r["final_metric"]),
-                _f(r.get("examples_per_s", "")), _f(r.get("wire_bytes_per_example", ""))))
+                _f(r.get("examples_per_s", "")), _f(r.get("wire_bytes_per_example", "")), _f(r.get("train_time_s", ""))))
     return out
 
 
@@ -96,17 +96,20 @@ def verdicts_page(study_dir: Path) -> str:
         higher[workload] = not summary or summary[0].get("metric", "accuracy") == "accuracy"
     parts = ["# Literature verdicts", "",
              "Computed by `benchmarks/convergence/verdicts.py` from each case's seeds.csv (times are the held time to "
-             "target, median [95% bootstrap CI] over seeds). A claim that one mode beats another is *confirmed* "
-             "only where the intervals separate in its favour, *not confirmed* where they separate against it, "
-             "and *inconclusive* where they overlap. A claimed tie is about the ratio of the median times: *confirmed* "
-             "only where its 95% interval lies within ±10% of 1 (the tie margin), *not confirmed* where it lies "
-             "wholly outside, and *inconclusive* otherwise.", "",
+             "target, median [95% bootstrap CI] over seeds). Every comparison is `psgd.bench.verdict.judge` on the "
+             "95% interval of the ratio of the medians: *faster* where it lies wholly below 0.9, *slower* wholly "
+             "above 1.1, *tied* inside [0.9, 1.1] (the ±10% margin), *inconclusive* otherwise; overlapping "
+             "intervals confirm nothing. A claim that one mode beats another is *confirmed* only by *faster*, a "
+             "claimed tie only by *tied*; the other decided outcome makes it *not confirmed*. A seed that never "
+             "held the target is censored at its run's end: it can make its mode slower, never faster or tied, "
+             "and a verdict that rests on it says *decided by the cap*.", "",
              "The `-local` sections are the local-update modes (`bsp+hH`: local SGD, `asp+hH`: GEO-SGD, "
              "`bsp+hH+diloco`: DiLoCo, `asp+hH+diloco`: naive asynchronous DiLoCo, `asp+hH+diloco+dn`: with Delayed "
              "Nesterov) measured side by side with the baselines they are compared against, each mode at the best "
              "rate of the grid of its inner optimizer. Examples to target = examples/s x time to target (a run's "
              "mean rate); bytes to target = wire bytes per example x examples to target. \"Far fewer bytes\" is "
-             "judged on the ratio of the medians: *confirmed* where its interval lies at or below 0.5.", ""]
+             "judged on the ratio of the medians: *confirmed* where the verdict is *faster* and its interval lies at or "
+             "below 0.5.", ""]
     for workload, cases in workloads.items():
         cases = _order(cases)
         local = workload.endswith(LOCAL_GROUP)

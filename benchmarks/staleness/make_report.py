@@ -5,7 +5,8 @@
 For each straggler model: time to the held target of bsp, asp, ssp:auto and
 the best fixed bound that `psgd tune staleness` recommended (its finalist
 seeds), as medians with 95% bootstrap intervals (psgd.bench.stats); verdicts
-only where intervals separate; the tuner's wall time beside one auto run.
+by psgd.bench.verdict.judge (faster / slower / tied / inconclusive on the ratio
+of medians, ±10% margin); the tuner's wall time beside one auto run.
 Everything is read from the data files the study copies here (seeds.csv,
 tune_seeds.csv, tuner_seconds, auto_bounds.json), not from markdown.
 """
@@ -20,8 +21,9 @@ from pathlib import Path
 from typing import Optional
 
 from psgd.bench.outcomes import RunOutcome
-from psgd.bench.stats import compare, median_ci
+from psgd.bench.stats import median_ci
 from psgd.bench.tune_halving import HalvingResult, recommend_bound
+from psgd.bench.verdict import Sample, judge
 
 HERE = Path(__file__).resolve().parent
 CASES = {
@@ -52,6 +54,11 @@ def bound_changes(run_dir: Path) -> tuple[int, int]:
     return len(mine), max((c["setting"]["bound"] for c in mine), default=0)
 
 
+def sample(rows: list[dict]) -> Sample:
+    """The seeds' times for judge; a seed that never held the target is censored at its run's length."""
+    return Sample.of(times(rows), [float(r["train_time_s"]) if r["train_time_s"] else None for r in rows])
+
+
 def _cell(text: str) -> Optional[float]:
     return None if text in ("", "inf") else float(text)
 
@@ -77,7 +84,7 @@ def case_section(case: str, runs: Path) -> tuple[list[str], str]:
     rows = [("bsp", bench.get("bsp", [])), ("asp", bench.get("asp", [])), ("ssp:auto", bench.get("ssp:auto", []))]
     if best is not None:
         rows.append((f"ssp:{best} (tuned)", tuned.get(f"ssp:{best}", [])))
-    ivs = {}
+    ivs, samples = {}, {}
     lines = [f"## {case}: {CASES[case]}", "",
              "| mode | seeds | held target | time to target (s), median [95% CI] | final accuracy, median |",
              "|---|---|---|---|---|"]
@@ -87,6 +94,7 @@ def case_section(case: str, runs: Path) -> tuple[list[str], str]:
             continue
         iv = median_ci(times(rs))
         ivs[label] = iv
+        samples[label] = sample(rs)
         acc = statistics.median(float(r["final_metric"]) for r in rs if r["final_metric"])
         held = sum(1 for t in times(rs) if math.isfinite(t))
         lines.append(f"| {label} | {len(rs)} | {held}/{len(rs)} | {iv.text(2)} | {acc:.4f} |")
@@ -104,22 +112,20 @@ def case_section(case: str, runs: Path) -> tuple[list[str], str]:
                      + " times in its seeds (largest bound " + ", ".join(str(b) for _, b in changes)
                      + "); see [bound_vs_time.png](" + case + "/bound_vs_time.png).")
     auto_train = [float(r["train_time_s"]) for r in bench.get("ssp:auto", []) if r["train_time_s"]]
-    lines.append(f"Tuner: `psgd tune staleness --bounds 1,2,4,8` recommended s={best} after {tuner_runs} runs "
-                 f"taking {tuner_s} s of wall time (start-up included); one ssp:auto run trains for "
-                 f"{statistics.median(auto_train):.1f} s (median) and needs no tuning." if auto_train else
-                 f"Tuner: recommended s={best} after {tuner_runs} runs, {tuner_s} s.")
+    lines.append(f"Tuner: `psgd tune staleness --bounds 1,2,4,8` ran {tuner_runs} runs taking {tuner_s} s of wall "
+                 f"time (start-up included); the tuner's rule (psgd.bench.tune_halving.recommend_bound) picks "
+                 f"s={best} from them; one ssp:auto run trains for {statistics.median(auto_train):.1f} s (median) "
+                 "and needs no tuning." if auto_train else
+                 f"Tuner: {tuner_runs} runs, {tuner_s} s; the tuner's rule picks s={best} from them.")
     verdict = "no verdict (missing runs)"
     if "ssp:auto" in ivs and len(ivs) == 4:
         tuned_label = rows[3][0]
         tuned_name = tuned_label.replace(" (tuned)", "")
-        v = compare(ivs["ssp:auto"], ivs[tuned_label])
-        verdict = {"faster": f"auto reached the target faster than the tuned {tuned_name}",
-                   "slower": f"auto was slower than the tuned {tuned_name}",
-                   "indistinguishable": f"auto and the tuned {tuned_name} are indistinguishable "
-                                        "(their intervals overlap)"}[v.kind]
-        others = [f"{v2.kind} than {b}" if v2.kind != "indistinguishable" else f"indistinguishable from {b}"
-                  for b in ("bsp", "asp") if b in ivs for v2 in [compare(ivs["ssp:auto"], ivs[b])]]
-        verdict += "; against the baselines auto was " + " and ".join(others)
+        v = judge(samples["ssp:auto"], samples[tuned_label])
+        verdict = f"auto against the tuned {tuned_name}: {v.text()}"
+        others = [f"against {b}: {judge(samples['ssp:auto'], samples[b]).text()}"
+                  for b in ("bsp", "asp") if b in samples]
+        verdict += "; " + "; ".join(others)
     lines += ["", f"Verdict: {verdict}.", ""]
     return lines, verdict
 
@@ -131,7 +137,8 @@ def main(argv: list[str]) -> int:
              "Reproduce: `benchmarks/staleness/run_study.sh` (config: [digits-cnn.yaml](digits-cnn.yaml)). "
              "Time to target is the held target of the bench (first evaluation at 0.93 test accuracy after which "
              "the next 3 stay within 0.02); n = 3 seeds per mode, so each 95% bootstrap interval of the median "
-             "spans the seeds' range; \"faster\" only where intervals do not overlap.", ""]
+             "spans the seeds' range; verdicts by `psgd.bench.verdict.judge` (faster/slower only where the ratio "
+             "interval lies beyond ±10% of 1, tied inside it, else inconclusive).", ""]
     verdicts = []
     for case in CASES:
         if (HERE / case).is_dir():

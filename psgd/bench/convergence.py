@@ -39,13 +39,14 @@ from psgd.bench.convergence_report import (
 )
 from psgd.bench.plots import plot_runs
 from psgd.bench.run_data import RunData, load_run
+from psgd.bench.target_resolution import target_resolution_line
 from psgd.config import Config, Mode, load_config
 from psgd.config.modes import Overlap
 from psgd.core.heterogeneity import delay_spec, describe, transient_specs
 from psgd.core.target import HoldRule
 from psgd.orchestrate.launchers import LauncherUnavailable, launcher_for
 
-__all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "read_lr_choice", "run_matrix", "BenchResult",
+__all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "inner_rate_problem", "ADAMW_GRID", "read_lr_choice", "run_matrix", "BenchResult",
            "write_outputs", "target_spec", "setting_lines"]
 
 _BACKUP = re.compile(r"b(\d+)")
@@ -172,6 +173,23 @@ def parse_lr_grid(text: str) -> list[float]:
     return lrs
 
 
+# Inner AdamW rates that trained DiLoCo in this repository's studies (best 0.003-0.01 on digits, MNIST-1D
+# and the character LM; benchmarks/convergence*/...-adamw-lr): the grid a refusal suggests.
+ADAMW_GRID = (0.001, 0.003, 0.01)
+
+
+def inner_rate_problem(cfg: Config, specs: list[ModeSpec]) -> Optional[str]:
+    """Without a grid every mode runs at optimizer.lr; a mode whose inner optimizer
+    is not the configured one (DiLoCo's AdamW under an SGD config) would inherit a
+    rate meant for another optimizer. Returns the one-line refusal, or None."""
+    foreign = [s.label for s in specs if s.diloco and cfg.optimizer.name != "adamw"]
+    if not foreign:
+        return None
+    grid = ",".join(f"{lr:g}" for lr in sorted({*ADAMW_GRID, cfg.optimizer.lr}))
+    return (f"the inner steps of {', '.join(foreign)} use AdamW, and optimizer.lr {cfg.optimizer.lr:g} is a rate for "
+            f"{cfg.optimizer.name}: pass --lr-grid {grid} (each mode at its best), or --lr-from a previous bench")
+
+
 def read_lr_choice(summary_csv: Path) -> dict[str, float]:
     """label -> lr from an earlier bench's summary.csv (its chosen rates)."""
     try:
@@ -272,6 +290,8 @@ def setting_lines(cfg: Config, specs: list[ModeSpec]) -> list[str]:
     """The setting a report's conclusion holds for, in words."""
     t, o, w = cfg.task, cfg.optimizer, cfg.workers
     args = lambda d: f" {d}" if d else ""  # noqa: E731
+    sim = cfg.cluster.launcher == "sim"
+    unit = " simulated s" if sim else " s"
     scaling = (f" with linear scaling: bsp and all-reduce step at lr x {cfg.cluster.workers} (x W - b with b backup "
                "workers), the gradients one of their updates averages; ssp/asp at lr"
                if o.lr_scaling == "linear" else ", the same learning rate in every mode")
@@ -281,11 +301,14 @@ def setting_lines(cfg: Config, specs: list[ModeSpec]) -> list[str]:
         f"for the parameter-server modes.",
         f"Heterogeneity: {describe(dict(w.slowdown), delay_spec(w), transient_specs(w))}.",
         f"Optimizer: {o.name}{scaling}{', momentum %g' % o.effective_momentum if o.effective_momentum else ''}.",
-        f"Budget, the same for every mode: at most {cfg.train.max_time_s:g} s of training and "
-        f"{cfg.train.steps_per_worker} steps per worker; evaluation every {cfg.eval.every_s:g} s.",
+        f"Budget, the same for every mode: at most {cfg.train.max_time_s:g}{unit} of training and "
+        f"{cfg.train.steps_per_worker} steps per worker; evaluation every {cfg.eval.every_s:g}{unit}.",
+        target_resolution_line(cfg),
         f"Modes: {', '.join(s.label for s in specs)}.",
-        f"Machine: {os.cpu_count()} cores, 1-minute load average at the end {os.getloadavg()[0]:.1f} "
-        "(absolute times are specific to it; compare modes by their ratios, measured in one bench).",
+        ("Clock: simulated (the virtual cluster's time model), so the load of the machine that ran it does not "
+         "enter the times." if sim else
+         f"Machine: {os.cpu_count()} cores, 1-minute load average at the end {os.getloadavg()[0]:.1f} "
+         "(absolute times are specific to it; compare modes by their ratios, measured in one bench)."),
     ]
 
 

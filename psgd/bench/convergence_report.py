@@ -22,7 +22,7 @@ from psgd.bench.outcomes import (
     mode_stats,
     resolution_check,
 )
-from psgd.bench.stats import BOOTSTRAP_RESAMPLES, CI_LEVEL, TIE_MARGIN, judge_tie, ratio_ci
+from psgd.bench.stats import BOOTSTRAP_RESAMPLES, CI_LEVEL, TIE_MARGIN
 from psgd.core.target import HoldRule
 
 __all__ = ["TargetSpec", "Analysis", "analyse", "outcome_of", "write_summary_csv", "write_seeds_csv",
@@ -153,14 +153,14 @@ def write_seeds_csv(path: Path, a: Analysis) -> None:
 def mode_table(a: Analysis, baseline: str = "bsp") -> str:
     metric = "final accuracy" if a.target.higher_is_better else "final validation loss"
     lines = [f"| mode | lr | seeds | held target | time to target, median [95% CI] | ratio to {baseline} [95% CI] | "
-             f"tied with {baseline} (±{TIE_MARGIN:.0%}) | {metric}, median [95% CI] | wire bytes / example |",
+             f"verdict against {baseline} (±{TIE_MARGIN:.0%}) | {metric}, median [95% CI] | wire bytes / example |",
              "|---|---|---|---|---|---|---|---|---|"]
     base = a.stats.get(baseline)
     for label, s in a.stats.items():
         ratio, tie = "—", "—"
         if base is not None and s is not base and s.times and base.times:
-            interval = ratio_ci(s.times, base.times)
-            ratio, tie = interval.text(2), judge_tie(interval).value
+            j = s.versus(base)
+            ratio, tie = j.ratio.text(2), j.outcome.value + (" (decided by the cap)" if j.decided_by_cap else "")
         elif s.ratio_to_bsp is not None:
             ratio = f"{s.ratio_to_bsp:.2f}"
         final = "—" if s.final is None else s.final.text(4)
@@ -199,10 +199,12 @@ def report_sections(a: Analysis, setting: list[str], baseline: str = "bsp") -> l
                      "statistically supported; run with --seeds 3 or more.")
     parts += ["", "## Setting", ""] + [f"- {s}" for s in setting]
     parts += [f"- Seeds: {', '.join(map(str, seeds))} per mode; intervals are {CI_LEVEL:.0%} percentile-bootstrap "
-              f"intervals of the median over seeds ({BOOTSTRAP_RESAMPLES:,} resamples, fixed seed). A mode is called "
-              "faster only where its interval and the baseline's do not overlap; overlapping intervals are "
-              f"*indistinguishable*, and *tied* only where the interval of the ratio of medians lies within "
-              f"±{TIE_MARGIN:.0%} of 1 (else *inconclusive*, or *not tied* where it lies wholly outside).",
+              f"intervals of the median over seeds ({BOOTSTRAP_RESAMPLES:,} resamples, fixed seed). Verdicts rest on the "
+              "interval of the ratio of medians: *faster* (*slower*) where it lies wholly below 1 - margin (above "
+              f"1 + margin), *tied* where it lies inside 1 ± margin (margin ±{TIE_MARGIN:.0%}), *inconclusive* "
+              "otherwise; overlapping intervals confirm nothing. A seed that did not hold the target is censored at "
+              "its run's end: it can make its mode slower, never faster or tied, and a verdict resting on it says "
+              "*decided by the cap*.",
               f"- Target: {a.target.text}, reached and held: {a.target.rule_text}.",
               "- Learning rates: " + ("each mode at its best rate of the grid (lowest median time to target, "
                                       "then best final metric); the whole grid is below." if a.grid else

@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from psgd.bench.stats import Interval, compare, median_ci
+from psgd.bench.stats import Interval, median_ci
+from psgd.bench.verdict import Judgement, Outcome, Sample, judge
 from psgd.core.target import METRICS, HoldRule, held_target_time, metric_series
 from psgd.core.update_size import examples_per_update  # noqa: F401 (re-exported)
 
@@ -55,6 +56,16 @@ class ModeStats:
     final: Optional[Interval]      # final metric
     ratio_to_bsp: Optional[float]  # median time / BSP's median time
     times: tuple[float, ...] = ()  # every seed's time to target (inf: not reached), for ratio intervals
+    caps: tuple[float, ...] = ()   # every seed's run length: a not-reached seed's time is censored there
+    finals: tuple[float, ...] = () # every seed's final metric (seeds without one left out)
+    seed_ids: tuple[int, ...] = () # every seed's run.seed, in the order of `times`
+
+    def sample(self) -> Sample:
+        """The seeds' times for psgd.bench.verdict.judge, not-reached seeds censored at their run's end."""
+        return Sample.of(self.times, self.caps or None, self.seed_ids or None)
+
+    def versus(self, other: "ModeStats") -> Judgement:
+        return judge(self.sample(), other.sample())
 
 
 def mode_stats(outcomes: Sequence[RunOutcome], baseline: str = "bsp") -> dict[str, ModeStats]:
@@ -70,7 +81,8 @@ def mode_stats(outcomes: Sequence[RunOutcome], baseline: str = "bsp") -> dict[st
         times = [o.time_to_target_s if o.time_to_target_s is not None else math.inf for o in runs]
         finals = [o.final_metric for o in runs if o.final_metric is not None]
         out[label] = ModeStats(label, runs[0].lr, len(runs), sum(o.time_to_target_s is not None for o in runs),
-                               median_ci(times), median_ci(finals) if finals else None, None, tuple(times))
+                               median_ci(times), median_ci(finals) if finals else None, None, tuple(times),
+                               tuple(o.train_time_s for o in runs), tuple(finals), tuple(o.seed for o in runs))
     base = out.get(baseline)
     if base is not None and math.isfinite(base.time.median) and base.time.median > 0:
         for label, s in out.items():
@@ -84,40 +96,27 @@ def _t(iv: Interval) -> str:
 
 
 def conclusion(stats: dict[str, ModeStats], target_text: str, baseline: str = "bsp") -> list[str]:
-    """Sentences, each backed by the intervals: which modes reached the target
-    faster or slower than the baseline, which are indistinguishable from it."""
+    """Sentences, one per verdict of psgd.bench.verdict.judge against the
+    baseline (faster, slower, tied, inconclusive), with each mode's evidence."""
     if baseline not in stats:
         return [f"No {baseline} runs finished, so there is no baseline to compare with."]
     base = stats[baseline]
-    lines = []
+    lines = [f"Time to hold {target_text}, median [95% CI] over seeds; {baseline}: {_t(base.time)}."]
     if base.reached < base.seeds:
         lines.append(f"{baseline} held {target_text} in only {base.reached} of {base.seeds} seeds.")
-    faster, slower, same, never, single = [], [], [], [], []
+    groups: dict[Outcome, list[str]] = {o: [] for o in Outcome}
     for label, s in stats.items():
         if label == baseline:
             continue
-        if s.reached == 0:
-            never.append(label)
-            continue
-        entry = f"{label} ({_t(s.time)}" + (f", {s.ratio_to_bsp:.2f}x" if s.ratio_to_bsp is not None else "") + ")"
-        if s.time.n < 2 or base.time.n < 2:
-            single.append(entry)
-            continue
-        kind = compare(s.time, base.time).kind
-        {"faster": faster, "slower": slower, "indistinguishable": same}[kind].append(entry)
-    head = f"Time to hold {target_text}, median [95% CI] over seeds; {baseline}: {_t(base.time)}."
-    lines.insert(0, head)
-    if faster:
-        lines.append("Faster than " + baseline + " (intervals do not overlap): " + "; ".join(faster) + ".")
-    if slower:
-        lines.append("Slower than " + baseline + " (intervals do not overlap): " + "; ".join(slower) + ".")
-    if same:
-        lines.append("Indistinguishable from " + baseline + " with these seeds (intervals overlap): "
-                     + "; ".join(same) + ".")
-    if single:
-        lines.append(f"One seed only, so not compared with {baseline}: " + "; ".join(single) + ".")
-    if never:
-        lines.append("Never held the target in any seed: " + ", ".join(never) + ".")
+        j = s.versus(base)
+        groups[j.outcome].append(f"{label} ({_t(s.time)}; {j.text()})")
+    heads = {Outcome.FASTER: f"Faster than {baseline} (ratio interval below 1 - margin)",
+             Outcome.SLOWER: f"Slower than {baseline} (ratio interval above 1 + margin)",
+             Outcome.TIED: f"Tied with {baseline} (ratio interval inside the margin)",
+             Outcome.INCONCLUSIVE: f"Inconclusive against {baseline} with these seeds"}
+    for outcome, entries in groups.items():
+        if entries:
+            lines.append(f"{heads[outcome]}: " + "; ".join(entries) + ".")
     return lines
 
 

@@ -20,8 +20,8 @@ import torch
 from psgd.bench.procs import bench_config, bench_layout
 from psgd.config import Config
 from psgd.core.heterogeneity import straggler_for
-from psgd.core.local_updates import StepSpeeds
 from psgd.runtime.event_names import Event
+from psgd.servers.service import ShardService
 from psgd.servers.state import ShardState
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor, Push, VirtualWorker
@@ -41,9 +41,10 @@ class LightExecutor(Executor):
         self.layout = bench_layout(numel, self.num_shards)
         sizes = self.layout.shard_sizes
         self.shards = [ShardState(cfg, s, torch.zeros(n)) for s, n in enumerate(sizes)]
+        self.services = [ShardService(shard) for shard in self.shards]
         self.binding, self._f32 = None, True
         self._free = [[] for _ in sizes]
-        self.now, self.speeds = 0.0, [StepSpeeds() for _ in sizes]
+        self.now = 0.0
         self.gradient_s = self.evaluate_s = self.shard_s = 0.0
         gen = torch.Generator().manual_seed(cfg.run.seed)
         self.grads = [torch.randn(n, generator=gen) * 1e-3 for n in sizes]
@@ -52,7 +53,7 @@ class LightExecutor(Executor):
             reads = [self._read(s) for s in range(self.num_shards)]
             w = VirtualWorker(rank, iter(()), WireEncoder("f32", sizes), straggler_for(cfg.workers, rank, 0),
                               [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
-            w.adopt(shard.register(rank, 0.0) for shard in self.shards)
+            w.adopt(self._joined(s, service.register(rank, 0.0)) for s, service in enumerate(self.services))
             self.workers.append(w)
 
     def compute(self, rank: int, step_s: float = 0.0, round_steps: Optional[int] = None) -> list[Push]:

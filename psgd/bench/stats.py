@@ -7,24 +7,20 @@ Everything here is pure (no I/O, no clocks) and deterministic:
   always gives the same interval). A run that never reached its target counts
   as +inf: it sorts last, so an interval may end at inf ("not reached in some
   resamples"), which is the honest answer.
-- `compare`: "faster" only when two intervals do not overlap, otherwise
-  "indistinguishable".
-- `ratio_ci` / `judge_tie`: a tie ("SSP ties BSP") is more than overlapping
-  intervals: the interval of the ratio of the medians must lie inside a stated
-  margin (TIE_MARGIN, ±10%), otherwise the verdict is inconclusive.
-- `halving_schedule` / `survivors`: the successive-halving plan of the tuner.
+- `ratio_ci`: the interval of the ratio of two medians, on which every
+  verdict rests (psgd.bench.verdict.judge, with the margin TIE_MARGIN).
+- `halving_schedule`: the successive-halving plan of the tuner.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Interval", "median_ci", "compare", "Verdict", "TIE_MARGIN", "Tie", "ratio_ci", "judge_tie",
-           "Rung", "halving_schedule", "schedule_runs", "survivors", "BOOTSTRAP_RESAMPLES", "CI_LEVEL"]
+__all__ = ["Interval", "median_ci", "TIE_MARGIN", "ratio_ci", "Rung", "halving_schedule", "schedule_runs",
+           "BOOTSTRAP_RESAMPLES", "CI_LEVEL"]
 
 BOOTSTRAP_RESAMPLES = 10_000
 CI_LEVEL = 0.95
@@ -82,49 +78,16 @@ def _medians(rows: np.ndarray) -> np.ndarray:
     return np.where(np.isinf(a), a, out)
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """How `a` compares with `b` on a lower-is-better quantity (time)."""
-    kind: str   # "faster" (a beats b), "slower" (b beats a) or "indistinguishable"
-    a: Interval
-    b: Interval
-
-    @property
-    def separated(self) -> bool:
-        return self.kind != "indistinguishable"
-
-
-def compare(a: Interval, b: Interval, lower_is_better: bool = True) -> Verdict:
-    """'faster' only if a's interval lies entirely on the better side of b's
-    (no shared point), 'slower' for the reverse, else 'indistinguishable'.
-    With higher-is-better quantities (accuracy) 'faster' reads 'better'.
-    A single run is no interval: with n < 2 on either side, 'indistinguishable'."""
-    if a.n < 2 or b.n < 2:
-        return Verdict("indistinguishable", a, b)
-    if lower_is_better:
-        better, worse = a.high < b.low, b.high < a.low
-    else:
-        better, worse = a.low > b.high, b.low > a.high
-    return Verdict("faster" if better else "slower" if worse else "indistinguishable", a, b)
-
-
 TIE_MARGIN = 0.10  # a tie claims the two medians are within ±10% of each other
 
 
-class Tie(str, Enum):
-    TIED = "tied"                  # the ratio's interval lies inside 1 ± margin
-    NOT_TIED = "not tied"          # it lies entirely outside
-    INCONCLUSIVE = "inconclusive"  # it straddles an edge of the margin: these seeds cannot tell
-
-    def __str__(self) -> str:
-        return self.value
-
-
 def ratio_ci(a: Sequence[float], b: Sequence[float], level: float = CI_LEVEL,
-             resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> Interval:
-    """median(a) / median(b) with a percentile-bootstrap interval (each side
-    resampled on its own). A ratio involving a never-reached (inf) median is inf;
-    inf / inf is unknown and counts as inf, so it can never look like a tie."""
+             resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0, paired: bool = False) -> Interval:
+    """median(a) / median(b) with a percentile-bootstrap interval: each side
+    resampled on its own, or, `paired` (a[i] and b[i] ran with the same seed),
+    the same seeds drawn for both, so what the seeds share cancels. A ratio
+    involving a never-reached (inf) median is inf; inf / inf is unknown and
+    counts as inf, so it can never look like a tie."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.size == 0 or y.size == 0:
         raise ValueError("ratio_ci: no values")
@@ -137,24 +100,16 @@ def ratio_ci(a: Sequence[float], b: Sequence[float], level: float = CI_LEVEL,
     med = float(ratio(np.median(x), np.median(y)))
     if x.size < 2 or y.size < 2:
         return Interval(med, med, med, min(x.size, y.size))
+    if paired and x.size != y.size:
+        raise ValueError("ratio_ci: paired samples differ in length")
     rng = np.random.default_rng(seed)
-    ma = _medians(x[rng.integers(0, x.size, size=(resamples, x.size))])
-    mb = _medians(y[rng.integers(0, y.size, size=(resamples, y.size))])
+    ia = rng.integers(0, x.size, size=(resamples, x.size))
+    ma = _medians(x[ia])
+    mb = _medians(y[ia if paired else rng.integers(0, y.size, size=(resamples, y.size))])
     rs = np.sort(ratio(ma, mb))
     alpha = (1.0 - level) / 2
     return Interval(med, float(np.quantile(rs, alpha, method="lower")),
                     float(np.quantile(rs, 1 - alpha, method="higher")), int(min(x.size, y.size)))
-
-
-def judge_tie(ratio: Interval, margin: float = TIE_MARGIN) -> Tie:
-    """Tied only when the whole interval of the ratio lies in [1 - margin, 1 + margin];
-    not tied when it lies wholly outside; a single seed is never a tie."""
-    lo, hi = 1.0 - margin, 1.0 + margin
-    if ratio.n >= 2 and lo <= ratio.low and ratio.high <= hi:
-        return Tie.TIED
-    if ratio.n >= 2 and (ratio.high < lo or ratio.low > hi):
-        return Tie.NOT_TIED
-    return Tie.INCONCLUSIVE
 
 
 # --- successive halving ---------------------------------------------------------------
@@ -192,11 +147,3 @@ def schedule_runs(rungs: list[Rung]) -> int:
         prev = r.seeds
     return total
 
-
-
-
-def survivors(medians: dict[int, float], keep: int) -> list[int]:
-    """The `keep` arms with the lowest median (inf = not reached, last); ties
-    go to the smaller arm key (a smaller staleness bound). Returned sorted."""
-    ranked = sorted(medians, key=lambda k: (medians[k], k))
-    return sorted(ranked[:keep])

@@ -1,12 +1,13 @@
 """`psgd tune staleness`: which SSP bound reaches the target soonest, with
-seeds, intervals and successive halving.
+seeds, intervals and the one verdict rule (psgd.bench.verdict.judge).
 
-Every bound first runs with `min_seeds` seeds; after each rung the slower half
-(by median held time to target) stops and the rest get more seeds, until the
-finalists have `seeds` each (see stats.halving_schedule), so the tuner costs
-fewer runs than every bound x every seed. It then recommends the smallest
-finalist bound whose interval is indistinguishable from the fastest one's, or
-says that the finalists are indistinguishable.
+On the virtual cluster each bound first runs one seed at each rate of a small
+grid and keeps its best rate; the fastest held time there sets the
+evaluation spacing of the seeds that follow (tune_setup). Then every bound
+runs `min_seeds` seeds, and more seeds rung by rung up to `seeds`; a bound
+stops only when judged slower than the fastest, so bounds that cannot be told
+apart advance together (tune_halving). The recommendation is the smallest
+bound tied with the fastest, in words taken from the verdicts.
 """
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from typing import Callable, Optional
 
 from psgd.bench.convergence import BenchResult, ModeSpec, run_matrix, target_spec, write_outputs
 from psgd.bench.convergence_report import outcome_of
-from psgd.bench.outcomes import resolution_check
-from psgd.bench.stats import median_ci, schedule_runs
-from psgd.bench.tune_halving import HalvingResult, median_time, recommend_bound, run_halving
-from psgd.bench.tune_setup import PROBE_FRACTION, RateCheck, check_rate, sim_overrides
+from psgd.bench.outcomes import best_lr, resolution_check
+from psgd.bench.stats import median_ci
+from psgd.bench.tune_halving import HalvingResult, label_of, median_time, recommend_bound, run_halving
+from psgd.bench.tune_setup import EVALS_PER_SPAN, EVALS_PER_TARGET, eval_spacing_s, rate_grid, sim_overrides
 from psgd.config import load_config
 from psgd.config.modes import Mode
 
@@ -46,41 +47,52 @@ class TuneResult:
     bound: Optional[int]
     why: str
     full_grid_runs: int
-    rate: Optional[RateCheck] = None
+    rates: dict[int, float] = field(default_factory=dict)      # bound -> the rate its seeds ran at
+    grid: list[float] = field(default_factory=list)            # the rates each bound tried (empty: no grid)
+    grid_times: dict[int, dict[float, Optional[float]]] = field(default_factory=dict)  # bound -> lr -> held time
     shared: list[str] = field(default_factory=list)  # settings the tuner fixed for every run
+    simulated: bool = False
+    eval_every_s: Optional[float] = None             # the spacing set from the grid's time to target
 
 
 def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: int, out_dir: Path,
              min_seeds: int = 1, eta: int = 2, on_run: Callable[[str], None] = lambda m: None,
-             child_main: Optional[Callable[[list[str]], int]] = None) -> TuneResult:
+             child_main: Optional[Callable[[list[str]], int]] = None,
+             lr_grid: Optional[list[float]] = None) -> TuneResult:
     base = load_config(config_path, overrides)
     target = target_spec(base)
     if target is None:
         raise ValueError("the config sets no target: give train.target or --target-accuracy")
+    simulated = base.cluster.launcher == "sim"
     shared = sim_overrides(base, lambda: _measure(base))
     overrides = [*overrides, *shared]
     all_runs, failed = [], []
-    loosest = max(bounds)
 
     def spec_of(bound: int) -> ModeSpec:
-        return ModeSpec(f"ssp:{bound}", Mode.SSP, bound)
+        return ModeSpec(label_of(bound), Mode.SSP, bound)
 
-    def probe(lr: float):
-        on_run(f"rate check: s={loosest} at lr {lr:g}")
-        steps = max(1, base.train.steps_per_worker // PROBE_FRACTION)
-        sets = [*overrides, f"optimizer.lr={lr}", f"train.steps_per_worker={steps}"]
-        res = run_matrix(config_path, sets, [spec_of(loosest)], [0],
-                         Path(out_dir) / "rate-check" / f"lr{lr:g}", on_run=on_run, child_main=child_main)
-        return (res.runs[0], res.runs[0].training_evals) if res.runs else (None, [])
-
-    # On the simulator a probe costs seconds; on real processes the configured rate is kept.
-    rate = check_rate(base.optimizer.lr, probe) if base.cluster.launcher == "sim" else None
-    if rate is not None:
-        overrides = [*overrides, f"optimizer.lr={rate.lr}"]
+    # Each bound's rate: a one-seed grid on the simulator (or wherever --lr-grid is given).
+    grid = rate_grid(base.optimizer.lr, lr_grid) if (simulated or lr_grid) else []
+    rates = {b: base.optimizer.lr for b in bounds}
+    grid_times: dict[int, dict[float, Optional[float]]] = {}
+    every = None
+    if grid:
+        res = run_matrix(config_path, overrides, [spec_of(b) for b in bounds], [0], Path(out_dir) / "rate-grid",
+                         lrs=grid, on_run=on_run, child_main=child_main)
+        failed += [f"rate grid: {f}" for f in res.failed]
+        outcomes = [outcome_of(r, target) for r in res.runs]
+        best = best_lr(outcomes, target.higher_is_better)
+        for b in bounds:
+            rates[b] = best.get(label_of(b), base.optimizer.lr)
+            grid_times[b] = {o.lr: o.time_to_target_s for o in outcomes if o.label == label_of(b)}
+        held = [o.time_to_target_s for o in outcomes if o.time_to_target_s is not None]
+        every = eval_spacing_s(min(held)) if held and base.eval.enabled else None
+        if every is not None:
+            overrides = [*overrides, f"eval.every_s={every}"]
 
     def run_arm(bound: int, offsets: list[int]):
-        res = run_matrix(config_path, overrides, [spec_of(bound)], offsets, out_dir, on_run=on_run,
-                         child_main=child_main)
+        res = run_matrix(config_path, [*overrides, f"optimizer.lr={rates[bound]}"], [spec_of(bound)], offsets,
+                         out_dir, on_run=on_run, child_main=child_main)
         all_runs.extend(res.runs)
         failed.extend(res.failed)
         return [outcome_of(r, target) for r in res.runs]
@@ -88,7 +100,10 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
     halving = run_halving(bounds, seeds, run_arm, min_seeds, eta)
     bound, why = recommend_bound(halving)
     bench = BenchResult(Path(out_dir), all_runs, failed, target)
-    return TuneResult(bench, halving, bound, why, len(bounds) * seeds, rate, shared)
+    if every is not None:  # the spacing from the grid's time to target replaces the step-budget one
+        shared = [s for s in shared if not s.startswith("eval.every_s=")] + [f"eval.every_s={every}"]
+    return TuneResult(bench, halving, bound, why, len(bounds) * seeds, rates, grid, grid_times, shared, simulated,
+                      every)
 
 
 def _measure(cfg) -> tuple[float, int]:
@@ -105,8 +120,9 @@ def _measure(cfg) -> tuple[float, int]:
 
 def staleness_table(t: TuneResult) -> str:
     target = t.bench.target
-    lines = [f"| bound s | seeds run | held {target.text} | time to target, median [95% CI] | per seed (s) | "
-             "stopped |", "|---|---|---|---|---|---|"]
+    unit = "simulated s" if t.simulated else "s"
+    lines = [f"| bound s | lr | seeds run | held {target.text} | time to target, median [95% CI] | per seed ({unit}) | "
+             "stopped |", "|---|---|---|---|---|---|---|"]
     last = len(t.halving.rungs) - 1
     for b, outs in t.halving.outcomes.items():
         times = [o.time_to_target_s for o in outs]
@@ -114,7 +130,7 @@ def staleness_table(t: TuneResult) -> str:
         per = ", ".join("n.h." if x is None else f"{x:.2f}" for x in times)
         stopped = (f"after rung {t.halving.stopped_at[b]}" if b in t.halving.stopped_at
                    else f"finalist (rung {last})")
-        lines.append(f"| {b} | {len(outs)} | {sum(x is not None for x in times)}/{len(outs)} | "
+        lines.append(f"| {b} | {t.rates.get(b, outs[0].lr if outs else float('nan')):g} | {len(outs)} | {sum(x is not None for x in times)}/{len(outs)} | "
                      f"{iv.text(2, ' s') if iv else '—'} | {per} | {stopped} |")
     return "\n".join(lines)
 
@@ -126,9 +142,23 @@ def resolution_line(t: TuneResult) -> str:
     spacing, ok = resolution_check([[float(e["t"]) for e in r.training_evals] for r in t.bench.runs], fastest)
     if spacing == float("inf") or fastest == float("inf"):
         return "Time resolution: not measurable (too few evaluations, or no bound held the target)."
-    return (f"Time resolution: evaluations every {spacing:.3f} s (median spacing), {spacing / fastest:.1%} of the "
+    unit = " simulated s" if t.simulated else " s"
+    return (f"Time resolution: evaluations every {spacing:.3f}{unit} (median spacing), {spacing / fastest:.1%} of the "
             f"fastest bound's median time to target" + (" (within 5%)." if ok else
             ": differences under two evaluation periods are not resolved; lower eval.every_s to resolve them."))
+
+
+def rates_text(t: TuneResult) -> str:
+    """Which rate each bound ran at, and from what."""
+    if not t.grid:
+        return f"Learning rate: {next(iter(t.rates.values())):g} as configured, for every bound (no rate grid)."
+    per = "; ".join(
+        f"s={b}: {t.rates[b]:g}" + (" (an end of the grid)" if len(t.grid) > 1 and t.rates[b] in (t.grid[0], t.grid[-1])
+                                    else "")
+        + " [" + ", ".join(f"{lr:g}: " + ("n.h." if v is None else f"{v:.3g}") for lr, v in sorted(t.grid_times[b].items()))
+        + "]" for b in t.rates)
+    return (f"Learning rate: each bound at its best rate of the grid {', '.join(f'{lr:g}' for lr in t.grid)} (one "
+            f"seed each, lowest held time to target): {per}.")
 
 
 def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: list[str]) -> tuple[str, str, Path]:
@@ -139,25 +169,27 @@ def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: l
     table = staleness_table(t)
     with open(out / "tune.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["bound", "seeds", "held", "time_to_target_median_s", "time_to_target_ci_low_s",
+        w.writerow(["bound", "lr", "seeds", "held", "time_to_target_median_s", "time_to_target_ci_low_s",
                     "time_to_target_ci_high_s", "stopped_after_rung"])
         for b, outs in t.halving.outcomes.items():
             iv = median_ci([o.time_to_target_s if o.time_to_target_s is not None else float("inf")
                             for o in outs]) if outs else None
-            w.writerow([b, len(outs), sum(o.time_to_target_s is not None for o in outs),
+            w.writerow([b, t.rates.get(b, ""), len(outs), sum(o.time_to_target_s is not None for o in outs),
                         iv.median if iv else "", iv.low if iv else "", iv.high if iv else "",
                         t.halving.stopped_at.get(b, "")])
     line = (f"recommended bound: {t.bound} — {t.why}" if t.bound is not None else f"no recommendation: {t.why}")
-    cost = (f"Successive halving ran {t.halving.runs} runs (schedule "
+    cost = (f"The seeds ran {t.halving.runs} runs (rungs: "
             + ", ".join(f"{r.arms} bounds x {r.seeds} seeds" for r in t.halving.rungs)
-            + f", planned {schedule_runs(t.halving.rungs)}) instead of {t.full_grid_runs} for every bound x seed.")
+            + f"; a bound stops only when judged slower than the fastest) against {t.full_grid_runs} for every "
+            "bound x seed" + (f", after {len(t.grid) * len(t.rates)} rate-grid runs." if t.grid else "."))
     resolution = resolution_line(t)
-    fixed = []
-    if t.rate is not None:
-        fixed.append(t.rate.text(max(t.halving.outcomes)))
+    fixed = [rates_text(t)]
     if t.shared:
+        spacing = (f"evaluations every 1/{EVALS_PER_TARGET} of the fastest held time the rate grid saw"
+                   if t.eval_every_s is not None else f"evaluations at least {EVALS_PER_SPAN} per compute span")
         fixed.append("Every simulated run shares: " + ", ".join(f"`{s}`" for s in t.shared) + " (the step time "
-                     "measured once; runs stop once the target is held; evaluations at least 50 per compute span).")
+                     f"measured once; runs stop once the target is held; {spacing}; an evaluation costs no "
+                     "simulated time).")
     text = [f"# Staleness tuning, target {t.bench.target.text}", "", f"Command: `{command}`", "", line, "", cost, "",
             resolution, "", *[x for f in fixed for x in (f, "")], table, "", "Held: " + t.bench.target.rule_text + ".", ""]
     text += [f"- {s}" for s in setting] + [""]

@@ -1,8 +1,12 @@
-"""`psgd tune staleness` as successive halving over seeds: every bound runs
-with few seeds, the slower half stops, the rest get more seeds, until the
-finalists have the full number. Then the recommendation: the smallest bound
-whose time-to-target interval is indistinguishable from the fastest bound's,
-or, when no finalist can be told apart, a plain "indistinguishable".
+"""`psgd tune staleness` over seeds: every bound runs a few seeds, and a bound
+stops only when psgd.bench.verdict.judge finds it SLOWER than the fastest
+bound (by median) at that point; bounds that cannot be told apart advance
+together, so no bound is dropped by a tie-break. The seeds per rung grow by
+`eta` up to the full number (stats.halving_schedule's seeds).
+
+The recommendation is worded from the verdicts: the smallest bound TIED with
+the fastest (or the fastest itself), naming the bounds that are slower and
+those the seeds could not tell apart, with each bound's held counts.
 """
 from __future__ import annotations
 
@@ -10,10 +14,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from psgd.bench.outcomes import RunOutcome, mode_stats
-from psgd.bench.stats import Rung, compare, halving_schedule, median_ci, survivors
+from psgd.bench.outcomes import ModeStats, RunOutcome, mode_stats
+from psgd.bench.stats import TIE_MARGIN, Rung, halving_schedule, median_ci
+from psgd.bench.verdict import Judgement, Outcome
 
-__all__ = ["HalvingResult", "run_halving", "recommend_bound", "label_of", "median_time"]
+__all__ = ["HalvingResult", "run_halving", "recommend_bound", "label_of", "median_time", "bound_stats"]
 
 
 def label_of(bound: int) -> str:
@@ -40,24 +45,44 @@ def median_time(runs: Sequence[RunOutcome]) -> float:
     return median_ci([o.time_to_target_s if o.time_to_target_s is not None else math.inf for o in runs]).median
 
 
+def bound_stats(outcomes: dict[int, list[RunOutcome]], bounds: Sequence[int]) -> dict[int, ModeStats]:
+    """Per bound: its seeds' stats (each bound may run at its own rate)."""
+    out = {}
+    for b in bounds:
+        if outcomes[b]:
+            out[b] = mode_stats(outcomes[b], baseline="")[label_of(b)]
+    return out
+
+
+def _fastest(stats: dict[int, ModeStats]) -> int:
+    return min(stats, key=lambda b: (stats[b].time.median, -stats[b].reached, b))
+
+
 def run_halving(bounds: Sequence[int], max_seeds: int, run_arm: Callable[[int, list[int]], list[RunOutcome]],
                 min_seeds: int = 1, eta: int = 2) -> HalvingResult:
     """`run_arm(bound, seed_offsets)` runs those seeds (offsets from the base
     seed) of one bound and returns their outcomes (failed runs left out)."""
-    rungs = halving_schedule(len(bounds), max_seeds, min_seeds, eta)
-    res = HalvingResult(rungs, {b: [] for b in bounds})
+    seeds = [r.seeds for r in halving_schedule(len(bounds), max_seeds, min_seeds, eta)]
+    res = HalvingResult([], {b: [] for b in bounds})
     alive, done = list(bounds), 0
-    for i, rung in enumerate(rungs):
+    for i, n in enumerate(seeds):
         if i:
-            keep = survivors({b: median_time(res.outcomes[b]) for b in alive}, rung.arms)
-            for b in alive:
-                if b not in keep:
-                    res.stopped_at[b] = i - 1
-            alive = keep
+            stats = bound_stats(res.outcomes, alive)
+            if stats:
+                best = _fastest(stats)
+                for b in list(alive):
+                    if b != best and b in stats and stats[b].versus(stats[best]).outcome is Outcome.SLOWER:
+                        res.stopped_at[b] = i - 1
+                        alive.remove(b)
+        res.rungs.append(Rung(len(alive), n))
         for b in alive:
-            res.outcomes[b] += run_arm(b, list(range(done, rung.seeds)))
-        done = rung.seeds
+            res.outcomes[b] += run_arm(b, list(range(done, n)))
+        done = n
     return res
+
+
+def _ev(b: int, s: ModeStats) -> str:
+    return f"s={b}: {s.time.text(2, ' s')}, held {s.reached}/{s.seeds}"
 
 
 def recommend_bound(res: HalvingResult) -> tuple[Optional[int], str]:
@@ -65,21 +90,26 @@ def recommend_bound(res: HalvingResult) -> tuple[Optional[int], str]:
     finals = [b for b in res.finalists() if res.outcomes[b]]
     if not finals:
         return None, "no run finished, so there is nothing to recommend"
-    stats = mode_stats([o for b in finals for o in res.outcomes[b]], baseline="")
-    by_bound = {b: stats[label_of(b)] for b in finals}
-    if all(s.reached == 0 for s in by_bound.values()):
+    stats = bound_stats(res.outcomes, finals)
+    if all(s.reached == 0 for s in stats.values()):
         return None, "no bound held the target in any seed: lower the target or train longer"
-    fastest = min(finals, key=lambda b: (by_bound[b].time.median, b))
-    same = [b for b in finals if compare(by_bound[b].time, by_bound[fastest].time).kind == "indistinguishable"]
-    ev = "; ".join(f"s={b}: {by_bound[b].time.text(2, ' s')} ({by_bound[b].reached}/{by_bound[b].seeds} held)"
-                   for b in finals)
-    if len(same) == len(finals) and len(finals) > 1:
-        pick = min(finals)
-        return pick, (f"indistinguishable: the finalists' time-to-target intervals overlap ({ev}); "
-                      f"s={pick}, the smallest, keeps staleness lowest at no measurable cost")
-    pick = min(same)
-    why = f"s={pick} is the smallest bound indistinguishable from the fastest (s={fastest})"
-    beaten = [b for b in finals if b not in same]
-    if beaten:
-        why += "; slower with separated intervals: " + ", ".join(f"s={b}" for b in beaten)
+    fastest = _fastest(stats)
+    verdicts: dict[int, Judgement] = {b: stats[b].versus(stats[fastest]) for b in finals if b != fastest}
+    tied = sorted([fastest] + [b for b, j in verdicts.items() if j.outcome is Outcome.TIED])
+    slower = [b for b, j in verdicts.items() if j.outcome is Outcome.SLOWER]
+    unsure = [b for b, j in verdicts.items() if j.outcome is Outcome.INCONCLUSIVE]
+    pick = min(tied)
+    ev = "; ".join(_ev(b, stats[b]) for b in finals)
+    if len(tied) == len(finals) and len(finals) > 1:
+        why = (f"every finalist is tied with the fastest (s={fastest}) within ±{TIE_MARGIN:.0%}; "
+               f"s={pick}, the smallest, keeps staleness lowest")
+    elif pick == fastest:
+        why = f"s={pick} is the fastest, and no smaller bound is tied with it"
+    else:
+        why = f"s={pick} is the smallest bound tied with the fastest (s={fastest}): {verdicts[pick].text()}"
+    if slower:
+        why += "; slower than the fastest: " + ", ".join(f"s={b} ({verdicts[b].text()})" for b in slower)
+    if unsure:
+        why += ("; not told apart from the fastest with these seeds (more seeds would decide): "
+                + ", ".join(f"s={b} ({verdicts[b].text()})" for b in unsure))
     return pick, f"{why} ({ev})"

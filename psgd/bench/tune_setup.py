@@ -7,31 +7,30 @@
   costs no simulated time, so the tuner evaluates at least 50 times over the
   run's least span (steps per worker x the larger of the step time and the
   time a shard takes to serve one push from every worker).
-- On the virtual cluster, where a probe costs seconds: a learning rate the bounds can train at. Bounds compared at a
-  rate where every one of them diverges tell nothing about staleness (64
-  asynchronous workers apply every gradient about 63 updates late; a rate
-  fit for 4 workers collapses the model). The loosest bound runs first with
-  the configured rate for 1/`PROBE_FRACTION` of the steps; if it did not
-  train (non-finite loss, or a final test loss not at least `MIN_LOSS_DROP`
-  below the first evaluation's), the rate is halved, up to `MAX_HALVINGS` times. The target is never changed, and
-  the report says which rate was used and why.
+- Each bound at its own best rate: on the virtual cluster, where a run costs
+  seconds, every bound runs one seed at each rate of a small grid (the
+  configured rate x GRID_FACTORS, or --lr-grid), and keeps the rate with the
+  lowest held time to target (psgd.bench.outcomes.best_lr). Bounds compared at
+  one rate fitted to one of them measure the rate, not the staleness.
+- Evaluation spacing from the expected time to target: once the grid has run,
+  the seeds' evaluations come every 1/EVALS_PER_TARGET of the fastest held time
+  the grid saw, so two bounds a few percent apart are resolved (an evaluation
+  costs no simulated time). Without a grid (or if no grid run held the
+  target), the step-budget spacing above stays.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional, Sequence
 
 from psgd.config import Config
 from psgd.sim.time_model import TimeModel
 
-__all__ = ["RateCheck", "check_rate", "sim_overrides", "trained", "EVALS_PER_SPAN", "MIN_LOSS_DROP", "MAX_HALVINGS",
-           "PROBE_FRACTION"]
+__all__ = ["sim_overrides", "rate_grid", "eval_spacing_s", "EVALS_PER_SPAN", "EVALS_PER_TARGET", "GRID_FACTORS"]
 
 EVALS_PER_SPAN = 50
-MIN_LOSS_DROP = 0.10
-MAX_HALVINGS = 4
-PROBE_FRACTION = 4
+EVALS_PER_TARGET = 50               # evaluation spacing: 2% of the expected time to target
+GRID_FACTORS = (0.25, 0.5, 1.0, 2.0)  # each bound's rate grid, as multiples of the configured rate
 
 
 def sim_overrides(cfg: Config, measure: Callable[[], tuple[float, int]]) -> list[str]:
@@ -51,50 +50,16 @@ def sim_overrides(cfg: Config, measure: Callable[[], tuple[float, int]]) -> list
     return sets
 
 
-def trained(evals: list[dict]) -> bool:
-    """Whether a run learnt at all: finite losses and a final test loss at least
-    MIN_LOSS_DROP below the first evaluation's."""
-    losses = [e.get("test_loss") for e in evals if e.get("test_loss") is not None]
-    if len(losses) < 2 or not all(math.isfinite(x) for x in losses):
-        return False
-    return losses[-1] <= (1 - MIN_LOSS_DROP) * losses[0]
+def rate_grid(lr: float, given: Optional[Sequence[float]] = None) -> list[float]:
+    """The rates each bound tries: `given` (--lr-grid), else lr x GRID_FACTORS."""
+    if given:
+        return sorted(set(given))
+    return sorted({float(f"{lr * f:.6g}") for f in GRID_FACTORS})
 
 
-@dataclass
-class RateCheck:
-    lr: float                                          # the rate every bound runs at
-    tried: list[tuple[float, bool, str]] = field(default_factory=list)  # (lr, trained, what the probe showed)
-
-    @property
-    def changed(self) -> bool:
-        return len(self.tried) > 1
-
-    def text(self, bound: int) -> str:
-        shown = "; ".join(f"lr {lr:g}: {what}" for lr, _, what in self.tried)
-        if not self.changed:
-            return (f"Learning rate: {self.lr:g} as configured (s={bound}, the loosest bound, trained in "
-                    f"1/{PROBE_FRACTION} of the steps: {shown}).")
-        if not self.tried[-1][1]:
-            return (f"Learning rate: no rate tried let s={bound}, the loosest bound, train ({shown}); "
-                    f"the bounds ran at {self.lr:g}.")
-        return (f"Learning rate: {self.lr:g}, the configured rate halved until s={bound}, the loosest bound, "
-                f"trained in 1/{PROBE_FRACTION} of the steps ({shown}). At a rate where every bound diverges "
-                "the bounds cannot be compared.")
-
-
-def check_rate(lr: float, probe: Callable[[float], tuple[object, list[dict]]]) -> RateCheck:
-    """`probe(lr)` runs the loosest bound's first seed at `lr` for 1/PROBE_FRACTION of
-    the steps: (its run, its evaluations)."""
-    check = RateCheck(lr)
-    for _ in range(MAX_HALVINGS + 1):
-        run, evals = probe(check.lr)
-        ok = run is not None and trained(evals)
-        losses = [e.get("test_loss") for e in evals if e.get("test_loss") is not None]
-        what = ("the run failed" if run is None else
-                f"test loss {losses[0]:.3g} -> {losses[-1]:.3g}" if len(losses) >= 2 else "no evaluations")
-        check.tried.append((check.lr, ok, what))
-        if ok:
-            return check
-        check.lr /= 2
-    check.lr = check.tried[0][0]  # none trained: compare at the configured rate and say so
-    return check
+def eval_spacing_s(expected_target_s: float) -> Optional[float]:
+    """Evaluation spacing for runs expected to hold the target after `expected_target_s`
+    (None when that is unknown)."""
+    if not math.isfinite(expected_target_s) or expected_target_s <= 0:
+        return None
+    return float(f"{expected_target_s / EVALS_PER_TARGET:.6g}")

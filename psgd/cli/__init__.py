@@ -18,6 +18,7 @@ from psgd.orchestrate.launchers import launcher_names
 from psgd.orchestrate.roles import ROLES, run_role
 from psgd.runtime.role import RoleFailed
 from psgd.runtime.user_errors import STARTUP_EXIT_CODE, StartupError
+from psgd.runtime.version import VERSION
 
 
 def _progress_bar(total: int):
@@ -195,6 +196,8 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="psgd", description="Parameter-server SGD: BSP, SSP and ASP over ZeroMQ.")
+    p.add_argument("--version", action="version", version=f"psgd {VERSION}",
+                   help="print the version of psgd (the one summary.json records) and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     launch = sub.add_parser("launch", help="run servers, workers and the evaluator on this machine")

@@ -59,6 +59,9 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
             raise ValueError("give --lr-grid or --lr-from, not both")
         lrs = bc.parse_lr_grid(args.lr_grid) if args.lr_grid else None
         lr_for = bc.read_lr_choice(Path(args.lr_from)) if args.lr_from else None
+        problem = bc.inner_rate_problem(cfg, specs) if lrs is None and lr_for is None else None
+        if problem:
+            raise ValueError(problem)
     except (ConfigError, ValueError) as exc:
         print(f"psgd bench convergence: {exc}", file=sys.stderr)
         return 2
@@ -91,6 +94,7 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
         overrides.append(f"train.target={{metric: accuracy, value: {args.target_accuracy}}}")
     try:
         bounds = tune.parse_bounds(args.bounds)
+        lr_grid = bc.parse_lr_grid(args.lr_grid) if args.lr_grid else None
         cfg = load_config(args.config, overrides)
         seeds = _seeds(args.seeds, cfg)
         if seeds < 1 or not 1 <= args.min_seeds <= seeds:
@@ -109,13 +113,14 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
     print(f"output directory: {out}", file=sys.stderr)
     try:
         result = tune.run_tune(args.config, overrides, bounds, seeds, out, args.min_seeds, args.eta,
-                               on_run=_progress, child_main=args.child_main)
+                               on_run=_progress, child_main=args.child_main, lr_grid=lr_grid)
     except (ConfigError, ValueError) as exc:
         print(f"psgd tune staleness: {exc}", file=sys.stderr)
         return 2
     specs = [bc.ModeSpec(f"ssp:{b}", Mode.SSP, b) for b in bounds]
-    table, line, md = tune.write_tune_outputs(result, dump_config(cfg), _command_line(args),
-                                              bc.setting_lines(cfg, specs))
+    ran = load_config(args.config, [*overrides, *result.shared])  # with what the tuner fixed (eval spacing)
+    table, line, md = tune.write_tune_outputs(result, dump_config(ran), _command_line(args),
+                                              bc.setting_lines(ran, specs))
     print(table)
     print(line)
     for f in result.bench.failed:
@@ -181,7 +186,10 @@ def add_convergence_commands(sub) -> None:
     stale.add_argument("--seeds", type=int, default=None,
                        help=f"seeds each finalist bound gets (default {DEFAULT_SEEDS}, {SIM_SEEDS} on sim)")
     stale.add_argument("--min-seeds", type=int, default=1, help="seeds every bound gets in the first rung")
-    stale.add_argument("--eta", type=int, default=2, help="keep 1/eta of the bounds after each rung")
+    stale.add_argument("--eta", type=int, default=2, help="multiply the seeds by eta from one rung to the next")
+    stale.add_argument("--lr-grid", default="", help="comma-separated rates each bound tries with one seed, keeping "
+                                                     "its best (default on sim: the configured rate x 0.25, 0.5, 1, "
+                                                     "2; elsewhere: the configured rate, no grid)")
     stale.add_argument("--out", default=None, help="output directory (default: run.out_dir/tune-NAME-TIMESTAMP)")
     stale.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     stale.set_defaults(func=cmd_tune_staleness)

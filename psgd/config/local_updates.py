@@ -29,9 +29,9 @@ class LocalConfig:
     # DyLU (Liu et al. 2024): a worker whose steps take k times the fastest worker's takes steps / k
     # steps per round, so that slow and fast workers' rounds last about as long
     dynamic: bool = False
-    outer_lr: float = 1.0
-    outer_momentum: float = 0.0
-    outer_nesterov: bool = False
+    outer_lr: float = 1.0        # the shards' outer step rate, for the mean of the workers' deltas
+    outer_momentum: float = 0.0  # momentum of the outer SGD step
+    outer_nesterov: bool = False  # Nesterov form of the outer momentum
     # Asynchronous modes: the outer momentum moves once per `cluster.workers` deltas, on their
     # mean; each delta in between is applied at outer_lr / workers (Liu et al. 2024)
     delayed_nesterov: bool = False

@@ -67,7 +67,7 @@ class SupervisionConfig:
     # The launcher restarts a crashed server or worker up to max_restarts times
     # per process, waiting backoff_s * 2**k before the k-th restart.
     max_restarts: int = 3
-    backoff_s: float = 0.5
+    backoff_s: float = 0.5       # seconds before the first restart, doubled for each next one
 
     def __post_init__(self):
         _check(self.max_restarts >= 0, "max_restarts", "must be >= 0")
@@ -101,7 +101,7 @@ class RayRoleConfig:
     # Resources Ray reserves for each process of this role (logical units, as in
     # @ray.remote(num_cpus=..., num_gpus=...)); a role's torch threads are run.threads.
     num_cpus: float = 1.0
-    num_gpus: float = 0.0
+    num_gpus: float = 0.0        # GPUs per process (give GPU workers 1)
     # Custom resources each process also asks for: the role goes only to nodes that have them
     # (`ray start --resources='{"node_a": 8}'`), or to one node with Ray's {"node:IP": 0.01}.
     resources: dict[str, float] = field(default_factory=dict)

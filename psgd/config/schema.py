@@ -59,7 +59,7 @@ class ClusterConfig:
     # Either a shard count (the launcher picks free ports on `host`) or the
     # explicit "host:port" of every shard, for runs across machines.
     servers: Union[int, list[str]] = field(default=2, metadata=int_max(4096))
-    workers: int = field(default=4, metadata=int_max(1_000_000))
+    workers: int = field(default=4, metadata=int_max(1_000_000))  # worker processes, ranks 0..workers-1
     host: str = "127.0.0.1"      # bind/connect address for launcher-picked ports
     timeout_s: float = 10.0      # a worker silent this long leaves the quorum
     heartbeat_s: float = 1.0     # worker heartbeat period
@@ -101,8 +101,8 @@ class ConsistencyConfig:
     # shards adapt s within [staleness_min, staleness_max] from the workers'
     # step times (psgd/core/staleness_policy.py), starting at staleness_min.
     staleness: Union[int, Literal["auto"]] = 0
-    staleness_min: int = 0
-    staleness_max: int = 8
+    staleness_min: int = 0       # auto: the smallest bound the shards may choose
+    staleness_max: int = 8       # auto: the largest bound the shards may choose
     backup_workers: int = 0      # BSP: aggregate the first W - b gradients of a clock
 
     def __post_init__(self):
@@ -147,12 +147,12 @@ class DcAsgdConfig:
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    name: Literal["constant", "step", "cosine"] = "constant"
+    name: Literal["constant", "step", "cosine"] = "constant"  # lr schedule over the servers' update count
     warmup_updates: int = 0      # linear ramp from 0 over this many server updates
     step_size: int = 1000        # step: multiply by gamma every step_size updates
-    gamma: float = 0.1
+    gamma: float = 0.1           # step: the factor
     total_updates: int = 10000   # cosine: updates until lr reaches min_lr
-    min_lr: float = 0.0
+    min_lr: float = 0.0          # cosine: the last lr
 
     def __post_init__(self):
         _check(self.warmup_updates >= 0, "warmup_updates", "must be >= 0")
@@ -165,17 +165,17 @@ class ScheduleConfig:
 @dataclass(frozen=True)
 class OptimizerConfig:
     name: Literal["sgd", "momentum", "adam", "adamw", "adagrad"] = "sgd"  # adamw: decoupled weight decay
-    lr: float = 0.05
+    lr: float = 0.05             # learning rate (under local updates: the workers' inner optimizer's)
     # linear: bsp/allreduce use lr x (workers - backup_workers), the number of
     # gradients one of their updates averages; ssp/asp keep lr (psgd.core.lr_scaling)
     lr_scaling: Literal["none", "linear"] = "none"
     momentum: float = 0.0        # sgd uses momentum when > 0; `momentum` defaults it to 0.9
-    nesterov: bool = False
+    nesterov: bool = False       # Nesterov momentum (needs momentum > 0)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # adam
     eps: float = 1e-8            # adam and adagrad denominator term
     weight_decay: float = 0.0    # L2 added to the gradient, as torch.optim does
     staleness_aware: bool = False  # divide the step by max(1, staleness) (Zhang et al. 2016)
-    dc_asgd: Optional[DcAsgdConfig] = None
+    dc_asgd: Optional[DcAsgdConfig] = None  # delay compensation, e.g. {lambda: 0.04}; null: off
     max_staleness_drop: Optional[int] = None  # drop gradients with staleness > k
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     # The momentum moves once per this many updates (Delayed Nesterov): set from `local`, not by users.
@@ -209,9 +209,9 @@ class TargetConfig:
     # evaluation meeting `value` after which the next `hold_evals` evaluations
     # stay within `tolerance` of it (psgd.core.target.HoldRule).
     metric: Literal["accuracy", "loss"] = "accuracy"   # test accuracy (higher is better) or test loss
-    value: Optional[float] = None
-    hold_evals: int = 3
-    tolerance: float = 0.01
+    value: Optional[float] = None  # the target (required when the section is given)
+    hold_evals: int = 3          # evaluations after the first one at the target that must hold it
+    tolerance: float = 0.01      # holding: accuracy >= value - tolerance, or loss <= value + tolerance
 
     def __post_init__(self):
         _check(self.value is not None, "value", "give the target value of the metric")
@@ -225,7 +225,7 @@ class TargetConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps_per_worker: int = 500
+    steps_per_worker: int = 500  # training steps each worker takes
     max_time_s: float = 120.0    # workers are stopped after this much training time
     target_accuracy: Optional[float] = 0.95  # for time_to_target_s (the bench uses `target` when set)
     target: Optional[TargetConfig] = None    # metric + value (+ hold rule) for the bench and the tuner
@@ -241,7 +241,7 @@ class TrainConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     every_s: float = 1.0         # evaluator period
-    enabled: bool = True
+    enabled: bool = True         # run the evaluator (test accuracy and loss during the run)
 
     def __post_init__(self):
         _check(self.every_s > 0, "every_s", "must be > 0")

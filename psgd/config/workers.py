@@ -42,9 +42,9 @@ class DelayConfig:
 class TransientConfig:
     # Rank `rank` runs `factor` times slower during [start_s, start_s + duration_s) of training.
     rank: int = 0
-    start_s: float = 0.0
-    duration_s: float = 1.0
-    factor: float = 4.0
+    start_s: float = 0.0         # seconds of training before the slowdown starts
+    duration_s: float = 1.0      # how long it lasts
+    factor: float = 4.0          # step-time multiplier (>= 1)
 
     def __post_init__(self):
         _check(self.rank >= 0, "rank", "must be >= 0")
@@ -55,7 +55,7 @@ class TransientConfig:
 
 @dataclass(frozen=True)
 class WorkersConfig:
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when torch sees a GPU, else cpu
     slowdown: dict[int, float] = field(default_factory=dict)  # rank -> step-time multiplier (>= 1)
     delay: Optional[DelayConfig] = None                        # random per-step delays
     transient: list[TransientConfig] = field(default_factory=list)  # ranks slowed for a time window

@@ -1,7 +1,7 @@
 """The consistency policy: the one object that decides, for one shard, whether a
 pull may be answered now and what a push does.
 
-It owns the mode, the bound (fixed, adaptive, or changed live by `psgd ctl`,
+It owns the mode's rule (one class per mode: psgd.core.modes), the bound (fixed, adaptive, or changed live by `psgd ctl`,
 all as one schedule of settings keyed by clock: psgd.core.live_settings) and
 the clocks (psgd.core.clocks). The shard state, live control and the virtual
 cluster call it; nothing else computes "slowest clock >= clock - bound".
@@ -10,23 +10,19 @@ Socket-free and time-free: callers pass clocks and `now`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Optional, Union
+
+import torch
 
 from psgd.config.modes import Mode
 from psgd.core.bsp import BspAggregator, PushOutcome
 from psgd.core.clocks import ClockBoard, DeferredPulls
 from psgd.core.live_settings import LiveSetting, LiveSettings
+from psgd.core.modes import ModeRule, PushAction, Update, rule_class
 from psgd.core.staleness_policy import BoundDecision, BoundRule, StalenessPolicy
 
-__all__ = ["Mode", "ConsistencyPolicy", "PushAction", "BoundChange", "ClockBoard", "DeferredPulls",
-           "BspAggregator", "PushOutcome"]
-
-
-class PushAction(str, Enum):
-    AGGREGATE = "aggregate"      # BSP: counts toward the clock's averaged step
-    APPLY = "apply"              # SSP/ASP: applied on arrival
-    DROP_STALE = "drop_stale"    # staleness above optimizer.max_staleness_drop: never applied
+__all__ = ["Mode", "ConsistencyPolicy", "PushAction", "BoundChange", "Finished", "ClockBoard", "DeferredPulls",
+           "BspAggregator", "PushOutcome", "Update"]
 
 
 @dataclass(frozen=True)
@@ -37,14 +33,28 @@ class BoundChange:
     decision: BoundDecision
 
 
+@dataclass(frozen=True)
+class Finished:
+    """What the end of a push's handling did beyond the push itself."""
+    late: bool = False                       # its clock was already applied: dropped (bsp backup workers)
+    update: Optional[Update] = None          # an aggregated step it completed, to apply
+    bound_change: Optional[BoundChange] = None  # the adaptive bound changed
+
+
 class ConsistencyPolicy:
+    """`numel`, `backup_workers`: what a mode that aggregates (bsp) sums, and how many
+    of a clock's pushes it may go without."""
+
     def __init__(self, mode: Mode, workers: int, staleness: Union[int, str] = 0, staleness_min: int = 0,
-                 staleness_max: int = 8, lr: float = 0.0, max_staleness_drop: Optional[int] = None):
+                 staleness_max: int = 8, lr: float = 0.0, max_staleness_drop: Optional[int] = None,
+                 numel: int = 0, backup_workers: int = 0):
         self.mode = Mode(mode)
         if not self.mode.on_servers:
             raise ValueError("the all-reduce baseline has no parameter servers to keep consistent")
         auto = staleness == "auto"
         self.board = ClockBoard(workers)
+        self.rule: ModeRule = rule_class(self.mode)(self.board, numel, backup_workers)
+        self._rules: dict[Mode, ModeRule] = {self.mode: self.rule}  # and the modes psgd ctl switched to
         self.settings = LiveSettings(LiveSetting(mode=self.mode, staleness=staleness_min if auto else int(staleness),
                                                  auto=auto, lr=lr))
         self.adaptive = StalenessPolicy(BoundRule(staleness_min, staleness_max), workers) if self.mode.live else None
@@ -53,11 +63,12 @@ class ConsistencyPolicy:
         self.max_gap_over_bound: Optional[int] = None  # max(gap - bound) over answered SSP pulls
 
     @classmethod
-    def from_config(cls, cfg, lr: float) -> "ConsistencyPolicy":
-        """The policy of a shard started from `cfg`; `lr` is the rate its update rule starts with."""
+    def from_config(cls, cfg, lr: float, numel: int = 0) -> "ConsistencyPolicy":
+        """The policy of a shard of `numel` parameters started from `cfg`; `lr` is the
+        rate its update rule starts with."""
         c = cfg.consistency
         return cls(c.mode, cfg.cluster.workers, c.staleness, c.staleness_min, c.staleness_max, lr,
-                   cfg.optimizer.max_staleness_drop)
+                   cfg.optimizer.max_staleness_drop, numel, c.backup_workers)
 
     # ---- what is in force ---------------------------------------------------
     def setting_at(self, clock: int) -> LiveSetting:
@@ -71,19 +82,32 @@ class ConsistencyPolicy:
         """A client may not claim to be behind its own pushes (that would dodge the bound)."""
         return max(clock, self.board.clocks[rank])
 
-    def pull_ready(self, rank: int, clock: int, bsp_step: int = 0) -> bool:
-        """May a pull from `rank` at `clock` be answered now? `bsp_step`: the clock a BSP
-        shard is aggregating (every clock below it has been applied)."""
+    def pull_ready(self, rank: int, clock: int) -> bool:
+        """May a pull from `rank` at `clock` be answered now? The mode in force at that
+        clock decides."""
         clock = self.pull_clock(rank, clock)
         if self.settings.holds(clock):  # a `psgd ctl` change is being agreed for this clock
             return False
         setting = self.settings.at(clock)
-        if setting.mode is Mode.BSP:
-            return bsp_step >= clock
-        if setting.mode is Mode.ASP:
-            return True
+        return self._rule(setting.mode).pull_ready(clock, setting.staleness)
+
+    def _rule(self, mode: Mode) -> ModeRule:
+        rule = self._rules.get(mode)
+        if rule is None:  # a mode psgd ctl switched to (ssp <-> asp): it keeps no state of its own
+            rule = self._rules[mode] = rule_class(mode)(self.board, 0)
+        return rule
+
+    def readiness(self) -> Optional[tuple[int, int]]:
+        """What the readiness of a parked pull depends on, while nothing else can change
+        it: (slowest quorum clock, the rule's progress), neither of which moves back, so
+        a pull not ready at one value is not ready at any later equal value (a rank's own
+        clock, which its pull may not be below, only makes it less ready). None (always
+        look again) while the settings may change (a psgd ctl change, a hold, an adaptive
+        bound) or the quorum is empty."""
+        if not self.settings.static or self.settings.initial.auto:
+            return None
         low = self.board.min_clock()
-        return low is None or low >= clock - setting.staleness
+        return None if low is None else (low, self.rule.progress())
 
     def answered(self, rank: int, clock: int) -> tuple[int, int]:
         """A pull was answered: (its clock, the slowest quorum clock); records the gap
@@ -101,18 +125,36 @@ class ConsistencyPolicy:
         return clock, low
 
     # ---- pushes -----------------------------------------------------------
+    def push_refusal(self, clock: int) -> Optional[str]:
+        """Why a push for `clock` is impossible now (None: it is possible)."""
+        return self.rule.push_refusal(clock)
+
     def push_action(self, staleness: int) -> PushAction:
         """What a (finite, first-seen) push of this staleness does."""
-        if self.mode is Mode.BSP:
-            return PushAction.AGGREGATE
-        if self.max_staleness_drop is not None and staleness > self.max_staleness_drop:
-            return PushAction.DROP_STALE
-        return PushAction.APPLY
+        return self.rule.push_action(staleness, self.max_staleness_drop)
 
-    def pushed(self, rank: int, clock: int, step_s: float) -> None:
-        """A worker's push for `clock` arrived, reporting its step time."""
+    def pushed(self, rank: int, clock: int, step_s: float) -> float:
+        """A worker's push for `clock` arrived, reporting its step time; returns the
+        learning rate it is applied with."""
         if self.adaptive is not None:
             self.adaptive.observe(rank, clock, step_s)
+        return self.lr_at(self.rule.lr_clock(clock))
+
+    def finished(self, rank: int, clock: int, staleness: int, grad: Optional[torch.Tensor] = None) -> Finished:
+        """`rank`'s push for `clock` is handled: applied, rejected, or (`grad`) to be
+        aggregated. Counts it, moves the rank's clock on and says what follows."""
+        counted = self.rule.count(rank, clock, grad, staleness)
+        change = self.advanced(rank, clock)
+        return Finished(counted.late, self.rule.due(), change)
+
+    def joined(self, rank: int) -> int:
+        """A worker (re)joins the quorum; returns the clock it continues from."""
+        return self.board.join(rank, at=self.rule.join_clock())
+
+    def departed(self, rank: int) -> Optional[Update]:
+        """A worker leaves the quorum; returns an aggregated step that waited only for it."""
+        self.board.depart(rank)
+        return self.rule.due()
 
     def advanced(self, rank: int, clock: int) -> Optional[BoundChange]:
         """`rank`'s push for `clock` completed. Under an adaptive bound the slowest clock
@@ -127,7 +169,7 @@ class ConsistencyPolicy:
         if due is None:
             return None
         before = self.settings.latest()  # a change decided earlier may not be in force yet
-        if not before.auto or before.mode is not Mode.SSP:
+        if not before.auto or not rule_class(before.mode).BOUNDED:
             return None
         decision = self.adaptive.decide(due, before.staleness, self.board.quorum())
         if not decision.changed:

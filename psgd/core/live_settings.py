@@ -27,6 +27,7 @@ from typing import Any, Optional
 from psgd.config.modes import Mode
 from psgd.config.schema import MAX_STALENESS
 from psgd.core.error_codes import ErrorCode
+from psgd.core.modes import RULES
 
 __all__ = ["LiveSetting", "LiveSettings", "ControlError", "CONTROL_KEYS", "parse_change", "plain_fields",
            "typed_fields"]
@@ -55,8 +56,8 @@ class LiveSetting:
 
     @property
     def bound(self) -> Optional[int]:
-        """The clock gap a pull may have; None: pulls never wait (asp, and bsp's own rule)."""
-        return self.staleness if self.mode is Mode.SSP else None
+        """The clock gap a pull may have; None: the mode's pulls wait on no bound (asp, bsp)."""
+        return self.staleness if RULES[self.mode].BOUNDED else None
 
     def as_dict(self) -> dict:
         return {"mode": self.mode.value, "staleness": "auto" if self.auto else self.staleness,
@@ -134,6 +135,11 @@ class LiveSettings:
 
     def changes(self) -> list[dict]:
         return [{"clock": c, "origin": o, **f} for c, o, f in self._changes]
+
+    @property
+    def static(self) -> bool:
+        """No change scheduled and none being agreed: the initial setting holds everywhere."""
+        return not self._changes and self.hold is None
 
     def holds(self, clock: int) -> bool:
         """Must a pull at `clock` wait for a two-phase change in progress?"""

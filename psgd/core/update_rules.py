@@ -16,7 +16,14 @@ import torch
 from psgd.config import OptimizerConfig, ScheduleConfig
 from psgd.core.rules import Rule, rule_named
 
-__all__ = ["UpdateRule", "scheduled_lr"]
+__all__ = ["UpdateRule", "all_finite", "scheduled_lr"]
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """True if no element is NaN or +-Inf. One vectorised sum, no temporaries:
+    any NaN/Inf makes the sum non-finite; only then (or if huge finite values
+    overflow it) is the exact elementwise check run."""
+    return math.isfinite(t.sum().item()) or bool(torch.isfinite(t).all())
 
 
 def scheduled_lr(base_lr: float, sched: ScheduleConfig, update: int) -> float:
@@ -42,12 +49,36 @@ class UpdateRule:
         self.updates = 0  # updates applied; drives schedules and Adam's bias correction
         self.base: Rule = rule_named(cfg.name)(cfg, params)
         self.state = self.base.state  # the rule's flat tensors, checkpointed by name
+        self._kept: Optional[dict[str, torch.Tensor]] = None  # apply_if_finite's copies, to put back a refused update
 
     def lr(self, staleness: int = 0) -> float:
         lr = scheduled_lr(self.cfg.lr, self.cfg.schedule, self.updates) * self.cfg.push_share
         if self.cfg.staleness_aware:
             lr /= max(1, staleness)
         return lr
+
+    def apply_if_finite(self, params: torch.Tensor, grad: torch.Tensor, staleness: int = 0,
+                        read_params: Optional[torch.Tensor] = None) -> bool:
+        """`apply`, whole or not at all: returns False, with `params` and the state as they
+        were, when the update would make a parameter or a state entry non-finite. Finite
+        inputs can overflow float32 (four deltas of 1e38 under momentum), so the result is
+        what is checked. Costs a copy of `params` and the state into reused buffers."""
+        kept = self._keep(params)
+        self.apply(params, grad, staleness, read_params)
+        if all(all_finite(t) for t in (params, *self.state.values())):
+            return True
+        for name, saved in kept.items():
+            (params if name == "" else self.state[name]).copy_(saved)
+        self.updates -= 1
+        return False
+
+    def _keep(self, params: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Copies of the parameters ("") and the state, in buffers reused from push to push."""
+        if self._kept is None:
+            self._kept = {name: torch.empty_like(t) for name, t in (("", params), *self.state.items())}
+        for name, saved in self._kept.items():
+            saved.copy_(params if name == "" else self.state[name])
+        return self._kept
 
     def apply(self, params: torch.Tensor, grad: torch.Tensor, staleness: int = 0,
               read_params: Optional[torch.Tensor] = None) -> None:
@@ -73,13 +104,19 @@ class UpdateRule:
         return self.base.sparse_exact() and not self.cfg.weight_decay and self.cfg.dc_asgd is None
 
     def apply_sparse(self, params: torch.Tensor, indices: torch.Tensor, values: torch.Tensor,
-                     staleness: int = 0) -> None:
+                     staleness: int = 0) -> bool:
         """One plain-SGD update from (indices, values): one vectorised index_add_,
-        touching only those coordinates. Requires `sparse_exact`."""
+        touching only those coordinates. Requires `sparse_exact`. Returns False, with
+        `params` as they were, when a touched coordinate would become non-finite."""
         if not self.sparse_exact:
             raise ValueError(f"{self.cfg.name} with these options needs dense gradients")
+        before = params[indices]
         params.index_add_(0, indices, values, alpha=-self.lr(staleness))
+        if not all_finite(params[indices]):
+            params.index_copy_(0, indices, before)  # a repeated index puts back the same value
+            return False
         self.updates += 1
+        return True
 
     def state_dict(self) -> dict:
         return {"updates": self.updates, **{k: v.clone() for k, v in self.state.items()}}

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from psgd.config.modes import Mode
+from psgd.runtime.version import VERSION as psgd_version
 
 __all__ = ["Status", "Finding", "environment", "system_checks", "device_checks", "available_devices",
            "DeviceUnavailable", "EXACT_ATOL", "bsp_matches_allreduce"]
@@ -71,7 +72,7 @@ def environment() -> dict:
     import torch.distributed as dist
 
     from psgd.wire.transport import zmq_versions
-    versions = {"psgd": _version("psgd"), "python": platform.python_version(), "torch": torch.__version__,
+    versions = {"psgd": psgd_version, "python": platform.python_version(), "torch": torch.__version__,
                 **zmq_versions(),
                 "msgpack": ".".join(map(str, msgpack.version)), "ray": _version("ray")}
     cuda = {"available": torch.cuda.is_available(), "runtime": torch.version.cuda,
@@ -183,7 +184,27 @@ def check_namespaces() -> Finding:
 
 
 def system_checks() -> list[Finding]:
-    return [check_shared_memory(), check_curve(), check_namespaces()]
+    return [check_temp_dir(), check_shared_memory(), check_curve(), check_namespaces()]
+
+
+def _temp_dir_problem() -> Optional[str]:
+    """Why temporary files cannot go where the user wants them (None: they can). The
+    runs the doctor makes, torch and Ray write under the temporary directory."""
+    wanted = os.environ.get("TMPDIR")
+    try:
+        with tempfile.TemporaryDirectory(prefix="psgd-doctor-", dir=wanted or None):
+            pass
+    except OSError as exc:
+        where = f"TMPDIR={wanted}" if wanted else "no TMPDIR set"
+        return f"{exc.strerror or exc} ({where}): set TMPDIR to a writable directory"
+    return None
+
+
+def check_temp_dir() -> Finding:
+    problem = _temp_dir_problem()
+    if problem:
+        return Finding("temporary_directory", Status.FAILED, problem)
+    return Finding("temporary_directory", Status.OK, f"{tempfile.gettempdir()} is writable")
 
 
 # ---- end-to-end on each device -------------------------------------------------------
@@ -305,6 +326,10 @@ def check_round_trip(device: str) -> Finding:
 def device_checks(device: str, child_main: Optional[Callable] = None) -> list[Finding]:
     if device not in available_devices():
         raise DeviceUnavailable(f"{device}: torch sees no such device here")
+    problem = _temp_dir_problem()
+    if problem:
+        return [Finding(f"{device}: bsp = allreduce", Status.FAILED, f"its runs need a temporary directory: {problem}"),
+                check_round_trip(device)]
     with tempfile.TemporaryDirectory(prefix="psgd-doctor-") as tmp:
         return [check_exactness(device, Path(tmp), child_main), check_round_trip(device)]
 

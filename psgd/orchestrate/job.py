@@ -22,7 +22,7 @@ from psgd.config import Config, ConfigError
 from psgd.orchestrate.launcher import LaunchFailed, make_run_dir
 from psgd.orchestrate.launchers import LaunchResult, launcher_for
 from psgd.orchestrate.preflight import preflight, write_task_cache
-from psgd.orchestrate.records.resume_check import ResumeRefused, check_resumable
+from psgd.orchestrate.records.resume_check import ResumeRefused, check_fresh, check_resumable
 from psgd.runtime.run_lock import RunDirLock, RunDirRefused
 from psgd.runtime.safe_io import describe_os_error
 from psgd.tasks.objects import save_object
@@ -76,6 +76,8 @@ def prepare_job(cfg: Config, *, out: Optional[str] = None, resume: Optional[Path
             lock = RunDirLock(run_dir).acquire()  # before anything is written into the directory
             if resume is not None:
                 check_resumable(cfg, run_dir)
+            else:
+                check_fresh(run_dir)  # only a resume continues an earlier run's checkpoints
             cfg = _with_objects(cfg, run_dir, objects or {})
         except OSError as exc:
             raise RunDirUnusable(str(describe_os_error(exc, run_dir or out)), run_dir) from None

@@ -39,7 +39,7 @@ from psgd.runtime.files import atomic_write
 from psgd.runtime.lifeline import PROCESSES_FILE
 from psgd.runtime.role import EXIT_NO_RETRY, START_FILE
 from psgd.runtime.run_lock import RunDirLock, RunDirRefused
-from psgd.runtime.safe_io import WriteFailed, describe_os_error
+from psgd.runtime.safe_io import WriteFailed, describe_os_error, open_no_follow
 from psgd.runtime.token import new_run_token
 
 SUMMARY_FILE = "summary.json"
@@ -49,6 +49,11 @@ __all__ = ["Launcher", "LaunchFailed", "LaunchResult", "Progress", "make_run_dir
 READY_TIMEOUT_S = 180.0
 STOP_GRACE_S = 10.0
 INTERRUPT_BUDGET_S = 4.0  # after SIGTERM/SIGINT, every child is gone within this
+# Workers asked to stop at train.max_time_s (or at the target) that are still there this
+# much later are killed (a frozen or hung worker), and the run ends with this exit code
+# (timeout(1)'s) and status TIME_LIMIT: max_time_s bounds the run on every path.
+STOP_WORKERS_GRACE_S = STOP_GRACE_S
+TIME_LIMIT_EXIT_CODE = 124
 
 
 def resume_config(run_dir: Path) -> Config:
@@ -138,7 +143,7 @@ class Launcher:
             except LaunchFailed as exc:
                 return LaunchResult(1, str(exc), self.run_dir)
         try:
-            self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+            self._metrics = open_no_follow(self.run_dir / "metrics.jsonl", "a", buffering=1)
             self._catch_up()
             reserve_summary(self.run_dir / SUMMARY_FILE)
             self.cfg = self.processes.resolve(self.cfg, self.resume)
@@ -162,6 +167,8 @@ class Launcher:
             self.progress.started = True
             self.on_progress(self.progress)
             self._supervise()
+        except _WorkersKilled as exc:
+            code, reason, status = TIME_LIMIT_EXIT_CODE, str(exc), RunStatus.TIME_LIMIT
         except LaunchFailed as exc:
             code, reason, status = 1, str(exc), RunStatus.FAILED
         except (OSError, WriteFailed) as exc:  # the launcher's own files (processes.json, start.json)
@@ -178,7 +185,7 @@ class Launcher:
                     signal.signal(s, h)
         wall = self._training_time or ((time.time() - self._t0) if self._t0 else self._prior_time)
         summary = summarize(self.cfg, self.events, wall, status=status, restarts=self.budget.total)
-        summary["failure"] = reason if status is RunStatus.FAILED else None
+        summary["failure"] = reason if status in (RunStatus.FAILED, RunStatus.TIME_LIMIT) else None
         unwritten = write_summary(self.run_dir / SUMMARY_FILE, summary)
         if unwritten:
             reason += f"; summary.json not written: {unwritten}"
@@ -260,7 +267,7 @@ class Launcher:
     def _supervise(self) -> None:
         self.processes.training_started(self._t0)
         max_time = self.cfg.train.max_time_s
-        stopping_workers = False
+        stop_by = None  # once the workers were asked to stop: when they must be gone
         while True:
             self._poll(started=True)
             workers = [c for c in self.children if c.role in (Role.WORKER, Role.ALLREDUCE)]
@@ -269,14 +276,28 @@ class Launcher:
             elapsed = time.time() - self._t0
             target_hit = self.cfg.train.stop_at_target and any(
                 e.get("event") == Event.TARGET_REACHED for e in self.events[-50:])
-            if not stopping_workers and (elapsed > max_time or target_hit):
-                stopping_workers = True
+            if stop_by is None and (elapsed > max_time or target_hit):
+                stop_by = time.monotonic() + STOP_WORKERS_GRACE_S
+                why = f"train.max_time_s={max_time:g} reached" if elapsed > max_time else "the target was reached"
                 for c in workers:
                     c.terminate()
+            elif stop_by is not None and time.monotonic() > stop_by:
+                self._kill_workers([c for c in workers if c.state is not ChildState.DONE], why)
             time.sleep(0.1)
         # Training ends with the last worker's last step, not when its process has exited.
         done = [e["t"] for e in self.events if e.get("event") == Event.DONE and e.get("role") in (Role.WORKER, Role.ALLREDUCE)]
         self._training_time = max(done) if done else time.time() - self._t0
+
+    def _kill_workers(self, stuck: list[RoleProcess], why: str) -> None:
+        """Kill workers that did not stop when asked (SIGKILL ends a stopped process too)
+        and end the run, naming them."""
+        self._pending = [p for p in self._pending if p.role != Role.WORKER]  # no restarts after the limit
+        if not stuck:
+            return
+        names = [f"{c.name}{_frozen_note(c)}" for c in stuck]
+        self.processes.stop(stuck, 0.0)
+        raise _WorkersKilled(f"{why}: {', '.join(names)} did not stop within {STOP_WORKERS_GRACE_S:g} s "
+                             f"and {'was' if len(stuck) == 1 else 'were'} killed")
 
     def _poll(self, started: bool) -> None:
         if self._signal is not None:
@@ -371,3 +392,18 @@ class Launcher:
 
 class _Stopped(Exception):
     pass
+
+
+class _WorkersKilled(Exception):
+    """Workers asked to stop at the time limit (or the target) were killed after the grace."""
+
+
+def _frozen_note(c: RoleProcess) -> str:
+    """ ", frozen (stopped by a signal)" for a local child in state T: what the user will look for."""
+    pid = getattr(getattr(c, "proc", None), "pid", None)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError, TypeError):
+        return ""
+    return ", frozen (stopped by a signal)" if state in ("T", "t") else ""

@@ -5,6 +5,7 @@ A run (summary.json's `status`):
     RUNNING  --the last worker finished-->          OK
     RUNNING  --a process failed for good-->         FAILED
     RUNNING  --SIGINT / SIGTERM to the launcher-->  INTERRUPTED
+    RUNNING  --workers still there a grace after train.max_time_s, killed-->  TIME_LIMIT
 
 One role's process, as the launcher supervises it:
 
@@ -30,6 +31,7 @@ class RunStatus(_Named):
     OK = "ok"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    TIME_LIMIT = "time_limit"
 
 
 class ChildState(_Named):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from psgd.runtime.event_names import Event
+from psgd.runtime.safe_io import open_no_follow
 
 __all__ = ["EventLog", "EventTail", "read_events"]
 
@@ -29,7 +30,7 @@ class EventLog:
         self._file = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a", buffering=1)
+            self._file = open_no_follow(path, "a", buffering=1)
 
     def now(self) -> float:
         return time.time() - self.t0 if self.t0 is not None else 0.0

@@ -11,7 +11,7 @@ import errno
 import os
 from pathlib import Path
 
-__all__ = ["WriteFailed", "describe_os_error"]
+__all__ = ["WriteFailed", "describe_os_error", "open_no_follow"]
 
 
 class WriteFailed(RuntimeError):
@@ -30,3 +30,20 @@ def describe_os_error(exc: OSError, path=None) -> WriteFailed:
     if exc.errno == errno.ENOSPC:
         cause = "No space left on device (disk full)"
     return WriteFailed(name, cause)
+
+
+NOT_THROUGH_LINKS = "it is a symbolic link the run did not create: nothing is written through it"
+
+
+def open_no_follow(path, mode: str = "a", **kwargs):
+    """Open a run file for writing ("a", "w", "wb", ...) unless its name is a symbolic link:
+    whoever can plant a link in a run directory must not make the run overwrite or append
+    to a file elsewhere. Raises WriteFailed naming the path (OSError for other causes)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if "a" in mode else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise WriteFailed(path, NOT_THROUGH_LINKS) from None
+        raise
+    return os.fdopen(fd, mode, **kwargs)

@@ -1,4 +1,4 @@
-"""The virtual cluster: real training in one process, in simulated time (DESIGN.md §9)."""
+"""The virtual cluster: real training in one process, in simulated time (docs/guides/virtual-cluster.md)."""
 from psgd.sim.engine import Engine, SimResult
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel

@@ -13,7 +13,6 @@ from enum import IntEnum
 from typing import Any, Callable, Optional
 
 from psgd.config import Role
-from psgd.core.consistency import DeferredPulls
 from psgd.runtime.event_names import Event
 from psgd.sim.executor import Executor, Push, Reply
 from psgd.sim.jitter import ComputeJitter
@@ -82,10 +81,6 @@ class Engine:
         self.served_s = [0.0] * n    # its simulated service time in all
         self.jitter = ComputeJitter(time.jitter_cv, executor.cfg.run.seed)
         self.computed_s = [time.compute_s] * len(executor.workers)  # each worker's last step's compute
-        self.parked = [DeferredPulls() for _ in range(n)]  # the real shard's parking, in arrival order
-        # What a parked pull's readiness depends on, per shard, when last released (None: always retry).
-        self._released_at: list[Optional[tuple]] = [None] * n
-        self._fixed_bound = executor.cfg.consistency.staleness != "auto"
         self.started_at = [0.0] * len(executor.workers)
         self.round_at = [0.0] * len(executor.workers)  # when each worker's parameters last arrived
         self.flushing: set[int] = set()  # workers whose last, shorter local round is in flight
@@ -105,11 +100,11 @@ class Engine:
                 self.flushing.add(rank)
                 self._send(last, t)
                 return
-            self.ex.leave(rank)  # as opt.close(): nobody waits for it any more
+            released = self.ex.leave(rank)  # as opt.close(): nobody waits for it any more
             self.active -= 1
             self._done(rank, t)
-            for s in range(self.ex.num_shards):
-                self._answer_parked(s, t)
+            for reply in released:
+                self._send_reply(reply, t)
             return
         compute_s = self.time.compute_s * self.jitter.factor(rank, w.steps)
         self.computed_s[rank] = compute_s
@@ -147,31 +142,16 @@ class Engine:
         self.q.put(done, Kind.SERVED, p)
 
     def _served(self, p: Push, t: float) -> None:
-        self.ex.serve_push(p)
+        for reply in self.ex.serve_push(p):  # to parked pulls the push released
+            self._send_reply(reply, t)
         self.ex.recycle(p)
-        self._answer_parked(p.shard, t)
-        reply = self.ex.try_answer(p.shard, p.rank)  # the push carries its pull (push_pull)
-        if reply is None:
-            self.parked[p.shard].park(p.rank, p.rank, self.ex.workers[p.rank].clock)
-        else:
+        reply = self.ex.try_answer(p.shard, p.rank)  # the pull the push carries (push_pull); None: parked
+        if reply is not None:
             self._send_reply(reply, t)
 
     def _send_reply(self, reply: Reply, t: float) -> None:
         end = self.downlinks[reply.shard].occupy(t, self.time.transfer_s(4 * reply.params.numel()))
         self.q.put(end + self.time.latency_s, Kind.REPLY, reply)
-
-    def _answer_parked(self, s: int, t: float) -> None:
-        shard = self.ex.shards[s]
-        if not len(self.parked[s]):
-            return
-        # With a fixed bound a pull's readiness changes only with the slowest
-        # clock, the BSP step or the quorum: skip the O(parked) scan otherwise.
-        key = (shard.board.min_clock(), shard.bsp.step if shard.bsp else None, len(shard.registered))
-        if self._fixed_bound and key == self._released_at[s]:
-            return
-        self._released_at[s] = key
-        for rank in self.parked[s].release(shard.pull_ready):
-            self._send_reply(self.ex.try_answer(s, rank), t)
 
     def _reply(self, r: Reply, t: float) -> None:
         if not self.ex.receive(r):

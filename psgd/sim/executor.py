@@ -1,10 +1,11 @@
 """What one step of the virtual cluster does, without time, sockets or processes.
 
-The executor holds S `ShardState`s (the class real shards run) and W virtual
-workers, and exposes the steps of a run as functions: a worker computes and
-encodes its gradient (`compute`), a shard serves one push (`serve_push`),
-a shard answers a pull when its consistency mode allows (`try_answer`), a
-worker takes the replies (`receive`). Who runs next is decided elsewhere: by
+The executor holds S shards (`ShardService` over `ShardState`: the classes real
+shards run, called the way the real shard calls them) and W virtual workers,
+and exposes the steps of a run as functions: a worker computes and encodes its
+gradient (`compute`), a shard serves one push (`serve_push`: the replies to
+the parked pulls it released) and the pull the push carries (`try_answer`:
+the reply, or None while it is parked), a worker takes the replies (`receive`). Who runs next is decided elsewhere: by
 the discrete-event clock (psgd.sim.engine) or, later, by a recorded log.
 
 Memory: one model is shared by every worker; its parameters are views of the
@@ -25,9 +26,10 @@ import torch
 from psgd.config import Config
 from psgd.core.heterogeneity import StragglerModel, straggler_for
 from psgd.core.local_methods import method_for
-from psgd.core.local_updates import StepSpeeds, inner_torch_optimizer
+from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
-from psgd.servers.state import PushResult, ShardState
+from psgd.servers.service import Answer, Joined, PushFields, Served, ShardService
+from psgd.servers.state import ShardState
 from psgd.sim.binding import ModelBinding
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
@@ -124,12 +126,12 @@ class Executor:
         self.sync = ModelSync(self.model, self.layout, torch.device("cpu"), pin_memory=False)
         initial = self.layout.flatten([p.detach() for p in self.sync.params])
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
+        self.services = [ShardService(shard) for shard in self.shards]  # what each request does, as on a real shard
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
         codec = codec_for_compression(cfg.wire.compression)
         self._f32 = codec.dense and codec.wire_dtype == torch.float32  # a push decodes to the very buffer
         self.now = 0.0  # the simulated time, set by whoever drives the executor (local rounds' pace)
-        self.speeds = [StepSpeeds() for _ in range(self.num_shards)]  # each shard's view, as the real shard's
         self.gradient_s = 0.0  # CPU seconds in forward+backward (psgd bench sim's denominator)
         self.evaluate_s = 0.0  # CPU seconds scoring the test set
         self.shard_s = 0.0     # CPU seconds in the shards' pushes and pulls (the servers' rules and updates)
@@ -143,7 +145,7 @@ class Executor:
             worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                    [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
             if register:
-                worker.adopt(shard.register(rank, 0.0) for shard in self.shards)
+                worker.adopt(self._joined(s, service.register(rank, 0.0)) for s, service in enumerate(self.services))
             if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
                 inner = inner_torch_optimizer(cfg.optimizer, self.sync.params)
                 worker.local = LocalRounds(method_for(cfg.local, w), self.sync, inner,
@@ -249,27 +251,39 @@ class Executor:
             w.own = None  # the reply starts the next round
         return pushes
 
-    def serve_push(self, push: Push) -> PushResult:
-        """Shard `push.shard` handles one push, exactly as the real shard does."""
+    def serve_push(self, push: Push) -> list[Reply]:
+        """Shard `push.shard` handles one push exactly as the real shard does; returns the
+        replies it sends now: to the parked pulls the push released, in their order."""
         t0 = time.process_time()
-        result = self.shards[push.shard].push(push.rank, push.seq, push.clock, push.read_version,
-                                              push.grad, push.step_s)
+        fields = PushFields(push.rank, push.seq, push.clock, push.read_version, self.layout.shard_sizes[push.shard],
+                            step_s=push.step_s, steps=push.steps)
+        pushed = self.services[push.shard].push(fields, self.now, lambda: push.grad)
         self.shard_s += time.process_time() - t0
-        self.speeds[push.shard].observe(push.rank, push.step_s, push.steps)
-        return result
+        return self._replies(push.shard, pushed)
 
     def try_answer(self, s: int, rank: int) -> Optional[Reply]:
-        """Shard s answers worker `rank`'s pull for its next clock if the mode allows."""
-        shard, clock = self.shards[s], self.workers[rank].clock
+        """Worker `rank` pulls its next clock from shard s (the pull its push carries): the
+        reply if the mode allows it now, else None (the shard parks the pull; a later
+        request's replies include it)."""
         t0 = time.process_time()
-        ready = shard.pull_ready(rank, clock)
-        if ready:
-            _, clock, low = shard.answer_pull(rank, clock)
+        served = self.services[s].pull(rank, self.workers[rank].clock, rank, self.now)
         self.shard_s += time.process_time() - t0
-        if not ready:
-            return None
+        replies = self._replies(s, served)
+        return replies[0] if replies else None
+
+    def _replies(self, s: int, served: Served) -> list[Reply]:
+        return [self._reply(s, answer) for answer in served.answers]
+
+    def _reply(self, s: int, answer: Answer) -> Reply:
         params, read = self._read(s)
-        return Reply(rank, s, params, shard.version, clock, low, self.speeds[s].fastest(), read)
+        return Reply(answer.rank, s, params, answer.version, answer.clock, answer.min_clock,
+                     answer.fastest_step_s, read)
+
+    @staticmethod
+    def _joined(s: int, served: Joined) -> int:
+        if served.answers:  # every worker joins before any pulls: nothing can be parked yet
+            raise RuntimeError(f"shard {s} answered pulls parked before the workers joined")
+        return served.clock
 
     def receive(self, reply: Reply) -> bool:
         """Worker takes one shard's reply; True once it holds every shard's."""
@@ -284,10 +298,16 @@ class Executor:
         w.adopt(r.clock for r in w.replies.values())
         return True
 
-    def leave(self, rank: int) -> None:
-        for s, shard in enumerate(self.shards):
-            shard.leave(rank)
-            self.speeds[s].forget(rank)
+    def leave(self, rank: int) -> list[Reply]:
+        """Worker `rank` leaves every shard (as opt.close()); returns the replies to the
+        parked pulls its leaving released, shard by shard."""
+        replies = []
+        for s, service in enumerate(self.services):
+            left = service.leave(rank)
+            if left.refused:  # a worker leaves when it is done: it waits on no pull
+                raise RuntimeError(f"worker {rank} left shard {s} with a pull still parked")
+            replies += self._replies(s, left)
+        return replies
 
     # ---- results ----------------------------------------------------------
     def server_params(self) -> list[torch.Tensor]:

@@ -16,6 +16,7 @@ and pull against the record, and the final parameters against model.pt.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -56,11 +57,33 @@ class ReplayResult:
 
 
 def _events(run_dir: Path) -> list[dict]:
+    """metrics.jsonl, every line a whole event: the losses replay checks come from
+    here, so a missing, torn or garbled file is damage, never "nothing to compare"."""
     path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RecordError(f"{path} is missing: the workers' losses cannot be compared") from None
+    except OSError as exc:
+        raise RecordError(f"{path} cannot be read: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{path}: byte 0x{data[exc.start]:02x} at offset {exc.start} is not UTF-8 text") from None
+    if text and not text.endswith("\n"):
+        raise RecordError(f"{path}: the last line is torn (no newline at its end): the file was cut short")
+    events = []
+    for number, line in enumerate(text.split("\n")[:-1], start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RecordError(f"{path} line {number} is not JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(event, dict):
+            raise RecordError(f"{path} line {number} is a JSON {type(event).__name__}, not an event object")
+        events.append(event)
+    return events
 
 
 def _check_replayable(cfg, events: list[dict]) -> None:
@@ -184,12 +207,44 @@ def _compare_losses(result: ReplayResult, replayed: dict[int, list[float]], even
     recorded: dict[int, list[float]] = defaultdict(list)
     for e in events:
         if e.get("event") == Event.STEP and e.get("role") == Role.WORKER:
-            recorded[int(e["rank"])].append(e["loss"])
-    for rank, losses in sorted(recorded.items()):
-        for step, (want, got) in enumerate(zip(losses, replayed.get(rank, []))):
-            if want != got:
-                result.loss_mismatches.append(f"worker {rank} step {step}: loss {got!r}, the run had {want!r}")
+            rank, loss = e.get("rank"), e.get("loss")
+            if type(rank) is not int or type(loss) not in (int, float, type(None)):
+                raise RecordError(f"metrics.jsonl: a worker step event has rank {rank!r} and loss {loss!r}: "
+                                  "expected an integer and a number")
+            recorded[rank].append(loss)
+    for rank in sorted(set(recorded) | set(replayed)):
+        losses, got = recorded.get(rank, []), replayed.get(rank, [])
+        for step, (want, loss) in enumerate(zip(losses, got)):
+            if want != loss and not (want is None and not math.isfinite(loss)):  # events write NaN as null
+                result.loss_mismatches.append(f"worker {rank} step {step}: loss {loss!r}, the run had {want!r}")
                 break
+        else:
+            if len(losses) != len(got):
+                result.loss_mismatches.append(f"worker {rank}: metrics.jsonl has {len(losses)} steps, "
+                                              f"the replay computed {len(got)}")
+
+
+def _saved_model(path: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """model.pt as a state_dict of this config's model: names, shapes and dtypes,
+    or a RecordError saying how the file is damaged."""
+    try:
+        saved = torch.load(path, weights_only=True)
+    except Exception as exc:  # torch raises a different type for each kind of damage
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise RecordError(f"{path} cannot be loaded ({type(exc).__name__}: {reason})") from None
+    if not isinstance(saved, dict):
+        raise RecordError(f"{path} holds a {type(saved).__name__}, not a state_dict")
+    if set(saved) != set(expected):
+        names = sorted(map(str, set(saved) ^ set(expected)))[:3]
+        raise RecordError(f"{path} holds other parameters than this config's model (differing: {', '.join(names)})")
+    for name, tensor in expected.items():
+        got = saved[name]
+        if not isinstance(got, torch.Tensor):
+            raise RecordError(f"{path}: {name} is a {type(got).__name__}, not a tensor")
+        if got.shape != tensor.shape or got.dtype != tensor.dtype:
+            raise RecordError(f"{path}: {name} is {got.dtype} of shape {list(got.shape)}, "
+                              f"this config's model has {tensor.dtype} of shape {list(tensor.shape)}")
+    return saved
 
 
 def replay(run_dir: Path, check_model: bool = True) -> ReplayResult:
@@ -210,18 +265,18 @@ def replay(run_dir: Path, check_model: bool = True) -> ReplayResult:
     for rec in records:
         if rec.numel != ex.shards[rec.shard].numel or rec.start_version != 0:
             raise RecordError(f"shard {rec.shard}'s record does not start from this config's initial model")
+    model = run_dir / "model.pt"
+    saved = _saved_model(model, ex.state_dict()) if check_model and model.is_file() else None
     rp = _Replay(ex, records)
     rp.run()
     result = rp.result
     _compare_losses(result, rp.losses, events)
     result.state_dict = ex.state_dict()
-    model = run_dir / "model.pt"
-    if check_model and model.is_file():
-        saved = torch.load(model, weights_only=True)
+    if saved is not None:
         result.compared_model = True
         for name, tensor in result.state_dict.items():
-            if name not in saved or not torch.equal(saved[name], tensor):
-                diff = (saved[name] - tensor).abs().max().item() if name in saved else float("nan")
+            if not torch.equal(saved[name], tensor):
+                diff = (saved[name] - tensor).abs().max().item()
                 result.tensor_mismatches.append(f"{name} (max abs difference {diff:.3g})")
     result.wall_s = time.perf_counter() - started
     return result

@@ -13,13 +13,13 @@ SeedRow = local.SeedRow
 INF = math.inf
 
 
-def rows(label, times, eps=1000.0, bpe=100.0, finals=None):
-    """One row per seed; eps and bpe: one value for every seed or one per seed."""
+def rows(label, times, eps=1000.0, bpe=100.0, finals=None, ran_s=None):
+    """One row per seed; eps and bpe: one value for every seed or one per seed; ran_s: each run's length."""
     n = len(times)
     eps = eps if isinstance(eps, list) else [eps] * n
     bpe = bpe if isinstance(bpe, list) else [bpe] * n
     finals = finals or [0.9] * n
-    return [SeedRow(label, s, t, finals[s], eps[s], bpe[s]) for s, t in enumerate(times)]
+    return [SeedRow(label, s, t, finals[s], eps[s], bpe[s], ran_s) for s, t in enumerate(times)]
 
 
 def test_examples_and_bytes_to_target_per_seed():
@@ -35,15 +35,22 @@ def test_far_fewer_bytes():
     bsp = rows("bsp", [10, 10.5, 11], bpe=800.0)
     # The same time and rate at an eighth of the bytes per example: ratio 0.125.
     verdict, evidence = local.judge_far_fewer_bytes(rows("bsp+h8", [10, 10.5, 11], bpe=100.0), bsp)
-    assert verdict == "confirmed" and "ratio 0.125 [" in evidence
+    assert verdict == "confirmed" and "faster: ratio 0.12 [0.12, 0.12] (±10% margin, paired by seed)" in evidence
     # The same bytes per example, so about the same bytes: not "far fewer".
     assert local.judge_far_fewer_bytes(rows("bsp+h8", [10, 10.5, 11], bpe=800.0), bsp)[0] == "not confirmed"
     # Bytes to the target straddling half of BSP's: these seeds cannot tell.
     straddle = rows("bsp+h8", [10, 10, 10], bpe=[0.3 * 840, 0.5 * 840, 0.7 * 840])
     assert local.judge_far_fewer_bytes(straddle, rows("bsp", [10, 10, 10], bpe=840.0))[0] == "inconclusive"
-    # Never reaching the target is never fewer bytes; reaching it where BSP never does is.
-    assert local.judge_far_fewer_bytes(rows("bsp+h8", [INF] * 3, bpe=100.0), bsp)[0] == "not confirmed"
-    assert local.judge_far_fewer_bytes(rows("bsp+h8", [9, 10, 11]), rows("bsp", [INF] * 3))[0] == "confirmed"
+    # Never reaching the target: censored at what the run pushed by its end. Past BSP's bytes to the
+    # target, that decides it (by the cap); short of them, nothing is known.
+    verdict, evidence = local.judge_far_fewer_bytes(rows("bsp+h8", [INF] * 3, bpe=100.0, ran_s=100.0), bsp)
+    assert verdict == "not confirmed" and "slower: ratio" in evidence and "decided by the cap" in evidence
+    assert local.judge_far_fewer_bytes(rows("bsp+h8", [INF] * 3, bpe=100.0, ran_s=20.0), bsp)[0] == "inconclusive"
+    assert local.judge_far_fewer_bytes(rows("bsp+h8", [INF] * 3, bpe=100.0), bsp)[0] == "inconclusive"
+    # Reaching it where BSP never did within runs that pushed four times as much: confirmed, by the cap.
+    verdict, evidence = local.judge_far_fewer_bytes(rows("bsp+h8", [9, 10, 11]), rows("bsp", [INF] * 3, ran_s=40.0))
+    assert verdict == "confirmed" and "decided by the cap" in evidence
+    assert local.judge_far_fewer_bytes(rows("bsp+h8", [9, 10, 11]), rows("bsp", [INF] * 3))[0] == "inconclusive"
     assert local.judge_far_fewer_bytes(rows("bsp+h8", [INF] * 3), rows("bsp", [INF] * 3))[0] == "inconclusive"
     assert local.judge_far_fewer_bytes(rows("bsp+h8", [9, 10, 11], bpe=None), bsp)[0] == "not tested"
 
@@ -51,19 +58,24 @@ def test_far_fewer_bytes():
 def test_fewer_examples_and_the_tie():
     sync = rows("bsp+h8+diloco", [10, 11, 12])          # 10k, 11k, 12k examples
     naive = rows("asp+h8+diloco", [20, 21, 22])
-    assert local.judge_fewer_examples(sync, naive) == (
-        "confirmed", "11.0k [10.0k, 12.0k] vs asp+h8+diloco 21.0k [20.0k, 22.0k] examples to the target")
+    verdict, evidence = local.judge_fewer_examples(sync, naive)
+    assert verdict == "confirmed"
+    assert evidence.startswith("11.0k [10.0k, 12.0k] vs asp+h8+diloco 21.0k [20.0k, 22.0k] examples to the target, "
+                               "faster: ratio 0.52 ")
     assert local.judge_fewer_examples(naive, sync)[0] == "not confirmed"
     assert local.judge_fewer_examples(rows("x", [10, 16, 22]), naive)[0] == "inconclusive"
     # Examples, not seconds: twice the time at half the rate is the same number of examples.
     dn = rows("asp+h8+diloco+dn", [20, 22, 24], eps=500.0)
-    assert local.judge_examples_tie(dn, sync)[0] == "inconclusive"   # ratio in [0.83, 1.2]
+    assert local.judge_examples_tie(dn, sync)[0] == "confirmed"      # 10k, 11k, 12k: the same in every seed
+    dn = rows("asp+h8+diloco+dn", [24, 20, 22], eps=500.0)
+    assert local.judge_examples_tie(dn, sync)[0] == "inconclusive"   # per seed 1.2, 0.91, 0.92
     dn = rows("asp+h8+diloco+dn", [21.8, 22, 22.2], eps=500.0)
     verdict, evidence = local.judge_examples_tie(dn, rows("bsp+h8+diloco", [10.8, 11, 11.2]))
-    assert verdict == "confirmed" and "ratio 1.00 [0.97, 1.03] (tie margin ±10%)" in evidence
+    assert verdict == "confirmed" and "tied: ratio 1.00 [0.99, 1.01] (±10% margin, paired by seed)" in evidence
     assert local.judge_examples_tie(naive, sync)[0] == "not confirmed"   # ratio about 1.9
-    never = rows("asp+h8+diloco+dn", [INF] * 3)
-    assert local.judge_examples_tie(never, sync)[0] == "not confirmed"   # sync held it, this never did
+    never = rows("asp+h8+diloco+dn", [INF] * 3, ran_s=30.0)  # 30k examples and still short of the target
+    assert local.judge_examples_tie(never, sync)[0] == "not confirmed"   # sync held it by 12k
+    assert local.judge_examples_tie(rows("asp+h8+diloco+dn", [INF] * 3), sync)[0] == "inconclusive"  # ran how long?
     assert local.judge_examples_tie(never, rows("bsp+h8+diloco", [INF] * 3))[0] == "inconclusive"  # neither
 
 
@@ -71,13 +83,17 @@ def test_faster_per_epoch_needs_both_speed_and_quality():
     asp = rows("asp", [10, 11, 12], eps=[1000.0, 1100.0, 1200.0], finals=[0.85, 0.86, 0.87])
     geo = rows("asp+h8", [9, 10, 11], eps=[2000.0, 2100.0, 2200.0], finals=[0.84, 0.86, 0.88])
     verdict, evidence = local.judge_faster_epochs(geo, asp, True)
-    assert verdict == "confirmed" and "faster per epoch: confirmed" in evidence
+    assert verdict == "confirmed" and "-> time per example faster: ratio 0.52" in evidence and \
+        evidence.endswith("tied: ratio 1.00 [0.99, 1.01] (±10% margin, paired by seed): confirmed")
     worse = rows("asp+h8", [INF] * 3, eps=[2000.0, 2100.0, 2200.0], finals=[0.5, 0.52, 0.54])
     assert local.judge_faster_epochs(worse, asp, True)[0] == "not confirmed"   # faster, but not equal quality
     slower = rows("asp+h8", [9, 10, 11], eps=[500.0, 550.0, 600.0], finals=[0.85, 0.86, 0.87])
     assert local.judge_faster_epochs(slower, asp, True)[0] == "not confirmed"
     same = rows("asp+h8", [9, 10, 11], eps=[1050.0, 1150.0, 1250.0], finals=[0.85, 0.86, 0.87])
-    assert local.judge_faster_epochs(same, asp, True)[0] == "inconclusive"
+    # About 4.5% more examples/s in every seed: tied within ±10%, which refutes "faster per epoch".
+    assert local.judge_faster_epochs(same, asp, True)[0] == "not confirmed"
+    noisy = rows("asp+h8", [9, 10, 11], eps=[1300.0, 900.0, 1250.0], finals=[0.85, 0.86, 0.87])
+    assert local.judge_faster_epochs(noisy, asp, True)[0] == "inconclusive"
 
 
 def test_local_verdicts_pair_the_modes_by_their_local_steps():
@@ -127,6 +143,6 @@ def test_the_local_group_is_a_section_with_its_own_claims(tmp_path):
     assert "SSP ties BSP" not in loc and "GEO-SGD takes less time per epoch" in loc
     assert ("| local SGD and DiLoCo reach BSP's target with far fewer bytes pushed (at most half) | "
             "Douillard et al. 2023 | **confirmed** | none: bsp+h8 1.0 MB [0.9 MB, 1.1 MB] vs bsp 8.8 MB "
-            "[8.0 MB, 9.6 MB] to the target, ratio 0.114 [") in loc
+            "[8.0 MB, 9.6 MB] to the target, faster: ratio 0.11 [") in loc
     assert "| bsp+h8 | 10.0k [9.0k, 11.0k] | 1.0 MB [0.9 MB, 1.1 MB] | 1000 [1000, 1000] |" in loc
     assert "adamw" not in page   # grids are not cases

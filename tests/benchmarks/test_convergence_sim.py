@@ -70,7 +70,7 @@ def test_local_update_claims_from_seeds(tmp_path):
                ].verdict == "confirmed"
     assert got["Delayed Nesterov closes that gap (examples to target tie synchronous DiLoCo's)"].verdict == "confirmed"
     dn = got["Delayed Nesterov does better than naive asynchronous DiLoCo (final accuracy; runs stop at the target)"]
-    assert dn.verdict == "inconclusive"  # every row's final accuracy is 0.9
+    assert dn.verdict == "not confirmed" and "tied: ratio 1.00" in dn.evidence  # every row's final accuracy is 0.9
     assert got["GEO-SGD takes less time per epoch than ASP (s per 1,000 examples)"].verdict == "confirmed"
     assert got["GEO-SGD reaches ASP's quality (holds the target in as many seeds)"].verdict == "not confirmed"
 
@@ -104,3 +104,24 @@ def test_delayed_nesterov_judged_on_final_accuracy_when_neither_async_variant_ho
     assert got["Delayed Nesterov does better than naive asynchronous DiLoCo (final accuracy; runs stop at the "
                "target)"] == "confirmed"
     assert got["Delayed Nesterov closes that gap (examples to target tie synchronous DiLoCo's)"] == "not tested"
+
+
+def test_the_sensitivity_sweep_says_which_verdicts_hold_and_where_one_flips(tmp_path):
+    import json
+    # Stated cluster (25 Gb/s): backup workers win under the straggler. At 1 Gb/s they do not.
+    win = rows("bsp", [30, 31, 32, 30, 31], 100, 1000) + rows("bsp+b1", [12, 13, 14, 12, 13], 100, 1000)
+    lose = rows("bsp", [30, 31, 32, 30, 31], 100, 1000) + rows("bsp+b1", [33, 34, 35, 33, 34], 100, 1000)
+    write_seeds(tmp_path / "w4-straggler", win)
+    sweep = tmp_path / "sensitivity"
+    sweep.mkdir()
+    (sweep / "knobs.json").write_text(json.dumps({"bandwidth": {
+        "name": "link bandwidth", "unit": "Gb/s", "key": "sim.bandwidth_gbps", "stated": 25, "values": [1, 4, 100]}}))
+    for value, case in ((1, lose), (4, win), (100, win)):
+        write_seeds(sweep / f"bandwidth-{value}" / "w4-straggler", case)
+    assert report.main([str(tmp_path)]) == 0
+    text = (tmp_path / "report.md").read_text()
+    claim = "W=4: backup workers shorten BSP's time to target under a persistent straggler"
+    assert "## Sensitivity to the time model" in text
+    assert (f"- {claim}: confirmed at the stated cluster; depends on link bandwidth: not confirmed at 1 Gb/s, "
+            "boundary between 1 Gb/s and 4 Gb/s") in text
+    assert (tmp_path / "sensitivity.png").read_bytes().startswith(b"\x89PNG")

@@ -89,6 +89,10 @@ def test_bench_convergence_refuses_bad_arguments_before_running(small_config, tm
     code, _, stderr = run_psgd("bench", "convergence", str(cfg), "--set", "train.target={metric: loss}",
                                cwd=tmp_path, timeout=60)
     assert code == 2 and "train.target.value" in stderr
+    code, _, stderr = run_psgd("bench", "convergence", str(cfg), "--modes", "asp,local:8,diloco:8", "--on", "sim",
+                               cwd=tmp_path, timeout=60)
+    assert code == 2 and len(stderr.strip().splitlines()) == 1, stderr   # one line, before any run
+    assert "the inner steps of bsp+h8+diloco use AdamW" in stderr and "pass --lr-grid 0.001,0.003,0.01," in stderr
 
 
 def test_plot_cli_rejects_a_directory_that_is_not_a_run(tmp_path):

@@ -5,6 +5,8 @@ import pytest
 import torch
 from conftest import run_psgd
 
+import psgd
+
 
 @pytest.mark.e2e
 @pytest.mark.timeout(120)
@@ -20,6 +22,7 @@ def test_doctor_passes_here_and_reports_each_check_as_json(tmp_path):
     assert exact["data"]["backend"] == "gloo" and exact["data"]["workers"] == 2
     assert found["cpu: round trip"]["data"]["median_ms"] > 0
     assert report["environment"]["versions"]["torch"] == torch.__version__
+    assert report["environment"]["versions"]["psgd"] == psgd.__version__  # what `psgd --version` prints
     assert report["environment"]["cuda"]["available"] == torch.cuda.is_available()
     if torch.cuda.is_available():
         assert found["cuda: bsp = allreduce"]["status"] == "ok" and found["cuda: round trip"]["data"]["pinned"]

@@ -17,7 +17,7 @@ def test_the_target_comes_from_the_config_when_the_flag_is_absent(small_config, 
     assert code == 0, stderr
     target = describe_target("accuracy", 0.3)
     assert f"target: {target} (train.target_accuracy)" in stderr
-    assert stdout.splitlines()[0].startswith(f"| bound s | seeds run | held {target} |")
+    assert stdout.splitlines()[0].startswith(f"| bound s | lr | seeds run | held {target} |")
     assert (tmp_path / "tune" / "tune.md").read_text().startswith(f"# Staleness tuning, target {target}")
 
 

@@ -20,6 +20,7 @@ from psgd.orchestrate.records.metrics_export import MetricsExport
 from psgd.orchestrate.records.summary import summarize, time_to_target
 from psgd.orchestrate.records.summary_file import write_summary
 from psgd.runtime.files import atomic_write
+from psgd.runtime.safe_io import WriteFailed, open_no_follow
 from psgd.sim.allreduce import AllReduceSim
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
@@ -53,6 +54,12 @@ class SimLauncher:
         self.cfg, self.run_dir = cfg, Path(run_dir)
 
     def run(self) -> LaunchResult:
+        try:
+            return self._run()
+        except WriteFailed as exc:  # a run file that may not be written (a planted link): one line
+            return LaunchResult(1, str(exc), self.run_dir)
+
+    def _run(self) -> LaunchResult:
         started = time.perf_counter()
         torch.set_num_threads(self.cfg.run.threads)  # one thread, as every psgd process
         allreduce = not self.cfg.consistency.mode.on_servers
@@ -63,7 +70,7 @@ class SimLauncher:
         export = MetricsExport(self.run_dir, cfg, t0=0.0)
         evals: list[dict] = []
 
-        with open(self.run_dir / "metrics.jsonl", "w") as metrics:
+        with open_no_follow(self.run_dir / "metrics.jsonl", "w") as metrics:
             def emit(e: dict) -> None:
                 events.append(e)
                 metrics.write(json.dumps(e) + "\n")
@@ -85,7 +92,8 @@ class SimLauncher:
                                     max_time_s=cfg.train.max_time_s, eval_every_s=every, emit=emit, stop=stop).run()
             finally:
                 export.close()
-        torch.save(runner.state_dict(), self.run_dir / "model.pt")
+        with open_no_follow(self.run_dir / "model.pt", "wb") as model:
+            torch.save(runner.state_dict(), model)
         summary = summarize(cfg, events, result.end_s, clock="simulated")
         summary["real_time_s"] = round(time.perf_counter() - started, 3)  # what the simulation took here
         summary["failure"] = None

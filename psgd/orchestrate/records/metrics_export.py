@@ -20,6 +20,7 @@ from psgd.config import Config
 from psgd.core import update_size
 from psgd.core.histogram import Histogram
 from psgd.runtime.event_names import Event
+from psgd.runtime.safe_io import open_no_follow
 
 __all__ = ["MetricsExport", "CSV_FILE", "CSV_COLUMNS", "TENSORBOARD_DIR", "eval_updates", "export_events"]
 
@@ -54,7 +55,7 @@ class MetricsExport:
         self.per_update = examples_per_update(cfg)
         path = self.run_dir / CSV_FILE
         fresh = not path.exists() or path.stat().st_size == 0
-        self._csv_file = open(path, "a", newline="", buffering=1)
+        self._csv_file = open_no_follow(path, "a", newline="", buffering=1)
         self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_COLUMNS)
         if fresh:
             self._csv.writeheader()

@@ -10,9 +10,12 @@ from typing import Any
 
 from psgd.config import Config
 
-__all__ = ["STATE_SHAPE_FILE", "ResumeRefused", "state_shape", "check_resumable"]
+__all__ = ["STATE_SHAPE_FILE", "ResumeRefused", "state_shape", "check_resumable", "check_fresh"]
 
 STATE_SHAPE_FILE = "state_shape.json"
+# What a launched run leaves in its directory: a new run there would continue its
+# checkpoints (its shards resume from them) and add to its records.
+RUN_FILES = ("checkpoints", "metrics.jsonl", "summary.json", STATE_SHAPE_FILE)
 
 
 class ResumeRefused(RuntimeError):
@@ -52,6 +55,16 @@ def check_resumable(cfg: Config, run_dir: Path) -> None:
     if changed:
         raise ResumeRefused(f"cannot resume {run_dir}: the checkpoints were made with another configuration ("
                             + "; ".join(changed) + "): restore those keys in its config.yaml, or start a new run")
+
+
+def check_fresh(run_dir: Path) -> None:
+    """Raise ResumeRefused when a new run is started in the directory of an earlier one:
+    only `--resume` continues a run."""
+    run_dir = Path(run_dir)
+    found = [name for name in RUN_FILES if (run_dir / name).exists() or (run_dir / name).is_symlink()]
+    if found:
+        raise ResumeRefused(f"{run_dir} already holds a run ({', '.join(found)}): continue it with "
+                            f"`psgd launch --resume {run_dir}`, or give a new --out")
 
 
 def _differences(key: str, then: Any, now: Any) -> list[str]:

@@ -3,14 +3,21 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from psgd.config import Config, Mode
+from psgd.config import Config
 from psgd.config.modes import Role
 from psgd.core.histogram import Histogram
+from psgd.core.modes import rule_class
 from psgd.core.target import METRICS, held_target_time, metric_series, run_target
 from psgd.orchestrate.states import RunStatus
 from psgd.runtime.event_names import Event
+from psgd.runtime.version import VERSION
 
 __all__ = ["summarize", "time_to_target"]
+
+
+def _bounded(cfg: Config) -> bool:
+    """Does the run's mode bound its pulls by `consistency.staleness` (its class says)?"""
+    return cfg.consistency.mode.on_servers and rule_class(cfg.consistency.mode).BOUNDED
 
 
 def time_to_target(evals: list[dict], train) -> Optional[float]:
@@ -54,8 +61,9 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
     fp32_bytes = sum(int(e.get("fp32_bytes", 0)) for e in done)
     losses = [e["loss"] for e in steps[-max(1, cfg.cluster.workers * 5):] if e.get("loss") is not None]
     return {
+        "psgd_version": VERSION,  # the psgd that ran it (`psgd --version` prints the same)
         "mode": cfg.consistency.mode.value,
-        "staleness": cfg.consistency.staleness if cfg.consistency.mode is Mode.SSP else None,
+        "staleness": cfg.consistency.staleness if _bounded(cfg) else None,
         "servers": cfg.cluster.num_servers if cfg.consistency.mode.on_servers else 0,
         "workers": cfg.cluster.workers,
         "status": str(status),

@@ -46,8 +46,10 @@ class AttachedSegment:
     """A client's segment as the shard uses it: copies requests into its own
     buffers, writes replies. Used from one thread."""
 
-    def __init__(self, mm: mmap.mmap, name: str, request_capacity: int, reply_capacity: int):
+    def __init__(self, mm: mmap.mmap, name: str, request_capacity: int, reply_capacity: int,
+                 file_id: tuple[int, int] = (-1, -1)):
         self.name = name
+        self.file_id = file_id       # (st_dev, st_ino) of the file mapped: what the name led to
         self.request_capacity = request_capacity
         self.reply_capacity = reply_capacity
         self.last_reply_req = -1     # the newest request id answered through the segment
@@ -101,7 +103,20 @@ class AttachedSegment:
             raise ShmError("bad_segment", f"{name} cannot be mapped: {exc.strerror}") from None
         finally:
             os.close(fd)
-        return cls(mm, name, req_cap, rep_cap)
+        return cls(mm, name, req_cap, rep_cap, (st.st_dev, st.st_ino))
+
+    def still_named(self, name: str, proc: str = PROC) -> bool:
+        """Whether `name` is this segment's offer still: it leads to the file mapped, or
+        nowhere any more (the client gave the name up once the shard answered). A name
+        that leads to another file now is another offer, to be checked on its own."""
+        where = parse_name(name)
+        if where is None or name != self.name:
+            return False
+        try:
+            st = os.stat(f"{proc}/{where[0]}/fd/{where[1]}")
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) == self.file_id
 
     def read_request(self, gen: int, out: torch.Tensor, at: int = 0) -> bool:
         """Copy the request payload's bytes from byte `at` on (a piece of it: `at` > 0)

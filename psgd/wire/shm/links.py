@@ -166,12 +166,24 @@ class ShardSegments:
         self._by_identity: dict[bytes, AttachedSegment] = {}
         self._identity_of: dict[tuple[str, int], bytes] = {}
         self._peer_of: dict[bytes, tuple[str, int]] = {}
+        self._offer_of: dict[bytes, tuple] = {}  # identity -> (name, token, request id) of the attached offer
+        self._bell_of: dict[bytes, str] = {}               # identity -> name of the bell opened with it
         self._used: set[bytes] = set()      # connections that used their segment since the last sweep
         self.refused: dict[str, int] = {}   # ShmError code -> offers refused (counters)
 
-    def attach(self, identity: bytes, role: str, rank: int, name: str, token_hex: str) -> bool:
+    def attach(self, identity: bytes, role: str, rank: int, name: str, token_hex: str,
+               req: Optional[int] = None) -> bool:
         """Handle a registration's offer; True if the connection now uses shared
-        memory. Any segment this connection or this (role, rank) had is released."""
+        memory. Any segment this connection or this (role, rank) had is released,
+        except when it is this very offer: a REGISTER resent on the connection (a
+        retry) keeps the segment it settled, whose name the client may have given up
+        since (and its descriptor number then reused): the same request id, or a name
+        that leads to the mapped file or nowhere, is the same offer."""
+        held, offered = self._by_identity.get(identity), self._offer_of.get(identity)
+        if (held is not None and offered is not None and offered[:2] == (name, token_hex)
+                and self._peer_of.get(identity) == (role, rank)
+                and ((req is not None and offered[2] == req) or held.still_named(name))):
+            return True
         self.release_rank(role, rank)
         self.release(identity)
         if not (self.enabled and name):
@@ -184,6 +196,7 @@ class ShardSegments:
         self._by_identity[identity] = seg
         self._identity_of[(role, rank)] = identity
         self._peer_of[identity] = (role, rank)
+        self._offer_of[identity] = (name, token_hex, req)
         return True
 
     def open_bell(self, identity: bytes, name: str) -> bool:
@@ -193,6 +206,8 @@ class ShardSegments:
         so that they never starve the sockets."""
         if not name or identity not in self._by_identity:
             return False
+        if self._bell_of.get(identity) == name and self.bells.get(identity) is not None:
+            return True  # a resent REGISTER: the bell opened for it still rings
         if 2 * (len(self.bells) + 1) > _descriptor_limit() // 4:
             self.refused["bell_limit"] = self.refused.get("bell_limit", 0) + 1
             return False
@@ -201,6 +216,7 @@ class ShardSegments:
         except BellError as exc:
             self.refused[f"bell_{exc.code}"] = self.refused.get(f"bell_{exc.code}", 0) + 1
             return False
+        self._bell_of[identity] = name
         return True
 
     def request(self, identity: bytes, gen: int, out: torch.Tensor, at: int = 0) -> bool:
@@ -226,6 +242,8 @@ class ShardSegments:
         """The connection is gone (left, timed out, replaced): close its segment."""
         seg = self._by_identity.pop(identity, None)
         peer = self._peer_of.pop(identity, None)
+        self._offer_of.pop(identity, None)
+        self._bell_of.pop(identity, None)
         self._used.discard(identity)
         if peer is not None and self._identity_of.get(peer) == identity:
             del self._identity_of[peer]

@@ -118,7 +118,8 @@ def test_outputs_summary_seeds_report_and_plots(tmp_path):
     lines = text.splitlines()
     assert lines[4] == "## Conclusion"
     assert lines[6] == "- Time to hold test accuracy 0.8, median [95% CI] over seeds; bsp: 2.00 s [2.00 s, 2.00 s]."
-    assert lines[7] == "- Faster than bsp (intervals do not overlap): ssp:2 (1.00 s [1.00 s, 1.00 s], 0.50x)."
+    assert lines[7] == ("- Faster than bsp (ratio interval below 1 - margin): ssp:2 (1.00 s [1.00 s, 1.00 s]; faster: "
+                        "ratio 0.50 [0.50, 0.50] (±10% margin, paired by seed)).")   # half the time in every seed
     assert "- Heterogeneity: rank 3 slowed 4x." in lines and "- asp lr 0.1 seed 0: boom" in lines
     assert "Seeds: 3 per mode" in text and "(NOT within 5%" in text
     for name in PLOT_FILES.values():
@@ -176,5 +177,20 @@ def test_another_baseline_is_what_every_mode_is_compared_with(tmp_path):
     report, _, _ = write_outputs(BenchResult(tmp_path, runs, [], TARGET), "t", "run: {}", "cmd", [], baseline="asp")
     lines = report.read_text().splitlines()
     assert lines[6] == "- Time to hold test accuracy 0.8, median [95% CI] over seeds; asp: 2.00 s [2.00 s, 2.00 s]."
-    assert lines[7] == "- Slower than asp (intervals do not overlap): asp+pipe (4.00 s [4.00 s, 4.00 s], 2.00x)."
+    assert lines[7] == ("- Slower than asp (ratio interval above 1 + margin): asp+pipe (4.00 s [4.00 s, 4.00 s]; slower: "
+                        "ratio 2.00 [2.00, 2.00] (±10% margin, paired by seed)).")
     assert any(line.startswith("| mode |") and "ratio to asp" in line for line in lines)
+
+
+def test_a_diloco_mode_under_an_sgd_config_without_a_grid_is_refused_with_the_grid_to_pass():
+    from psgd.bench.convergence import ADAMW_GRID, inner_rate_problem
+    from psgd.config import load_config
+    sgd = load_config(None, ["optimizer.name=sgd", "optimizer.lr=0.1"])
+    assert inner_rate_problem(sgd, parse_modes("asp,local:8,geo:4")) is None   # every mode steps SGD
+    problem = inner_rate_problem(sgd, parse_modes("asp,local:8,diloco:8"))
+    grid = sorted({*ADAMW_GRID, 0.1})
+    assert problem == ("the inner steps of bsp+h8+diloco use AdamW, and optimizer.lr 0.1 is a rate for sgd: pass --lr-grid "
+                       + ",".join(f"{x:g}" for x in grid) + " (each mode at its best), or --lr-from a previous bench")
+    assert "\n" not in problem
+    adamw = load_config(None, ["optimizer.name=adamw", "optimizer.lr=0.003"])
+    assert inner_rate_problem(adamw, parse_modes("diloco:8")) is None   # the configured rate is an AdamW rate

@@ -11,7 +11,8 @@ from psgd.bench.outcomes import (
     mode_stats,
     resolution_check,
 )
-from psgd.bench.stats import Interval, compare
+from psgd.bench.stats import Interval
+from psgd.bench.verdict import Outcome, Sample, judge
 from psgd.core.target import HoldRule, metric_series
 
 
@@ -51,25 +52,33 @@ def test_mode_stats_medians_intervals_and_ratio_to_bsp():
         mode_stats([outcome("bsp", 0, 1.0, lr=0.1), outcome("bsp", 1, 1.0, lr=0.2)])
 
 
-def test_conclusion_states_only_what_intervals_support():
-    runs = [outcome("bsp", s, t) for s, t in enumerate([10.0, 12.0, 11.0])]
-    runs += [outcome("ssp:2", s, t) for s, t in enumerate([5.0, 6.0, 5.5])]
-    runs += [outcome("asp", s, t) for s, t in enumerate([9.0, 13.0, 11.5])]
-    runs += [outcome("allreduce", s, None) for s in range(3)]
-    text = conclusion(mode_stats(runs), "test accuracy 0.9")
+def test_conclusion_groups_modes_by_the_verdict_rule():
+    runs = [outcome("bsp", s, t) for s, t in enumerate([10.0, 12.0, 11.0, 10.5, 11.5])]
+    runs += [outcome("ssp:2", s, t) for s, t in enumerate([5.0, 6.0, 5.5, 5.2, 5.8])]
+    runs += [outcome("ssp:4", s, t) for s, t in enumerate([10.8, 11.2, 11.0, 10.9, 11.1])]
+    runs += [outcome("asp", s, t) for s, t in enumerate([6.0, 16.0, 11.5, 8.0, 14.0])]
+    runs += [outcome("allreduce", s, None) for s in range(5)]   # never held it within its 10 s runs
+    st = mode_stats(runs)
+    assert st["allreduce"].caps == (10.0,) * 5 and st["allreduce"].sample().n_censored == 5
+    want = {label: st[label].versus(st["bsp"]) for label in ("ssp:2", "ssp:4", "asp", "allreduce")}
+    assert want["ssp:2"].outcome is Outcome.FASTER and want["ssp:4"].outcome is Outcome.TIED
+    assert want["asp"].outcome is Outcome.INCONCLUSIVE   # its interval overlaps bsp's: not a tie, not a win
+    # censored at 10 s, under bsp's 11 s: it might be anything above, so nothing is decided
+    assert want["allreduce"].outcome is Outcome.INCONCLUSIVE
+    text = conclusion(st, "test accuracy 0.9")
     assert text[0] == "Time to hold test accuracy 0.9, median [95% CI] over seeds; bsp: 11.00 s [10.00 s, 12.00 s]."
-    assert text[1] == "Faster than bsp (intervals do not overlap): ssp:2 (5.50 s [5.00 s, 6.00 s], 0.50x)."
-    assert text[2] == ("Indistinguishable from bsp with these seeds (intervals overlap): "
-                       "asp (11.50 s [9.00 s, 13.00 s], 1.05x).")
-    assert text[3] == "Never held the target in any seed: allreduce."
+    assert text[1] == f"Faster than bsp (ratio interval below 1 - margin): ssp:2 ({st['ssp:2'].time.text(2, ' s')}; " \
+                      f"{want['ssp:2'].text()})."
+    assert text[2].startswith("Tied with bsp (ratio interval inside the margin): ssp:4 (")
+    assert text[3].startswith("Inconclusive against bsp with these seeds: asp (") and "allreduce (" in text[3]
+    assert "censored at the cap: 5/5 and 0/5 seeds" in text[3]
 
 
 def test_one_seed_is_never_called_faster_or_slower():
-    point, other = Interval(5.0, 5.0, 5.0, 1), Interval(10.0, 9.0, 11.0, 3)
-    assert compare(point, other).kind == compare(other, point).kind == "indistinguishable"
+    assert judge(Sample.of([5.0]), Sample.of([10.0, 9.0, 11.0])).outcome is Outcome.INCONCLUSIVE
     runs = [outcome("bsp", 0, 10.0), outcome("asp", 0, 5.0)]
     text = conclusion(mode_stats(runs), "test accuracy 0.9")
-    assert text[1:] == ["One seed only, so not compared with bsp: asp (5.00 s [5.00 s, 5.00 s], 0.50x)."]
+    assert text[1].startswith("Inconclusive against bsp with these seeds: asp (5.00 s [5.00 s, 5.00 s]")
 
 
 def test_resolution_check():

@@ -4,7 +4,7 @@ from math import comb
 
 import pytest
 
-from psgd.bench.stats import Interval, Rung, compare, halving_schedule, median_ci, schedule_runs, survivors
+from psgd.bench.stats import Interval, Rung, halving_schedule, median_ci, schedule_runs
 
 
 def exact_bootstrap_cdf(n: int) -> list[float]:
@@ -59,19 +59,6 @@ def test_bad_samples_are_refused():
         median_ci([1.0, float("nan")])
 
 
-def test_verdict_faster_only_when_intervals_separate():
-    a, b = Interval(1.0, 0.8, 1.2, 3), Interval(2.0, 1.5, 2.5, 3)
-    assert compare(a, b).kind == "faster"
-    assert compare(b, a).kind == "slower"
-    touching = Interval(1.4, 1.2, 1.6, 3)  # shares the point 1.2 with a
-    assert compare(a, touching).kind == "indistinguishable"
-    overlapping = Interval(1.3, 1.1, 1.7, 3)
-    assert compare(a, overlapping).kind == "indistinguishable"
-    # accuracy: higher is better
-    assert compare(b, a, lower_is_better=False).kind == "faster"
-    assert compare(a, Interval(math.inf, 1.3, math.inf, 3)).kind == "faster"
-
-
 def test_halving_schedule():
     assert halving_schedule(5, max_seeds=3) == [Rung(5, 1), Rung(3, 2), Rung(2, 3)]
     assert halving_schedule(8, max_seeds=4) == [Rung(8, 1), Rung(4, 2), Rung(2, 4)]
@@ -85,10 +72,3 @@ def test_halving_schedule():
         halving_schedule(0, 3)
     with pytest.raises(ValueError):
         halving_schedule(3, 2, min_seeds=3)
-
-
-def test_survivors_rank_by_median_then_smaller_bound():
-    medians = {0: 5.0, 1: 3.0, 2: 3.0, 4: math.inf, 8: 2.0}
-    assert survivors(medians, 3) == [1, 2, 8]
-    assert survivors(medians, 2) == [1, 8]
-    assert survivors({0: math.inf, 4: math.inf}, 1) == [0]

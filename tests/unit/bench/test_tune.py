@@ -30,10 +30,12 @@ def test_table_shows_seeds_intervals_and_when_each_bound_stopped():
     halving = run_halving([0, 2, 4], 3, run_arm)
     t = TuneResult(BenchResult(Path("/x"), [], [], TargetSpec("accuracy", 0.9, HoldRule())), halving, 2, "why", 9)
     lines = staleness_table(t).splitlines()
-    assert lines[0].startswith("| bound s | seeds run | held test accuracy 0.9 |")
-    assert lines[2] == "| 0 | 1 | 1/1 | 9.00 s [9.00 s, 9.00 s] | 9.00 | after rung 0 |"
-    assert lines[3] == "| 2 | 3 | 3/3 | 5.50 s [5.00 s, 6.00 s] | 5.00, 5.50, 6.00 | finalist (rung 2) |"
-    assert lines[4] == "| 4 | 3 | 2/3 | 5.90 s [5.20 s, not reached] | 5.20, n.h., 5.90 | finalist (rung 2) |"
+    assert lines[0].startswith("| bound s | lr | seeds run | held test accuracy 0.9 |")
+    # After two seeds s=0 takes 1.8x and 1.7x s=2's time: slower, it stops. s=4 missed the target
+    # in its second seed (censored at 10 s): not decided, it goes on.
+    assert lines[2] == "| 0 | 0.1 | 2 | 2/2 | 9.25 s [9.00 s, 9.50 s] | 9.00, 9.50 | after rung 1 |"
+    assert lines[3] == "| 2 | 0.1 | 3 | 3/3 | 5.50 s [5.00 s, 6.00 s] | 5.00, 5.50, 6.00 | finalist (rung 2) |"
+    assert lines[4] == "| 4 | 0.1 | 3 | 2/3 | 5.90 s [5.20 s, not reached] | 5.20, n.h., 5.90 | finalist (rung 2) |"
 
 
 def _tune_with_evals(times, eval_times):

@@ -1,40 +1,29 @@
-"""What the staleness tuner fixes before comparing bounds: the learning rate the
-loosest bound trains at, and the simulated runs' shared step time and evaluations."""
+"""What the staleness tuner fixes before comparing bounds: each bound's rate grid,
+the evaluation spacing, and the simulated runs' shared step time."""
 import math
 
-from psgd.bench.tune_setup import EVALS_PER_SPAN, MAX_HALVINGS, check_rate, sim_overrides, trained
+import pytest
+
+from psgd.bench.tune_setup import (
+    EVALS_PER_SPAN,
+    EVALS_PER_TARGET,
+    GRID_FACTORS,
+    eval_spacing_s,
+    rate_grid,
+    sim_overrides,
+)
 from psgd.config import load_config
 
 
-def _evals(*losses):
-    return [{"t": i, "test_loss": x} for i, x in enumerate(losses)]
+def test_the_rate_grid_is_the_configured_rate_times_the_factors_or_the_given_rates():
+    grid = rate_grid(0.1)
+    assert grid == sorted(0.1 * f for f in GRID_FACTORS) and 0.1 in grid
+    assert rate_grid(0.1, [0.3, 0.1, 0.3]) == [0.1, 0.3]
 
 
-def test_trained_needs_finite_losses_falling_by_a_tenth():
-    assert trained(_evals(2.31, 1.0, 0.25))
-    assert not trained(_evals(2.31, 2.30))          # a collapsed model: uniform predictions
-    assert not trained(_evals(2.31, math.nan))
-    assert not trained(_evals(2.31))                # one evaluation says nothing
-    assert trained(_evals(2.0, 1.8)) and not trained(_evals(2.0, 1.81))
-
-
-def test_the_rate_is_halved_until_the_probe_trains():
-    tried = []
-
-    def probe(lr):
-        tried.append(lr)
-        return object(), _evals(2.3, 0.2 if lr <= 0.025 else 2.3)
-
-    check = check_rate(0.1, probe)
-    assert tried == [0.1, 0.05, 0.025] and check.lr == 0.025 and check.changed
-    assert "0.025, the configured rate halved" in check.text(8)
-
-
-def test_a_rate_that_trains_is_kept_and_none_that_trains_falls_back_to_the_configured_one():
-    check = check_rate(0.1, lambda lr: (object(), _evals(2.3, 0.5)))
-    assert check.lr == 0.1 and not check.changed
-    never = check_rate(0.1, lambda lr: (None, []))
-    assert never.lr == 0.1 and len(never.tried) == MAX_HALVINGS + 1 and "no rate tried" in never.text(8)
+def test_evaluations_are_spaced_from_the_expected_time_to_target():
+    assert eval_spacing_s(2.0) == pytest.approx(2.0 / EVALS_PER_TARGET)
+    assert eval_spacing_s(math.inf) is None and eval_spacing_s(0.0) is None
 
 
 def test_simulated_runs_share_the_step_time_stop_at_target_and_evaluate_densely():

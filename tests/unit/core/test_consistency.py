@@ -169,10 +169,14 @@ def test_asp_never_waits():
 
 
 def test_bsp_pull_waits_for_the_previous_clock_to_be_applied():
-    policy = ConsistencyPolicy(Mode.BSP, 2)
-    assert policy.pull_ready(0, 0, bsp_step=0)
-    assert not policy.pull_ready(0, 1, bsp_step=0)
-    assert policy.pull_ready(0, 1, bsp_step=1)
+    policy = ConsistencyPolicy(Mode.BSP, 2, numel=1)
+    assert policy.pull_ready(0, 0)
+    assert not policy.pull_ready(0, 1)
+    policy.finished(0, 0, 0, torch.ones(1))
+    assert not policy.pull_ready(0, 1)          # rank 1's gradient for clock 0 is still missing
+    done = policy.finished(1, 0, 0, torch.ones(1))
+    assert done.update is not None and torch.equal(done.update.grad, torch.ones(1))
+    assert policy.pull_ready(0, 1) and not policy.pull_ready(0, 2)
 
 
 def test_bsp_rejoin_continues_at_the_step_in_progress():

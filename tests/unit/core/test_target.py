@@ -63,3 +63,37 @@ def test_summary_times_the_target_reached_and_held_not_the_first_touch():
     events = [{"event": "eval", "t": float(i), "accuracy": a, "test_loss": 1.0} for i, a in enumerate(accs)]
     assert summarize(cfg, events, wall_time_s=7.0)["time_to_target_s"] == 3.0
     assert summarize(cfg, events[:3], wall_time_s=3.0)["time_to_target_s"] is None  # ended below the target
+
+
+def test_the_resolution_of_an_accuracy_target_is_one_example_and_its_binomial_noise():
+    import math
+
+    from psgd.core.target import MIN_ACCURACY_EXAMPLES, metric_resolution
+    small = metric_resolution("accuracy", 360, 0.93)
+    assert small.step == 1 / 360 and small.noise_sd == pytest.approx(math.sqrt(0.93 * 0.07 / 360)) and not small.smooth
+    assert "steps of 0.28%" in small.text() and "s.d. at the target is 1.34%" in small.text()
+    assert "a loss target (train.target: {metric: loss}) is smoother" in small.text()
+    big = metric_resolution("accuracy", MIN_ACCURACY_EXAMPLES, 0.93)
+    assert big.smooth and big.text().endswith("%.")
+    loss = metric_resolution("loss", 360, 0.5)
+    assert loss.smooth and loss.step is None and "continuous" in loss.text()
+    with pytest.raises(ValueError, match="unknown metric"):
+        metric_resolution("f1", 360, 0.5)
+    with pytest.raises(ValueError, match="held-out"):
+        metric_resolution("loss", 0, 0.5)
+
+
+def test_reports_state_the_resolution_of_the_configs_own_held_out_split():
+    from psgd.bench.target_resolution import held_out_examples, target_resolution_line
+    from psgd.config import load_config
+    cfg = load_config(None, ["task.dataset=digits", "train.target_accuracy=0.93"])
+    n = held_out_examples(cfg)
+    assert n > 0
+    assert target_resolution_line(cfg) == metric_resolution_text("accuracy", n, 0.93)
+    loss = load_config(None, ["task.dataset=digits", "train.target={metric: loss, value: 0.3}"])
+    assert target_resolution_line(loss).startswith(f"Target resolution: test loss, a mean over {n:,} held-out")
+
+
+def metric_resolution_text(metric, n, value):
+    from psgd.core.target import metric_resolution
+    return metric_resolution(metric, n, value).text()

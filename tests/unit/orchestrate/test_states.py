@@ -19,4 +19,4 @@ def test_a_process_moves_only_forward_along_the_documented_steps():
 
 def test_statuses_are_their_plain_values_in_json():
     assert json.dumps({"status": RunStatus.INTERRUPTED}) == '{"status": "interrupted"}'
-    assert [str(s) for s in RunStatus] == ["running", "ok", "failed", "interrupted"]
+    assert [str(s) for s in RunStatus] == ["running", "ok", "failed", "interrupted", "time_limit"]

@@ -86,6 +86,50 @@ def test_a_rank_registering_again_replaces_its_segment():
     assert torch.equal(_read(shard, b"new", gen), torch.ones(100))
 
 
+def test_a_register_resent_after_its_offer_was_settled_keeps_the_segment_and_the_bell():
+    client = ClientSegments([400], enabled=True, min_bytes=0)
+    shard = ShardSegments(400, enabled=True)
+    offer = client.offer(0)
+    assert shard.attach(b"id-a", "worker", 0, offer["shm"], offer["shm_token"])
+    assert shard.open_bell(b"id-a", offer["bell"])
+    client.settle(0, True, bell_opened=True)  # the client gave up the segment's name and the bell's shard ends
+    held, bell = client.segment(0), shard.bells.get(b"id-a")
+    # The same REGISTER again on the same connection (a retry): settled the same way, nothing released.
+    assert shard.attach(b"id-a", "worker", 0, offer["shm"], offer["shm_token"])
+    assert shard.open_bell(b"id-a", offer["bell"]) and shard.bells.get(b"id-a") is bell
+    client.settle(0, True, bell_opened=True)
+    assert client.segment(0) is held and len(shard) == 1
+    gen = PayloadCache(client).generation(0, torch.ones(100))
+    assert torch.equal(_read(shard, b"id-a", gen), torch.ones(100))
+    assert client.bells.get(0).ring(b"h") and shard.bells.get(b"id-a").read() == [b"h"]
+    # Another rank, or another token, on that connection is not the same offer: it is released.
+    assert not shard.attach(b"id-a", "worker", 1, offer["shm"], offer["shm_token"])
+    assert len(shard) == 0 and len(shard.bells) == 0
+    client.close()
+
+
+def test_a_retried_register_keeps_the_segment_after_its_name_was_reused_and_another_request_does_not():
+    client = ClientSegments([400], enabled=True, min_bytes=0)
+    shard = ShardSegments(400, enabled=True)
+    offer = client.offer(0)
+    assert shard.attach(b"id-a", "worker", 0, offer["shm"], offer["shm_token"], req=7)
+    client.settle(0, True)
+    # The client's next descriptor takes the number the segment's name pointed at.
+    reused = os.open(os.devnull, os.O_RDONLY)
+    try:
+        assert f"-{reused}" in offer["shm"]
+        # The transport's retry of request 7 is the same offer: kept.
+        assert shard.attach(b"id-a", "worker", 0, offer["shm"], offer["shm_token"], req=7)
+        gen = PayloadCache(client).generation(0, torch.ones(100))
+        assert torch.equal(_read(shard, b"id-a", gen), torch.ones(100))
+        # Another request naming what is now another file is another offer, checked on its own.
+        assert not shard.attach(b"id-a", "worker", 0, offer["shm"], offer["shm_token"], req=8)
+        assert len(shard) == 0 and shard.refused == {"not_ours": 1}
+    finally:
+        os.close(reused)
+        client.close()
+
+
 def test_payload_written_once_per_request_and_again_into_a_new_segment():
     client = ClientSegments([400], enabled=True, min_bytes=0)
     shard = ShardSegments(400, enabled=True)

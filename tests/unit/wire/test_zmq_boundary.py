@@ -1,4 +1,4 @@
-"""Only the transport imports zmq (DESIGN.md), besides the bench's raw-ZeroMQ baselines that measure it."""
+"""Only the transport imports zmq (docs/architecture.md), besides the bench's raw-ZeroMQ baselines that measure it."""
 import ast
 from pathlib import Path
 

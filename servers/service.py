@@ -1,0 +1,213 @@
+"""What each request does to one shard, without sockets: one method per request.
+
+The shard's event loop (servers/shard.py) and the virtual cluster
+(psgd/sim/executor.py) both call these methods and send what the result
+says, in its order: the pulls answered now (parked ones that became ready,
+then the request's own), the parked pulls to refuse. Here live what a request
+does beyond the state's own rules (servers/state.py): the checks of a push's
+fields, pull parking, the workers' step speeds, and forgetting a rank that
+left. Synchronous and single-threaded, like the state. The results are plain
+(not frozen) dataclasses: the simulator makes one per push.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Union
+
+import torch
+
+from psgd.config.local_updates import MAX_LOCAL_STEPS
+from psgd.core.clocks import DeferredPulls
+from psgd.core.local_updates import StepSpeeds
+from psgd.servers.peers import check_ahead, check_slot
+from psgd.servers.state import PushResult, PushStatus, ShardState
+from psgd.wire.protocol import ErrorCode, ProtocolError
+
+__all__ = ["ShardService", "PushFields", "Answer", "Served", "Joined", "Pushed", "Departed", "MAX_PULL_AHEAD"]
+
+MAX_PULL_AHEAD = 2  # a pipelined worker asks for the parameters of the clock after next
+
+Gradient = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
+_COUNTED = {status: f"push_{status.value}" for status in PushStatus}  # the counter of each push outcome
+
+
+@dataclass
+class PushFields:
+    """A push's fields as the shard checks them. `ahead` > 0: the push carries a
+    pull for clock + ahead (push_pull), answered into reply `slot`."""
+    rank: int
+    seq: int
+    clock: int
+    read_version: int
+    numel: int             # elements the message carries
+    dense_piece: bool = False  # a dense piece of a gradient split over messages (may be smaller)
+    scale: float = 1.0
+    step_s: float = 0.0
+    steps: int = 1
+    ahead: int = 0
+    slot: int = 0
+
+
+@dataclass
+class Answer:
+    """A pull answered now: what its reply carries. `token`: what the caller parked with it."""
+    token: Any
+    rank: int
+    clock: int           # the clock answered (never below the rank's own)
+    min_clock: int       # the slowest quorum worker's clock
+    version: int
+    params: torch.Tensor  # the live parameters (the state's copy-on-write guards them: ShardState.sending)
+    fastest_step_s: float  # the fastest worker's time per step (local.dynamic)
+
+
+@dataclass
+class Served:
+    """What a request leads to, to be sent in this order after the request's own reply
+    (a push's ack comes after them)."""
+    answers: list[Answer] = field(default_factory=list)
+    refused: list[Any] = field(default_factory=list)  # tokens of parked pulls whose worker left
+
+
+@dataclass
+class Joined(Served):
+    clock: int = 0       # the clock the worker continues from
+    last_seq: int = -1   # the last push seq this shard has from it (exactly-once across restarts)
+
+
+@dataclass
+class Pushed(Served):
+    result: Optional[PushResult] = None  # None: a piece held for the push's last message (nothing to send)
+    grad: Optional[Gradient] = None      # the gradient handled, for the journal (valid until the next push)
+
+
+@dataclass
+class Departed(Served):
+    ranks: list[int] = field(default_factory=list)  # the workers that left the quorum
+
+
+class ShardService:
+    def __init__(self, state: ShardState):
+        self.state = state
+        self.parked = DeferredPulls()  # pulls the mode does not allow yet, answered when clocks move
+        self.speeds = StepSpeeds()     # local.dynamic: workers size their rounds by the fastest one's speed
+        self._released_at: Optional[tuple] = None  # the policy's readiness when parked pulls were last looked at
+
+    # ---- requests -----------------------------------------------------------
+    def register(self, rank: int, now: float) -> Joined:
+        """A worker (re)joins. Its earlier incarnation's parked pull has no reader now."""
+        self.check_rank(rank)
+        self.parked.drop_rank(rank)
+        clock = self.state.register(rank, now)
+        return Joined(answers=self._release(), clock=clock, last_seq=self.state.last_seq[rank])
+
+    def pull(self, rank: int, clock: int, token: Any, now: float) -> Served:
+        """A worker's pull: answered now when the mode allows, else parked."""
+        self.check_member(rank)
+        check_ahead("clock", clock, self.state.board.clocks[rank])
+        self.state.seen(rank, now)
+        return Served(answers=self._answer_or_park(token, rank, clock))
+
+    def push(self, push: PushFields, now: float, gradient: Callable[[], Optional[Gradient]],
+             pull: Any = None) -> Pushed:
+        """A worker's push (and, when `push.ahead`, its pull, parked under `pull`).
+        `gradient()` decodes it after its fields passed (None: a piece held for later).
+        Raises ProtocolError, the state untouched, for a push that cannot be."""
+        self._check_fields(push)
+        self.state.seen(push.rank, now)
+        grad = gradient()
+        if grad is None:
+            return Pushed()
+        result = self.state.push(push.rank, push.seq, push.clock, push.read_version, grad, push.step_s)
+        self.speeds.observe(push.rank, push.step_s, push.steps)
+        if result.status is not PushStatus.DUPLICATE:
+            self.state.counters[_COUNTED[result.status]] += 1
+        answers = self._release()
+        if push.ahead:
+            answers += self._answer_or_park(pull, push.rank, push.clock + push.ahead)
+        return Pushed(answers=answers, result=result, grad=grad)
+
+    def leave(self, rank: int) -> Departed:
+        """A worker leaves the quorum (it must register again to take part)."""
+        self.state.leave(rank)
+        return self._departed([rank])
+
+    def expire(self, now: float) -> Departed:
+        """Workers silent for longer than cluster.timeout_s leave the quorum."""
+        return self._departed(self.state.expire(now))
+
+    def expire_hold(self, now: float) -> Served:
+        """A psgd ctl change that was never committed stops holding pulls."""
+        return Served(answers=self._release() if self.state.live.expire(now) else [])
+
+    def control(self, op: str, token: str, clock: int, settings: dict, now: float,
+                owner: str = "") -> tuple[int, dict, Served]:
+        """A psgd ctl request: (clock, detail) for its reply, then the pulls a commit or
+        an abort released. Raises ControlError, the state untouched, for a refused one."""
+        clock, detail = self.state.live.control(op, token, clock, settings, now, owner=owner)
+        return clock, detail, Served(answers=self._release())
+
+    # ---- checks -----------------------------------------------------------
+    def check_rank(self, rank: int) -> None:
+        if not 0 <= rank < self.state.workers:
+            raise ProtocolError(ErrorCode.BAD_RANK, f"rank {rank} outside 0..{self.state.workers - 1}")
+
+    def check_member(self, rank: int) -> None:
+        if rank not in self.state.registered:
+            raise ProtocolError(ErrorCode.NOT_REGISTERED, f"worker {rank} left the quorum of shard "
+                                f"{self.state.shard}; register again")
+
+    def _check_fields(self, p: PushFields) -> None:
+        st = self.state
+        if p.numel != st.numel and not p.dense_piece:
+            raise ProtocolError(ErrorCode.BAD_SIZE, f"gradient has {p.numel} elements, shard holds {st.numel}")
+        if p.clock < 0 or p.seq < 0 or p.read_version < 0:
+            raise ProtocolError(ErrorCode.BAD_FIELD, "clock, seq and read_version must be >= 0")
+        if not (p.scale > 0 and p.scale < math.inf):
+            raise ProtocolError(ErrorCode.BAD_FIELD, "scale must be positive and finite")
+        check_ahead("seq", p.seq, st.last_seq[p.rank])
+        check_ahead("clock", p.clock, st.board.clocks[p.rank])
+        if not (0 <= p.step_s < math.inf):
+            raise ProtocolError(ErrorCode.BAD_FIELD, "step_s must be finite and >= 0")
+        if not 1 <= p.steps <= MAX_LOCAL_STEPS:
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"steps must be in 1..{MAX_LOCAL_STEPS}")
+        if p.ahead:
+            if not 1 <= p.ahead <= MAX_PULL_AHEAD:
+                raise ProtocolError(ErrorCode.BAD_FIELD, f"ahead must be in 1..{MAX_PULL_AHEAD}")
+            check_slot(p.slot)
+
+    # ---- pulls --------------------------------------------------------------
+    def _answer_or_park(self, token: Any, rank: int, clock: int) -> list[Answer]:
+        if self.state.pull_ready(rank, clock):
+            return [self._answer(token, rank, clock)]
+        self.state.counters["pulls_deferred"] += 1
+        if self.parked.park((token, rank, clock), rank, clock) is not None:  # memory per peer: one parked pull
+            self.state.counters["pulls_superseded"] += 1
+        if self._released_at is not None:
+            now = self.state.policy.readiness()
+            if now is None or now < self._released_at:  # it moved back after all: trust no earlier look
+                self._released_at = None
+        return []
+
+    def _release(self) -> list[Answer]:
+        """Answer the parked pulls that became ready, in arrival order. Skips the look
+        while the policy says nothing a parked pull waits on has moved."""
+        if not len(self.parked):
+            return []
+        readiness = self.state.policy.readiness()
+        if readiness is not None and readiness == self._released_at:
+            return []
+        self._released_at = readiness
+        return [self._answer(*parked) for parked in self.parked.release(self.state.pull_ready)]
+
+    def _answer(self, token: Any, rank: int, clock: int) -> Answer:
+        params, clock, low = self.state.answer_pull(rank, clock)
+        return Answer(token, rank, clock, low, self.state.version, params, self.speeds.fastest())
+
+    def _departed(self, ranks: list[int]) -> Departed:
+        """Forget what the request side keeps of ranks that left (the state has let them go)."""
+        refused: list[Any] = []
+        for rank in ranks:
+            self.speeds.forget(rank)
+            refused += [token for token, _, _ in self.parked.drop_rank(rank)]
+        return Departed(answers=self._release() if ranks else [], refused=refused, ranks=list(ranks))
