@@ -1,9 +1,10 @@
 """What `psgd bench faults` concludes and writes: medians with bootstrap intervals over
-seeds (psgd.bench.stats), the goodput floor's verdict, report.md and faults.json."""
+seeds (psgd.bench.stats), the project's one verdict rule for the storm against the
+fault-free run (psgd.bench.verdict: better / worse / tied within ±10% / inconclusive, paired
+by seed), whether the goodput kept clears a floor, report.md and faults.json."""
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 from enum import Enum
@@ -12,6 +13,7 @@ from typing import Optional
 
 from psgd.bench.faults import FAULT_FREE, FAULTY, FaultBench, FaultRun
 from psgd.bench.stats import Interval, median_ci
+from psgd.bench.verdict import Judgement, Outcome, Sample, judge
 
 __all__ = ["FloorVerdict", "FaultAnalysis", "analyse_faults", "fault_table", "write_fault_report", "fault_json",
            "GOODPUT_FLOOR"]
@@ -34,8 +36,8 @@ class FaultAnalysis:
     ratios: list[float]                    # per seed: goodput under faults / fault-free
     ratio: Interval
     goodput: dict[str, Interval]           # label -> useful updates per second
-    accuracy: dict[str, Interval]
-    loss: dict[str, Interval]
+    accuracy: Optional[dict[str, Interval]]  # label -> final test accuracy (None: runs not evaluated)
+    loss: Optional[dict[str, Interval]]
     lost_s: Optional[Interval]             # kill -> back in the run, over every kill of every seed
     equivalent_lost_s: Optional[Interval]  # per seed: updates lost / fault-free goodput / kills
     floor: float
@@ -45,6 +47,7 @@ class FaultAnalysis:
     accounting_problems: list[str]
     unread_at_stop: int                    # applied pushes whose ack a worker stopped at the limit never read
     partial: int                           # seqs some shard never saw: a killed worker's push reached only others
+    verdicts: dict[str, Judgement]         # "goodput", "accuracy", "loss": the storm judged against fault-free
 
 
 def _ci(values: list[float]) -> Optional[Interval]:
@@ -86,15 +89,39 @@ def analyse_faults(bench: FaultBench, floor: float = GOODPUT_FLOOR) -> Optional[
         return {lbl: median_ci([value(p[lbl]) for p in pairs.values()]) for lbl in (FAULT_FREE, FAULTY)}
 
     problems = [f"{r.label} seed {r.seed}: {msg}" for r in runs for a in r.accounting for msg in a.problems]
+
+    def verdict(value, higher_is_better: bool) -> Judgement:
+        seeds = list(pairs)
+        return judge(Sample.of([value(p[FAULTY]) for p in pairs.values()], seeds=seeds),
+                     Sample.of([value(p[FAULT_FREE]) for p in pairs.values()], seeds=seeds),
+                     higher_is_better=higher_is_better)
+
+    # Final quality only where every run of the pairs was evaluated (eval.enabled).
+    scored = {key for key in ("final_test_accuracy", "final_test_loss")
+              if all(isinstance(r.summary.get(key), (int, float)) for r in runs)}
+    verdicts = {"goodput": verdict(lambda r: r.goodput, True)}
+    quality = {}
+    for name, key, higher in (("accuracy", "final_test_accuracy", True), ("loss", "final_test_loss", False)):
+        if key in scored:
+            verdicts[name] = verdict(lambda r, key=key: float(r.summary[key]), higher)
+            quality[name] = per_label(lambda r, key=key: float(r.summary[key]))
     return FaultAnalysis(
-        list(pairs), ratios, ratio, per_label(lambda r: r.goodput),
-        per_label(lambda r: float(r.summary.get("final_test_accuracy") or math.nan)),
-        per_label(lambda r: float(r.summary.get("final_test_loss") or math.nan)),
+        list(pairs), ratios, ratio, per_label(lambda r: r.goodput), quality.get("accuracy"), quality.get("loss"),
         _ci(lost), _ci(equivalent), floor, judge_floor(ratio, floor),
         sum(len(p[FAULTY].kills) for p in pairs.values()),
         sum(1 for p in pairs.values() for rec in p[FAULTY].recoveries if rec.rejoined_at is None),
         problems, sum(a.unread_at_stop for r in runs for a in r.accounting),
-        sum(a.partial for r in runs for a in r.accounting))
+        sum(a.partial for r in runs for a in r.accounting), verdicts)
+
+
+def _verdict_text(name: str, j: Judgement) -> str:
+    """The rule's words, where a lower loss is better: 'lower' / 'higher' for faster / slower."""
+    text = j.text()
+    if name == "loss":
+        for word, said in ((Outcome.FASTER.value, "lower"), (Outcome.SLOWER.value, "higher")):
+            if text.startswith(word + ":"):
+                text = said + text[len(word):]
+    return f"{name} {text}"
 
 
 def _iv(i: Optional[Interval], digits: int = 2, unit: str = "") -> str:
@@ -119,6 +146,7 @@ def fault_table(bench: FaultBench, a: Optional[FaultAnalysis]) -> list[str]:
     lines += [
         f"goodput under faults / fault-free: {_iv(a.ratio, 3)} over {len(a.seeds)} seed(s); "
         f"floor {a.floor:.0%}: {a.verdict}",
+        "storm against fault-free: " + "; ".join(_verdict_text(k, v) for k, v in a.verdicts.items()),
         f"time lost per fault (kill -> back on every shard): median {_iv(a.lost_s, 2, ' s')}; "
         f"throughput-equivalent {_iv(a.equivalent_lost_s, 2, ' s')}",
         f"acked = applied on every shard: {'yes' if not a.accounting_problems else 'NO'}; the workers' counts "
@@ -153,12 +181,14 @@ def fault_json(bench: FaultBench, a: Optional[FaultAnalysis]) -> dict:
         out["analysis"] = {
             "seeds": a.seeds, "goodput_ratios": a.ratios, "goodput_ratio": iv(a.ratio),
             "goodput_per_s": {k: iv(v) for k, v in a.goodput.items()},
-            "final_test_accuracy": {k: iv(v) for k, v in a.accuracy.items()},
-            "final_test_loss": {k: iv(v) for k, v in a.loss.items()},
+            "final_test_accuracy": {k: iv(v) for k, v in (a.accuracy or {}).items()},
+            "final_test_loss": {k: iv(v) for k, v in (a.loss or {}).items()},
             "lost_s_per_fault": iv(a.lost_s), "throughput_equivalent_lost_s_per_fault": iv(a.equivalent_lost_s),
             "floor": a.floor, "verdict": str(a.verdict), "kills": a.kills, "never_rejoined": a.never_rejoined,
             "accounting_problems": a.accounting_problems, "unread_at_stop": a.unread_at_stop,
-            "partial_pushes": a.partial}
+            "partial_pushes": a.partial,
+            "verdicts": {k: {"outcome": str(v.outcome), "ratio": iv(v.ratio), "margin": v.margin, "paired": v.paired}
+                         for k, v in a.verdicts.items()}}
     return out
 
 
@@ -194,10 +224,13 @@ def write_fault_report(bench: FaultBench, a: Optional[FaultAnalysis], command: s
         parts += [
             "| | fault-free | under faults |", "|---|---|---|",
             f"| goodput (updates/s) | {_iv(a.goodput[FAULT_FREE], 1)} | {_iv(a.goodput[FAULTY], 1)} |",
-            f"| final test accuracy | {_iv(a.accuracy[FAULT_FREE], 4)} | {_iv(a.accuracy[FAULTY], 4)} |",
-            f"| final test loss | {_iv(a.loss[FAULT_FREE], 4)} | {_iv(a.loss[FAULTY], 4)} |", "",
+            *(f"| final test {name} | {_iv(q[FAULT_FREE], 4)} | {_iv(q[FAULTY], 4)} |"
+              for name, q in (("accuracy", a.accuracy), ("loss", a.loss)) if q is not None), "",
             f"Goodput ratio (per seed: {', '.join(f'{x:.3f}' for x in a.ratios)}): {_iv(a.ratio, 3)}; "
             f"the {a.floor:.0%} floor **{a.verdict}**.",
+            "The storm against the fault-free run, by the project's verdict rule (psgd.bench.verdict: the interval "
+            "of the ratio of medians, paired by seed, against a ±10% margin): "
+            + "; ".join(f"**{_verdict_text(k, v)}**" for k, v in a.verdicts.items()) + ".",
             f"Kills: {a.kills}; processes that never came back: {a.never_rejoined}.",
             "Acked = applied on every shard of every run: " + (
                 "yes." if not a.accounting_problems else "NO:\n" + "\n".join(f"- {p}" for p in a.accounting_problems)),

@@ -20,6 +20,7 @@ from psgd.bench.fault_metrics import (
 from psgd.bench.fault_report import FloorVerdict, analyse_faults, fault_table, judge_floor
 from psgd.bench.faults import FAULT_FREE, FAULTY, FaultBench, FaultRun, Pairing, plan_overrides
 from psgd.bench.stats import Interval, median_ci
+from psgd.bench.verdict import Outcome
 from psgd.config import load_config
 
 
@@ -158,6 +159,32 @@ def test_analysis_pairs_each_seed_and_costs_the_storm_in_fault_free_seconds():
     assert a.kills == 30 and a.never_rejoined == 0 and a.accounting_problems == []
     assert a.accuracy[FAULTY] == median_ci([0.94, 0.95, 0.95])
     assert a.verdict is judge_floor(a.ratio, 0.9)
+    # Paired by seed, every resample's ratio of medians is 0.90 or 0.95: its interval reaches past
+    # the ±10% margin (1/0.9 > 1.1 seen from the fault-free side), so the rule cannot call it a tie.
+    g = a.verdicts["goodput"]
+    assert g.outcome is Outcome.INCONCLUSIVE and g.paired
+    assert (g.ratio.median, g.ratio.low, g.ratio.high) == pytest.approx((0.95, 0.9, 0.95))
+    assert "goodput under faults / fault-free" in "\n".join(fault_table(bench_of(runs), a))
+
+
+def test_the_verdict_rule_ties_a_storm_that_costs_one_percent_on_every_seed():
+    runs = [run(FAULT_FREE, k, 10000 * (k + 1)) for k in range(3)]
+    runs += [run(FAULTY, k, 9900 * (k + 1), kills=10, loss=0.2) for k in range(3)]
+    a = analyse_faults(bench_of(runs))
+    assert a.verdicts["goodput"].outcome is Outcome.TIED
+    assert a.verdicts["goodput"].ratio.low == pytest.approx(0.99) == a.verdicts["goodput"].ratio.high
+    assert a.verdicts["loss"].outcome is Outcome.TIED  # the same loss on every seed
+    lower = [run(FAULT_FREE, k, 10000) for k in range(3)] + [run(FAULTY, k, 9900, kills=10, loss=0.1) for k in range(3)]
+    table = "\n".join(fault_table(bench_of(lower), analyse_faults(bench_of(lower))))
+    assert "loss lower: ratio 0.50 [0.50, 0.50]" in table  # half the fault-free loss: better, in the loss's words
+
+
+def test_runs_without_an_evaluator_are_compared_on_goodput_alone():
+    runs = [run(FAULT_FREE, k, 10000) for k in range(2)] + [run(FAULTY, k, 9000, kills=10) for k in range(2)]
+    for r in runs:
+        r.summary["final_test_accuracy"] = r.summary["final_test_loss"] = None  # eval.enabled: false
+    a = analyse_faults(bench_of(runs))
+    assert a.accuracy is None and a.loss is None and set(a.verdicts) == {"goodput"}
     assert "goodput under faults / fault-free" in "\n".join(fault_table(bench_of(runs), a))
 
 
