@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional, Sequence
 
+from psgd.config.modes import Role
 from psgd.runtime.event_names import Event
 
 __all__ = ["FaultTarget", "Kill", "kill_schedule", "restarts_needed", "Accounting", "account",
@@ -38,9 +39,9 @@ class FaultTarget(str, Enum):
     SHARDS = "shards"
 
     @property
-    def role(self) -> str:
+    def role(self) -> Role:
         """The role name a kill of this target hits in processes.json and the events."""
-        return "worker" if self is FaultTarget.WORKERS else "server"
+        return Role.WORKER if self is FaultTarget.WORKERS else Role.SERVER
 
     def __str__(self) -> str:
         return self.value
@@ -49,7 +50,7 @@ class FaultTarget(str, Enum):
 @dataclass(frozen=True)
 class Kill:
     t: float       # run time (seconds since the training clock started) of the SIGKILL
-    role: str      # "worker" or "server"
+    role: Role     # worker or server
     index: int     # its rank or shard index
     pid: int
 
@@ -129,7 +130,7 @@ def account(events: Sequence[dict], workers: int) -> list[Accounting]:
     shard's clock for a rank one ahead of the rank's final clock."""
     done: dict[int, dict] = {}
     for e in events:
-        if e.get("event") == Event.DONE and e.get("role") == "worker":
+        if e.get("event") == Event.DONE and e.get("role") == Role.WORKER:
             done[int(e["rank"])] = e  # the last incarnation's
     missing = [r for r in range(workers) if r not in done]
     used = sum(int(e["pushes"]) for e in done.values())
@@ -173,12 +174,12 @@ def recoveries(events: Sequence[dict], kills: Sequence[Kill], workers: int, shar
     """For each kill: the launcher's first restart of that process after it, and the
     first time after it that every needed registration had happened again."""
     restarts = [e for e in events if e.get("event") == Event.RESTART]
-    registers = [e for e in events if e.get("event") == Event.REGISTER and e.get("role") == "server"]
+    registers = [e for e in events if e.get("event") == Event.REGISTER and e.get("role") == Role.SERVER]
     out = []
     for k in kills:
         restarted = min((float(e["t"]) for e in restarts if e["process"] == k.role
                          and int(e["process_index"]) == k.index and float(e["t"]) >= k.t), default=None)
-        if k.role == "worker":
+        if k.role == Role.WORKER:
             pairs = [(s, k.index) for s in range(shards)]
         else:
             pairs = [(k.index, r) for r in range(workers)]

@@ -39,6 +39,7 @@ from psgd.bench.fault_metrics import (
     useful_updates,
 )
 from psgd.config import Config, load_config
+from psgd.config.modes import Role
 from psgd.runtime.events import read_events
 from psgd.runtime.lifeline import PROCESSES_FILE
 from psgd.runtime.role import START_FILE
@@ -119,7 +120,7 @@ def _training_t0(run_dir: Path) -> Optional[float]:
         return None
 
 
-def _pid(run_dir: Path, role: str, index: int) -> Optional[int]:
+def _pid(run_dir: Path, role: Role, index: int) -> Optional[int]:
     try:
         entries = json.loads((run_dir / PROCESSES_FILE).read_text())
     except (OSError, ValueError):
@@ -127,7 +128,7 @@ def _pid(run_dir: Path, role: str, index: int) -> Optional[int]:
     return next((int(e["pid"]) for e in entries if e.get("role") == role and e.get("index") == index), None)
 
 
-def _storm(proc: subprocess.Popen, run_dir: Path, plan: list[tuple[float, int]], role: str) -> list[Kill]:
+def _storm(proc: subprocess.Popen, run_dir: Path, plan: list[tuple[float, int]], role: Role) -> list[Kill]:
     """SIGKILL the planned processes at their run times while the launch lives."""
     kills: list[Kill] = []
     t0 = None

@@ -22,6 +22,7 @@ from psgd.bench.faults import FAULT_FREE, FAULTY, FaultBench, FaultRun, Pairing,
 from psgd.bench.stats import Interval, median_ci
 from psgd.bench.verdict import Outcome
 from psgd.config import load_config
+from psgd.config.modes import Role
 
 
 def stats(shard, version, clocks, final=True, **counters):
@@ -112,7 +113,7 @@ def test_acked_equals_applied_names_every_disagreement():
 
 
 def test_time_lost_runs_from_the_kill_to_the_last_registration_that_brings_it_back():
-    kill = Kill(5.0, "worker", 1, 4242)
+    kill = Kill(5.0, Role.WORKER, 1, 4242)
     events = [register(0, 1, 0.0), register(1, 1, 0.0),        # the first incarnation, before the kill
               register(0, 0, 5.5),                             # another rank: not this recovery
               restart("worker", 1, 5.25), register(0, 1, 5.75), register(1, 1, 6.25)]
@@ -124,7 +125,7 @@ def test_time_lost_runs_from_the_kill_to_the_last_registration_that_brings_it_ba
 
 
 def test_a_killed_shard_is_back_when_every_worker_registered_with_it_again():
-    kill = Kill(10.0, "server", 0, 77)
+    kill = Kill(10.0, Role.SERVER, 0, 77)
     events = [restart("server", 0, 10.5), register(0, 0, 11.0), register(1, 1, 11.0), register(0, 1, 12.5),
               register(0, 0, 14.0)]  # a later re-registration does not move the recovery
     rec, = recoveries(events, [kill], workers=2, shards=2)
@@ -132,7 +133,7 @@ def test_a_killed_shard_is_back_when_every_worker_registered_with_it_again():
 
 
 def run(label, seed, updates, wall=100.0, kills=0, accuracy=0.95, loss=0.2, lost=()):
-    ks = [Kill(10.0 * (i + 1), "worker", i % 4, 1000 + i) for i in range(kills)]
+    ks = [Kill(10.0 * (i + 1), Role.WORKER, i % 4, 1000 + i) for i in range(kills)]
     recs = [Recovery(k, k.t + 0.25, k.t + x) for k, x in zip(ks, lost)]
     summary = {"status": "ok", "wall_time_s": wall, "final_test_accuracy": accuracy, "final_test_loss": loss}
     return FaultRun(label, seed, Path("/nonexistent"), 0, "done", summary, ks, updates, updates / wall, [], recs,
