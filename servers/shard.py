@@ -275,7 +275,10 @@ class ShardServer:
         """The push's gradient from its frames or segment; for a piece, the whole gradient
         once its pieces are in (None while a held piece waits for the rest)."""
         if not piece:
-            return self._decode.gradient(identity, rec, payload)
+            started = time.perf_counter()
+            grad = self._decode.gradient(identity, rec, payload)
+            self.state.counters["decode_us"] += round(1e6 * (time.perf_counter() - started))  # the codec's own time
+            return grad
         if rec.seq <= self.state.last_seq[rec.rank]:  # a piece of a push already applied: nothing to add
             return None if rec.held else torch.empty(0)  # state.push recognises the duplicate before reading it
         self.state.counters["push_pieces"] += 1

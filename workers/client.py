@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
@@ -36,17 +36,16 @@ __all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted"]
 class PSClient:
     def __init__(self, addresses: Sequence[str], layout: Layout, rank: int = 0, role: str = "worker",
                  request_timeout_s: float = 30.0, max_retries: int = 5, heartbeat_s: Optional[float] = 1.0,
-                 encoding: str = "f32", max_message_bytes: int = -1,
+                 encoding: Union[str, Sequence[str]] = "f32", max_message_bytes: int = -1,
                  should_stop: Optional[Callable[[], bool]] = None, curve: Optional[CurveKeys] = None,
                  topk_ratio: float = 0.01, token: Optional[str] = None, shared_memory: str = "auto",
                  shared_memory_min_bytes: int = SHARED_MEMORY_MIN_BYTES, reply_slots: int = 1):
         if len(addresses) != layout.num_shards:
             raise ValueError(f"{len(addresses)} addresses for a layout of {layout.num_shards} shards")
-        self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio)  # validates encoding
+        self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio)  # validates encoding: one, or per shard
         self.layout = layout
         self.rank = rank
         self.role = role
-        self.encoding = encoding
         self._curve = curve  # CurveZMQ keys, also for the heartbeat sockets
         self._token = token or ""  # the run token: re-registering takes the rank over from a dead predecessor
         self._sessions = [""] * layout.num_shards  # per shard, from WELCOME: heartbeats carry it
@@ -179,9 +178,8 @@ class PSClient:
         nothing: a float32 view of the shared-memory request region (fp32 encoding,
         same-host shard), else None. Write it only between calls (no push of this
         client in flight); the views change when a shard is joined again."""
-        if self.encoding != "f32":  # the encoder reads the fp32 gradient and writes the payload there
-            return [None] * self.layout.num_shards
-        return [self.payload_view(s, torch.float32) for s in range(self.layout.num_shards)]
+        # Other encodings: the encoder reads the fp32 gradient and writes the payload there.
+        return [self.payload_view(s, torch.float32) if e == "f32" else None for s, e in enumerate(self.encoder.encodings)]
 
     def payload_view(self, s: int, dtype: torch.dtype) -> Optional[torch.Tensor]:
         """A `dtype` view of shard s's shared-memory request region, sized to its
@@ -362,7 +360,8 @@ class GradsRequest:
             raise ValueError(f"shard {s} gradient must be float32 with {self.client.layout.shard_sizes[s]} elements")
         enc = self.client.encoder
         # fp16/bf16 for a same-host shard: encoded straight into its request region (no copy to send it).
-        out = self.client.payload_view(s, enc.wire_dtype) if enc.wire_dtype not in (None, torch.float32) else None
+        dtype = enc.wire_dtype(s)
+        out = self.client.payload_view(s, dtype) if dtype not in (None, torch.float32) else None
         self.wire[s] = enc.encode(s, grad, out=out)
 
     def make(self, s: int, req: int) -> list:

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from psgd.config import Config, ConfigError
+from psgd.config.operations import WireConfig
 from psgd.core.sharding import Layout
-from psgd.wire.codecs import encoding_of
+from psgd.wire.codecs import encodings_for
 from psgd.wire.keys.curve import client_curve
 from psgd.wire.transport import CurveKeys
 from psgd.workers.client import PSClient
@@ -27,7 +28,8 @@ class ClientSettings:
     request_timeout_s: float
     max_retries: int
     heartbeat_s: Optional[float]
-    encoding: str
+    wire: WireConfig     # its compression chooses each shard's encoding once the layout is known
+    local_updates: bool  # the pushes are local-update deltas (wire.compression's `deltas`)
     topk_ratio: float
     max_message_bytes: int
     curve: Optional[CurveKeys]
@@ -42,7 +44,7 @@ class ClientSettings:
             raise ConfigError("cluster.servers", "this role needs the list of server host:port addresses")
         c, w = cfg.cluster, cfg.wire
         return cls(addresses=tuple(c.servers), request_timeout_s=c.request_timeout_s, max_retries=c.max_retries,
-                   heartbeat_s=c.heartbeat_s, encoding=encoding_of(w), topk_ratio=w.topk_ratio,
+                   heartbeat_s=c.heartbeat_s, wire=w, local_updates=cfg.local.enabled, topk_ratio=w.topk_ratio,
                    max_message_bytes=w.max_message_mb << 20, curve=client_curve(cfg),
                    shared_memory=w.shared_memory, shared_memory_min_bytes=w.shared_memory_min_bytes)
 
@@ -52,7 +54,9 @@ class ClientSettings:
         `reply_slots`: 2 for a pipelined worker (see PSClient)."""
         return PSClient(list(self.addresses), layout, rank=rank, role=role,
                         request_timeout_s=self.request_timeout_s, max_retries=self.max_retries,
-                        heartbeat_s=self.heartbeat_s, encoding=self.encoding, topk_ratio=self.topk_ratio,
+                        heartbeat_s=self.heartbeat_s,
+                        encoding=encodings_for(self.wire, layout.shard_sizes, self.local_updates),
+                        topk_ratio=self.topk_ratio,
                         max_message_bytes=self.max_message_bytes, should_stop=should_stop, curve=self.curve,
                         token=token, shared_memory=self.shared_memory,
                         shared_memory_min_bytes=self.shared_memory_min_bytes, reply_slots=reply_slots)

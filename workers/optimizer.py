@@ -51,6 +51,7 @@ class OptimizerStats:
     bytes_sent: int      # gradient bytes of the pushes that completed
     fp32_bytes: int      # what every gradient encoded so far costs as fp32
     compression_ratio: float  # encoded bytes / fp32 bytes over every gradient encoded (1.0 before any)
+    encode_s: float      # seconds the codec spent encoding this worker's pushes
     slowest_clock: int   # the slowest worker's clock, as the shards last reported it
 
 
@@ -180,6 +181,7 @@ class Optimizer:
         c = self.client
         return OptimizerStats(clock=self.clock, pushes=c.seq, resends=c.resends, bytes_sent=c.bytes_sent,
                               fp32_bytes=c.encoder.fp32_bytes, compression_ratio=c.encoder.compression_ratio,
+                              encode_s=c.encoder.encode_s,
                               slowest_clock=min(c.min_clocks))
 
     def state_dict(self) -> dict:

@@ -42,7 +42,7 @@ class LightExecutor(Executor):
         sizes = self.layout.shard_sizes
         self.shards = [ShardState(cfg, s, torch.zeros(n)) for s, n in enumerate(sizes)]
         self.services = [ShardService(shard) for shard in self.shards]
-        self.binding, self._f32 = None, True
+        self.binding, self._f32 = None, [True] * len(sizes)
         self._free = [[] for _ in sizes]
         self.now = 0.0
         self.gradient_s = self.evaluate_s = self.shard_s = 0.0

@@ -105,6 +105,9 @@ def _convert(tp, value: Any, path: str):
         if value is None and type(None) in args:
             return None
         options = [a for a in args if a is not type(None)]
+        sections = [a for a in options if dataclasses.is_dataclass(a)]
+        if isinstance(value, dict) and len(sections) == 1:
+            options = sections  # a mapping can only be the section: its own error names the inner key
         if len(options) == 1:
             return _convert(options[0], value, path)
         errors = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Literal, Union
+from typing import Literal, Optional, Union
 
 from psgd.config.loader import check as _check
 from psgd.config.loader import int_max
@@ -15,16 +15,48 @@ from psgd.config.loader import int_max
 # Below it nothing was measured, and a segment reserves at least two pages anyway.
 SHARED_MEMORY_MIN_BYTES = 4 << 10
 
-__all__ = ["WireConfig", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
+__all__ = ["WireConfig", "Compression", "CompressionChoice", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
            "RayScheduling",
            "LoggingConfig"]
 
 
+# A push's encoding on the wire: fp32, fp16/bf16 (scaled), top-k with error feedback, int8/int4
+# with a scale per block of 64, or 2-bit with error feedback (int2_ef).
+# Each value is a codec's config_name (psgd.wire.codecs; its registry checks the two agree).
+Compression = Literal["none", "fp16", "bf16", "topk", "int8", "int4", "int2_ef"]
+
+
+@dataclass(frozen=True)
+class CompressionChoice:
+    """`wire.compression` as a mapping: the encoding chosen per shard (each shard's
+    push is one flat tensor with one encoding on the wire), by its size and by what
+    the run pushes, as hivemind's SizeAdaptiveCompression / RoleAdaptiveCompression do.
+    A shard of fewer than `small_below` elements uses `small`; otherwise a run with
+    local updates uses `deltas`; anything left uses `default`."""
+    default: Compression = "none"           # every shard the keys below do not choose for
+    small: Optional[Compression] = None     # shards below small_below elements (None: as the others)
+    small_below: int = field(default=4096, metadata=int_max(2**31 - 1))  # elements of a shard's flat tensor
+    deltas: Optional[Compression] = None    # local-update pushes (None: default)
+
+    def __post_init__(self):
+        _check(self.small_below >= 0, "small_below", f"must be >= 0, got {self.small_below}")
+
+    def for_shard(self, numel: int, local_updates: bool) -> str:
+        """The `wire.compression` value for one shard's pushes."""
+        if self.small is not None and numel < self.small_below:
+            return self.small
+        if local_updates and self.deltas is not None:
+            return self.deltas
+        return self.default
+
+
 @dataclass(frozen=True)
 class WireConfig:
-    # Gradient encoding on the wire: fp32, fp16/bf16 (scaled), or top-k with error feedback.
-    # Each value is a codec's config_name (psgd.wire.codecs; its registry checks the two agree).
-    compression: Literal["none", "fp16", "bf16", "topk"] = "none"
+    # Each push's encoding: one for every shard (none: fp32; fp16/bf16 scaled; topk with error feedback;
+    # int8/int4 with one scale per 64-element block; int2_ef: 2-bit with error feedback), or a mapping
+    # {default, small, small_below, deltas} choosing per shard: shards of fewer than small_below (4096)
+    # elements use small, local-update deltas use deltas, the rest default (CompressionChoice).
+    compression: Union[Compression, CompressionChoice] = "none"
     topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
     max_message_mb: int = field(default=1024, metadata=int_max(2047))  # sockets refuse larger messages (< 2 GiB)
     # Same-host data path: "auto" moves gradients and parameters through a shared-memory
@@ -42,6 +74,13 @@ class WireConfig:
         _check(self.shared_memory_min_bytes >= 0, "shared_memory_min_bytes", "must be >= 0")
         if isinstance(self.shared_memory, bool):
             object.__setattr__(self, "shared_memory", "auto" if self.shared_memory else "off")
+
+    def compression_for(self, shard_sizes, local_updates: bool) -> list[str]:
+        """The `compression` value each shard's pushes use."""
+        choice = self.compression
+        if isinstance(choice, str):
+            return [choice] * len(shard_sizes)
+        return [choice.for_shard(n, local_updates) for n in shard_sizes]
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,9 @@ def _section_type(tp) -> tuple[Optional[type], str]:
     if dataclasses.is_dataclass(tp):
         return tp, ""
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (Union, types.UnionType) and len(args) == 1 and dataclasses.is_dataclass(args[0]):
-        return args[0], ""
+    sections = [a for a in args if dataclasses.is_dataclass(a)]
+    if typing.get_origin(tp) in (Union, types.UnionType) and len(sections) == 1:  # optional, or a value or a section
+        return sections[0], ""
     if typing.get_origin(tp) is list and args and dataclasses.is_dataclass(args[0]):
         return args[0], "[]"
     return None, ""

@@ -33,7 +33,7 @@ from psgd.servers.state import ShardState
 from psgd.sim.binding import ModelBinding
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
-from psgd.wire.codecs import Encoded, Gradient, WireEncoder, codec_for_compression, codec_named, encoding_of
+from psgd.wire.codecs import Encoded, Gradient, WireEncoder, codec_named, encodings_for
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.push_cursor import PushCursor
@@ -53,7 +53,9 @@ def decode_push(enc: Encoded, numel: int, owned: Optional[torch.Tensor] = None) 
     grad = codec.decode(enc.frames, numel, enc.nnz, enc.scale, out)
     if isinstance(grad, tuple):
         return grad[0].clone(), grad[1].clone()
-    return grad if grad is out else out.copy_(grad)  # an fp32 payload decodes to a view of the frame
+    if grad is out or out is None:  # a non-dense codec that decodes dense (int8, ...) made its own tensor
+        return grad
+    return out.copy_(grad)  # an fp32 payload decodes to a view of the frame
 
 
 @dataclass
@@ -129,8 +131,9 @@ class Executor:
         self.services = [ShardService(shard) for shard in self.shards]  # what each request does, as on a real shard
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
-        codec = codec_for_compression(cfg.wire.compression)
-        self._f32 = codec.dense and codec.wire_dtype == torch.float32  # a push decodes to the very buffer
+        encodings = encodings_for(cfg.wire, self.layout.shard_sizes, cfg.local.enabled)
+        # Per shard: a push decodes to the very buffer it was encoded from (dense fp32).
+        self._f32 = [codec_named(e).dense and codec_named(e).wire_dtype == torch.float32 for e in encodings]
         self.now = 0.0  # the simulated time, set by whoever drives the executor (local rounds' pace)
         self.gradient_s = 0.0  # CPU seconds in forward+backward (psgd bench sim's denominator)
         self.evaluate_s = 0.0  # CPU seconds scoring the test set
@@ -140,7 +143,7 @@ class Executor:
         w = cfg.cluster.workers
         for rank in range(w):
             batches = train_loader(train, rank, w, cfg.task.batch_size, cfg.run.seed)
-            enc = WireEncoder(encoding_of(cfg.wire), self.layout.shard_sizes, cfg.wire.topk_ratio)
+            enc = WireEncoder(encodings, self.layout.shard_sizes, cfg.wire.topk_ratio)
             reads = [self._read(s) for s in range(self.num_shards)]
             worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                    [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
@@ -168,7 +171,7 @@ class Executor:
 
     def recycle(self, push: Push) -> None:
         """A served push's gradient buffer is free again (the shard never keeps it)."""
-        if self._f32 and self.binding is not None:
+        if self._f32[push.shard] and self.binding is not None:
             self._free[push.shard].append(push.grad)
 
     # ---- steps ------------------------------------------------------------

@@ -56,7 +56,7 @@ def test_quickstart_with_topk_and_checkpoints_completes(tmp_path):
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("compression", ["fp16", "bf16", "topk"])
+@pytest.mark.parametrize("compression", ["fp16", "bf16", "topk", "int8", "int2_ef"])
 def test_killed_shard_loses_nothing_with_each_encoding(tmp_path, compression):
     steps = 160
     cfg = write_config(tmp_path / "c.yaml", cluster=FAST_RETRY, wire={"compression": compression},

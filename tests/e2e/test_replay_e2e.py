@@ -29,7 +29,8 @@ def _replay(run_dir, *extra):
     ["consistency.mode=asp"],
     ["consistency.mode=ssp", "consistency.staleness=2"],
     ["consistency.mode=asp", "wire.compression=topk", "wire.topk_ratio=0.1"],
-], ids=["asp", "ssp", "asp-topk"])
+    ["consistency.mode=asp", "wire.compression=int2_ef"],
+], ids=["asp", "ssp", "asp-topk", "asp-int2ef"])
 def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides):
     run_dir = tmp_path / "run"
     code, output, summary = launch(_config(tmp_path), run_dir, *SHORT, *overrides, timeout=100)

@@ -96,4 +96,9 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
         "compression_ratio": round(wire_bytes / fp32_bytes, 6) if fp32_bytes else None,
         # What one training example cost on the wire: local updates push once per round.
         "wire_bytes_per_example": round(wire_bytes / (len(steps) * cfg.task.batch_size), 3) if steps else None,
+        # The codecs' own time: the workers encoding their pushes, the shards decoding them
+        # (None where nobody measured it: the simulator's virtual processes do not).
+        "codec_encode_s": round(sum(float(e["encode_s"]) for e in done if "encode_s" in e), 6)
+        if any("encode_s" in e for e in done) else None,
+        "codec_decode_s": round(counters["decode_us"] / 1e6, 6) if "decode_us" in counters else None,
     }

@@ -5,8 +5,9 @@ class with its wire name, config value, frames, dtype, cost, encode and decode
 from psgd.wire.codecs.base import CODECS, Codec, CodecOptions, DenseCodec, Encoded, Gradient, codec
 from psgd.wire.codecs.encoder import WireEncoder
 from psgd.wire.codecs.f16 import F16_RANGE
-from psgd.wire.codecs.registry import codec_for_compression, codec_named, dense_codec, encoding_of
+from psgd.wire.codecs.registry import codec_for_compression, codec_named, dense_codec, encoding_of, encodings_for
 from psgd.wire.codecs.topk import topk_count
 
 __all__ = ["CODECS", "Codec", "CodecOptions", "DenseCodec", "Encoded", "Gradient", "codec", "WireEncoder",
-           "F16_RANGE", "codec_for_compression", "codec_named", "dense_codec", "encoding_of", "topk_count"]
+           "F16_RANGE", "codec_for_compression", "codec_named", "dense_codec", "encoding_of", "encodings_for",
+           "topk_count"]

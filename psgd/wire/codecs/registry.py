@@ -10,14 +10,15 @@ protocol's encodings, their frames, the decoders, the wire cost) comes from here
 from __future__ import annotations
 
 import typing
-from typing import Optional
+from typing import Optional, Sequence
 
-from psgd.config.operations import WireConfig
+from psgd.config.operations import Compression, WireConfig
 from psgd.core.members import import_members
 from psgd.wire.codecs.base import CODECS, Codec
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
-__all__ = ["CODECS", "codec_named", "dense_codec", "codec_for_compression", "encoding_of", "check_codecs"]
+__all__ = ["CODECS", "codec_named", "dense_codec", "codec_for_compression", "encoding_of", "encodings_for",
+           "check_codecs"]
 
 
 def check_codecs(codecs: dict[str, type[Codec]], compression_values: tuple[str, ...]) -> None:
@@ -55,9 +56,16 @@ def codec_for_compression(compression: str) -> type[Codec]:
 
 
 def encoding_of(wire: WireConfig) -> str:
-    """The protocol's `encoding` (a codec's wire name) that `wire.compression` selects."""
+    """The protocol's `encoding` (a codec's wire name) that a plain-string `wire.compression` selects."""
+    if not isinstance(wire.compression, str):
+        raise ValueError("wire.compression chooses per shard: use encodings_for")
     return codec_for_compression(wire.compression).name
 
 
+def encodings_for(wire: WireConfig, shard_sizes: Sequence[int], local_updates: bool) -> list[str]:
+    """Each shard's push encoding (a codec's wire name), as `wire.compression` chooses it."""
+    return [codec_for_compression(c).name for c in wire.compression_for(shard_sizes, local_updates)]
+
+
 import_members("psgd.wire.codecs", ("base", "encoder", "registry"), CODECS.values)
-check_codecs(CODECS, typing.get_args(typing.get_type_hints(WireConfig)["compression"]))
+check_codecs(CODECS, typing.get_args(Compression))

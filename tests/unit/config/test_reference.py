@@ -48,7 +48,8 @@ def test_defaults_are_the_ones_a_default_config_holds():
     checked = 0
     for section in config_sections():
         for k in section.keys:
-            if "[]" in k.key or k.key.startswith(("optimizer.dc_asgd.", "train.target.", "workers.delay.")):
+            if "[]" in k.key or k.key.startswith(("optimizer.dc_asgd.", "train.target.", "workers.delay.",
+                                                                 "wire.compression.")):
                 continue  # inside a section that is absent (null or empty) by default
             assert k.default == yaml_text(lookup(defaults, k.key)), k.key
             checked += 1

@@ -34,3 +34,21 @@ def test_all_reduce_ranks_count_their_gradient_bytes_as_workers_count_their_push
     assert summary["wire_bytes_sent"] == 2400
     assert summary["wire_bytes_per_example"] == 2400 / (6 * 8)
     assert summary["compression_ratio"] is None  # all-reduce sends fp32 and does not count it apart
+
+
+def test_the_codecs_own_time_sums_the_workers_encoding_and_the_shards_decoding():
+    cfg = load_config(None, ["consistency.mode=asp", "cluster.workers=2", "cluster.servers=2"])
+    events = [{"event": "done", "role": "worker", "rank": r, "steps": 1, "bytes_sent": 8, "encode_s": 0.25 * (r + 1)}
+              for r in (0, 1)]
+    events += [{"event": "server_stats", "role": "server", "index": s, "version": 1,
+                "counters": {"decode_us": 125_000 * (s + 1)}} for s in (0, 1)]
+    summary = summarize(cfg, events, wall_time_s=1.0)
+    assert summary["codec_encode_s"] == 0.75 and summary["codec_decode_s"] == 0.375
+
+
+def test_the_codecs_own_time_is_none_where_nobody_measured_it():
+    cfg = load_config(None, ["consistency.mode=asp", "cluster.workers=1", "cluster.servers=1"])
+    events = [{"event": "done", "role": "worker", "rank": 0, "steps": 1, "bytes_sent": 8},
+              {"event": "server_stats", "role": "server", "index": 0, "version": 1, "counters": {}}]
+    summary = summarize(cfg, events, wall_time_s=1.0)
+    assert summary["codec_encode_s"] is None and summary["codec_decode_s"] is None

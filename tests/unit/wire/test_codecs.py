@@ -120,4 +120,4 @@ def test_encoding_into_a_tensor_of_the_wrong_kind_is_refused():
         WireEncoder("f16", [10]).encode(0, torch.ones(10), out=torch.empty(9, dtype=torch.float16))
     with pytest.raises(ValueError, match="cannot be encoded"):
         WireEncoder("f32", [10]).encode(0, torch.ones(10), out=torch.empty(10))
-    assert WireEncoder("topk", [10]).wire_dtype is None and WireEncoder("f32", [10]).wire_dtype is torch.float32
+    assert WireEncoder("topk", [10]).wire_dtype(0) is None and WireEncoder("f32", [10]).wire_dtype(0) is torch.float32

@@ -36,7 +36,7 @@ def test_client_settings_read_the_config_once_and_name_a_missing_address_list():
                              "wire.compression=fp16", "wire.max_message_mb=3", "cluster.max_retries=7"])
     settings = ClientSettings.from_config(cfg)
     assert settings.addresses == ("127.0.0.1:1", "127.0.0.1:2")
-    assert (settings.encoding, settings.max_message_bytes, settings.max_retries) == ("f16", 3 * 2**20, 7)
+    assert (settings.wire.compression, settings.max_message_bytes, settings.max_retries) == ("fp16", 3 * 2**20, 7)
     assert settings.curve is None  # security.curve is off by default
     with pytest.raises(ConfigError, match="cluster.servers: this role needs the list of server host:port"):
         ClientSettings.from_config(load_config(None, ["cluster.servers=2"]))
