@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import gc
 import time
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -37,6 +38,7 @@ from psgd.runtime.event_names import Event
 from psgd.runtime.role import RoleContext
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
+from psgd.workers.device_time import DeviceClock
 from psgd.workers.model_sync import select_device
 from psgd.workers.param_snapshot import SnapshotPublisher
 
@@ -48,24 +50,27 @@ COLLECTIVE_TIMEOUT_S = 60.0  # a dead peer becomes an error, not a hang
 
 class _SlowdownHook:
     """DDP comm hook: plain averaging all-reduce, preceded on the last bucket
-    of a step by the straggler's sleep. Records the step's compute time."""
+    of a step by the wait for the stated device time (workers.device_ms) and
+    the straggler's sleep. Records the step's compute time."""
 
-    def __init__(self, straggler, device: torch.device):
-        self.straggler = straggler
-        self.device = device
+    def __init__(self, straggler, device: torch.device, device_clock: Optional[DeviceClock] = None):
+        self.straggler, self.device, self.device_clock = straggler, device, device_clock
         self.started = time.perf_counter()   # reset when training starts
         self.step_start = 0.0
         self.compute_s = 0.0
         self.slept_s = 0.0
+        self.steps = -1  # the step under way (0-based)
 
     def start_step(self) -> None:
         self.step_start = time.perf_counter()
         self.compute_s = self.slept_s = 0.0
+        self.steps += 1
 
     def communicate(self, state, bucket):  # unannotated: DDP rejects string annotations
         if bucket.is_last():
             wait_for_device(self.device)  # backward's kernels have run: their time, not their launches
-            self.compute_s = time.perf_counter() - self.step_start
+            self.compute_s = (time.perf_counter() - self.step_start if self.device_clock is None
+                              else self.device_clock.hold(self.step_start, self.steps))
             if self.straggler.active:
                 self.slept_s = self.straggler.extra_s(self.compute_s, self.step_start - self.started)
                 time.sleep(self.slept_s)
@@ -106,7 +111,7 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
     rule = UpdateRule(scaled_optimizer(cfg), flat)
     batches = train_loader(task.train_data(), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed,
                            cfg.workers.loader.num_workers, cfg.workers.loader.pin_memory and device.type == "cuda")
-    hook = _SlowdownHook(straggler_for(cfg.workers, rank, cfg.run.seed), device)
+    hook = _SlowdownHook(straggler_for(cfg.workers, rank, cfg.run.seed), device, DeviceClock.from_config(cfg, rank))
     publisher = SnapshotPublisher(ctx.run_dir) if rank == 0 else None
 
     _init_group(cfg, rank, device)

@@ -17,10 +17,17 @@ pinned host buffers on CUDA, see model_sync.py). A torch optimizer given as
 servers' rule (psgd.core.torch_optim) and must agree with the config's
 `optimizer` section, which is what the servers were started with. The
 built-in worker role trains through this class too.
+
+With `workers.device_ms` set, each step lasts at least its stated device time
+(workers/device_time.py): a step begins at `zero_grad()` (or, without one,
+when the previous `step()` returned) and `step()` waits out what is left of
+the device time before it pushes; a loop that times its steps itself calls
+`hold_device(started)` after backward.
 """
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
@@ -35,6 +42,7 @@ from psgd.core.sharding import layout_for_module
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
 from psgd.workers.client import Interrupted, RequestFailed
 from psgd.workers.client_factory import ClientSettings
+from psgd.workers.device_time import DeviceClock
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.overlap import BackwardPushes, Pipeline
@@ -114,6 +122,9 @@ class Optimizer:
             inner = optimizer or inner_torch_optimizer(self.cfg.optimizer, self.sync.params)
             method = method_for(self.cfg.local, self.cfg.cluster.workers)
             self.local = LocalRounds(method, self.sync, inner, lambda: self.client.fastest_step_s)
+        self.device_clock = DeviceClock.from_config(self.cfg, self.rank)
+        self._step_started = time.perf_counter()  # when the step under way began
+        self._held = False  # whether this step has waited out its device time
 
     # ---- torch.optim surface ---------------------------------------------
     @property
@@ -125,6 +136,21 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.model.zero_grad(set_to_none=set_to_none)
+        if not self._held:
+            self._step_started = time.perf_counter()
+
+    def hold_device(self, started: Optional[float] = None,
+                    wait: Optional[Callable[[float], bool]] = None) -> float:
+        """Blocks until this step's device time (`workers.device_ms`, none: no
+        wait) has passed since `started` (a time.perf_counter() reading; default:
+        the step's beginning, see the module's docstring) and returns the step's
+        compute seconds. `step()` calls it when the loop has not. `wait(s)`: how
+        to sleep s seconds (True cuts it short)."""
+        started = self._step_started if started is None else started
+        self._held = True
+        if self.device_clock is None:
+            return time.perf_counter() - started
+        return self.device_clock.hold(started, self.steps_taken, *([wait] if wait else []))
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """Push the model's gradients to every shard, then copy the parameters of
@@ -135,18 +161,27 @@ class Optimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self.device_clock is not None and not self._held:
+            self.hold_device()
+        try:
+            self._step()
+        finally:
+            self._held = False
+            self._step_started = time.perf_counter()
+        return loss
+
+    def _step(self) -> None:
         if self.local is not None:
             if self.local.step():
                 taken = self.local.taken
                 self.sync.load(self.client.push_pull(self.local.delta(), steps=taken))
                 self.local.begin()
-            return loss
+            return
         self._check_lr_unchanged()
         if self.overlap is not None:
             self.overlap.step()
         else:
             self.sync.load(self.client.push_pull(self.sync.gradients()))
-        return loss
 
     def flush(self) -> None:
         """Under local updates: push the round under way now, however few steps it has

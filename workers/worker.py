@@ -3,7 +3,8 @@
 Each rank trains on its own disjoint share of the training set, reshuffled
 every epoch from the run seed. Slower hardware is emulated by sleeping after
 each step's compute (`workers.slowdown`, `workers.delay`, `workers.transient`:
-psgd.core.heterogeneity).
+psgd.core.heterogeneity); a stated device time (`workers.device_ms`) is waited
+out first, so a straggler's delay is a multiple of the device time.
 """
 from __future__ import annotations
 
@@ -60,8 +61,8 @@ def run_worker(ctx: RoleContext) -> int:
             opt.zero_grad(set_to_none=False)
             loss = task.loss(model(x), y)
             loss.backward()
-            wait_for_device(device)  # compute_s is the device's time, not the kernels' launches
-            compute_s = time.perf_counter() - t0
+            wait_for_device(device)  # the real kernels have run: their time, not their launches
+            compute_s = opt.hold_device(t0, ctx.stop.wait)  # the stated device time, or the real compute if longer
             if straggler.active and ctx.stop.wait(straggler.extra_s(compute_s, time.monotonic() - started)):
                 break
             t1 = time.perf_counter()

@@ -11,6 +11,7 @@ import sys
 
 from psgd.bench.pyplot import require_matplotlib
 from psgd.cli.convergence import add_bench_convergence_command, add_convergence_commands
+from psgd.cli.faults import add_bench_faults_command
 
 
 def _plots_if_out(args: argparse.Namespace) -> None:
@@ -264,4 +265,5 @@ def add_measurement_commands(sub) -> None:
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.add_argument("--out", default=None, help="write results.json, report.md and plots here")
     add_bench_convergence_command(bench)
+    add_bench_faults_command(bench)
     add_convergence_commands(sub)

@@ -67,9 +67,18 @@ class WorkersConfig:
     # backward: a shard's gradient leaves in pieces of at least this many KiB (f32/bf16), as backward
     # produces them; smaller pieces cost more in messages than they hide
     piece_kb: int = field(default=256, metadata=int_max(1 << 20))
+    # A stated device time per step, in ms (null: none): every training step takes at least this
+    # long. The gradient is computed for real, then the worker waits out the rest, as a host waits on
+    # its accelerator. Each step's figure is this times the step-time variability that the `sim:`
+    # section states (sim.compute_jitter), drawn from (run.seed, rank, step) by the function the
+    # simulator calls too (psgd.core.step_time), so a real run and its simulation take the same
+    # device time at every step. Stragglers' delays are multiples of the padded time.
+    device_ms: Optional[float] = None
 
     def __post_init__(self):
         _check(self.piece_kb >= 1, "piece_kb", f"must be >= 1, got {self.piece_kb}")
+        _check(self.device_ms is None or 0 < self.device_ms < float("inf"), "device_ms",
+               f"must be a finite number of ms > 0 (or null), got {self.device_ms}")
         for rank, mult in self.slowdown.items():
             _check(rank >= 0, f"slowdown[{rank}]", "rank must be >= 0")
             _check(mult >= 1.0, f"slowdown[{rank}]", f"multiplier must be >= 1, got {mult}")

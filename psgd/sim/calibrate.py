@@ -8,7 +8,7 @@ writes is fitted from them:
   run's length is kept; ranks with a straggler model are left out (the
   simulator adds their delay again).
 - compute_jitter: the spread of those times within each rank, as the CV of the
-  lognormal (psgd.sim.jitter) whose 10th and 90th percentiles they have: robust
+  lognormal (psgd.core.step_time) whose 10th and 90th percentiles they have: robust
   to the few steps a preemption makes very long, which a sample CV is not.
 - worker_spread: the spread of the ranks' mean times beyond what the jitter
   alone gives n steps (a persistent speed difference).

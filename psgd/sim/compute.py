@@ -1,6 +1,8 @@
 """The step time a simulated run uses, and where it came from (`sim.compute_ms`, `sim.device`).
 
 - a number in `sim.compute_ms`: that, whatever the device says;
+- null with a stated device time (`workers.device_ms`, which real workers wait
+  out): that time;
 - null: the model's FLOPs per step (psgd.sim.flops) on the device profile,
   step_overhead_us + FLOPs / (peak_tflops x efficiency): the same on every machine;
 - `measure`: timed here (psgd.sim.measure), the only case that depends on this
@@ -19,6 +21,7 @@ __all__ = ["ComputeSource", "ResolvedCompute", "resolve_compute"]
 
 class ComputeSource(str, Enum):
     CONFIG = "config"        # sim.compute_ms as given
+    DEVICE_MS = "workers.device_ms"  # the device time real workers wait out
     FLOPS = "flops"          # FLOPs on the device profile
     MEASURED = "measured"    # timed on this machine
 
@@ -57,6 +60,8 @@ def resolve_compute(cfg: Config, task) -> ResolvedCompute:
         return ResolvedCompute(override_config(cfg, [f"sim.compute_ms={ms}"]), ms, ComputeSource.MEASURED)
     if given is not None:
         return ResolvedCompute(cfg, float(given), ComputeSource.CONFIG)
+    if cfg.workers.device_ms is not None:
+        return ResolvedCompute(cfg, float(cfg.workers.device_ms), ComputeSource.DEVICE_MS)
     from psgd.sim.flops import step_flops
     flops = step_flops(cfg, task)
     return ResolvedCompute(cfg, compute_ms_from_flops(cfg, flops), ComputeSource.FLOPS, flops)

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Optional
 
 from psgd.config import Config, ConfigError, Role
+from psgd.core.step_time import StepVariability
 from psgd.runtime.event_names import Event
-from psgd.sim.jitter import ComputeJitter, WorkerSpread
 from psgd.sim.time_model import TimeModel
 
 __all__ = ["RecordedSteps", "StepTimes", "load_recorded_steps"]
@@ -77,9 +77,7 @@ class StepTimes:
 
     def __init__(self, time: TimeModel, seed: int, speedup: float = 1.0, recorded: Optional[RecordedSteps] = None):
         self.base_s, self.speedup, self.recorded = time.compute_s, speedup, recorded
-        self.jitter = ComputeJitter(time.jitter_cv, seed)
-        self._spread = WorkerSpread(time.spread_cv, seed)
-        self._speed: dict[int, float] = {}  # rank -> its persistent factor, drawn once
+        self.variability = StepVariability(time.jitter_cv, time.spread_cv, seed)  # a real device's too
 
     @classmethod
     def for_run(cls, cfg: Config, time: TimeModel, recorded: Optional[RecordedSteps] = None) -> "StepTimes":
@@ -87,7 +85,4 @@ class StepTimes:
 
     def compute_s(self, rank: int, step: int) -> float:
         base = self.base_s if self.recorded is None else self.recorded.seconds(rank, step) / self.speedup
-        speed = self._speed.get(rank)
-        if speed is None:
-            speed = self._speed[rank] = self._spread.factor(rank)
-        return base * speed * self.jitter.factor(rank, step)
+        return base * self.variability.factor(rank, step)

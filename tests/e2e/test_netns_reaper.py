@@ -6,15 +6,15 @@ import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import kill_tree, spawn, wait_for
-from support.netns_reaper import ns_pids
+
+from psgd.bench.netns_reaper import REAPER, ns_pids
 
 pytestmark = pytest.mark.e2e
 
-REAPER = Path(__file__).parents[1] / "support" / "netns_reaper.py"
+
 # The owner starts the reaper, says its pid, and waits to be killed.
 OWNER = """
 import subprocess, sys, time

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from support.netns_reaper import kill_all, ns_pids, remove
+from psgd.bench.netns_reaper import REAPER, kill_all, ns_pids, remove
 
 BIN = Path(sys.executable).parent
 RAY_PORT = 6379
@@ -144,7 +144,7 @@ class TwoNodeRay:
 
     def _start_reaper(self) -> None:
         """Removes what this cluster made if this process dies before close()."""
-        script = Path(__file__).with_name("netns_reaper.py")
+        script = REAPER
         self._reaper = subprocess.Popen(
             [sys.executable, str(script), str(os.getpid()), self.ns_a, self.ns_b, "--", str(self.temp_a),
              str(self.home)], stdin=subprocess.DEVNULL, start_new_session=True)  # not in the test's process group

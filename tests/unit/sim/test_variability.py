@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from psgd.config import ConfigError, load_config
+from psgd.core.step_time import WorkerSpread
 from psgd.orchestrate.launchers.sim import SimLauncher
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
-from psgd.sim.jitter import SendOrder, WorkerSpread
+from psgd.sim.jitter import SendOrder
 from psgd.sim.step_times import StepTimes, load_recorded_steps
 from psgd.sim.time_model import TimeModel
 
@@ -57,7 +58,7 @@ def test_step_times_compose_base_speed_and_jitter():
     cfg = load_config(None, BASE + ["sim.compute_jitter=0.2", "sim.worker_spread=0.5"])
     tm = TimeModel.from_config(cfg.sim, 2.0)
     both = StepTimes(tm, seed=0)
-    from psgd.sim.jitter import ComputeJitter
+    from psgd.core.step_time import ComputeJitter
     jitter, spread = ComputeJitter(0.2, 0), WorkerSpread(0.5, 0)
     for rank, step in [(0, 0), (3, 17), (1, 2000)]:
         assert both.compute_s(rank, step) == pytest.approx(2e-3 * spread.factor(rank) * jitter.factor(rank, step),

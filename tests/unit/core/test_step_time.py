@@ -1,13 +1,13 @@
-"""Per-step compute jitter (psgd.sim.jitter): a pure function of (seed, rank, step),
+"""Per-step compute jitter (psgd.core.step_time): a pure function of (seed, rank, step),
 lognormal of mean 1 and the given CV, and on the engine it multiplies each step's
 compute, composes with a straggler, and spreads ASP's clocks."""
 import numpy as np
 import pytest
 
 from psgd.config import ConfigError, load_config
+from psgd.core.step_time import ComputeJitter, StepVariability, lognormal_sigma, step_variability
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
-from psgd.sim.jitter import ComputeJitter, lognormal_sigma
 from psgd.sim.time_model import TimeModel
 
 
@@ -90,3 +90,14 @@ def test_asp_staleness_max_grows_with_jitter():
     assert maxima[0.0] == [3, 3]
     # With it the clocks drift apart, more the larger the spread (here 5-6 at CV 0.2, 10-11 at 0.5).
     assert min(maxima[0.2]) >= 5 and min(maxima[0.5]) > max(maxima[0.2]), maxima
+
+
+def test_a_worker_spread_is_one_persistent_factor_per_rank_of_mean_one():
+    v = step_variability(load_config(None, ["sim.worker_spread=0.3", "sim.compute_jitter=0.2"]).sim, seed=5)
+    j = ComputeJitter(0.2, seed=5)
+    for rank in range(4):
+        assert [v.factor(rank, k) / j.factor(rank, k) for k in range(100)] == pytest.approx([v.speed(rank)] * 100)
+    speeds = np.array([StepVariability(0.0, 0.3, seed=5).speed(r) for r in range(20000)])
+    assert speeds.mean() == pytest.approx(1.0, abs=0.01) and speeds.std() == pytest.approx(0.3, rel=0.05)
+    assert StepVariability(0.0, 0.3, seed=6).speed(0) != speeds[0]
+    assert {StepVariability(0.0, 0.0, seed=5).factor(r, 3) for r in range(10)} == {1.0}

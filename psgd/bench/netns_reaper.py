@@ -1,13 +1,14 @@
-"""Removes a test cluster's network namespaces, every process in them and its
-directories once the process that made them is gone without doing it itself
-(a test run killed outright, or pytest-timeout's thread method, which exits
-without running fixture teardowns):
+"""Removes network namespaces, every process in them and some directories once
+the process that made them is gone without doing it itself (a run killed
+outright, or pytest-timeout's thread method, which exits without running
+fixture teardowns):
 
     python netns_reaper.py OWNER_PID NAMESPACE... -- DIRECTORY...
 
-It waits while OWNER_PID is its parent; TwoNodeRay.close() stops it (SIGTERM)
-after cleaning up by itself. Nothing here imports Ray or psgd: it starts in
-a blink and sleeps until needed.
+It waits while OWNER_PID is its parent; its owner (psgd.bench.shaped_net's
+ShapedStar, the tests' TwoNodeRay) stops it (SIGTERM) after cleaning up by
+itself. Run as a file it imports nothing of psgd: it starts in a blink and
+sleeps until needed.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import sys
 import time
 
 POLL_S = 0.2
+REAPER = os.path.abspath(__file__)  # run it as this file: python REAPER ...
 
 
 def ns_pids(ns: str) -> list[int]:

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Regenerates the committed fault-storm study (issue 39, acceptance 3):
+#   benchmarks/faults/run.sh
+# The quickstart job (ASP, 4 workers, 2 shards) for 2 minutes of training, fault-free and
+# with one process SIGKILLed every 10 s, side by side, SEEDS seeds: the workers; the shards
+# with the config's defaults; the shards again with the clients resending after 1 s
+# (cluster.request_timeout_s=1.0) instead of the default 30 s. The run directories stay in
+# SCRATCH (hundreds of MB); report.md, faults.json and the printed table are copied here,
+# one folder per case.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+cd "$HERE/../.."
+PSGD="${PSGD:-psgd}"
+SEEDS="${SEEDS:-5}"
+SCRATCH="${SCRATCH:-/tmp/psgd-fault-study}"
+for case in ${CASES:-workers shards shards-retry1s}; do
+  target="${case%%-*}"
+  extra=()
+  if [ "$case" = shards-retry1s ]; then extra=(--set cluster.request_timeout_s=1.0); fi
+  out="$SCRATCH/$case"
+  rm -rf "$out"
+  mkdir -p "$HERE/$case"
+  # The time bound ends every run: far more steps than two minutes allow, no early stop at a target.
+  "$PSGD" bench faults configs/quickstart.yaml --target "$target" --kill-every-s 10 --seeds "$SEEDS" \
+    --out "$out" --set train.max_time_s=120 --set train.steps_per_worker=1000000 \
+    --set train.target_accuracy=null "${extra[@]}" | tee "$HERE/$case/table.txt"
+  cp "$out/report.md" "$out/faults.json" "$HERE/$case/"
+done

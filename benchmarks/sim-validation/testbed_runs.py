@@ -1,0 +1,223 @@
+"""One cell of the validation matrix, run for real or on the simulator.
+
+Real runs use the testbed: every worker waits out its stated device time
+(workers.device_ms), and on a shaped network every shard, worker and the
+evaluator is a host of its own behind a token-bucket link
+(psgd.bench.shaped_net), started as the launcher starts its children (each
+role with --supervised; one start signal once every process is ready) and
+collected with `psgd collect`. Loopback runs are plain `psgd launch`.
+Simulated runs are `psgd launch --on sim` on the same file with the same
+overrides, plus the stated links: nothing is calibrated.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from psgd.bench.shaped_net import LinkShape, ShapedStar
+
+PSGD = [sys.executable, "-m", "psgd.cli"]
+RUN_TIMEOUT_S = 300  # one run, start to collect; a run past it is a failure, not a hang
+PORT = 7100
+
+
+@dataclass(frozen=True)
+class Cell:
+    workers: int
+    mode: str      # a label of MODES
+    case: str      # a label of CASES
+    net: str       # "loopback" or "shaped"
+
+    @property
+    def name(self) -> str:
+        return f"w{self.workers}-{self.mode.replace(':', '')}-{self.case}-{self.net}"
+
+    @property
+    def group(self) -> tuple:
+        """The cells whose modes are compared with each other."""
+        return (self.workers, self.case, self.net)
+
+
+# Each mode as config overrides; local:4 is GEO-SGD style local updates (4 inner steps per push, asp).
+MODES = {
+    "bsp": ["consistency.mode=bsp"],
+    "ssp:2": ["consistency.mode=ssp", "consistency.staleness=2"],
+    "asp": ["consistency.mode=asp"],
+    "bsp+backup:1": ["consistency.mode=bsp", "consistency.backup_workers=1"],
+    "local:4": ["consistency.mode=asp", "local.steps=4"],
+}
+
+
+CASES_ALL = ("none", "straggler", "delay")
+
+
+def case_overrides(case: str, workers: int) -> list[str]:
+    if case == "none":
+        return []
+    if case == "straggler":  # the last rank runs 4x slower
+        return [f"workers.slowdown={{{workers - 1}: 4.0}}"]
+    if case == "delay":      # every step of every rank, an exponential delay of mean 1x its device time
+        return ["workers.delay={dist: exponential, mean: 1.0}"]
+    raise ValueError(f"unknown case {case!r}")
+
+
+def overrides(cell: Cell, seed: int) -> list[str]:
+    return [f"cluster.workers={cell.workers}", f"run.seed={seed}", *MODES[cell.mode],
+            *case_overrides(cell.case, cell.workers)]
+
+
+def sim_overrides(cell: Cell, shape: LinkShape) -> list[str]:
+    """The links as stated: on the shaped net every link runs at the shape's rate and
+    adds its delay (without one, the sim's own default latency stands for the veth's)."""
+    if cell.net == "loopback":
+        return []
+    stated = [f"sim.bandwidth_gbps={shape.rate_mbit / 1e3!r}"]
+    return stated + ([f"sim.latency_us={shape.latency_ms * 1e3!r}"] if shape.latency_ms else [])
+
+
+def _sets(items: list[str]) -> list[str]:
+    return [a for o in items for a in ("--set", o)]
+
+
+def run_sim(config: Path, cell: Cell, seed: int, shape: LinkShape, out: Path) -> Path:
+    """`psgd launch --on sim`, in this process (a simulated run starts no process)."""
+    from psgd.cli import main
+    argv = ["launch", str(config), "--on", "sim", "--out", str(out), "--quiet",
+            *_sets(overrides(cell, seed) + sim_overrides(cell, shape))]
+    code = main(argv)
+    if code != 0:
+        raise RuntimeError(f"psgd {' '.join(argv)} exited {code}")
+    return out
+
+
+def run_real(config: Path, cell: Cell, seed: int, shape: LinkShape, out: Path) -> Path:
+    if cell.net == "loopback":
+        cmd = [*PSGD, "launch", str(config), "--out", str(out), "--quiet", *_sets(overrides(cell, seed))]
+        _check(subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S), cmd)
+        return out
+    return _run_shaped(config, cell, seed, shape, out)
+
+
+def _check(res: subprocess.CompletedProcess, cmd: list[str]) -> None:
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {res.returncode}: {(res.stderr or res.stdout).strip()[-400:]}")
+
+
+def _run_shaped(config: Path, cell: Cell, seed: int, shape: LinkShape, out: Path) -> Path:
+    from psgd.config import dump_config, load_config
+    hosts = ["shard0", "evaluator", *[f"worker{r}" for r in range(cell.workers)]]
+    out.mkdir(parents=True)
+    with ShapedStar(hosts, shape) as net:
+        cfg = load_config(config, overrides(cell, seed) + [f"cluster.servers=[{net.ip('shard0')}:{PORT}]",
+                                                          "wire.shared_memory=off"])
+        cfg_path = out / "config.yaml"
+        cfg_path.write_text(dump_config(cfg))
+        role = lambda host, *args: net.command(host, [*PSGD, *args, "--run-dir", str(out), "--supervised"])  # noqa: E731
+        procs = [subprocess.Popen(role("shard0", "server", str(cfg_path), "--shard", "0")),
+                 subprocess.Popen(role("evaluator", "evaluator", str(cfg_path)))]
+        workers = [subprocess.Popen(role(f"worker{r}", "worker", str(cfg_path), "--rank", str(r)))
+                   for r in range(cell.workers)]
+        try:
+            _start_when_ready(out, 2 + cell.workers, [*procs, *workers])
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            codes = [w.wait(timeout=max(1.0, deadline - time.monotonic())) for w in workers]
+            if codes != [0] * cell.workers:
+                raise RuntimeError(f"{cell.name} seed {seed}: worker exit codes {codes}; events in {out}")
+            for p in reversed(procs):  # the evaluator scores the final parameters as it stops, then the shard
+                p.terminate()
+                p.wait(timeout=60)
+        finally:
+            for p in [*workers, *procs]:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+    _check(subprocess.run([*PSGD, "collect", str(out)], capture_output=True, text=True, timeout=120), ["collect"])
+    return out
+
+
+def _start_when_ready(run_dir: Path, expected: int, procs: list, timeout_s: float = 120.0) -> None:
+    """The launcher's start signal: once every process has said ready, one t0 for all."""
+    deadline = time.monotonic() + timeout_s
+    while _ready(run_dir) < expected:
+        dead = [p.args[-6:] for p in procs if p.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            raise RuntimeError(f"not every process became ready in {run_dir} (exited: {dead})")
+        time.sleep(0.05)
+    tmp = run_dir / "start.json.tmp"
+    tmp.write_text(json.dumps({"t0": time.time()}))
+    tmp.replace(run_dir / "start.json")
+
+
+def _ready(run_dir: Path) -> int:
+    n = 0
+    for path in (run_dir / "events").glob("*.jsonl"):
+        n += any('"event": "ready"' in line for line in path.read_text().splitlines())
+    return n
+
+
+def quantities(run_dir: Path, mode: str) -> dict[str, Optional[float]]:
+    """What the validation compares, from a run directory (real or simulated alike)."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    comm = sorted(_pull_waits(run_dir))
+    q = {"updates_per_s": summary["updates_per_s"], "wall_time_s": summary["wall_time_s"],
+         "time_to_target_s": summary["time_to_target_s"],
+         "pull_wait_p50_s": comm[len(comm) // 2] if comm else None}
+    # BSP applies every push fresh (staleness 0 by construction): nothing to predict there.
+    if not mode.startswith("bsp"):
+        hist = sorted((int(k), v) for k, v in summary["staleness_hist"].items())
+        q.update(staleness_p50=_quantile(hist, 0.5), staleness_p99=_quantile(hist, 0.99),
+                 staleness_max=float(hist[-1][0]) if hist else None)
+    return q
+
+
+def diagnostics(run_dir: Path) -> dict[str, float]:
+    """What a real run spent that the stated physics leaves out, to explain misses:
+    the median of each step's compute beyond its drawn device time (a sleep that
+    woke late, or real compute above the device time) and of the time between
+    one step's end and the next one's start (batch loading, the step's event)."""
+    from psgd.config import load_config
+    from psgd.workers.device_time import DeviceClock
+    cfg = load_config(run_dir / "config.yaml")
+    steps = [e for e in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+             if e.get("event") == "step"]
+    clocks = {r: DeviceClock.from_config(cfg, r) for r in {e["rank"] for e in steps}}
+    beyond, between, last_end, taken = [], [], {}, {}
+    for e in sorted(steps, key=lambda e: e["t"]):  # a rank's k-th step event is its step k (no restarts here)
+        k = taken[e["rank"]] = taken.get(e["rank"], -1) + 1
+        beyond.append(e["compute_s"] - clocks[e["rank"]].step_s(k))
+        if e["rank"] in last_end:
+            between.append(e["t"] - e["step_s"] - last_end[e["rank"]])
+        last_end[e["rank"]] = e["t"]
+    return {"device_overshoot_p50": statistics.median(beyond),
+            "between_steps_p50": statistics.median(between) if between else 0.0}
+
+
+def _pull_waits(run_dir: Path) -> list[float]:
+    """Each pushing step's wait from its push to the parameters it then trains on
+    (`comm_s`); a local update's inner steps push nothing and are left out."""
+    steps = [e for e in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+             if e.get("event") == "step"]
+    waits, last_clock = [], {}
+    for e in sorted(steps, key=lambda e: e["t"]):
+        if e["clock"] > last_clock.get(e["rank"], 0):
+            waits.append(e["comm_s"])
+        last_clock[e["rank"]] = e["clock"]
+    return waits
+
+
+def _quantile(hist: list[tuple[int, int]], p: float) -> Optional[float]:
+    total = sum(v for _, v in hist)
+    if not total:
+        return None
+    seen = 0
+    for value, count in hist:
+        seen += count
+        if seen >= p * total:
+            return float(value)
+    return float(hist[-1][0])

@@ -1,0 +1,61 @@
+"""benchmarks/sim-validation: what counts as a hit, what a run's quantities are, and
+when a pairwise verdict agrees. A claim that cannot fail ("not reached" on both
+sides) is not counted; a staleness of 0 must be predicted exactly."""
+import json
+import math
+
+from conftest import load_script
+
+validate = load_script("benchmarks/sim-validation/validate.py")
+runs = load_script("benchmarks/sim-validation/testbed_runs.py")
+
+
+def test_a_hit_is_within_fifteen_percent_and_not_reached_on_both_sides_is_not_counted():
+    assert validate._within(10.0, 11.5) == "yes" and validate._within(10.0, 8.5) == "yes"
+    assert validate._within(10.0, 11.6) == "no" and validate._within(10.0, 8.4) == "no"
+    assert validate._within(math.inf, math.inf) == "not counted"
+    assert validate._within(math.inf, 3.0) == "no" and validate._within(3.0, math.inf) == "no"
+    assert validate._within(0.0, 0.0) == "yes" and validate._within(0.0, 1.0) == "no"
+    assert validate._median([2.0, None, 1.0]) == 2.0 and validate._median([None, None, 1.0]) == math.inf
+
+
+def _run_dir(tmp_path, steps, hist, **summary):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "summary.json").write_text(json.dumps({"updates_per_s": 10.0, "wall_time_s": 6.0,
+                                                       "time_to_target_s": None, "staleness_hist": hist, **summary}))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"event": "step", **s}) + "\n" for s in steps))
+    return tmp_path
+
+
+def test_quantities_take_pull_waits_from_pushing_steps_and_staleness_quantiles_from_the_histogram(tmp_path):
+    # Local updates: the clock moves every 2nd step; the steps between push nothing (comm_s ~0).
+    steps = [{"t": 0.1 * i, "rank": 0, "clock": (i + 1) // 2, "comm_s": 0.005 if i % 2 else 0.0001}
+             for i in range(10)]
+    q = runs.quantities(_run_dir(tmp_path / "a", steps, {"0": 1, "3": 97, "9": 2}), "local:4")
+    assert q["pull_wait_p50_s"] == 0.005
+    assert (q["staleness_p50"], q["staleness_p99"], q["staleness_max"]) == (3.0, 9.0, 9.0)
+    assert q["time_to_target_s"] is None and q["wall_time_s"] == 6.0
+    bsp = runs.quantities(_run_dir(tmp_path / "b", steps, {"0": 100}), "bsp+backup:1")
+    assert "staleness_p50" not in bsp  # 0 by construction under bsp: not a prediction
+
+
+def test_a_verdict_agrees_only_when_both_sides_reach_the_same_outcome():
+    a, b = runs.Cell(4, "bsp", "none", "loopback"), runs.Cell(4, "asp", "none", "loopback")
+    measured = {("real", a): {"wall_time_s": [6.0, 6.1], "time_to_target_s": [3.0, 3.1]},
+                ("real", b): {"wall_time_s": [4.0, 4.1], "time_to_target_s": [3.0, 3.2]},
+                ("sim", a): {"wall_time_s": [5.0, 5.0], "time_to_target_s": [None, None]},
+                ("sim", b): {"wall_time_s": [4.0, 4.0], "time_to_target_s": [2.0, 2.0]}}
+    got = {v["quantity"]: v for v in validate._verdicts([a, b], measured)}
+    assert (got["wall_time_s"]["real"], got["wall_time_s"]["simulated"], got["wall_time_s"]["agree"]) == \
+        ("slower", "slower", "yes")
+    assert (got["time_to_target_s"]["real"], got["time_to_target_s"]["simulated"],
+            got["time_to_target_s"]["agree"]) == ("tied", "slower", "no")  # 3.05 vs 3.1: inside ±10%; the sim never reached it
+
+
+def test_each_case_and_mode_is_the_config_it_names():
+    cell = runs.Cell(8, "bsp+backup:1", "straggler", "shaped")
+    assert runs.overrides(cell, 1) == ["cluster.workers=8", "run.seed=1", "consistency.mode=bsp",
+                                       "consistency.backup_workers=1", "workers.slowdown={7: 4.0}"]
+    shape = runs.LinkShape(rate_mbit=100)
+    assert runs.sim_overrides(cell, shape) == ["sim.bandwidth_gbps=0.1"]
+    assert runs.sim_overrides(runs.Cell(8, "asp", "none", "loopback"), shape) == []
