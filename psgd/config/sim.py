@@ -79,8 +79,10 @@ class SimConfig:
     wake_us: float = 0.0
     # Workers whose steps overlap in simulated time get their gradients in one
     # vmapped call (psgd.sim.batched): the same maths as one by one, equal up to
-    # the last bits. `psgd replay` always computes one by one, bit for bit.
-    batched: bool = True
+    # the last bits. `psgd replay` always computes one by one, bit for bit. Off by
+    # default: it pays for small models (0.44-0.57x the CPU per step of one by one at
+    # 32 channels) and costs for wide convolutions (about 2x at the study's 256).
+    batched: bool = False
 
     # ---- codecs: gigabytes/s of fp32 gradient; null: psgd.sim.codec_cost's figure ----
     # for wire.compression (measured on one CPU thread; none: free).

@@ -107,9 +107,9 @@ def test_a_model_vmap_cannot_run_falls_back_to_one_by_one_with_its_reason(monkey
     assert all(w.steps == 1 and w.seq == 1 for w in ex.workers)  # each step taken once, by the exact path
 
 
-def test_a_config_turns_batching_off_and_local_updates_name_why_not():
-    cfg = cfg_for("asp", 2, **{"sim.batched": "false"})
-    assert cfg.sim.batched is False
+def test_a_config_turns_batching_on_and_local_updates_name_why_not():
+    cfg = cfg_for("asp", 2, **{"sim.batched": "true"})
+    assert cfg.sim.batched is True and cfg_for("asp", 2).sim.batched is False  # opt-in
     local = override_config(cfg_for("asp", 2), ["local.steps=2"])
     ex = Executor(local, batched=True)
     assert ex.batcher is None and "local updates" in ex.batch_fallback
