@@ -71,6 +71,6 @@ def test_a_reused_gradient_buffer_sends_its_current_contents_every_push(shards, 
             total += grad
             out = client.push_pull([grad])[0]
             assert torch.equal(out.float(), -total), f"push {step} carried stale contents"
-        assert client.encoder._frames[0][0] is (grad if encoding == "f32" else client.encoder._buffers[0])
+        assert client.encoder.codec._frames[0][0] is (grad if encoding == "f32" else client.encoder.codec._buffers[0])
     finally:
         client.close()

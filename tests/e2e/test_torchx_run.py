@@ -13,7 +13,7 @@ from psgd.runtime.ports import free_ports
 
 pytestmark = pytest.mark.e2e
 
-COMPONENT = ROOT / "psgd" / "orchestrate" / "torchx_component.py"
+COMPONENT = ROOT / "psgd" / "orchestrate" / "cluster" / "torchx_component.py"
 
 
 @pytest.mark.timeout(240)
