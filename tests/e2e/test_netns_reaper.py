@@ -54,7 +54,7 @@ def test_a_killed_owner_leaves_no_namespace_process_or_directory_behind(tmp_path
         assert wait_for(lambda: ns not in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                                          text=True).stdout, timeout=20)
         assert sleeper.wait(timeout=10) == -signal.SIGKILL
-        assert not made.exists()
+        assert wait_for(lambda: not made.exists(), timeout=10)  # the directories go after the namespaces
         assert wait_for(lambda: not _alive(reaper), timeout=10)
     finally:
         for proc in (sleeper, owner):
