@@ -35,6 +35,10 @@ class LocalConfig:
     # Asynchronous modes: the outer momentum moves once per `cluster.workers` deltas, on their
     # mean; each delta in between is applied at outer_lr / workers (Liu et al. 2024)
     delayed_nesterov: bool = False
+    # Eager outer step (after Kale et al. 2025): a worker pushes its delta and goes on with its next
+    # round at once, from the latest parameters it has minus its own delta; the round's outer update
+    # is folded in one round later, when its reply is collected (psgd/workers/local_rounds.py)
+    eager: bool = False
 
     def __post_init__(self):
         _check(0 <= self.steps <= MAX_LOCAL_STEPS, "steps", f"must be in 0..{MAX_LOCAL_STEPS}, got {self.steps}")
@@ -43,6 +47,7 @@ class LocalConfig:
         _check(not self.outer_nesterov or self.outer_momentum > 0, "outer_nesterov", "needs outer_momentum > 0")
         _check(not self.delayed_nesterov or self.outer_momentum > 0, "delayed_nesterov",
                "needs outer_momentum > 0")
+        _check(not self.eager or self.steps > 0, "eager", "needs local updates (steps > 0)")
 
     @property
     def enabled(self) -> bool:

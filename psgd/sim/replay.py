@@ -169,9 +169,11 @@ class _Replay:
             shard.policy.settings.schedule(clock, fields, origin)
         elif op.kind is OpKind.PULL:
             shard.answer_pull(op.rank, op.clock)
+        elif op.kind is OpKind.CLOSE:
+            shard.close_round()
         else:
             grads = self.grads[(op.rank, op.seq)]
-            shard.push(op.rank, op.seq, op.clock, op.read_version, grads[s], op.step_s)
+            shard.push(op.rank, op.seq, op.clock, op.read_version, grads[s], op.step_s, op.steps)
             grads[s] = None  # each shard takes its part once
             if all(g is None for g in grads):
                 del self.grads[(op.rank, op.seq)]
