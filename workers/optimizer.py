@@ -43,6 +43,7 @@ from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_f
 from psgd.workers.client import Interrupted, RequestFailed
 from psgd.workers.client_factory import ClientSettings
 from psgd.workers.device_time import DeviceClock
+from psgd.workers.eager import EagerRounds
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.overlap import BackwardPushes, Pipeline
@@ -122,6 +123,8 @@ class Optimizer:
             inner = optimizer or inner_torch_optimizer(self.cfg.optimizer, self.sync.params)
             method = method_for(self.cfg.local, self.cfg.cluster.workers)
             self.local = LocalRounds(method, self.sync, inner, lambda: self.client.fastest_step_s)
+        # local.eager: the outer step overlaps the next round (workers/eager.py)
+        self.eager = EagerRounds(self.client, self.sync, self.local) if self.cfg.local.eager else None
         self.device_clock = DeviceClock.from_config(self.cfg, self.rank)
         self._step_started = time.perf_counter()  # when the step under way began
         self._held = False  # whether this step has waited out its device time
@@ -172,10 +175,14 @@ class Optimizer:
 
     def _step(self) -> None:
         if self.local is not None:
-            if self.local.step():
-                taken = self.local.taken
-                self.sync.load(self.client.push_pull(self.local.delta(), steps=taken))
-                self.local.begin()
+            if not self.local.step():
+                return
+            if self.eager is not None:
+                self.eager.round_done()  # pushes, and the next round begins without waiting
+                return
+            taken = self.local.taken
+            self.sync.load(self.client.push_pull(self.local.delta(), steps=taken))
+            self.local.begin()
             return
         self._check_lr_unchanged()
         if self.overlap is not None:
@@ -186,7 +193,9 @@ class Optimizer:
     def flush(self) -> None:
         """Under local updates: push the round under way now, however few steps it has
         (a worker whose budget ends mid-round). `close` does not: it drops such steps."""
-        if self.local is not None and self.local.taken:
+        if self.eager is not None:
+            self.eager.flush()
+        elif self.local is not None and self.local.taken:
             taken = self.local.taken
             self.sync.load(self.client.push_pull(self.local.delta(), steps=taken))
             self.local.begin()
@@ -252,6 +261,8 @@ class Optimizer:
         try:
             if isinstance(self.overlap, Pipeline):
                 self.overlap.drain()  # the push in flight is acknowledged before this worker leaves
+            if self.eager is not None:
+                self.eager.drain()
         except (Interrupted, RequestFailed):
             pass  # stopping, or the shards are gone: the push's seq makes a later resend harmless
         if self.overlap is not None:
