@@ -259,6 +259,9 @@ def replay(run_dir: Path, check_model: bool = True) -> ReplayResult:
     cfg = load_config(run_dir / "config.yaml")
     if not cfg.consistency.mode.on_servers:
         raise RecordError("an all-reduce run has no parameter servers to record: it is deterministic without one")
+    if cfg.local.eager:
+        raise RecordError("local.eager: each round starts from the worker's own parameters and a reply it folds "
+                          "in later, which the record does not hold; replay covers runs without it")
     events = _events(run_dir)
     _check_replayable(cfg, events)
     records = [read_record(record_path(run_dir, s)) for s in range(cfg.cluster.num_servers)]
