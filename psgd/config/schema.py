@@ -291,6 +291,9 @@ class Config:
         for rank in self.workers.delay.ranks if self.workers.delay else []:
             _check(rank < self.cluster.workers, "workers.delay.ranks",
                    f"no worker rank {rank} (cluster.workers is {self.cluster.workers})")
+        for i, kill in enumerate(self.sim.kills):
+            _check(kill.rank < self.cluster.workers, f"sim.kills[{i}].rank",
+                   f"no worker rank {kill.rank} (cluster.workers is {self.cluster.workers})")
         for i, tr in enumerate(self.workers.transient):
             _check(tr.rank < self.cluster.workers, f"workers.transient[{i}].rank",
                    f"no worker rank {tr.rank} (cluster.workers is {self.cluster.workers})")

@@ -37,6 +37,7 @@ class Kind(IntEnum):
     EVALUATE = 4      # the evaluator scores the shards' parameters
     LOCAL_DONE = 5    # local updates: a worker finished an inner step that sends nothing
     DEADLINE = 6      # a shard's quorum grace window closes (consistency.quorum)
+    EXPIRE = 7        # the shards drop a killed worker (sim.kills), cluster.timeout_s after its death
 
 
 class EventQueue:
@@ -118,6 +119,8 @@ class Engine:
         # copies on write what a worker has not stepped on), so the batch holds
         # exactly the workers whose step started and whose reply was applied.
         self.deadlines: set[tuple[int, float]] = set()  # (shard, when) of the grace windows scheduled
+        self.kill_at = {k.rank: k.at_s for k in sorted(executor.cfg.sim.kills, key=lambda k: -k.at_s)}  # earliest
+        self.killed: set[int] = set()
         self.pending: dict[int, float] = {}          # rank: step_s of a started, uncomputed step
         self.computed: dict[int, list[Push]] = {}    # rank: pushes computed ahead of its STEP_DONE
 
@@ -125,6 +128,11 @@ class Engine:
     def _start_step(self, rank: int, t: float) -> None:
         w = self.ex.workers[rank]
         self.ex.now = t
+        if t >= self.kill_at.get(rank, math.inf):  # dead: no step, no push; the shards notice later
+            self.killed.add(rank)
+            self.active -= 1
+            self.q.put(self.kill_at[rank] + self.ex.cfg.cluster.timeout_s, Kind.EXPIRE, rank)
+            return
         if w.steps >= self.steps_per_worker:
             last = self.ex.flush(rank, step_s=t - self.round_at[rank])  # a local round cut short still counts
             if last is not None:
@@ -220,6 +228,12 @@ class Engine:
                 self.deadlines.add((s, when))
                 self.q.put(when, Kind.DEADLINE, (s, when))
 
+    def _expire(self, rank: int, t: float) -> None:
+        """The shards time a killed worker out: it leaves their quorum (nobody waits for it)."""
+        self.ex.now = t
+        self._send_together(self.ex.drop(rank, t), t)
+        self._schedule_deadlines()
+
     def _deadline(self, due: tuple[int, float], t: float) -> None:
         self.deadlines.discard(due)
         self._send_together(self.ex.tick(due[0], t), t)
@@ -282,7 +296,8 @@ class Engine:
         if self.eval_every_s:
             self.q.put(0.0, Kind.EVALUATE, None)
         handlers = {Kind.STEP_DONE: self._step_done, Kind.ARRIVE: self._arrive, Kind.SERVED: self._served,
-                    Kind.REPLY: self._reply, Kind.LOCAL_DONE: self._local_done, Kind.DEADLINE: self._deadline}
+                    Kind.REPLY: self._reply, Kind.LOCAL_DONE: self._local_done, Kind.DEADLINE: self._deadline,
+                    Kind.EXPIRE: self._expire}
         t, ended = 0.0, False
         while self.q and self.active > 0:
             t, kind, data = self.q.pop()
@@ -298,7 +313,7 @@ class Engine:
                 continue
             handlers[kind](data, t)
         if self.active > 0 and not ended:
-            blocked = [w.rank for w in self.ex.workers if w.steps < self.steps_per_worker]
+            blocked = [w.rank for w in self.ex.workers if w.steps < self.steps_per_worker and w.rank not in self.killed]
             raise RuntimeError(f"the simulated run stopped with workers {blocked[:8]} waiting on a shard "
                                "that will never answer")
         self._compute_pending()  # steps under way count, as the one-by-one path computed them at their start

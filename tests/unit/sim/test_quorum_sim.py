@@ -1,8 +1,10 @@
 """Quorum merging on the virtual cluster: the simulator calls the shards' own service, so the
 rule is the real one, and the grace window closes on the simulated clock (deterministic)."""
+import pytest
 import torch
 from sgd_reference import cfg_for
 
+from psgd.config import ConfigError, load_config
 from psgd.sim import simulate
 
 DILOCO = {"local.steps": 4, "local.outer_lr": 0.7, "local.outer_momentum": 0.9, "local.outer_nesterov": "true",
@@ -37,3 +39,20 @@ def test_a_straggler_s_deltas_are_merged_late_and_counted():
     carried = [s.counters["quorum_carried"] for s in ex.shards]
     assert min(carried) > 0 and carried == [s.counters["push_carried"] for s in ex.shards]
     assert ex.workers[2].steps == ex.workers[0].steps  # nothing lost: the straggler trained its budget
+
+
+def test_a_killed_worker_stalls_synchronous_rounds_until_its_timeout_but_not_a_quorum():
+    """sim.kills: rank 2 dies at 10 ms; the shards drop it cluster.timeout_s (0.2 s) later.
+    Synchronous DiLoCo waits for it that long; a quorum of 2 goes on at once."""
+    kill = {"sim.kills": "[{rank: 2, at_s: 0.01}]", "cluster.timeout_s": 0.2, "cluster.heartbeat_s": 0.1}
+    sync, sync_run = simulate(cfg_for("bsp", 3, **DILOCO, **kill), 2.0)
+    quorum, quorum_run = simulate(cfg_for("bsp", 3, **DILOCO, **kill, **{"consistency.quorum.size": 2}), 2.0)
+    assert sync.workers[2].steps < sync.workers[0].steps == 30 and quorum.workers[0].steps == 30
+    assert [s.counters["workers_timed_out"] for s in sync.shards] == [1, 1]
+    assert sync_run.end_s > 0.2 > quorum_run.end_s  # the stall is the timeout: the survivors' 30 steps take less
+
+
+def test_a_kill_names_a_worker_that_exists():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["cluster.workers=2", "sim.kills=[{rank: 2, at_s: 1}]"])
+    assert err.value.key == "sim.kills[0].rank"
