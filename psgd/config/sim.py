@@ -32,8 +32,8 @@ class SimKill:
     # Worker `rank` dies at `at_s` simulated seconds: the step it would start then is never
     # taken (its round's steps are lost) and it is not restarted; the shards drop it from
     # their quorum cluster.timeout_s later, as a real shard times out a silent worker.
-    rank: int = 0
-    at_s: float = 0.0
+    rank: int = 0                # the worker that dies
+    at_s: float = 0.0            # when, in simulated seconds of training
 
     def __post_init__(self):
         _check(self.rank >= 0, "rank", f"must be >= 0, got {self.rank}")
