@@ -215,8 +215,10 @@ class Optimizer:
         if self.local is None:  # a pipelined push in flight counts: its step is done
             in_flight = isinstance(self.overlap, Pipeline) and self.overlap.in_flight
             return self.clock + int(in_flight)
-        # rounds pushed before this process (a restart) counted at their nominal length
-        earlier = max(0, self.client.clock - self.local.rounds) * self.local.steps
+        # Rounds pushed before this process (a restart), counted at their nominal length: by seq, one
+        # per push, not by clock, which moves past rounds a worker never trained when the shards
+        # merged without it (a quorum's latecomer, bsp's backup workers)
+        earlier = max(0, self.client.seq - self.local.rounds) * self.local.steps
         return earlier + self.local.steps_total + self.local.taken
 
     @property
