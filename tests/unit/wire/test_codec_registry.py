@@ -7,8 +7,8 @@ import torch
 
 from psgd.config.operations import Compression
 from psgd.wire import protocol as P
-from psgd.wire.codecs import CODECS, Codec, CodecOptions, DenseCodec, WireEncoder, codec, codec_for_compression
-from psgd.wire.codecs.registry import check_codecs
+from psgd.wire.codecs import CODECS, Codec, CodecCost, CodecOptions, DenseCodec, WireEncoder, codec
+from psgd.wire.codecs.registry import check_codecs, codec_for_compression
 from psgd.wire.payload import payload_frames
 
 
@@ -16,6 +16,7 @@ def _half(name="half", config_name="half"):
     class Half(DenseCodec):
         wire_dtype = torch.float16
         elementwise = True
+        cost = CodecCost(encode_gbytes_per_s=3.0, decode_gbytes_per_s=5.0, measured_on="a test")
 
         def fill(self, grad, out):
             out.copy_(grad)
@@ -39,9 +40,23 @@ def test_a_codec_lacking_an_attribute_is_refused(missing):
     assert cls not in CODECS.values()
 
 
+def test_a_codec_lacking_its_cpu_cost_is_refused():
+    cls = _half()
+    del cls.cost
+    with pytest.raises(TypeError, match="lacks cost"):
+        codec(cls)
+    cls.cost = (3.0, 5.0)  # rates without where they were measured
+    with pytest.raises(TypeError, match="lacks cost"):
+        codec(cls)
+    assert cls not in CODECS.values()
+    with pytest.raises(ValueError, match="where they were measured"):
+        CodecCost(3.0, 5.0, "")
+
+
 def test_a_codec_lacking_a_method_is_refused():
     class NoDecode(Codec):
         name, config_name, frames, wire_dtype, dense, elementwise = "nd", "nd", 1, torch.float32, True, False
+        cost = None
 
         @classmethod
         def bytes_per_element(cls, options):
