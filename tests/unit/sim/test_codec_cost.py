@@ -1,24 +1,13 @@
 """The simulator takes a codec's CPU cost from the codec's class (psgd.wire.codecs:
 `cost`), unless the config gives a figure."""
-import torch
+from support.codecs import half_codec
 
 from psgd.sim.codec_cost import codec_rates
-from psgd.wire.codecs import CODECS, CodecCost, DenseCodec, codec
-
-
-class Half(DenseCodec):
-    name = config_name = "half_for_cost"
-    wire_dtype = torch.float16
-    elementwise = True
-    cost = CodecCost(encode_gbytes_per_s=3.0, decode_gbytes_per_s=5.0, measured_on="a test")
-
-    def fill(self, grad, out):
-        out.copy_(grad)
-        return out, 1.0
+from psgd.wire.codecs import CODECS, codec
 
 
 def test_a_codecs_rates_come_from_its_class_unless_the_config_gives_one():
-    codec(Half)
+    codec(half_codec("half_for_cost", "half_for_cost"))
     try:
         assert codec_rates("half_for_cost", None, None) == (3e9, 5e9)
         assert codec_rates("half_for_cost", 0.5, None) == (0.5e9, 5e9)
