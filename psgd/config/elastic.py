@@ -5,12 +5,9 @@ while it runs (psgd.orchestrate.elastic decides when)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from psgd.config.loader import check, int_max
-
-if TYPE_CHECKING:
-    from psgd.config.schema import Config
 
 __all__ = ["WorkerRange", "MAX_WORKERS", "elastic_refusal"]
 
@@ -31,9 +28,9 @@ class WorkerRange:
         check(self.max >= self.min, "max", f"must be >= min ({self.min}), got {self.max}")
 
 
-def elastic_refusal(cfg: "Config") -> Optional[tuple[str, str]]:
-    """(key, reason) when a worker range cannot run with the rest of `cfg`; None when it can
-    (or the worker count is fixed)."""
+def elastic_refusal(cfg) -> Optional[tuple[str, str]]:
+    """(key, reason) when a worker range cannot run with the rest of `cfg` (a psgd Config,
+    which calls this as it is built); None when it can (or the worker count is fixed)."""
     span = cfg.cluster.worker_range
     if span is None:
         return None
