@@ -64,6 +64,7 @@ class ElasticMembership:
         self.children.remove(c)
         self._leaving.discard(c.index)
         self._joining.discard(c.index)
+        self.processes.release(c)
         self._membership(Change.LEFT, c.index, self._last_clock.get(c.index),
                          Cause.SCALED_DOWN if leaving else Cause.LOST)
         self._write_processes()
@@ -85,6 +86,7 @@ class ElasticMembership:
         elif kind == Event.DONE:
             if child.index in self._leaving:
                 self._leaving.discard(child.index)
+                self.processes.release(child)
                 self._membership(Change.LEFT, child.index, e.get("clock"), Cause.SCALED_DOWN)
             else:
                 self._ending = True

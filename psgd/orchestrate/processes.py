@@ -76,6 +76,9 @@ class ProcessHost(Protocol):
         """How many workers the host can run now (elastic workers), None: as many as asked.
         A host whose FILLS_ROOM is true grows an elastic run to this room by itself."""
 
+    def release(self, proc: RoleProcess) -> None:
+        """An elastic worker left the run: give back what its process held."""
+
     def stop(self, group: list[RoleProcess], grace_s: float) -> None:
         """Stop `group`: SIGTERM, then kill what is still running after `grace_s`."""
 
@@ -121,6 +124,9 @@ class LocalProcesses:
 
     def worker_room(self, cfg: Config) -> Optional[int]:
         return None
+
+    def release(self, proc) -> None:
+        pass  # its process has exited: nothing else holds a place for it
 
     def stop(self, group, grace_s: float) -> None:
         running = [p for p in group if p.poll() is None]

@@ -108,3 +108,40 @@ def test_the_summary_lists_the_membership_changes_in_order():
                                              for e in events]
     fixed = summarize(load_config(None, []), [], 1.0)
     assert fixed["worker_range"] is None and fixed["membership_changes"] == []
+
+
+def test_launchers_with_a_fixed_task_count_refuse_a_range(monkeypatch):
+    from psgd.orchestrate.cluster.run import assign_role
+    from psgd.orchestrate.records.collect import expected_processes
+    from psgd.workers.optimizer import rank_from_env
+    cfg = load_config(None, [RANGE])
+    with pytest.raises(ConfigError) as info:
+        assign_role(0, 9, cfg)
+    assert info.value.key == "cluster.workers" and "fixed number of tasks" in str(info.value)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    with pytest.raises(ConfigError) as info:
+        rank_from_env(cfg)
+    assert info.value.key == "cluster.workers"
+    # The processes a run certainly has: a range's ranks above min may never have run.
+    assert [n for n in expected_processes(cfg) if n.startswith("worker")] == ["worker-0", "worker-1"]
+
+
+def test_on_ray_a_range_asks_for_min_workers_up_front_and_grows_to_the_nodes_room():
+    from psgd.orchestrate.ray.nodes import NodeLoss, loss_event
+    from psgd.orchestrate.ray.placement import NodeView, role_request, role_requests, room_for
+    cfg = load_config(None, [RANGE, "ray.worker.num_cpus=1", "ray.server.num_cpus=1", "eval.enabled=false"])
+    assert sorted(role_requests(cfg)) == [("server", 0), ("server", 1), ("worker", 0), ("worker", 1)]
+    worker = role_request(cfg, "worker")
+    a, b = NodeView("a", "10.0.0.1", {"CPU": 4.0}), NodeView("b", "10.0.0.2", {"CPU": 2.5})
+    held = {"a": {"CPU": 4.0}}                        # two shards and two workers fill node A
+    assert room_for(worker, [a], held) == 0
+    assert room_for(worker, [a, b], held) == 2        # node B joins: room for two more (2.5 CPUs)
+    assert room_for(role_request(load_config(None, ["ray.worker.num_cpus=0"]), "worker"), [a], {}) is None
+    loss = NodeLoss("10.0.0.2", [("worker", 2), ("worker", 3)], "its node left the Ray cluster")
+    event = loss_event(loss, None, 1.0, let_go=loss.roles)
+    assert event["line"] == ("lost Ray node 10.0.0.2 (its node left the Ray cluster): worker 2, worker 3; "
+                             "the run goes on without worker 2, worker 3 (cluster.workers is a range)")
+    assert loss_event(loss, None, 1.0)["line"].endswith("; restarting them on the other nodes")
