@@ -10,7 +10,8 @@ The resource rule, one place for every launcher:
   stops the newest ones (SIGTERM: they leave the shards' quorum) down to it;
 - a worker lost (killed, crashed, or gone with its node) is not restarted in place
   while at least min workers remain: the run goes on with one fewer, and the
-  target drops with it. Below min the launcher's restart budget replaces it.
+  target drops with it (on Ray the room decides: a node added again brings workers
+  back). Below min the launcher's restart budget replaces it.
 No worker is started once one has finished its steps (the run is ending).
 Every change is a `membership` event (rank, change, clock, cause) in metrics.jsonl,
 and summary.json lists them.
@@ -98,9 +99,12 @@ class Plan:
 class ElasticPlan:
     """The target count and which ranks to start or stop to reach it (no processes here)."""
 
-    def __init__(self, span: WorkerRange, target: Optional[int] = None):
+    def __init__(self, span: WorkerRange, follows_room: bool = False):
+        """`follows_room`: the host reports its room (Ray): the target starts at max and
+        the room decides; else it starts at min and requests decide."""
         self.span = span
-        self.target = span.min if target is None else target
+        self.follows_room = follows_room
+        self.target = span.max if follows_room else span.min
         self._seen: Optional[int] = None  # mtime of the request already taken
 
     def take_request(self, request: Optional[tuple[int, int]]) -> bool:
@@ -115,10 +119,12 @@ class ElasticPlan:
 
     def lost(self, running: int) -> bool:
         """A worker was lost with `running` others left: True when the run goes on without it
-        (at least min remain); the target drops with it. False: replace it (below min)."""
+        (at least min remain); the target drops with it, unless the room decides (a node
+        that comes back brings its workers back). False: replace it (below min)."""
         if running < self.span.min:
             return False
-        self.target = max(self.span.min, min(self.target, running))
+        if not self.follows_room:
+            self.target = max(self.span.min, min(self.target, running))
         return True
 
     def plan(self, running: Iterable[int], room: Optional[int], ending: bool) -> Plan:

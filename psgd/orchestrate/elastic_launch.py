@@ -23,7 +23,7 @@ class ElasticMembership:
         span = cfg.cluster.worker_range
         # A host that reports its room (Ray) grows to it; locally the target is what psgd ctl asked.
         grows = getattr(self.processes, "FILLS_ROOM", False)
-        self.elastic = (ElasticPlan(span, span.max if grows else span.min)
+        self.elastic = (ElasticPlan(span, follows_room=grows)
                         if span is not None and cfg.consistency.mode.on_servers else None)
         self._joining: set[int] = set()   # ranks started to join, until their ready event
         self._leaving: set[int] = set()   # ranks asked to stop, until their done event
@@ -52,8 +52,9 @@ class ElasticMembership:
             self._write_processes()
 
     def _lets_go(self, c: RoleProcess) -> bool:
-        """An elastic worker that exited with an error during training leaves the run (no
-        restart in place) while at least min workers remain; True when it was let go."""
+        """An elastic worker that exited with an error during training (or was being stopped)
+        leaves the run, with no restart in place, while at least min workers remain; True
+        when it was let go."""
         if self.elastic is None or c.role != Role.WORKER or self._t0 is None:
             return False
         leaving = c.index in self._leaving
@@ -65,8 +66,8 @@ class ElasticMembership:
         self._leaving.discard(c.index)
         self._joining.discard(c.index)
         self.processes.release(c)
-        self._membership(Change.LEFT, c.index, self._last_clock.get(c.index),
-                         Cause.SCALED_DOWN if leaving else Cause.LOST)
+        # Lost, even if it was being stopped: it did not finish its step and leave the quorum itself.
+        self._membership(Change.LEFT, c.index, self._last_clock.get(c.index), Cause.LOST)
         self._write_processes()
         return True
 

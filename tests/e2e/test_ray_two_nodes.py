@@ -282,11 +282,11 @@ def test_ray_address_in_the_environment_joins_the_two_node_cluster(two_nodes, tm
     assert summary["status"] == "ok" and summary["total_updates"] == summary["worker_steps"] == 200
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
     """cluster.workers {min: 1, max: 4} with 1.5-CPU workers: node A (4 CPUs, two 1-CPU shards)
     holds worker 0, node B (4 CPUs) two more. The run grows onto node B, loses those two with
-    it and goes on, then grows again when node B joins the cluster anew."""
+    it and goes on, then grows again when node B joins the cluster anew; train.max_time_s ends it."""
     cluster, out = two_nodes, tmp_path / "run"
     metrics = out / "metrics.jsonl"
 
@@ -301,7 +301,7 @@ def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
         "--set", "consistency.staleness=2", "--set", "cluster.timeout_s=2", "--set", "cluster.heartbeat_s=0.5",
         "--set", "ray.server.num_cpus=1", "--set", "ray.server.resources={node_a: 1}",
         "--set", "ray.worker.num_cpus=1.5", "--set", "eval.enabled=false",
-        "--set", "workers.device_ms=20", "--set", "train.steps_per_worker=1500")),
+        "--set", "workers.device_ms=20", "--set", "train.steps_per_worker=100000", "--set", "train.max_time_s=60")),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
     try:
         assert wait_for(lambda: len(changes("joined")) == 2, timeout=90, interval=0.2), "no worker joined on node B"

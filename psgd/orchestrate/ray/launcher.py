@@ -109,6 +109,7 @@ class RayProcesses:
         self._requests = role_requests(cfg)
         self._token = ""
         self._room: tuple[float, Optional[int]] = (-ROOM_EVERY_S, None)  # (when, worker_room) last looked at
+        self._t0: Optional[float] = None  # the training clock's start, once it has started
 
     # ---- start -------------------------------------------------------------
     def resolve(self, cfg: Config, resume: bool) -> Config:
@@ -166,7 +167,9 @@ class RayProcesses:
         if isinstance(servers, list) and not resume:
             return list(servers)
         keys = [("server", i) for i in range(self.cfg.cluster.num_servers)]
-        one_node = len({info["node_id"] for info in self._infos.values()}) == 1
+        # Elastic workers may join from a node added later: they reach the servers at their node's address.
+        one_node = len({info["node_id"] for info in self._infos.values()}) == 1 \
+            and self.cfg.cluster.worker_range is None
         hosts = [self.cfg.cluster.host if one_node else self._infos[k]["node_ip"] for k in keys]
         # A resumed run's servers may be placed on other nodes than the addresses it recorded.
         kept = list(servers) if isinstance(servers, list) else [""] * len(keys)
@@ -185,6 +188,8 @@ class RayProcesses:
             self._infos[(role, index)] = self._get([self._hosts[(role, index)].info.remote()], PLACEMENT_TIMEOUT_S,
                                                    f"placing {role} {index} again")[0]
         host, info = self._hosts[(role, index)], self._infos[(role, index)]
+        if self._t0 is not None:  # a role started after the start signal (a new actor) needs it too
+            self._get([host.write_start.remote(self._t0)], CALL_TIMEOUT_S, f"sending {role} {index} the start")
         args = child_command(role, index, Path(info["workdir"]))[1:]  # the actor's node has its own python
         threads = str(cfg.run.threads)
         env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
@@ -198,6 +203,7 @@ class RayProcesses:
 
     def training_started(self, t0: float) -> None:
         # Roles in a directory of their own wait for the start signal there.
+        self._t0 = t0
         self._get([h.write_start.remote(t0) for h in self._hosts.values()], CALL_TIMEOUT_S,
                   "sending the start signal")
 

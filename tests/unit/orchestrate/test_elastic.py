@@ -65,9 +65,11 @@ def test_the_target_starts_at_min_follows_requests_within_the_range_and_drops_wi
 
 
 def test_a_host_that_fills_its_room_starts_at_max_and_follows_the_room():
-    plan = ElasticPlan(WorkerRange(2, 6), target=6)
+    plan = ElasticPlan(WorkerRange(2, 6), follows_room=True)
     assert plan.plan([0, 1], room=4, ending=False).start == [2, 3]        # a node with room for two more
     assert plan.plan([0, 1, 2, 3], room=1, ending=False).stop == [2, 3]   # never below min
+    assert plan.lost(running=2) and plan.target == 6  # its node may come back: the room decides
+    assert plan.plan([0, 1], room=4, ending=False).start == [2, 3]
 
 
 def _ctl(run_dir, *words):
