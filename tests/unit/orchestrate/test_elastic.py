@@ -2,12 +2,11 @@
 into a run's config.yaml, refused where a mode cannot run it, each in one line naming the
 key), the launcher's target and which ranks it starts or stops, `psgd ctl RUN_DIR workers N`,
 and the membership changes summary.json lists."""
-import argparse
 import json
 
 import pytest
 
-from psgd.cli.ctl import cmd_ctl
+from psgd.cli import main
 from psgd.config import ConfigError, dump_config, load_config
 from psgd.config.elastic import WorkerRange
 from psgd.orchestrate.elastic import WORKERS_FILE, ElasticPlan, read_request
@@ -73,7 +72,7 @@ def test_a_host_that_fills_its_room_starts_at_max_and_follows_the_room():
 
 
 def _ctl(run_dir, *words):
-    return cmd_ctl(argparse.Namespace(run_dir=str(run_dir), action="workers", assignments=list(words), timeout=1.0))
+    return main(["ctl", str(run_dir), "workers", *words])
 
 
 def test_psgd_ctl_workers_asks_the_launcher_within_the_range(tmp_path, capsys):
