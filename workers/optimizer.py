@@ -47,6 +47,7 @@ from psgd.workers.eager import EagerRounds
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.overlap import BackwardPushes, Pipeline
+from psgd.workers.step import Outgoing, flush_outcome, step_outcome
 
 __all__ = ["Optimizer", "OptimizerStats", "rank_from_env"]
 
@@ -71,6 +72,9 @@ def rank_from_env(cfg: Config) -> int:
         env = detect()
     except ClusterEnvError as exc:
         raise ValueError(f"rank=None takes the rank from torchrun or SLURM, but {exc}; pass rank=") from None
+    if cfg.cluster.worker_range is not None:
+        raise ConfigError("cluster.workers", f"{env.launcher} starts a fixed number of processes: give an int "
+                          "(a range runs with psgd launch, locally or on Ray), or pass rank=")
     if env.world_size != cfg.cluster.workers:
         raise ConfigError("cluster.workers", f"{env.launcher} started {env.world_size} processes but the config "
                           f"has {cfg.cluster.workers} workers: every process of the job is one worker")
@@ -174,30 +178,32 @@ class Optimizer:
         return loss
 
     def _step(self) -> None:
-        if self.local is not None:
-            if not self.local.step():
+        if self.local is None:
+            self._check_lr_unchanged()
+            if self.overlap is not None:
+                self.overlap.step()
                 return
-            if self.eager is not None:
+        elif self.eager is not None:  # local.eager: its own order (the reply in flight is collected first)
+            if self.local.step():
                 self.eager.round_done()  # pushes, and the next round begins without waiting
-                return
-            taken = self.local.taken
-            self.sync.load(self.client.push_pull(self.local.delta(), steps=taken))
-            self.local.begin()
             return
-        self._check_lr_unchanged()
-        if self.overlap is not None:
-            self.overlap.step()
-        else:
-            self.sync.load(self.client.push_pull(self.sync.gradients()))
+        self._push(step_outcome(self.local, self.sync.gradients))  # the simulator's workers run it too
 
     def flush(self) -> None:
         """Under local updates: push the round under way now, however few steps it has
         (a worker whose budget ends mid-round). `close` does not: it drops such steps."""
         if self.eager is not None:
             self.eager.flush()
-        elif self.local is not None and self.local.taken:
-            taken = self.local.taken
-            self.sync.load(self.client.push_pull(self.local.delta(), steps=taken))
+            return
+        self._push(flush_outcome(self.local))
+
+    def _push(self, out: Optional[Outgoing]) -> None:
+        """Send what a step made due and take the parameters of the next clock
+        (under local updates, the start of the next round)."""
+        if out is None:
+            return
+        self.sync.load(self.client.push_pull(out.tensors, steps=out.steps))
+        if self.local is not None:
             self.local.begin()
 
     @property
