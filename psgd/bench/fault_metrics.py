@@ -133,7 +133,9 @@ def account(events: Sequence[dict], workers: int) -> list[Accounting]:
         if e.get("event") == Event.DONE and e.get("role") == Role.WORKER:
             done[int(e["rank"])] = e  # the last incarnation's
     missing = [r for r in range(workers) if r not in done]
-    used = sum(int(e["pushes"]) for e in done.values())
+    # `seqs`: every seq the rank used, its killed predecessors' included (`pushes` counts one
+    # process's); runs recorded before the field existed carried that count as `pushes`.
+    used = sum(int(e.get("seqs", e["pushes"])) for e in done.values())
     out = []
     for shard, st in sorted(_final_stats(events).items()):
         counters = st.get("counters", {})

@@ -32,7 +32,7 @@ from psgd.orchestrate.records.summary import summarize
 from psgd.orchestrate.records.summary_file import reserve_summary, write_summary
 from psgd.orchestrate.roles import CONFIG_FILE
 from psgd.orchestrate.states import ChildState, RunStatus
-from psgd.orchestrate.supervise import PendingRestart, RestartBudget
+from psgd.orchestrate.supervise import PendingRestart, RestartBudget, after_training
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
@@ -111,6 +111,7 @@ class Launcher:
         self.resume = resume
         self.budget = RestartBudget(cfg.supervision)
         self._pending: list[PendingRestart] = []
+        self._workers_stopping = False  # asked to stop (time limit or target): no worker comes back
         self._prior_time = 0.0  # training time of the runs this one resumes
         self._metrics_error: Optional[WriteFailed] = None
 
@@ -279,6 +280,8 @@ class Launcher:
             if stop_by is None and (elapsed > max_time or target_hit):
                 stop_by = time.monotonic() + STOP_WORKERS_GRACE_S
                 why = f"train.max_time_s={max_time:g} reached" if elapsed > max_time else "the target was reached"
+                self._workers_stopping = True
+                self._pending = [p for p in self._pending if p.role != Role.WORKER]
                 for c in workers:
                     c.terminate()
             elif stop_by is not None and time.monotonic() > stop_by:
@@ -329,7 +332,12 @@ class Launcher:
         cause = f"{c.name} exited with code {code}: {c.cause()}"
         if code == EXIT_NO_RETRY:  # a bad config, user code or a damaged checkpoint: it would fail the same way
             raise LaunchFailed(cause + " (not restarted: it would fail the same way again)")
-        pending = self.budget.schedule(c.role, c.index, time.monotonic(), c.address)
+        now = time.monotonic()
+        if c.role == Role.WORKER and (self._workers_stopping or after_training(
+                c.role, now + self.budget.delay_s(c.role, c.index, now), self._training_ends(now))):
+            self.children.remove(c)  # training is over by the time it would be back: not restarted
+            return
+        pending = self.budget.schedule(c.role, c.index, now, c.address)
         if pending is None:
             used = self.budget.used(c.role, c.index)
             raise LaunchFailed(cause + (f" (after {used} restart{'s' * (used != 1)})" if used else ""))
@@ -338,6 +346,12 @@ class Launcher:
         self._record(c, {"t": round(time.time() - self._t0, 4) if self._t0 else 0.0, "role": "launcher",
                          "index": 0, "event": Event.RESTART, "process": c.role, "process_index": c.index,
                          "attempt": self.budget.used(c.role, c.index), "cause": cause})
+
+    def _training_ends(self, now: float) -> Optional[float]:
+        """When train.max_time_s is reached, on time.monotonic()'s clock (None before the start)."""
+        if self._t0 is None:
+            return None
+        return now + self.cfg.train.max_time_s - (time.time() - self._t0)
 
     def _respawn_due(self) -> None:
         now = time.monotonic()

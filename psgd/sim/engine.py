@@ -254,8 +254,8 @@ class Engine:
     def _done(self, rank: int, t: float) -> None:
         w = self.ex.workers[rank]
         self.said_done.add(rank)
-        self.emit(event(t, Role.WORKER, rank, Event.DONE, rank=rank, clock=w.clock, steps=w.steps, pushes=w.seq,
-                         resends=0, bytes_sent=w.encoder.wire_bytes, fp32_bytes=w.encoder.fp32_bytes,
+        self.emit(event(t, Role.WORKER, rank, Event.DONE, rank=rank, clock=w.clock, steps=w.steps, pushes=w.pushes,
+                         seqs=w.seq, resends=0, bytes_sent=w.encoder.wire_bytes, fp32_bytes=w.encoder.fp32_bytes,
                          compression_ratio=round(w.encoder.compression_ratio, 6)))
 
     # ---- the loop ---------------------------------------------------------

@@ -112,6 +112,7 @@ class VirtualWorker(PushCursor):
     versions: list[int]
     reads: list = field(default_factory=list)  # Read markers of `params`, done once stepped on
     steps: int = 0
+    pushes: int = 0  # pushes this incarnation sent (`seq` counts a killed predecessor's too)
     last_loss: float = float("nan")
     replies: dict[int, Reply] = field(default_factory=dict)
     local: Optional[LocalRounds] = None       # local updates: the worker's own rounds and inner optimizer
@@ -263,6 +264,7 @@ class Executor(BatchedSteps):
             pushes.append(Push(w.rank, s, w.seq, w.clock, w.versions[s], grad,
                                w.encoder.wire_bytes - before, step_s, steps))
         w.pushed(w.seq, w.clock)
+        w.pushes += 1
         w.replies = {}
         if w.local is not None:
             w.own = None  # the reply starts the next round
