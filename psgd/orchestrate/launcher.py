@@ -7,7 +7,7 @@ through a callback, starts the common training clock once every child is
 ready, and stops everything in order: workers finish (or are stopped at
 max_time_s), the evaluator takes its final measurement and saves model.pt,
 then the servers stop. A server, worker or evaluator that crashes is
-restarted (bounded retries with backoff, see supervise.py); once its retries
+restarted (bounded retries with backoff, see psgd/core/restarts.py); once its retries
 are spent the run fails with the crash's cause. `resume=True` continues a
 stopped run in its own directory: shards reload their checkpoints, workers
 continue from the shards' clocks and the training clock continues.
@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 from psgd.config import Config, dump_config, load_config
 from psgd.config.modes import Role
+from psgd.core.restarts import PendingRestart, RestartBudget, after_training
 from psgd.orchestrate.catch_up import unmerged_events
 from psgd.orchestrate.launchers import LaunchResult
 from psgd.orchestrate.processes import LocalProcesses, ProcessHost, RoleProcess
@@ -32,7 +33,6 @@ from psgd.orchestrate.records.summary import summarize
 from psgd.orchestrate.records.summary_file import reserve_summary, write_summary
 from psgd.orchestrate.roles import CONFIG_FILE
 from psgd.orchestrate.states import ChildState, RunStatus
-from psgd.orchestrate.supervise import PendingRestart, RestartBudget, after_training
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write

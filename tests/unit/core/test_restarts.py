@@ -1,6 +1,6 @@
 """Restart budget: bounded retries per process with exponential backoff."""
 from psgd.config import SupervisionConfig
-from psgd.orchestrate.supervise import RestartBudget, after_training
+from psgd.core.restarts import RestartBudget, after_training
 
 
 def test_backoff_doubles_and_budget_is_per_process():

@@ -1,4 +1,4 @@
-"""Restart policy for the launcher: which crashed processes come back, when,
+"""Restart policy: which crashed processes come back, when,
 and when to give up.
 
 Each process (role, index) may be restarted `supervision.max_restarts` times.
