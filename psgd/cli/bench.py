@@ -189,7 +189,10 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
     if args.json:
         plain = {"per_step_over_floor": points[-1]["per_step_over_floor"],  # at the largest count given last
                  "points": [{k: v.as_dict() if hasattr(v, "as_dict") else v for k, v in p.items()} for p in points],
-                 "floor": {"steps": floor.steps, "per_step_s": round(floor.per_step_s, 7), "overhead": floor.overhead}}
+                 "floor": {"steps": floor.steps, "per_step_s": round(floor.per_step_s, 7), "overhead": floor.overhead,
+                           "flops_per_step": floor.flops_per_step,
+                           "gemm_peak_gflops": round(floor.gemm_peak_flops / 1e9, 2),
+                           "gemm_peak_fraction": round(floor.gemm_peak_fraction, 4)}}
         print(json.dumps(plain, indent=2))
         return 0
     print("CPU seconds; overhead: all but forward+backward, over forward+backward; own: also less the "
@@ -206,6 +209,8 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
             print(f"  batched fell back to one by one: {p['batched'].fallback}")
     print(f"floor: a plain one-process loop (loader, SGD step) on the same model and batch: "
           f"{1e3 * floor.per_step_s:.3f} ms CPU per step, {100 * floor.overhead:.1f}% of its forward+backward besides it")
+    print(f"the floor runs its FLOPs at {100 * floor.gemm_peak_fraction:.0f}% of this core's matrix-product peak "
+          f"({floor.gemm_peak_flops / 1e9:.1f} GFLOP/s): a path doing these FLOPs at that peak and nothing else would take {floor.gemm_peak_fraction:.3f} x floor")
     return 0
 
 
