@@ -25,7 +25,7 @@ for case in ${CASES:-workers shards shards-retry1s}; do
   extra=()
   if [ "$case" = shards-retry1s ]; then extra=(--set cluster.request_timeout_s=1.0); fi
   if [ "$case" = workers-sim ]; then
-    extra=(--on sim --against "$HERE/workers/faults.json" --set sim.compute_ms=60 --set sim.compute_jitter=0.3
+    extra=(--on sim --against benchmarks/faults/workers/faults.json --set sim.compute_ms=60 --set sim.compute_jitter=0.3
            --set supervision.backoff_reset_s=1000000.0)
   fi
   out="$SCRATCH/$case"
