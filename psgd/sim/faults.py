@@ -88,7 +88,8 @@ class FailureModel:
         self.request = [0] * w           # each worker's request in progress (a repeat is a new one)
         self.outstanding: list[dict] = [{} for _ in range(w)]  # its pushes, by shard
         self.kills: list[tuple[float, Role, int]] = []  # the kills made (t, role, index)
-        self.resends = self.cfg.cluster.request_timeout_s if self.role == Role.SERVER else None
+        # Only a shard's death loses a request: then the workers resend after request_timeout_s.
+        self.resend_after_s = cfg.cluster.request_timeout_s if self.role == Role.SERVER else None
 
     def handlers(self) -> dict:
         K = self.K
@@ -128,8 +129,8 @@ class FailureModel:
                 now.append(p)
             else:
                 self.held[p.shard].append(p)
-            if self.resends is not None:
-                self.e.q.put(t + self.resends, self.K.RESEND, (p.rank, p.gen, p.request, p.shard, 1))
+            if self.resend_after_s is not None:
+                self.e.q.put(t + self.resend_after_s, self.K.RESEND, (p.rank, p.gen, p.request, p.shard, 1))
         return now
 
     def arrives(self, p: object, t: float) -> bool:
@@ -280,7 +281,7 @@ class FailureModel:
             self._worker_down(rank, t, f"failed: shard {s} did not answer after {attempt - 1} resends")
             return
         push = self.outstanding[rank][s]
-        self.e.q.put(t + self.resends, self.K.RESEND, (rank, gen, request, s, attempt + 1))
+        self.e.q.put(t + self.resend_after_s, self.K.RESEND, (rank, gen, request, s, attempt + 1))
         if self.shard_up[s]:
             push.shard_gen = self.shard_gen[s]
             self.e.resend(push, t)
