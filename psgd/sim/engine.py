@@ -26,6 +26,7 @@ from psgd.sim.jitter import SendOrder
 from psgd.sim.limits import evaluations_exceeded
 from psgd.sim.step_times import StepTimes
 from psgd.sim.time_model import Fifo, TimeModel, stream, stream_together
+from psgd.wire.protocol import ProtocolError
 
 __all__ = ["Engine", "EventQueue", "Kind", "SimResult"]
 
@@ -247,7 +248,15 @@ class Engine:
         self.serving[p.shard] = False
         if self.waiting[p.shard]:  # the next request, back to back: which of those waiting is a seeded draw
             self._serve(heapq.heappop(self.waiting[p.shard])[2], t, idle=False)
-        self._send_together(self.ex.serve_push(p), t)  # to parked pulls the push released
+        if self.faults is not None:  # a shard restarted without checkpoints may refuse a resent push
+            try:
+                released = self.ex.serve_push(p)
+            except ProtocolError as exc:
+                self.faults.refused(p, t, exc)
+                return
+        else:
+            released = self.ex.serve_push(p)
+        self._send_together(released, t)  # to parked pulls the push released
         self.ex.recycle(p)
         # The pull the push carries (push_pull); None: parked. Under faults its clock is the push's
         # own (its worker may have died and rejoined since), else the worker's, which is the same.

@@ -141,6 +141,7 @@ class Executor(BatchedSteps, FaultSteps):
         self.layout = layout_for_module(self.model, self.num_shards)
         self.sync = ModelSync(self.model, self.layout, torch.device("cpu"), pin_memory=False)
         initial = self.layout.flatten([p.detach() for p in self.sync.params])
+        self.initial = initial  # per shard: what a shard starts from (a restart without checkpoints too)
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
         self.services = [ShardService(shard) for shard in self.shards]  # what each request does, as on a real shard
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)

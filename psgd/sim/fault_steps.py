@@ -8,9 +8,12 @@ from its rank). A restarted shard is rebuilt by the real shard's checkpoint rule
 (servers.checkpoint: `shard_state_dict` at the kill, `load_shard_state` into a
 fresh ShardState): the real shard writes every applied push to its log before it
 acknowledges it and replays the log on restart, so it comes back with every update
-it applied; its parked pulls and its connections are gone.
+it applied; its parked pulls and its connections are gone. Without checkpoints
+(checkpoint.enabled false) it starts again from the model's initial parameters.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 from psgd.servers.checkpoint import load_shard_state, shard_state_dict
 from psgd.servers.service import ShardService
@@ -38,14 +41,19 @@ class FaultSteps:
         w.adopt([joined.clock])
         return self._welcome(s, rank, joined.clock), self._replies(s, joined)
 
-    def snapshot_shard(self, s: int) -> dict:
-        """Shard s's durable state at a kill: what its snapshot and push log restore."""
+    def snapshot_shard(self, s: int) -> Optional[dict]:
+        """Shard s's durable state at a kill: what its snapshot and push log restore
+        (None with checkpoint.enabled false: the real shard then keeps nothing)."""
+        if not self.cfg.checkpoint.enabled:
+            return None
         return shard_state_dict(self.shards[s], self.layout.fingerprint)
 
-    def restart_shard(self, s: int, snapshot: dict, now: float) -> None:
-        """Shard s's process starts again from `snapshot`, with no parked pull."""
-        state = ShardState(self.cfg, s, snapshot["params"])
-        load_shard_state(state, snapshot, self.layout.fingerprint, now)
+    def restart_shard(self, s: int, snapshot: Optional[dict], now: float) -> None:
+        """Shard s's process starts again from `snapshot` (None: from the model's initial
+        parameters, as a real shard without checkpoints does), with no parked pull."""
+        state = ShardState(self.cfg, s, self.initial[s] if snapshot is None else snapshot["params"])
+        if snapshot is not None:
+            load_shard_state(state, snapshot, self.layout.fingerprint, now)
         self.shards[s] = state
         self.services[s] = ShardService(state)
 

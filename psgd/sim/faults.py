@@ -26,7 +26,8 @@ after a worker finished. What each kill does, as on the real launcher and shards
   the worker registers again and repeats the request to every shard with the same
   seq (shards that applied it recognise the resend). A worker waiting on a lost
   request resends it after `cluster.request_timeout_s`; after `max_retries`
-  resends it fails (RequestFailed) and is restarted like a killed worker.
+  resends it fails (RequestFailed) and is restarted like a killed worker, as it is
+  when a shard refuses its push (one restarted without checkpoints is behind it).
 Every time and choice is a function of the config and seed: the same run, bit
 for bit. Left out: the evaluator's own restarts (it reads the shards' state at
 its instants), local updates and batched gradients (refused), and any cost of the
@@ -287,6 +288,13 @@ class FailureModel:
             self.e.resend(push, t)
         elif not any(m is push for m in self.held[s]):
             self.held[s].append(push)
+
+    def refused(self, p: object, t: float, exc: Exception) -> None:
+        """The shard answered push `p` with an error (a shard that restarted without checkpoints
+        is behind the worker's read version): the worker's call raises and its process exits;
+        the launcher restarts it. A dead incarnation's push: nobody reads the error."""
+        if p.gen == self.worker_gen[p.rank] and self.worker_up[p.rank] and p.request == self.request[p.rank]:
+            self._worker_down(p.rank, t, f"failed: shard {p.shard} refused its push ({exc})")
 
     def _not_registered(self, p: object, t: float) -> None:
         """Shard p.shard does not know p's worker: its error reply goes back."""

@@ -90,6 +90,18 @@ def test_a_killed_shard_comes_back_with_every_update_it_applied_and_the_workers_
     assert min(e["clock"] for e in of(events, "done")) > 20
 
 
+def test_without_checkpoints_a_killed_shard_starts_again_from_the_initial_parameters():
+    cfg, ex, engine, events = run("sim.faults.target=shards", "cluster.request_timeout_s=1.0",
+                                  "checkpoint.enabled=false")
+    before = max(e["version"] for e in of(events, "server_stats", index=0) if e["t"] <= 2.0)
+    after = [e["version"] for e in of(events, "server_stats", index=0) if e["t"] > 2.0]
+    assert before > 0 and after[0] < before  # what it had applied is gone, as on a real shard
+    # A worker's repeated push read a version the fresh shard never had: refused (bad_version), the
+    # worker's call fails and the launcher restarts it, as a real worker's RemoteError would.
+    assert any("refused its push (bad_version" in e["cause"] for e in of(events, "restart", process="worker"))
+    assert {e["rank"] for e in of(events, "register", index=0) if e["t"] > 2.0} == {0, 1, 2}
+
+
 def test_under_ssp_a_dead_worker_leaves_the_quorum_after_timeout_s_and_the_bound_holds():
     cfg, ex, engine, events = run("consistency.mode=ssp", "consistency.staleness=2", "cluster.timeout_s=2.0",
                                   "sim.faults.restart_s=3.0")  # away 3.5 s, longer than timeout_s
