@@ -14,10 +14,7 @@
 # step time (a killed worker's lost step costs 60 ms instead of 15). supervision.backoff_reset_s
 # is set past the run's end because the committed real storm ran before the backoff reset
 # existed (its k-th restart of a process always waited 0.5 * 2^k s).
-set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-cd "$HERE/../.."
-PSGD="${PSGD:-psgd}"
+. "$(dirname "$0")/../study_env.sh"  # strict mode, HERE, the repository root, PSGD, PYTHON
 SEEDS="${SEEDS:-5}"
 SCRATCH="${SCRATCH:-/tmp/psgd-fault-study}"
 for case in ${CASES:-workers shards shards-retry1s}; do

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from psgd.cli.failures import Fail, expected
 from psgd.config import ConfigError, dump_config, load_config
 
 __all__ = ["add_bench_faults_command"]
@@ -20,7 +21,7 @@ def cmd_bench_faults(args: argparse.Namespace) -> int:
     from psgd.bench.fault_report import analyse_faults, comparison_json, fault_json, fault_table, write_fault_report
     from psgd.bench.faults import Pairing, Where, plan_overrides, run_fault_bench
     target, on = FaultTarget(args.target), Where(args.on)
-    try:
+    with expected("psgd bench faults", Fail((ConfigError, ValueError), 2)):
         cfg = load_config(args.config, args.overrides)
         plan_overrides(cfg, target, args.kill_every_s, on)  # refuse a storm that cannot run before starting any
         if args.seeds < 1:
@@ -32,24 +33,18 @@ def cmd_bench_faults(args: argparse.Namespace) -> int:
             check_same_storm({"target": str(target), "kill_every_s": args.kill_every_s,
                               "max_time_s": cfg.train.max_time_s, "mode": str(cfg.consistency.mode),
                               "workers": cfg.cluster.workers, "shards": cfg.cluster.num_servers}, real)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd bench faults: {exc}", file=sys.stderr)
-        return 2
     out = Path(args.out) if args.out else Path(cfg.run.out_dir) / f"faults-{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if (out / "runs").exists():
         print(f"psgd bench faults: {out} already holds a bench's runs: give a fresh --out", file=sys.stderr)
         return 2
     progress = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    try:
+    with expected("psgd bench faults", Fail((ConfigError, ValueError), 2)):
         bench = run_fault_bench(args.config, args.overrides, target, args.kill_every_s, args.seeds, out,
                                 Pairing(args.pairing), progress, on)
         analysis = analyse_faults(bench, args.floor)
         against = None
         if real is not None:
             against = (args.against, compare_storms(fault_json(bench, analysis), real))
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd bench faults: {exc}", file=sys.stderr)
-        return 2
     report = write_fault_report(bench, analysis, "psgd " + shlex.join(args.argv), dump_config(cfg), against)
     if args.json:
         print(json.dumps({**fault_json(bench, analysis),

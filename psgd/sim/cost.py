@@ -35,6 +35,7 @@ from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
 from psgd.wire.codecs import encoding_of
+from psgd.workers.step import forward_backward
 
 __all__ = ["CostPoint", "Floor", "measure_cost", "measure_gemm_peak", "measure_plain_loop"]
 
@@ -125,11 +126,10 @@ def measure_plain_loop(cfg: Config, steps: int) -> Floor:
     gradient = 0.0
     t0 = time.process_time()
     for _ in range(steps):
-        x, y = next(batches)
+        batch = next(batches)
         g0 = time.process_time()
         opt.zero_grad(set_to_none=False)
-        loss = task.loss(model(task.inputs(x)), task.targets(y))
-        loss.backward()
+        loss = forward_backward(task, model, batch)  # the step every worker takes
         gradient += time.process_time() - g0
         loss.item()
         opt.step()
