@@ -56,7 +56,8 @@ __all__ = ["Optimizer", "OptimizerStats", "rank_from_env"]
 class OptimizerStats:
     """What this worker has sent so far, read through `Optimizer.stats`."""
     clock: int           # pushes completed (continues across re-registration)
-    pushes: int          # distinct pushes every shard acknowledged (seqs used), across restarts of this rank
+    pushes: int          # pushes this process completed (every shard acknowledged them)
+    seqs: int            # seqs this rank has used, its predecessors' included (a restart continues after them)
     resends: int         # requests sent again after a timeout
     bytes_sent: int      # gradient bytes of the pushes that completed
     fp32_bytes: int      # what every gradient encoded so far costs as fp32
@@ -231,7 +232,7 @@ class Optimizer:
     def stats(self) -> OptimizerStats:
         """A read-only snapshot of what this worker has sent (pushes, bytes, ...)."""
         c = self.client
-        return OptimizerStats(clock=self.clock, pushes=c.seq, resends=c.resends, bytes_sent=c.bytes_sent,
+        return OptimizerStats(clock=self.clock, pushes=c.pushes, seqs=c.seq, resends=c.resends, bytes_sent=c.bytes_sent,
                               fp32_bytes=c.encoder.fp32_bytes, compression_ratio=c.encoder.compression_ratio,
                               encode_s=c.encoder.encode_s,
                               slowest_clock=min(c.min_clocks))
