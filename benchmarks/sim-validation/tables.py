@@ -35,7 +35,7 @@ VERDICT_FIELDS = ["workers", "case", "net", "quantity", "a", "b", "real", "simul
 def write_tables(out: Path, measured: list[dict], shape: LinkShape, quick: bool) -> str:
     """Writes the three files; returns the one-line summary."""
     runs = [m for m in measured if m["side"] in SIDES]
-    host = next((m for m in measured if m["side"] == "host_cost"), None)
+    host = [m for m in measured if m["side"] == "host_cost"]
     cells = _cells(runs)
     rows, verdicts = _rows(cells, runs), _verdicts(cells, runs)
     for name, table, fields in (("results.csv", rows, ROW_FIELDS), ("verdicts.csv", verdicts, VERDICT_FIELDS)):
@@ -135,8 +135,11 @@ def _markdown(rows, verdicts, head, host, runs, shape, quick) -> str:
              f"{shape.latency_ms:g} ms. Medians over the seeds; 'simulated' and 'stated only' are the virtual "
              "cluster's figures (simulated), given testbed.yaml and the stated links; 'simulated' adds the host's "
              "per-message cost"
-             + (f" (request_us {host['fitted']['request_us']}, latency_us {host['fitted']['latency_us']}, fitted by "
-                f"`psgd sim calibrate` on {host['cell']} seed {host['seed']}, not a matrix cell)" if host else "")
+             + (f" (request_us {_mid(host, 'request_us'):.1f}, latency_us {_mid(host, 'latency_us'):.1f}: the median "
+                f"of {len(host)} fits by `psgd sim calibrate` on {host[0]['cell']}, seeds "
+                f"{', '.join(str(m['seed']) for m in host)}, none a matrix cell; each fit: "
+                + "; ".join(f"{m['fitted']['request_us']:.0f} / {m['fitted']['latency_us']:.0f} us at "
+                            f"{m['runnable_p50']} runnable" for m in host) + ")" if host else "")
              + ".", ""]
     if loads:
         lines += [f"Real runs: {len(real)}; runnable threads while each trained (median of 0.2 s samples): "
@@ -150,6 +153,10 @@ def _markdown(rows, verdicts, head, host, runs, shape, quick) -> str:
     lines += [f"| {v['workers']} | {v['case']} | {v['net']} | {v['quantity']} | {v['a']} vs {v['b']} | {v['real']} "
               f"| {v['simulated']} | {v['agree']} | {v['stated_only']} |" for v in verdicts]
     return "\n".join(lines) + "\n"
+
+
+def _mid(fits: list[dict], key: str) -> float:
+    return statistics.median(m["fitted"][key] for m in fits)
 
 
 def _error(real, sim) -> str:

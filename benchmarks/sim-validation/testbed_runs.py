@@ -23,11 +23,14 @@ from typing import Optional
 from psgd.bench.shaped_net import LinkShape, ShapedStar
 
 PSGD = [sys.executable, "-m", "psgd.cli"]
-# The testbed's processes run at this niceness: on a machine shared with other jobs, a
-# worker whose device wait ends, or a shard a message wakes, gets a core at once, as on
-# hosts of its own. They sleep most of the time (the device wait), so this takes little
-# from the other jobs. 0: no priority (what a run at the machine's mercy measures).
-NICE = -10
+# Once a real run trains, its processes get this scheduling priority (the nice value of
+# their session's autogroup: with autogroups on, as here, a process's own nice value only
+# orders it within its session, so a plain `nice` changes nothing against other jobs).
+# A worker whose device wait ends, or a shard a message wakes, then gets a core at once,
+# as on a host of its own; they sleep most of the time, so this takes little from the
+# other jobs. Set after every process is ready: their start (importing torch) keeps the
+# machine's ordinary share. 0: no priority (a run at the machine's mercy).
+NICE = -20
 RUN_TIMEOUT_S = 300  # one run, start to collect; a run past it is a failure, not a hang
 PORT = 7100
 
@@ -122,24 +125,45 @@ def run_sim(config: Path, cell: Cell, seed: int, shape: LinkShape, out: Path,
     return out
 
 
-def _niced(argv: list[str]) -> list[str]:
-    return ["nice", "-n", str(NICE), *argv] if NICE else argv
+def prioritize(pids: list[int]) -> None:
+    """Gives each pid's session (autogroup) the niceness NICE; each must lead its own session."""
+    if NICE:
+        for pid in pids:
+            try:
+                Path(f"/proc/{pid}/autogroup").write_text(str(NICE))
+            except ProcessLookupError:
+                pass  # gone already: nothing to schedule
+
+
+def _launch(cmd: list[str], out: Path) -> None:
+    """`psgd launch` in a session of its own, prioritized once its start signal is written."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while proc.poll() is None and not (out / "start.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    prioritize([proc.pid])
+    try:
+        stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise RuntimeError(f"{' '.join(cmd)}: still running after {RUN_TIMEOUT_S} s") from None
+    _check(subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr), cmd)
 
 
 def run_real(config: Path, cell: Cell, seed: int, shape: LinkShape, out: Path) -> Path:
     if cell.net == "loopback":
-        cmd = _niced([*PSGD, "launch", str(config), "--out", str(out), "--quiet", *_sets(overrides(cell, seed))])
-        _check(subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S), cmd)
+        _launch([*PSGD, "launch", str(config), "--out", str(out), "--quiet", *_sets(overrides(cell, seed))], out)
         return out
     return _run_shaped(config, cell, seed, shape, out)
 
 
 HOST_COST_CELL = Cell(1, "asp", "none", "loopback")  # no matrix cell has one worker
-HOST_COST_SEED = 100                                  # nor this seed
+HOST_COST_SEED = 100                                  # nor these seeds (100, 101, ...)
 HOST_COST_STEPS = 200                                 # round trips to fit from
 
 
-def measure_host_cost(config: Path, out: Path) -> tuple[HostCost, dict]:
+def measure_host_cost(config: Path, out: Path, seed: int = HOST_COST_SEED) -> tuple[HostCost, dict]:
     """One real run outside the matrix (a single ASP worker on loopback: no barrier,
     no other worker's messages), calibrated by `psgd sim calibrate`; of its fit only
     the per-message keys are kept (the compute and its variability are stated by
@@ -148,9 +172,8 @@ def measure_host_cost(config: Path, out: Path) -> tuple[HostCost, dict]:
     round trips that waited for a core behind other jobs, which the simulator's
     fixed costs cannot hold. Returns them and the calibration's evidence."""
     from psgd.sim.calibrate import calibrate
-    cell_overrides = overrides(HOST_COST_CELL, HOST_COST_SEED) + [f"train.steps_per_worker={HOST_COST_STEPS}"]
-    cmd = _niced([*PSGD, "launch", str(config), "--out", str(out), "--quiet", *_sets(cell_overrides)])
-    _check(subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S), cmd)
+    cell_overrides = overrides(HOST_COST_CELL, seed) + [f"train.steps_per_worker={HOST_COST_STEPS}"]
+    _launch([*PSGD, "launch", str(config), "--out", str(out), "--quiet", *_sets(cell_overrides)], out)
     fit = calibrate(out)
     round_trips = _pull_waits(out)
     median_s = statistics.median(round_trips)
@@ -177,13 +200,12 @@ def _run_shaped(config: Path, cell: Cell, seed: int, shape: LinkShape, out: Path
         cfg = load_config(config, overrides(cell, seed) + [f"cluster.servers=[{servers}]", "wire.shared_memory=off"])
         cfg_path = out / "config.yaml"
         cfg_path.write_text(dump_config(cfg))
-        role = lambda host, *args: net.command(host, _niced([*PSGD, *args, "--run-dir", str(out),  # noqa: E731
-                                                                    "--supervised"]))
-        procs = [*(subprocess.Popen(role(f"shard{s}", "server", str(cfg_path), "--shard", str(s)))
-                   for s in range(shards)),
-                 subprocess.Popen(role("evaluator", "evaluator", str(cfg_path)))]
-        workers = [subprocess.Popen(role(f"worker{r}", "worker", str(cfg_path), "--rank", str(r)))
-                   for r in range(cell.workers)]
+        def role(host: str, *args: str) -> subprocess.Popen:  # each in a session of its own (prioritize)
+            return subprocess.Popen(net.command(host, [*PSGD, *args, "--run-dir", str(out), "--supervised"]),
+                                    start_new_session=True)
+        procs = [*(role(f"shard{s}", "server", str(cfg_path), "--shard", str(s)) for s in range(shards)),
+                 role("evaluator", "evaluator", str(cfg_path))]
+        workers = [role(f"worker{r}", "worker", str(cfg_path), "--rank", str(r)) for r in range(cell.workers)]
         try:
             _start_when_ready(out, len(procs) + cell.workers, [*procs, *workers])
             deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -210,6 +232,7 @@ def _start_when_ready(run_dir: Path, expected: int, procs: list, timeout_s: floa
         if dead or time.monotonic() > deadline:
             raise RuntimeError(f"not every process became ready in {run_dir} (exited: {dead})")
         time.sleep(0.05)
+    prioritize([p.pid for p in procs])
     tmp = run_dir / "start.json.tmp"
     tmp.write_text(json.dumps({"t0": time.time()}))
     tmp.replace(run_dir / "start.json")

@@ -22,6 +22,7 @@ import argparse
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -39,7 +40,8 @@ from psgd.bench.shaped_net import LinkShape  # noqa: E402
 FULL = dict(workers=[4, 8, 16], modes=list(bed.MODES), cases=list(bed.CASES_ALL), nets=["loopback", "shaped"],
             seeds=2)
 QUICK = dict(workers=[4], modes=["bsp", "asp"], cases=["none"], nets=["loopback"], seeds=2)
-EXTREME_RUNNABLE = 3 * (os.cpu_count() or 1)  # runnable threads (median while training) that call for a rerun
+EXTREME_RUNNABLE = 5 * (os.cpu_count() or 1)  # runnable threads (median while training) that call for a rerun
+HOST_COST_EVERY = 8  # real runs between two fits of the host's per-message cost
 
 
 def main(argv=None) -> int:
@@ -51,7 +53,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cells", help="explicit cells W/mode/case/net separated by commas (instead of the product)")
     ap.add_argument("--rate-mbit", type=float, default=100.0, help="each shaped link's rate (default 100)")
     ap.add_argument("--latency-ms", type=float, default=0.0, help="each shaped link's delay (needs netem)")
-    ap.add_argument("--nice", type=int, default=bed.NICE, help=f"the real runs' niceness (default {bed.NICE})")
+    ap.add_argument("--nice", type=int, default=bed.NICE, help=f"the real runs' sessions' niceness once they train (default {bed.NICE})")
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--runs", type=Path, default=Path("/tmp/psgd-sim-validation"))
     ap.add_argument("--report-only", action="store_true", help="rebuild the tables from --out's measurements.jsonl")
@@ -82,17 +84,24 @@ def main(argv=None) -> int:
 
     say(f"started {_now()} on {os.cpu_count()} cores, load {load_avg()}; commit {_commit()}; "
         f"{len(cells)} cells x {len(seeds)} seeds: {', '.join(c.name for c in cells)}; "
-        f"shaped links {shape.rate_mbit:g} Mb/s, {shape.latency_ms:g} ms; real runs at nice {bed.NICE}")
+        f"shaped links {shape.rate_mbit:g} Mb/s, {shape.latency_ms:g} ms; real runs' sessions at nice {bed.NICE} while they train")
     done = {(m["side"], m["cell"], m["seed"]) for m in _read(store)}
-    host = _host_cost(args, store, say)
-    for side in ("real", "sim", "stated"):
+    real = [(cell, seed) for cell, seed in itertools.product(cells, seeds) if ("real", cell.name, seed) not in done]
+    for i, (cell, seed) in enumerate(real):
+        if i % HOST_COST_EVERY == 0:  # the host's cost drifts with the other jobs: fitted again and again
+            _calibrate_host(args, store, say)
+        _store(store, _measure("real", cell, seed, shape, None, args.runs, HERE / "testbed.yaml", say))
+    host = _host_cost(store, args, say)
+    for side in ("sim", "stated"):
         for cell, seed in itertools.product(cells, seeds):
-            if (side, cell.name, seed) in done:
-                continue
-            record = _measure(side, cell, seed, shape, host, args.runs, HERE / "testbed.yaml", say)
-            with open(store, "a") as f:
-                f.write(json.dumps(record) + "\n")
+            if (side, cell.name, seed) not in done:
+                _store(store, _measure(side, cell, seed, shape, host, args.runs, HERE / "testbed.yaml", say))
     return _report(args.out, store, shape, args.quick, say)
+
+
+def _store(store: Path, record: dict) -> None:
+    with open(store, "a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def _measure(side, cell, seed, shape, host, runs: Path, config: Path, say) -> dict:
@@ -128,26 +137,33 @@ def _measure(side, cell, seed, shape, host, runs: Path, config: Path, say) -> di
     return min(attempts, key=lambda a: a.get("runnable_p50") or 0.0)
 
 
-def _host_cost(args, store: Path, say) -> bed.HostCost:
-    """The per-message cost: from measurements.jsonl if it is there, else measured now."""
-    for m in _read(store):
-        if m["side"] == "host_cost":
-            return bed.HostCost(m["fitted"]["request_us"], m["fitted"]["latency_us"])
-    out = args.runs / "real" / "host-cost"
+def _host_cost(store: Path, args, say) -> bed.HostCost:
+    """The per-message cost the simulator is given: the median of every fit so far."""
+    fits = [m["fitted"] for m in _read(store) if m["side"] == "host_cost"]
+    if not fits:
+        _calibrate_host(args, store, say)
+        fits = [m["fitted"] for m in _read(store) if m["side"] == "host_cost"]
+    host = bed.HostCost(statistics.median(f["request_us"] for f in fits), statistics.median(f["latency_us"] for f in fits))
+    say(f"host cost given to the simulator: the median of {len(fits)} fits: request_us {host.request_us:.1f}, "
+        f"latency_us {host.latency_us:.1f}")
+    return host
+
+
+def _calibrate_host(args, store: Path, say) -> None:
+    """One calibration run (bed.measure_host_cost), stored; its seed counts the ones before it."""
+    seed = bed.HOST_COST_SEED + sum(m["side"] == "host_cost" for m in _read(store))
+    out = args.runs / "real" / f"host-cost-s{seed}"
     if out.exists():
         subprocess.run(["rm", "-rf", str(out)], check=True)
     with LoadWatch() as watch:
-        host, evidence = bed.measure_host_cost(HERE / "testbed.yaml", out)
+        host, evidence = bed.measure_host_cost(HERE / "testbed.yaml", out, seed)
     busy = watch.during(out)
-    record = {"side": "host_cost", "cell": bed.HOST_COST_CELL.name, "seed": bed.HOST_COST_SEED, "fitted": evidence.pop("fitted"),
-              "evidence": evidence, "load_avg": load_avg(), "runnable_p50": busy.median if busy else None}
-    with open(store, "a") as f:
-        f.write(json.dumps(record) + "\n")
-    say(f"host cost (calibrated on {bed.HOST_COST_CELL.name} seed {bed.HOST_COST_SEED}, load {load_avg()}"
+    _store(store, {"side": "host_cost", "cell": bed.HOST_COST_CELL.name, "seed": seed, "fitted": evidence.pop("fitted"),
+                   "evidence": evidence, "load_avg": load_avg(), "runnable_p50": busy.median if busy else None})
+    say(f"host cost (calibrated on {bed.HOST_COST_CELL.name} seed {seed}, load {load_avg()}"
         f"{f', while training {busy}' if busy else ''}): request_us {host.request_us}, latency_us {host.latency_us} "
         f"(shard service {evidence['service_us_per_push']} us per push, unwaited round trip "
         f"{evidence['unwaited_comm_ms_mean']} ms mean, {evidence['unwaited_comm_ms_median']} ms median)")
-    return host
 
 
 def _report(out: Path, store: Path, shape: LinkShape, quick: bool, say=print) -> int:
