@@ -135,11 +135,8 @@ def _markdown(rows, verdicts, head, host, runs, shape, quick) -> str:
              f"{shape.latency_ms:g} ms. Medians over the seeds; 'simulated' and 'stated only' are the virtual "
              "cluster's figures (simulated), given testbed.yaml and the stated links; 'simulated' adds the host's "
              "per-message cost"
-             + (f" (request_us {_mid(host, 'request_us'):.1f}, latency_us {_mid(host, 'latency_us'):.1f}: the median "
-                f"of {len(host)} fits by `psgd sim calibrate` on {host[0]['cell']}, seeds "
-                f"{', '.join(str(m['seed']) for m in host)}, none a matrix cell; each fit: "
-                + "; ".join(f"{m['fitted']['request_us']:.0f} / {m['fitted']['latency_us']:.0f} us at "
-                            f"{m['runnable_p50']} runnable" for m in host) + ")" if host else "")
+             + " (" + "; ".join(_host_text(net, [m for m in host if m.get("net", "loopback") == net])
+                                for net in dict.fromkeys(m.get("net", "loopback") for m in host)) + ")"
              + ".", ""]
     if loads:
         lines += [f"Real runs: {len(real)}; runnable threads while each trained (median of 0.2 s samples): "
@@ -153,6 +150,15 @@ def _markdown(rows, verdicts, head, host, runs, shape, quick) -> str:
     lines += [f"| {v['workers']} | {v['case']} | {v['net']} | {v['quantity']} | {v['a']} vs {v['b']} | {v['real']} "
               f"| {v['simulated']} | {v['agree']} | {v['stated_only']} |" for v in verdicts]
     return "\n".join(lines) + "\n"
+
+
+def _host_text(net: str, fits: list[dict]) -> str:
+    return (f"{net}: request_us {_mid(fits, 'request_us'):.1f}, latency_us {_mid(fits, 'latency_us'):.1f}, the median "
+            f"of {len(fits)} fits by `psgd sim calibrate` on {fits[0]['cell']}, seeds "
+            f"{', '.join(str(m['seed']) for m in fits)}, none a matrix cell; each fit (request / latency us at the "
+            "runnable threads while it trained): "
+            + ", ".join(f"{m['fitted']['request_us']:.0f} / {m['fitted']['latency_us']:.0f} at {m['runnable_p50']}"
+                        for m in fits))
 
 
 def _mid(fits: list[dict], key: str) -> float:

@@ -151,29 +151,40 @@ def _launch(cmd: list[str], out: Path) -> None:
     _check(subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr), cmd)
 
 
-def run_real(config: Path, cell: Cell, seed: int, shape: LinkShape, out: Path) -> Path:
+def run_real(config: Path, cell: Cell, seed: int, shape: LinkShape, out: Path, extra: tuple[str, ...] = ()) -> Path:
+    """`extra`: overrides after the cell's."""
     if cell.net == "loopback":
-        _launch([*PSGD, "launch", str(config), "--out", str(out), "--quiet", *_sets(overrides(cell, seed))], out)
+        _launch([*PSGD, "launch", str(config), "--out", str(out), "--quiet", *_sets(overrides(cell, seed) + list(extra))],
+                out)
         return out
-    return _run_shaped(config, cell, seed, shape, out)
+    return _run_shaped(config, cell, seed, shape, out, extra)
 
 
-HOST_COST_CELL = Cell(1, "asp", "none", "loopback")  # no matrix cell has one worker
-HOST_COST_SEED = 100                                  # nor these seeds (100, 101, ...)
-HOST_COST_STEPS = 200                                 # round trips to fit from
+HOST_COST_WORKERS = 1   # no matrix cell has one worker
+HOST_COST_SEED = 100    # nor these seeds (100, 101, ...)
+HOST_COST_STEPS = 200   # round trips to fit from
 
 
-def measure_host_cost(config: Path, out: Path, seed: int = HOST_COST_SEED) -> tuple[HostCost, dict]:
-    """One real run outside the matrix (a single ASP worker on loopback: no barrier,
-    no other worker's messages), calibrated by `psgd sim calibrate`; of its fit only
-    the per-message keys are kept (the compute and its variability are stated by
-    testbed.yaml). calibrate fits latency_us to the mean round trip; here it is moved
-    to the median one: the matrix compares medians, and the mean carries the tail of
-    round trips that waited for a core behind other jobs, which the simulator's
-    fixed costs cannot hold. Returns them and the calibration's evidence."""
+def host_cost_cell(net: str) -> Cell:
+    return Cell(HOST_COST_WORKERS, "asp", "none", net)
+
+
+def measure_host_cost(config: Path, out: Path, net: str, shape: LinkShape,
+                      seed: int = HOST_COST_SEED) -> tuple[HostCost, dict]:
+    """One real run outside the matrix (a single ASP worker: no barrier, no other
+    worker's messages) on `net`, calibrated by `psgd sim calibrate` given the stated
+    links (on the shaped net, the transfers at the shape's rate are not the host's);
+    of its fit only the per-message keys are kept (the compute and its variability
+    are stated by testbed.yaml). Each net has its own: loopback runs pass parameters
+    through shared memory, shaped ones through TCP. calibrate fits latency_us to the
+    mean round trip; here it is moved to the median one: the matrix compares medians,
+    and the mean carries the tail of round trips that waited for a core behind other
+    jobs, which the simulator's fixed costs cannot hold. Returns them and the
+    calibration's evidence."""
     from psgd.sim.calibrate import calibrate
-    cell_overrides = overrides(HOST_COST_CELL, seed) + [f"train.steps_per_worker={HOST_COST_STEPS}"]
-    _launch([*PSGD, "launch", str(config), "--out", str(out), "--quiet", *_sets(cell_overrides)], out)
+    cell = host_cost_cell(net)
+    run_real(config, cell, seed, shape, out, (f"train.steps_per_worker={HOST_COST_STEPS}",
+                                              *sim_overrides(cell, shape)))
     fit = calibrate(out)
     round_trips = _pull_waits(out)
     median_s = statistics.median(round_trips)
@@ -190,14 +201,15 @@ def _check(res: subprocess.CompletedProcess, cmd: list[str]) -> None:
         raise RuntimeError(f"{' '.join(cmd)} exited {res.returncode}: {(res.stderr or res.stdout).strip()[-400:]}")
 
 
-def _run_shaped(config: Path, cell: Cell, seed: int, shape: LinkShape, out: Path) -> Path:
+def _run_shaped(config: Path, cell: Cell, seed: int, shape: LinkShape, out: Path, extra: tuple[str, ...] = ()) -> Path:
     from psgd.config import dump_config, load_config
-    shards = load_config(config, overrides(cell, seed)).cluster.num_servers
+    given = overrides(cell, seed) + list(extra)
+    shards = load_config(config, given).cluster.num_servers
     hosts = [*[f"shard{s}" for s in range(shards)], "evaluator", *[f"worker{r}" for r in range(cell.workers)]]
     out.mkdir(parents=True)
     with ShapedStar(hosts, shape) as net:
         servers = ",".join(f"{net.ip(f'shard{s}')}:{PORT}" for s in range(shards))
-        cfg = load_config(config, overrides(cell, seed) + [f"cluster.servers=[{servers}]", "wire.shared_memory=off"])
+        cfg = load_config(config, given + [f"cluster.servers=[{servers}]", "wire.shared_memory=off"])
         cfg_path = out / "config.yaml"
         cfg_path.write_text(dump_config(cfg))
         def role(host: str, *args: str) -> subprocess.Popen:  # each in a session of its own (prioritize)

@@ -57,6 +57,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--runs", type=Path, default=Path("/tmp/psgd-sim-validation"))
     ap.add_argument("--report-only", action="store_true", help="rebuild the tables from --out's measurements.jsonl")
+    ap.add_argument("--resimulate", action="store_true",
+                    help="simulate every cell in --out's measurements.jsonl again, given the median of all its host fits")
     args = ap.parse_args(argv)
     bed.NICE = args.nice
     plan = dict(QUICK if args.quick else FULL)
@@ -73,6 +75,12 @@ def main(argv=None) -> int:
                  for m in plan["modes"]]
     args.out.mkdir(parents=True, exist_ok=True)
     store = args.out / "measurements.jsonl"
+    if args.resimulate:
+        kept = [m for m in _read(store) if m["side"] not in ("sim", "stated")]
+        store.write_text("".join(json.dumps(m) + "\n" for m in kept))
+        cells = list({m["cell"]: bed.Cell(m["workers"], m["mode"], m["case"], m["net"]) for m in kept
+                      if m["side"] == "real"}.values())
+        seeds = sorted({m["seed"] for m in kept if m["side"] == "real"})
     if args.report_only:
         return _report(args.out, store, shape, args.quick)
     log = open(args.out / "run.log", "a")
@@ -87,15 +95,18 @@ def main(argv=None) -> int:
         f"shaped links {shape.rate_mbit:g} Mb/s, {shape.latency_ms:g} ms; real runs' sessions at nice {bed.NICE} while they train")
     done = {(m["side"], m["cell"], m["seed"]) for m in _read(store)}
     real = [(cell, seed) for cell, seed in itertools.product(cells, seeds) if ("real", cell.name, seed) not in done]
-    for i, (cell, seed) in enumerate(real):
-        if i % HOST_COST_EVERY == 0:  # the host's cost drifts with the other jobs: fitted again and again
-            _calibrate_host(args, store, say)
-        _store(store, _measure("real", cell, seed, shape, None, args.runs, HERE / "testbed.yaml", say))
-    host = _host_cost(store, args, say)
+    for net in dict.fromkeys(cell.net for cell, _ in real):
+        on_net = [(cell, seed) for cell, seed in real if cell.net == net]
+        for i, (cell, seed) in enumerate(on_net):
+            if i % HOST_COST_EVERY == 0:  # the host's cost drifts with the other jobs: fitted again and again
+                _calibrate_host(args, store, net, shape, say)
+            _store(store, _measure("real", cell, seed, shape, None, args.runs, HERE / "testbed.yaml", say))
+    hosts = {net: _host_cost(store, net, args, shape, say) for net in dict.fromkeys(c.net for c in cells)}
     for side in ("sim", "stated"):
         for cell, seed in itertools.product(cells, seeds):
             if (side, cell.name, seed) not in done:
-                _store(store, _measure(side, cell, seed, shape, host, args.runs, HERE / "testbed.yaml", say))
+                _store(store, _measure(side, cell, seed, shape, hosts[cell.net], args.runs, HERE / "testbed.yaml",
+                                       say))
     return _report(args.out, store, shape, args.quick, say)
 
 
@@ -137,30 +148,32 @@ def _measure(side, cell, seed, shape, host, runs: Path, config: Path, say) -> di
     return min(attempts, key=lambda a: a.get("runnable_p50") or 0.0)
 
 
-def _host_cost(store: Path, args, say) -> bed.HostCost:
-    """The per-message cost the simulator is given: the median of every fit so far."""
-    fits = [m["fitted"] for m in _read(store) if m["side"] == "host_cost"]
+def _host_cost(store: Path, net: str, args, shape, say) -> bed.HostCost:
+    """The per-message cost the simulator is given on `net`: the median of every fit there."""
+    fits = [m["fitted"] for m in _read(store) if m["side"] == "host_cost" and m.get("net", "loopback") == net]
     if not fits:
-        _calibrate_host(args, store, say)
-        fits = [m["fitted"] for m in _read(store) if m["side"] == "host_cost"]
-    host = bed.HostCost(statistics.median(f["request_us"] for f in fits), statistics.median(f["latency_us"] for f in fits))
-    say(f"host cost given to the simulator: the median of {len(fits)} fits: request_us {host.request_us:.1f}, "
-        f"latency_us {host.latency_us:.1f}")
+        _calibrate_host(args, store, net, shape, say)
+        fits = [m["fitted"] for m in _read(store) if m["side"] == "host_cost" and m.get("net", "loopback") == net]
+    host = bed.HostCost(statistics.median(f["request_us"] for f in fits),
+                        statistics.median(f["latency_us"] for f in fits))
+    say(f"host cost given to the simulator on {net}: the median of {len(fits)} fits: request_us "
+        f"{host.request_us:.1f}, latency_us {host.latency_us:.1f}")
     return host
 
 
-def _calibrate_host(args, store: Path, say) -> None:
+def _calibrate_host(args, store: Path, net: str, shape, say) -> None:
     """One calibration run (bed.measure_host_cost), stored; its seed counts the ones before it."""
     seed = bed.HOST_COST_SEED + sum(m["side"] == "host_cost" for m in _read(store))
-    out = args.runs / "real" / f"host-cost-s{seed}"
+    cell = bed.host_cost_cell(net)
+    out = args.runs / "real" / f"{cell.name}-s{seed}"
     if out.exists():
         subprocess.run(["rm", "-rf", str(out)], check=True)
     with LoadWatch() as watch:
-        host, evidence = bed.measure_host_cost(HERE / "testbed.yaml", out, seed)
+        host, evidence = bed.measure_host_cost(HERE / "testbed.yaml", out, net, shape, seed)
     busy = watch.during(out)
-    _store(store, {"side": "host_cost", "cell": bed.HOST_COST_CELL.name, "seed": seed, "fitted": evidence.pop("fitted"),
+    _store(store, {"side": "host_cost", "cell": cell.name, "net": net, "seed": seed, "fitted": evidence.pop("fitted"),
                    "evidence": evidence, "load_avg": load_avg(), "runnable_p50": busy.median if busy else None})
-    say(f"host cost (calibrated on {bed.HOST_COST_CELL.name} seed {seed}, load {load_avg()}"
+    say(f"host cost (calibrated on {cell.name} seed {seed}, load {load_avg()}"
         f"{f', while training {busy}' if busy else ''}): request_us {host.request_us}, latency_us {host.latency_us} "
         f"(shard service {evidence['service_us_per_push']} us per push, unwaited round trip "
         f"{evidence['unwaited_comm_ms_mean']} ms mean, {evidence['unwaited_comm_ms_median']} ms median)")
