@@ -95,6 +95,8 @@ def main(argv=None) -> int:
         f"shaped links {shape.rate_mbit:g} Mb/s, {shape.latency_ms:g} ms; real runs' sessions at nice {bed.NICE} while they train")
     done = {(m["side"], m["cell"], m["seed"]) for m in _read(store)}
     real = [(cell, seed) for cell, seed in itertools.product(cells, seeds) if ("real", cell.name, seed) not in done]
+    if any(cell.net == "shaped" for cell, _ in real) and not any(m["side"] == "link_probe" for m in _read(store)):
+        _probe(store, shape, say)
     for net in dict.fromkeys(cell.net for cell, _ in real):
         on_net = [(cell, seed) for cell, seed in real if cell.net == net]
         for i, (cell, seed) in enumerate(on_net):
@@ -108,6 +110,22 @@ def main(argv=None) -> int:
                 _store(store, _measure(side, cell, seed, shape, hosts[cell.net], args.runs, HERE / "testbed.yaml",
                                        say))
     return _report(args.out, store, shape, args.quick, say)
+
+
+def _probe(store: Path, shape, say) -> None:
+    """The shaped link as a push-sized message meets it (link_probe.py), before the shaped runs."""
+    from link_probe import probe_link
+
+    from psgd.config import load_config
+    from psgd.tasks import build_model, task_shape
+    cfg = load_config(HERE / "testbed.yaml")
+    nbytes = 4 * sum(p.numel() for p in build_model(cfg, task_shape(cfg)).parameters())
+    found = probe_link(shape, nbytes)
+    _store(store, {"side": "link_probe", "nbytes": nbytes, "message_s_p50": found.message_s_p50,
+                   "ping_s_p50": found.ping_s_p50, "mbit_per_s": found.mbit_per_s, "load_avg": load_avg()})
+    say(f"link probe: a {nbytes} B message over the shaped link: {found.message_s_p50 * 1e3:.2f} ms median, "
+        f"one byte {found.ping_s_p50 * 1e3:.2f} ms: {found.mbit_per_s:.1f} Mb/s delivered "
+        f"(stated {shape.rate_mbit:g}), load {load_avg()}")
 
 
 def _store(store: Path, record: dict) -> None:
