@@ -44,7 +44,9 @@ def write_tables(out: Path, measured: list[dict], shape: LinkShape, quick: bool)
             w.writeheader()
             w.writerows(table)
     head = {side: _score(rows, verdicts, side) for side in ("sim", "stated")}
-    (out / "report.md").write_text(_markdown(rows, verdicts, head, host, runs, shape, quick))
+    conclusion = out / "conclusion.md"  # written by hand from the tables: it goes first
+    first = conclusion.read_text() + "\n" if conclusion.exists() else ""
+    (out / "report.md").write_text(first + _markdown(rows, verdicts, head, host, runs, shape, quick))
     return head["sim"]["line"] + f" (stated only: {head['stated']['line']})"
 
 
