@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["LoadWatch", "TrainingLoad", "load_avg"]
+__all__ = ["LoadWatch", "TrainingLoad", "load_avg", "runnable_now"]
 
 PERIOD_S = 0.2
 
@@ -32,6 +32,15 @@ def load_avg() -> str:
 def _runnable() -> int:
     running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
     return max(0, running - 1)  # this thread reads it while running
+
+
+def runnable_now(seconds: float = 2.0) -> float:
+    """The median runnable threads over the next `seconds` (between runs: other jobs only)."""
+    samples = []
+    for _ in range(max(1, int(seconds / PERIOD_S))):
+        time.sleep(PERIOD_S)
+        samples.append(_runnable())
+    return statistics.median(samples)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import testbed_runs as bed  # noqa: E402
-from load_watch import LoadWatch, load_avg  # noqa: E402
+from load_watch import LoadWatch, load_avg, runnable_now  # noqa: E402
 from tables import write_tables  # noqa: E402
 
 from psgd.bench.shaped_net import LinkShape  # noqa: E402
@@ -162,7 +162,11 @@ def _measure(side, cell, seed, shape, host, runs: Path, config: Path, say) -> di
                f"{extra['between_steps_p50'] * 1e3:.2f} ms" if side == "real" else ""))
         if side != "real" or busy is None or busy.median <= EXTREME_RUNNABLE:
             break
-        say(f"  {busy.median:g} runnable threads while it trained (> {EXTREME_RUNNABLE}): run again")
+        now = runnable_now()
+        if now > EXTREME_RUNNABLE:  # the machine is as busy as it was: a second run would measure the same
+            say(f"  {busy.median:g} runnable threads while it trained (> {EXTREME_RUNNABLE}), {now:g} now: kept")
+            break
+        say(f"  {busy.median:g} runnable threads while it trained (> {EXTREME_RUNNABLE}), {now:g} now: run again")
     return min(attempts, key=lambda a: a.get("runnable_p50") or 0.0)
 
 
