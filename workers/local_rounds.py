@@ -50,6 +50,13 @@ class LocalRounds:
         if self.method.paced:
             self.round_steps = self.method.round_steps(self.own_step_s, self.fastest_step_s())
 
+    def steps_taken(self, clock: int) -> int:
+        """Training steps of a worker at `clock` (its pushes completed, as the shards
+        count them): the inner steps of the rounds it pushed and of the round under
+        way, plus the rounds the shards moved it past (a rejoin, a BSP straggler
+        whose round was dropped) at their nominal length."""
+        return max(0, clock - self.rounds) * self.steps + self.steps_total + self.taken
+
     def step(self) -> bool:
         """One inner step; True when the round is complete and its delta is due."""
         self.inner.step()

@@ -123,7 +123,7 @@ class Engine:
     def _start_step(self, rank: int, t: float) -> None:
         w = self.ex.workers[rank]
         self.ex.now = t
-        if w.steps >= self.steps_per_worker:
+        if w.steps_taken >= self.steps_per_worker:  # as a real worker counts: dropped clocks included
             last = self.ex.flush(rank, step_s=t - self.round_at[rank])  # a local round cut short still counts
             if last is not None:
                 self.flushing.add(rank)
@@ -134,7 +134,7 @@ class Engine:
             self._done(rank, t)
             self._send_together(released, t)
             return
-        step = w.steps
+        step = w.steps_taken
         compute_s = self.step_times.compute_s(rank, step)
         if not math.isfinite(compute_s):
             raise ConfigError("sim", f"worker {rank}'s step {step} would take {compute_s} s: check compute_ms, "
@@ -281,7 +281,7 @@ class Engine:
                 continue
             handlers[kind](data, t)
         if self.active > 0 and not ended:
-            blocked = [w.rank for w in self.ex.workers if w.steps < self.steps_per_worker]
+            blocked = [w.rank for w in self.ex.workers if w.steps_taken < self.steps_per_worker]
             raise RuntimeError(f"the simulated run stopped with workers {blocked[:8]} waiting on a shard "
                                "that will never answer")
         self._compute_pending()  # steps under way count, as the one-by-one path computed them at their start

@@ -118,6 +118,17 @@ class VirtualWorker(PushCursor):
     own: Optional[list[torch.Tensor]] = None  # local updates: its parameters mid-round (None: a round starts)
     fastest_step_s: float = 0.0
 
+    @property
+    def steps_taken(self) -> int:
+        """Training steps as a real worker counts them (psgd.Optimizer.steps_taken): its
+        budget and the index of its device time. Not `steps`, the gradients it computed:
+        a BSP straggler whose clocks were dropped has taken the clocks it was moved past."""
+        if self.local is None:
+            return self.clock
+        # A pushed round's steps moved into steps_total; the next round begins at its first step
+        # here (a real worker begins it as the reply comes), so until then none is under way.
+        return self.local.steps_taken(self.clock) - (self.local.taken if self.own is None else 0)
+
 
 class Executor(BatchedSteps):
     def __init__(self, cfg: Config, run_dir=None, register: bool = True, batched: bool = False):
