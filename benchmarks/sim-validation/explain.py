@@ -9,7 +9,8 @@ run directories (--runs, as validate.py wrote them), medians over the seeds:
   clocks. Under BSP a clock's replies leave the shard together: a wide real
   spread with a narrow simulated one is the workers taking turns on the cores
   (or the shard sending one reply after another), not the network.
-- round trip: the median pushing step's `comm_s` (push to parameters in hand).
+- round trip: the median pushing step's `comm_s` (push to parameters in hand: the
+  pull wait compared, which under BSP also holds the barrier).
 - overshoot: the median real step's compute beyond its drawn device time (a
   sleep that woke late: the machine's load).
 - cpu per clock: the real run's shard service (busy_s) per clock, and the
@@ -22,8 +23,11 @@ import argparse
 import csv
 import json
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 __all__ = ["main"]
 
@@ -42,7 +46,9 @@ def release_spread_ms(run: Path, workers: int) -> float:
 
 
 def round_trip_ms(run: Path) -> float:
-    comm = [e["comm_s"] for e in _steps(run) if e["comm_s"] > 0]
+    """The pull wait validate.py compares (pushing steps only), in ms."""
+    from testbed_runs import _pull_waits
+    comm = _pull_waits(run)
     return statistics.median(comm) * 1e3 if comm else float("nan")
 
 
