@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     say(f"started {_now()} on {os.cpu_count()} cores, load {load_avg()}; commit {_commit()}; "
         f"{len(cells)} cells x {len(seeds)} seeds: {', '.join(c.name for c in cells)}; "
         f"shaped links {shape.rate_mbit:g} Mb/s, {shape.latency_ms:g} ms; real runs' sessions at nice {bed.NICE} while they train")
-    done = {(m["side"], m["cell"], m["seed"]) for m in _read(store)}
+    done = {(m["side"], m.get("cell"), m.get("seed")) for m in _read(store)}
     real = [(cell, seed) for cell, seed in itertools.product(cells, seeds) if ("real", cell.name, seed) not in done]
     if any(cell.net == "shaped" for cell, _ in real) and not any(m["side"] == "link_probe" for m in _read(store)):
         _probe(store, shape, say)
