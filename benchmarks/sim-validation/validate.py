@@ -6,8 +6,9 @@
 Real runs on the testbed (testbed.yaml: every worker step lasts its stated device
 time, workers.device_ms; links loopback, or shaped by tbf between namespaces),
 then the same cells on the simulator given that file and the stated links. One
-thing is calibrated, on a run outside the matrix (one ASP worker, seed 100):
-this host's software cost per message (`psgd sim calibrate`'s request_us and
+thing is calibrated, per net, on runs outside the matrix (one ASP worker, seeds
+100 and up, refitted every 8 real runs, the median of the fits given): this
+host's software cost per message (`psgd sim calibrate`'s request_us and
 latency_us); every cell is also simulated without it ("stated only"). Each
 quantity's simulated median over the seeds against the real one (within ±15%?),
 and every pairwise "which mode is faster" verdict of psgd.bench.verdict on both
