@@ -217,16 +217,14 @@ class Optimizer:
 
     @property
     def steps_taken(self) -> int:
-        """Training steps of this rank: one per push, or under local updates
-        local.steps per completed round plus the steps of the round under way."""
+        """Training steps of this rank: its clock (one per push, and the clocks a BSP
+        shard moved a dropped straggler past), or under local updates as
+        LocalRounds.steps_taken counts them. The simulator counts the same
+        (psgd.sim.executor.VirtualWorker.steps_taken)."""
         if self.local is None:  # a pipelined push in flight counts: its step is done
             in_flight = isinstance(self.overlap, Pipeline) and self.overlap.in_flight
             return self.clock + int(in_flight)
-        # Rounds pushed before this process (a restart), counted at their nominal length: by seq, one
-        # per push, not by clock, which moves past rounds a worker never trained when the shards
-        # merged without it (a quorum's latecomer, bsp's backup workers)
-        earlier = max(0, self.client.seq - self.local.rounds) * self.local.steps
-        return earlier + self.local.steps_total + self.local.taken
+        return self.local.steps_taken(self.client.seq)
 
     @property
     def stats(self) -> OptimizerStats:

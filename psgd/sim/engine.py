@@ -151,7 +151,7 @@ class Engine:
             self.active -= 1
             self.q.put(self.kill_at[rank] + self.ex.cfg.cluster.timeout_s, Kind.DROP, rank)
             return
-        if w.steps + w.steps_before >= self.steps_per_worker:
+        if w.steps_taken >= self.steps_per_worker:  # as a real worker counts: a restart's and dropped clocks included
             last = self.ex.flush(rank, step_s=t - self.round_at[rank])  # a local round cut short still counts
             if last is not None:
                 self.open_push[rank] = sum(p.wire_bytes for p in last)
@@ -164,7 +164,7 @@ class Engine:
             self._send_together(released, t)
             self._schedule_deadlines()
             return
-        step = w.steps
+        step = w.steps_taken
         compute_s = self.step_times.compute_s(rank, step)
         if not math.isfinite(compute_s):
             raise ConfigError("sim", f"worker {rank}'s step {step} would take {compute_s} s: check compute_ms, "
@@ -391,7 +391,8 @@ class Engine:
                 continue
             handlers[kind](data, t)
         if self.active > 0 and not ended:
-            blocked = [w.rank for w in self.ex.workers if w.steps < self.steps_per_worker and w.rank not in self.killed]
+            blocked = [w.rank for w in self.ex.workers
+                       if w.steps_taken < self.steps_per_worker and w.rank not in self.killed]
             raise RuntimeError(f"the simulated run stopped with workers {blocked[:8]} waiting on a shard "
                                "that will never answer")
         self._compute_pending()  # steps under way count, as the one-by-one path computed them at their start

@@ -120,13 +120,23 @@ class VirtualWorker(PushCursor):
     versions: list[int]
     reads: list = field(default_factory=list)  # Read markers of `params`, done once stepped on
     steps: int = 0
-    steps_before: int = 0  # a restarted worker's clock when it joined: its step budget continues from it
     pushes: int = 0  # pushes this incarnation sent (`seq` counts a killed predecessor's too)
     last_loss: float = float("nan")
     replies: dict[int, Reply] = field(default_factory=dict)
     local: Optional[LocalRounds] = None       # local updates: the worker's own rounds and inner optimizer
     own: Optional[list[torch.Tensor]] = None  # local updates: its parameters mid-round (None: a round starts)
     fastest_step_s: float = 0.0
+
+    @property
+    def steps_taken(self) -> int:
+        """Training steps as a real worker counts them (psgd.Optimizer.steps_taken): its
+        budget and the index of its device time. Not `steps`, the gradients it computed:
+        a BSP straggler whose clocks were dropped has taken the clocks it was moved past."""
+        if self.local is None:
+            return self.clock
+        # A pushed round's steps moved into steps_total; the next round begins at its first step
+        # here (a real worker begins it as the reply comes), so until then none is under way.
+        return self.local.steps_taken(self.seq) - (self.local.taken if self.own is None else 0)
 
 
 class Executor(BatchedSteps, FaultSteps):

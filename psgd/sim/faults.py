@@ -172,9 +172,7 @@ class FailureModel:
         if rank not in self.joining:
             return False
         self.joining.discard(rank)
-        w = self.ex.workers[rank]
-        w.steps_before = w.clock  # a restarted worker's step budget continues from its clock
-        return True
+        return True  # its budget continues from its clock (VirtualWorker.steps_taken)
 
     # ---- kills and restarts -------------------------------------------------
     def _kill(self, index: int, t: float) -> None:
