@@ -107,6 +107,12 @@ class Optimizer:
         self.device = params[0].device
         self.layout = layout_for_module(model, self.cfg.cluster.num_servers)
         self.sync = ModelSync(model, self.layout, self.device, self.cfg.workers.pin_memory)
+        # Built before joining: a first torch optimizer can take seconds (lazy imports), which a
+        # registered worker would spend holding back a BSP round. It steps the model's own tensors,
+        # into which the servers' parameters are loaded in place.
+        inner = None
+        if self.cfg.local.enabled:
+            inner = optimizer or inner_torch_optimizer(self.cfg.optimizer, self.sync.params)
         # token: the run token lets a restarted worker take its rank over from its dead predecessor
         # A pipelined CPU worker trains on one reply while the next lands: two reply slots.
         slots = 2 if self.cfg.workers.overlap is Overlap.PIPELINE and self.device.type == "cpu" else 1
@@ -124,8 +130,7 @@ class Optimizer:
         elif self.cfg.workers.overlap is Overlap.BACKWARD:
             self.overlap = BackwardPushes(self.client, self.sync, self.cfg.workers.piece_kb * 256)  # fp32 elements
         self.local: Optional[LocalRounds] = None
-        if self.cfg.local.enabled:
-            inner = optimizer or inner_torch_optimizer(self.cfg.optimizer, self.sync.params)
+        if inner is not None:
             method = method_for(self.cfg.local, self.cfg.cluster.workers)
             self.local = LocalRounds(method, self.sync, inner, lambda: self.client.fastest_step_s)
         # local.eager: the outer step overlaps the next round (workers/eager.py)

@@ -23,6 +23,8 @@ import traceback
 from pathlib import Path
 from typing import Callable, Optional
 
+from psgd.config import Config
+
 __all__ = ["ForkedProcess", "fork_child", "preload"]
 
 
@@ -64,13 +66,20 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
-def preload() -> None:
-    """Import what every role needs, once, in the launcher (children inherit it)."""
-    import torch  # noqa: F401
+def preload(cfg: Config) -> None:
+    """Import what every role needs, once, in the launcher (children inherit it).
+    Under local updates that includes what a worker's inner optimizer imports when
+    it is built: torch.optim's first optimizer imports torch._dynamo lazily, seconds
+    that a restarted worker would otherwise spend after the start, registered but
+    not training. Building one here imports whatever the installed torch needs."""
+    import torch
 
     import psgd.servers.shard  # noqa: F401
     import psgd.workers.evaluator  # noqa: F401
     import psgd.workers.worker  # noqa: F401
+    if cfg.local.enabled:
+        from psgd.core.local_updates import inner_torch_optimizer
+        inner_torch_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
 
 
 def fork_child(main: Callable[[list[str]], int], argv: list[str], log: Path, env: dict[str, str]) -> ForkedProcess:

@@ -73,7 +73,7 @@ def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Opti
     command = child_command(role, index, run_dir)
     if fork_allowed(cfg, child_main):
         from psgd.orchestrate.fork import fork_child, preload
-        preload()  # imported once here; every forked child starts with it
+        preload(cfg)  # imported once here; every forked child starts with it
         proc = fork_child(child_main, command[3:], log, env)  # the arguments after `python -m psgd.cli`
     else:
         with open(log, "ab") as out:
