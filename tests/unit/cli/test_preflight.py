@@ -1,4 +1,4 @@
-"""Mistakes in the user's own model or data fail `psgd launch` in the parent, naming the
+"""A bad config, and mistakes in the user's own model or data, fail `psgd launch` in the parent, naming the
 problem, before any process starts: run in-process here, where the process guard
 (tests/process_guard.py) fails the test if the launcher spawned anything."""
 import sys
@@ -38,3 +38,13 @@ def test_user_code_mistakes_fail_in_the_parent_before_any_spawn(user_dir, capsys
         assert w in err, err
     assert "Traceback" not in err  # one message, not psgd's own stack
     assert not out.exists()  # nothing was started, so nothing could be restarted
+
+
+@pytest.mark.parametrize("override, key", [("cluster.workers=-3", "cluster.workers"),
+                                           ("cluster.wrokers=2", "cluster.wrokers")])
+def test_a_bad_config_fails_before_any_spawn_naming_the_key(tmp_path, capsys, override, key):
+    config = write_config(tmp_path / "config.yaml")
+    assert main(["launch", str(config), "--out", str(tmp_path / "run"), "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert key in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
