@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -25,12 +25,13 @@ from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder, dense_codec
 from psgd.wire.payload import frame_to_tensor, payload_frames
-from psgd.wire.requests import Interrupted, Pending, RemoteError, RequestFailed, RequestTracker
+from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
 from psgd.wire.shm.links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
+from psgd.workers.grads_request import GradsRequest
 from psgd.workers.push_cursor import PushCursor
 
-__all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted"]
+__all__ = ["PSClient", "GradsRequest", "RemoteError", "RequestFailed", "Interrupted"]
 
 
 class PSClient:
@@ -386,52 +387,3 @@ class PSClient:
                     conns.send(s, P.encode(P.Heartbeat(rank=self.rank, session=self._sessions[s])))
         finally:
             conns.close()
-
-
-class GradsRequest:
-    """One push being assembled and sent: its seq and clock, each shard's encoded
-    gradient, and how to build a shard's request (again, after a re-registration)."""
-
-    def __init__(self, client: PSClient, kind, seq: int, clock: int, steps: int, ahead: int,
-                 read_versions: list[int], slot: int = 0,
-                 shard_cursors: Optional[dict[int, tuple[int, int]]] = None):
-        """`shard_cursors`: a fragment push's (seq, clock) per shard (None: `seq` and `clock` for all)."""
-        self.client, self.kind, self.seq, self.clock = client, kind, seq, clock
-        self.shard_cursors = shard_cursors
-        self.steps, self.ahead, self.read_versions, self.slot = steps, ahead, read_versions, slot
-        self.bytes_before = client.encoder.wire_bytes
-        self.wire: dict[int, Any] = {}
-        self.in_shm = client.payload_cache()  # dense payloads go to a same-host shard's segment, once
-        self.step_s = client.step_s()
-        self.pending: Optional[Pending] = None
-        self.whole: dict[int, torch.Tensor] = {}  # shards sent in pieces: the gradient, encoded whole on a repeat
-
-    def add_shard(self, s: int, grad: torch.Tensor) -> None:
-        if grad.numel() != self.client.layout.shard_sizes[s] or grad.dtype != torch.float32:
-            raise ValueError(f"shard {s} gradient must be float32 with {self.client.layout.shard_sizes[s]} elements")
-        enc = self.client.encoder
-        # fp16/bf16 for a same-host shard: encoded straight into its request region (no copy to send it).
-        dtype = enc.wire_dtype(s)
-        out = self.client.payload_view(s, dtype) if dtype not in (None, torch.float32) else None
-        self.wire[s] = enc.encode(s, grad, out=out)
-
-    def make(self, s: int, req: int) -> list:
-        if s not in self.wire and s in self.whole:
-            self.add_shard(s, self.whole[s])
-        wire, c = self.wire[s], self.client
-        gen = self.in_shm.generation(s, wire.tensor) if wire.tensor is not None else 0
-        return P.encode(self._record(s, req, wire, numel=c.layout.shard_sizes[s], nnz=wire.nnz, shm=gen),
-                        () if gen else wire.frames)
-
-    def piece(self, s: int, req: int, wire, offset: int, numel: int, held: bool, shm: int = 0) -> list:
-        """A piece's message: its frame inline, or (`shm`, the generation) in the segment."""
-        return P.encode(self._record(s, req, wire, numel=numel, offset=offset, held=held, shm=shm),
-                        () if shm else wire.frames)
-
-    def _record(self, s: int, req: int, wire, **fields) -> P.Push:
-        if self.kind is P.PushPull:
-            fields["ahead"], fields["slot"] = self.ahead, self.slot
-        seq, clock = self.shard_cursors[s] if self.shard_cursors is not None else (self.seq, self.clock)
-        return self.kind(req=req, rank=self.client.rank, seq=seq, clock=clock,
-                         read_version=self.read_versions[s], encoding=wire.encoding, scale=wire.scale,
-                         step_s=self.step_s, steps=self.steps, **fields)
