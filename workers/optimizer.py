@@ -48,6 +48,7 @@ from psgd.workers.fragment_rounds import FragmentRounds
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.overlap import BackwardPushes, Pipeline
+from psgd.workers.step import Outgoing, flush_outcome, step_outcome
 
 __all__ = ["Optimizer", "OptimizerStats", "rank_from_env"]
 
@@ -183,17 +184,12 @@ class Optimizer:
             self.fragments.step()
             self._fragment_syncs()
             return
-        if self.local is not None:
-            if self.local.step():
-                taken = self.local.taken
-                self.sync.load(self.client.push_pull(self.local.delta(), steps=taken))
-                self.local.begin()
-            return
-        self._check_lr_unchanged()
-        if self.overlap is not None:
-            self.overlap.step()
-        else:
-            self.sync.load(self.client.push_pull(self.sync.gradients()))
+        if self.local is None:
+            self._check_lr_unchanged()
+            if self.overlap is not None:
+                self.overlap.step()
+                return
+        self._push(step_outcome(self.local, self.sync.gradients))  # the simulator's workers run it too
 
     def _fragment_syncs(self) -> None:
         """Streaming DiLoCo after an inner step: the fragment in flight lands when due (waiting
@@ -224,9 +220,15 @@ class Optimizer:
                 self._in_flight = self.client.fragment_push_start(deltas, steps=steps)
                 self._land(fragment)
             return
-        if self.local is not None and self.local.taken:
-            taken = self.local.taken
-            self.sync.load(self.client.push_pull(self.local.delta(), steps=taken))
+        self._push(flush_outcome(self.local))
+
+    def _push(self, out: Optional[Outgoing]) -> None:
+        """Send what a step made due and take the parameters of the next clock
+        (under local updates, the start of the next round)."""
+        if out is None:
+            return
+        self.sync.load(self.client.push_pull(out.tensors, steps=out.steps))
+        if self.local is not None:
             self.local.begin()
 
     @property

@@ -22,6 +22,7 @@ from psgd.tasks.loaders import train_loader
 from psgd.workers.client import Interrupted
 from psgd.workers.model_sync import select_device
 from psgd.workers.optimizer import Optimizer
+from psgd.workers.step import forward_backward
 
 __all__ = ["run_worker", "run_role"]
 
@@ -56,11 +57,9 @@ def run_worker(ctx: RoleContext) -> int:
         started = time.monotonic()
         while opt.steps_taken < cfg.train.steps_per_worker and not ctx.should_stop():
             t0 = time.perf_counter()
-            x, y = next(batches)
-            x, y = task.inputs(x).to(device, non_blocking=True), task.targets(y).to(device, non_blocking=True)
+            batch = next(batches)
             opt.zero_grad(set_to_none=False)
-            loss = task.loss(model(x), y)
-            loss.backward()
+            loss = forward_backward(task, model, batch, device)  # as every simulated worker's step
             wait_for_device(device)  # the real kernels have run: their time, not their launches
             compute_s = opt.hold_device(t0, ctx.stop.wait)  # the stated device time, or the real compute if longer
             if straggler.active and ctx.stop.wait(straggler.extra_s(compute_s, time.monotonic() - started)):

@@ -15,11 +15,7 @@
 # study.log records the machine, its load, and each bench's wall and CPU seconds.
 # REUSE_LR=1 keeps the rates an earlier run's grids chose ($STUDY_RUNS/w<W>-lr.csv).
 # About 40 min of CPU on 2 quiet cores (README.md says what was measured).
-set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-cd "$HERE/../.."
-PSGD="${PSGD:-psgd}"
-PYTHON="${PYTHON:-python}"
+. "$(dirname "$0")/../study_env.sh"  # strict mode, HERE, the repository root, PSGD, PYTHON
 SEEDS="${SEEDS:-5}"
 LR_SEEDS="${LR_SEEDS:-1}"
 JOBS="${JOBS:-2}"

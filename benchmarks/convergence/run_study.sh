@@ -40,10 +40,7 @@
 # earlier run chose in $STUDY_RUNS and append to study.log: to add a case
 # without redoing the rest), APPEND_LOG=1 (append to study.log: a partial run
 # that leaves the other parts' results in place).
-set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-cd "$HERE/../.."
-PSGD="${PSGD:-psgd}"
+. "$(dirname "$0")/../study_env.sh"  # strict mode, HERE, the repository root, PSGD, PYTHON
 SEEDS="${SEEDS:-3}"
 LR_SEEDS="${LR_SEEDS:-1}"
 WORKLOADS="${WORKLOADS:-mnist1d charlm}"

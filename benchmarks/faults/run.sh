@@ -7,10 +7,7 @@
 # (cluster.request_timeout_s=1.0) instead of the default 30 s. The run directories stay in
 # SCRATCH (hundreds of MB); report.md, faults.json and the printed table are copied here,
 # one folder per case.
-set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-cd "$HERE/../.."
-PSGD="${PSGD:-psgd}"
+. "$(dirname "$0")/../study_env.sh"  # strict mode, HERE, the repository root, PSGD, PYTHON
 SEEDS="${SEEDS:-5}"
 SCRATCH="${SCRATCH:-/tmp/psgd-fault-study}"
 for case in ${CASES:-workers shards shards-retry1s}; do

@@ -7,11 +7,7 @@
 #    other point's updates/s, each judged within ±25% (scale-report.md).
 # About 3 minutes. REUSE_REAL=1 keeps the committed real-scale.json and runs only
 # the simulated side (under a minute).
-set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-cd "$HERE/../.."
-PSGD="${PSGD:-psgd}"
-PYTHON="${PYTHON:-python3}"
+. "$(dirname "$0")/../study_env.sh"  # strict mode, HERE, the repository root, PSGD, PYTHON
 WINDOW_S="${WINDOW_S:-5}"
 LOADED="${LOADED:-32}"
 started="started $(date -u +%FT%TZ) on $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); commit $(git rev-parse --short HEAD)"

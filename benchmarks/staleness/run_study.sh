@@ -9,10 +9,7 @@
 # The best fixed bound's numbers are the tuner's own finalist runs (same
 # config, same seeds, run minutes apart on the same machine).
 # make_report.py then writes report.md from the tune and bench outputs.
-set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-cd "$HERE/../.."
-PSGD="${PSGD:-psgd}"
+. "$(dirname "$0")/../study_env.sh"  # strict mode, HERE, the repository root, PSGD, PYTHON
 SEEDS="${SEEDS:-3}"
 BOUNDS="${BOUNDS:-1,2,4,8}"
 CASES="${CASES:-fixed random transient}"

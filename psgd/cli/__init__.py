@@ -10,6 +10,7 @@ from typing import Optional
 from psgd.cli.bench import add_measurement_commands
 from psgd.cli.ctl import add_ctl_command
 from psgd.cli.doctor import add_doctor_command
+from psgd.cli.failures import CommandFailed, Fail, expected
 from psgd.cli.launch_text import launch_result_lines
 from psgd.cli.replay import add_replay_command
 from psgd.cli.sim import add_sim_command
@@ -64,11 +65,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
             print("psgd launch: --resume RUN_DIR takes no CONFIG, --set, --out, --on or --address: "
                   "the run continues with its own config", file=sys.stderr)
             return 2
-        try:
+        with expected("psgd launch", Fail((LaunchFailed, ConfigError), 2, "cannot resume: {}")):
             cfg = resume_config(Path(args.resume))
-        except (LaunchFailed, ConfigError) as exc:
-            print(f"psgd launch: cannot resume: {exc}", file=sys.stderr)
-            return 2
     elif args.config is None:
         print("psgd launch: give a CONFIG file, or --resume RUN_DIR", file=sys.stderr)
         return 2
@@ -76,27 +74,14 @@ def cmd_launch(args: argparse.Namespace) -> int:
         # Recorded in the run's config.yaml, so --resume continues where the run ran.
         overrides = [*args.overrides, *([f"cluster.launcher={args.on}"] if args.on else []),
                      *([f"ray.address={args.address}"] if args.address else [])]
-        try:
+        with expected("psgd launch", Fail(ConfigError, 2, "config error: {}")):
             cfg = load_config(args.config, overrides)
-        except ConfigError as exc:
-            print(f"psgd launch: config error: {exc}", file=sys.stderr)
-            return 2
     from psgd.orchestrate.job import RunDirUnusable, prepare_job
     from psgd.orchestrate.launchers import LauncherUnavailable
-    try:
+    with expected("psgd launch", Fail(ConfigError, 2, "config error: {}"), Fail(LauncherUnavailable, 2),
+                  Fail(StartupError, STARTUP_EXIT_CODE),  # the user's model or data, checked before any spawn
+                  Fail(RunDirUnusable, 1, "{}; nothing was started")):
         job = prepare_job(cfg, out=args.out, resume=Path(args.resume) if args.resume else None)
-    except ConfigError as exc:
-        print(f"psgd launch: config error: {exc}", file=sys.stderr)
-        return 2
-    except LauncherUnavailable as exc:
-        print(f"psgd launch: {exc}", file=sys.stderr)
-        return 2
-    except StartupError as exc:  # the user's model or data, checked here before anything is spawned
-        print(f"psgd launch: {exc}", file=sys.stderr)
-        return STARTUP_EXIT_CODE
-    except RunDirUnusable as exc:
-        print(f"psgd launch: {exc}; nothing was started", file=sys.stderr)
-        return 1
     run_dir = job.run_dir
     print(f"run directory: {run_dir}{' (resuming)' if args.resume else ''}", file=sys.stderr)
     bar, update = _progress_bar(cfg.cluster.workers * cfg.train.steps_per_worker) if not args.quiet else (None, None)
@@ -112,44 +97,25 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from psgd.orchestrate.cluster.run import run_job
-    try:
+    with expected("psgd run", Fail(ValueError, 2),  # ConfigError, ClusterEnvError
+                  Fail(RoleFailed),                  # e.g. the run directory is a launcher's
+                  Fail(RuntimeError, 1)):            # the launcher's TCPStore could not be reached
         return run_job(args.config, args.overrides, args.run_dir)
-    except ValueError as exc:  # ConfigError, ClusterEnvError
-        print(f"psgd run: {exc}", file=sys.stderr)
-        return 2
-    except RoleFailed as exc:  # e.g. the run directory is a launcher's
-        print(f"psgd run: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except RuntimeError as exc:  # the launcher's TCPStore could not be reached
-        print(f"psgd run: {exc}", file=sys.stderr)
-        return 1
 
 
 def cmd_role(args: argparse.Namespace) -> int:
     """`psgd server|worker|evaluator|allreduce CONFIG --FLAG I`: one role in this process."""
-    name = f"psgd {args.command}"
-    try:
+    # A bad config or user code fails the same every time: the launcher does not restart these.
+    with expected(f"psgd {args.command}", Fail((ConfigError, StartupError), STARTUP_EXIT_CODE), Fail(RoleFailed)):
         cfg = load_config(args.config, args.overrides)
         return run_role(args.command, args.index, cfg, args.run_dir, supervised=args.supervised)
-    except (ConfigError, StartupError) as exc:  # the same every time: the launcher does not restart these
-        print(f"{name}: {exc}", file=sys.stderr)
-        return STARTUP_EXIT_CODE
-    except RoleFailed as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
-        return exc.exit_code
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from psgd.workers.evaluator import evaluate_servers
-    try:
+    with expected("psgd eval", Fail(ConfigError, 2), Fail(RoleFailed, 1)):
         cfg = load_config(args.config, args.overrides)
         result = evaluate_servers(cfg, save=args.save)
-    except ConfigError as exc:
-        print(f"psgd eval: {exc}", file=sys.stderr)
-        return 2
-    except RoleFailed as exc:
-        print(f"psgd eval: {exc}", file=sys.stderr)
-        return 1
     if args.json:
         print(json.dumps(result))
     else:
@@ -159,11 +125,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     from psgd.orchestrate.records.collect import collect
-    try:
+    with expected("psgd collect", Fail((ValueError, OSError), 2)):
         s = collect(Path(args.run_dir))
-    except (ValueError, OSError) as exc:
-        print(f"psgd collect: {exc}", file=sys.stderr)
-        return 2
     print(json.dumps(s, indent=2))
     return 0
 
@@ -176,11 +139,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
     try:
         written = generate_keys(args.dir, clients=args.clients, force=args.force)
     except KeyFileExists as exc:
-        print(f"psgd keys generate: {exc}", file=sys.stderr)
-        return 2
+        raise CommandFailed(2, f"psgd keys generate: {exc}") from None
     except OSError as exc:
-        print(f"psgd keys generate: cannot write {exc.filename or args.dir}: {exc.strerror}", file=sys.stderr)
-        return 1
+        raise CommandFailed(1, f"psgd keys generate: cannot write {exc.filename or args.dir}: {exc.strerror}") from None
     for path in written:
         print(path)
     print(f"server key pair and {args.clients} authorised client key pair(s) in {args.dir}; "
@@ -267,6 +228,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     from psgd.bench.pyplot import MissingExtra
     try:
         return args.func(args)
+    except CommandFailed as exc:  # an error the command expects: its one line, no traceback
+        print(exc.line, file=sys.stderr)
+        return exc.code
     except MissingExtra as exc:  # one line naming the extra to install, no traceback
         sub = getattr(args, "bench", None) or getattr(args, "tune", None)
         print(f"psgd {args.command}{' ' + sub if sub else ''}: {exc}", file=sys.stderr)

@@ -11,6 +11,7 @@ import sys
 
 from psgd.bench.pyplot import require_matplotlib
 from psgd.cli.convergence import add_bench_convergence_command, add_convergence_commands
+from psgd.cli.failures import Fail, expected
 from psgd.cli.faults import add_bench_faults_command
 
 
@@ -88,11 +89,8 @@ def _bench_comm_device(args: argparse.Namespace) -> int:
         f"{r['size_bytes']:>10} B  {r['shards']} shard(s): psgd {r['psgd_ms']:.3f} ms (pinned: {r['pinned']}), "
         f"pageable {r['psgd_pageable_ms']:.3f} ms, from host {r['psgd_host_ms']:.3f} ms, copies "
         f"{r['copies_pinned_ms']:.3f} ms, torch.rpc {r['torch_rpc_ms']:.3f} ms", file=sys.stderr))
-    try:
+    with expected("psgd bench comm", Fail(ValueError, 2)):
         result = run_device_comm_bench(sizes, shards, args.device, args.repeats, on_row=show)
-    except ValueError as exc:
-        print(f"psgd bench comm: {exc}", file=sys.stderr)
-        return 2
     lines = device_comm_table(result)
     if args.out:
         from pathlib import Path
@@ -139,12 +137,9 @@ def cmd_bench_overlap(args: argparse.Namespace) -> int:
     from psgd.bench.overlap import overlap_table, run_overlap_bench
     from psgd.bench.procs import parse_size
     show = None if args.json else (lambda line: print(line, file=sys.stderr))
-    try:
+    with expected("psgd bench overlap", Fail(ValueError, 2)):
         result = run_overlap_bench(parse_size(args.size), args.compute_ms, args.runs, args.steps, args.rounds,
                                    args.shards, on_line=show or (lambda line: None), device=args.device)
-    except ValueError as exc:
-        print(f"psgd bench overlap: {exc}", file=sys.stderr)
-        return 2
     plain = {**result, "points": {k: {"steps_per_s": p.steps_per_s, "median": p.median, "of_ideal": p.of_ideal,
                                       "of_serial": p.of_serial} for k, p in result["points"].items()}}
     lines = overlap_table(result)
@@ -168,14 +163,11 @@ def _path(text: str) -> str:
 def cmd_bench_sim(args: argparse.Namespace) -> int:
     from psgd.config import ConfigError, load_config
     from psgd.sim.cost import measure_cost, measure_plain_loop
-    try:
+    with expected("psgd bench sim", Fail((ConfigError, ValueError), 2)):
         cfg = load_config(args.config, args.overrides)
         counts = [int(w) for w in args.workers.split(",")]
         if not counts or min(counts) < 1:
             raise ValueError("--workers: give positive worker counts, e.g. 4,256")
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd bench sim: {exc}", file=sys.stderr)
-        return 2
     total_steps = args.steps or 20 * max(counts)
     points = []
     for w in counts:
@@ -189,7 +181,10 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
     if args.json:
         plain = {"per_step_over_floor": points[-1]["per_step_over_floor"],  # at the largest count given last
                  "points": [{k: v.as_dict() if hasattr(v, "as_dict") else v for k, v in p.items()} for p in points],
-                 "floor": {"steps": floor.steps, "per_step_s": round(floor.per_step_s, 7), "overhead": floor.overhead}}
+                 "floor": {"steps": floor.steps, "per_step_s": round(floor.per_step_s, 7), "overhead": floor.overhead,
+                           "flops_per_step": floor.flops_per_step,
+                           "gemm_peak_gflops": round(floor.gemm_peak_flops / 1e9, 2),
+                           "gemm_peak_fraction": round(floor.gemm_peak_fraction, 4)}}
         print(json.dumps(plain, indent=2))
         return 0
     print("CPU seconds; overhead: all but forward+backward, over forward+backward; own: also less the "
@@ -206,6 +201,8 @@ def cmd_bench_sim(args: argparse.Namespace) -> int:
             print(f"  batched fell back to one by one: {p['batched'].fallback}")
     print(f"floor: a plain one-process loop (loader, SGD step) on the same model and batch: "
           f"{1e3 * floor.per_step_s:.3f} ms CPU per step, {100 * floor.overhead:.1f}% of its forward+backward besides it")
+    print(f"the floor runs its FLOPs at {100 * floor.gemm_peak_fraction:.0f}% of this core's matrix-product peak "
+          f"({floor.gemm_peak_flops / 1e9:.1f} GFLOP/s): a path doing these FLOPs at that peak and nothing else would take {floor.gemm_peak_fraction:.3f} x floor")
     return 0
 
 

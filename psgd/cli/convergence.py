@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from psgd.bench.pyplot import require_matplotlib
+from psgd.cli.failures import Fail, expected
 from psgd.config import ConfigError, Mode, dump_config, load_config
 
 __all__ = ["add_convergence_commands", "add_bench_convergence_command"]
@@ -46,7 +47,7 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
     from psgd.bench import convergence as bc
     from psgd.bench.convergence_report import mode_table
     from psgd.bench.outcomes import conclusion
-    try:
+    with expected("psgd bench convergence", Fail((ConfigError, ValueError), 2)):
         specs = bc.parse_modes(args.modes)
         if args.baseline != Mode.BSP and args.baseline not in {s.label for s in specs}:
             raise ValueError(f"--baseline {args.baseline!r} is not one of the --modes")
@@ -62,18 +63,12 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
         problem = bc.inner_rate_problem(cfg, specs) if lrs is None and lr_for is None else None
         if problem:
             raise ValueError(problem)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd bench convergence: {exc}", file=sys.stderr)
-        return 2
     require_matplotlib()  # the report's plots: fail now, not after the runs
     out = _out(args, "bench", cfg)
     print(f"output directory: {out}", file=sys.stderr)
-    try:
+    with expected("psgd bench convergence", Fail((ConfigError, ValueError), 2)):
         result = bc.run_matrix(args.config, overrides, specs, seeds, out, lrs, lr_for, on_run=_progress,
                                child_main=args.child_main)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd bench convergence: {exc}", file=sys.stderr)
-        return 2
     title = args.title or f"{cfg.task.model} on {cfg.task.dataset}, {cfg.cluster.workers} workers"
     report, csv_path, plots = bc.write_outputs(result, title, dump_config(cfg), _command_line(args),
                                                bc.setting_lines(cfg, specs), baseline=args.baseline)
@@ -92,7 +87,7 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
     overrides = [*args.overrides, *_on(args)]
     if args.target_accuracy is not None:
         overrides.append(f"train.target={{metric: accuracy, value: {args.target_accuracy}}}")
-    try:
+    with expected("psgd tune staleness", Fail((ConfigError, ValueError), 2)):
         bounds = tune.parse_bounds(args.bounds)
         lr_grid = bc.parse_lr_grid(args.lr_grid) if args.lr_grid else None
         cfg = load_config(args.config, overrides)
@@ -102,21 +97,15 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
         target = bc.target_spec(cfg)
         if target is None:
             raise ValueError("give --target-accuracy, or set train.target (or train.target_accuracy) in the config")
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd tune staleness: {exc}", file=sys.stderr)
-        return 2
     require_matplotlib()  # the bench report's plots: fail now, not after the runs
     source = ("--target-accuracy" if args.target_accuracy is not None
               else "train.target" if cfg.train.target is not None else "train.target_accuracy")
     print(f"target: {target.text} ({source})", file=sys.stderr)
     out = _out(args, "tune", cfg)
     print(f"output directory: {out}", file=sys.stderr)
-    try:
+    with expected("psgd tune staleness", Fail((ConfigError, ValueError), 2)):
         result = tune.run_tune(args.config, overrides, bounds, seeds, out, args.min_seeds, args.eta,
                                on_run=_progress, child_main=args.child_main, lr_grid=lr_grid)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd tune staleness: {exc}", file=sys.stderr)
-        return 2
     specs = [bc.ModeSpec(f"ssp:{b}", Mode.SSP, b) for b in bounds]
     ran = load_config(args.config, [*overrides, *result.shared])  # with what the tuner fixed (eval spacing)
     table, line, md = tune.write_tune_outputs(result, dump_config(ran), _command_line(args),
@@ -133,11 +122,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     require_matplotlib()
     from psgd.bench.plots import plot_runs
     from psgd.bench.run_data import load_run
-    try:
+    with expected("psgd plot", Fail((FileNotFoundError, ValueError, KeyError), 2)):
         runs = [load_run(Path(d)) for d in args.run_dirs]
-    except (FileNotFoundError, ValueError, KeyError) as exc:
-        print(f"psgd plot: {exc}", file=sys.stderr)
-        return 2
     target = args.target if args.target is not None else runs[0].summary.get("target_accuracy")
     for path in plot_runs(runs, Path(args.out), args.title, target):
         print(path)

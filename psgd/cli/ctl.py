@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+
+from psgd.cli.failures import Fail, expected
 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
     from psgd.orchestrate.control import ControlFailed, parse_assignments, set_live, show_live
-    try:
+    with expected("psgd ctl", Fail(ControlFailed, 1)):
         if args.action == "show":
             print(json.dumps(show_live(args.run_dir, args.timeout), indent=2))
             return 0
         changes = parse_assignments(args.assignments)
         result = set_live(args.run_dir, changes, args.timeout)
-    except ControlFailed as exc:
-        print(f"psgd ctl: {exc}", file=sys.stderr)
-        return 1
     what = ", ".join(f"{k}={v}" for k, v in changes.items())
     print(f"{what}: in force from clock {result.effective_clock} on all {len(result.shards)} shards")
     return 0

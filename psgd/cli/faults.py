@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from psgd.cli.failures import Fail, expected
 from psgd.config import ConfigError, dump_config, load_config
 
 __all__ = ["add_bench_faults_command"]
@@ -19,25 +20,19 @@ def cmd_bench_faults(args: argparse.Namespace) -> int:
     from psgd.bench.fault_report import analyse_faults, fault_json, fault_table, write_fault_report
     from psgd.bench.faults import Pairing, plan_overrides, run_fault_bench
     target = FaultTarget(args.target)
-    try:
+    with expected("psgd bench faults", Fail((ConfigError, ValueError), 2)):
         cfg = load_config(args.config, args.overrides)
         plan_overrides(cfg, target, args.kill_every_s)  # refuse a storm that cannot run before starting any
         if args.seeds < 1:
             raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd bench faults: {exc}", file=sys.stderr)
-        return 2
     out = Path(args.out) if args.out else Path(cfg.run.out_dir) / f"faults-{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if (out / "runs").exists():
         print(f"psgd bench faults: {out} already holds a bench's runs: give a fresh --out", file=sys.stderr)
         return 2
     progress = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    try:
+    with expected("psgd bench faults", Fail((ConfigError, ValueError), 2)):
         bench = run_fault_bench(args.config, args.overrides, target, args.kill_every_s, args.seeds, out,
                                 Pairing(args.pairing), progress)
-    except (ConfigError, ValueError) as exc:
-        print(f"psgd bench faults: {exc}", file=sys.stderr)
-        return 2
     analysis = analyse_faults(bench, args.floor)
     report = write_fault_report(bench, analysis, "psgd " + shlex.join(args.argv), dump_config(cfg))
     if args.json:

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
+
+from psgd.cli.failures import Fail, expected
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -12,11 +13,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     from psgd.config import ConfigError
     from psgd.sim.replay import RecordError, replay
-    try:
+    with expected("psgd replay", Fail((RecordError, ConfigError), 2, f"cannot replay {args.run_dir}: {{}}")):
         result = replay(Path(args.run_dir))
-    except (RecordError, ConfigError) as exc:
-        print(f"psgd replay: cannot replay {args.run_dir}: {exc}", file=sys.stderr)
-        return 2
     if args.out:
         torch.save(result.state_dict, args.out)
     if args.json:

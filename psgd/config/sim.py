@@ -84,7 +84,7 @@ class SimConfig:
     # 32 channels) and costs for wide convolutions (about 2x at the study's 256).
     batched: bool = False
 
-    # ---- codecs: gigabytes/s of fp32 gradient; null: psgd.sim.codec_cost's figure ----
+    # ---- codecs: gigabytes/s of fp32 gradient; null: the codec's own figure (its class's `cost`) ----
     # for wire.compression (measured on one CPU thread; none: free).
     encode_gbytes_per_s: Optional[float] = None  # the worker's encode, before its pushes leave
     decode_gbytes_per_s: Optional[float] = None  # the shard's decode, added to its service

@@ -89,8 +89,7 @@ def rule_from_torch(optimizer: torch.optim.Optimizer, params: Iterable[torch.nn.
 def _canonical(cfg: OptimizerConfig) -> tuple[str, dict]:
     """The rule's family and the settings that decide its arithmetic (the rule's `keys`)."""
     rule = rule_named(cfg.name)
-    values = {"momentum": cfg.effective_momentum, "betas": list(cfg.betas)}
-    return rule.family, {k: values.get(k, getattr(cfg, k)) for k in rule.keys}
+    return rule.family, rule.settings(cfg)
 
 
 def rule_differences(wanted: OptimizerConfig, configured: OptimizerConfig) -> list[str]:

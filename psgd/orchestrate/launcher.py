@@ -22,27 +22,23 @@ from typing import Callable, Optional
 
 from psgd.config import Config, dump_config, load_config
 from psgd.config.modes import Role
-from psgd.orchestrate.catch_up import unmerged_events
-from psgd.orchestrate.launchers import LaunchResult
+from psgd.orchestrate.launchers import LaunchFailed, LaunchResult
 from psgd.orchestrate.processes import LocalProcesses, ProcessHost, RoleProcess
-from psgd.orchestrate.progress import Progress, ProgressTracker
-from psgd.orchestrate.records.metrics_export import MetricsExport
-from psgd.orchestrate.records.resume_check import STATE_SHAPE_FILE, ResumeRefused, check_resumable, state_shape
+from psgd.orchestrate.progress import Progress
+from psgd.orchestrate.records.resume_check import STATE_SHAPE_FILE, state_shape
 from psgd.orchestrate.records.summary import summarize
 from psgd.orchestrate.records.summary_file import reserve_summary, write_summary
 from psgd.orchestrate.roles import CONFIG_FILE
+from psgd.orchestrate.run_log import SUMMARY_FILE, RunLog
 from psgd.orchestrate.states import ChildState, RunStatus
 from psgd.orchestrate.supervise import PendingRestart, RestartBudget
 from psgd.runtime.event_names import Event
-from psgd.runtime.events import read_events
 from psgd.runtime.files import atomic_write
 from psgd.runtime.lifeline import PROCESSES_FILE
 from psgd.runtime.role import EXIT_NO_RETRY, START_FILE
 from psgd.runtime.run_lock import RunDirLock, RunDirRefused
-from psgd.runtime.safe_io import WriteFailed, describe_os_error, open_no_follow
+from psgd.runtime.safe_io import WriteFailed, describe_os_error
 from psgd.runtime.token import new_run_token
-
-SUMMARY_FILE = "summary.json"
 
 __all__ = ["Launcher", "LaunchFailed", "LaunchResult", "Progress", "make_run_dir", "resume_config"]
 
@@ -62,10 +58,6 @@ def resume_config(run_dir: Path) -> Config:
     if not path.is_file():
         raise LaunchFailed(f"{run_dir} is not a psgd run directory (no {CONFIG_FILE})")
     return load_config(path)
-
-
-class LaunchFailed(RuntimeError):
-    pass
 
 
 def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
@@ -98,21 +90,22 @@ class Launcher:
         self.lock = lock
         self.run_dir = Path(run_dir)
         self.processes: ProcessHost = processes or LocalProcesses(self.run_dir, child_main)
-        self.on_progress = on_progress or (lambda p: None)
         self.children: list[RoleProcess] = []
-        self.events: list[dict] = []
-        self._tracker = ProgressTracker(cfg.cluster.workers * cfg.train.steps_per_worker)
-        self.progress = self._tracker.progress
+        self.on_progress = on_progress or (lambda p: None)
+        # metrics.jsonl, its exports and the progress
+        self.log = RunLog(self.run_dir, cfg.cluster.workers * cfg.train.steps_per_worker, self.on_progress)
+        self.progress = self.log.progress
         self._signal: Optional[int] = None
         self._t0: Optional[float] = None
-        self._metrics = None
-        self._export: Optional[MetricsExport] = None  # metrics.csv and TensorBoard, once the run dir is ready
         self._training_time: Optional[float] = None
         self.resume = resume
         self.budget = RestartBudget(cfg.supervision)
         self._pending: list[PendingRestart] = []
-        self._prior_time = 0.0  # training time of the runs this one resumes
-        self._metrics_error: Optional[WriteFailed] = None
+
+    @property
+    def events(self) -> list[dict]:
+        """Every event of the run so far (a resumed run's earlier ones first)."""
+        return self.log.events
 
     # ---- public -----------------------------------------------------------
     def run(self) -> LaunchResult:
@@ -139,30 +132,28 @@ class Launcher:
         code, reason, status = 0, "ok", RunStatus.OK
         if self.resume:
             try:
-                self._load_previous()
+                self.log.load_previous(self.cfg)
             except LaunchFailed as exc:
                 return LaunchResult(1, str(exc), self.run_dir)
         try:
-            self._metrics = open_no_follow(self.run_dir / "metrics.jsonl", "a", buffering=1)
-            self._catch_up()
+            self.log.open(self.resume)
             reserve_summary(self.run_dir / SUMMARY_FILE)
             self.cfg = self.processes.resolve(self.cfg, self.resume)
             atomic_write(self.run_dir / CONFIG_FILE, dump_config(self.cfg))  # what every child reads
             shape = self.run_dir / STATE_SHAPE_FILE
             if not shape.exists():  # what a later --resume must still match
                 atomic_write(shape, json.dumps(state_shape(self.cfg)))
-            self._export = MetricsExport(self.run_dir, self.cfg)  # metrics.csv (+ TensorBoard)
+            self.log.start_export(self.cfg)  # metrics.csv (+ TensorBoard)
             new_run_token(self.run_dir)  # SHUTDOWN, live control and rank takeovers need it
             (self.run_dir / START_FILE).unlink(missing_ok=True)  # children wait for this run's start
         except (OSError, WriteFailed, LaunchFailed) as exc:
             err = exc if isinstance(exc, (WriteFailed, LaunchFailed)) else describe_os_error(exc, self.run_dir)
-            if self._metrics is not None:
-                self._close_metrics()
+            self.log.close()
             return LaunchResult(1, f"{err}; nothing was started", self.run_dir)
         try:
             self._start_all()
             self._wait_ready()
-            self._t0 = self._export.t0 = time.time() - self._prior_time
+            self._t0 = self.log.export.t0 = time.time() - self.log.prior_time
             atomic_write(self.run_dir / START_FILE, json.dumps({"t0": self._t0}))
             self.progress.started = True
             self.on_progress(self.progress)
@@ -183,59 +174,19 @@ class Launcher:
             finally:
                 for s, h in old.items():
                     signal.signal(s, h)
-        wall = self._training_time or ((time.time() - self._t0) if self._t0 else self._prior_time)
+        wall = self._training_time or ((time.time() - self._t0) if self._t0 else self.log.prior_time)
         summary = summarize(self.cfg, self.events, wall, status=status, restarts=self.budget.total)
         summary["failure"] = reason if status in (RunStatus.FAILED, RunStatus.TIME_LIMIT) else None
         unwritten = write_summary(self.run_dir / SUMMARY_FILE, summary)
         if unwritten:
             reason += f"; summary.json not written: {unwritten}"
-        self._close_metrics()
-        try:
-            if self._export is not None:
-                self._export.close()
-        except OSError:
-            pass  # the same full disk as metrics.jsonl: already reported
+        self.log.close()
         (self.run_dir / PROCESSES_FILE).unlink(missing_ok=True)
         for tmp in self.run_dir.glob("*.tmp"):  # a write cut short by a full disk
             tmp.unlink(missing_ok=True)
         return LaunchResult(code, reason, self.run_dir, summary)
 
-    def _close_metrics(self) -> None:
-        try:
-            self._metrics.close()
-        except OSError:
-            pass  # its last lines hit the same full disk; already reported
-
     # ---- phases -----------------------------------------------------------
-    def _load_previous(self) -> None:
-        """Pick up the events and training time of the stopped run being resumed."""
-        if not (self.run_dir / "checkpoints").is_dir():
-            raise LaunchFailed(f"nothing to resume in {self.run_dir}: it has no checkpoints/")
-        try:  # the CLI checked already; a library caller may not have
-            check_resumable(self.cfg, self.run_dir)
-        except ResumeRefused as exc:
-            raise LaunchFailed(str(exc)) from None
-        metrics = self.run_dir / "metrics.jsonl"
-        if metrics.exists():
-            self.events = read_events(metrics)
-        self.progress.steps = sum(1 for e in self.events if e.get("event") == Event.STEP)
-        summary = self.run_dir / SUMMARY_FILE
-        prior = json.loads(summary.read_text()) if summary.exists() else {}
-        if prior.get("wall_time_s") is not None:
-            self._prior_time = float(prior["wall_time_s"])
-        else:  # the launcher itself was killed: the last event time is the best estimate
-            self._prior_time = max((float(e.get("t", 0.0)) for e in self.events), default=0.0)
-
-    def _catch_up(self) -> None:
-        """A resumed run first merges what the children of a killed launcher wrote
-        after it died (their last steps), so no step goes uncounted."""
-        if not self.resume:
-            return
-        for e in unmerged_events(self.run_dir / "events", self.events):
-            self.events.append(e)
-            self._metrics.write(json.dumps(e) + "\n")
-        self._tracker.progress.steps = sum(1 for e in self.events if e.get("event") == Event.STEP)
-
     def _start_all(self) -> None:
         mode = self.cfg.consistency.mode
         addresses = list(self.cfg.cluster.servers) if mode.on_servers else []
@@ -302,8 +253,8 @@ class Launcher:
     def _poll(self, started: bool) -> None:
         if self._signal is not None:
             raise _Stopped()
-        if self._metrics_error is not None:
-            raise LaunchFailed(f"{self._metrics_error}; metrics.jsonl ends there")
+        if self.log.error is not None:
+            raise LaunchFailed(f"{self.log.error}; metrics.jsonl ends there")
         self.processes.refresh(self.children)
         t = time.time() - self._t0 if self._t0 else 0.0
         for loss in self.processes.losses(self.children, self.budget, t):
@@ -352,15 +303,7 @@ class Launcher:
         """`child`: whose event it is (None: the launcher's own)."""
         if child is not None and e.get("event") == Event.READY:
             child.state = child.state.to(ChildState.READY)
-        self.events.append(e)
-        if self._metrics_error is None:
-            try:
-                self._metrics.write(json.dumps(e) + "\n")
-                if self._export is not None:
-                    self._export.add(e)
-            except OSError as exc:  # the run fails at the next poll; the events stay in memory
-                self._metrics_error = describe_os_error(exc, self.run_dir / "metrics.jsonl")
-        self.on_progress(self._tracker.record(e))
+        self.log.record(e)
 
     def _shutdown(self, interrupted: bool = False) -> None:
         """Stop in order: workers, then the evaluator (final eval + model.pt), then

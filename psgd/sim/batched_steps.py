@@ -10,6 +10,7 @@ from typing import Optional
 import torch
 
 from psgd.sim.batched import RTOL, max_relative_error
+from psgd.workers.step import forward_backward, step_outcome
 
 __all__ = ["BatchedSteps"]
 
@@ -63,8 +64,7 @@ class BatchedSteps:
         want = [torch.zeros(n) for n in self.layout.shard_sizes]
         self.binding.bind(self.workers[rank].params)
         self.binding.bind_grads(want)
-        x, y = batch
-        self.task.loss(self.model(self.task.inputs(x)), self.task.targets(y)).backward()
+        forward_backward(self.task, self.model, batch)
         self.binding.gather_split(want)
         return max_relative_error(got, want)
 
@@ -79,4 +79,5 @@ class BatchedSteps:
         self._stepped_on(w)
         w.last_loss = loss
         w.steps += 1
-        return self._send(w, grads, step_s, owned=True)
+        out = step_outcome(None, lambda: grads)
+        return self._send(w, out.tensors, step_s, out.steps, owned=True)

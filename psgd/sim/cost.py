@@ -14,6 +14,11 @@ processes' turns.
 it: gradients, shards, bookkeeping) over a plain one-process loop's per step
 (loader, forward+backward, SGD step) on the same model and batch. Below 1,
 batched gradients (sim.batched) do more than pay for the simulation.
+
+`gemm_peak_fraction`: the floor's counted FLOPs per CPU second over this
+core's own matrix-product peak (one thread, square fp32 products). It bounds
+what any batching can reach: a path that ran every FLOP at that peak with no
+overhead at all would still take `gemm_peak_fraction` of the floor per step.
 """
 from __future__ import annotations
 
@@ -30,8 +35,9 @@ from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
 from psgd.wire.codecs import encoding_of
+from psgd.workers.step import forward_backward
 
-__all__ = ["CostPoint", "Floor", "measure_cost", "measure_plain_loop"]
+__all__ = ["CostPoint", "Floor", "measure_cost", "measure_gemm_peak", "measure_plain_loop"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,28 @@ class Floor:
     steps: int
     per_step_s: float  # CPU seconds per step of the plain loop, all of it
     overhead: float    # (total - forward+backward) / forward+backward
+    flops_per_step: int  # forward+backward, as psgd.sim.flops counts them
+    gemm_peak_flops: float  # this core's matrix-product FLOPs per CPU second (measure_gemm_peak)
+
+    @property
+    def gemm_peak_fraction(self) -> float:
+        """The floor's FLOP rate over the core's peak: the least per_step_over_floor any path can reach."""
+        return self.flops_per_step / self.per_step_s / self.gemm_peak_flops
+
+
+def measure_gemm_peak(sizes: tuple[int, ...] = (256, 512, 1024), seconds_each: float = 0.2) -> float:
+    """The best FLOPs per CPU second of square fp32 matrix products at `sizes`,
+    on the threads torch is set to: the core's practical peak for dense work."""
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        a @ b  # first call: allocation and kernel choice
+        reps, t0 = 0, time.process_time()
+        while (elapsed := time.process_time() - t0) < seconds_each:
+            a @ b
+            reps += 1
+        best = max(best, 2 * n ** 3 * reps / elapsed)
+    return best
 
 
 def measure_cost(cfg: Config, workers: int, steps_per_worker: int, batched: bool = False) -> CostPoint:
@@ -86,23 +114,24 @@ def measure_cost(cfg: Config, workers: int, steps_per_worker: int, batched: bool
 def measure_plain_loop(cfg: Config, steps: int) -> Floor:
     """The floor: a plain one-process training loop on the same model and batches
     (loader, zero_grad + forward + backward, torch.optim.SGD step), no simulator."""
+    from psgd.sim.flops import step_flops
     from psgd.tasks import build_model, load_task
     from psgd.tasks.loaders import train_loader
     torch.set_num_threads(cfg.run.threads)
     task = load_task(cfg, None, splits=("train",))
+    flops = step_flops(cfg, task)
     model = build_model(cfg, task)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr)
     batches = train_loader(task.train_data(), 0, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
     gradient = 0.0
     t0 = time.process_time()
     for _ in range(steps):
-        x, y = next(batches)
+        batch = next(batches)
         g0 = time.process_time()
         opt.zero_grad(set_to_none=False)
-        loss = task.loss(model(task.inputs(x)), task.targets(y))
-        loss.backward()
+        loss = forward_backward(task, model, batch)  # the step every worker takes
         gradient += time.process_time() - g0
         loss.item()
         opt.step()
     total = time.process_time() - t0
-    return Floor(steps, total / steps, round((total - gradient) / gradient, 4))
+    return Floor(steps, total / steps, round((total - gradient) / gradient, 4), flops, measure_gemm_peak())

@@ -42,6 +42,7 @@ from psgd.workers.fragment_rounds import FragmentRounds
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.push_cursor import PushCursor
+from psgd.workers.step import flush_outcome, forward_backward, step_outcome
 
 __all__ = ["Executor", "Push", "Reply", "VirtualWorker", "decode_push"]
 
@@ -228,36 +229,36 @@ class Executor(BatchedSteps, FragmentSteps):
                 w.local.round_steps = round_steps
             w.own = [t.clone() for t in w.local.start]
         self.sync.load(w.own if w.local is not None else w.params)
-        x, y = next(w.batches)
+        batch = next(w.batches)
         t0 = time.process_time()
         self.model.zero_grad(set_to_none=False)
-        loss = self.task.loss(self.model(self.task.inputs(x)), self.task.targets(y))
-        loss.backward()
+        loss = forward_backward(self.task, self.model, batch)
         self.gradient_s += time.process_time() - t0
         w.last_loss = loss.item()
         w.steps += 1
         self._stepped_on(w)
-        if not w.local.step():
+        out = step_outcome(w.local, self.sync.gradients)  # the inner step, as psgd.Optimizer.step takes it
+        if out is None:
             w.own = self.sync.flat_params(out=w.own)
             return None
-        return self._send(w, w.local.delta(), step_s, w.local.taken)
+        return self._send(w, out.tensors, step_s, out.steps)
 
     def _step(self, w: VirtualWorker, step_s: float, batch: Optional[tuple] = None) -> list[Push]:
         """One plain step: the model reads `w.params` in place and backward
         writes into the flat gradients the pushes carry."""
-        x, y = batch if batch is not None else next(w.batches)
+        batch = batch if batch is not None else next(w.batches)
         t0 = time.process_time()  # zeroing the gradients counts as compute, as zero_grad does
         grads = self._gradient_buffers()
         self.binding.bind(w.params)
         self.binding.bind_grads(grads)
-        loss = self.task.loss(self.model(self.task.inputs(x)), self.task.targets(y))
-        loss.backward()
+        loss = forward_backward(self.task, self.model, batch)  # the worker role's step
         self.gradient_s += time.process_time() - t0
         self.binding.gather_split(grads)
         self._stepped_on(w)
         w.last_loss = loss.item()
         w.steps += 1
-        return self._send(w, grads, step_s, owned=True)
+        out = step_outcome(None, lambda: grads)  # a plain step sends its gradients, as psgd.Optimizer.step
+        return self._send(w, out.tensors, step_s, out.steps, owned=True)
 
     @staticmethod
     def _stepped_on(w: VirtualWorker) -> None:
@@ -269,10 +270,11 @@ class Executor(BatchedSteps, FragmentSteps):
         """Under local updates, the shorter round of a worker whose budget ended
         (as psgd.Optimizer.flush); None when there is none."""
         w = self.workers[rank]
-        if w.local is None or w.own is None or not w.local.taken:
+        if w.local is None or w.own is None:
             return None
         self.sync.load(w.own)
-        return self._send(w, w.local.delta(), step_s, w.local.taken)
+        out = flush_outcome(w.local)
+        return None if out is None else self._send(w, out.tensors, step_s, out.steps)
 
     def _send(self, w: VirtualWorker, grads: list[torch.Tensor], step_s: float, steps: int = 1,
               owned: bool = False) -> list[Push]:

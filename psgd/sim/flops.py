@@ -11,6 +11,7 @@ from __future__ import annotations
 from psgd.config import Config
 from psgd.tasks import build_model
 from psgd.tasks.loaders import train_loader
+from psgd.workers.step import forward_backward
 
 __all__ = ["step_flops"]
 
@@ -19,7 +20,7 @@ def step_flops(cfg: Config, task) -> int:
     """FLOPs of forward + backward of one `cfg.task.batch_size` batch (no parameters change)."""
     from torch.utils.flop_counter import FlopCounterMode
     model = build_model(cfg, task)
-    x, y = next(train_loader(task.train_data(), 0, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed))
+    batch = next(train_loader(task.train_data(), 0, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed))
     with FlopCounterMode(display=False) as counter:
-        task.loss(model(task.inputs(x)), task.targets(y)).backward()
+        forward_backward(task, model, batch)  # the step every worker takes
     return int(counter.get_total_flops())

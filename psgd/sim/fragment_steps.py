@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+from psgd.workers.step import forward_backward
+
 __all__ = ["FragmentSteps"]
 
 
@@ -15,11 +17,10 @@ class FragmentSteps:
     def _fragment_step(self, w) -> None:
         """One inner step of a streaming worker on its own parameters."""
         self.sync.load(w.own)
-        x, y = next(w.batches)
+        batch = next(w.batches)
         t0 = time.process_time()
         self.model.zero_grad(set_to_none=False)
-        loss = self.task.loss(self.model(self.task.inputs(x)), self.task.targets(y))
-        loss.backward()
+        loss = forward_backward(self.task, self.model, batch)  # the worker process's step
         self.gradient_s += time.process_time() - t0
         w.last_loss = loss.item()
         w.steps += 1

@@ -7,6 +7,7 @@ import time
 from psgd.config import Config
 from psgd.tasks import build_model
 from psgd.tasks.loaders import train_loader
+from psgd.workers.step import forward_backward
 
 __all__ = ["measure_compute_ms"]
 
@@ -18,10 +19,10 @@ def measure_compute_ms(cfg: Config, task) -> float:
     batches = train_loader(task.train_data(), 0, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed)
     times = []
     for i in range(cfg.sim.warmup_steps + 1):
-        x, y = next(batches)
+        batch = next(batches)
         t0 = time.process_time()  # CPU time: on a shared machine wall time counts others' turns
         model.zero_grad(set_to_none=False)
-        task.loss(model(task.inputs(x)), task.targets(y)).backward()
+        forward_backward(task, model, batch)  # the step every worker takes
         if i:
             times.append(time.process_time() - t0)
     return statistics.median(times) * 1e3

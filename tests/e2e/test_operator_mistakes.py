@@ -2,7 +2,6 @@
 use, a --resume (or a hand-resumed shard) after changing the optimizer or the
 model's width, and a disk too full for the start."""
 import json
-import time
 
 import pytest
 import yaml
@@ -56,13 +55,12 @@ def test_resume_after_changing_the_optimizer_is_refused_before_anything_starts(t
     run_cfg = yaml.safe_load((out / "config.yaml").read_text())
     run_cfg["optimizer"]["name"] = "adam"
     (out / "config.yaml").write_text(yaml.safe_dump(run_cfg))
-    before = sorted(p.name for p in (out / "checkpoints").iterdir())
-    t0 = time.monotonic()
+    before = {p: p.stat().st_size for p in out.rglob("*") if p.is_file()}
     code, stdout, stderr = run_psgd("launch", "--resume", str(out), "--quiet", cwd=tmp_path, timeout=60)
     line = one_clear_line(stdout + stderr)
     assert code == 1 and "cannot resume" in line and "optimizer state was ['momentum_buffer']" in line, line
-    assert time.monotonic() - t0 < 30 and "logs" not in line  # refused up front, not after restarts
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == before
+    assert "logs" not in line  # refused up front, not after restarts: no process wrote a byte
+    assert {p: p.stat().st_size for p in out.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.timeout(120)

@@ -1,8 +1,6 @@
 """Adagrad as torch.optim.Adagrad (no lr_decay; the sum of squares starts at 0)."""
 from __future__ import annotations
 
-from typing import Iterable
-
 import torch
 
 from psgd.config import OptimizerConfig
@@ -24,10 +22,6 @@ class Adagrad(Rule):
         acc = self.state["sum"]
         acc.addcmul_(grad, grad, value=1.0)
         params.addcdiv_(grad, acc.sqrt().add_(self.cfg.eps), value=-lr)
-
-    @classmethod
-    def torch_optimizer(cls, cfg: OptimizerConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        return torch.optim.Adagrad(list(params), lr=cfg.lr, eps=cfg.eps, weight_decay=cfg.weight_decay)
 
     @classmethod
     def from_torch(cls, group: dict) -> dict:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable
 
 import torch
 
@@ -33,11 +32,6 @@ class Adam(Rule):
         v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
         denom = torch.sqrt(v, out=self._denom).div_(math.sqrt(1 - b2 ** t)).add_(self.cfg.eps)
         params.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))
-
-    @classmethod
-    def torch_optimizer(cls, cfg: OptimizerConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        return cls.torch_class(list(params), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
-                               weight_decay=cfg.weight_decay)
 
     @classmethod
     def from_torch(cls, group: dict) -> dict:

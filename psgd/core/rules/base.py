@@ -52,9 +52,19 @@ class Rule(ABC):
         """Apply `grad` to `params` in place at rate `lr`; `update` counts the updates before it."""
 
     @classmethod
-    @abstractmethod
+    def settings(cls, cfg: OptimizerConfig) -> dict:
+        """The values of `keys` in `cfg`, which decide the rule's arithmetic, under the
+        names torch.optim gives them: the momentum in force, betas as a list."""
+        values = {"momentum": cfg.effective_momentum, "betas": list(cfg.betas)}
+        return {k: values.get(k, getattr(cfg, k)) for k in cls.keys}
+
+    @classmethod
     def torch_optimizer(cls, cfg: OptimizerConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        """torch.optim's twin of this rule (a worker's inner optimizer under local updates)."""
+        """torch.optim's twin of this rule (a worker's inner optimizer under local updates):
+        its torch class (its family's, for a rule reached through it) with its `settings`."""
+        torch_class = cls.torch_class or RULES[cls.family].torch_class
+        return torch_class(list(params), **{k: tuple(v) if isinstance(v, list) else v
+                                            for k, v in cls.settings(cfg).items()})
 
     @classmethod
     @abstractmethod
@@ -84,6 +94,9 @@ def rule(cls: type[Rule]) -> type[Rule]:
     torch_class = getattr(cls, "torch_class", False)
     if torch_class is not None and not (isinstance(torch_class, type) and issubclass(torch_class, torch.optim.Optimizer)):
         raise TypeError(f"update rule {cls.__name__} lacks torch_class (a torch.optim class, or None)")
+    if torch_class is None and getattr(RULES.get(cls.family), "torch_class", None) is None:
+        raise TypeError(f"update rule {cls.__name__} lacks torch_class (None only where its family "
+                        f"{cls.family!r} has a rule with one)")
     missing = sorted(getattr(cls, "__abstractmethods__", ()))
     if missing:
         raise TypeError(f"update rule {cls.__name__} lacks {', '.join(missing)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import typing
 
 from psgd.config import OptimizerConfig
-from psgd.core.members import import_members
+from psgd.core.members import check_words, import_members
 from psgd.core.rules.base import RULES, Rule
 
 __all__ = ["RULES", "rule_named", "check_rules"]
@@ -18,13 +18,7 @@ __all__ = ["RULES", "rule_named", "check_rules"]
 
 def check_rules(rules: dict[str, type[Rule]], names: tuple[str, ...]) -> None:
     """Raise unless the config's names and the rules' names are the same set."""
-    no_rule = sorted(set(names) - set(rules))
-    if no_rule:
-        raise TypeError(f"optimizer.name values with no update rule: {', '.join(no_rule)}")
-    unnamed = sorted(c.__name__ for n, c in rules.items() if n not in names)
-    if unnamed:
-        raise TypeError(f"update rules that optimizer.name cannot select (add their name to "
-                        f"psgd.config.schema.OptimizerConfig.name): {', '.join(unnamed)}")
+    check_words("optimizer.name", names, rules, "update rule", "psgd.config.schema.OptimizerConfig.name")
 
 
 def rule_named(name: str) -> type[Rule]:

@@ -2,8 +2,6 @@
 Nesterov for asynchronous outer steps (Liu et al. 2024)."""
 from __future__ import annotations
 
-from typing import Iterable
-
 import torch
 
 from psgd.config import OptimizerConfig
@@ -59,11 +57,6 @@ class SGD(Rule):
 
     def sparse_exact(self) -> bool:
         return self.momentum == 0
-
-    @classmethod
-    def torch_optimizer(cls, cfg: OptimizerConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        return torch.optim.SGD(list(params), lr=cfg.lr, momentum=cfg.effective_momentum, nesterov=cfg.nesterov,
-                               weight_decay=cfg.weight_decay)
 
     @classmethod
     def from_torch(cls, group: dict) -> dict:

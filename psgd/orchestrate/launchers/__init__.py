@@ -28,7 +28,7 @@ from typing import Callable, ClassVar, Optional, Protocol
 
 from psgd.config import Config, ConfigError
 
-__all__ = ["JobLauncher", "LaunchResult", "LauncherDefect", "LauncherUnavailable", "launcher_for",
+__all__ = ["JobLauncher", "LaunchFailed", "LaunchResult", "LauncherDefect", "LauncherUnavailable", "launcher_for",
            "launcher_from", "launcher_names", "load_launcher"]
 
 
@@ -41,6 +41,10 @@ class LaunchResult:
     run_dir: Path
     summary: Optional[dict] = None
     refused: bool = False  # the run directory was not ours to use: nothing in it was touched
+
+
+class LaunchFailed(RuntimeError):
+    """A launch that cannot go on, with its one-line reason (the launchers turn it into a LaunchResult)."""
 
 
 class JobLauncher(Protocol):

@@ -1,13 +1,13 @@
 """Gradient codecs: one module per codec (f32, f16, bf16, topk, ...), each one
-class with its wire name, config value, frames, dtype, cost, encode and decode
-(psgd.wire.codecs.base.Codec), in one table checked at import
+class with its wire name, config value, frames, dtype, wire and CPU cost, encode
+and decode (psgd.wire.codecs.base.Codec), in one table checked at import
 (psgd.wire.codecs.registry). A new codec is a new module here."""
-from psgd.wire.codecs.base import CODECS, Codec, CodecOptions, DenseCodec, Encoded, Gradient, codec
+from psgd.wire.codecs.base import CODECS, Codec, CodecCost, CodecOptions, DenseCodec, Encoded, Gradient, codec
 from psgd.wire.codecs.encoder import WireEncoder
 from psgd.wire.codecs.f16 import F16_RANGE
 from psgd.wire.codecs.registry import codec_for_compression, codec_named, dense_codec, encoding_of, encodings_for
 from psgd.wire.codecs.topk import topk_count
 
-__all__ = ["CODECS", "Codec", "CodecOptions", "DenseCodec", "Encoded", "Gradient", "codec", "WireEncoder",
+__all__ = ["CODECS", "Codec", "CodecCost", "CodecOptions", "DenseCodec", "Encoded", "Gradient", "codec", "WireEncoder",
            "F16_RANGE", "codec_for_compression", "codec_named", "dense_codec", "encoding_of", "encodings_for",
            "topk_count"]

@@ -4,9 +4,11 @@ that holds every codec, checked as each one is added.
 A codec is one class in one module of this package, decorated with `@codec`:
 its wire name (the protocol's `encoding` field), the `wire.compression` value
 that selects it, its payload's frames and dtype, whether it encodes element by
-element, what it costs on the wire (bytes per gradient element, the figure the
-simulator's time model reads), and `encode` / `decode`. `@codec` refuses a class
-that lacks any of these, so a codec with a missing part fails at import.
+element, what it costs on the wire (bytes per gradient element) and on a CPU
+thread (`cost`: encode and decode rates, stated with where they were measured;
+the simulator's time model reads both), and `encode` / `decode`. `@codec`
+refuses a class that lacks any of these, so a codec with a missing part fails
+at import.
 
 An instance belongs to one worker's encoder and may keep per-shard state
 (buffers, top-k's residuals); `decode` is a class method (the shard keeps none).
@@ -21,7 +23,8 @@ import torch
 
 from psgd.wire.frames import tensor_frame, view_frame
 
-__all__ = ["Codec", "DenseCodec", "Encoded", "Gradient", "CodecOptions", "CODECS", "codec"]
+__all__ = ["Codec", "CodecCost", "DenseCodec", "Encoded", "Gradient", "CodecOptions", "CODECS", "codec",
+           "REFERENCE_EPYC", "DEV_MACHINE"]
 
 # What a shard applies: a dense fp32 gradient, or (int32 indices, fp32 values) of a sparse one.
 Gradient = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
@@ -31,6 +34,28 @@ Gradient = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
 class CodecOptions:
     """The `wire:` settings a codec may read (psgd.config.WireConfig)."""
     topk_ratio: float = 0.01   # sparse codecs: fraction of each shard's coordinates sent per push
+
+
+# Where the codecs' CPU rates were measured (CodecCost.measured_on): psgd's own encoder
+# (WireEncoder) and the shard's decode of one 1M-element fp32 gradient, median of 15 runs.
+REFERENCE_EPYC = "one thread of an AMD EPYC, the project's reference machine"
+DEV_MACHINE = "one thread of the project's 2-core development machine, process time"
+
+
+@dataclass(frozen=True)
+class CodecCost:
+    """What a codec's encode (on the worker) and decode (on the shard) take on one
+    CPU thread, in gigabytes/s of fp32 gradient: the figures the simulator uses
+    where `sim.encode_gbytes_per_s` / `sim.decode_gbytes_per_s` give none. A
+    top-k decode is the copy of its indices and values; scattering them into the
+    dense update belongs to the apply (sim.apply_gbytes_per_s)."""
+    encode_gbytes_per_s: float
+    decode_gbytes_per_s: float
+    measured_on: str  # the machine and method behind the figures
+
+    def __post_init__(self):
+        if not (self.encode_gbytes_per_s > 0 and self.decode_gbytes_per_s > 0 and self.measured_on):
+            raise ValueError(f"a codec's cost needs positive rates and where they were measured, got {self}")
 
 
 @dataclass(frozen=True)
@@ -52,6 +77,7 @@ class Codec(ABC):
     wire_dtype: ClassVar[torch.dtype]  # dtype of the values it sends
     dense: ClassVar[bool]             # one frame of `numel` values (may travel through shared memory)
     elementwise: ClassVar[bool]       # an element's bytes depend on it alone: a gradient may go in pieces
+    cost: ClassVar[Optional[CodecCost]]  # CPU time to encode and decode; None: free (the gradient travels as it is)
 
     def __init__(self, sizes: Sequence[int], options: CodecOptions):
         self.sizes = list(sizes)
@@ -168,6 +194,8 @@ def codec(cls: type[Codec]) -> type[Codec]:
         value = getattr(cls, attr, None)
         if not isinstance(value, kind) or (kind is str and not value):
             raise TypeError(f"codec {cls.__name__} lacks {attr} (a {kind.__name__})")
+    if not isinstance(getattr(cls, "cost", False), (CodecCost, type(None))):
+        raise TypeError(f"codec {cls.__name__} lacks cost (a CodecCost, or None for a codec that costs no CPU)")
     missing = sorted(getattr(cls, "__abstractmethods__", ()))
     if missing:
         raise TypeError(f"codec {cls.__name__} lacks {', '.join(missing)}")

@@ -10,6 +10,7 @@ from psgd.wire.codecs.base import DenseCodec, codec
 class F32(DenseCodec):
     name = "f32"
     config_name = "none"
+    cost = None  # never encoded or decoded: the gradient travels as it is
     wire_dtype = torch.float32
     elementwise = True
 

@@ -5,7 +5,7 @@ psgd.wire.codecs._blocks."""
 from __future__ import annotations
 
 from psgd.wire.codecs._blocks import BlockCodec
-from psgd.wire.codecs.base import codec
+from psgd.wire.codecs.base import DEV_MACHINE, CodecCost, codec
 
 
 @codec
@@ -13,3 +13,4 @@ class Int8(BlockCodec):
     name = "int8"
     config_name = "int8"
     bits = 8
+    cost = CodecCost(encode_gbytes_per_s=0.52, decode_gbytes_per_s=1.2, measured_on=DEV_MACHINE)

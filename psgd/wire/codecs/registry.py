@@ -13,7 +13,7 @@ import typing
 from typing import Optional, Sequence
 
 from psgd.config.operations import Compression, WireConfig
-from psgd.core.members import import_members
+from psgd.core.members import check_words, import_members
 from psgd.wire.codecs.base import CODECS, Codec
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
@@ -22,15 +22,10 @@ __all__ = ["CODECS", "codec_named", "dense_codec", "codec_for_compression", "enc
 
 
 def check_codecs(codecs: dict[str, type[Codec]], compression_values: tuple[str, ...]) -> None:
-    """Raise unless each config value selects exactly one codec and each codec one value."""
-    chosen = {c.config_name for c in codecs.values()}
-    no_codec = sorted(set(compression_values) - chosen)
-    if no_codec:
-        raise TypeError(f"wire.compression values with no codec: {', '.join(no_codec)}")
-    unselectable = sorted(c.__name__ for c in codecs.values() if c.config_name not in compression_values)
-    if unselectable:
-        raise TypeError(f"codecs that wire.compression cannot select (add their config_name to "
-                        f"psgd.config.operations.WireConfig.compression): {', '.join(unselectable)}")
+    """Raise unless each config value selects exactly one codec and each codec one value
+    (@codec already refuses two codecs with one config_name)."""
+    check_words("wire.compression", compression_values, {c.config_name: c for c in codecs.values()}, "codec",
+                "psgd.config.operations.Compression")
 
 
 def codec_named(encoding: str) -> type[Codec]:

@@ -32,14 +32,10 @@ def test_a_rule_lacking_an_attribute_is_refused(missing):
 
 def test_a_rule_lacking_its_step_is_refused():
     class NoStep(Rule):
-        name, family, torch_class, keys, decoupled_weight_decay = "nostep", "nostep", None, ("lr",), False
+        name, family, torch_class, keys, decoupled_weight_decay = "nostep", "nostep", torch.optim.SGD, ("lr",), False
 
         def initial_state(self, cfg, params):
             return {}
-
-        @classmethod
-        def torch_optimizer(cls, cfg, params):
-            return torch.optim.SGD(params, lr=cfg.lr)
 
         @classmethod
         def from_torch(cls, group):
@@ -47,6 +43,21 @@ def test_a_rule_lacking_its_step_is_refused():
     with pytest.raises(TypeError, match="lacks step"):
         rule(NoStep)
     assert "nostep" not in RULES
+
+
+def test_a_rule_without_a_torch_class_needs_a_family_that_has_one():
+    with pytest.raises(TypeError, match="lacks torch_class .*family 'lion'"):
+        rule(type("Lion", (SGD,), {"name": "lion", "family": "lion", "torch_class": None}))
+    assert "lion" not in RULES
+    inner = RULES["momentum"].torch_optimizer(OptimizerConfig(name="momentum", lr=0.1), [torch.nn.Parameter(torch.ones(2))])
+    assert type(inner) is torch.optim.SGD and inner.param_groups[0]["momentum"] == 0.9  # its family's class
+
+
+def test_each_rules_torch_twin_has_the_rules_settings():
+    for name, cls in RULES.items():
+        cfg = OptimizerConfig(name=name, lr=0.05, weight_decay=0.01)
+        group = cls.torch_optimizer(cfg, [torch.nn.Parameter(torch.ones(2))]).param_groups[0]
+        assert {k: list(group[k]) if k == "betas" else group[k] for k in cls.keys} == cls.settings(cfg), name
 
 
 def test_a_rule_naming_an_unknown_setting_or_reusing_a_name_is_refused():

@@ -4,24 +4,13 @@ import typing
 
 import pytest
 import torch
+from support.codecs import half_codec
 
 from psgd.config.operations import Compression
 from psgd.wire import protocol as P
-from psgd.wire.codecs import CODECS, Codec, CodecOptions, DenseCodec, WireEncoder, codec, codec_for_compression
-from psgd.wire.codecs.registry import check_codecs
+from psgd.wire.codecs import CODECS, Codec, CodecCost, CodecOptions, WireEncoder, codec
+from psgd.wire.codecs.registry import check_codecs, codec_for_compression
 from psgd.wire.payload import payload_frames
-
-
-def _half(name="half", config_name="half"):
-    class Half(DenseCodec):
-        wire_dtype = torch.float16
-        elementwise = True
-
-        def fill(self, grad, out):
-            out.copy_(grad)
-            return out, 1.0
-    Half.name, Half.config_name = name, config_name
-    return Half
 
 
 def test_every_config_value_selects_the_codec_with_that_config_name():
@@ -32,16 +21,30 @@ def test_every_config_value_selects_the_codec_with_that_config_name():
 
 @pytest.mark.parametrize("missing", ["name", "config_name", "wire_dtype", "elementwise"])
 def test_a_codec_lacking_an_attribute_is_refused(missing):
-    cls = _half()
+    cls = half_codec()
     setattr(cls, missing, None)
     with pytest.raises(TypeError, match=f"lacks {missing}"):
         codec(cls)
     assert cls not in CODECS.values()
 
 
+def test_a_codec_lacking_its_cpu_cost_is_refused():
+    cls = half_codec()
+    del cls.cost
+    with pytest.raises(TypeError, match="lacks cost"):
+        codec(cls)
+    cls.cost = (3.0, 5.0)  # rates without where they were measured
+    with pytest.raises(TypeError, match="lacks cost"):
+        codec(cls)
+    assert cls not in CODECS.values()
+    with pytest.raises(ValueError, match="where they were measured"):
+        CodecCost(3.0, 5.0, "")
+
+
 def test_a_codec_lacking_a_method_is_refused():
     class NoDecode(Codec):
         name, config_name, frames, wire_dtype, dense, elementwise = "nd", "nd", 1, torch.float32, True, False
+        cost = None
 
         @classmethod
         def bytes_per_element(cls, options):
@@ -56,9 +59,9 @@ def test_a_codec_lacking_a_method_is_refused():
 
 def test_a_codec_reusing_a_name_is_refused():
     with pytest.raises(TypeError, match="reuses the name"):
-        codec(_half(name="f16"))
+        codec(half_codec(name="f16"))
     with pytest.raises(TypeError, match="reuses the name"):
-        codec(_half(config_name="none"))
+        codec(half_codec(config_name="none"))
     assert CODECS["f16"].__name__ == "F16"
 
 
@@ -72,7 +75,7 @@ def test_config_values_and_codecs_must_agree():
 
 
 def test_a_registered_codec_is_used_from_encoder_to_decoder_and_frame_count():
-    half = _half()
+    half = half_codec()
     codec(half)
     try:
         g = torch.tensor([0.5, -2.0, 3.25])
