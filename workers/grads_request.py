@@ -3,15 +3,12 @@
 build a shard's request, again after a re-registration (the same seq: applied once)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import torch
 
 from psgd.wire import protocol as P
 from psgd.wire.requests import Pending
-
-if TYPE_CHECKING:
-    from psgd.workers.client import PSClient
 
 __all__ = ["GradsRequest"]
 
@@ -20,10 +17,11 @@ class GradsRequest:
     """One push being assembled and sent: its seq and clock, each shard's encoded
     gradient, and how to build a shard's request (again, after a re-registration)."""
 
-    def __init__(self, client: PSClient, kind, seq: int, clock: int, steps: int, ahead: int,
+    def __init__(self, client: Any, kind, seq: int, clock: int, steps: int, ahead: int,
                  read_versions: list[int], slot: int = 0,
                  shard_cursors: Optional[dict[int, tuple[int, int]]] = None):
-        """`shard_cursors`: a fragment push's (seq, clock) per shard (None: `seq` and `clock` for all)."""
+        """`client`: the PSClient (not imported: it imports this module). `shard_cursors`: a
+        fragment push's (seq, clock) per shard (None: `seq` and `clock` for all)."""
         self.client, self.kind, self.seq, self.clock = client, kind, seq, clock
         self.shard_cursors = shard_cursors
         self.steps, self.ahead, self.read_versions, self.slot = steps, ahead, read_versions, slot

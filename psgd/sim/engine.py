@@ -158,6 +158,10 @@ class Engine(FragmentTurns):
         else:  # the gradient to the host and encoded, then it leaves
             self.q.put(ready, Kind.STEP_DONE, pushes, tie=self.send_order.priority(rank, step))
 
+    def _step_done_at(self, t: float, pushes: list[Push], tie: float) -> None:
+        """`pushes` leave at `t`, ordered among sends at that instant by `tie` (a streaming fragment's)."""
+        self.q.put(t, Kind.STEP_DONE, pushes, tie=tie)
+
     def _local_done(self, rank: int, t: float) -> None:
         w = self.ex.workers[rank]
         self.result.steps += 1

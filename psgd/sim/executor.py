@@ -294,6 +294,13 @@ class Executor(BatchedSteps, FragmentSteps):
             w.own = None  # the reply starts the next round
         return pushes
 
+    def _encoded_push(self, w: VirtualWorker, s: int, g: torch.Tensor, seq: int, clock: int, step_s: float,
+                      steps: int) -> Push:
+        """Shard s's push of `g` (not owned: a delta buffer that is reused), as the shard decodes it."""
+        before = w.encoder.wire_bytes
+        grad = decode_push(w.encoder.encode(s, g), g.numel())
+        return Push(w.rank, s, seq, clock, w.versions[s], grad, w.encoder.wire_bytes - before, step_s, steps)
+
     def serve_push(self, push: Push) -> list[Reply]:
         """Shard `push.shard` handles one push exactly as the real shard does; returns the
         replies it sends now: to the parked pulls the push released, in their order."""

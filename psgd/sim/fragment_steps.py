@@ -58,7 +58,6 @@ class FragmentSteps:
     def fragment_send(self, rank: int, step_s: float, fragment: Optional[int] = None) -> Optional[list]:
         """The pushes of `fragment` (None: the one whose turn follows the step just taken;
         None returned when there is none), to its shards only."""
-        from psgd.sim.executor import Push, decode_push  # the executor's (it imports this module)
         w = self.workers[rank]
         if fragment is None:
             due = w.fragments.sends_due()
@@ -70,11 +69,7 @@ class FragmentSteps:
         pushes = []
         for s, g in deltas.items():
             cursor = w.shard_cursors[s]
-            before = w.encoder.wire_bytes
-            enc = w.encoder.encode(s, g)
-            grad = decode_push(enc, g.numel())  # owned: the delta buffers are reused
-            pushes.append(Push(w.rank, s, cursor.seq, cursor.clock, w.versions[s], grad,
-                                     w.encoder.wire_bytes - before, step_s, steps))
+            pushes.append(self._encoded_push(w, s, g, cursor.seq, cursor.clock, step_s, steps))
             cursor.pushed(cursor.seq, cursor.clock)
         w.replies = {}
         w.peak_push_bytes = max(w.peak_push_bytes, sum(p.wire_bytes for p in pushes))
