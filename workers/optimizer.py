@@ -74,6 +74,9 @@ def rank_from_env(cfg: Config) -> int:
         env = detect()
     except ClusterEnvError as exc:
         raise ValueError(f"rank=None takes the rank from torchrun or SLURM, but {exc}; pass rank=") from None
+    if cfg.cluster.worker_range is not None:
+        raise ConfigError("cluster.workers", f"{env.launcher} starts a fixed number of processes: give an int "
+                          "(a range runs with psgd launch, locally or on Ray), or pass rank=")
     if env.world_size != cfg.cluster.workers:
         raise ConfigError("cluster.workers", f"{env.launcher} started {env.world_size} processes but the config "
                           f"has {cfg.cluster.workers} workers: every process of the job is one worker")

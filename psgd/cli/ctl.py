@@ -1,15 +1,18 @@
 """`psgd ctl RUN_DIR set key=value ...` and `psgd ctl RUN_DIR show`: change or
-inspect a live run's staleness bound, consistency mode (ssp/asp) or learning rate."""
+inspect a live run's staleness bound, consistency mode (ssp/asp) or learning rate;
+`psgd ctl RUN_DIR workers N`: scale an elastic run (cluster.workers: {min, max}) to N workers."""
 from __future__ import annotations
 
 import argparse
 import json
 
-from psgd.cli.failures import Fail, expected
+from psgd.cli.failures import CommandFailed, Fail, expected
 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
     from psgd.orchestrate.control import ControlFailed, parse_assignments, set_live, show_live
+    if args.action == "workers":
+        return _workers(args)
     with expected("psgd ctl", Fail(ControlFailed, 1)):
         if args.action == "show":
             print(json.dumps(show_live(args.run_dir, args.timeout), indent=2))
@@ -21,11 +24,23 @@ def cmd_ctl(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workers(args: argparse.Namespace) -> int:
+    from psgd.orchestrate.elastic import WorkersRequestFailed, request_workers
+    if len(args.assignments) != 1 or not args.assignments[0].isdigit():
+        raise CommandFailed(2, "psgd ctl: workers takes one count, e.g. psgd ctl RUN_DIR workers 4")
+    count = int(args.assignments[0])
+    with expected("psgd ctl", Fail(WorkersRequestFailed, 1)):
+        span = request_workers(args.run_dir, count)
+    print(f"asked for {count} workers (range {span.min}-{span.max}); the launcher starts or stops them now")
+    return 0
+
+
 def add_ctl_command(sub) -> None:
     ctl = sub.add_parser("ctl", help="change a live run at one clock on every shard (needs the run token)")
     ctl.add_argument("run_dir")
-    ctl.add_argument("action", choices=("set", "show"))
+    ctl.add_argument("action", choices=("set", "show", "workers"))
     ctl.add_argument("assignments", nargs="*", metavar="KEY=VALUE",
-                     help="consistency.staleness=N|auto, consistency.mode=ssp|asp, optimizer.lr=X")
+                     help="set: consistency.staleness=N|auto, consistency.mode=ssp|asp, optimizer.lr=X; "
+                          "workers: N, the worker count of an elastic run (cluster.workers: {min, max})")
     ctl.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each shard")
     ctl.set_defaults(func=cmd_ctl)

@@ -76,6 +76,9 @@ def build(cls, data: Any, path: str):
         name = by_yaml[key]
         kwargs[name] = _convert(hints[name], value, sub)
         _check_int_bound(kwargs[name], fields[name].metadata.get("max", INT_MAX), sub)
+    for name, f in fields.items():  # a key without a default (sim.devices.NAME.peak_tflops) must be given
+        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(_join(path, name[:-1] if name.endswith("_") else name), "is required here")
     try:
         return cls(**kwargs)
     except ConfigError as exc:

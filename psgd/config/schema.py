@@ -14,6 +14,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
 import yaml
 
+from psgd.config.elastic import MAX_WORKERS, WorkerRange, elastic_refusal
 from psgd.config.loader import ConfigError, build, int_max, parse_override, set_path
 from psgd.config.loader import check as _check
 from psgd.config.local_updates import LocalConfig
@@ -59,7 +60,11 @@ class ClusterConfig:
     # Either a shard count (the launcher picks free ports on `host`) or the
     # explicit "host:port" of every shard, for runs across machines.
     servers: Union[int, list[str]] = field(default=2, metadata=int_max(4096))
-    workers: int = field(default=4, metadata=int_max(1_000_000))  # worker processes, ranks 0..workers-1
+    # Worker processes, ranks 0..workers-1; or a range {min, max} (elastic workers: the run
+    # starts with min, keeps at least min, and grows to at most max while it runs).
+    workers: Union[int, WorkerRange] = field(default=4, metadata=int_max(MAX_WORKERS))
+    # The range's min (None: a fixed count); `workers` then holds its max. Set from the range.
+    workers_min: Optional[int] = field(default=None, metadata={"internal": True})
     host: str = "127.0.0.1"      # bind/connect address for launcher-picked ports
     timeout_s: float = 10.0      # a worker silent this long leaves the quorum
     heartbeat_s: float = 1.0     # worker heartbeat period
@@ -79,7 +84,13 @@ class ClusterConfig:
                 host, _, port = addr.rpartition(":")
                 _check(bool(host) and port.isdigit() and 0 < int(port) < 65536,
                        f"servers[{i}]", f"expected host:port, got {addr!r}")
+        if isinstance(self.workers, WorkerRange):  # every reader of `workers` gets the rank count
+            object.__setattr__(self, "workers_min", self.workers.min)
+            object.__setattr__(self, "workers", self.workers.max)
         _check(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
+        if self.workers_min is not None:  # dataclasses.replace keeps it; a new count below it ends the range
+            if not 1 <= self.workers_min <= self.workers:
+                object.__setattr__(self, "workers_min", None)
         _check(self.timeout_s > 0, "timeout_s", "must be > 0")
         _check(0 < self.heartbeat_s < self.timeout_s, "heartbeat_s", "must be > 0 and < timeout_s")
         _check(self.request_timeout_s > 0, "request_timeout_s", "must be > 0")
@@ -89,6 +100,20 @@ class ClusterConfig:
     @property
     def num_servers(self) -> int:
         return self.servers if isinstance(self.servers, int) else len(self.servers)
+
+    @property
+    def worker_range(self) -> Optional[WorkerRange]:
+        """The elastic range (None: a fixed count of `workers`)."""
+        return None if self.workers_min is None else WorkerRange(self.workers_min, self.workers)
+
+    @property
+    def starting_workers(self) -> int:
+        """How many workers the run starts with: every rank, or the range's min."""
+        return self.workers if self.workers_min is None else self.workers_min
+
+    def yaml_values(self) -> dict:
+        """Keys written differently from the fields: a range is written back as one."""
+        return {} if self.workers_min is None else {"workers": self.worker_range}
 
 
 MAX_STALENESS = 1_000_000  # an SSP bound above any run's clocks is asp in disguise; psgd ctl checks it too
@@ -310,6 +335,9 @@ class Config:
         if self.consistency.backup_workers:
             _check(self.consistency.backup_workers < self.cluster.workers,
                    "consistency.backup_workers", "must be < cluster.workers")
+        refusal = elastic_refusal(self)
+        if refusal is not None:
+            raise ConfigError(*refusal)
 
 
 # Every way a user hands psgd a config.
@@ -371,8 +399,11 @@ def config_to_dict(cfg: Config) -> dict:
     """The config as plain YAML-able data, with the YAML key names."""
     def conv(obj):
         if dataclasses.is_dataclass(obj):
-            return {_yaml_key(f.name): conv(getattr(obj, f.name))
-                    for f in dataclasses.fields(obj) if not f.metadata.get("internal")}
+            values = {_yaml_key(f.name): conv(getattr(obj, f.name))
+                      for f in dataclasses.fields(obj) if not f.metadata.get("internal")}
+            if hasattr(obj, "yaml_values"):
+                values.update({k: conv(v) for k, v in obj.yaml_values().items()})
+            return values
         if isinstance(obj, Enum):
             return obj.value
         if isinstance(obj, dict):

@@ -15,12 +15,15 @@ class ClockBoard:
 
     The quorum is every expected rank that has not left or timed out; a rank
     that has not registered yet is in it (at clock 0), so a run starts in step.
+    `members`: how many ranks the run starts with (elastic workers: the range's
+    min); the ranks above start outside the quorum and enter it when they
+    register, at the slowest member's clock (`join`), so nobody waits for them.
     """
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, members: Optional[int] = None):
         self.workers = workers
         self.clocks = [0] * workers
-        self.departed = set()
+        self.departed = range(workers if members is None else members, workers)
 
     @property
     def departed(self) -> frozenset:

@@ -43,16 +43,17 @@ class Finished:
 
 class ConsistencyPolicy:
     """`numel`, `backup_workers`: what a mode that aggregates (bsp) sums, and how many
-    of a clock's pushes it may go without."""
+    of a clock's pushes it may go without. `members`: the ranks in the first quorum
+    (elastic workers: the range's min; None: all `workers`)."""
 
     def __init__(self, mode: Mode, workers: int, staleness: Union[int, str] = 0, staleness_min: int = 0,
                  staleness_max: int = 8, lr: float = 0.0, max_staleness_drop: Optional[int] = None,
-                 numel: int = 0, backup_workers: int = 0):
+                 numel: int = 0, backup_workers: int = 0, members: Optional[int] = None):
         self.mode = Mode(mode)
         if not self.mode.on_servers:
             raise ValueError("the all-reduce baseline has no parameter servers to keep consistent")
         auto = staleness == "auto"
-        self.board = ClockBoard(workers)
+        self.board = ClockBoard(workers, members)
         self.rule: ModeRule = rule_class(self.mode)(self.board, numel, backup_workers)
         self._rules: dict[Mode, ModeRule] = {self.mode: self.rule}  # and the modes psgd ctl switched to
         self.settings = LiveSettings(LiveSetting(mode=self.mode, staleness=staleness_min if auto else int(staleness),
@@ -68,7 +69,7 @@ class ConsistencyPolicy:
         rate its update rule starts with."""
         c = cfg.consistency
         return cls(c.mode, cfg.cluster.workers, c.staleness, c.staleness_min, c.staleness_max, lr,
-                   cfg.optimizer.max_staleness_drop, numel, c.backup_workers)
+                   cfg.optimizer.max_staleness_drop, numel, c.backup_workers, cfg.cluster.starting_workers)
 
     # ---- what is in force ---------------------------------------------------
     def setting_at(self, clock: int) -> LiveSetting:

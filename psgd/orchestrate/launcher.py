@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 from psgd.config import Config, dump_config, load_config
 from psgd.config.modes import Role
+from psgd.orchestrate.elastic_launch import ElasticMembership
 from psgd.orchestrate.launchers import LaunchFailed, LaunchResult
 from psgd.orchestrate.processes import LocalProcesses, ProcessHost, RoleProcess
 from psgd.orchestrate.progress import Progress
@@ -74,7 +75,7 @@ def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
     return path
 
 
-class Launcher:
+class Launcher(ElasticMembership):
     """Runs one training job. `run` blocks until it ends and never raises for a
     child's failure: the result carries the exit code and a one-line reason."""
     resumable = True  # --resume continues a stopped run from the servers' checkpoints
@@ -101,6 +102,7 @@ class Launcher:
         self.resume = resume
         self.budget = RestartBudget(cfg.supervision)
         self._pending: list[PendingRestart] = []
+        self._init_elastic(cfg)  # cluster.workers: {min, max}
 
     @property
     def events(self) -> list[dict]:
@@ -193,7 +195,7 @@ class Launcher:
         for i, addr in enumerate(addresses):
             self._spawn("server", i, address=addr)
         worker_role = "worker" if mode.on_servers else "allreduce"
-        for r in range(self.cfg.cluster.workers):
+        for r in range(self.cfg.cluster.starting_workers):
             self._spawn(worker_role, r)
         if self.cfg.eval.enabled:
             self._spawn("evaluator", 0)
@@ -234,6 +236,8 @@ class Launcher:
                     c.terminate()
             elif stop_by is not None and time.monotonic() > stop_by:
                 self._kill_workers([c for c in workers if c.state is not ChildState.DONE], why)
+            if self.elastic is not None and stop_by is None:
+                self._scale()
             time.sleep(0.1)
         # Training ends with the last worker's last step, not when its process has exited.
         done = [e["t"] for e in self.events if e.get("event") == Event.DONE and e.get("role") in (Role.WORKER, Role.ALLREDUCE)]
@@ -276,8 +280,11 @@ class Launcher:
         self._respawn_due()
 
     def _crashed(self, c: RoleProcess, code: int) -> None:
-        """Book a restart of a crashed child, or fail once its retries are spent."""
+        """Book a restart of a crashed child, or fail once its retries are spent
+        (elastic workers: let it go while at least min others run)."""
         cause = f"{c.name} exited with code {code}: {c.cause()}"
+        if self._lets_go(c):
+            return
         if code == EXIT_NO_RETRY:  # a bad config, user code or a damaged checkpoint: it would fail the same way
             raise LaunchFailed(cause + " (not restarted: it would fail the same way again)")
         pending = self.budget.schedule(c.role, c.index, time.monotonic(), c.address)
@@ -304,6 +311,8 @@ class Launcher:
         if child is not None and e.get("event") == Event.READY:
             child.state = child.state.to(ChildState.READY)
         self.log.record(e)
+        if self.elastic is not None and child is not None and child.role == Role.WORKER and self._t0 is not None:
+            self._follow_membership(child, e)
 
     def _shutdown(self, interrupted: bool = False) -> None:
         """Stop in order: workers, then the evaluator (final eval + model.pt), then

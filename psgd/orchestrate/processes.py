@@ -72,6 +72,13 @@ class ProcessHost(Protocol):
     def losses(self, procs: list[RoleProcess], budget: RestartBudget, t: float) -> list[LossReport]:
         """Roles lost with a node since the last call (their processes count as exited)."""
 
+    def worker_room(self, cfg: Config) -> Optional[int]:
+        """How many workers the host can run now (elastic workers), None: as many as asked.
+        A host whose FILLS_ROOM is true grows an elastic run to this room by itself."""
+
+    def release(self, proc: RoleProcess) -> None:
+        """An elastic worker left the run: give back what its process held."""
+
     def stop(self, group: list[RoleProcess], grace_s: float) -> None:
         """Stop `group`: SIGTERM, then kill what is still running after `grace_s`."""
 
@@ -83,6 +90,7 @@ class ProcessHost(Protocol):
 
 class LocalProcesses:
     """Children of this process, on this machine (spawn.py)."""
+    FILLS_ROOM = False  # elastic workers grow when psgd ctl asks (psgd/orchestrate/elastic.py)
 
     def __init__(self, run_dir: Path, child_main: Optional[Callable[[list[str]], int]] = None):
         self.run_dir, self.child_main = run_dir, child_main
@@ -113,6 +121,12 @@ class LocalProcesses:
 
     def losses(self, procs, budget: RestartBudget, t: float) -> list[LossReport]:
         return []  # one machine: no node to lose without the launcher
+
+    def worker_room(self, cfg: Config) -> Optional[int]:
+        return None
+
+    def release(self, proc) -> None:
+        pass  # its process has exited: nothing else holds a place for it
 
     def stop(self, group, grace_s: float) -> None:
         running = [p for p in group if p.poll() is None]

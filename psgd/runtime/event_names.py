@@ -29,6 +29,7 @@ class Event(str, Enum):
     RESUMED = "resumed"              # a shard restarted from its checkpoint
     RESTART = "restart"              # the launcher restarted a crashed process
     NODE_LOST = "node_lost"          # Ray: a node left the cluster with some of the run's roles
+    MEMBERSHIP = "membership"        # the launcher: an elastic worker joined or left the run
     DONE = "done"                    # a worker (or all-reduce rank) finished
     ERROR = "error"
     RUN_DIR_UNLOCKED = "run_dir_unlocked"  # a hand-started role on a filesystem without flock
@@ -55,6 +56,7 @@ FIELDS: dict[Event, frozenset[str]] = {
     Event.RESUMED: frozenset(),
     Event.RESTART: frozenset({"process", "process_index", "attempt", "cause"}),
     Event.NODE_LOST: frozenset({"node", "roles", "cause", "restarted", "line"}),
+    Event.MEMBERSHIP: frozenset({"rank", "change", "clock", "cause"}),
     Event.DONE: frozenset({"rank", "clock", "steps", "resends"}),
     Event.ERROR: frozenset({"reason"}),
     Event.RUN_DIR_UNLOCKED: frozenset({"reason"}),

@@ -280,3 +280,50 @@ def test_ray_address_in_the_environment_joins_the_two_node_cluster(two_nodes, tm
     assert set(nodes.values()) == {two_nodes.ip_a, two_nodes.ip_b}, nodes
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["total_updates"] == summary["worker_steps"] == 200
+
+
+@pytest.mark.timeout(300)
+def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
+    """cluster.workers {min: 1, max: 4} with 1.5-CPU workers: node A (4 CPUs, two 1-CPU shards)
+    holds worker 0, node B (4 CPUs) two more. The run grows onto node B, loses those two with
+    it and goes on, then grows again when node B joins the cluster anew; train.max_time_s ends it."""
+    cluster, out = two_nodes, tmp_path / "run"
+    metrics = out / "metrics.jsonl"
+
+    def changes(kind):
+        if not metrics.exists():
+            return []
+        return [e for e in _events(out) if e.get("event") == "membership" and e["change"] == kind]
+
+    proc = spawn(cluster.on_a(psgd_cmd(
+        "launch", str(QUICKSTART), "--on", "ray", "--address", cluster.address, "--out", str(out), "--quiet",
+        "--set", "cluster.workers={min: 1, max: 4}", "--set", "consistency.mode=ssp",
+        "--set", "consistency.staleness=2", "--set", "cluster.timeout_s=2", "--set", "cluster.heartbeat_s=0.5",
+        "--set", "ray.server.num_cpus=1", "--set", "ray.server.resources={node_a: 1}",
+        "--set", "ray.worker.num_cpus=1.5", "--set", "eval.enabled=false",
+        "--set", "workers.device_ms=20", "--set", "train.steps_per_worker=100000", "--set", "train.max_time_s=60")),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+    try:
+        assert wait_for(lambda: len(changes("joined")) == 2, timeout=90, interval=0.2), "no worker joined on node B"
+        assert cluster.kill_node_b(), "nothing was running on node B"
+        assert wait_for(lambda: len(changes("left")) == 2, timeout=60, interval=0.2), "node B's workers stayed"
+        cluster.start_node_b()
+        assert wait_for(lambda: len(changes("joined")) == 4, timeout=60, interval=0.2), "node B's return added none"
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 0, output[-3000:]
+    events = _events(out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["restarts"] == 0
+    order = [(c["change"], c["rank"], c["cause"]) for c in summary["membership_changes"]]
+    assert sorted(order[:2]) == [("joined", 1, "scaled_up"), ("joined", 2, "scaled_up")]
+    assert sorted(order[2:4]) == [("left", 1, "lost"), ("left", 2, "lost")]
+    assert sorted(order[4:]) == [("joined", 1, "scaled_up"), ("joined", 2, "scaled_up")]
+    lost = [e for e in events if e.get("event") == "node_lost"]
+    assert len(lost) == 1 and "the run goes on without worker 1, worker 2" in lost[0]["line"]
+    nodes = [(e["index"], e["node"]) for e in events if e.get("event") == "ready" and e["role"] == "worker"]
+    assert nodes[0] == (0, cluster.ip_a) and {ip for _, ip in nodes[1:]} == {cluster.ip_b}
+    finals = {e["index"]: e for e in events if e.get("event") == "server_stats" and e.get("final")}
+    assert sorted(finals) == [0, 1] and all(f["live"]["max_gap_over_bound"] <= 0 for f in finals.values())
+    assert all(f["counters"]["pushes"] == f["version"] for f in finals.values())  # each push applied once

@@ -66,6 +66,9 @@ def assign_role(rank: int, world_size: int, cfg: Config) -> Role:
     if not cfg.consistency.mode.on_servers:
         raise ConfigError("consistency.mode", "psgd run starts parameter-server jobs; for allreduce run "
                           "torchrun/srun on the all-reduce worker module directly")
+    if cfg.cluster.worker_range is not None:
+        raise ConfigError("cluster.workers", "psgd run takes its processes from SLURM or torchrun, which start a "
+                          "fixed number of tasks: give an int (a range runs with psgd launch, locally or on Ray)")
     servers, workers, evaluators = cfg.cluster.num_servers, cfg.cluster.workers, int(cfg.eval.enabled)
     need = servers + workers + evaluators
     if world_size != need:

@@ -40,7 +40,7 @@ from psgd.orchestrate.launcher import Launcher, LaunchFailed
 from psgd.orchestrate.processes import LossReport
 from psgd.orchestrate.ray.actor import TOKEN_FILE, RoleHost
 from psgd.orchestrate.ray.nodes import LOST_EXIT, NodeLoss, alive_nodes, cannot_restart, loss_event
-from psgd.orchestrate.ray.placement import check_resources, role_requests, spread_nodes
+from psgd.orchestrate.ray.placement import check_resources, role_request, role_requests, room_for, spread_nodes
 from psgd.orchestrate.roles import child_command
 from psgd.orchestrate.states import ChildState
 from psgd.orchestrate.supervise import RestartBudget
@@ -50,6 +50,7 @@ from psgd.runtime.files import atomic_write
 __all__ = ["RayLauncher", "RayProcesses", "RayRoleProcess"]
 
 CALL_TIMEOUT_S = 60.0      # one round of actor calls; longer means the cluster is not answering
+ROOM_EVERY_S = 1.0         # how often elastic workers look at the nodes' room again
 PLACEMENT_TIMEOUT_S = 180.0  # every actor placed and answering
 
 
@@ -92,7 +93,13 @@ class RayRoleProcess:
 class RayProcesses:
     """Every role in a Ray actor. `address` as in ray.init: None/"" joins
     RAY_ADDRESS if set, else starts a local instance sized to fit the job;
-    "auto" or a cluster address joins that cluster."""
+    "auto" or a cluster address joins that cluster.
+
+    Elastic workers (cluster.workers: {min, max}) follow the nodes: the run grows to the
+    worker actors the live nodes have room for (`worker_room`), a worker that joins gets
+    an actor of its own, one that leaves gives its actor back (`release`), and one lost
+    with its node is not restarted while min others remain (the launcher decides)."""
+    FILLS_ROOM = True
 
     def __init__(self, cfg: Config, run_dir: Path, address: Optional[str] = None):
         self.cfg, self.run_dir = cfg, run_dir
@@ -101,6 +108,8 @@ class RayProcesses:
         self._infos: dict[tuple[str, int], dict] = {}
         self._requests = role_requests(cfg)
         self._token = ""
+        self._room: tuple[float, Optional[int]] = (-ROOM_EVERY_S, None)  # (when, worker_room) last looked at
+        self._t0: Optional[float] = None  # the training clock's start, once it has started
 
     # ---- start -------------------------------------------------------------
     def resolve(self, cfg: Config, resume: bool) -> Config:
@@ -158,7 +167,9 @@ class RayProcesses:
         if isinstance(servers, list) and not resume:
             return list(servers)
         keys = [("server", i) for i in range(self.cfg.cluster.num_servers)]
-        one_node = len({info["node_id"] for info in self._infos.values()}) == 1
+        # Elastic workers may join from a node added later: they reach the servers at their node's address.
+        one_node = len({info["node_id"] for info in self._infos.values()}) == 1 \
+            and self.cfg.cluster.worker_range is None
         hosts = [self.cfg.cluster.host if one_node else self._infos[k]["node_ip"] for k in keys]
         # A resumed run's servers may be placed on other nodes than the addresses it recorded.
         kept = list(servers) if isinstance(servers, list) else [""] * len(keys)
@@ -170,10 +181,15 @@ class RayProcesses:
         return kept
 
     def start(self, cfg: Config, role: str, index: int, address: Optional[str]) -> RayRoleProcess:
+        if (role, index) not in self._hosts:  # an elastic worker joining, or one let go and now replaced
+            self._requests[(role, index)] = role_request(cfg, role)
+            self._new_host((role, index))
         if (role, index) not in self._infos:  # a new actor, replacing one lost with its node
             self._infos[(role, index)] = self._get([self._hosts[(role, index)].info.remote()], PLACEMENT_TIMEOUT_S,
                                                    f"placing {role} {index} again")[0]
         host, info = self._hosts[(role, index)], self._infos[(role, index)]
+        if self._t0 is not None:  # a role started after the start signal (a new actor) needs it too
+            self._get([host.write_start.remote(self._t0)], CALL_TIMEOUT_S, f"sending {role} {index} the start")
         args = child_command(role, index, Path(info["workdir"]))[1:]  # the actor's node has its own python
         threads = str(cfg.run.threads)
         env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
@@ -187,8 +203,49 @@ class RayProcesses:
 
     def training_started(self, t0: float) -> None:
         # Roles in a directory of their own wait for the start signal there.
+        self._t0 = t0
         self._get([h.write_start.remote(t0) for h in self._hosts.values()], CALL_TIMEOUT_S,
                   "sending the start signal")
+
+    # ---- elastic workers -----------------------------------------------------
+    def worker_room(self, cfg: Config) -> Optional[int]:
+        """Worker actors the live nodes hold now: this job's live ones plus the room left
+        (None: a fixed worker count, or a worker request of no resources)."""
+        if cfg.cluster.worker_range is None or not ray.is_initialized():
+            return None
+        when, room = self._room
+        if time.monotonic() - when < ROOM_EVERY_S:
+            return room
+        nodes = alive_nodes()
+        alive = {n.node_id for n in nodes}
+        in_use: dict[str, dict[str, float]] = {}
+        workers = 0
+        for key, info in self._infos.items():
+            if key not in self._hosts or info["node_id"] not in alive:
+                continue
+            workers += key[0] == Role.WORKER
+            used = in_use.setdefault(info["node_id"], {})
+            for unit, amount in self._requests[key].amounts().items():
+                used[unit] = used.get(unit, 0.0) + amount
+        extra = room_for(role_request(cfg, Role.WORKER), nodes, in_use)
+        room = None if extra is None else workers + extra
+        self._room = (time.monotonic(), room)
+        return room
+
+    def release(self, proc: RayRoleProcess) -> None:
+        """An elastic worker left the run: its actor (and what it reserved) goes."""
+        key = (proc.role, proc.index)
+        if self._hosts.get(key) is proc.actor:
+            self._forget(key)
+            try:
+                ray.kill(proc.actor)
+            except RayError:
+                pass  # gone already, with its node
+        self._room = (-ROOM_EVERY_S, None)  # look again
+
+    def _forget(self, key: tuple[str, int]) -> None:
+        for table in (self._hosts, self._infos, self._requests):
+            table.pop(key, None)
 
     # ---- supervise ---------------------------------------------------------
     def refresh(self, procs: list[RayRoleProcess]) -> None:
@@ -232,21 +289,29 @@ class RayProcesses:
                 p.lost, p.code = "its node left the Ray cluster", LOST_EXIT
                 lost.append(p)
         reports = []
+        elastic = self.cfg.cluster.worker_range is not None
         for node_id in sorted({p.info["node_id"] for p in lost}):
             group = [p for p in lost if p.info["node_id"] == node_id]
             why = "its node left the Ray cluster" if node_id in gone_nodes else group[0].lost
             loss = NodeLoss(group[0].node_ip, [(p.role, p.index) for p in group], why)
+            # Elastic workers are not restarted here: the launcher lets them go (or replaces one below min).
+            let_go = [k for k in loss.roles if elastic and k[0] == Role.WORKER]
+            moved = NodeLoss(loss.node_ip, [k for k in loss.roles if k not in let_go], why)
             keep = {k: self._infos[k]["node_id"] for k in self._hosts
                     if k in self._infos and self._infos[k]["node_id"] not in gone_nodes and k not in loss.roles}
-            problem = cannot_restart(loss, self._requests, budget,
-                                     [n for n in alive if n.node_id not in gone_nodes], keep)
-            reports.append(LossReport(loss_event(loss, problem, t),
+            problem = cannot_restart(moved, self._requests, budget,
+                                     [n for n in alive if n.node_id not in gone_nodes], keep) if moved.roles else None
+            reports.append(LossReport(loss_event(loss, problem, t, let_go),
                                       None if problem is None else f"{loss.line()}; {problem}"))
             if problem is not None:
                 return reports
             for p in group:
                 p.reported, p.cause_line = True, f"lost: {why}"
-                self._new_host((p.role, p.index))
+                if (p.role, p.index) in let_go:
+                    self._forget((p.role, p.index))  # a replacement below min gets a new actor in start()
+                else:
+                    self._new_host((p.role, p.index))
+        self._room = (-ROOM_EVERY_S, None)
         return reports
 
     def _answers(self, refs: list, timeout: float, doing: str) -> list:

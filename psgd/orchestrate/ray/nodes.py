@@ -66,9 +66,19 @@ def cannot_restart(loss: NodeLoss, requests: Mapping[tuple[str, int], RoleReques
     return None
 
 
-def loss_event(loss: NodeLoss, problem: Optional[str], t: float) -> dict:
-    """The launcher's event for a loss: `line` is what the CLI shows."""
-    line = loss.line() + ("; restarting them on the other nodes" if problem is None else f"; {problem}")
+def loss_event(loss: NodeLoss, problem: Optional[str], t: float,
+               let_go: Sequence[tuple[str, int]] = ()) -> dict:
+    """The launcher's event for a loss: `line` is what the CLI shows. `let_go`: elastic
+    workers among the roles, which the run goes on without instead of restarting them."""
+    if problem is not None:
+        line = f"{loss.line()}; {problem}"
+    elif not let_go:
+        line = loss.line() + "; restarting them on the other nodes"
+    else:
+        names = ", ".join(f"{role} {index}" for role, index in let_go)
+        line = loss.line() + f"; the run goes on without {names} (cluster.workers is a range)"
+        if len(let_go) < len(loss.roles):
+            line += "; restarting the others on the other nodes"
     return {"t": round(t, 4), "role": "launcher", "index": 0, "event": Event.NODE_LOST, "node": loss.node_ip,
             "roles": [f"{role}-{index}" for role, index in loss.roles], "cause": loss.cause,
             "restarted": problem is None, "line": line}

@@ -6,12 +6,13 @@ whose node was lost. Pure functions of the config and of what Ray reports
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from psgd.config import Config, RayScheduling
 from psgd.orchestrate.launcher import LaunchFailed
 
-__all__ = ["RoleRequest", "role_requests", "check_resources", "nodes_that_fit", "spread_nodes", "NodeView"]
+__all__ = ["RoleRequest", "role_request", "role_requests", "check_resources", "nodes_that_fit", "room_for",
+           "spread_nodes", "NodeView"]
 
 # Ray's names for the units num_cpus and num_gpus ask for.
 _BUILTIN = {"CPU": "num_cpus", "GPU": "num_gpus"}
@@ -42,17 +43,35 @@ class RoleRequest:
                 "scheduling_strategy": self.scheduling.name}  # Ray spells them SPREAD and DEFAULT
 
 
-def role_requests(cfg: Config) -> dict[tuple[str, int], RoleRequest]:
-    """(role, index) -> its request, for every process of the job."""
-    def req(role: str) -> RoleRequest:
-        rc = getattr(cfg.ray, role)
-        return RoleRequest(role, float(rc.num_cpus), float(rc.num_gpus), dict(rc.resources), rc.scheduling)
+def role_request(cfg: Config, role: str) -> RoleRequest:
+    """What one process of `role` asks for (`ray.<role>`)."""
+    rc = getattr(cfg.ray, role)
+    return RoleRequest(role, float(rc.num_cpus), float(rc.num_gpus), dict(rc.resources), rc.scheduling)
 
-    out = {("server", i): req("server") for i in range(cfg.cluster.num_servers)}
-    out.update({("worker", r): req("worker") for r in range(cfg.cluster.workers)})
+
+def role_requests(cfg: Config) -> dict[tuple[str, int], RoleRequest]:
+    """(role, index) -> its request, for every process the job starts with (elastic
+    workers: the range's min; the others ask when they join)."""
+    out = {("server", i): role_request(cfg, "server") for i in range(cfg.cluster.num_servers)}
+    out.update({("worker", r): role_request(cfg, "worker") for r in range(cfg.cluster.starting_workers)})
     if cfg.eval.enabled:
-        out[("evaluator", 0)] = req("evaluator")
+        out[("evaluator", 0)] = role_request(cfg, "evaluator")
     return out
+
+
+def room_for(request: RoleRequest, nodes: Iterable[NodeView],
+             in_use: Mapping[str, Mapping[str, float]]) -> Optional[int]:
+    """How many more processes of `request` the nodes hold besides what this job's actors
+    hold there (`in_use`: node id -> resource -> amount); None for a request of nothing."""
+    asks = {u: a for u, a in request.amounts().items() if a > 0}
+    if not asks:
+        return None
+    room = 0
+    for node in nodes:
+        used = in_use.get(node.node_id, {})
+        room += min(int((float(node.total.get(u, 0.0)) - float(used.get(u, 0.0)) + 1e-9) // a)
+                    for u, a in asks.items())
+    return max(0, room)
 
 
 def check_resources(requests: Mapping[tuple[str, int], RoleRequest], available: Mapping[str, float]) -> None:

@@ -59,5 +59,5 @@ def _start_time(run_dir: Path):
 def expected_processes(cfg: Config) -> list[str]:
     """'<role>-<index>' of every process a parameter-server run has."""
     names = [f"server-{i}" for i in range(cfg.cluster.num_servers)]
-    names += [f"worker-{r}" for r in range(cfg.cluster.workers)]
+    names += [f"worker-{r}" for r in range(cfg.cluster.starting_workers)]  # a range's others may never run
     return names + (["evaluator-0"] if cfg.eval.enabled else [])

@@ -60,6 +60,7 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
     wire_bytes = sum(int(e.get("bytes_sent", 0)) for e in done)
     fp32_bytes = sum(int(e.get("fp32_bytes", 0)) for e in done)
     losses = [e["loss"] for e in steps[-max(1, cfg.cluster.workers * 5):] if e.get("loss") is not None]
+    span = cfg.cluster.worker_range
     return {
         "psgd_version": VERSION,  # the psgd that ran it (`psgd --version` prints the same)
         "mode": cfg.consistency.mode.value,
@@ -91,6 +92,11 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
         "bad_requests": counters.get("bad_requests", 0),
         "workers_timed_out": counters.get("workers_timed_out", 0),
         "restarts": restarts,
+        # Elastic workers (cluster.workers: {min, max}): the range, and each worker that joined
+        # or left the run while it trained, in order (none for a fixed count).
+        "worker_range": None if span is None else {"min": span.min, "max": span.max},
+        "membership_changes": [{k: e.get(k) for k in ("t", "rank", "change", "clock", "cause")}
+                               for e in events if e.get("event") == Event.MEMBERSHIP],
         # Gradient payload bytes the workers pushed, and that over what fp32 would have sent.
         "wire_bytes_sent": wire_bytes,
         "compression_ratio": round(wire_bytes / fp32_bytes, 6) if fp32_bytes else None,
