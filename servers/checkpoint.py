@@ -31,6 +31,7 @@ from typing import Optional
 from psgd.config import CheckpointConfig
 from psgd.runtime.safe_io import WriteFailed, describe_os_error
 from psgd.servers.push_log import (
+    OP_CLOSE,
     OP_DEPART,
     OP_JOIN,
     OP_PUSH,
@@ -201,13 +202,16 @@ class ShardCheckpoint:
         try:
             for rec in read_log(path):
                 if rec.op in (OP_PUSH, OP_PUSH_SPARSE):
-                    result = state.push(rec.rank, rec.seq, rec.clock, rec.read_version, rec.grad, rec.step_s)
+                    result = state.push(rec.rank, rec.seq, rec.clock, rec.read_version, rec.grad, rec.step_s,
+                                        rec.steps)
                     if result.status is not PushStatus.DUPLICATE:
                         state.counters[f"push_{result.status.value}"] += 1
                 elif rec.op == OP_JOIN:
                     state.register(rec.rank, self._clock())
                 elif rec.op == OP_DEPART:
                     state.leave(rec.rank)
+                elif rec.op == OP_CLOSE:
+                    state.close_round()
                 elif rec.op == OP_SETTING:
                     clock, origin, fields = rec.setting
                     state.policy.settings.schedule(clock, fields, origin)
@@ -250,9 +254,14 @@ class ShardCheckpoint:
         self._saved_version = state.version
         self._saved_at = self._clock()
 
-    def log_push(self, rank: int, seq: int, clock: int, read_version: int, grad, step_s: float = 0.0) -> None:
+    def log_push(self, rank: int, seq: int, clock: int, read_version: int, grad, step_s: float = 0.0,
+                 steps: int = 1) -> None:
         """Record a handled (non-duplicate) push, dense or (indices, values); call before acknowledging it."""
-        self._write(self._log.push, rank, seq, clock, read_version, grad, step_s)
+        self._write(self._log.push, rank, seq, clock, read_version, grad, step_s, steps)
+
+    def log_close(self) -> None:
+        """Record that a quorum's grace window closed (what follows depends on it)."""
+        self._write(self._log.close_round)
 
     def log_setting(self, clock: int, origin: str, fields: dict) -> None:
         """Record a psgd ctl change; call before confirming it."""

@@ -8,10 +8,12 @@ payload), CRC32C(first 12 head bytes)>``, then msgpack meta, then raw payload:
 - ``["push_sparse", rank, seq, clock, read_version, nnz]`` + nnz int32
   indices then nnz float32 values (a top-k push, stored as it arrived);
 - ``["join", rank]`` / ``["depart", rank]``, no payload;
-- ``["setting", clock, origin, fields]``: a `psgd ctl` change in force from `clock`.
+- ``["setting", clock, origin, fields]``: a `psgd ctl` change in force from `clock`;
+- ``["close", 0]``: a quorum's grace window closed (consistency.quorum), no payload.
 
 A push record may end with the step time its worker reported (the adaptive
-bound's input), so a replay decides as the live shard did.
+bound's input) and then the training steps behind it (a quorum weighs a delta by
+them), so a replay decides as the live shard did.
 
 Reading tells a torn tail from corruption. A process kill leaves a prefix of
 what was written, so the last record can only be cut short: fewer bytes than
@@ -35,13 +37,14 @@ import torch
 from psgd.core.live_settings import plain_fields, typed_fields
 
 __all__ = ["PushLogWriter", "LogRecord", "LogCorrupt", "read_log",
-           "OP_PUSH", "OP_PUSH_SPARSE", "OP_JOIN", "OP_DEPART", "OP_SETTING"]
+           "OP_PUSH", "OP_PUSH_SPARSE", "OP_JOIN", "OP_DEPART", "OP_SETTING", "OP_CLOSE"]
 
 OP_PUSH = "push"
 OP_PUSH_SPARSE = "push_sparse"
 OP_JOIN = "join"
 OP_DEPART = "depart"
 OP_SETTING = "setting"
+OP_CLOSE = "close"
 
 _HEAD = struct.Struct("<IIII")
 _HEAD_CRC_SPAN = 12  # the head checksum covers the three fields before it
@@ -68,6 +71,7 @@ class LogRecord:
     grad: Optional[Gradient] = None  # dense float32 tensor or (int32 indices, float32 values)
     step_s: float = 0.0
     setting: Optional[tuple[int, str, dict]] = None  # OP_SETTING: (clock, origin, fields)
+    steps: int = 1  # training steps behind a push (a local round's)
 
 
 class PushLogWriter:
@@ -83,15 +87,19 @@ class PushLogWriter:
         self.records = 0
         self.nbytes = 0
 
-    def push(self, rank: int, seq: int, clock: int, read_version: int, grad: Gradient, step_s: float = 0.0) -> None:
+    def push(self, rank: int, seq: int, clock: int, read_version: int, grad: Gradient, step_s: float = 0.0,
+             steps: int = 1) -> None:
         if isinstance(grad, tuple):
             indices, values = grad
             if indices.dtype != torch.int32:
                 indices = indices.to(torch.int32)
-            self._append([OP_PUSH_SPARSE, rank, seq, clock, read_version, int(values.numel()), step_s],
+            self._append([OP_PUSH_SPARSE, rank, seq, clock, read_version, int(values.numel()), step_s, steps],
                          _bytes(indices), _bytes(values.float()))
         else:
-            self._append([OP_PUSH, rank, seq, clock, read_version, step_s], _bytes(grad.float()))
+            self._append([OP_PUSH, rank, seq, clock, read_version, step_s, steps], _bytes(grad.float()))
+
+    def close_round(self) -> None:
+        self._append([OP_CLOSE, 0])
 
     def setting(self, clock: int, origin: str, fields: dict) -> None:
         self._append([OP_SETTING, clock, origin, plain_fields(fields)])
@@ -177,6 +185,11 @@ def _step_s(meta: list, at: int) -> float:
     return float(meta[at]) if len(meta) > at else 0.0
 
 
+def _steps(meta: list, at: int) -> int:
+    """The training steps a push record carries (1 in logs written before it did)."""
+    return int(meta[at]) if len(meta) > at else 1
+
+
 def _parse(path: Path, pos: int, n: int, meta_bytes: bytes, payload: memoryview) -> LogRecord:
     try:
         meta = msgpack.unpackb(meta_bytes)
@@ -185,7 +198,8 @@ def _parse(path: Path, pos: int, n: int, meta_bytes: bytes, payload: memoryview)
             if payload.nbytes % 4:
                 raise ValueError("gradient bytes not a multiple of 4")
             grad = torch.frombuffer(bytearray(payload), dtype=torch.float32)
-            return LogRecord(op, rank, int(meta[2]), int(meta[3]), int(meta[4]), grad, _step_s(meta, 5))
+            return LogRecord(op, rank, int(meta[2]), int(meta[3]), int(meta[4]), grad, _step_s(meta, 5),
+                             steps=_steps(meta, 6))
         if op == OP_PUSH_SPARSE:
             nnz = int(meta[5])
             if payload.nbytes != 8 * nnz:
@@ -196,8 +210,9 @@ def _parse(path: Path, pos: int, n: int, meta_bytes: bytes, payload: memoryview)
             else:
                 grad = (torch.frombuffer(buf, dtype=torch.int32, count=nnz),
                         torch.frombuffer(buf, dtype=torch.float32, offset=4 * nnz, count=nnz))
-            return LogRecord(op, rank, int(meta[2]), int(meta[3]), int(meta[4]), grad, _step_s(meta, 6))
-        if op in (OP_JOIN, OP_DEPART):
+            return LogRecord(op, rank, int(meta[2]), int(meta[3]), int(meta[4]), grad, _step_s(meta, 6),
+                             steps=_steps(meta, 7))
+        if op in (OP_JOIN, OP_DEPART, OP_CLOSE):
             return LogRecord(op, rank)
         if op == OP_SETTING:
             return LogRecord(op, 0, setting=(rank, str(meta[2]), typed_fields(dict(meta[3]))))

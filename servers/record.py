@@ -36,6 +36,7 @@ class OpKind(str, Enum):
     PUSH = "push"
     PULL = "pull"
     SETTING = "setting"  # a committed psgd ctl change
+    CLOSE = "close"      # a quorum's grace window closed (consistency.quorum)
     END = "end"          # the shard stopped cleanly
 
 
@@ -79,6 +80,9 @@ class ShardRecorder:
     def log_setting(self, clock: int, origin: str, fields: dict) -> None:
         self._write([OpKind.SETTING.value, clock, origin, plain_fields(fields)])
 
+    def log_close(self) -> None:
+        self._write([OpKind.CLOSE.value, self._version()])
+
     def close(self, ended: bool = True) -> None:
         """`ended`: the shard stopped cleanly (a crash leaves no END, so no replay)."""
         if self._file.closed:
@@ -120,6 +124,8 @@ def _op(rec: list[Any]) -> Op:
                   steps=steps)
     if kind is OpKind.PULL:
         return Op(kind, rank=rec[1], clock=rec[2], version=rec[3])
+    if kind is OpKind.CLOSE:
+        return Op(kind, version=int(rec[1]))
     if kind is OpKind.SETTING:
         return Op(kind, setting=(int(rec[1]), str(rec[2]), typed_fields(dict(rec[3]))))
     raise ValueError(f"unexpected {kind.value} record")

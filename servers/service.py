@@ -24,7 +24,8 @@ from psgd.servers.peers import check_ahead, check_slot
 from psgd.servers.state import PushResult, PushStatus, ShardState
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
-__all__ = ["ShardService", "PushFields", "Answer", "Served", "Joined", "Pushed", "Departed", "MAX_PULL_AHEAD"]
+__all__ = ["ShardService", "PushFields", "Answer", "Served", "Joined", "Pushed", "Departed", "Ticked",
+           "MAX_PULL_AHEAD"]
 
 MAX_PULL_AHEAD = 2  # a pipelined worker asks for the parameters of the clock after next
 
@@ -86,6 +87,11 @@ class Departed(Served):
     ranks: list[int] = field(default_factory=list)  # the workers that left the quorum
 
 
+@dataclass
+class Ticked(Served):
+    closed: bool = False  # a quorum's grace window closed (the shard journals it: replay repeats it there)
+
+
 class ShardService:
     def __init__(self, state: ShardState):
         self.state = state
@@ -118,23 +124,68 @@ class ShardService:
         grad = gradient()
         if grad is None:
             return Pushed()
-        result = self.state.push(push.rank, push.seq, push.clock, push.read_version, grad, push.step_s)
+        merged = self._merged()
+        result = self.state.push(push.rank, push.seq, push.clock, push.read_version, grad, push.step_s, push.steps)
         self.speeds.observe(push.rank, push.step_s, push.steps)
         if result.status is not PushStatus.DUPLICATE:
             self.state.counters[_COUNTED[result.status]] += 1
+            self._watch_quorum(now, merged, push.clock)
         answers = self._release()
         if push.ahead:
             answers += self._answer_or_park(pull, push.rank, push.clock + push.ahead)
         return Pushed(answers=answers, result=result, grad=grad)
 
-    def leave(self, rank: int) -> Departed:
+    def leave(self, rank: int, now: float = 0.0) -> Departed:
         """A worker leaves the quorum (it must register again to take part)."""
+        merged = self._merged()
         self.state.leave(rank)
+        self._watch_quorum(now, merged)
         return self._departed([rank])
 
     def expire(self, now: float) -> Departed:
         """Workers silent for longer than cluster.timeout_s leave the quorum."""
-        return self._departed(self.state.expire(now))
+        merged = self._merged()
+        gone = self.state.expire(now)
+        self._watch_quorum(now, merged)
+        return self._departed(gone)
+
+    # ---- the quorum's grace window (consistency.quorum) ----------------------------
+    def deadline(self) -> Optional[float]:
+        """When the open grace window closes (None: none is open): the caller calls
+        `tick` then, on its own clock (the shard's loop, or the virtual cluster's)."""
+        return self.state.grace.deadline if self.state.grace is not None else None
+
+    def tick(self, now: float) -> Ticked:
+        """Close a grace window whose deadline has passed: its round merges now if q
+        deltas are in (else at the q-th); returns the pulls that released."""
+        window = self.state.grace
+        if window is None or not window.due(now):
+            return Ticked()
+        merged = self._merged()
+        window.deadline = None
+        self.state.close_round()
+        self._watch_quorum(now, merged)
+        return Ticked(answers=self._release(), closed=True)
+
+    def _merged(self) -> int:
+        """Rounds the quorum rule has merged (0 without one)."""
+        rule = self.state.policy.quorum
+        return rule.step if rule is not None else 0
+
+    def _watch_quorum(self, now: float, merged_before: int, arrived: Optional[int] = None) -> None:
+        """After a request: a delta of round `arrived` came at `now` (its lag, if late),
+        rounds merged since `merged_before` close their windows, and the round in
+        progress opens its window once q deltas are in."""
+        rule, window = self.state.policy.quorum, self.state.grace
+        if rule is None:
+            return
+        if arrived is not None:
+            window.arrived(arrived, now)
+        for r in range(merged_before, rule.step):
+            window.reached(r, now, waits=False)
+            window.merged(r)
+        if rule.reached():
+            window.reached(rule.step, now, rule.waits)
 
     def expire_hold(self, now: float) -> Served:
         """A psgd ctl change that was never committed stops holding pulls."""

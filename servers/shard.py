@@ -8,6 +8,7 @@ process); `psgd server` and `psgd.serve` start one through serve.py.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from pathlib import Path
@@ -39,6 +40,9 @@ from psgd.servers.service import Answer, PushFields, Served, ShardService
 from psgd.servers.state import PushStatus, ShardState
 
 __all__ = ["ShardServer"]
+
+# Push outcomes acknowledged as applied: applied now, or counted toward a merge to come.
+_COUNTED_IN = (PushStatus.APPLIED, PushStatus.BUFFERED, PushStatus.CARRIED)
 
 STATS_EVERY_S = 1.0
 EVALUATOR_RANKS = 4  # the run's evaluator is rank 0; a few more for observers. Bounds their segments.
@@ -98,7 +102,7 @@ class ShardServer:
         failed = crashed = False
         try:
             while self._running and not stop.is_set() and not should_stop():
-                msg = self._sock.recv(timeout_ms=50)
+                msg = self._sock.recv(timeout_ms=self._wait_ms())
                 if msg is not None:
                     started = time.perf_counter()
                     self.handle(*msg)
@@ -116,6 +120,7 @@ class ShardServer:
                     self._shm.release_idle(Role.EVALUATOR)
                     last_sweep = now
                 self._send(self.service.expire_hold(now))  # a psgd ctl change that was never committed
+                self._tick(now)
                 if self.checkpoint is not None and self.checkpoint.due(self.state):
                     self.checkpoint.save(self.state)
                 if now - last_stats >= STATS_EVERY_S:
@@ -138,6 +143,20 @@ class ShardServer:
             self._sock.close()
             self._shm.close()
 
+    def _wait_ms(self) -> int:
+        """How long the loop may wait for a request: until a quorum's grace window closes, at most 50 ms."""
+        deadline = self.service.deadline()
+        if deadline is None:
+            return 50
+        return max(0, min(50, math.ceil(1000 * (deadline - self._clock()))))
+
+    def _tick(self, now: float) -> None:
+        """A quorum's grace window that has passed closes (journaled: a replay closes it there too)."""
+        ticked = self.service.tick(now)
+        if ticked.closed:
+            self._journal("log_close")
+            self._send(ticked)
+
     def handle(self, identity: bytes, frames: list) -> None:
         req = 0
         try:
@@ -156,7 +175,7 @@ class ShardServer:
             self._reply(identity, P.Error(req=req, code=exc.code, reason=exc.reason))
 
     def _journal(self, op: str, *args, **replay_only) -> None:
-        """`replay_only`: what the replay record needs and a restart does not (a round's steps)."""
+        """`replay_only`: what the replay record needs and a restart does not."""
         if self.checkpoint is not None:
             getattr(self.checkpoint, op)(*args)
         if self.recorder is not None:
@@ -264,11 +283,11 @@ class ShardServer:
             return  # a piece held: answered with the push's last message
         if pushed.result.status is not PushStatus.DUPLICATE:
             self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, pushed.grad, rec.step_s,
-                          steps=rec.steps)  # before the ack and the pulls it released
+                          rec.steps)  # before the ack and the pulls it released
         self._send(pushed)
         if not push_pull:
             self._reply(identity, P.Ack(req=rec.req, version=self.state.version,
-                                        applied=pushed.result.status in (PushStatus.APPLIED, PushStatus.BUFFERED),
+                                        applied=pushed.result.status in _COUNTED_IN,
                                         staleness=pushed.result.staleness))
 
     def _gradient(self, identity: bytes, rec: P.Push, payload: list, piece: bool):
@@ -317,7 +336,7 @@ class ShardServer:
             self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
             return
         self._peer(identity, rec.rank)
-        left = self.service.leave(rec.rank)
+        left = self.service.leave(rec.rank, self._clock())
         self._forget(rec.rank, Event.LEAVE)
         self._send(left, "worker left")
         self._reply(identity, P.Ack(req=rec.req, version=self.state.version))

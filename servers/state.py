@@ -17,6 +17,7 @@ from psgd.config import Config
 from psgd.core.consistency import ClockBoard, ConsistencyPolicy, Finished, Mode, PushAction, Update
 from psgd.core.histogram import Histogram
 from psgd.core.local_updates import server_optimizer
+from psgd.core.quorum import GraceWindow
 from psgd.core.update_rules import UpdateRule, all_finite
 from psgd.servers.live_control import ShardLive
 from psgd.wire.protocol import ErrorCode, ProtocolError
@@ -31,6 +32,7 @@ class PushStatus(str, Enum):
     BUFFERED = "buffered"        # counted toward the current clock's aggregate (bsp)
     DUPLICATE = "duplicate"      # seq already seen: a resend, not applied again
     LATE = "late"                # the clock was already applied (bsp backup workers)
+    CARRIED = "carried"          # its round was already merged: counted toward the next merge (quorum)
     TOO_STALE = "too_stale"      # staleness above max_staleness_drop
     NON_FINITE = "non_finite"    # NaN or Inf in the gradient
     NON_FINITE_RESULT = "non_finite_result"  # finite, but applying it would make the parameters non-finite
@@ -68,6 +70,9 @@ class ShardState:
         self._dense_buf: Optional[torch.Tensor] = None  # sparse gradients scattered for dense rules
         self._read: dict[int, torch.Tensor] = {}  # DC-ASGD: parameters each worker last read
         self.live = ShardLive(self.policy, run_token, emit)  # psgd ctl; setting_change events
+        # consistency.quorum: when rounds reached their quorum, and the grace window (the service times it)
+        quorum = cfg.consistency.quorum
+        self.grace: Optional[GraceWindow] = GraceWindow(quorum) if quorum is not None else None
 
     @property
     def numel(self) -> int:
@@ -154,9 +159,11 @@ class ShardState:
 
     # ---- pushes -----------------------------------------------------------
     def push(self, rank: int, seq: int, clock: int, read_version: int,
-             grad: Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]], step_s: float = 0.0) -> PushResult:
+             grad: Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]], step_s: float = 0.0,
+             steps: int = 1) -> PushResult:
         """Handle one gradient: a dense flat tensor, or sparse (indices, values)
-        meaning zero elsewhere. `grad` is read, never modified or kept.
+        meaning zero elsewhere. `grad` is read, never modified or kept. `steps`: the
+        training steps behind it (a local round's), so its examples are steps x batch.
         Raises ProtocolError, with the state untouched, for an impossible push."""
         self.check_push(rank, clock, read_version)
         if seq <= self.last_seq[rank]:
@@ -177,7 +184,8 @@ class ShardState:
         if isinstance(grad, tuple) and (action is PushAction.AGGREGATE or not self.rule.sparse_exact):
             grad = self._dense(*grad)
         if action is PushAction.AGGREGATE:
-            return self._finish_push(rank, clock, PushResult(PushStatus.BUFFERED, staleness), grad=grad)
+            return self._finish_push(rank, clock, PushResult(PushStatus.BUFFERED, staleness), grad=grad,
+                                     weight=float(steps * self.cfg.task.batch_size))
         if action is PushAction.DROP_STALE:
             self.counters["rejected_stale"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.TOO_STALE, staleness))
@@ -209,16 +217,31 @@ class ShardState:
         if refusal is not None:
             raise ProtocolError(ErrorCode.BAD_CLOCK, refusal)
 
-    def _finish_push(self, rank, clock, result: PushResult, grad=None) -> PushResult:
-        """`grad`: a gradient the mode aggregates (None: applied already, or rejected)."""
-        done: Finished = self.policy.finished(rank, clock, result.staleness, grad)
+    def _finish_push(self, rank, clock, result: PushResult, grad=None, weight: float = 1.0) -> PushResult:
+        """`grad`: a gradient the mode aggregates, weighing `weight` examples (None:
+        applied already, or rejected)."""
+        done: Finished = self.policy.finished(rank, clock, result.staleness, grad, weight)
         if done.late:
             self.counters["late_dropped"] += 1
             result = PushResult(PushStatus.LATE, result.staleness)
+        if done.carried:
+            self.counters["quorum_carried"] += 1
+            if result.status is PushStatus.BUFFERED:
+                result = PushResult(PushStatus.CARRIED, result.staleness)
         self.live.bound_changed(done.bound_change)
         if not self._apply_update(done.update):  # this push completed a round whose step was refused
             result = PushResult(PushStatus.NON_FINITE_RESULT, result.staleness)
         return result
+
+    def close_round(self) -> bool:
+        """The quorum's grace window for the round in progress passed: merge it now if q
+        deltas are in (else at the q-th). True when a merge happened (the shard journals it)."""
+        update = self.policy.close_round()
+        if update is None:
+            return False
+        self.counters["quorum_closed_by_grace"] += 1
+        self._apply_update(update)
+        return True
 
     def _use_lr(self, lr: float) -> None:
         """Apply the next gradient at `lr` (the rate in force at its clock: psgd ctl changes it)."""
@@ -267,4 +290,5 @@ class ShardState:
             "clocks": list(self.board.clocks),
             "quorum": self.board.quorum(),
             "live": self.live.describe(),
+            **({"quorum": self.grace.describe()} if self.grace is not None else {}),
         }

@@ -44,6 +44,7 @@ from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_f
 from psgd.workers.client import Interrupted, RequestFailed
 from psgd.workers.client_factory import ClientSettings
 from psgd.workers.device_time import DeviceClock
+from psgd.workers.eager import EagerRounds
 from psgd.workers.fragment_rounds import FragmentRounds
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
@@ -134,6 +135,8 @@ class Optimizer:
                 self.fragments = FragmentRounds(method, self.sync, inner, self.layout.num_shards)
             else:
                 self.local = LocalRounds(method, self.sync, inner, lambda: self.client.fastest_step_s)
+        # local.eager: the outer step overlaps the next round (workers/eager.py)
+        self.eager = EagerRounds(self.client, self.sync, self.local) if self.cfg.local.eager else None
         self.device_clock = DeviceClock.from_config(self.cfg, self.rank)
         self._step_started = time.perf_counter()  # when the step under way began
         self._held = False  # whether this step has waited out its device time
@@ -192,6 +195,10 @@ class Optimizer:
             if self.overlap is not None:
                 self.overlap.step()
                 return
+        elif self.eager is not None:  # local.eager: its own order (the reply in flight is collected first)
+            if self.local.step():
+                self.eager.round_done()  # pushes, and the next round begins without waiting
+            return
         self._push(step_outcome(self.local, self.sync.gradients))  # the simulator's workers run it too
 
     def _fragment_syncs(self) -> None:
@@ -223,6 +230,9 @@ class Optimizer:
                 self._in_flight = self.client.fragment_push_start(deltas, steps=steps)
                 self._land(fragment)
             return
+        if self.eager is not None:
+            self.eager.flush()
+            return
         self._push(flush_outcome(self.local))
 
     def _push(self, out: Optional[Outgoing]) -> None:
@@ -253,8 +263,10 @@ class Optimizer:
         if self.local is None:  # a pipelined push in flight counts: its step is done
             in_flight = isinstance(self.overlap, Pipeline) and self.overlap.in_flight
             return self.clock + int(in_flight)
-        # rounds pushed before this process (a restart) counted at their nominal length
-        earlier = max(0, self.client.clock - self.local.rounds) * self.local.steps
+        # Rounds pushed before this process (a restart), counted at their nominal length: by seq, one
+        # per push, not by clock, which moves past rounds a worker never trained when the shards
+        # merged without it (a quorum's latecomer, bsp's backup workers)
+        earlier = max(0, self.client.seq - self.local.rounds) * self.local.steps
         return earlier + self.local.steps_total + self.local.taken
 
     @property
@@ -307,6 +319,8 @@ class Optimizer:
                 self.overlap.drain()  # the push in flight is acknowledged before this worker leaves
             if self._in_flight is not None:  # a fragment's too
                 self._land(self.fragments.in_flight[0])
+            if self.eager is not None:
+                self.eager.drain()
         except (Interrupted, RequestFailed):
             pass  # stopping, or the shards are gone: the push's seq makes a later resend harmless
         if self.overlap is not None:

@@ -47,6 +47,10 @@ class LocalConfig:
     fragments: int = 0
     fragment_sync_delay: int = 0       # tau: inner steps a fragment's exchange overlaps (< steps // fragments)
     fragment_update_alpha: float = 0.0  # weight of the local parameters when a fragment's sync lands
+    # Eager outer step (after Kale et al. 2025): a worker pushes its delta and goes on with its next
+    # round at once, from the latest parameters it has minus its own delta; the round's outer update
+    # is folded in one round later, when its reply is collected (psgd/workers/local_rounds.py)
+    eager: bool = False
 
     def __post_init__(self):
         _check(0 <= self.steps <= MAX_LOCAL_STEPS, "steps", f"must be in 0..{MAX_LOCAL_STEPS}, got {self.steps}")
@@ -69,6 +73,9 @@ class LocalConfig:
                f"must be in [0, 1], got {self.fragment_update_alpha}")
         _check(self.fragment_update_alpha == 0.0 or self.fragments > 0, "fragment_update_alpha",
                "needs fragments > 0")
+        _check(not self.eager or self.steps > 0, "eager", "needs local updates (steps > 0)")
+        _check(not (self.eager and self.fragments), "eager",
+               "streaming DiLoCo overlaps its fragments' exchanges itself (fragment_sync_delay): not with eager")
 
     @property
     def enabled(self) -> bool:

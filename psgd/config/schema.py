@@ -29,6 +29,7 @@ from psgd.config.operations import (  # noqa: F401 (re-exported)
     SupervisionConfig,
     WireConfig,
 )
+from psgd.config.quorum import QuorumConfig  # noqa: F401 (re-exported)
 from psgd.config.sim import MAX_SIM_WORKERS, SimConfig  # noqa: F401 (SimConfig re-exported)
 from psgd.config.workers import DelayConfig, LoaderConfig, TransientConfig, WorkersConfig  # noqa: F401 (re-exported)
 
@@ -129,6 +130,9 @@ class ConsistencyConfig:
     staleness_min: int = 0       # auto: the smallest bound the shards may choose
     staleness_max: int = 8       # auto: the largest bound the shards may choose
     backup_workers: int = 0      # BSP: aggregate the first W - b gradients of a clock
+    # BSP with local updates: merge a round once `size` deltas are in, after a grace window for
+    # the rest; each delta weighted by its examples, latecomers in the next merge (psgd/config/quorum.py)
+    quorum: Optional[QuorumConfig] = None
 
     def __post_init__(self):
         _check(self.staleness == "auto" or 0 <= self.staleness <= MAX_STALENESS, "staleness",
@@ -140,6 +144,9 @@ class ConsistencyConfig:
                f"must be >= staleness_min ({self.staleness_min}), got {self.staleness_max}")
         _check(self.backup_workers >= 0, "backup_workers", f"must be >= 0, got {self.backup_workers}")
         _check(self.backup_workers == 0 or self.mode is Mode.BSP, "backup_workers", "only applies to mode bsp")
+        _check(self.quorum is None or self.mode is Mode.BSP, "quorum", f"merges rounds: needs mode bsp, not {self.mode}")
+        _check(self.quorum is None or not self.backup_workers, "quorum",
+               "replaces backup_workers (which drops the late gradients a quorum merges next): set one")
 
 
 @dataclass(frozen=True)
@@ -309,6 +316,9 @@ class Config:
         for rank in self.workers.delay.ranks if self.workers.delay else []:
             _check(rank < self.cluster.workers, "workers.delay.ranks",
                    f"no worker rank {rank} (cluster.workers is {self.cluster.workers})")
+        for i, kill in enumerate(self.sim.kills):
+            _check(kill.rank < self.cluster.workers, f"sim.kills[{i}].rank",
+                   f"no worker rank {kill.rank} (cluster.workers is {self.cluster.workers})")
         for i, tr in enumerate(self.workers.transient):
             _check(tr.rank < self.cluster.workers, f"workers.transient[{i}].rank",
                    f"no worker rank {tr.rank} (cluster.workers is {self.cluster.workers})")
@@ -332,6 +342,13 @@ class Config:
                f"a fragment is one or more shards: at most cluster.servers ({self.cluster.num_servers})")
         _check(not self.local.delayed_nesterov or self.consistency.mode.live, "local.delayed_nesterov",
                "is for the asynchronous modes (ssp, asp); bsp averages every worker's delta already")
+        if self.consistency.quorum is not None:
+            _check(self.local.enabled, "consistency.quorum", "merges the deltas of local updates: set local.steps")
+            _check(self.consistency.quorum.size <= self.cluster.workers, "consistency.quorum.size",
+                   f"must be <= cluster.workers ({self.cluster.workers}), got {self.consistency.quorum.size}")
+        if self.local.eager:
+            _check(self.cluster.launcher != "sim", "local.eager",
+                   "is not modelled on the virtual cluster (--on sim): run it with --on local")
         if self.consistency.backup_workers:
             _check(self.consistency.backup_workers < self.cluster.workers,
                    "consistency.backup_workers", "must be < cluster.workers")

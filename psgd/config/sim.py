@@ -15,7 +15,7 @@ from psgd.config.loader import check as _check
 from psgd.config.loader import int_max
 from psgd.config.sim_devices import DEVICES, DeviceProfile
 
-__all__ = ["DeviceProfile", "SimConfig", "MAX_CV", "MAX_SIM_WORKERS"]
+__all__ = ["DeviceProfile", "SimConfig", "SimKill", "MAX_CV", "MAX_SIM_WORKERS"]
 
 # Largest coefficient of variation accepted for jitter and spread: a lognormal of
 # CV 10 already has its median at 1/10 of its mean; far beyond it the variance
@@ -25,6 +25,19 @@ MAX_CV = 10.0
 # (their loaders, encoders, shard registrations), and building 1,024 quickstart
 # workers and running 2 steps each took 331 s on the 2-core reference machine.
 MAX_SIM_WORKERS = 1024
+
+
+@dataclass(frozen=True)
+class SimKill:
+    # Worker `rank` dies at `at_s` simulated seconds: the step it would start then is never
+    # taken (its round's steps are lost) and it is not restarted; the shards drop it from
+    # their quorum cluster.timeout_s later, as a real shard times out a silent worker.
+    rank: int = 0                # the worker that dies
+    at_s: float = 0.0            # when, in simulated seconds of training
+
+    def __post_init__(self):
+        _check(self.rank >= 0, "rank", f"must be >= 0, got {self.rank}")
+        _check(0 <= self.at_s < float("inf"), "at_s", f"must be finite seconds >= 0, got {self.at_s}")
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,8 @@ class SimConfig:
     # default: it pays for small models (0.44-0.57x the CPU per step of one by one at
     # 32 channels) and costs for wide convolutions (about 2x at the study's 256).
     batched: bool = False
+    # Workers killed during the run (not restarted), each as {rank, at_s}.
+    kills: list[SimKill] = field(default_factory=list)
 
     # ---- codecs: gigabytes/s of fp32 gradient; null: the codec's own figure (its class's `cost`) ----
     # for wire.compression (measured on one CPU thread; none: free).

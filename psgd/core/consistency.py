@@ -15,10 +15,12 @@ from typing import Optional, Union
 import torch
 
 from psgd.config.modes import Mode
+from psgd.config.quorum import QuorumConfig
 from psgd.core.bsp import BspAggregator, PushOutcome
 from psgd.core.clocks import ClockBoard, DeferredPulls
 from psgd.core.live_settings import LiveSetting, LiveSettings
 from psgd.core.modes import ModeRule, PushAction, Update, rule_class
+from psgd.core.quorum import QuorumRule
 from psgd.core.staleness_policy import BoundDecision, BoundRule, StalenessPolicy
 
 __all__ = ["Mode", "ConsistencyPolicy", "PushAction", "BoundChange", "Finished", "ClockBoard", "DeferredPulls",
@@ -39,6 +41,7 @@ class Finished:
     late: bool = False                       # its clock was already applied: dropped (bsp backup workers)
     update: Optional[Update] = None          # an aggregated step it completed, to apply
     bound_change: Optional[BoundChange] = None  # the adaptive bound changed
+    carried: bool = False                    # its round was already merged: it goes into the next (quorum)
 
 
 class ConsistencyPolicy:
@@ -48,13 +51,17 @@ class ConsistencyPolicy:
 
     def __init__(self, mode: Mode, workers: int, staleness: Union[int, str] = 0, staleness_min: int = 0,
                  staleness_max: int = 8, lr: float = 0.0, max_staleness_drop: Optional[int] = None,
-                 numel: int = 0, backup_workers: int = 0, members: Optional[int] = None):
+                 numel: int = 0, backup_workers: int = 0, members: Optional[int] = None,
+                 quorum: Optional[QuorumConfig] = None):
         self.mode = Mode(mode)
         if not self.mode.on_servers:
             raise ValueError("the all-reduce baseline has no parameter servers to keep consistent")
         auto = staleness == "auto"
         self.board = ClockBoard(workers, members)
-        self.rule: ModeRule = rule_class(self.mode)(self.board, numel, backup_workers)
+        if quorum is not None and self.mode is not Mode.BSP:
+            raise ValueError(f"quorum merging is a form of bsp, not of {self.mode}")
+        self.rule: ModeRule = (QuorumRule(self.board, numel, quorum) if quorum is not None
+                               else rule_class(self.mode)(self.board, numel, backup_workers))
         self._rules: dict[Mode, ModeRule] = {self.mode: self.rule}  # and the modes psgd ctl switched to
         self.settings = LiveSettings(LiveSetting(mode=self.mode, staleness=staleness_min if auto else int(staleness),
                                                  auto=auto, lr=lr))
@@ -69,7 +76,8 @@ class ConsistencyPolicy:
         rate its update rule starts with."""
         c = cfg.consistency
         return cls(c.mode, cfg.cluster.workers, c.staleness, c.staleness_min, c.staleness_max, lr,
-                   cfg.optimizer.max_staleness_drop, numel, c.backup_workers, cfg.cluster.starting_workers)
+                   cfg.optimizer.max_staleness_drop, numel, c.backup_workers, cfg.cluster.starting_workers,
+                   c.quorum)
 
     # ---- what is in force ---------------------------------------------------
     def setting_at(self, clock: int) -> LiveSetting:
@@ -141,12 +149,24 @@ class ConsistencyPolicy:
             self.adaptive.observe(rank, clock, step_s)
         return self.lr_at(self.rule.lr_clock(clock))
 
-    def finished(self, rank: int, clock: int, staleness: int, grad: Optional[torch.Tensor] = None) -> Finished:
+    def finished(self, rank: int, clock: int, staleness: int, grad: Optional[torch.Tensor] = None,
+                 weight: float = 1.0) -> Finished:
         """`rank`'s push for `clock` is handled: applied, rejected, or (`grad`) to be
-        aggregated. Counts it, moves the rank's clock on and says what follows."""
-        counted = self.rule.count(rank, clock, grad, staleness)
+        aggregated, weighing `weight` (its examples). Counts it, moves the rank's clock
+        on and says what follows."""
+        counted = self.rule.count(rank, clock, grad, staleness, weight)
         change = self.advanced(rank, clock)
-        return Finished(counted.late, self.rule.due(), change)
+        return Finished(counted.late, self.rule.due(), change, counted.carried)
+
+    @property
+    def quorum(self) -> Optional[QuorumRule]:
+        """The quorum-merging rule, when the shard runs one."""
+        return self.rule if isinstance(self.rule, QuorumRule) else None
+
+    def close_round(self) -> Optional[Update]:
+        """The quorum's grace window passed: the round merges once q are in (now, if they are)."""
+        self.rule.close()
+        return self.rule.due()
 
     def joined(self, rank: int) -> int:
         """A worker (re)joins the quorum; returns the clock it continues from."""

@@ -37,6 +37,8 @@ class Kind(IntEnum):
     REPLY = 3         # a pull reply reached its worker
     EVALUATE = 4      # the evaluator scores the shards' parameters
     LOCAL_DONE = 5    # local updates: a worker finished an inner step that sends nothing
+    DEADLINE = 6      # a shard's quorum grace window closes (consistency.quorum)
+    EXPIRE = 7        # the shards drop a killed worker (sim.kills), cluster.timeout_s after its death
 
 
 class EventQueue:
@@ -118,6 +120,9 @@ class Engine(FragmentTurns):
         # started by then: their parameters are fixed from their start (the shard
         # copies on write what a worker has not stepped on), so the batch holds
         # exactly the workers whose step started and whose reply was applied.
+        self.deadlines: set[tuple[int, float]] = set()  # (shard, when) of the grace windows scheduled
+        self.kill_at = {k.rank: k.at_s for k in sorted(executor.cfg.sim.kills, key=lambda k: -k.at_s)}  # earliest
+        self.killed: set[int] = set()
         self.pending: dict[int, float] = {}          # rank: step_s of a started, uncomputed step
         self.computed: dict[int, list[Push]] = {}    # rank: pushes computed ahead of its STEP_DONE
 
@@ -125,6 +130,11 @@ class Engine(FragmentTurns):
     def _start_step(self, rank: int, t: float) -> None:
         w = self.ex.workers[rank]
         self.ex.now = t
+        if t >= self.kill_at.get(rank, math.inf):  # dead: no step, no push; the shards notice later
+            self.killed.add(rank)
+            self.active -= 1
+            self.q.put(self.kill_at[rank] + self.ex.cfg.cluster.timeout_s, Kind.EXPIRE, rank)
+            return
         if w.steps >= self.steps_per_worker and w.fragments is not None and self._fragments_flushed(rank, t):
             return
         if w.steps >= self.steps_per_worker:
@@ -133,10 +143,11 @@ class Engine(FragmentTurns):
                 self.flushing.add(rank)
                 self._send(last, t)
                 return
-            released = self.ex.leave(rank)  # as opt.close(): nobody waits for it any more
+            released = self.ex.leave(rank, t)  # as opt.close(): nobody waits for it any more
             self.active -= 1
             self._done(rank, t)
             self._send_together(released, t)
+            self._schedule_deadlines()
             return
         step = w.steps
         compute_s = self.step_times.compute_s(rank, step)
@@ -214,11 +225,31 @@ class Engine(FragmentTurns):
         self.serving[p.shard] = False
         if self.waiting[p.shard]:  # the next request, back to back: which of those waiting is a seeded draw
             self._serve(heapq.heappop(self.waiting[p.shard])[2], t, idle=False)
+        self.ex.now = t  # the shard's clock: a quorum's grace window opens at the push that completes it
         self._send_together(self.ex.serve_push(p), t)  # to parked pulls the push released
         self.ex.recycle(p)
         reply = self.ex.try_answer(p.shard, p.rank)  # the pull the push carries (push_pull); None: parked
         if reply is not None:
             self._send_reply(reply, t)
+        self._schedule_deadlines()
+
+    def _schedule_deadlines(self) -> None:
+        """Each grace window a shard opened closes at its deadline, on the simulated clock."""
+        for s, when in self.ex.deadlines():
+            if (s, when) not in self.deadlines:
+                self.deadlines.add((s, when))
+                self.q.put(when, Kind.DEADLINE, (s, when))
+
+    def _expire(self, rank: int, t: float) -> None:
+        """The shards time a killed worker out: it leaves their quorum (nobody waits for it)."""
+        self.ex.now = t
+        self._send_together(self.ex.drop(rank, t), t)
+        self._schedule_deadlines()
+
+    def _deadline(self, due: tuple[int, float], t: float) -> None:
+        self.deadlines.discard(due)
+        self._send_together(self.ex.tick(due[0], t), t)
+        self._schedule_deadlines()
 
     def _send_reply(self, reply: Reply, t: float) -> None:
         arrive = stream(self.shard_out[reply.shard], self.time.shard_link, self.worker_down[reply.rank],
@@ -281,7 +312,8 @@ class Engine(FragmentTurns):
         if self.eval_every_s:
             self.q.put(0.0, Kind.EVALUATE, None)
         handlers = {Kind.STEP_DONE: self._step_done, Kind.ARRIVE: self._arrive, Kind.SERVED: self._served,
-                    Kind.REPLY: self._reply, Kind.LOCAL_DONE: self._local_done}
+                    Kind.REPLY: self._reply, Kind.LOCAL_DONE: self._local_done, Kind.DEADLINE: self._deadline,
+                    Kind.EXPIRE: self._expire}
         t, ended = 0.0, False
         while self.q and self.active > 0:
             t, kind, data = self.q.pop()
@@ -297,7 +329,7 @@ class Engine(FragmentTurns):
                 continue
             handlers[kind](data, t)
         if self.active > 0 and not ended:
-            blocked = [w.rank for w in self.ex.workers if w.steps < self.steps_per_worker]
+            blocked = [w.rank for w in self.ex.workers if w.steps < self.steps_per_worker and w.rank not in self.killed]
             raise RuntimeError(f"the simulated run stopped with workers {blocked[:8]} waiting on a shard "
                                "that will never answer")
         self._compute_pending()  # steps under way count, as the one-by-one path computed them at their start

@@ -302,14 +302,27 @@ class Executor(BatchedSteps, FragmentSteps):
         return Push(w.rank, s, seq, clock, w.versions[s], grad, w.encoder.wire_bytes - before, step_s, steps)
 
     def serve_push(self, push: Push) -> list[Reply]:
-        """Shard `push.shard` handles one push exactly as the real shard does; returns the
-        replies it sends now: to the parked pulls the push released, in their order."""
+        """Shard `push.shard` handles one push exactly as the real shard does, at simulated
+        time self.now; returns the replies it sends now: to the parked pulls the push
+        released, in their order."""
         t0 = time.process_time()
         fields = PushFields(push.rank, push.seq, push.clock, push.read_version, self.layout.shard_sizes[push.shard],
                             step_s=push.step_s, steps=push.steps)
         pushed = self.services[push.shard].push(fields, self.now, lambda: push.grad)
         self.shard_s += time.process_time() - t0
         return self._replies(push.shard, pushed)
+
+    def tick(self, s: int, now: float) -> list[Reply]:
+        """Shard s at simulated time `now`: a quorum's grace window that has passed closes
+        (psgd.servers.service.ShardService.tick); returns the replies that released."""
+        t0 = time.process_time()
+        ticked = self.services[s].tick(now)
+        self.shard_s += time.process_time() - t0
+        return self._replies(s, ticked)
+
+    def deadlines(self) -> list[tuple[int, float]]:
+        """(shard, when) of every open grace window."""
+        return [(s, d) for s, d in ((s, svc.deadline()) for s, svc in enumerate(self.services)) if d is not None]
 
     def try_answer(self, s: int, rank: int) -> Optional[Reply]:
         """Worker `rank` pulls its next clock from shard s (the pull its push carries): the
@@ -350,16 +363,22 @@ class Executor(BatchedSteps, FragmentSteps):
         w.adopt(r.clock for r in w.replies.values())
         return True
 
-    def leave(self, rank: int) -> list[Reply]:
-        """Worker `rank` leaves every shard (as opt.close()); returns the replies to the
-        parked pulls its leaving released, shard by shard."""
+    def leave(self, rank: int, now: Optional[float] = None) -> list[Reply]:
+        """Worker `rank` leaves every shard (as opt.close()) at simulated time `now` (default:
+        self.now); returns the replies to the parked pulls its leaving released, shard by shard."""
         replies = []
         for s, service in enumerate(self.services):
-            left = service.leave(rank)
+            left = service.leave(rank, self.now if now is None else now)
             if left.refused:  # a worker leaves when it is done: it waits on no pull
                 raise RuntimeError(f"worker {rank} left shard {s} with a pull still parked")
             replies += self._replies(s, left)
         return replies
+
+    def drop(self, rank: int, now: float) -> list[Reply]:
+        """The shards time worker `rank` out (it died: sim.kills), as a real shard's expiry does."""
+        for shard in self.shards:
+            shard.counters["workers_timed_out"] += 1
+        return self.leave(rank, now)
 
     # ---- results ----------------------------------------------------------
     def server_params(self) -> list[torch.Tensor]:

@@ -169,9 +169,11 @@ class _Replay:
             shard.policy.settings.schedule(clock, fields, origin)
         elif op.kind is OpKind.PULL:
             shard.answer_pull(op.rank, op.clock)
+        elif op.kind is OpKind.CLOSE:
+            shard.close_round()
         else:
             grads = self.grads[(op.rank, op.seq)]
-            shard.push(op.rank, op.seq, op.clock, op.read_version, grads[s], op.step_s)
+            shard.push(op.rank, op.seq, op.clock, op.read_version, grads[s], op.step_s, op.steps)
             grads[s] = None  # each shard takes its part once
             if all(g is None for g in grads):
                 del self.grads[(op.rank, op.seq)]
@@ -257,6 +259,9 @@ def replay(run_dir: Path, check_model: bool = True) -> ReplayResult:
     cfg = load_config(run_dir / "config.yaml")
     if not cfg.consistency.mode.on_servers:
         raise RecordError("an all-reduce run has no parameter servers to record: it is deterministic without one")
+    if cfg.local.eager:
+        raise RecordError("local.eager: each round starts from the worker's own parameters and a reply it folds "
+                          "in later, which the record does not hold; replay covers runs without it")
     events = _events(run_dir)
     _check_replayable(cfg, events)
     if cfg.local.fragments:

@@ -2,6 +2,7 @@
 in one process by `psgd replay` reproduce their final parameters bit for bit."""
 import json
 import shutil
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -19,22 +20,38 @@ def _config(tmp_path):
     return config
 
 
+@pytest.fixture(scope="module")
+def asp_run(tmp_path_factory):
+    """One real ASP run of the short quickstart, shared: a test that alters it works on its own copy."""
+    base = tmp_path_factory.mktemp("asp")
+    code, output, summary = launch(_config(base), base / "run", *SHORT, "consistency.mode=asp", timeout=100)
+    assert code == 0, output
+    return base / "run", summary
+
+
+def _copy(run, tmp_path):
+    return Path(shutil.copytree(run, tmp_path / "run"))
+
+
 def _replay(run_dir, *extra):
     code, out, err = run_psgd("replay", str(run_dir), "--json", *extra, cwd=run_dir.parent, timeout=60)
     return code, (json.loads(out) if out.strip().startswith("{") else {}), err
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(200)  # the first to ask for asp_run waits for its launch
 @pytest.mark.parametrize("overrides", [
     ["consistency.mode=asp"],
     ["consistency.mode=ssp", "consistency.staleness=2"],
     ["consistency.mode=asp", "wire.compression=topk", "wire.topk_ratio=0.1"],
     ["consistency.mode=asp", "wire.compression=int2_ef"],
 ], ids=["asp", "ssp", "asp-topk", "asp-int2ef"])
-def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides):
-    run_dir = tmp_path / "run"
-    code, output, summary = launch(_config(tmp_path), run_dir, *SHORT, *overrides, timeout=100)
-    assert code == 0, output
+def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides, request):
+    if overrides == ["consistency.mode=asp"]:
+        run_dir, summary = request.getfixturevalue("asp_run")
+    else:
+        run_dir = tmp_path / "run"
+        code, output, summary = launch(_config(tmp_path), run_dir, *SHORT, *overrides, timeout=100)
+        assert code == 0, output
     code, result, err = _replay(run_dir, "--out", str(tmp_path / "replayed.pt"))
     assert code == 0, (result, err)
     assert result["identical"] and result["compared_model"]
@@ -48,11 +65,9 @@ def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides):
     assert len(summary["staleness_hist"]) > 1, summary["staleness_hist"]
 
 
-@pytest.mark.timeout(120)
-def test_a_replay_of_another_order_is_not_called_identical(tmp_path):
-    run_dir = tmp_path / "run"
-    code, output, _ = launch(_config(tmp_path), run_dir, *SHORT, timeout=100)
-    assert code == 0, output
+@pytest.mark.timeout(200)
+def test_a_replay_of_another_order_is_not_called_identical(tmp_path, asp_run):
+    run_dir = _copy(asp_run[0], tmp_path)
     # Two successive pushes of different workers on shard 0, swapped: another order, another run.
     path = run_dir / "record" / "shard-0.msgpack"
     records = list(msgpack.Unpacker(open(path, "rb"), raw=False))
@@ -66,8 +81,8 @@ def test_a_replay_of_another_order_is_not_called_identical(tmp_path):
     assert not result["identical"] and result["version_mismatch"]
 
 
-@pytest.mark.timeout(120)
-def test_what_cannot_be_replayed_is_refused_with_the_reason(tmp_path):
+@pytest.mark.timeout(200)
+def test_what_cannot_be_replayed_is_refused_with_the_reason(tmp_path, asp_run):
     config = _config(tmp_path)
     code, output, _ = launch(config, tmp_path / "off", *SHORT, "run.record=false", timeout=100)
     assert code == 0, output
@@ -75,11 +90,10 @@ def test_what_cannot_be_replayed_is_refused_with_the_reason(tmp_path):
     code, _, err = _replay(tmp_path / "off")
     assert code == 2 and "run.record: false" in err, err
     # A shard that did not stop cleanly leaves a record without its end.
-    code, output, _ = launch(config, tmp_path / "cut", *SHORT, timeout=100)
-    assert code == 0, output
-    shutil.copy(tmp_path / "cut" / "record" / "shard-1.msgpack", tmp_path / "whole")
-    (tmp_path / "cut" / "record" / "shard-1.msgpack").write_bytes((tmp_path / "whole").read_bytes()[:-2])
-    code, _, err = _replay(tmp_path / "cut")
+    cut = _copy(asp_run[0], tmp_path)
+    record = cut / "record" / "shard-1.msgpack"
+    record.write_bytes(record.read_bytes()[:-2])
+    code, _, err = _replay(cut)
     assert code == 2 and "did not stop cleanly" in err, err
 
 

@@ -39,6 +39,7 @@ class Update:
 class Counted:
     """What counting a push toward its clock did."""
     late: bool = False                # the clock was already applied: the push is dropped
+    carried: bool = False             # the clock was already merged: the push goes into the next (quorum)
     update: Optional[Update] = None   # an aggregated step the push completed
 
 
@@ -87,9 +88,11 @@ class ModeRule(ABC):
         """What a finite, first-seen push of this staleness does."""
 
     @abstractmethod
-    def count(self, rank: int, clock: int, grad: Optional[torch.Tensor], staleness: int) -> Counted:
+    def count(self, rank: int, clock: int, grad: Optional[torch.Tensor], staleness: int,
+              weight: float = 1.0) -> Counted:
         """`rank`'s push for `clock` is done with (applied, kept for the aggregate or
-        rejected: `grad` is the gradient to aggregate, else None)."""
+        rejected: `grad` is the gradient to aggregate, else None). `weight`: the examples
+        it carries (a rule that weights what it aggregates reads it)."""
 
     # ---- optional: the defaults are those of a mode that applies on arrival ----
     def join_clock(self) -> Optional[int]:
@@ -131,7 +134,8 @@ class ApplyOnArrival(ModeRule):
             return PushAction.DROP_STALE
         return PushAction.APPLY
 
-    def count(self, rank: int, clock: int, grad: Optional[torch.Tensor], staleness: int) -> Counted:
+    def count(self, rank: int, clock: int, grad: Optional[torch.Tensor], staleness: int,
+              weight: float = 1.0) -> Counted:
         return Counted()
 
 

@@ -35,7 +35,8 @@ class Bsp(ModeRule):
     def push_action(self, staleness: int, max_staleness_drop: Optional[int]) -> PushAction:
         return PushAction.AGGREGATE  # an averaged step is never too stale: every gradient read the last one
 
-    def count(self, rank: int, clock: int, grad: Optional[torch.Tensor], staleness: int) -> Counted:
+    def count(self, rank: int, clock: int, grad: Optional[torch.Tensor], staleness: int,
+              weight: float = 1.0) -> Counted:
         if self.aggregator.add(rank, clock, grad, self.board.quorum()) is PushOutcome.LATE:
             # A straggler whose clock was already applied continues from the
             # step in progress instead of staying behind forever.

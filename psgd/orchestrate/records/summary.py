@@ -109,4 +109,11 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
         "codec_encode_s": round(sum(float(e["encode_s"]) for e in done if "encode_s" in e), 6)
         if any("encode_s" in e for e in done) else None,
         "codec_decode_s": round(counters["decode_us"] / 1e6, 6) if "decode_us" in counters else None,
+        **(_quorum(counters) if cfg.consistency.quorum is not None else {}),
     }
+
+
+def _quorum(counters: dict[str, int]) -> dict:
+    """Quorum merging, summed over the shards (each shard merges its part of a delta on its own)."""
+    return {"quorum_carried": counters.get("quorum_carried", 0),  # deltas merged one or more rounds late
+            "quorum_closed_by_grace": counters.get("quorum_closed_by_grace", 0)}  # merges a grace window ended
