@@ -109,7 +109,7 @@ def verdicts(seeds: dict[str, list[dict]]) -> list[str]:
 def quorum(here: Path) -> list[str]:
     plain, q = _rows(here / "sim-quorum-straggler" / "seeds.csv"), _rows(here / "sim-quorum-straggler-q3" / "seeds.csv")
     if not plain or not q:
-        return ["No quorum rows: this checkout has no `consistency.quorum` (run_study.sh runs them where it does)."]
+        return ["No quorum rows: run_study.sh runs them where `consistency.quorum` exists (see study.log)."]
     a, b = sample([r for r in q if r["chosen_lr"] == "True"]), sample([r for r in plain if r["chosen_lr"] == "True"])
     med = [_median([_float(r["time_to_target_s"]) for r in rows]) for rows in (q, plain)]
     return [f"Dense DiLoCo under a 4× straggler (rank 3), simulated: with a quorum of 3 of 4 (adaptive grace) "

@@ -39,7 +39,7 @@ loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 {
   echo "study started $(date -u +%FT%TZ) on $(nproc) cores; load average: $(loadavg)"
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); seeds $SEEDS (sim), $REAL_SEEDS (real); H $H"
-} > "$LOG"
+} >> "$LOG"  # appended: a partial rerun (PARTS) keeps the earlier parts' lines
 
 bench() {  # NAME CONFIG ARGS...: one bench into $STUDY_RUNS/NAME, its CSVs copied to $HERE/NAME, timed into the log
   local name="$1" config="$2"; shift 2
@@ -73,7 +73,7 @@ elif "$PYTHON" -c "import psgd.config.quorum" 2>/dev/null; then
     --seeds "$SEEDS" --title "simulated WAN, rank 3 slowed 4x: dense DiLoCo" "${straggler[@]}" || status=1
   bench "sim-quorum-straggler-q3" "$SIM" --on sim --modes "diloco:$H" --lr-from "$HERE/sim-diloco/summary.csv" \
     --seeds "$SEEDS" --title "simulated WAN, rank 3 slowed 4x: DiLoCo with a quorum of 3 (adaptive grace)" \
-    "${straggler[@]}" --set "consistency.quorum={size: 3, grace_s: auto}" || status=1
+    "${straggler[@]}" --set consistency.mode=bsp --set "local.steps=$H" --set "consistency.quorum={size: 3, grace_s: auto}" || status=1
 else
   echo "quorum slot: psgd.config.quorum is not in this checkout; no quorum rows" >> "$LOG"
 fi
