@@ -31,7 +31,12 @@ from psgd.wire.transport import CurveKeys, ShardConnections
 from psgd.workers.grads_request import GradsRequest
 from psgd.workers.push_cursor import PushCursor
 
-__all__ = ["PSClient", "GradsRequest", "RemoteError", "RequestFailed", "Interrupted"]
+__all__ = ["PSClient", "GradsRequest", "RemoteError", "RequestFailed", "Interrupted", "REJOINS_PER_SHARD"]
+
+# How often one call joins the same shard again after `not_registered`: a shard
+# restarted or timed the worker out (a storm of kills can do both within one call);
+# more than this means something keeps dropping the worker, and the call fails.
+REJOINS_PER_SHARD = 3
 
 
 class PSClient:
@@ -67,6 +72,7 @@ class PSClient:
         self.fastest_step_s = 0.0  # the fastest worker's time per step, as the shards last reported it
         self.bytes_sent = 0
         self.peak_push_bytes = 0  # the most wire bytes one push (all its shards) carried
+        self.pushes = 0  # pushes this client completed (every shard answered); `seq` also counts a predecessor's
         self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
         self.reply_in_slot = [False] * layout.num_shards  # per shard: the last parameters lie in a reply slot
         self._hb_stop = threading.Event()
@@ -217,17 +223,21 @@ class PSClient:
         return out
 
     def _call_all(self, make: Callable[[int, int], list]) -> dict:
+        """Send `make`'s request to every shard and collect the replies. A shard that
+        answers `not_registered` (it restarted, or timed this worker out, and forgot
+        it) is joined again and the same request repeated (pushes keep their seq, so
+        none applies twice), up to REJOINS_PER_SHARD times per shard in one call;
+        beyond that its error is raised."""
         shards = range(self.layout.num_shards)
-        for _ in shards:
+        rejoins = [0] * self.layout.num_shards
+        while True:
             try:
                 return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
             except RemoteError as exc:
-                if exc.code != P.ErrorCode.NOT_REGISTERED:
+                if exc.code != P.ErrorCode.NOT_REGISTERED or rejoins[exc.shard] >= REJOINS_PER_SHARD:
                     raise
-                # The shard restarted or timed us out and forgot us: join again, then
-                # repeat the same request (pushes keep their seq, so none applies twice).
+                rejoins[exc.shard] += 1
                 self._register_shards([exc.shard])
-        return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
 
     def _send_grads(self, kind, grads: Sequence[torch.Tensor], steps: int = 1) -> dict:
         request = self._grads_request(kind, grads, steps)
@@ -253,6 +263,7 @@ class PSClient:
         else:
             for s, (seq, clock) in request.shard_cursors.items():
                 self.shard_cursors[s].pushed(seq, clock)
+        self.pushes += 1
         sent = self.encoder.wire_bytes - request.bytes_before
         self.bytes_sent += sent
         self.peak_push_bytes = max(self.peak_push_bytes, sent)

@@ -87,6 +87,11 @@ class FragmentRounds:
         """Rounds every fragment has sent."""
         return min(self.sends)
 
+    def steps_taken(self, clock: int) -> int:
+        """Training steps of this rank, whose slowest shard counts `clock` rounds: the rounds
+        before this process (a restart) at their nominal length, then the steps taken here."""
+        return max(0, clock - self.rounds) * self.steps + self.taken_total
+
     def state_dict(self) -> dict:
         return {"inner": self.inner.state_dict(), "taken_total": self.taken_total, "since": list(self.since),
                 "start": [t.detach().cpu().clone() for t in self.start]}

@@ -50,6 +50,15 @@ class LocalRounds:
         if self.method.paced:
             self.round_steps = self.method.round_steps(self.own_step_s, self.fastest_step_s())
 
+    def steps_taken(self, pushed: int) -> int:
+        """Training steps of a worker that has completed `pushed` pushes (its seq):
+        the inner steps of the rounds it pushed and of the round under way, plus the
+        rounds an earlier process of its rank pushed (a restart) at their nominal
+        length. By seq, not by clock: the clock moves past rounds a worker never
+        trained when the shards merged without it (a quorum's latecomer, BSP's
+        backup workers)."""
+        return max(0, pushed - self.rounds) * self.steps + self.steps_total + self.taken
+
     def step(self) -> bool:
         """One inner step; True when the round is complete and its delta is due."""
         self.inner.step()

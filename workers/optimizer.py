@@ -58,7 +58,8 @@ __all__ = ["Optimizer", "OptimizerStats", "rank_from_env"]
 class OptimizerStats:
     """What this worker has sent so far, read through `Optimizer.stats`."""
     clock: int           # pushes completed (continues across re-registration)
-    pushes: int          # distinct pushes every shard acknowledged (seqs used), across restarts of this rank
+    pushes: int          # pushes this process completed (every shard acknowledged them)
+    seqs: int            # seqs this rank has used, its predecessors' included (a restart continues after them)
     resends: int         # requests sent again after a timeout
     bytes_sent: int      # gradient bytes of the pushes that completed
     peak_push_bytes: int  # the most bytes one push carried (streaming DiLoCo: one fragment's)
@@ -256,25 +257,23 @@ class Optimizer:
 
     @property
     def steps_taken(self) -> int:
-        """Training steps of this rank: one per push, or under local updates
-        local.steps per completed round plus the steps of the round under way."""
-        if self.fragments is not None:  # rounds before this process (a restart) at their nominal length
-            return max(0, self.clock - self.fragments.rounds) * self.fragments.steps + self.fragments.taken_total
+        """Training steps of this rank: its clock (one per push, and the clocks a BSP
+        shard moved a dropped straggler past), or under local updates as
+        LocalRounds.steps_taken counts them. The simulator counts the same
+        (psgd.sim.executor.VirtualWorker.steps_taken)."""
+        if self.fragments is not None:  # one rule with the simulator's (FragmentRounds.steps_taken)
+            return self.fragments.steps_taken(self.clock)
         if self.local is None:  # a pipelined push in flight counts: its step is done
             in_flight = isinstance(self.overlap, Pipeline) and self.overlap.in_flight
             return self.clock + int(in_flight)
-        # Rounds pushed before this process (a restart), counted at their nominal length: by seq, one
-        # per push, not by clock, which moves past rounds a worker never trained when the shards
-        # merged without it (a quorum's latecomer, bsp's backup workers)
-        earlier = max(0, self.client.seq - self.local.rounds) * self.local.steps
-        return earlier + self.local.steps_total + self.local.taken
+        return self.local.steps_taken(self.client.seq)
 
     @property
     def stats(self) -> OptimizerStats:
         """A read-only snapshot of what this worker has sent (pushes, bytes, ...)."""
         c = self.client
-        pushes = c.seq if self.fragments is None else sum(x.seq for x in c.shard_cursors)
-        return OptimizerStats(clock=self.clock, pushes=pushes, resends=c.resends, bytes_sent=c.bytes_sent,
+        seqs = c.seq if self.fragments is None else sum(x.seq for x in c.shard_cursors)
+        return OptimizerStats(clock=self.clock, pushes=c.pushes, seqs=seqs, resends=c.resends, bytes_sent=c.bytes_sent,
                               peak_push_bytes=c.peak_push_bytes,
                               fp32_bytes=c.encoder.fp32_bytes, compression_ratio=c.encoder.compression_ratio,
                               encode_s=c.encoder.encode_s,

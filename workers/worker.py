@@ -77,7 +77,8 @@ def run_worker(ctx: RoleContext) -> int:
     finally:
         opt.close()
     sent = opt.stats
-    ctx.events.emit(Event.DONE, rank=rank, clock=sent.clock, steps=steps, pushes=sent.pushes, resends=sent.resends,
+    ctx.events.emit(Event.DONE, rank=rank, clock=sent.clock, steps=steps, pushes=sent.pushes, seqs=sent.seqs,
+                    resends=sent.resends,
                     bytes_sent=sent.bytes_sent, peak_push_bytes=sent.peak_push_bytes, fp32_bytes=sent.fp32_bytes,
                     compression_ratio=round(sent.compression_ratio, 6), encode_s=round(sent.encode_s, 6),
                     **({"outer_delayed_rounds": opt.eager.delayed} if opt.eager is not None else {}))

@@ -20,31 +20,15 @@ metrics.jsonl (psgd.runtime.event_names) and the list of kills the bench made.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Optional, Sequence
 
 from psgd.config.modes import Role
+from psgd.config.sim_faults import FaultTarget
+from psgd.core.fault_plan import RESTART_MARGIN_S, kill_schedule, restarts_needed
 from psgd.runtime.event_names import Event
 
 __all__ = ["FaultTarget", "Kill", "kill_schedule", "restarts_needed", "Accounting", "account",
            "Recovery", "recoveries", "useful_updates", "goodput", "RESTART_MARGIN_S"]
-
-# No kill this close to train.max_time_s: the restart it causes must be back before the
-# launcher stops the workers (a respawn after the stop would train on past the time limit).
-RESTART_MARGIN_S = 5.0
-
-
-class FaultTarget(str, Enum):
-    WORKERS = "workers"
-    SHARDS = "shards"
-
-    @property
-    def role(self) -> Role:
-        """The role name a kill of this target hits in processes.json and the events."""
-        return Role.WORKER if self is FaultTarget.WORKERS else Role.SERVER
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -53,35 +37,6 @@ class Kill:
     role: Role     # worker or server
     index: int     # its rank or shard index
     pid: int
-
-
-def kill_schedule(every_s: float, max_time_s: float, targets: int, backoff_s: float = 0.0) -> list[tuple[float, int]]:
-    """(run time, index) of each planned kill: one every `every_s` from `every_s` on, the
-    targets in turn (0, 1, ..., targets - 1, 0, ...). A kill is left out when the restart it
-    causes would not be due RESTART_MARGIN_S before the end: the launcher waits
-    backoff_s * 2**k before a process's k-th restart (supervision.backoff_s)."""
-    if not every_s > 0:
-        raise ValueError(f"--kill-every-s must be > 0, got {every_s}")
-    if targets < 1:
-        raise ValueError("no process of the target role to kill")
-    plan: list[tuple[float, int]] = []
-    killed: dict[int, int] = {}
-    k = 1
-    while k * every_s < max_time_s - RESTART_MARGIN_S:
-        t, index = k * every_s, (k - 1) % targets
-        if t + backoff_s * 2 ** killed.get(index, 0) < max_time_s - RESTART_MARGIN_S:
-            plan.append((t, index))
-            killed[index] = killed.get(index, 0) + 1
-        k += 1
-    return plan
-
-
-def restarts_needed(plan: Sequence[tuple[float, int]]) -> int:
-    """The most kills any one process gets: supervision.max_restarts must allow that many."""
-    per: dict[int, int] = {}
-    for _, index in plan:
-        per[index] = per.get(index, 0) + 1
-    return max(per.values(), default=0)
 
 
 def _final_stats(events: Sequence[dict]) -> dict[int, dict]:
@@ -133,7 +88,9 @@ def account(events: Sequence[dict], workers: int) -> list[Accounting]:
         if e.get("event") == Event.DONE and e.get("role") == Role.WORKER:
             done[int(e["rank"])] = e  # the last incarnation's
     missing = [r for r in range(workers) if r not in done]
-    used = sum(int(e["pushes"]) for e in done.values())
+    # `seqs`: every seq the rank used, its killed predecessors' included (`pushes` counts one
+    # process's); runs recorded before the field existed carried that count as `pushes`.
+    used = sum(int(e.get("seqs", e["pushes"])) for e in done.values())
     out = []
     for shard, st in sorted(_final_stats(events).items()):
         counters = st.get("counters", {})

@@ -11,6 +11,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
+from psgd.bench.fault_compare import Comparison
 from psgd.bench.faults import FAULT_FREE, FAULTY, FaultBench, FaultRun
 from psgd.bench.stats import Interval, median_ci
 from psgd.bench.verdict import Judgement, Outcome, Sample, judge
@@ -173,7 +174,7 @@ def fault_json(bench: FaultBench, a: Optional[FaultAnalysis]) -> dict:
                              "worker_pushes": x.worker_pushes, "partial": x.partial,
                              "unread_at_stop": x.unread_at_stop, "problems": list(x.problems)} for x in r.accounting]}
             for r in bench.runs]
-    out = {"target": str(bench.target), "pairing": str(bench.pairing), "kill_every_s": bench.every_s, "planned_kills": bench.planned,
+    out = {"on": str(bench.on), "target": str(bench.target), "pairing": str(bench.pairing), "kill_every_s": bench.every_s, "planned_kills": bench.planned,
            "bench_overrides": bench.overrides, "max_time_s": bench.config.train.max_time_s,
            "mode": str(bench.config.consistency.mode), "workers": bench.config.cluster.workers,
            "shards": bench.config.cluster.num_servers, "cores": os.cpu_count(), "runs": runs}
@@ -192,29 +193,60 @@ def fault_json(bench: FaultBench, a: Optional[FaultAnalysis]) -> dict:
     return out
 
 
-def write_fault_report(bench: FaultBench, a: Optional[FaultAnalysis], command: str, config_text: str) -> Path:
-    """report.md and faults.json in the bench's out dir; returns report.md's path."""
+def comparison_json(against: str, comparisons: list[Comparison]) -> dict:
+    return {"against": against, "figures": {c.key: {"simulated": c.simulated, "real": c.real, "inside": c.inside}
+                                            for c in comparisons}}
+
+
+def _comparison_lines(against: str, comparisons: list[Comparison]) -> list[str]:
+    lines = [f"## Simulated against the real run ({against})", "",
+             "| figure | simulated | real | simulated median inside the real interval |", "|---|---|---|---|"]
+    for c in comparisons:
+        inside = {True: "**yes**", False: "**no**", None: "n/a"}[c.inside]
+        lines.append(f"| {c.name} | {c.text(c.simulated)} | {c.text(c.real)} | {inside} |")
+    return [*lines, ""]
+
+
+def write_fault_report(bench: FaultBench, a: Optional[FaultAnalysis], command: str, config_text: str,
+                       against: Optional[tuple[str, list[Comparison]]] = None) -> Path:
+    """report.md and faults.json in the bench's out dir; returns report.md's path.
+    `against`: a real bench's faults.json (its path) and this simulated bench compared with it."""
     out = bench.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    (out / "faults.json").write_text(json.dumps(fault_json(bench, a), indent=1) + "\n")
+    data = fault_json(bench, a)
+    if against is not None:
+        data["comparison"] = comparison_json(*against)
+    (out / "faults.json").write_text(json.dumps(data, indent=1) + "\n")
     cfg = bench.config
     loads = [x for r in bench.runs for x in r.load_avg]
+    if bench.simulated:
+        storm = (f"Storm (simulated): one {bench.target.role} (in turn) killed at "
+                 f"{', '.join(f'{t:g}' for t, _ in bench.planned)} simulated seconds by the virtual cluster's failure "
+                 f"model (psgd.sim.faults, sim.faults.*): the same plan and restart rules as the real storm. Both runs "
+                 f"of a seed get {', '.join(bench.overrides)}; they run one after the other in one process.")
+        machine = ("Clock: simulated seconds (the machine's load does not enter them; its 1-minute load average "
+                   f"was {min(loads, default=0):.1f}-{max(loads, default=0):.1f}).")
+    else:
+        storm = (f"Storm: SIGKILL of one {bench.target.role} (in turn) at "
+                 f"{', '.join(f'{t:g}' for t, _ in bench.planned)} s of training, from outside the launcher "
+                 f"(pids from processes.json); the launcher restarts it. Both runs of a seed get "
+                 f"{', '.join(bench.overrides)}; "
+                 + ("they run side by side, so the machine's load at every moment weighs on both (and each is part "
+                    "of the other's load: the storm's idle seconds leave the fault-free run a little more CPU, which "
+                    "can only lower the ratio)." if str(bench.pairing) == "side-by-side" else
+                    "they run one after the other, the first alternating with the seed."))
+        machine = (f"Machine: {os.cpu_count()} cores, shared; 1-minute load average {min(loads, default=0):.1f}-"
+                   f"{max(loads, default=0):.1f} over the runs (per run below).")
     parts = [
-        f"# Goodput under a fault storm: {bench.target} killed every {bench.every_s:g} s", "",
+        f"# Goodput under a fault storm{' (SIMULATED)' if bench.simulated else ''}: {bench.target} killed every "
+        f"{bench.every_s:g} s", "",
         f"Command: `{command}`", "",
         f"Workload: model `{cfg.task.model}` on `{cfg.task.dataset}`, {cfg.consistency.mode}, "
         f"{cfg.cluster.workers} workers (batch {cfg.task.batch_size}), {cfg.cluster.num_servers} shards, "
         f"training bounded by train.max_time_s={cfg.train.max_time_s:g} s "
         f"(steps_per_worker={cfg.train.steps_per_worker}).",
-        f"Storm: SIGKILL of one {bench.target.role} (in turn) at "
-        f"{', '.join(f'{t:g}' for t, _ in bench.planned)} s of training, from outside the launcher "
-        f"(pids from processes.json); the launcher restarts it. Both runs of a seed get {', '.join(bench.overrides)}; "
-        + ("they run side by side, so the machine's load at every moment weighs on both (and each is part of the "
-           "other's load: the storm's idle seconds leave the fault-free run a little more CPU, which can only lower "
-           "the ratio)." if str(bench.pairing) == "side-by-side" else
-           "they run one after the other, the first alternating with the seed."),
-        f"Machine: {os.cpu_count()} cores, shared; 1-minute load average {min(loads, default=0):.1f}-"
-        f"{max(loads, default=0):.1f} over the runs (per run below).",
+        storm,
+        machine,
         "Goodput: updates every shard applied (a resent or duplicate push is recognised and not applied) per "
         "second of training. Time lost per fault: from the SIGKILL to the last shard registration that brought "
         "the process back; throughput-equivalent: the updates the storm cost, in seconds of fault-free goodput, "
@@ -243,6 +275,8 @@ def write_fault_report(bench: FaultBench, a: Optional[FaultAnalysis], command: s
                      "worker, were in flight when train.max_time_s stopped their worker, which stopped waiting "
                      "for the ack.")
         parts.append("")
+    if against is not None:
+        parts += _comparison_lines(*against)
     parts += ["Resolved base config:", "", "```yaml", config_text.rstrip(), "```", ""]
     path = out / "report.md"
     path.write_text("\n".join(parts))

@@ -5,7 +5,10 @@ of the bench): once fault-free and once with one process of the target role
 SIGKILLed every `every_s` seconds of training (the workers or the shards in
 turn, pids read from the run directory's processes.json, as an operator or the
 kernel's OOM killer would). The launcher restarts what died; both runs get the
-same supervision.max_restarts, enough for the planned kills. The two runs of a
+same supervision.max_restarts, enough for the planned kills. `--on sim` runs the
+same job on the virtual cluster instead, the storm made by its failure model
+(psgd.sim.faults, `sim.faults`: the same plan, the launcher's restart rules) at the
+same simulated times, one run after the other in this process. The two runs of a
 seed run side by side (the same machine load on both at every moment; the
 storm's idle seconds leave the fault-free run a little more CPU, which can only
 lower the measured ratio) or one after the other, the first alternating with
@@ -44,7 +47,7 @@ from psgd.runtime.events import read_events
 from psgd.runtime.lifeline import PROCESSES_FILE
 from psgd.runtime.role import START_FILE
 
-__all__ = ["FaultRun", "FaultBench", "Pairing", "plan_overrides", "run_fault_bench", "FAULT_FREE", "FAULTY"]
+__all__ = ["FaultRun", "FaultBench", "Pairing", "Where", "plan_overrides", "run_fault_bench", "FAULT_FREE", "FAULTY"]
 
 FAULT_FREE = "fault-free"
 FAULTY = "faults"
@@ -88,9 +91,26 @@ class FaultBench:
     out_dir: Path
     pairing: "Pairing"
     runs: list[FaultRun] = field(default_factory=list)
+    on: "Where" = None              # the real local launcher or the virtual cluster (set in __post_init__)
+
+    def __post_init__(self):
+        self.on = Where.LOCAL if self.on is None else self.on
+
+    @property
+    def simulated(self) -> bool:
+        return self.on is Where.SIM
 
 
-def plan_overrides(cfg: Config, target: FaultTarget, every_s: float) -> tuple[list[tuple[float, int]], list[str]]:
+class Where(str, Enum):
+    LOCAL = "local"  # real processes, SIGKILLed by the bench
+    SIM = "sim"      # the virtual cluster, killed by its failure model (psgd.sim.faults)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def plan_overrides(cfg: Config, target: FaultTarget, every_s: float,
+                   on: Where = Where.LOCAL) -> tuple[list[tuple[float, int]], list[str]]:
     """The planned kills and the overrides both runs of a seed get. Raises ValueError
     for a job that cannot be put under this storm."""
     if not cfg.consistency.mode.on_servers:
@@ -100,9 +120,15 @@ def plan_overrides(cfg: Config, target: FaultTarget, every_s: float) -> tuple[li
     plan = kill_schedule(every_s, cfg.train.max_time_s, count, cfg.supervision.backoff_s)
     if not plan:
         raise ValueError(f"--kill-every-s {every_s:g}: no kill fits in train.max_time_s={cfg.train.max_time_s:g}")
-    # The storm is sent to processes on this machine: the local launcher runs them.
-    return plan, ["cluster.launcher=local",
+    # The storm is sent to processes on this machine (the local launcher runs them), or made by
+    # the virtual cluster's failure model.
+    return plan, [f"cluster.launcher={on}",
                   f"supervision.max_restarts={max(cfg.supervision.max_restarts, restarts_needed(plan))}"]
+
+
+def storm_overrides(target: FaultTarget, every_s: float) -> list[str]:
+    """What the storm run of a simulated pair sets on top: the failure model's kills."""
+    return [f"sim.faults.kill_every_s={every_s!r}", f"sim.faults.target={target}"]
 
 
 def _launch_cmd(config_path: str, run_dir: Path, sets: list[str]) -> list[str]:
@@ -208,17 +234,46 @@ class Pairing(str, Enum):
         return self.value
 
 
+def _simulated(label: str, seed: int, cfg: Config, run_dir: Path) -> FaultRun:
+    """One run on the virtual cluster, in this process; its kills are the failure model's."""
+    from psgd.orchestrate.launchers.sim import SimLauncher  # torch and the task: only when simulating
+    load = os.getloadavg()[0]
+    run_dir.mkdir(parents=True)
+    result = SimLauncher(cfg, run_dir).run()
+    kills = [Kill(float(k["t"]), Role(k["role"]), int(k["index"]), 0)
+             for k in (result.summary or {}).get("sim_kills", [])]
+    return _read_run(label, seed, run_dir, result.code, result.reason or "ok", kills, cfg,
+                     (load, os.getloadavg()[0]))
+
+
 def run_fault_bench(config_path: str, overrides: list[str], target: FaultTarget, every_s: float, seeds: int,
                     out_dir: Path, pairing: Pairing = Pairing.SIDE_BY_SIDE,
-                    on_run: Callable[[str], None] = lambda msg: None) -> FaultBench:
+                    on_run: Callable[[str], None] = lambda msg: None, on: Where = Where.LOCAL) -> FaultBench:
     """Every seed fault-free and under the storm. Blocks; a failed launch is kept in the
     result (its code and reason), not raised. Raises ConfigError or ValueError before
     anything runs when the config or the storm cannot be run."""
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     base = load_config(config_path, overrides)
-    plan, extra = plan_overrides(base, target, every_s)
-    bench = FaultBench(base, target, every_s, plan, extra, Path(out_dir), pairing)
+    plan, extra = plan_overrides(base, target, every_s, on)
+    bench = FaultBench(base, target, every_s, plan, extra, Path(out_dir), pairing, on=on)
+    if on is Where.SIM:
+        from psgd.orchestrate.launchers.sim import SimLauncher
+        SimLauncher.check(load_config(config_path, [*overrides, *extra, *storm_overrides(target, every_s)]))
+        for k in range(seeds):
+            seed = base.run.seed + k
+            for label, more in ((FAULT_FREE, []), (FAULTY, storm_overrides(target, every_s))):
+                cfg = load_config(config_path, [*overrides, *extra, *more, f"run.seed={seed}"])
+                run_dir = bench.out_dir / "runs" / f"{label}-seed{seed}"
+                if run_dir.exists():
+                    raise ValueError(f"{run_dir} already exists: give a fresh --out")
+                on_run(f"{label} seed {seed} (simulated) -> {run_dir}")
+                run = _simulated(label, seed, cfg, run_dir)
+                bench.runs.append(run)
+                on_run(f"    {label}: {run.reason}" if not run.ok else
+                       f"    {label}: {run.useful_updates} useful updates in {run.wall_time_s:.1f} simulated s = "
+                       f"{run.goodput:.1f}/s, {len(run.kills)} kills, accuracy {run.summary.get('final_test_accuracy')}")
+        return bench
     timeout = base.train.max_time_s + LAUNCH_SLACK_S
     for k in range(seeds):
         seed = base.run.seed + k

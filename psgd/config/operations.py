@@ -104,13 +104,16 @@ class CheckpointConfig:
 @dataclass(frozen=True)
 class SupervisionConfig:
     # The launcher restarts a crashed server or worker up to max_restarts times
-    # per process, waiting backoff_s * 2**k before the k-th restart.
+    # per process, waiting backoff_s * 2**k before a restart, k counting the
+    # process's restarts since it last ran backoff_reset_s without crashing.
     max_restarts: int = 3
     backoff_s: float = 0.5       # seconds before the first restart, doubled for each next one
+    backoff_reset_s: float = 10.0  # a process that ran this long since its restart is healthy: back to backoff_s
 
     def __post_init__(self):
         _check(self.max_restarts >= 0, "max_restarts", "must be >= 0")
         _check(self.backoff_s >= 0, "backoff_s", "must be >= 0")
+        _check(self.backoff_reset_s >= 0, "backoff_reset_s", "must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Literal, Optional, Union
 from psgd.config.loader import check as _check
 from psgd.config.loader import int_max
 from psgd.config.sim_devices import DEVICES, DeviceProfile
+from psgd.config.sim_faults import SimFaults
 
 __all__ = ["DeviceProfile", "SimConfig", "SimKill", "MAX_CV", "MAX_SIM_WORKERS"]
 
@@ -103,6 +104,9 @@ class SimConfig:
     # for wire.compression (measured on one CPU thread; none: free).
     encode_gbytes_per_s: Optional[float] = None  # the worker's encode, before its pushes leave
     decode_gbytes_per_s: Optional[float] = None  # the shard's decode, added to its service
+
+    # ---- failures: processes killed and restarted as the real launcher does (sim_faults) ----
+    faults: SimFaults = field(default_factory=SimFaults)
 
     # Keys renamed: the loader answers these with the message instead of "unknown key".
     RENAMED_KEYS = {"apply_gbps": "renamed to sim.apply_gbytes_per_s (it always was gigabytes per second, "

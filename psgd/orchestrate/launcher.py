@@ -7,7 +7,7 @@ through a callback, starts the common training clock once every child is
 ready, and stops everything in order: workers finish (or are stopped at
 max_time_s), the evaluator takes its final measurement and saves model.pt,
 then the servers stop. A server, worker or evaluator that crashes is
-restarted (bounded retries with backoff, see supervise.py); once its retries
+restarted (bounded retries with backoff, see psgd/core/restarts.py); once its retries
 are spent the run fails with the crash's cause. `resume=True` continues a
 stopped run in its own directory: shards reload their checkpoints, workers
 continue from the shards' clocks and the training clock continues.
@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 from psgd.config import Config, dump_config, load_config
 from psgd.config.modes import Role
+from psgd.core.restarts import PendingRestart, RestartBudget, after_training
 from psgd.orchestrate.elastic_launch import ElasticMembership
 from psgd.orchestrate.launchers import LaunchFailed, LaunchResult
 from psgd.orchestrate.processes import LocalProcesses, ProcessHost, RoleProcess
@@ -32,7 +33,6 @@ from psgd.orchestrate.records.summary_file import reserve_summary, write_summary
 from psgd.orchestrate.roles import CONFIG_FILE
 from psgd.orchestrate.run_log import SUMMARY_FILE, RunLog
 from psgd.orchestrate.states import ChildState, RunStatus
-from psgd.orchestrate.supervise import PendingRestart, RestartBudget
 from psgd.runtime.event_names import Event
 from psgd.runtime.files import atomic_write
 from psgd.runtime.lifeline import PROCESSES_FILE
@@ -102,6 +102,7 @@ class Launcher(ElasticMembership):
         self.resume = resume
         self.budget = RestartBudget(cfg.supervision)
         self._pending: list[PendingRestart] = []
+        self._workers_stopping = False  # asked to stop (time limit or target): no worker comes back
         self._init_elastic(cfg)  # cluster.workers: {min, max}
 
     @property
@@ -232,6 +233,8 @@ class Launcher(ElasticMembership):
             if stop_by is None and (elapsed > max_time or target_hit):
                 stop_by = time.monotonic() + STOP_WORKERS_GRACE_S
                 why = f"train.max_time_s={max_time:g} reached" if elapsed > max_time else "the target was reached"
+                self._workers_stopping = True
+                self._pending = [p for p in self._pending if p.role != Role.WORKER]
                 for c in workers:
                     c.terminate()
             elif stop_by is not None and time.monotonic() > stop_by:
@@ -287,7 +290,12 @@ class Launcher(ElasticMembership):
             return
         if code == EXIT_NO_RETRY:  # a bad config, user code or a damaged checkpoint: it would fail the same way
             raise LaunchFailed(cause + " (not restarted: it would fail the same way again)")
-        pending = self.budget.schedule(c.role, c.index, time.monotonic(), c.address)
+        now = time.monotonic()
+        if c.role == Role.WORKER and (self._workers_stopping or after_training(
+                c.role, now + self.budget.delay_s(c.role, c.index, now), self._training_ends(now))):
+            self.children.remove(c)  # training is over by the time it would be back: not restarted
+            return
+        pending = self.budget.schedule(c.role, c.index, now, c.address)
         if pending is None:
             used = self.budget.used(c.role, c.index)
             raise LaunchFailed(cause + (f" (after {used} restart{'s' * (used != 1)})" if used else ""))
@@ -296,6 +304,12 @@ class Launcher(ElasticMembership):
         self._record(c, {"t": round(time.time() - self._t0, 4) if self._t0 else 0.0, "role": "launcher",
                          "index": 0, "event": Event.RESTART, "process": c.role, "process_index": c.index,
                          "attempt": self.budget.used(c.role, c.index), "cause": cause})
+
+    def _training_ends(self, now: float) -> Optional[float]:
+        """When train.max_time_s is reached, on time.monotonic()'s clock (None before the start)."""
+        if self._t0 is None:
+            return None
+        return now + self.cfg.train.max_time_s - (time.time() - self._t0)
 
     def _respawn_due(self) -> None:
         now = time.monotonic()

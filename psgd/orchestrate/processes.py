@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Callable, Optional, Protocol
 
 from psgd.config import Config, override_config
+from psgd.core.restarts import RestartBudget
 from psgd.orchestrate.spawn import kill, spawn_child
 from psgd.orchestrate.states import ChildState
-from psgd.orchestrate.supervise import RestartBudget
 from psgd.runtime.ports import free_ports
 
 __all__ = ["LocalProcesses", "LossReport", "ProcessHost", "RoleProcess"]

@@ -106,4 +106,6 @@ def start_role(role: str, index: int, cfg: Config, run_dir: Optional[Path] = Non
     parent = launcher_pid_from_env() or os.getppid()
     if supervised:  # never outlive the launcher, even one killed with -9
         watch_parent(parent, lambda: forget_processes_file(run_dir, os.getpid()))
-    return RoleContext(cfg, role, index, run_dir, events, stop, supervised, parent)
+    ctx = RoleContext(cfg, role, index, run_dir, events, stop, supervised, parent)
+    ctx.poll_start()  # a restart into a started run: its first events (ready, resumed) are on the run's clock
+    return ctx

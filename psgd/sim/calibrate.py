@@ -23,7 +23,8 @@ writes is fitted from them:
 Bandwidth, apply and codec rates and wake_us are kept from the config: one
 message size cannot tell a link's latency from its bandwidth, nor one load a
 wake from a request. The run's CPU load is checked: a run with more busy
-processes than cores measured waiting for a core, and says so.
+processes than cores measured waiting for a core, and says so (a run with
+`workers.device_ms` computes mostly by sleeping: its compute is not counted).
 """
 from __future__ import annotations
 
@@ -208,7 +209,10 @@ def calibrate(run_dir: Path) -> Calibration:
            "latency_us": round(max(0.0, network_s / 4) * 1e6, 3)}
 
     wall_s = max(s["t"] for s in steps)
-    load = (sum(s["compute_s"] for s in steps) + sum(busy.values())) / wall_s if wall_s > 0 else 0.0
+    # With a stated device time the workers' compute_s is mostly a sleep (workers.device_ms): not a busy core.
+    waited = cfg.workers.device_ms is not None
+    busy_compute_s = 0.0 if waited else sum(s["compute_s"] for s in steps)
+    load = (busy_compute_s + sum(busy.values())) / wall_s if wall_s > 0 else 0.0
     cores = os.cpu_count() or 1
     warnings = []
     if load > cores:
@@ -225,7 +229,7 @@ def calibrate(run_dir: Path) -> Calibration:
                 "unwaited_round_trips": len(free_comm), "unwaited_comm_ms_mean": round(free_comm_s * 1e3, 6),
                 "comm_ms_mean": round(statistics.fmean(s["comm_s"] for s in steps) * 1e3, 6),
                 "push_bytes_per_shard": round(up_bytes), "reply_bytes_per_shard": 4 * largest,
-                "cpu_load": round(load, 3), "cores": cores,
+                "cpu_load": round(load, 3), "cpu_load_counts_compute": not waited, "cores": cores,
                 "kept": {"bandwidth_gbps": cfg.sim.bandwidth_gbps, "apply_gbytes_per_s": cfg.sim.apply_gbytes_per_s,
                          "wake_us": cfg.sim.wake_us}}
     return Calibration(sim, evidence, warnings)

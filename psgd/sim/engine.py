@@ -21,11 +21,13 @@ from typing import Any, Callable, Optional
 from psgd.config import ConfigError, Role
 from psgd.runtime.event_names import Event
 from psgd.sim.executor import Executor, Push, Reply
+from psgd.sim.faults import FailureModel
 from psgd.sim.fragment_turns import FragmentTurns, Waiting
 from psgd.sim.jitter import SendOrder
 from psgd.sim.limits import evaluations_exceeded
 from psgd.sim.step_times import StepTimes
 from psgd.sim.time_model import Fifo, TimeModel, stream, stream_together
+from psgd.wire.protocol import ProtocolError
 
 __all__ = ["Engine", "EventQueue", "Kind", "SimResult"]
 
@@ -38,7 +40,13 @@ class Kind(IntEnum):
     EVALUATE = 4      # the evaluator scores the shards' parameters
     LOCAL_DONE = 5    # local updates: a worker finished an inner step that sends nothing
     DEADLINE = 6      # a shard's quorum grace window closes (consistency.quorum)
-    EXPIRE = 7        # the shards drop a killed worker (sim.kills), cluster.timeout_s after its death
+    KILL = 7          # psgd.sim.faults: a planned kill
+    BACK = 8          # a killed process is running again (a worker registers, a shard serves)
+    EXPIRE = 9        # the shards drop workers silent for cluster.timeout_s
+    RESEND = 10       # a worker's request to a shard timed out (cluster.request_timeout_s)
+    REJOIN = 11       # a shard's not_registered reached the worker: it registers again
+    REPEAT = 12       # the re-registered worker repeats its request to every shard
+    DROP = 13         # the shards drop a killed worker (sim.kills), cluster.timeout_s after its death
 
 
 class EventQueue:
@@ -103,8 +111,8 @@ class Engine(FragmentTurns):
         self.pick_order = SendOrder(executor.cfg.run.seed, stream=1)
         self.now = 0.0  # the time of the event being handled (the shards' setting_change events carry it)
         self.evaluations = 0
-        for s, shard in enumerate(executor.shards):  # the adaptive bound's decisions, as a real shard reports them
-            shard.report_to(lambda name, s=s, **fields: self.emit(event(self.now, Role.SERVER, s, name, **fields)))
+        for s in range(n):
+            self.hook_shard(s)
         self.computed_s = [time.compute_s] * len(executor.workers)  # each worker's last step's compute
         self.started_at = [0.0] * len(executor.workers)
         self.round_at = [0.0] * len(executor.workers)  # when each worker's parameters last arrived
@@ -115,6 +123,9 @@ class Engine(FragmentTurns):
         self.q = EventQueue()
         self.active = len(executor.workers)
         self.said_done: set[int] = set()  # ranks whose done event (with the bytes they pushed) was emitted
+        # rank: wire bytes of its push not yet complete (computed, maybe sent, its replies not all in): a
+        # worker stopped by the limit has not completed it, and a real one's done event does not count it.
+        self.open_push: dict[int, int] = {}
         # Batched gradients (executor.batcher): a plain step's gradient is computed when
         # it is first needed, at the first STEP_DONE, together with every other step
         # started by then: their parameters are fixed from their start (the shard
@@ -125,6 +136,13 @@ class Engine(FragmentTurns):
         self.killed: set[int] = set()
         self.pending: dict[int, float] = {}          # rank: step_s of a started, uncomputed step
         self.computed: dict[int, list[Push]] = {}    # rank: pushes computed ahead of its STEP_DONE
+        # Kills and restarts (sim.faults); None: no process dies, and no event below checks for it.
+        self.faults = FailureModel(self, Kind) if executor.cfg.sim.faults.enabled else None
+
+    def hook_shard(self, s: int) -> None:
+        """Shard s's adaptive-bound decisions reach the events, as a real shard reports them."""
+        self.ex.shards[s].report_to(lambda name, s=s, **fields: self.emit(event(self.now, Role.SERVER, s, name,
+                                                                                **fields)))
 
     # ---- scheduling -------------------------------------------------------
     def _start_step(self, rank: int, t: float) -> None:
@@ -133,13 +151,14 @@ class Engine(FragmentTurns):
         if t >= self.kill_at.get(rank, math.inf):  # dead: no step, no push; the shards notice later
             self.killed.add(rank)
             self.active -= 1
-            self.q.put(self.kill_at[rank] + self.ex.cfg.cluster.timeout_s, Kind.EXPIRE, rank)
+            self.q.put(self.kill_at[rank] + self.ex.cfg.cluster.timeout_s, Kind.DROP, rank)
             return
-        if w.steps >= self.steps_per_worker and w.fragments is not None and self._fragments_flushed(rank, t):
+        if w.steps_taken >= self.steps_per_worker and w.fragments is not None and self._fragments_flushed(rank, t):
             return
-        if w.steps >= self.steps_per_worker:
+        if w.steps_taken >= self.steps_per_worker:  # as a real worker counts: a restart's and dropped clocks included
             last = self.ex.flush(rank, step_s=t - self.round_at[rank])  # a local round cut short still counts
             if last is not None:
+                self.open_push[rank] = sum(p.wire_bytes for p in last)
                 self.flushing.add(rank)
                 self._send(last, t)
                 return
@@ -149,7 +168,7 @@ class Engine(FragmentTurns):
             self._send_together(released, t)
             self._schedule_deadlines()
             return
-        step = w.steps
+        step = w.steps_taken
         compute_s = self.step_times.compute_s(rank, step)
         if not math.isfinite(compute_s):
             raise ConfigError("sim", f"worker {rank}'s step {step} would take {compute_s} s: check compute_ms, "
@@ -164,6 +183,10 @@ class Engine(FragmentTurns):
             self.q.put(ready, Kind.STEP_DONE, rank, tie=self.send_order.priority(rank, step))
             return
         pushes = self.ex.compute(rank, step_s=t + busy - self.round_at[rank])
+        if pushes is not None:
+            self.open_push[rank] = sum(p.wire_bytes for p in pushes)
+            if self.faults is not None:
+                self.faults.stamp(rank, pushes)
         if pushes is None:
             self.q.put(t + busy, Kind.LOCAL_DONE, rank)
         else:  # the gradient to the host and encoded, then it leaves
@@ -191,23 +214,44 @@ class Engine(FragmentTurns):
         if isinstance(done, int):
             self._compute_pending()
             done = self.computed.pop(done)
+        if self.faults is not None and not self.faults.current(done):
+            return  # the worker died computing it
         self._send(done, t)
 
     def _compute_pending(self) -> None:
         if self.pending:
-            self.computed.update(self.ex.compute_together(self.pending))
+            computed = self.ex.compute_together(self.pending)
+            self.computed.update(computed)
+            self.open_push.update({rank: sum(p.wire_bytes for p in pushes) for rank, pushes in computed.items()})
             self.pending = {}
 
     def _send(self, pushes: list[Push], t: float) -> None:
         rank = pushes[0].rank
         self.sent_at[rank] = t
+        if self.faults is not None:
+            pushes = self.faults.sending(pushes, t)
+        self.send_pushes(pushes, t)
+
+    def send_pushes(self, pushes: list[Push], t: float) -> None:
+        """One worker's pushes leave together; each arrives at its shard's queue."""
+        if not pushes:
+            return
+        rank = pushes[0].rank
         arrivals = stream_together(self.worker_up[rank], self.time.worker_link,
                                    [(self.shard_in[p.shard], self.time.shard_link) for p in pushes], t,
                                    [p.wire_bytes for p in pushes])
         for p, arrive in zip(pushes, arrivals):
             self.q.put(arrive, Kind.ARRIVE, p)
 
+    def resend(self, p: Push, t: float) -> None:
+        """A push sent again (or released from the worker's queue when its shard is back)."""
+        arrive = stream(self.worker_up[p.rank], self.time.worker_link, self.shard_in[p.shard], self.time.shard_link,
+                        t, p.wire_bytes)
+        self.q.put(arrive, Kind.ARRIVE, p)
+
     def _arrive(self, p: Push, t: float) -> None:
+        if self.faults is not None and not self.faults.arrives(p, t):
+            return
         self.arrivals[p.shard] += 1
         if self.serving[p.shard]:  # busy: it waits with the others (a ZMQ ROUTER fair-queues its peers)
             heapq.heappush(self.waiting[p.shard], (self.pick_order.priority(p.rank, p.seq), p.rank, p))
@@ -222,15 +266,27 @@ class Engine(FragmentTurns):
         self.q.put(self.servers[p.shard].occupy(t, service_s), Kind.SERVED, p)
 
     def _served(self, p: Push, t: float) -> None:
+        if self.faults is not None and not self.faults.in_service(p):
+            return  # its shard was killed while serving it: not applied
         self.serving[p.shard] = False
         if self.waiting[p.shard]:  # the next request, back to back: which of those waiting is a seeded draw
             self._serve(heapq.heappop(self.waiting[p.shard])[2], t, idle=False)
         self.ex.now = t  # the shard's clock: a quorum's grace window opens at the push that completes it
-        self._send_together(self.ex.serve_push(p), t)  # to parked pulls the push released
+        if self.faults is not None:  # a shard restarted without checkpoints may refuse a resent push
+            try:
+                released = self.ex.serve_push(p)
+            except ProtocolError as exc:
+                self.faults.refused(p, t, exc)
+                return
+        else:
+            released = self.ex.serve_push(p)
+        self._send_together(released, t)  # to parked pulls the push released
         self.ex.recycle(p)
-        reply = self.ex.try_answer(p.shard, p.rank)  # the pull the push carries (push_pull); None: parked
+        # The pull the push carries (push_pull); None: parked. Under faults its clock is the push's
+        # own (its worker may have died and rejoined since), else the worker's, which is the same.
+        reply = self.ex.try_answer(p.shard, p.rank, p.clock + 1 if self.faults is not None else None)
         if reply is not None:
-            self._send_reply(reply, t)
+            self._send_reply(reply, t, p.request)
         self._schedule_deadlines()
 
     def _schedule_deadlines(self) -> None:
@@ -240,7 +296,7 @@ class Engine(FragmentTurns):
                 self.deadlines.add((s, when))
                 self.q.put(when, Kind.DEADLINE, (s, when))
 
-    def _expire(self, rank: int, t: float) -> None:
+    def _drop(self, rank: int, t: float) -> None:
         """The shards time a killed worker out: it leaves their quorum (nobody waits for it)."""
         self.ex.now = t
         self._send_together(self.ex.drop(rank, t), t)
@@ -251,10 +307,16 @@ class Engine(FragmentTurns):
         self._send_together(self.ex.tick(due[0], t), t)
         self._schedule_deadlines()
 
-    def _send_reply(self, reply: Reply, t: float) -> None:
+    def _send_reply(self, reply: Reply, t: float, request: Optional[int] = None) -> None:
+        """`request`: the worker's request it answers (None: the one in progress)."""
+        if self.faults is not None and not self.faults.replying(
+                reply, self.faults.request[reply.rank] if request is None else request):
+            return
         arrive = stream(self.shard_out[reply.shard], self.time.shard_link, self.worker_down[reply.rank],
                         self.time.worker_link, t, 4 * reply.params.numel())
         self.q.put(arrive, Kind.REPLY, reply)
+
+    send_reply = _send_reply
 
     def _send_together(self, replies: list[Reply], t: float) -> None:
         """Replies a shard sends at one instant (pulls released together) share its link
@@ -265,9 +327,14 @@ class Engine(FragmentTurns):
             for rank in self.send_order.ranks(ranks, self.ex.workers[ranks[0]].pull_clock(shard)):
                 self._send_reply(by_rank[shard, rank], t)
 
+    send_released = _send_together
+
     def _reply(self, r: Reply, t: float) -> None:
+        if self.faults is not None and not self.faults.reply_arrives(r):
+            return
         if not self.ex.receive(r):
             return
+        self.open_push.pop(r.rank, None)
         if self.ex.workers[r.rank].fragments is not None:
             self._fragment_landed(r.rank, t)
             return
@@ -276,6 +343,9 @@ class Engine(FragmentTurns):
         fetched = t + self.time.after_pull_s(self.ex.layout.total)  # the parameters onto the device
         if r.rank in self.flushing:  # the reply to a flushed round: no training step of its own
             self.flushing.discard(r.rank)
+            self._start_step(r.rank, fetched)
+            return
+        if self.faults is not None and self.faults.finish_join(r.rank):  # a restarted worker's welcomes
             self._start_step(r.rank, fetched)
             return
         self.result.steps += 1
@@ -298,11 +368,17 @@ class Engine(FragmentTurns):
         return self.stop(record)
 
     def _done(self, rank: int, t: float) -> None:
+        """Counts what a real worker's done event counts: the push it was stopped in
+        (computing it, or waiting for its replies) did not complete."""
         w = self.ex.workers[rank]
         self.said_done.add(rank)
-        pushes = w.seq if w.fragments is None else sum(c.seq for c in w.shard_cursors)
-        self.emit(event(t, Role.WORKER, rank, Event.DONE, rank=rank, clock=w.clock, steps=w.steps, pushes=pushes,
-                         resends=0, bytes_sent=w.encoder.wire_bytes, peak_push_bytes=w.peak_push_bytes, fp32_bytes=w.encoder.fp32_bytes,
+        open_bytes = self.open_push.pop(rank, None)
+        cut = int(open_bytes is not None)
+        seqs = w.seq if w.fragments is None else sum(c.seq for c in w.shard_cursors)
+        self.emit(event(t, Role.WORKER, rank, Event.DONE, rank=rank, clock=w.clock - cut, steps=w.steps - cut,
+                         pushes=w.pushes - cut, seqs=seqs - cut, resends=0,
+                         bytes_sent=w.encoder.wire_bytes - (open_bytes or 0), peak_push_bytes=w.peak_push_bytes,
+                         fp32_bytes=w.encoder.fp32_bytes,
                          compression_ratio=round(w.encoder.compression_ratio, 6)))
 
     # ---- the loop ---------------------------------------------------------
@@ -313,7 +389,10 @@ class Engine(FragmentTurns):
             self.q.put(0.0, Kind.EVALUATE, None)
         handlers = {Kind.STEP_DONE: self._step_done, Kind.ARRIVE: self._arrive, Kind.SERVED: self._served,
                     Kind.REPLY: self._reply, Kind.LOCAL_DONE: self._local_done, Kind.DEADLINE: self._deadline,
-                    Kind.EXPIRE: self._expire}
+                    Kind.DROP: self._drop}
+        if self.faults is not None:
+            self.faults.start()
+            handlers.update(self.faults.handlers())
         t, ended = 0.0, False
         while self.q and self.active > 0:
             t, kind, data = self.q.pop()
@@ -329,12 +408,13 @@ class Engine(FragmentTurns):
                 continue
             handlers[kind](data, t)
         if self.active > 0 and not ended:
-            blocked = [w.rank for w in self.ex.workers if w.steps < self.steps_per_worker and w.rank not in self.killed]
+            blocked = [w.rank for w in self.ex.workers
+                       if w.steps_taken < self.steps_per_worker and w.rank not in self.killed]
             raise RuntimeError(f"the simulated run stopped with workers {blocked[:8]} waiting on a shard "
                                "that will never answer")
         self._compute_pending()  # steps under way count, as the one-by-one path computed them at their start
         for w in self.ex.workers:  # stopped by the clock or the target: a real worker says done as it exits
-            if w.rank not in self.said_done:
+            if w.rank not in self.said_done and (self.faults is None or self.faults.alive(w.rank)):
                 self._done(w.rank, t)
         self.result.end_s = self.now = t
         self._evaluate(t, final=True)

@@ -34,6 +34,7 @@ from psgd.servers.state import ShardState
 from psgd.sim.batched import BatchedGradients, static_fallback
 from psgd.sim.batched_steps import BatchedSteps
 from psgd.sim.binding import ModelBinding
+from psgd.sim.fault_steps import FaultSteps
 from psgd.sim.fragment_steps import FragmentSteps
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
@@ -76,6 +77,9 @@ class Push:
     wire_bytes: int
     step_s: float = 0.0
     steps: int = 1   # training steps behind it (a local-update round's)
+    gen: int = 0     # the sender's incarnation (psgd.sim.faults: a killed worker's pushes are lost)
+    shard_gen: int = 0  # the receiving shard's incarnation when it was sent (or taken into service)
+    request: int = 0    # the worker's request it belongs to (a repeat after a re-join is a new one)
 
 
 @dataclass
@@ -89,6 +93,9 @@ class Reply:
     min_clock: int
     fastest_step_s: float = 0.0  # local.dynamic: the fastest worker's time per step, as the shard sees it
     read: Optional["Read"] = None  # marks `params` in use until the worker has stepped on them
+    gen: int = 0        # the worker incarnation it answers (psgd.sim.faults)
+    shard_gen: int = 0  # the shard incarnation that sent it
+    request: int = 0    # the worker's request it answers
 
 
 class Read:
@@ -116,6 +123,7 @@ class VirtualWorker(PushCursor):
     versions: list[int]
     reads: list = field(default_factory=list)  # Read markers of `params`, done once stepped on
     steps: int = 0
+    pushes: int = 0  # pushes this incarnation sent (`seq` counts a killed predecessor's too)
     last_loss: float = float("nan")
     replies: dict[int, Reply] = field(default_factory=dict)
     local: Optional[LocalRounds] = None       # local updates: the worker's own rounds and inner optimizer
@@ -130,8 +138,21 @@ class VirtualWorker(PushCursor):
         """The clock a pull from shard s is for (a fragment push: that shard's own)."""
         return self.shard_cursors[s].clock if self.fragments is not None else self.clock
 
+    @property
+    def steps_taken(self) -> int:
+        """Training steps as a real worker counts them (psgd.Optimizer.steps_taken): its
+        budget and the index of its device time. Not `steps`, the gradients it computed:
+        a BSP straggler whose clocks were dropped has taken the clocks it was moved past."""
+        if self.fragments is not None:
+            return self.fragments.steps_taken(min(c.clock for c in self.shard_cursors))
+        if self.local is None:
+            return self.clock
+        # A pushed round's steps moved into steps_total; the next round begins at its first step
+        # here (a real worker begins it as the reply comes), so until then none is under way.
+        return self.local.steps_taken(self.seq) - (self.local.taken if self.own is None else 0)
 
-class Executor(BatchedSteps, FragmentSteps):
+
+class Executor(BatchedSteps, FaultSteps, FragmentSteps):
     def __init__(self, cfg: Config, run_dir=None, register: bool = True, batched: bool = False):
         """`register`: every worker joins every shard now (a replay joins them as recorded).
         `batched`: `compute_together` may compute many workers' gradients in one
@@ -144,6 +165,7 @@ class Executor(BatchedSteps, FragmentSteps):
         self.layout = layout_for_module(self.model, self.num_shards)
         self.sync = ModelSync(self.model, self.layout, torch.device("cpu"), pin_memory=False)
         initial = self.layout.flatten([p.detach() for p in self.sync.params])
+        self.initial = initial  # per shard: what a shard starts from (a restart without checkpoints too)
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
         self.services = [ShardService(shard) for shard in self.shards]  # what each request does, as on a real shard
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
@@ -164,31 +186,40 @@ class Executor(BatchedSteps, FragmentSteps):
         self.gradient_s = 0.0  # CPU seconds in forward+backward (psgd bench sim's denominator)
         self.evaluate_s = 0.0  # CPU seconds scoring the test set
         self.shard_s = 0.0     # CPU seconds in the shards' pushes and pulls (the servers' rules and updates)
-        train = self.task.train_data()
+        self._encodings = encodings
+        self._train = self.task.train_data()
+        self.recycling = True  # served gradient buffers are reused (off when a push may be resent: sim.faults)
         self.workers: list[VirtualWorker] = []
-        w = cfg.cluster.workers
-        for rank in range(w):
-            batches = train_loader(train, rank, w, cfg.task.batch_size, cfg.run.seed)
-            enc = WireEncoder(encodings, self.layout.shard_sizes, cfg.wire.topk_ratio)
-            reads = [self._read(s) for s in range(self.num_shards)]
-            worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
-                                   [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
-            worker.shard_cursors = [PushCursor() for _ in range(self.num_shards)]
+        for rank in range(cfg.cluster.workers):
+            worker = self._new_worker(rank)
             if register:
                 clocks = [self._joined(s, service.register(rank, 0.0)) for s, service in enumerate(self.services)]
                 worker.adopt(clocks)
                 for cursor, clock in zip(worker.shard_cursors, clocks):
                     cursor.adopt([clock])
-            if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
-                inner = inner_torch_optimizer(cfg.optimizer, self.sync.params)
-                method = method_for(cfg.local, w)
-                if isinstance(method, StreamingDiLoCo):
-                    worker.fragments = FragmentRounds(method, self.sync, inner, self.num_shards)
-                    worker.own = self.sync.flat_params()
-                else:
-                    worker.local = LocalRounds(method, self.sync, inner, lambda w=worker: w.fastest_step_s,
-                                               clock=lambda: self.now)
             self.workers.append(worker)
+
+    def _new_worker(self, rank: int) -> VirtualWorker:
+        """Worker `rank` as its process starts: its loader from the top, a fresh encoder,
+        its straggler model, and reads of the shards' current parameters."""
+        cfg, w = self.cfg, self.cfg.cluster.workers
+        batches = train_loader(self._train, rank, w, cfg.task.batch_size, cfg.run.seed)
+        enc = WireEncoder(self._encodings, self.layout.shard_sizes, cfg.wire.topk_ratio)
+        reads = [self._read(s) for s in range(self.num_shards)]
+        worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
+                               [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
+        worker.shard_cursors = [PushCursor() for _ in range(self.num_shards)]
+        if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
+            inner = inner_torch_optimizer(cfg.optimizer, self.sync.params)
+            method = method_for(cfg.local, w)
+            if isinstance(method, StreamingDiLoCo):
+                self.sync.load(worker.params)
+                worker.fragments = FragmentRounds(method, self.sync, inner, self.num_shards)
+                worker.own = self.sync.flat_params()
+            else:
+                worker.local = LocalRounds(method, self.sync, inner, lambda w=worker: w.fastest_step_s,
+                                           clock=lambda: self.now)
+        return worker
 
     # ---- memory -----------------------------------------------------------
     def _read(self, s: int) -> tuple[torch.Tensor, Read]:
@@ -206,7 +237,7 @@ class Executor(BatchedSteps, FragmentSteps):
 
     def recycle(self, push: Push) -> None:
         """A served push's gradient buffer is free again (the shard never keeps it)."""
-        if self._f32[push.shard] and self.binding is not None:
+        if self._f32[push.shard] and self.binding is not None and self.recycling:
             self._free[push.shard].append(push.grad)
 
     # ---- steps ------------------------------------------------------------
@@ -289,6 +320,7 @@ class Executor(BatchedSteps, FragmentSteps):
                                w.encoder.wire_bytes - before, step_s, steps))
         w.pushed(w.seq, w.clock)
         w.peak_push_bytes = max(w.peak_push_bytes, sum(p.wire_bytes for p in pushes))
+        w.pushes += 1
         w.replies = {}
         if w.local is not None:
             w.own = None  # the reply starts the next round
@@ -324,12 +356,12 @@ class Executor(BatchedSteps, FragmentSteps):
         """(shard, when) of every open grace window."""
         return [(s, d) for s, d in ((s, svc.deadline()) for s, svc in enumerate(self.services)) if d is not None]
 
-    def try_answer(self, s: int, rank: int) -> Optional[Reply]:
+    def try_answer(self, s: int, rank: int, clock: Optional[int] = None) -> Optional[Reply]:
         """Worker `rank` pulls its next clock from shard s (the pull its push carries): the
         reply if the mode allows it now, else None (the shard parks the pull; a later
-        request's replies include it)."""
+        request's replies include it). `clock`: the pull's (default: the worker's own)."""
         t0 = time.process_time()
-        served = self.services[s].pull(rank, self.workers[rank].pull_clock(s), rank, self.now)
+        served = self.services[s].pull(rank, self.workers[rank].pull_clock(s) if clock is None else clock, rank, self.now)
         self.shard_s += time.process_time() - t0
         replies = self._replies(s, served)
         return replies[0] if replies else None
@@ -341,6 +373,11 @@ class Executor(BatchedSteps, FragmentSteps):
         params, read = self._read(s)
         return Reply(answer.rank, s, params, answer.version, answer.clock, answer.min_clock,
                      answer.fastest_step_s, read)
+
+    def _welcome(self, s: int, rank: int, clock: int) -> Reply:
+        """A registration's answer: shard s's current parameters and the clock to continue from."""
+        params, read = self._read(s)
+        return Reply(rank, s, params, self.shards[s].version, clock, clock, read=read)
 
     @staticmethod
     def _joined(s: int, served: Joined) -> int:

@@ -72,5 +72,6 @@ class FragmentSteps:
             pushes.append(self._encoded_push(w, s, g, cursor.seq, cursor.clock, step_s, steps))
             cursor.pushed(cursor.seq, cursor.clock)
         w.replies = {}
+        w.pushes += 1
         w.peak_push_bytes = max(w.peak_push_bytes, sum(p.wire_bytes for p in pushes))
         return pushes

@@ -12,6 +12,7 @@ from typing import Optional
 
 from psgd.config import Config
 from psgd.sim.compute import ResolvedCompute, resolve_compute
+from psgd.sim.faults import check_faults
 from psgd.sim.limits import check_evaluations
 from psgd.sim.step_times import RecordedSteps, StepTimes, load_recorded_steps
 from psgd.sim.time_model import TimeModel
@@ -43,6 +44,7 @@ def plan_times(cfg: Config, task) -> TimePlan:
 def check_plan(cfg: Config) -> None:
     """Raises ConfigError for a config whose times cannot be planned, before any file is
     written. A step time to be measured is checked once measured, in the run itself."""
+    check_faults(cfg)
     if cfg.sim.compute_ms == "measure":
         return
     from psgd.tasks import load_task

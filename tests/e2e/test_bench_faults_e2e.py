@@ -44,7 +44,7 @@ def test_two_worker_kills_in_a_20s_run_are_survived_and_measured(tmp_path):
         assert sorted(stats) == [0, 1]
         # Acked = applied on every shard: the shard acknowledged as applied exactly what it applied, and the
         # workers' own counts account for every applied update (a push cut off by the stop: at most one each).
-        pushes = sum(e["pushes"] for e in events if e.get("event") == "done" and e["role"] == "worker")
+        pushes = sum(e["seqs"] for e in events if e.get("event") == "done" and e["role"] == "worker")
         for s in stats.values():
             assert s["counters"]["push_applied"] == s["version"]
             unread = s["version"] + s["counters"].get("partial_pushes", 0) - pushes

@@ -73,6 +73,7 @@ class SimLauncher:
         events: list[dict] = []
         export = MetricsExport(self.run_dir, cfg, t0=0.0)
         evals: list[dict] = []
+        restarts, kills = 0, None
 
         with open_no_follow(self.run_dir / "metrics.jsonl", "w") as metrics:
             def emit(e: dict) -> None:
@@ -91,16 +92,22 @@ class SimLauncher:
                     result = runner.run(cfg.train.steps_per_worker, cfg.train.max_time_s, every)
                 else:
                     runner = ex
-                    result = Engine(ex, time_model, steps_per_worker=cfg.train.steps_per_worker,
+                    engine = Engine(ex, time_model, steps_per_worker=cfg.train.steps_per_worker,
                                     max_time_s=cfg.train.max_time_s, eval_every_s=every, emit=emit, stop=stop,
-                                    step_times=step_times).run()
+                                    step_times=step_times)
+                    result = engine.run()
+                    if engine.faults is not None:  # sim.faults: restarts as the real launcher counts them
+                        restarts = engine.faults.budget.total
+                        kills = [{"t": t, "role": role, "index": index} for t, role, index in engine.faults.kills]
             finally:
                 export.close()
         with open_no_follow(self.run_dir / "model.pt", "wb") as model:
             torch.save(runner.state_dict(), model)
-        summary = summarize(cfg, events, result.end_s, clock="simulated")
+        summary = summarize(cfg, events, result.end_s, restarts=restarts, clock="simulated")
         summary["real_time_s"] = round(time.perf_counter() - started, 3)  # what the simulation took here
         summary["failure"] = None
+        if kills is not None:  # the kills the failure model made (psgd.sim.faults), in simulated seconds
+            summary["sim_kills"] = kills
         summary["sim_compute"] = {**compute.describe(),
                                   **({"step_times": recorded.describe()} if recorded is not None else {})}
         if ex is not None:  # how the workers' gradients were computed (psgd.sim.batched), and why not batched

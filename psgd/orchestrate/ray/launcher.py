@@ -36,6 +36,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psgd.config import Config, dump_config, override_config
 from psgd.config.modes import Role
+from psgd.core.restarts import RestartBudget
 from psgd.orchestrate.launcher import Launcher, LaunchFailed
 from psgd.orchestrate.processes import LossReport
 from psgd.orchestrate.ray.actor import TOKEN_FILE, RoleHost
@@ -43,7 +44,6 @@ from psgd.orchestrate.ray.nodes import LOST_EXIT, NodeLoss, alive_nodes, cannot_
 from psgd.orchestrate.ray.placement import check_resources, role_request, role_requests, room_for, spread_nodes
 from psgd.orchestrate.roles import child_command
 from psgd.orchestrate.states import ChildState
-from psgd.orchestrate.supervise import RestartBudget
 from psgd.runtime.event_names import Event
 from psgd.runtime.files import atomic_write
 

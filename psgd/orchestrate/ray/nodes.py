@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 from psgd.config.modes import Role
+from psgd.core.restarts import RestartBudget
 from psgd.orchestrate.ray.placement import NodeView, RoleRequest, nodes_that_fit
-from psgd.orchestrate.supervise import RestartBudget
 from psgd.runtime.event_names import Event
 
 __all__ = ["LOST_EXIT", "NodeLoss", "alive_nodes", "cannot_restart", "loss_event"]

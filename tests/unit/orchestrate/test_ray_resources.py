@@ -2,6 +2,7 @@
 import pytest
 
 from psgd.config import ConfigError, RayScheduling, load_config
+from psgd.core.restarts import RestartBudget
 from psgd.orchestrate.launcher import LaunchFailed
 from psgd.orchestrate.ray.nodes import NodeLoss, cannot_restart
 from psgd.orchestrate.ray.placement import (
@@ -12,7 +13,6 @@ from psgd.orchestrate.ray.placement import (
     role_requests,
     spread_nodes,
 )
-from psgd.orchestrate.supervise import RestartBudget
 
 
 def _cfg(*sets):

@@ -71,3 +71,19 @@ def test_a_stop_signal_that_lands_inside_stop_wait_does_not_deadlock(tmp_path):
         ctx.events.close()
         for sig, h in previous.items():
             signal.signal(sig, h)
+
+
+def test_a_role_restarted_into_a_started_run_writes_its_first_events_on_the_runs_clock(tmp_path):
+    """A shard restarted mid-run emits `resumed` and `ready` before its serving loop
+    polls for the start file: they carry the run's time, not 0."""
+    import time
+    t0 = time.time() - 100.0  # the run started 100 s ago
+    (tmp_path / START_FILE).write_text(json.dumps({"t0": t0}))
+    ctx = start_role("server", 1, load_config(None), tmp_path, supervised=True)
+    try:
+        assert ctx.events.t0 == t0
+        ctx.events.emit("ready")
+    finally:
+        ctx.events.close()
+    [ready] = [json.loads(line) for line in (tmp_path / "events" / "server-1.jsonl").read_text().splitlines()]
+    assert ready["t"] >= 100.0

@@ -119,6 +119,17 @@ def test_a_run_with_more_busy_processes_than_cores_is_called_cpu_bound(tmp_path,
     assert calibrate(tmp_path).warnings == []
 
 
+def test_a_stated_device_time_is_a_wait_not_a_busy_core(tmp_path, monkeypatch):
+    # The same 4 workers as above, but each step's 3 ms is workers.device_ms: a sleep.
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    cfg = _asp_run(tmp_path, lambda rank: [3.0] * 11, [1.0] * 11, workers=4)
+    (tmp_path / "config.yaml").write_text(dump_config(load_config(yaml.safe_load(dump_config(cfg)),
+                                                                  ["workers.device_ms=3"])))
+    found = calibrate(tmp_path)
+    assert found.evidence["cpu_load"] == pytest.approx(0.012 / 0.044, rel=1e-3)  # the shards' service alone
+    assert found.evidence["cpu_load_counts_compute"] is False and found.warnings == []
+
+
 def test_runs_that_cannot_calibrate_say_why(tmp_path):
     with pytest.raises(ConfigError, match="not a run directory"):
         calibrate(tmp_path)

@@ -25,3 +25,15 @@ def test_bsp_backup_worker_drops_the_straggler_and_keeps_one_update_per_clock():
     for shard in ex.shards:
         assert shard.counters["late_dropped"] > 0
         assert shard.version == shard.bsp.step
+
+
+def test_a_dropped_straggler_counts_the_clocks_it_was_moved_past_as_a_real_worker_does():
+    # psgd.Optimizer.steps_taken is the worker's clock: a BSP straggler whose late clocks were
+    # dropped jumps ahead and stops at the budget's clock, having computed fewer gradients.
+    ex, result = simulate(cfg_for("bsp", **{"consistency.backup_workers": 1}), 2.0)
+    straggler, others = ex.workers[1], [w for w in ex.workers if w.rank != 1]
+    assert straggler.clock == STEPS and straggler.steps_taken == STEPS
+    assert straggler.steps < STEPS // 2  # 4x slower: it computed about one clock in four
+    assert all(w.steps == w.clock == STEPS for w in others)
+    assert result.steps == straggler.steps + 3 * STEPS
+    assert result.end_s < STEPS * 4 * 2e-3 / 2  # not the 4x budget of 30 full straggler steps

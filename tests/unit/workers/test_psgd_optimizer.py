@@ -136,14 +136,14 @@ def test_stats_count_what_the_worker_sent(job, compression, bytes_per_value):
     model = net()
     numel = sum(p.numel() for p in model.parameters())
     with psgd.Optimizer(model, job(model, **{"wire.compression": compression}), rank=0) as opt:
-        assert opt.stats == OptimizerStats(clock=0, pushes=0, resends=0, bytes_sent=0, peak_push_bytes=0,
+        assert opt.stats == OptimizerStats(clock=0, pushes=0, seqs=0, resends=0, bytes_sent=0, peak_push_bytes=0,
                                            fp32_bytes=0, compression_ratio=1.0, encode_s=0.0, slowest_clock=0)
         for x, y in batches(3):
             opt.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
         stats = opt.stats
-    assert (stats.clock, stats.pushes, stats.resends) == (3, 3, 0)
+    assert (stats.clock, stats.pushes, stats.seqs, stats.resends) == (3, 3, 3, 0)
     assert stats.slowest_clock == 3  # the only worker
     assert stats.fp32_bytes == 3 * 4 * numel and stats.bytes_sent == 3 * bytes_per_value * numel
     assert stats.peak_push_bytes == bytes_per_value * numel  # every push carries the whole model
@@ -151,6 +151,23 @@ def test_stats_count_what_the_worker_sent(job, compression, bytes_per_value):
     assert stats.encode_s > 0  # the codec's own time is counted
     with pytest.raises(dataclasses.FrozenInstanceError):
         stats.clock = 0
+
+
+def test_a_rejoined_rank_counts_its_own_pushes_and_every_seq_its_rank_used(job):
+    """The done event's `pushes` (and bytes_sent beside it) are this process's; `seqs`
+    also counts a predecessor's, which the rank's next push continues after."""
+    model = net()
+    cfg = job(model)
+    for incarnation, steps in enumerate((3, 2)):
+        with psgd.Optimizer(model, cfg, rank=0) as opt:
+            for x, y in batches(steps):
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+            stats = opt.stats
+        numel = sum(p.numel() for p in model.parameters())
+        assert (stats.pushes, stats.bytes_sent) == (steps, steps * 4 * numel)
+        assert (stats.seqs, stats.clock) == ((3, 5)[incarnation],) * 2
 
 
 def test_a_config_without_server_addresses_is_refused_naming_the_key():
