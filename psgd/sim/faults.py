@@ -22,8 +22,9 @@ launcher and shards:
   shard's register: the clock it continues from, the last seq it has), takes the
   parameters from the welcome and trains on, its data loader from the top. The
   shards drop the dead incarnation from the quorum once it has been silent for
-  `cluster.timeout_s` (from its last request a shard served) unless it is back
-  first (the live workers' heartbeats keep them in).
+  `cluster.timeout_s` (from its death, or from a later push of its that a shard
+  served from its queue) unless it is back first (the live workers' heartbeats
+  keep them in).
 - A killed shard loses the pushes in its queue or in service and its parked
   pulls; it comes back (backoff + restart_s) with the state its checkpoint and
   push log restore (psgd.sim.fault_steps: every update it applied) and knows no
@@ -42,6 +43,7 @@ registrations beyond their transfer times.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from psgd.config import Config, ConfigError, Role
 from psgd.config.sim_faults import FaultTarget
@@ -50,9 +52,16 @@ from psgd.core.restarts import RestartBudget, after_training
 from psgd.runtime.event_names import Event
 from psgd.sim.time_model import stream
 
-__all__ = ["FailureModel", "check_faults"]
+__all__ = ["FailureModel", "PlannedKill", "check_faults"]
 
 HEADER_BYTES = 64  # an error reply or a register request: a header, no payload
+
+
+class PlannedKill(NamedTuple):
+    """One kill the failure model will make: the storm's (restarted) or a stated one (not)."""
+    role: Role
+    index: int
+    restarted: bool
 
 
 def check_faults(cfg: Config) -> None:
@@ -85,14 +94,14 @@ class FailureModel:
         self.e, self.ex, self.K = engine, engine.ex, kinds
         cfg = self.cfg = engine.ex.cfg
         self.faults = cfg.sim.faults
-        # Every kill as (t, (role, index, restarted)): the storm's, then the stated ones.
-        self.plan: list[tuple[float, tuple[Role, int, bool]]] = []
+        # Every kill as (t, what): the storm's, then the stated ones.
+        self.plan: list[tuple[float, PlannedKill]] = []
         if self.faults.storm:
             role = self.faults.target.role
             count = cfg.cluster.workers if role == Role.WORKER else cfg.cluster.num_servers
-            self.plan += [(t, (role, index, True)) for t, index in
+            self.plan += [(t, PlannedKill(role, index, True)) for t, index in
                           kill_schedule(self.faults.kill_every_s, cfg.train.max_time_s, count, cfg.supervision.backoff_s)]
-        self.plan += [(k.at_s, (Role.WORKER, k.rank, False)) for k in self.faults.kills]
+        self.plan += [(k.at_s, PlannedKill(Role.WORKER, k.rank, False)) for k in self.faults.kills]
         self.budget = RestartBudget(cfg.supervision)
         self.ex.recycling = False  # a lost push is resent with its gradient
         w, n = cfg.cluster.workers, cfg.cluster.num_servers
@@ -192,12 +201,12 @@ class FailureModel:
         return True  # its budget continues from its clock (VirtualWorker.steps_taken)
 
     # ---- kills and restarts -------------------------------------------------
-    def _kill(self, kill: tuple, t: float) -> None:
-        role, index, restarted = kill
-        if role == Role.WORKER:
+    def _kill(self, kill: PlannedKill, t: float) -> None:
+        index = kill.index
+        if kill.role == Role.WORKER:
             if self.worker_up[index] and index not in self.e.said_done:
                 self.kills.append((t, Role.WORKER, index))
-                self._worker_down(index, t, "killed (SIGKILL)", restart=restarted)
+                self._worker_down(index, t, "killed (SIGKILL)", restart=kill.restarted)
         elif self.shard_up[index]:
             self.kills.append((t, Role.SERVER, index))
             self._shard_down(index, t)
