@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -25,12 +25,13 @@ from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder, dense_codec
 from psgd.wire.payload import frame_to_tensor, payload_frames
-from psgd.wire.requests import Interrupted, Pending, RemoteError, RequestFailed, RequestTracker
+from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
 from psgd.wire.shm.links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
+from psgd.workers.grads_request import GradsRequest
 from psgd.workers.push_cursor import PushCursor
 
-__all__ = ["PSClient", "RemoteError", "RequestFailed", "Interrupted", "REJOINS_PER_SHARD"]
+__all__ = ["PSClient", "GradsRequest", "RemoteError", "RequestFailed", "Interrupted", "REJOINS_PER_SHARD"]
 
 # How often one call joins the same shard again after `not_registered`: a shard
 # restarted or timed the worker out (a storm of kills can do both within one call);
@@ -64,10 +65,13 @@ class PSClient:
         self._conns = ShardConnections(addresses, max_message_bytes, curve=curve, bells=self._shm.bells)
         self._rpc = RequestTracker(self._conns, request_timeout_s, max_retries, should_stop)
         self.cursor = PushCursor()    # clock (pushes completed) and the next push's seq
+        # Pushes to some shards only (streaming DiLoCo's fragments): each shard's own clock and seq
+        self.shard_cursors = [PushCursor() for _ in range(layout.num_shards)]
         self.versions = [0] * layout.num_shards  # shard versions of the parameters last read
         self.min_clocks = [0] * layout.num_shards
         self.fastest_step_s = 0.0  # the fastest worker's time per step, as the shards last reported it
         self.bytes_sent = 0
+        self.peak_push_bytes = 0  # the most wire bytes one push (all its shards) carried
         self.pushes = 0  # pushes this client completed (every shard answered); `seq` also counts a predecessor's
         self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
         self.reply_in_slot = [False] * layout.num_shards  # per shard: the last parameters lie in a reply slot
@@ -210,6 +214,8 @@ class PSClient:
         for s in sorted(replies):
             welcome, payload = replies[s]
             self.cursor.joined(welcome.last_seq)
+            self.shard_cursors[s].adopt([welcome.clock])
+            self.shard_cursors[s].joined(welcome.last_seq)
             self._sessions[s] = welcome.session
             self.versions[s] = welcome.version
             out.append(frame_to_tensor(payload[0], "f32", self.layout.shard_sizes[s]))
@@ -252,10 +258,52 @@ class PSClient:
         return request
 
     def _finish_grads(self, request: "GradsRequest", replies: dict) -> dict:
-        self.cursor.pushed(request.seq, request.clock)
+        if request.shard_cursors is None:
+            self.cursor.pushed(request.seq, request.clock)
+        else:
+            for s, (seq, clock) in request.shard_cursors.items():
+                self.shard_cursors[s].pushed(seq, clock)
         self.pushes += 1
-        self.bytes_sent += self.encoder.wire_bytes - request.bytes_before
+        sent = self.encoder.wire_bytes - request.bytes_before
+        self.bytes_sent += sent
+        self.peak_push_bytes = max(self.peak_push_bytes, sent)
         return replies
+
+    # ---- pushes to some shards (streaming DiLoCo's fragments) --------------------
+    def fragment_push_start(self, grads: Mapping[int, torch.Tensor], steps: int = 1) -> "GradsRequest":
+        """Send a push+pull to the shards in `grads` only (shard -> its delta) and return at
+        once; each shard's seq and clock are its own (`shard_cursors`), so a shard applies
+        each of its pushes once whichever others a push leaves out. `fragment_push_finish`
+        waits for their parameters. One push in flight at a time."""
+        if not grads or any(not 0 <= s < self.layout.num_shards for s in grads):
+            raise ValueError(f"a fragment push names shards in 0..{self.layout.num_shards - 1}, got {sorted(grads)}")
+        request = GradsRequest(self, P.PushPull, self.seq, self.clock, steps, 1, list(self.versions),
+                               shard_cursors={s: (self.shard_cursors[s].seq, self.shard_cursors[s].clock)
+                                              for s in grads})
+        for s, g in grads.items():
+            request.add_shard(s, g)
+        request.pending = self._rpc.start({s: request.make(s, self._rpc.next_id()) for s in grads})
+        return request
+
+    def fragment_push_finish(self, request: "GradsRequest") -> dict[int, torch.Tensor]:
+        """The parameters of the shards a `fragment_push_start` pushed to (shard -> tensor,
+        aliasing the received frames), resending or joining a restarted shard again as
+        `push_pull_finish` does."""
+        shards = sorted(request.shard_cursors or ())
+        try:
+            replies = self._rpc.wait(request.pending)
+        except RemoteError as exc:
+            if exc.code != P.ErrorCode.NOT_REGISTERED:
+                raise
+            self._register_shards([exc.shard])
+            replies = self._rpc.call({s: request.make(s, self._rpc.next_id()) for s in shards})  # same seqs
+        self._finish_grads(request, replies)
+        out = {s: self._param(s, *replies[s]) for s in shards}
+        if self.role == Role.WORKER:
+            for s in shards:
+                self.shard_cursors[s].adopt([replies[s][0].clock])
+        self._params_at = time.monotonic()
+        return out
 
     # ---- overlapped pushes (workers.overlap) ------------------------------------
     def push_pull_start(self, grads: Sequence[Optional[torch.Tensor]], steps: int = 1,
@@ -315,20 +363,21 @@ class PSClient:
     def _params(self, replies: dict, ahead: int = 1, slot: int = 0) -> list[torch.Tensor]:
         """`ahead`: the pull was for clock + ahead; the worker's own clock is one past its push.
         `slot`: the reply slot the pull named."""
-        out = []
-        for s in range(self.layout.num_shards):
-            rec, payload = replies[s]
-            if not isinstance(rec, P.Params) or len(payload) != payload_frames(rec):
-                raise RemoteError(s, "bad_reply", f"expected PARAMS with its frame, got {rec.TYPE.name}")
-            self.versions[s] = rec.version
-            self.min_clocks[s] = rec.min_clock
-            self.fastest_step_s = rec.fastest_step_s or self.fastest_step_s
-            self.reply_in_slot[s] = rec.shm
-            out.append(self._shm_params(s, rec, slot) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel))
+        out = [self._param(s, *replies[s], slot=slot) for s in range(self.layout.num_shards)]
         if self.role == Role.WORKER:
             self.cursor.adopt(replies[s][0].clock - (ahead - 1) for s in replies)
         self._params_at = time.monotonic()
         return out
+
+    def _param(self, s: int, rec, payload: list, slot: int = 0) -> torch.Tensor:
+        """Shard s's parameters from its PARAMS reply; notes its version and clocks."""
+        if not isinstance(rec, P.Params) or len(payload) != payload_frames(rec):
+            raise RemoteError(s, "bad_reply", f"expected PARAMS with its frame, got {rec.TYPE.name}")
+        self.versions[s] = rec.version
+        self.min_clocks[s] = rec.min_clock
+        self.fastest_step_s = rec.fastest_step_s or self.fastest_step_s
+        self.reply_in_slot[s] = rec.shm
+        return self._shm_params(s, rec, slot) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel)
 
     def _shm_params(self, s: int, rec: P.Params, slot: int = 0) -> torch.Tensor:
         """The parameters a same-host shard wrote into the segment for this request."""
@@ -349,48 +398,3 @@ class PSClient:
                     conns.send(s, P.encode(P.Heartbeat(rank=self.rank, session=self._sessions[s])))
         finally:
             conns.close()
-
-
-class GradsRequest:
-    """One push being assembled and sent: its seq and clock, each shard's encoded
-    gradient, and how to build a shard's request (again, after a re-registration)."""
-
-    def __init__(self, client: PSClient, kind, seq: int, clock: int, steps: int, ahead: int,
-                 read_versions: list[int], slot: int = 0):
-        self.client, self.kind, self.seq, self.clock = client, kind, seq, clock
-        self.steps, self.ahead, self.read_versions, self.slot = steps, ahead, read_versions, slot
-        self.bytes_before = client.encoder.wire_bytes
-        self.wire: dict[int, Any] = {}
-        self.in_shm = client.payload_cache()  # dense payloads go to a same-host shard's segment, once
-        self.step_s = client.step_s()
-        self.pending: Optional[Pending] = None
-        self.whole: dict[int, torch.Tensor] = {}  # shards sent in pieces: the gradient, encoded whole on a repeat
-
-    def add_shard(self, s: int, grad: torch.Tensor) -> None:
-        if grad.numel() != self.client.layout.shard_sizes[s] or grad.dtype != torch.float32:
-            raise ValueError(f"shard {s} gradient must be float32 with {self.client.layout.shard_sizes[s]} elements")
-        enc = self.client.encoder
-        # fp16/bf16 for a same-host shard: encoded straight into its request region (no copy to send it).
-        dtype = enc.wire_dtype(s)
-        out = self.client.payload_view(s, dtype) if dtype not in (None, torch.float32) else None
-        self.wire[s] = enc.encode(s, grad, out=out)
-
-    def make(self, s: int, req: int) -> list:
-        if s not in self.wire and s in self.whole:
-            self.add_shard(s, self.whole[s])
-        wire, c = self.wire[s], self.client
-        gen = self.in_shm.generation(s, wire.tensor) if wire.tensor is not None else 0
-        return P.encode(self._record(s, req, wire, numel=c.layout.shard_sizes[s], nnz=wire.nnz, shm=gen),
-                        () if gen else wire.frames)
-
-    def piece(self, s: int, req: int, wire, offset: int, numel: int, held: bool, shm: int = 0) -> list:
-        """A piece's message: its frame inline, or (`shm`, the generation) in the segment."""
-        return P.encode(self._record(s, req, wire, numel=numel, offset=offset, held=held, shm=shm),
-                        () if shm else wire.frames)
-
-    def _record(self, s: int, req: int, wire, **fields) -> P.Push:
-        if self.kind is P.PushPull:
-            fields["ahead"], fields["slot"] = self.ahead, self.slot
-        return self.kind(req=req, rank=self.client.rank, seq=self.seq, clock=self.clock,
-                         read_version=self.read_versions[s], encoding=wire.encoding, scale=wire.scale,
-                         step_s=self.step_s, steps=self.steps, **fields)

@@ -37,6 +37,7 @@ from torch import nn
 from psgd.config import Config, ConfigError, ConfigLike, load_config
 from psgd.config.modes import Overlap
 from psgd.core.local_methods import method_for
+from psgd.core.local_methods.streaming_diloco import StreamingDiLoCo
 from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
@@ -44,6 +45,7 @@ from psgd.workers.client import Interrupted, RequestFailed
 from psgd.workers.client_factory import ClientSettings
 from psgd.workers.device_time import DeviceClock
 from psgd.workers.eager import EagerRounds
+from psgd.workers.fragment_rounds import FragmentRounds
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.overlap import BackwardPushes, Pipeline
@@ -60,6 +62,7 @@ class OptimizerStats:
     seqs: int            # seqs this rank has used, its predecessors' included (a restart continues after them)
     resends: int         # requests sent again after a timeout
     bytes_sent: int      # gradient bytes of the pushes that completed
+    peak_push_bytes: int  # the most bytes one push carried (streaming DiLoCo: one fragment's)
     fp32_bytes: int      # what every gradient encoded so far costs as fp32
     compression_ratio: float  # encoded bytes / fp32 bytes over every gradient encoded (1.0 before any)
     encode_s: float      # seconds the codec spent encoding this worker's pushes
@@ -124,10 +127,15 @@ class Optimizer:
         elif self.cfg.workers.overlap is Overlap.BACKWARD:
             self.overlap = BackwardPushes(self.client, self.sync, self.cfg.workers.piece_kb * 256)  # fp32 elements
         self.local: Optional[LocalRounds] = None
+        self.fragments: Optional[FragmentRounds] = None  # streaming DiLoCo
+        self._in_flight = None  # streaming DiLoCo: the fragment push under way
         if self.cfg.local.enabled:
             inner = optimizer or inner_torch_optimizer(self.cfg.optimizer, self.sync.params)
             method = method_for(self.cfg.local, self.cfg.cluster.workers)
-            self.local = LocalRounds(method, self.sync, inner, lambda: self.client.fastest_step_s)
+            if isinstance(method, StreamingDiLoCo):
+                self.fragments = FragmentRounds(method, self.sync, inner, self.layout.num_shards)
+            else:
+                self.local = LocalRounds(method, self.sync, inner, lambda: self.client.fastest_step_s)
         # local.eager: the outer step overlaps the next round (workers/eager.py)
         self.eager = EagerRounds(self.client, self.sync, self.local) if self.cfg.local.eager else None
         self.device_clock = DeviceClock.from_config(self.cfg, self.rank)
@@ -179,6 +187,10 @@ class Optimizer:
         return loss
 
     def _step(self) -> None:
+        if self.fragments is not None:
+            self.fragments.step()
+            self._fragment_syncs()
+            return
         if self.local is None:
             self._check_lr_unchanged()
             if self.overlap is not None:
@@ -190,9 +202,35 @@ class Optimizer:
             return
         self._push(step_outcome(self.local, self.sync.gradients))  # the simulator's workers run it too
 
+    def _fragment_syncs(self) -> None:
+        """Streaming DiLoCo after an inner step: the fragment in flight lands when due (waiting
+        for it), then any fragment whose turn it is leaves (and lands at once when tau is 0)."""
+        rounds = self.fragments
+        due = rounds.merge_due()
+        if due is not None:
+            self._land(due)
+        for fragment in rounds.sends_due():
+            deltas, steps = rounds.delta(fragment)
+            self._in_flight = self.client.fragment_push_start(deltas, steps=steps)
+            if rounds.merge_due() is not None:
+                self._land(fragment)
+
+    def _land(self, fragment: int) -> None:
+        request, self._in_flight = self._in_flight, None
+        self.fragments.merge(fragment, self.client.fragment_push_finish(request))
+
     def flush(self) -> None:
         """Under local updates: push the round under way now, however few steps it has
-        (a worker whose budget ends mid-round). `close` does not: it drops such steps."""
+        (a worker whose budget ends mid-round). `close` does not: it drops such steps.
+        Streaming DiLoCo: the fragment in flight lands, then every fragment's unsent steps go."""
+        if self.fragments is not None:
+            if self.fragments.in_flight is not None:
+                self._land(self.fragments.in_flight[0])
+            for fragment in self.fragments.pending():
+                deltas, steps = self.fragments.delta(fragment)
+                self._in_flight = self.client.fragment_push_start(deltas, steps=steps)
+                self._land(fragment)
+            return
         if self.eager is not None:
             self.eager.flush()
             return
@@ -213,6 +251,8 @@ class Optimizer:
         local updates a push ends a round. Pipelined: those step() has collected."""
         if isinstance(self.overlap, Pipeline):
             return self.overlap.clock
+        if self.fragments is not None:  # each shard counts its own fragment's pushes
+            return min(c.clock for c in self.client.shard_cursors)
         return self.client.clock
 
     @property
@@ -221,6 +261,8 @@ class Optimizer:
         shard moved a dropped straggler past), or under local updates as
         LocalRounds.steps_taken counts them. The simulator counts the same
         (psgd.sim.executor.VirtualWorker.steps_taken)."""
+        if self.fragments is not None:  # one rule with the simulator's (FragmentRounds.steps_taken)
+            return self.fragments.steps_taken(self.clock)
         if self.local is None:  # a pipelined push in flight counts: its step is done
             in_flight = isinstance(self.overlap, Pipeline) and self.overlap.in_flight
             return self.clock + int(in_flight)
@@ -230,7 +272,9 @@ class Optimizer:
     def stats(self) -> OptimizerStats:
         """A read-only snapshot of what this worker has sent (pushes, bytes, ...)."""
         c = self.client
-        return OptimizerStats(clock=self.clock, pushes=c.pushes, seqs=c.seq, resends=c.resends, bytes_sent=c.bytes_sent,
+        seqs = c.seq if self.fragments is None else sum(x.seq for x in c.shard_cursors)
+        return OptimizerStats(clock=self.clock, pushes=c.pushes, seqs=seqs, resends=c.resends, bytes_sent=c.bytes_sent,
+                              peak_push_bytes=c.peak_push_bytes,
                               fp32_bytes=c.encoder.fp32_bytes, compression_ratio=c.encoder.compression_ratio,
                               encode_s=c.encoder.encode_s,
                               slowest_clock=min(c.min_clocks))
@@ -242,6 +286,8 @@ class Optimizer:
                  "optimizer": dataclasses.asdict(self.cfg.optimizer)}
         if self.local is not None:  # the inner optimizer's state lives here, not on the servers
             state["local"] = self.local.state_dict()
+        if self.fragments is not None:
+            state["fragments"] = self.fragments.state_dict()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -259,6 +305,8 @@ class Optimizer:
             raise ValueError(f"the state_dict belongs to rank {state['rank']}, this is rank {self.rank}")
         if self.local is not None and "local" in state:
             self.local.load_state_dict(state["local"])
+        if self.fragments is not None and "fragments" in state:
+            self.fragments.load_state_dict(state["fragments"])
 
     def close(self) -> None:
         """Leave the servers (nobody waits for this worker any more) and close the sockets."""
@@ -268,6 +316,8 @@ class Optimizer:
         try:
             if isinstance(self.overlap, Pipeline):
                 self.overlap.drain()  # the push in flight is acknowledged before this worker leaves
+            if self._in_flight is not None:  # a fragment's too
+                self._land(self.fragments.in_flight[0])
             if self.eager is not None:
                 self.eager.drain()
         except (Interrupted, RequestFailed):

@@ -50,7 +50,7 @@ def run_worker(ctx: RoleContext) -> int:
     steps = 0
     try:
         # A restarted worker under local updates cannot recover its inner optimizer's state: it says so.
-        inner = {"inner_state": "fresh"} if opt.local is not None else {}
+        inner = {"inner_state": "fresh"} if opt.local is not None or opt.fragments is not None else {}
         ctx.events.emit(Event.READY, clock=opt.clock, device=str(device), **inner)
         if not ctx.wait_for_start():
             return 0
@@ -79,7 +79,7 @@ def run_worker(ctx: RoleContext) -> int:
     sent = opt.stats
     ctx.events.emit(Event.DONE, rank=rank, clock=sent.clock, steps=steps, pushes=sent.pushes, seqs=sent.seqs,
                     resends=sent.resends,
-                    bytes_sent=sent.bytes_sent, fp32_bytes=sent.fp32_bytes,
+                    bytes_sent=sent.bytes_sent, peak_push_bytes=sent.peak_push_bytes, fp32_bytes=sent.fp32_bytes,
                     compression_ratio=round(sent.compression_ratio, 6), encode_s=round(sent.encode_s, 6),
                     **({"outer_delayed_rounds": opt.eager.delayed} if opt.eager is not None else {}))
     return 0

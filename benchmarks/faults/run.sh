@@ -8,8 +8,8 @@
 # SCRATCH (hundreds of MB); report.md, faults.json and the printed table are copied here,
 # one folder per case. workers-sim: the worker storm on the virtual cluster (--on sim, its
 # failure model), set beside the committed real one (--against workers/faults.json): run
-# after `workers`. Its step time is 60 ms (4 workers: 67 updates/s, a quarter of the real
-# fault-free runs' median 266/s) so that its ten runs take minutes here: the goodput kept and
+# after `workers` (shards-sim and shards-retry1s-sim likewise, after their real cases). Its
+# step time is 60 ms (4 workers: 67 updates/s, a quarter of the real fault-free runs' median 266/s) so that its ten runs take minutes here: the goodput kept and
 # the time lost per kill depend on a restart's length against the kill interval, not on the
 # step time (a killed worker's lost step costs 60 ms instead of 15). supervision.backoff_reset_s
 # is set past the run's end because the committed real storm ran before the backoff reset
@@ -20,10 +20,11 @@ SCRATCH="${SCRATCH:-/tmp/psgd-fault-study}"
 for case in ${CASES:-workers shards shards-retry1s}; do
   target="${case%%-*}"
   extra=()
-  if [ "$case" = shards-retry1s ]; then extra=(--set cluster.request_timeout_s=1.0); fi
-  if [ "$case" = workers-sim ]; then
-    extra=(--on sim --against benchmarks/faults/workers/faults.json --set sim.compute_ms=60 --set sim.compute_jitter=0.3
-           --set supervision.backoff_reset_s=1000000.0)
+  real="${case%-sim}"
+  if [ "$real" = shards-retry1s ]; then extra=(--set cluster.request_timeout_s=1.0); fi
+  if [ "$real" != "$case" ]; then  # the same storm on the virtual cluster, beside the committed real one
+    extra+=(--on sim --against "benchmarks/faults/$real/faults.json" --set sim.compute_ms=60
+            --set sim.compute_jitter=0.3 --set supervision.backoff_reset_s=1000000.0)
   fi
   out="$SCRATCH/$case"
   rm -rf "$out"

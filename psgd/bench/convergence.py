@@ -9,7 +9,10 @@ updates `+hN` (N inner steps per push), `+diloco` (DiLoCo's outer rule and
 inner AdamW) and `+dn` (Delayed Nesterov, asynchronous DiLoCo), e.g. `asp+sa`,
 `bsp+b1`, `bsp+h8+diloco`. Short names: `local:H` = `bsp+hH` (local SGD),
 `geo:H` = `asp+hH` (GEO-SGD), `diloco:H` = `bsp+hH+diloco`, `adiloco:H` =
-`asp+hH+diloco+dn`. Each run is a normal `psgd launch` run (its own run directory under
+`asp+hH+diloco+dn`, each taking further suffixes (`diloco:8+int8`). Streaming DiLoCo:
+`+fN` (N fragments), `+tK` (each fragment's exchange overlaps K inner steps), `+aX` (alpha,
+the weight of the local parameters when a fragment lands). A codec for the pushes:
+`+fp16`, `+bf16`, `+int8`, `+int4`, `+int2_ef`, `+topk` (wire.compression). Each run is a normal `psgd launch` run (its own run directory under
 OUT/runs), so the figures come from the same metrics any run leaves behind.
 The analysis (held time to target, intervals, verdicts) is in
 convergence_report, outcomes and stats.
@@ -51,6 +54,10 @@ __all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "inner_rate_problem", "AD
 
 _BACKUP = re.compile(r"b(\d+)")
 _LOCAL = re.compile(r"h(\d+)")
+_FRAGMENTS = re.compile(r"f(\d+)")
+_DELAY = re.compile(r"t(\d+)")
+_ALPHA = re.compile(r"a(0(?:\.\d+)?|1(?:\.0+)?)")
+CODEC_SUFFIXES = ("fp16", "bf16", "int8", "int4", "int2_ef", "topk")  # wire.compression values
 OVERLAP_SUFFIXES = {"pipe": Overlap.PIPELINE, "bwd": Overlap.BACKWARD}
 # Short names of the local-update modes -> their long form.
 LOCAL_ALIASES = {"local": "bsp+h{}", "geo": "asp+h{}", "diloco": "bsp+h{}+diloco", "adiloco": "asp+h{}+diloco+dn"}
@@ -71,6 +78,10 @@ class ModeSpec:
     diloco: bool = False
     delayed_nesterov: bool = False
     overlap: Overlap = Overlap.OFF   # workers.overlap
+    fragments: int = 0               # streaming DiLoCo: local.fragments (0: whole-model pushes)
+    fragment_sync_delay: int = 0     # local.fragment_sync_delay (tau)
+    fragment_update_alpha: float = 0.0  # local.fragment_update_alpha
+    compression: Optional[str] = None  # wire.compression (None: the config's)
 
     @property
     def overrides(self) -> list[str]:
@@ -80,7 +91,11 @@ class ModeSpec:
                 "optimizer.dc_asgd={}" if self.dc_asgd else "optimizer.dc_asgd=null",
                 f"local.steps={self.local_steps}",
                 f"local.delayed_nesterov={'true' if self.delayed_nesterov else 'false'}",
-                f"workers.overlap={self.overlap.value}"]
+                f"workers.overlap={self.overlap.value}", f"local.fragments={self.fragments}",
+                f"local.fragment_sync_delay={self.fragment_sync_delay}",
+                f"local.fragment_update_alpha={self.fragment_update_alpha}"]
+        if self.compression is not None:
+            sets.append(f"wire.compression={self.compression}")
         if self.local_steps:
             # The inner optimizer steps one worker's batch, and lr_scaling (a rule for the
             # servers' steps on gradients) is refused under local updates: a config that
@@ -94,11 +109,12 @@ class ModeSpec:
 
 
 def _parse_mode(item: str) -> ModeSpec:
-    short, colon, steps = item.partition(":")
+    short, colon, rest = item.partition(":")
     if short in LOCAL_ALIASES:
+        steps, plus, more = rest.partition("+")
         if not (colon and steps.isdigit() and int(steps) >= 1):
             raise ValueError(f"--modes: {item!r}: {short} needs its local steps ({short}:H, H >= 1)")
-        long = LOCAL_ALIASES[short].format(int(steps))
+        long = LOCAL_ALIASES[short].format(int(steps)) + plus + more
         return _parse_long(long, long)  # reports name it in its long form, as runs read back are named
     return _parse_long(item, item)
 
@@ -116,11 +132,21 @@ def _parse_long(item: str, label: str) -> ModeSpec:  # noqa: C901 - one branch p
     if colon and not (bound.isdigit() or bound == "auto"):
         raise ValueError(f"--modes: {item!r}: the bound must be an integer >= 0 or auto")
     aware = dc = diloco = dn = False
-    backup = local = 0
+    backup = local = fragments = delay = 0
+    alpha, codec = 0.0, None
     overlap = Overlap.OFF
     for s in suffixes:
         m, h = _BACKUP.fullmatch(s), _LOCAL.fullmatch(s)
-        if s in OVERLAP_SUFFIXES:
+        f, t, a = _FRAGMENTS.fullmatch(s), _DELAY.fullmatch(s), _ALPHA.fullmatch(s)
+        if s in CODEC_SUFFIXES:
+            if not mode.on_servers:
+                raise ValueError(f"--modes: {item!r}: '+{s}' is a codec of the parameter servers' pushes")
+            codec = s
+        elif f or t or a:
+            fragments = int(f.group(1)) if f else fragments
+            delay = int(t.group(1)) if t else delay
+            alpha = float(a.group(1)) if a else alpha
+        elif s in OVERLAP_SUFFIXES:
             overlap = OVERLAP_SUFFIXES[s]
         elif s in ("sa", "dc") or h or s in ("diloco", "dn"):
             if not mode.on_servers:
@@ -138,17 +164,24 @@ def _parse_long(item: str, label: str) -> ModeSpec:  # noqa: C901 - one branch p
         else:
             raise ValueError(f"--modes: {item!r}: suffixes are '+sa' (staleness-aware), '+dc' (DC-ASGD), "
                              "'+bN' (bsp with N backup workers), '+hN' (N local steps per push), "
-                             "'+diloco', '+dn' (Delayed Nesterov), '+pipe' and '+bwd' (workers.overlap)")
+                             "'+diloco', '+dn' (Delayed Nesterov), '+pipe' and '+bwd' (workers.overlap), "
+                             "'+fN', '+tK', '+aX' (streaming DiLoCo), "
+                             f"{', '.join(chr(39) + '+' + c + chr(39) for c in CODEC_SUFFIXES)} (wire.compression)")
     if overlap is Overlap.PIPELINE and not mode.live:
         raise ValueError(f"--modes: {item!r}: '+pipe' needs ssp or asp (it computes on one clock older parameters)")
     if (diloco or dn) and not local:
         raise ValueError(f"--modes: {item!r}: '+diloco' and '+dn' are local-update modes: add '+hN'")
     if dn and (not mode.live or not diloco):
         raise ValueError(f"--modes: {item!r}: '+dn' is for asynchronous DiLoCo (ssp or asp, with '+diloco')")
+    if (fragments or delay or alpha) and not local:
+        raise ValueError(f"--modes: {item!r}: '+fN', '+tK' and '+aX' are streaming DiLoCo's: add '+hN'")
+    if (delay or alpha) and not fragments:
+        raise ValueError(f"--modes: {item!r}: '+tK' and '+aX' need fragments ('+fN', N >= 1)")
     if local and dc:
         raise ValueError(f"--modes: {item!r}: '+dc' corrects gradients, not the deltas of local updates")
     staleness = (bound if bound == "auto" else int(bound)) if colon else 0
-    return ModeSpec(label, mode, staleness, aware, dc, backup, local, diloco, dn, overlap)
+    return ModeSpec(label, mode, staleness, aware, dc, backup, local, diloco, dn, overlap, fragments, delay, alpha,
+                    codec)
 
 
 def parse_modes(text: str) -> list[ModeSpec]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import yaml
 
@@ -18,9 +18,11 @@ __all__ = ["RunData", "load_run", "mode_label", "group_by_label"]
 
 
 def mode_label(mode: str, staleness: Optional[int], staleness_aware: bool, dc_asgd: bool = False,
-               backup_workers: int = 0, local: Optional[dict] = None, overlap: str = "off") -> str:
+               backup_workers: int = 0, local: Optional[dict] = None, overlap: str = "off",
+               compression: Any = "none") -> str:
     """The name a mode has on the bench command line (its long form): allreduce, bsp, bsp+b1,
-    ssp:2, asp, asp+sa, asp+dc, bsp+h8, bsp+h8+diloco, asp+h8+diloco+dn."""
+    ssp:2, asp, asp+sa, asp+dc, bsp+h8, bsp+h8+diloco, asp+h8+diloco+dn, bsp+h8+diloco+f2+t1+a0.5,
+    bsp+h8+diloco+int8 (`compression`: wire.compression, named when it is one codec other than none)."""
     mode = Mode(mode)
     label = f"ssp:{staleness}" if mode is Mode.SSP else mode.value
     if not mode.on_servers:
@@ -37,9 +39,14 @@ def mode_label(mode: str, staleness: Optional[int], staleness_aware: bool, dc_as
             label += "+diloco"
         if local.get("delayed_nesterov"):
             label += "+dn"
+        if local.get("fragments"):  # streaming DiLoCo
+            label += f"+f{local['fragments']}"
+            label += f"+t{local['fragment_sync_delay']}" if local.get("fragment_sync_delay") else ""
+            label += f"+a{float(local['fragment_update_alpha']):g}" if local.get("fragment_update_alpha") else ""
     overlap = Overlap.OFF if isinstance(overlap, bool) else Overlap(overlap)  # YAML may read off as false
     suffix = {Overlap.PIPELINE: "+pipe", Overlap.BACKWARD: "+bwd"}.get(overlap, "")
-    return label + suffix
+    codec = f"+{compression}" if isinstance(compression, str) and compression != "none" else ""
+    return label + suffix + codec
 
 
 @dataclass
@@ -118,7 +125,7 @@ def load_run(run_dir: Path) -> RunData:
     opt, cons = cfg.get("optimizer", {}) or {}, cfg.get("consistency", {}) or {}
     label = mode_label(summary["mode"], summary.get("staleness"), bool(opt.get("staleness_aware", False)),
                        opt.get("dc_asgd") is not None, int(cons.get("backup_workers", 0) or 0), cfg.get("local"),
-                       (cfg.get("workers") or {}).get("overlap", "off"))
+                       (cfg.get("workers") or {}).get("overlap", "off"), (cfg.get("wire") or {}).get("compression", "none"))
     evals, steps = [], []
     with open(run_dir / "metrics.jsonl") as f:
         for line in f:

@@ -11,6 +11,14 @@ mean of the workers' deltas: a delta applied alone (ssp, asp) takes its share,
 outer_lr / workers (psgd.core.local_updates.outer_optimizer). Outer lr 1 and no
 momentum is plain local SGD; DiLoCo (Douillard et al. 2023) uses 0.7 with
 Nesterov momentum 0.9.
+
+Streaming DiLoCo (Douillard et al. 2025; torchft's local_sgd.py): with `fragments: F > 0`
+the model syncs in F fragments (the shards, dealt round robin: fragment f holds every shard
+s with s % F == f), fragment f after the inner steps t with t % H == (f + 1) * H // F % H, so
+each shard still gets one delta per worker every H steps but the peak traffic is 1/F of a
+whole-model sync. Each fragment's exchange overlaps `fragment_sync_delay` inner steps, after
+which its parameters become fragment_update_alpha * local + (1 - alpha) * synced (torchft's
+and the paper's convention: alpha weighs the worker's own parameters; 0 takes the synced ones).
 """
 from __future__ import annotations
 
@@ -35,6 +43,10 @@ class LocalConfig:
     # Asynchronous modes: the outer momentum moves once per `cluster.workers` deltas, on their
     # mean; each delta in between is applied at outer_lr / workers (Liu et al. 2024)
     delayed_nesterov: bool = False
+    # Streaming DiLoCo: fragments synced on a staggered schedule (0: the whole model at once)
+    fragments: int = 0
+    fragment_sync_delay: int = 0       # tau: inner steps a fragment's exchange overlaps (< steps // fragments)
+    fragment_update_alpha: float = 0.0  # weight of the local parameters when a fragment's sync lands
     # Eager outer step (after Kale et al. 2025): a worker pushes its delta and goes on with its next
     # round at once, from the latest parameters it has minus its own delta; the round's outer update
     # is folded in one round later, when its reply is collected (psgd/workers/local_rounds.py)
@@ -47,7 +59,23 @@ class LocalConfig:
         _check(not self.outer_nesterov or self.outer_momentum > 0, "outer_nesterov", "needs outer_momentum > 0")
         _check(not self.delayed_nesterov or self.outer_momentum > 0, "delayed_nesterov",
                "needs outer_momentum > 0")
+        _check(self.fragments >= 0, "fragments", f"must be >= 0, got {self.fragments}")
+        _check(self.fragments <= self.steps, "fragments",
+               f"must be <= steps ({self.steps}): each fragment syncs once per round of steps")
+        _check(not (self.fragments and self.dynamic), "fragments",
+               "streaming DiLoCo keeps a fixed schedule: it does not combine with dynamic")
+        _check(0 <= self.fragment_sync_delay, "fragment_sync_delay", f"must be >= 0, got {self.fragment_sync_delay}")
+        if self.fragment_sync_delay:
+            _check(self.fragments > 0, "fragment_sync_delay", "needs fragments > 0")
+            _check(self.fragment_sync_delay < self.steps // self.fragments, "fragment_sync_delay",
+                   f"must be < steps // fragments ({self.steps // self.fragments}): one fragment in flight at a time")
+        _check(0.0 <= self.fragment_update_alpha <= 1.0, "fragment_update_alpha",
+               f"must be in [0, 1], got {self.fragment_update_alpha}")
+        _check(self.fragment_update_alpha == 0.0 or self.fragments > 0, "fragment_update_alpha",
+               "needs fragments > 0")
         _check(not self.eager or self.steps > 0, "eager", "needs local updates (steps > 0)")
+        _check(not (self.eager and self.fragments), "eager",
+               "streaming DiLoCo overlaps its fragments' exchanges itself (fragment_sync_delay): not with eager")
 
     @property
     def enabled(self) -> bool:

@@ -338,6 +338,8 @@ class Config:
             _check(self.optimizer.schedule.name == "constant" and not self.optimizer.schedule.warmup_updates,
                    "optimizer.schedule", "is keyed to the servers' updates; under local updates the "
                    "optimizer section is the workers' inner optimizer")
+        _check(self.local.fragments <= self.cluster.num_servers, "local.fragments",
+               f"a fragment is one or more shards: at most cluster.servers ({self.cluster.num_servers})")
         _check(not self.local.delayed_nesterov or self.consistency.mode.live, "local.delayed_nesterov",
                "is for the asynchronous modes (ssp, asp); bsp averages every worker's delta already")
         if self.consistency.quorum is not None:

@@ -22,6 +22,7 @@ from psgd.config import ConfigError, Role
 from psgd.runtime.event_names import Event
 from psgd.sim.executor import Executor, Push, Reply
 from psgd.sim.faults import FailureModel
+from psgd.sim.fragment_turns import FragmentTurns, Waiting
 from psgd.sim.jitter import SendOrder
 from psgd.sim.limits import evaluations_exceeded
 from psgd.sim.step_times import StepTimes
@@ -77,7 +78,7 @@ def event(t: float, role: Role, index: int, name: Event, **fields) -> dict:
     return {"t": round(t, 6), "role": role, "index": index, "event": name, **fields}
 
 
-class Engine:
+class Engine(FragmentTurns):
     """Runs `executor` under `time` until every worker has done its steps (or
     `max_time_s` of simulated time). `emit` receives every event record (step,
     eval, server_stats, setting_change, done) as it happens; `stop` may end the run at an eval.
@@ -115,6 +116,7 @@ class Engine:
         self.started_at = [0.0] * len(executor.workers)
         self.round_at = [0.0] * len(executor.workers)  # when each worker's parameters last arrived
         self.flushing: set[int] = set()  # workers whose last, shorter local round is in flight
+        self.landing: dict[int, Waiting] = {}  # streaming workers waiting for their fragment's replies
         self.sent_at = [0.0] * len(executor.workers)
         self.result = SimResult()
         self.q = EventQueue()
@@ -143,6 +145,8 @@ class Engine:
     def _start_step(self, rank: int, t: float) -> None:
         w = self.ex.workers[rank]
         self.ex.now = t
+        if w.steps_taken >= self.steps_per_worker and w.fragments is not None and self._fragments_flushed(rank, t):
+            return
         if w.steps_taken >= self.steps_per_worker:  # as a real worker counts: a restart's and dropped clocks included
             last = self.ex.flush(rank, step_s=t - self.round_at[rank])  # a local round cut short still counts
             if last is not None:
@@ -182,14 +186,22 @@ class Engine:
         else:  # the gradient to the host and encoded, then it leaves
             self.q.put(ready, Kind.STEP_DONE, pushes, tie=self.send_order.priority(rank, step))
 
+    def _step_done_at(self, t: float, pushes: list[Push], tie: float) -> None:
+        """`pushes` leave at `t`, ordered among sends at that instant by `tie` (a streaming fragment's)."""
+        self.q.put(t, Kind.STEP_DONE, pushes, tie=tie)
+
     def _local_done(self, rank: int, t: float) -> None:
         if self.faults is not None and not self.faults.alive(rank):
             return  # killed mid-round: its inner steps die with it (no restart under local updates)
         w = self.ex.workers[rank]
         self.result.steps += 1
-        self.emit(event(t, Role.WORKER, rank, Event.STEP, rank=rank, clock=w.clock, loss=w.last_loss,
+        clock = min(c.clock for c in w.shard_cursors) if w.fragments is not None else w.clock
+        self.emit(event(t, Role.WORKER, rank, Event.STEP, rank=rank, clock=clock, loss=w.last_loss,
                         compute_s=round(self.computed_s[rank], 9), comm_s=0.0,
                         step_s=round(t - self.started_at[rank], 9), gap=0))
+        if w.fragments is not None:
+            self._fragment_turn(rank, t)
+            return
         self._start_step(rank, t)
 
     def _step_done(self, done, t: float) -> None:
@@ -309,7 +321,7 @@ class Engine:
         by_rank = {(r.shard, r.rank): r for r in replies}
         for shard in dict.fromkeys(r.shard for r in replies):
             ranks = [r.rank for r in replies if r.shard == shard]
-            for rank in self.send_order.ranks(ranks, self.ex.workers[ranks[0]].clock):
+            for rank in self.send_order.ranks(ranks, self.ex.workers[ranks[0]].pull_clock(shard)):
                 self._send_reply(by_rank[shard, rank], t)
 
     send_released = _send_together
@@ -320,6 +332,9 @@ class Engine:
         if not self.ex.receive(r):
             return
         self.open_push.pop(r.rank, None)
+        if self.ex.workers[r.rank].fragments is not None:
+            self._fragment_landed(r.rank, t)
+            return
         w = self.ex.workers[r.rank]
         self.round_at[r.rank] = t
         fetched = t + self.time.after_pull_s(self.ex.layout.total)  # the parameters onto the device
@@ -356,9 +371,11 @@ class Engine:
         self.said_done.add(rank)
         open_bytes = self.open_push.pop(rank, None)
         cut = int(open_bytes is not None)
+        seqs = w.seq if w.fragments is None else sum(c.seq for c in w.shard_cursors)
         self.emit(event(t, Role.WORKER, rank, Event.DONE, rank=rank, clock=w.clock - cut, steps=w.steps - cut,
-                         pushes=w.pushes - cut, seqs=w.seq - cut, resends=0,
-                         bytes_sent=w.encoder.wire_bytes - (open_bytes or 0), fp32_bytes=w.encoder.fp32_bytes,
+                         pushes=w.pushes - cut, seqs=seqs - cut, resends=0,
+                         bytes_sent=w.encoder.wire_bytes - (open_bytes or 0), peak_push_bytes=w.peak_push_bytes,
+                         fp32_bytes=w.encoder.fp32_bytes,
                          compression_ratio=round(w.encoder.compression_ratio, 6)))
 
     # ---- the loop ---------------------------------------------------------

@@ -26,6 +26,7 @@ import torch
 from psgd.config import Config
 from psgd.core.heterogeneity import StragglerModel, straggler_for
 from psgd.core.local_methods import method_for
+from psgd.core.local_methods.streaming_diloco import StreamingDiLoCo
 from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.servers.service import Answer, Joined, PushFields, Served, ShardService
@@ -34,9 +35,11 @@ from psgd.sim.batched import BatchedGradients, static_fallback
 from psgd.sim.batched_steps import BatchedSteps
 from psgd.sim.binding import ModelBinding
 from psgd.sim.fault_steps import FaultSteps
+from psgd.sim.fragment_steps import FragmentSteps
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
 from psgd.wire.codecs import Encoded, Gradient, WireEncoder, codec_named, encodings_for
+from psgd.workers.fragment_rounds import FragmentRounds
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.push_cursor import PushCursor
@@ -126,12 +129,22 @@ class VirtualWorker(PushCursor):
     local: Optional[LocalRounds] = None       # local updates: the worker's own rounds and inner optimizer
     own: Optional[list[torch.Tensor]] = None  # local updates: its parameters mid-round (None: a round starts)
     fastest_step_s: float = 0.0
+    peak_push_bytes: int = 0  # the most wire bytes one push (all its shards) carried
+    # Streaming DiLoCo: its fragment rounds, and each shard's own seq and clock (as PSClient.shard_cursors)
+    fragments: Optional[FragmentRounds] = None
+    shard_cursors: list[PushCursor] = field(default_factory=list)
+
+    def pull_clock(self, s: int) -> int:
+        """The clock a pull from shard s is for (a fragment push: that shard's own)."""
+        return self.shard_cursors[s].clock if self.fragments is not None else self.clock
 
     @property
     def steps_taken(self) -> int:
         """Training steps as a real worker counts them (psgd.Optimizer.steps_taken): its
         budget and the index of its device time. Not `steps`, the gradients it computed:
         a BSP straggler whose clocks were dropped has taken the clocks it was moved past."""
+        if self.fragments is not None:
+            return self.fragments.steps_taken(min(c.clock for c in self.shard_cursors))
         if self.local is None:
             return self.clock
         # A pushed round's steps moved into steps_total; the next round begins at its first step
@@ -139,7 +152,7 @@ class VirtualWorker(PushCursor):
         return self.local.steps_taken(self.seq) - (self.local.taken if self.own is None else 0)
 
 
-class Executor(BatchedSteps, FaultSteps):
+class Executor(BatchedSteps, FaultSteps, FragmentSteps):
     def __init__(self, cfg: Config, run_dir=None, register: bool = True, batched: bool = False):
         """`register`: every worker joins every shard now (a replay joins them as recorded).
         `batched`: `compute_together` may compute many workers' gradients in one
@@ -180,7 +193,10 @@ class Executor(BatchedSteps, FaultSteps):
         for rank in range(cfg.cluster.workers):
             worker = self._new_worker(rank)
             if register:
-                worker.adopt(self._joined(s, service.register(rank, 0.0)) for s, service in enumerate(self.services))
+                clocks = [self._joined(s, service.register(rank, 0.0)) for s, service in enumerate(self.services)]
+                worker.adopt(clocks)
+                for cursor, clock in zip(worker.shard_cursors, clocks):
+                    cursor.adopt([clock])
             self.workers.append(worker)
 
     def _new_worker(self, rank: int) -> VirtualWorker:
@@ -192,10 +208,17 @@ class Executor(BatchedSteps, FaultSteps):
         reads = [self._read(s) for s in range(self.num_shards)]
         worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
+        worker.shard_cursors = [PushCursor() for _ in range(self.num_shards)]
         if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
             inner = inner_torch_optimizer(cfg.optimizer, self.sync.params)
-            worker.local = LocalRounds(method_for(cfg.local, w), self.sync, inner,
-                                       lambda w=worker: w.fastest_step_s, clock=lambda: self.now)
+            method = method_for(cfg.local, w)
+            if isinstance(method, StreamingDiLoCo):
+                self.sync.load(worker.params)
+                worker.fragments = FragmentRounds(method, self.sync, inner, self.num_shards)
+                worker.own = self.sync.flat_params()
+            else:
+                worker.local = LocalRounds(method, self.sync, inner, lambda w=worker: w.fastest_step_s,
+                                           clock=lambda: self.now)
         return worker
 
     # ---- memory -----------------------------------------------------------
@@ -227,6 +250,9 @@ class Executor(BatchedSteps, FaultSteps):
         w = self.workers[rank]
         if self.binding is not None:
             return self._step(w, step_s)
+        if w.fragments is not None:  # streaming DiLoCo: the engine sends and lands its fragments
+            self._fragment_step(w)
+            return None
         if w.local is not None and w.own is None:  # a round starts from the parameters just pulled
             self.sync.load(w.params)
             w.local.begin()
@@ -293,11 +319,19 @@ class Executor(BatchedSteps, FaultSteps):
             pushes.append(Push(w.rank, s, w.seq, w.clock, w.versions[s], grad,
                                w.encoder.wire_bytes - before, step_s, steps))
         w.pushed(w.seq, w.clock)
+        w.peak_push_bytes = max(w.peak_push_bytes, sum(p.wire_bytes for p in pushes))
         w.pushes += 1
         w.replies = {}
         if w.local is not None:
             w.own = None  # the reply starts the next round
         return pushes
+
+    def _encoded_push(self, w: VirtualWorker, s: int, g: torch.Tensor, seq: int, clock: int, step_s: float,
+                      steps: int) -> Push:
+        """Shard s's push of `g` (not owned: a delta buffer that is reused), as the shard decodes it."""
+        before = w.encoder.wire_bytes
+        grad = decode_push(w.encoder.encode(s, g), g.numel())
+        return Push(w.rank, s, seq, clock, w.versions[s], grad, w.encoder.wire_bytes - before, step_s, steps)
 
     def serve_push(self, push: Push) -> list[Reply]:
         """Shard `push.shard` handles one push exactly as the real shard does, at simulated
@@ -327,7 +361,7 @@ class Executor(BatchedSteps, FaultSteps):
         reply if the mode allows it now, else None (the shard parks the pull; a later
         request's replies include it). `clock`: the pull's (default: the worker's own)."""
         t0 = time.process_time()
-        served = self.services[s].pull(rank, self.workers[rank].clock if clock is None else clock, rank, self.now)
+        served = self.services[s].pull(rank, self.workers[rank].pull_clock(s) if clock is None else clock, rank, self.now)
         self.shard_s += time.process_time() - t0
         replies = self._replies(s, served)
         return replies[0] if replies else None
@@ -355,6 +389,8 @@ class Executor(BatchedSteps, FaultSteps):
         """Worker takes one shard's reply; True once it holds every shard's."""
         w = self.workers[reply.rank]
         w.replies[reply.shard] = reply
+        if w.fragments is not None:
+            return self.fragment_landed(reply.rank)
         if len(w.replies) < self.num_shards:
             return False
         for s, r in w.replies.items():

@@ -39,6 +39,9 @@ class FaultSteps:
         w = self.workers[rank]
         w.joined(joined.last_seq)
         w.adopt([joined.clock])
+        if w.shard_cursors:  # a streaming worker's own per-shard seq and clock
+            w.shard_cursors[s].joined(joined.last_seq)
+            w.shard_cursors[s].adopt([joined.clock])
         return self._welcome(s, rank, joined.clock), self._replies(s, joined)
 
     def snapshot_shard(self, s: int) -> Optional[dict]:

@@ -264,6 +264,9 @@ def replay(run_dir: Path, check_model: bool = True) -> ReplayResult:
                           "in later, which the record does not hold; replay covers runs without it")
     events = _events(run_dir)
     _check_replayable(cfg, events)
+    if cfg.local.fragments:
+        raise RecordError("streaming DiLoCo (local.fragments) pushes some shards at a time; the replay "
+                          "re-executes whole-model pushes only")
     records = [read_record(record_path(run_dir, s)) for s in range(cfg.cluster.num_servers)]
     torch.set_num_threads(cfg.run.threads)  # the workers' thread count: the same reduction order
     ex = Executor(cfg, run_dir, register=False)

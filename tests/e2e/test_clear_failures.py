@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import stat
 import subprocess
 
 import pytest
-from conftest import kill_tree, one_clear_line, psgd_cmd, run_psgd, spawn, tmpfs, wait_for, write_config
+from conftest import kill_tree, one_clear_line, psgd_cmd, spawn, tmpfs, wait_for, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -79,20 +78,6 @@ def test_unloadable_snapshot_is_not_restarted(tmp_path):
     assert str(out / "checkpoints" / "shard-0.pt") in line and "(after" not in line, line
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["restarts"] == 0
-
-
-@pytest.mark.timeout(60)
-def test_keys_generate_refuses_to_overwrite_and_secrets_are_private(tmp_path):
-    keys = tmp_path / "keys"
-    code, _, err = run_psgd("keys", "generate", str(keys), cwd=tmp_path)
-    assert code == 0, err
-    before = (keys / "server.key_secret").read_bytes()
-    assert stat.S_IMODE(os.stat(keys / "server.key_secret").st_mode) == 0o600
-    code, _, err = run_psgd("keys", "generate", str(keys), cwd=tmp_path)
-    assert code == 2 and "--force" in one_clear_line(err)
-    assert (keys / "server.key_secret").read_bytes() == before
-    code, _, err = run_psgd("keys", "generate", str(keys), "--force", cwd=tmp_path)
-    assert code == 0 and (keys / "server.key_secret").read_bytes() != before
 
 
 def step_lines(run_dir) -> int:

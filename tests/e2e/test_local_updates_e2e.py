@@ -101,3 +101,28 @@ def test_dynamic_local_steps_give_a_straggler_shorter_rounds(tmp_path):
     # DyLU: steps per round in inverse proportion to pace (fixed rounds: 8 for every rank).
     fast = statistics.median(per_round[r] for r in (0, 1, 2))
     assert fast / per_round[3] >= 0.6 * min(slower, 8), (per_round, pace)
+
+
+@pytest.mark.timeout(120)
+def test_streaming_diloco_through_launch_sends_one_shard_at_a_time(tmp_path):
+    """Two fragments (one shard each), tau 1, alpha 0.5, through real workers and shards:
+    each push carries one shard's slice (the peak the summary reports, from the workers'
+    wire counters), each shard syncs once per 8 steps, and no shard sees a gap in its seqs."""
+    config = tmp_path / "quickstart.yaml"
+    config.write_text((ROOT / "configs" / "quickstart.yaml").read_text())
+    steps = 64
+    code, output, summary = launch(config, tmp_path / "run", *DILOCO_8, "workers.device=cpu", "local.fragments=2",
+                                   "local.fragment_sync_delay=1", "local.fragment_update_alpha=0.5",
+                                   f"train.steps_per_worker={steps}", "eval.every_s=0.5", timeout=110)
+    assert code == 0, output
+    from psgd.config import load_config
+    from psgd.core.sharding import layout_for_module
+    from psgd.tasks import build_model, load_task
+    cfg = load_config(tmp_path / "run" / "config.yaml")
+    sizes = layout_for_module(build_model(cfg, load_task(cfg)), 2).shard_sizes
+    assert summary["worker_steps"] == 4 * steps
+    # fragment 0 leaves after steps 4, 12, ..., 60 and its last 4 steps at the flush; fragment 1 after 8, ..., 64
+    assert summary["total_updates"] == steps // 8 + 1
+    assert summary["peak_push_bytes"] == 4 * max(sizes)
+    assert summary["wire_bytes_sent"] == 4 * (9 * 4 * sizes[0] + 8 * 4 * sizes[1])
+    assert summary["partial_pushes"] == 0 and summary["duplicates"] == 0 and summary["rejected_updates"] == 0

@@ -1,81 +1,14 @@
-"""Mistakes in the user's own model or data fail `psgd launch` in the parent, at once,
-naming the problem, with nothing spawned and nothing restarted."""
+"""User code that passes the launcher's pre-flight trains; an error only the children hit is
+reported once and not restarted. (The mistakes pre-flight catches are tests/unit/cli/test_preflight.py:
+in-process, where the process guard proves nothing was spawned.)"""
 import json
-import subprocess
 
 import pytest
-from conftest import launch, psgd_cmd
+from conftest import launch
+from support.user_code import USER_TASK
 
 pytestmark = pytest.mark.e2e
 
-USER_TASK = '''
-import numpy as np
-import torch
-from torch import nn
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 2)
-
-    def forward(self, x):
-        return self.fc(x)
-
-
-class Exploding(Net):
-    def forward(self, x):
-        raise RuntimeError("forward exploded")  # LINE_OF_FORWARD
-
-
-def _xy(n=64):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, 4, generator=g)
-    return x, (x[:, 0] > 0).long()
-
-
-def good():
-    x, y = _xy()
-    return (x[:48], y[:48]), (x[48:], y[48:])
-
-
-def numpy_data():
-    x, y = _xy()
-    return (x[:48].numpy(), y[:48].numpy()), (x[48:].numpy(), y[48:].numpy())
-
-
-def short_labels():
-    x, y = _xy()
-    return (x[:48], y[:40]), (x[48:], y[48:])
-
-
-def float_labels():
-    x, y = _xy()
-    return (x[:48], y[:48].float()), (x[48:], y[48:].float())
-'''
-FORWARD_LINE = next(i for i, line in enumerate(USER_TASK.splitlines(), start=1) if "LINE_OF_FORWARD" in line)
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("task, words", [
-    ({"model": "user_tsk:Net"}, ["model 'user_tsk:Net'", "cannot import 'user_tsk'"]),
-    ({"dataset": "user_task:numpy_data"}, ["train x must be a torch.Tensor, got numpy.ndarray"]),
-    ({"dataset": "user_task:short_labels"}, ["train: x has 48 examples but y has 40"]),
-    ({"dataset": "user_task:float_labels"}, ["train y has dtype torch.float32 but the task is classification"]),
-    ({"model": "user_task:Exploding"}, ["one forward/backward", "RuntimeError: forward exploded",
-                                        f"user_task.py:{FORWARD_LINE} in forward"]),
-], ids=["model-typo", "numpy", "lengths", "float-labels", "forward-raises"])
-def test_user_code_mistakes_fail_in_the_parent_before_any_spawn(small_config, tmp_path, task, words):
-    (tmp_path / "user_task.py").write_text(USER_TASK)
-    config = small_config(task={"model": "user_task:Net", "dataset": "user_task:good", "batch_size": 16, **task})
-    out = tmp_path / "run"
-    proc = subprocess.run(psgd_cmd("launch", str(config), "--out", str(out), "--quiet"), cwd=str(tmp_path),
-                          capture_output=True, text=True, timeout=50)
-    assert proc.returncode == 2, proc.stderr
-    for w in words:
-        assert w in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stderr  # one message, not psgd's own stack
-    assert not out.exists()  # nothing was started, so nothing could be restarted
 
 
 @pytest.mark.timeout(150)

@@ -5,7 +5,9 @@ import shutil
 
 import pytest
 import torch
-from conftest import ROOT, launch, run_psgd
+from conftest import ROOT, launch
+
+from psgd.cli import main
 
 pytestmark = pytest.mark.e2e
 
@@ -19,6 +21,14 @@ def recorded_run(tmp_path_factory):
                              "workers.device=cpu", "cluster.workers=2", timeout=100)
     assert code == 0, output
     return root / "run"
+
+
+def _replay(run_dir, capsys):
+    """`psgd replay RUN_DIR` in this process (the replay is one process; the run it reads was real)."""
+    capsys.readouterr()
+    code = main(["replay", str(run_dir)])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def _truncate(path):
@@ -80,11 +90,11 @@ DAMAGES = [
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("name, damage, says", DAMAGES, ids=[f"{n}-{d.__name__[1:]}" for n, d, _ in DAMAGES])
-def test_a_damaged_run_directory_is_one_line_naming_the_file_and_exit_2(recorded_run, tmp_path, name, damage, says):
+def test_a_damaged_run_directory_is_one_line_naming_the_file_and_exit_2(recorded_run, tmp_path, capsys, name, damage, says):
     run_dir = tmp_path / "run"
     shutil.copytree(recorded_run, run_dir)
     damage(run_dir / name)
-    code, out, err = run_psgd("replay", str(run_dir), cwd=tmp_path, timeout=60)
+    code, out, err = _replay(run_dir, capsys)
     assert code == 2, (out, err)
     assert "Traceback" not in err and "matches" not in out, err
     (line,) = err.strip().splitlines()
@@ -92,21 +102,21 @@ def test_a_damaged_run_directory_is_one_line_naming_the_file_and_exit_2(recorded
 
 
 @pytest.mark.timeout(180)
-def test_the_undamaged_copy_still_replays_identical(recorded_run, tmp_path):
+def test_the_undamaged_copy_still_replays_identical(recorded_run, tmp_path, capsys):
     run_dir = tmp_path / "run"
     shutil.copytree(recorded_run, run_dir)
-    code, out, err = run_psgd("replay", str(run_dir), cwd=tmp_path, timeout=60)
+    code, out, err = _replay(run_dir, capsys)
     assert code == 0 and "bit-identical" in out, (out, err)
 
 
 @pytest.mark.timeout(180)
-def test_a_worker_step_missing_from_metrics_is_a_difference_not_a_match(recorded_run, tmp_path):
+def test_a_worker_step_missing_from_metrics_is_a_difference_not_a_match(recorded_run, tmp_path, capsys):
     run_dir = tmp_path / "run"
     shutil.copytree(recorded_run, run_dir)
     lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
     last_step = max(i for i, line in enumerate(lines) if '"event": "step"' in line and '"role": "worker"' in line)
     rank = json.loads(lines[last_step])["rank"]
     (run_dir / "metrics.jsonl").write_text("".join(lines[:last_step] + lines[last_step + 1:]))
-    code, out, err = run_psgd("replay", str(run_dir), cwd=tmp_path, timeout=60)
+    code, out, err = _replay(run_dir, capsys)
     assert code == 1, (out, err)
     assert f"worker {rank}: metrics.jsonl has 19 steps, the replay computed 20" in out, out

@@ -1,5 +1,7 @@
 """Record and replay: real asynchronous runs (real processes and sockets) re-executed
 in one process by `psgd replay` reproduce their final parameters bit for bit."""
+import contextlib
+import io
 import json
 import shutil
 from pathlib import Path
@@ -7,7 +9,9 @@ from pathlib import Path
 import msgpack
 import pytest
 import torch
-from conftest import ROOT, launch, run_psgd
+from conftest import ROOT, launch
+
+from psgd.cli import main
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +38,11 @@ def _copy(run, tmp_path):
 
 
 def _replay(run_dir, *extra):
-    code, out, err = run_psgd("replay", str(run_dir), "--json", *extra, cwd=run_dir.parent, timeout=60)
+    """`psgd replay --json` in this process (a replay is one process; the run it reads was real)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["replay", str(run_dir), "--json", *extra])
+    out, err = out.getvalue(), err.getvalue()
     return code, (json.loads(out) if out.strip().startswith("{") else {}), err
 
 

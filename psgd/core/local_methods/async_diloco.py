@@ -14,7 +14,7 @@ class AsyncDiLoCo(DiLoCo):
 
     @classmethod
     def selects(cls, local: LocalConfig) -> bool:
-        return local.delayed_nesterov and not local.dynamic
+        return local.delayed_nesterov and not local.dynamic and not local.fragments
 
     def momentum_period(self) -> int:
         return self.workers

@@ -13,4 +13,5 @@ class DiLoCo(LocalSGD):
 
     @classmethod
     def selects(cls, local: LocalConfig) -> bool:
-        return local.outer_momentum > 0 and not local.delayed_nesterov and not local.dynamic
+        return (local.outer_momentum > 0 and not local.delayed_nesterov and not local.dynamic
+                and not local.fragments)

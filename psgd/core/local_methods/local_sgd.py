@@ -12,4 +12,4 @@ class LocalSGD(LocalMethod):
 
     @classmethod
     def selects(cls, local: LocalConfig) -> bool:
-        return local.outer_momentum == 0 and not local.dynamic
+        return local.outer_momentum == 0 and not local.dynamic and not local.fragments

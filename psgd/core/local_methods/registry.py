@@ -15,12 +15,12 @@ __all__ = ["LOCAL_METHODS", "check_local_methods", "method_for"]
 def _settings() -> list[LocalConfig]:
     """One `local:` section per combination of the flags that choose a method."""
     out = []
-    for momentum, nesterov, delayed, dynamic in itertools.product((0.0, 0.9), (False, True), (False, True),
-                                                                  (False, True)):
-        if momentum == 0 and (nesterov or delayed):
+    for momentum, nesterov, delayed, dynamic, fragments in itertools.product(
+            (0.0, 0.9), (False, True), (False, True), (False, True), (0, 2)):
+        if (momentum == 0 and (nesterov or delayed)) or (dynamic and fragments):
             continue  # LocalConfig refuses these
         out.append(LocalConfig(steps=4, outer_momentum=momentum, outer_nesterov=nesterov,
-                               delayed_nesterov=delayed, dynamic=dynamic))
+                               delayed_nesterov=delayed, dynamic=dynamic, fragments=fragments))
     return out
 
 

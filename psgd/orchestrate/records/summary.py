@@ -102,6 +102,8 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
         "compression_ratio": round(wire_bytes / fp32_bytes, 6) if fp32_bytes else None,
         # What one training example cost on the wire: local updates push once per round.
         "wire_bytes_per_example": round(wire_bytes / (len(steps) * cfg.task.batch_size), 3) if steps else None,
+        # The most bytes one worker's push carried (streaming DiLoCo: one fragment's): the peak a sync needs.
+        "peak_push_bytes": max((int(e["peak_push_bytes"]) for e in done if "peak_push_bytes" in e), default=None),
         # The codecs' own time: the workers encoding their pushes, the shards decoding them
         # (None where nobody measured it: the simulator's virtual processes do not).
         "codec_encode_s": round(sum(float(e["encode_s"]) for e in done if "encode_s" in e), 6)

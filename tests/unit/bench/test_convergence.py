@@ -24,7 +24,8 @@ def test_parse_modes_covers_every_mode_and_suffix():
         ("ssp:2+sa", "ssp", 2, True, False, 0)]
     assert specs[7].overrides == ["consistency.mode=asp", "consistency.staleness=0", "consistency.backup_workers=0",
                                   "optimizer.staleness_aware=false", "optimizer.dc_asgd={}", "local.steps=0",
-                                  "local.delayed_nesterov=false", "workers.overlap=off"]
+                                  "local.delayed_nesterov=false", "workers.overlap=off", "local.fragments=0",
+                                  "local.fragment_sync_delay=0", "local.fragment_update_alpha=0.0"]
     assert specs[2].overrides[2] == "consistency.backup_workers=1" and specs[2].overrides[4] == "optimizer.dc_asgd=null"
     assert specs[6].dir_name == "asp-sa" and specs[4].dir_name == "ssp8"
 
@@ -154,6 +155,33 @@ def test_local_update_modes_parse_to_their_overrides_and_read_back_under_the_sam
                                      ("bsp+h8+diloco+dn", "asynchronous"), ("asp+h4+dc", "deltas"),
                                      ("allreduce+h4", "parameter-server")])
 def test_impossible_local_update_modes_are_refused(bad, why):
+    from psgd.bench.convergence import parse_modes
+    with pytest.raises(ValueError, match=why):
+        parse_modes(bad)
+
+
+def test_streaming_and_codec_suffixes_set_their_keys_and_read_back_under_the_same_label():
+    import dataclasses
+
+    from psgd.bench.convergence import parse_modes
+    from psgd.bench.run_data import mode_label
+    from psgd.config import load_config
+    specs = parse_modes("diloco:8+f2+t1+a0.5,adiloco:8+f2,diloco:8+int8,bsp+int4")
+    assert [s.label for s in specs] == ["bsp+h8+diloco+f2+t1+a0.5", "asp+h8+diloco+dn+f2", "bsp+h8+diloco+int8",
+                                        "bsp+int4"]
+    for spec in specs:
+        cfg = load_config(None, spec.overrides + ["cluster.workers=4"])
+        assert (cfg.local.fragments, cfg.local.fragment_sync_delay, cfg.local.fragment_update_alpha) == \
+            (spec.fragments, spec.fragment_sync_delay, spec.fragment_update_alpha)
+        assert cfg.wire.compression == (spec.compression or "none")
+        staleness = cfg.consistency.staleness if cfg.consistency.mode == "ssp" else None
+        assert mode_label(cfg.consistency.mode, staleness, False, local=dataclasses.asdict(cfg.local),
+                          compression=cfg.wire.compression) == spec.label
+
+
+@pytest.mark.parametrize("bad,why", [("bsp+f2", r"\+hN"), ("diloco:8+t1", "fragments"), ("allreduce+int8", "codec"),
+                                     ("diloco:8+f2+a2", "suffixes")])
+def test_impossible_streaming_or_codec_modes_are_refused(bad, why):
     from psgd.bench.convergence import parse_modes
     with pytest.raises(ValueError, match=why):
         parse_modes(bad)

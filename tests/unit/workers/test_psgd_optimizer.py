@@ -136,8 +136,8 @@ def test_stats_count_what_the_worker_sent(job, compression, bytes_per_value):
     model = net()
     numel = sum(p.numel() for p in model.parameters())
     with psgd.Optimizer(model, job(model, **{"wire.compression": compression}), rank=0) as opt:
-        assert opt.stats == OptimizerStats(clock=0, pushes=0, seqs=0, resends=0, bytes_sent=0, fp32_bytes=0,
-                                           compression_ratio=1.0, encode_s=0.0, slowest_clock=0)
+        assert opt.stats == OptimizerStats(clock=0, pushes=0, seqs=0, resends=0, bytes_sent=0, peak_push_bytes=0,
+                                           fp32_bytes=0, compression_ratio=1.0, encode_s=0.0, slowest_clock=0)
         for x, y in batches(3):
             opt.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
@@ -146,6 +146,7 @@ def test_stats_count_what_the_worker_sent(job, compression, bytes_per_value):
     assert (stats.clock, stats.pushes, stats.seqs, stats.resends) == (3, 3, 3, 0)
     assert stats.slowest_clock == 3  # the only worker
     assert stats.fp32_bytes == 3 * 4 * numel and stats.bytes_sent == 3 * bytes_per_value * numel
+    assert stats.peak_push_bytes == bytes_per_value * numel  # every push carries the whole model
     assert stats.compression_ratio == bytes_per_value / 4
     assert stats.encode_s > 0  # the codec's own time is counted
     with pytest.raises(dataclasses.FrozenInstanceError):
