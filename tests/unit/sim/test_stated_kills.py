@@ -3,10 +3,12 @@ restart. The dead worker loses the step (under local updates, the round) it was 
 applied twice, the shards drop it once it has been silent for cluster.timeout_s, and the same
 config gives the same run."""
 import pytest
+import torch
+from sgd_reference import cfg_for
 
 from psgd.bench.fault_metrics import account
 from psgd.config import ConfigError, Role, load_config
-from psgd.sim import Engine, Executor, TimeModel
+from psgd.sim import Engine, Executor, TimeModel, simulate
 from psgd.sim.faults import check_faults
 
 BASE = ["task.model=linear", "task.dataset=synthetic", "task.batch_size=16", "cluster.servers=2",
@@ -99,6 +101,30 @@ def test_batched_gradients_run_stated_kills_with_the_same_times_as_one_by_one():
         return [(e["t"], e["rank"], e["clock"]) for e in of(events, "step")]
     assert when(together) == when(exact)
     assert max(t for t, rank, _ in when(exact) if rank == 1) < 1.05
+
+
+DILOCO = {"local.steps": 8, "local.outer_lr": 0.7, "local.outer_momentum": 0.9, "local.outer_nesterov": "true",
+          "optimizer.name": "adamw", "optimizer.lr": 0.01, "cluster.servers": 4}
+
+
+@pytest.mark.parametrize("mode, over", [
+    ("ssp", {"consistency.staleness": 1}),
+    ("bsp", {**DILOCO, "consistency.quorum.size": 2, "sim.compute_jitter": 0.3}),
+    ("bsp", {**DILOCO, "local.fragments": 4, "local.fragment_sync_delay": 1}),
+    ("asp", {"sim.batched": "true"}),
+], ids=["ssp", "diloco-quorum", "streaming-diloco", "batched"])
+def test_the_failure_model_changes_nothing_until_a_kill(mode, over):
+    clean, clean_run = simulate(cfg_for(mode, 3, **over), 2.0)
+    watched, watched_run = simulate(cfg_for(mode, 3, **over, **{"sim.faults.kills": "[{rank: 2, at_s: 100}]"}), 2.0)
+    assert watched_run.end_s == clean_run.end_s and watched_run.steps == clean_run.steps
+    assert all(torch.equal(a.params, b.params) for a, b in zip(clean.shards, watched.shards))
+
+
+def test_a_streaming_diloco_worker_killed_mid_round_is_dropped_by_every_shard():
+    kill = {"sim.faults.kills": "[{rank: 2, at_s: 0.013}]", "cluster.timeout_s": 0.2, "cluster.heartbeat_s": 0.1}
+    ex, run_ = simulate(cfg_for("bsp", 3, **DILOCO, **kill, **{"local.fragments": 4}), 2.0)
+    assert [w.steps for w in ex.workers][:2] == [30, 30] and ex.workers[2].steps < 8  # dead inside its first round
+    assert timed_out(ex) == [1, 1, 1, 1] and run_.end_s > 0.013 + 0.2
 
 
 @pytest.mark.parametrize("sets, accepted", [
