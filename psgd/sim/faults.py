@@ -25,8 +25,10 @@ launcher and shards:
   `cluster.timeout_s` (from its death, or from a later push of its that a shard
   served from its queue) unless it is back first (the live workers' heartbeats
   keep them in).
-- A killed shard loses the pushes in its queue or in service and its parked
-  pulls; it comes back (backoff + restart_s) with the state its checkpoint and
+- A killed shard loses the pushes in its queue or in service, its parked
+  pulls and every request sent to it while it is down (as on a real run, where
+  the workers then wait out `cluster.request_timeout_s`: benchmarks/faults); it
+  comes back (backoff + restart_s) with the state its checkpoint and
   push log restore (psgd.sim.fault_steps: every update it applied) and knows no
   connection: a worker's next request to it is answered `not_registered`, and
   the worker registers again and repeats the request to every shard with the same
@@ -108,7 +110,7 @@ class FailureModel:
         self.worker_gen, self.worker_up = [0] * w, [True] * w
         self.shard_gen, self.shard_up = [0] * n, [True] * n
         self.connected = [set(range(w)) for _ in range(n)]  # ranks each shard incarnation has a connection from
-        self.held: list[list] = [[] for _ in range(n)]  # messages to a shard that is down, in order
+        self.held: list[list] = [[] for _ in range(n)]  # (rank, gen) registering with a shard that is down
         self.snapshots: dict[int, dict] = {}
         self.joining: set[int] = set()   # restarted workers waiting for their welcomes
         self.request = [0] * w           # each worker's request in progress (a repeat is a new one)
@@ -154,8 +156,7 @@ class FailureModel:
             if self.shard_up[p.shard]:
                 p.shard_gen = self.shard_gen[p.shard]
                 now.append(p)
-            else:
-                self.held[p.shard].append(p)
+            # else lost, as on a real run: nobody reads a dead shard's socket; the resend below repeats it
             if self.resend_after_s is not None:
                 self.e.q.put(t + self.resend_after_s, self.K.RESEND, (p.rank, p.gen, p.request, p.shard, 1))
         return now
@@ -261,7 +262,7 @@ class FailureModel:
                 if self.shard_up[s]:
                     self._join(index, s, t, welcome=True)
                 else:
-                    self.held[s].append(("register", index, self.worker_gen[index]))
+                    self.held[s].append((index, self.worker_gen[index]))
             return
         self.ex.restart_shard(index, self.snapshots.pop(index), t)
         self.e.hook_shard(index)
@@ -269,14 +270,9 @@ class FailureModel:
         self.shard_up[index] = True
         self.e.q.put(t + self.cfg.cluster.timeout_s, self.K.EXPIRE, None)  # ranks restored but silent leave
         held, self.held[index] = self.held[index], []
-        for msg in held:  # what was sent while it was down, in order
-            if isinstance(msg, tuple):
-                _, rank, gen = msg
-                if gen == self.worker_gen[rank] and self.worker_up[rank]:
-                    self._join(rank, index, t, welcome=True)
-            elif msg.gen == self.worker_gen[msg.rank] and msg.request == self.request[msg.rank]:
-                msg.shard_gen = self.shard_gen[index]
-                self.e.resend(msg, t)
+        for rank, gen in held:  # the restarted workers that registered while it was down, in order
+            if gen == self.worker_gen[rank] and self.worker_up[rank]:
+                self._join(rank, index, t, welcome=True)
 
     def _join(self, rank: int, s: int, t: float, welcome: bool) -> None:
         """Worker `rank` registers with shard s at `t` (the shard's own register)."""
@@ -327,11 +323,9 @@ class FailureModel:
             return
         push = self.outstanding[rank][s]
         self.e.q.put(t + self.resend_after_s, self.K.RESEND, (rank, gen, request, s, attempt + 1))
-        if self.shard_up[s]:
+        if self.shard_up[s]:  # else this resend is lost too, and the next one falls due
             push.shard_gen = self.shard_gen[s]
             self.e.resend(push, t)
-        elif not any(m is push for m in self.held[s]):
-            self.held[s].append(push)
 
     def refused(self, p: object, t: float, exc: Exception) -> None:
         """The shard answered push `p` with an error (a shard that restarted without checkpoints
@@ -352,10 +346,7 @@ class FailureModel:
         rank, gen, request, s = what
         if gen != self.worker_gen[rank] or request != self.request[rank] or not self.worker_up[rank]:
             return
-        if not self.shard_up[s]:  # down again: the request waits for it
-            push = self.outstanding[rank][s]
-            if not any(m is push for m in self.held[s]):
-                self.held[s].append(push)
+        if not self.shard_up[s]:  # down again: lost; the request's resend repeats it
             return
         at = t + self.e.time.worker_link.latency_s + self.e.time.shard_link.latency_s
         self._join(rank, s, at, welcome=False)

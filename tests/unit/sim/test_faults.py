@@ -128,3 +128,19 @@ def test_more_deaths_than_max_restarts_fail_the_run_as_the_launcher_would():
 def test_what_the_model_cannot_run_is_refused_naming_the_key(sets, reason):
     with pytest.raises(ConfigError, match=f"sim.faults.kill_every_s.*{reason}"):
         check_faults(load_config(None, [*BASE, *sets]))
+
+
+def test_requests_sent_to_a_dead_shard_are_lost_and_waited_out_as_on_a_real_run():
+    # Kills 2 s apart (sim.faults.kill_every_s=2): a 1.5 s request timeout outlasts the 0.75 s restart,
+    # so every worker stays away until its lost push's resend, sent once the shard is back.
+    made = None
+    lost = {}
+    for timeout in (1.0, 1.5):
+        _, _, engine, events = run("sim.faults.target=shards", f"cluster.request_timeout_s={timeout}")
+        made = kills(engine)
+        lost[timeout] = [rec.lost_s for rec in recoveries(events, made, 3, 2)]
+        # A worker's push in flight when the shard died went just before it: its resend falls due at
+        # most one 0.2 s step before kill + timeout, and not before the shard is back (0.75 s).
+        assert all(max(0.75, timeout - 0.2) <= s <= timeout + 0.2 + 0.75 for s in lost[timeout]), lost
+        assert all(not a.problems for a in account(events, 3))
+    assert min(lost[1.5]) > max(lost[1.0]) - 0.5  # the wait follows the timeout, not only the restart
