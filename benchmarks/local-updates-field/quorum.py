@@ -36,7 +36,7 @@ STRAGGLER = ["workers.slowdown={3: 4.0}"]  # rank 3 takes 4x as long per step
 SIM = ["sim.compute_ms=4"]
 REAL = ["workers.device=cpu", "workers.device_ms=4"]
 # Simulated kill: rank 3 dies at 0.5 s, not restarted; the shards drop it 2 s later (cluster.timeout_s).
-SIM_KILL = ["sim.kills=[{rank: 3, at_s: 0.5}]", "cluster.timeout_s=2"]
+SIM_KILL = ["sim.faults.kills=[{rank: 3, at_s: 0.5}]", "cluster.timeout_s=2"]
 # Real kills: psgd bench faults SIGKILLs a worker (0, then 1) every 5 s of a 15 s run; the launcher restarts it.
 REAL_KILL = ["train.max_time_s=15", "train.steps_per_worker=1000000", "train.target_accuracy=null"]
 FIELDS = ("wall_time_s", "time_to_target_s", "final_test_accuracy", "total_updates", "worker_steps",

@@ -316,8 +316,8 @@ class Config:
         for rank in self.workers.delay.ranks if self.workers.delay else []:
             _check(rank < self.cluster.workers, "workers.delay.ranks",
                    f"no worker rank {rank} (cluster.workers is {self.cluster.workers})")
-        for i, kill in enumerate(self.sim.kills):
-            _check(kill.rank < self.cluster.workers, f"sim.kills[{i}].rank",
+        for i, kill in enumerate(self.sim.faults.kills):
+            _check(kill.rank < self.cluster.workers, f"sim.faults.kills[{i}].rank",
                    f"no worker rank {kill.rank} (cluster.workers is {self.cluster.workers})")
         for i, tr in enumerate(self.workers.transient):
             _check(tr.rank < self.cluster.workers, f"workers.transient[{i}].rank",

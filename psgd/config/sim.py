@@ -16,7 +16,7 @@ from psgd.config.loader import int_max
 from psgd.config.sim_devices import DEVICES, DeviceProfile
 from psgd.config.sim_faults import SimFaults
 
-__all__ = ["DeviceProfile", "SimConfig", "SimKill", "MAX_CV", "MAX_SIM_WORKERS"]
+__all__ = ["DeviceProfile", "SimConfig", "MAX_CV", "MAX_SIM_WORKERS"]
 
 # Largest coefficient of variation accepted for jitter and spread: a lognormal of
 # CV 10 already has its median at 1/10 of its mean; far beyond it the variance
@@ -26,19 +26,6 @@ MAX_CV = 10.0
 # (their loaders, encoders, shard registrations), and building 1,024 quickstart
 # workers and running 2 steps each took 331 s on the 2-core reference machine.
 MAX_SIM_WORKERS = 1024
-
-
-@dataclass(frozen=True)
-class SimKill:
-    # Worker `rank` dies at `at_s` simulated seconds: the step it would start then is never
-    # taken (its round's steps are lost) and it is not restarted; the shards drop it from
-    # their quorum cluster.timeout_s later, as a real shard times out a silent worker.
-    rank: int = 0                # the worker that dies
-    at_s: float = 0.0            # when, in simulated seconds of training
-
-    def __post_init__(self):
-        _check(self.rank >= 0, "rank", f"must be >= 0, got {self.rank}")
-        _check(0 <= self.at_s < float("inf"), "at_s", f"must be finite seconds >= 0, got {self.at_s}")
 
 
 @dataclass(frozen=True)
@@ -97,20 +84,20 @@ class SimConfig:
     # default: it pays for small models (0.44-0.57x the CPU per step of one by one at
     # 32 channels) and costs for wide convolutions (about 2x at the study's 256).
     batched: bool = False
-    # Workers killed during the run (not restarted), each as {rank, at_s}.
-    kills: list[SimKill] = field(default_factory=list)
 
     # ---- codecs: gigabytes/s of fp32 gradient; null: the codec's own figure (its class's `cost`) ----
     # for wire.compression (measured on one CPU thread; none: free).
     encode_gbytes_per_s: Optional[float] = None  # the worker's encode, before its pushes leave
     decode_gbytes_per_s: Optional[float] = None  # the shard's decode, added to its service
 
-    # ---- failures: processes killed and restarted as the real launcher does (sim_faults) ----
+    # ---- failures: processes killed (and restarted as the real launcher does): sim_faults ----
     faults: SimFaults = field(default_factory=SimFaults)
 
     # Keys renamed: the loader answers these with the message instead of "unknown key".
     RENAMED_KEYS = {"apply_gbps": "renamed to sim.apply_gbytes_per_s (it always was gigabytes per second, "
-                                  "not gigabits: the same value works)"}
+                                  "not gigabits: the same value works)",
+                    "kills": "moved to sim.faults.kills (the same entries {rank, at_s}: workers killed "
+                             "at those times and not restarted, run by the failure model)"}
 
     def __post_init__(self):
         _check(self.compute_ms is None or self.compute_ms == "measure" or 0 < self.compute_ms, "compute_ms",

@@ -1,15 +1,16 @@
 """The `sim.faults:` section: kills in the virtual cluster (psgd.sim.faults), with the
 real launcher's restart rules (the `supervision:` keys) and the real shard's
-checkpoint rules."""
+checkpoint rules: a storm of planned kills (restarted), and kills of stated workers
+at stated times (not restarted)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from psgd.config.loader import check as _check
 from psgd.config.modes import Role
 
-__all__ = ["FaultTarget", "SimFaults"]
+__all__ = ["FaultTarget", "SimFaults", "WorkerKill"]
 
 
 class FaultTarget(str, Enum):
@@ -23,6 +24,19 @@ class FaultTarget(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class WorkerKill:
+    # Worker `rank` is killed at `at_s` simulated seconds of training, as the storm kills one,
+    # and is not restarted: a lost worker. The shards drop it once it has been silent for
+    # cluster.timeout_s, as a real shard times out a silent worker.
+    rank: int = 0                # the worker that dies
+    at_s: float = 0.0            # when, in simulated seconds of training
+
+    def __post_init__(self):
+        _check(self.rank >= 0, "rank", f"must be >= 0, got {self.rank}")
+        _check(0 <= self.at_s < float("inf"), "at_s", f"must be finite seconds >= 0, got {self.at_s}")
 
 
 @dataclass(frozen=True)
@@ -40,11 +54,20 @@ class SimFaults:
     # (benchmarks/faults/workers) kill -> registered on every shard less the backoff
     # was 0.67 s (median of 55 kills; 0.49-0.94 s).
     restart_s: float = 0.67
+    # Workers killed at stated times and never restarted, each as {rank, at_s}; beside the
+    # storm or without it (they need no kill_every_s, and work under local updates too).
+    kills: list[WorkerKill] = field(default_factory=list)
 
     def __post_init__(self):
         _check(0 <= self.kill_every_s < float("inf"), "kill_every_s", f"must be >= 0 and finite, got {self.kill_every_s}")
         _check(0 <= self.restart_s < float("inf"), "restart_s", f"must be >= 0 and finite, got {self.restart_s}")
 
     @property
-    def enabled(self) -> bool:
+    def storm(self) -> bool:
+        """Planned kills with restarts (kill_every_s) are on."""
         return self.kill_every_s > 0
+
+    @property
+    def enabled(self) -> bool:
+        """Any process dies: the failure model runs."""
+        return self.storm or bool(self.kills)

@@ -40,13 +40,12 @@ class Kind(IntEnum):
     EVALUATE = 4      # the evaluator scores the shards' parameters
     LOCAL_DONE = 5    # local updates: a worker finished an inner step that sends nothing
     DEADLINE = 6      # a shard's quorum grace window closes (consistency.quorum)
-    KILL = 7          # psgd.sim.faults: a planned kill
+    KILL = 7          # psgd.sim.faults: a planned or stated kill
     BACK = 8          # a killed process is running again (a worker registers, a shard serves)
     EXPIRE = 9        # the shards drop workers silent for cluster.timeout_s
     RESEND = 10       # a worker's request to a shard timed out (cluster.request_timeout_s)
     REJOIN = 11       # a shard's not_registered reached the worker: it registers again
     REPEAT = 12       # the re-registered worker repeats its request to every shard
-    DROP = 13         # the shards drop a killed worker (sim.kills), cluster.timeout_s after its death
 
 
 class EventQueue:
@@ -132,8 +131,6 @@ class Engine(FragmentTurns):
         # copies on write what a worker has not stepped on), so the batch holds
         # exactly the workers whose step started and whose reply was applied.
         self.deadlines: set[tuple[int, float]] = set()  # (shard, when) of the grace windows scheduled
-        self.kill_at = {k.rank: k.at_s for k in sorted(executor.cfg.sim.kills, key=lambda k: -k.at_s)}  # earliest
-        self.killed: set[int] = set()
         self.pending: dict[int, float] = {}          # rank: step_s of a started, uncomputed step
         self.computed: dict[int, list[Push]] = {}    # rank: pushes computed ahead of its STEP_DONE
         # Kills and restarts (sim.faults); None: no process dies, and no event below checks for it.
@@ -148,11 +145,6 @@ class Engine(FragmentTurns):
     def _start_step(self, rank: int, t: float) -> None:
         w = self.ex.workers[rank]
         self.ex.now = t
-        if t >= self.kill_at.get(rank, math.inf):  # dead: no step, no push; the shards notice later
-            self.killed.add(rank)
-            self.active -= 1
-            self.q.put(self.kill_at[rank] + self.ex.cfg.cluster.timeout_s, Kind.DROP, rank)
-            return
         if w.steps_taken >= self.steps_per_worker and w.fragments is not None and self._fragments_flushed(rank, t):
             return
         if w.steps_taken >= self.steps_per_worker:  # as a real worker counts: a restart's and dropped clocks included
@@ -160,6 +152,8 @@ class Engine(FragmentTurns):
             if last is not None:
                 self.open_push[rank] = sum(p.wire_bytes for p in last)
                 self.flushing.add(rank)
+                if self.faults is not None:
+                    self.faults.stamp(rank, last)
                 self._send(last, t)
                 return
             released = self.ex.leave(rank, t)  # as opt.close(): nobody waits for it any more
@@ -197,6 +191,8 @@ class Engine(FragmentTurns):
         self.q.put(t, Kind.STEP_DONE, pushes, tie=tie)
 
     def _local_done(self, rank: int, t: float) -> None:
+        if self.faults is not None and not self.faults.alive(rank):
+            return  # killed mid-round: its inner steps die with it (no restart under local updates)
         w = self.ex.workers[rank]
         self.result.steps += 1
         clock = min(c.clock for c in w.shard_cursors) if w.fragments is not None else w.clock
@@ -212,6 +208,8 @@ class Engine(FragmentTurns):
         """A step's compute ended: its pushes go out (computed now, with every
         other started step, when it was left for the batch)."""
         if isinstance(done, int):
+            if self.faults is not None and not self.faults.alive(done):
+                return  # killed before its step was computed (no restart with sim.batched)
             self._compute_pending()
             done = self.computed.pop(done)
         if self.faults is not None and not self.faults.current(done):
@@ -221,6 +219,9 @@ class Engine(FragmentTurns):
     def _compute_pending(self) -> None:
         if self.pending:
             computed = self.ex.compute_together(self.pending)
+            if self.faults is not None:
+                for rank, pushes in computed.items():
+                    self.faults.stamp(rank, pushes)
             self.computed.update(computed)
             self.open_push.update({rank: sum(p.wire_bytes for p in pushes) for rank, pushes in computed.items()})
             self.pending = {}
@@ -296,11 +297,7 @@ class Engine(FragmentTurns):
                 self.deadlines.add((s, when))
                 self.q.put(when, Kind.DEADLINE, (s, when))
 
-    def _drop(self, rank: int, t: float) -> None:
-        """The shards time a killed worker out: it leaves their quorum (nobody waits for it)."""
-        self.ex.now = t
-        self._send_together(self.ex.drop(rank, t), t)
-        self._schedule_deadlines()
+    schedule_deadlines = _schedule_deadlines
 
     def _deadline(self, due: tuple[int, float], t: float) -> None:
         self.deadlines.discard(due)
@@ -388,8 +385,7 @@ class Engine(FragmentTurns):
         if self.eval_every_s:
             self.q.put(0.0, Kind.EVALUATE, None)
         handlers = {Kind.STEP_DONE: self._step_done, Kind.ARRIVE: self._arrive, Kind.SERVED: self._served,
-                    Kind.REPLY: self._reply, Kind.LOCAL_DONE: self._local_done, Kind.DEADLINE: self._deadline,
-                    Kind.DROP: self._drop}
+                    Kind.REPLY: self._reply, Kind.LOCAL_DONE: self._local_done, Kind.DEADLINE: self._deadline}
         if self.faults is not None:
             self.faults.start()
             handlers.update(self.faults.handlers())
@@ -408,8 +404,8 @@ class Engine(FragmentTurns):
                 continue
             handlers[kind](data, t)
         if self.active > 0 and not ended:
-            blocked = [w.rank for w in self.ex.workers
-                       if w.steps_taken < self.steps_per_worker and w.rank not in self.killed]
+            blocked = [w.rank for w in self.ex.workers if w.steps_taken < self.steps_per_worker
+                       and (self.faults is None or self.faults.alive(w.rank))]
             raise RuntimeError(f"the simulated run stopped with workers {blocked[:8]} waiting on a shard "
                                "that will never answer")
         self._compute_pending()  # steps under way count, as the one-by-one path computed them at their start

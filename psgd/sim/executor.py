@@ -411,12 +411,6 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
             replies += self._replies(s, left)
         return replies
 
-    def drop(self, rank: int, now: float) -> list[Reply]:
-        """The shards time worker `rank` out (it died: sim.kills), as a real shard's expiry does."""
-        for shard in self.shards:
-            shard.counters["workers_timed_out"] += 1
-        return self.leave(rank, now)
-
     # ---- results ----------------------------------------------------------
     def server_params(self) -> list[torch.Tensor]:
         return [shard.params for shard in self.shards]

@@ -1,27 +1,34 @@
 """The virtual cluster's failure model: processes killed at planned times and
-restarted by the real launcher's rules (`sim.faults`, the `supervision:` keys).
+restarted by the real launcher's rules (`sim.faults`, the `supervision:` keys), and
+workers killed at stated times and never restarted (`sim.faults.kills`). One kill
+rule serves both: a stated kill is a storm's kill without the restart.
 
-Kills follow the plan `psgd bench faults` sends to a real run
+The storm follows the plan `psgd bench faults` sends to a real run
 (psgd.core.fault_plan.kill_schedule): one every `kill_every_s` simulated seconds,
-the target's processes in turn; a kill is not made while the process is down or
-after a worker finished. What each kill does, as on the real launcher and shards:
+the target's processes in turn. No kill, planned or stated, is made while the
+process is down or after a worker finished. What a kill does, as on the real
+launcher and shards:
 
 - Messages: one whose sender or receiver dies before it has arrived is lost (the
   dead process's socket buffers go with it); one sent to a shard that is down
   waits in the sender's queue and arrives once the shard is back (ZeroMQ
   reconnects and delivers it).
-- A killed worker loses the step it was computing and its pushes still on the
-  wire; those already at a shard are served (and their replies lost). The
-  launcher restarts it after the backoff (psgd.core.restarts: backoff_s doubling,
-  reset after backoff_reset_s, within max_restarts; none due after
+- A killed worker loses the step it was computing (under local updates, its round
+  so far: the inner steps it has not pushed) and its pushes still on the wire;
+  those already at a shard are served (and their replies lost). After a storm's
+  kill the launcher restarts it after the backoff (psgd.core.restarts: backoff_s
+  doubling, reset after backoff_reset_s, within max_restarts; none due after
   train.max_time_s) plus `restart_s`; the new process joins every shard (the
   shard's register: the clock it continues from, the last seq it has), takes the
   parameters from the welcome and trains on, its data loader from the top. The
-  shards drop the dead incarnation from the quorum `cluster.timeout_s` after the
-  kill unless it is back first (the live workers' heartbeats keep them in).
+  shards drop the dead incarnation from the quorum once it has been silent for
+  `cluster.timeout_s` (from its death, or from a later push of its that a shard
+  served from its queue) unless it is back first (the live workers' heartbeats
+  keep them in).
 - A killed shard loses the pushes in its queue or in service, its parked
   pulls and every request sent to it while it is down (as on a real run, where
-  the workers then wait out `cluster.request_timeout_s`: benchmarks/faults); it comes back (backoff + restart_s) with the state its checkpoint and
+  the workers then wait out `cluster.request_timeout_s`: benchmarks/faults); it
+  comes back (backoff + restart_s) with the state its checkpoint and
   push log restore (psgd.sim.fault_steps: every update it applied) and knows no
   connection: a worker's next request to it is answered `not_registered`, and
   the worker registers again and repeats the request to every shard with the same
@@ -31,10 +38,14 @@ after a worker finished. What each kill does, as on the real launcher and shards
   when a shard refuses its push (one restarted without checkpoints is behind it).
 Every time and choice is a function of the config and seed: the same run, bit
 for bit. Left out: the evaluator's own restarts (it reads the shards' state at
-its instants), local updates and batched gradients (refused), and any cost of the
-error replies and registrations beyond their transfer times.
+its instants), restarts under local updates and with batched gradients (a storm
+is refused there; stated kills run), and any cost of the error replies and
+registrations beyond their transfer times.
 """
 from __future__ import annotations
+
+import math
+from typing import NamedTuple
 
 from psgd.config import Config, ConfigError, Role
 from psgd.config.sim_faults import FaultTarget
@@ -43,15 +54,26 @@ from psgd.core.restarts import RestartBudget, after_training
 from psgd.runtime.event_names import Event
 from psgd.sim.time_model import stream
 
-__all__ = ["FailureModel", "check_faults"]
+__all__ = ["FailureModel", "PlannedKill", "check_faults"]
 
 HEADER_BYTES = 64  # an error reply or a register request: a header, no payload
 
 
+class PlannedKill(NamedTuple):
+    """One kill the failure model will make: the storm's (restarted) or a stated one (not)."""
+    role: Role
+    index: int
+    restarted: bool
+
+
 def check_faults(cfg: Config) -> None:
     """Refuse (ConfigError naming the key) what the failure model cannot run."""
-    if not cfg.sim.faults.enabled:
-        return
+    faults = cfg.sim.faults
+    if faults.kills and not cfg.consistency.mode.on_servers:
+        raise ConfigError("sim.faults.kills", "not modelled for all-reduce (a dead rank stops its whole process "
+                          "group); use bsp, ssp or asp")
+    if not faults.storm:
+        return  # stated kills restart nothing: any server-side mode, local updates and sim.batched run them
     if not cfg.consistency.mode.on_servers:
         raise ConfigError("sim.faults.kill_every_s", "all-reduce ranks cannot rejoin their process group, so a "
                           "killed one is not restarted; use bsp, ssp or asp")
@@ -61,7 +83,6 @@ def check_faults(cfg: Config) -> None:
     if cfg.sim.batched:
         raise ConfigError("sim.faults.kill_every_s", "not modelled with sim.batched: true (a killed worker's "
                           "step may sit in a batch); use sim.batched: false")
-    faults = cfg.sim.faults
     count = cfg.cluster.workers if faults.target is FaultTarget.WORKERS else cfg.cluster.num_servers
     if not kill_schedule(faults.kill_every_s, cfg.train.max_time_s, count, cfg.supervision.backoff_s):
         raise ConfigError("sim.faults.kill_every_s", f"{faults.kill_every_s:g}: no kill fits in "
@@ -75,9 +96,14 @@ class FailureModel:
         self.e, self.ex, self.K = engine, engine.ex, kinds
         cfg = self.cfg = engine.ex.cfg
         self.faults = cfg.sim.faults
-        self.role = self.faults.target.role
-        count = cfg.cluster.workers if self.role == Role.WORKER else cfg.cluster.num_servers
-        self.plan = kill_schedule(self.faults.kill_every_s, cfg.train.max_time_s, count, cfg.supervision.backoff_s)
+        # Every kill as (t, what): the storm's, then the stated ones.
+        self.plan: list[tuple[float, PlannedKill]] = []
+        if self.faults.storm:
+            role = self.faults.target.role
+            count = cfg.cluster.workers if role == Role.WORKER else cfg.cluster.num_servers
+            self.plan += [(t, PlannedKill(role, index, True)) for t, index in
+                          kill_schedule(self.faults.kill_every_s, cfg.train.max_time_s, count, cfg.supervision.backoff_s)]
+        self.plan += [(k.at_s, PlannedKill(Role.WORKER, k.rank, False)) for k in self.faults.kills]
         self.budget = RestartBudget(cfg.supervision)
         self.ex.recycling = False  # a lost push is resent with its gradient
         w, n = cfg.cluster.workers, cfg.cluster.num_servers
@@ -91,7 +117,8 @@ class FailureModel:
         self.outstanding: list[dict] = [{} for _ in range(w)]  # its pushes, by shard
         self.kills: list[tuple[float, Role, int]] = []  # the kills made (t, role, index)
         # Only a shard's death loses a request: then the workers resend after request_timeout_s.
-        self.resend_after_s = cfg.cluster.request_timeout_s if self.role == Role.SERVER else None
+        shard_storm = self.faults.storm and self.faults.target.role == Role.SERVER
+        self.resend_after_s = cfg.cluster.request_timeout_s if shard_storm else None
 
     def handlers(self) -> dict:
         K = self.K
@@ -99,8 +126,8 @@ class FailureModel:
                 K.REJOIN: self._rejoin, K.REPEAT: self._repeat}
 
     def start(self) -> None:
-        for t, index in self.plan:
-            self.e.q.put(t, self.K.KILL, index)
+        for t, kill in self.plan:
+            self.e.q.put(t, self.K.KILL, kill)
 
     # ---- the engine's questions --------------------------------------------
     def alive(self, rank: int) -> bool:
@@ -175,11 +202,12 @@ class FailureModel:
         return True  # its budget continues from its clock (VirtualWorker.steps_taken)
 
     # ---- kills and restarts -------------------------------------------------
-    def _kill(self, index: int, t: float) -> None:
-        if self.role == Role.WORKER:
+    def _kill(self, kill: PlannedKill, t: float) -> None:
+        index = kill.index
+        if kill.role == Role.WORKER:
             if self.worker_up[index] and index not in self.e.said_done:
                 self.kills.append((t, Role.WORKER, index))
-                self._worker_down(index, t, "killed (SIGKILL)")
+                self._worker_down(index, t, "killed (SIGKILL)", restart=kill.restarted)
         elif self.shard_up[index]:
             self.kills.append((t, Role.SERVER, index))
             self._shard_down(index, t)
@@ -199,14 +227,19 @@ class FailureModel:
         self.e.q.put(pending.due + self.faults.restart_s, self.K.BACK, (role, index))
         return True
 
-    def _worker_down(self, rank: int, t: float, cause: str) -> None:
+    def _worker_down(self, rank: int, t: float, cause: str, restart: bool = True) -> None:
         self.worker_up[rank] = False
         self.worker_gen[rank] += 1
         self.e.flushing.discard(rank)
         self.e.open_push.pop(rank, None)
+        self.e.pending.pop(rank, None)   # a step left for the batch dies uncomputed
+        self.e.computed.pop(rank, None)
         self.outstanding[rank] = {}
         self.joining.discard(rank)
-        if not self._restart(Role.WORKER, rank, t, f"worker {rank} {cause}"):
+        for s in range(self.ex.num_shards):  # it heartbeat until now: its silence starts here
+            if self.shard_up[s]:
+                self.ex.shards[s].seen(rank, t)
+        if not (restart and self._restart(Role.WORKER, rank, t, f"worker {rank} {cause}")):
             self.e.active -= 1  # gone for good: nobody waits for its steps
         self.e.q.put(t + self.cfg.cluster.timeout_s, self.K.EXPIRE, None)
 
@@ -265,6 +298,20 @@ class FailureModel:
                     state.seen(rank, t)
             departed = self.ex.services[s].expire(t)
             self.e.send_released(self.ex.replies_of(s, departed), t)
+        self.e.schedule_deadlines()  # a quorum that shrank may open its grace window
+        # A dead worker whose last push a shard served after its death is silent for timeout_s
+        # only later: the shards look again the first instant its silence exceeds it.
+        last = [self.ex.shards[s].last_seen[r] for s in range(self.ex.num_shards) if self.shard_up[s]
+                for r in self.ex.shards[s].last_seen if not self.worker_up[r]]
+        if last:
+            self.e.q.put(self._silent_past(min(last)), self.K.EXPIRE, None)
+
+    def _silent_past(self, seen: float) -> float:
+        """The first instant at which a shard's rule (silent > timeout_s) drops one last seen at `seen`."""
+        at = seen + self.cfg.cluster.timeout_s
+        while at - seen <= self.cfg.cluster.timeout_s:
+            at = math.nextafter(at, math.inf)
+        return at
 
     # ---- lost requests --------------------------------------------------------
     def _resend(self, what: tuple, t: float) -> None:

@@ -42,9 +42,9 @@ def test_a_straggler_s_deltas_are_merged_late_and_counted():
 
 
 def test_a_killed_worker_stalls_synchronous_rounds_until_its_timeout_but_not_a_quorum():
-    """sim.kills: rank 2 dies at 10 ms; the shards drop it cluster.timeout_s (0.2 s) later.
-    Synchronous DiLoCo waits for it that long; a quorum of 2 goes on at once."""
-    kill = {"sim.kills": "[{rank: 2, at_s: 0.01}]", "cluster.timeout_s": 0.2, "cluster.heartbeat_s": 0.1}
+    """sim.faults.kills: rank 2 dies at 10 ms, mid-round; the shards drop it once it has been silent
+    for cluster.timeout_s (0.2 s). Synchronous DiLoCo waits for it that long; a quorum of 2 goes on at once."""
+    kill = {"sim.faults.kills": "[{rank: 2, at_s: 0.01}]", "cluster.timeout_s": 0.2, "cluster.heartbeat_s": 0.1}
     sync, sync_run = simulate(cfg_for("bsp", 3, **DILOCO, **kill), 2.0)
     quorum, quorum_run = simulate(cfg_for("bsp", 3, **DILOCO, **kill, **{"consistency.quorum.size": 2}), 2.0)
     assert sync.workers[2].steps < sync.workers[0].steps == 30 and quorum.workers[0].steps == 30
@@ -54,5 +54,11 @@ def test_a_killed_worker_stalls_synchronous_rounds_until_its_timeout_but_not_a_q
 
 def test_a_kill_names_a_worker_that_exists():
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["cluster.workers=2", "sim.kills=[{rank: 2, at_s: 1}]"])
-    assert err.value.key == "sim.kills[0].rank"
+        load_config(None, ["cluster.workers=2", "sim.faults.kills=[{rank: 2, at_s: 1}]"])
+    assert err.value.key == "sim.faults.kills[0].rank"
+
+
+def test_the_old_key_says_where_kills_moved():
+    with pytest.raises(ConfigError, match="moved to sim.faults.kills") as err:
+        load_config(None, ["sim.kills=[{rank: 0, at_s: 1}]"])
+    assert err.value.key == "sim.kills"
