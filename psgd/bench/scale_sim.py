@@ -24,7 +24,8 @@ from psgd.runtime.event_names import Event
 from psgd.servers.service import ShardService
 from psgd.servers.state import ShardState
 from psgd.sim.engine import Engine
-from psgd.sim.executor import Executor, Push, VirtualWorker
+from psgd.sim.executor import Executor, VirtualWorker
+from psgd.sim.messages import Push
 from psgd.sim.time_model import TimeModel
 from psgd.wire.codecs import WireEncoder
 

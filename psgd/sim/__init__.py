@@ -1,5 +1,6 @@
 """The virtual cluster: real training in one process, in simulated time (docs/guides/virtual-cluster.md)."""
-from psgd.sim.engine import Engine, SimResult
+from psgd.sim.engine import Engine
+from psgd.sim.event_queue import SimResult
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
 from psgd.wire.codecs import encoding_of

@@ -15,7 +15,7 @@ from psgd.core.heterogeneity import straggler_for
 from psgd.core.lr_scaling import scaled_optimizer
 from psgd.core.update_rules import UpdateRule
 from psgd.runtime.event_names import Event
-from psgd.sim.engine import SimResult, event
+from psgd.sim.event_queue import SimResult, event
 from psgd.sim.step_times import StepTimes
 from psgd.sim.time_model import TimeModel
 from psgd.tasks import build_model, load_task

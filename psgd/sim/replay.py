@@ -28,7 +28,8 @@ import torch
 from psgd.config import Role, load_config
 from psgd.runtime.event_names import Event
 from psgd.servers.record import Op, OpKind, RecordError, ShardRecord, read_record, record_path
-from psgd.sim.executor import Executor, Gradient
+from psgd.sim.executor import Executor
+from psgd.wire.codecs import Gradient
 
 __all__ = ["ReplayResult", "RecordError", "replay"]
 

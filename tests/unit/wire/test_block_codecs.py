@@ -156,7 +156,7 @@ def test_frames_of_the_wrong_length_are_refused(name):
 
 @pytest.mark.parametrize("name", BLOCK_CODECS)
 def test_the_simulator_decodes_a_quantized_push_as_the_shard_does(name):
-    from psgd.sim.executor import decode_push
+    from psgd.sim.messages import decode_push
     x = torch.randn(300)
     encoded = WireEncoder(name, [300]).encode(0, x)
     assert torch.equal(decode_push(encoded, 300), codec_named(name).decode(encoded.frames, 300, 0, 1.0,
