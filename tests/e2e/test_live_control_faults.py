@@ -24,7 +24,7 @@ def run(tmp_path_factory):
         cluster={"servers": 2, "workers": 3, "timeout_s": 20.0, "heartbeat_s": 0.5, "request_timeout_s": 1.0,
                  "max_retries": 40},
         consistency={"mode": "ssp", "staleness": 1},
-        train={"steps_per_worker": 1000000, "max_time_s": 170, "target_accuracy": None},
+        train={"steps_per_worker": 1000000, "max_time_s": 900, "target_accuracy": None},  # the module stops it
         eval={"every_s": 1.0},
         workers={"device": "cpu", "slowdown": {2: 3.0}},
         checkpoint={"every_s": 1.0},
