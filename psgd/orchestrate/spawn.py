@@ -15,6 +15,10 @@ from psgd.orchestrate.states import ChildState
 from psgd.runtime.events import EventTail
 from psgd.runtime.lifeline import LAUNCHER_PID_ENV
 
+# Lines torch prints after a CUDA error's message: advice, never the cause.
+_TORCH_HINTS = ("Compile with `TORCH_USE_CUDA_DSA`", "For debugging consider passing CUDA_LAUNCH_BLOCKING",
+                "CUDA kernel errors might be asynchronously reported", "Search for `cuda")
+
 __all__ = ["Child", "spawn_child", "fork_allowed", "terminate", "kill"]
 
 
@@ -34,6 +38,7 @@ class Child:
             lines = [ln.strip() for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
         except FileNotFoundError:
             return "no output"
+        lines = [ln for ln in lines if not ln.startswith(_TORCH_HINTS)] or lines
         return lines[-1][:300] if lines else "no output"
 
     @property
@@ -52,14 +57,19 @@ class Child:
 
 def fork_allowed(cfg: Config, child_main: Optional[Callable[[list[str]], int]]) -> bool:
     """Whether a child may be forked rather than exec'd. Forking needs the command's entry
-    (`child_main`, from the CLI); macOS: fork and torch do not mix; and a CUDA context does
-    not survive fork(): once this process has used the GPU (`psgd doctor` reading the
-    device's properties, a user's script around psgd.launch), a forked child would fail at
-    its first CUDA call, so children are exec'd."""
+    (`child_main`, from the CLI); macOS: fork and torch do not mix; and CUDA does not survive
+    fork(): once this process has initialised the driver, a forked child fails at its first
+    CUDA call ("initialization error", seen on an H200). torch.cuda.is_initialized() misses
+    the driver being initialised by a mere device query, so a run whose workers train on the
+    GPU execs every child, whatever this process has touched."""
+    if cfg.run.start_method != "fork" or child_main is None or not sys.platform.startswith("linux"):
+        return False
     torch = sys.modules.get("torch")
-    cuda_used = torch is not None and torch.cuda.is_initialized()
-    return cfg.run.start_method == "fork" and child_main is not None and sys.platform.startswith("linux") \
-        and not cuda_used
+    if torch is None:
+        return True
+    if torch.cuda.is_initialized() or cfg.workers.device == "cuda":
+        return False
+    return not (cfg.workers.device == "auto" and torch.cuda.is_available())
 
 
 def spawn_child(cfg: Config, role: str, index: int, run_dir: Path, address: Optional[str] = None,
