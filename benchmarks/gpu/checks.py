@@ -10,7 +10,7 @@ keeps the script from rotting, it proves nothing about CUDA.
 
     python benchmarks/gpu/checks.py source-hash
     python benchmarks/gpu/checks.py deps pyzmq crc32c mnist1d
-    python benchmarks/gpu/checks.py {doctor,quickstart,comm,overlap,mnist1d} --device D --out DIR --work DIR
+    python benchmarks/gpu/checks.py {doctor,quickstart,comm,overlap,mnist1d,sim-batched} --device D --out DIR --work DIR
     python benchmarks/gpu/checks.py report --out DIR --work DIR --steps FILE
 """
 from __future__ import annotations
@@ -47,8 +47,8 @@ DRY_SKIPS = {
     "comm": "the pinned path on cuda at 1 MB and 64 MB: the same measurement ran from cpu memory at 64 KB",
     "overlap": "overlap on cuda at 16 MB: ran on cpu at 256 KB, one short run",
     "mnist1d": "the MNIST-1D CNN on cuda with 4 workers: ran on cpu, 2 workers, 16 channels, 1.5 s a mode",
+    "sim-batched": "the simulator's batched gradients on cuda against the cpu: cpu against cpu, 4 workers, 16 channels",
 }
-NO_BATCHED_PATH = "skipped: no batched path (the simulator computes one worker's gradient at a time)"
 
 
 # ---- helpers ---------------------------------------------------------------------
@@ -273,6 +273,27 @@ def check_mnist1d(device: str, out: Path, work: Path) -> int:
                                         "modes.*.sim is the sim: section it gives"))
 
 
+def check_sim_batched(device: str, out: Path, work: Path) -> int:
+    """The simulator's batched-gradient path on `device` against the CPU (sim_batched.py).
+    Its JSON goes into the work folder (runs.tar.gz), not `out`: the device tool returns
+    at most 8 files and the other checks fill them; checks.json carries its finding."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from sim_batched import measure
+    command = f"python benchmarks/gpu/checks.py sim-batched --device {device}"
+    try:
+        found = measure(MNIST1D, device, work)
+    except Exception as exc:  # noqa: BLE001 - the check's finding, not a crash of the script
+        return write(work, "sim-batched", result("sim-batched", device, False, f"{type(exc).__name__}: {exc}",
+                                                 [command]))
+    bad = [r for r in found["rows"] if not r["max_relative_error"] <= found["grad_rtol"]]
+    detail = "; ".join(f"{r['workers']} workers: cpu {r['cpu_s'] * 1e3:.1f} ms, {device} {r['device_s'] * 1e3:.2f} ms "
+                       f"a call (x{r['cpu_over_device']:.1f}), gradients within {r['max_relative_error']:.1e}"
+                       for r in found["rows"])
+    if bad:
+        detail = f"gradients differ beyond {found['grad_rtol']:g}: " + detail
+    return write(work, "sim-batched", result("sim-batched", device, not bad, detail, [command], **found))
+
+
 # ---- report ------------------------------------------------------------------------
 ARCHIVED = ("config.yaml", "metrics.jsonl", "summary.json")
 
@@ -292,9 +313,10 @@ def report(out: Path, work: Path, steps_file: Path, dry: bool, seconds: float) -
     runs.tar.gz with the run directories the simulator reads and every log."""
     steps = [json.loads(ln) for ln in steps_file.read_text().splitlines() if ln.strip()] \
         if steps_file.is_file() else []
-    steps.append({"name": "sim-batched", "status": "skipped", "seconds": 0.0, "detail": NO_BATCHED_PATH})
     for s in steps:
         doc = out / f"{s['name']}.json"
+        if not doc.is_file():
+            doc = work / f"{s['name']}.json"  # sim-batched's: it travels in runs.tar.gz
         if doc.is_file():
             s["detail"] = json.loads(doc.read_text())["detail"]
         elif s.get("rc") in (124, 137):  # timeout's codes: the check wrote nothing
@@ -322,13 +344,15 @@ def report(out: Path, work: Path, steps_file: Path, dry: bool, seconds: float) -
         lines += ["", "Skipped:", ""] + [f"- {s}" for s in skipped]
     lines += ["", "Files: checks.json (this table), doctor.json, quickstart.json, comm.json, overlap.json, "
               "mnist1d.json (each check's command and output), runs.tar.gz (the MNIST-1D run directories "
-              "for `psgd sim calibrate`, every check's log)."]
+              "for `psgd sim calibrate`, sim-batched.json, every check's log)."]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
         for run_dir in sorted(work.glob("mnist1d-*")) + [work / "quickstart"]:
             for name in ARCHIVED:
                 if (run_dir / name).is_file():
                     tar.add(run_dir / name, arcname=f"{run_dir.name}/{name}")
+        if (work / "sim-batched.json").is_file():
+            tar.add(work / "sim-batched.json", arcname="sim-batched.json")
         for log in sorted((work / "logs").glob("*.log")) if (work / "logs").is_dir() else []:
             tar.add(log, arcname=f"logs/{log.name}")
     if skipped:
@@ -360,7 +384,7 @@ def dependency_specs(names: list[str]) -> list[str]:
 
 
 CHECKS = {"doctor": check_doctor, "quickstart": check_quickstart, "comm": check_comm, "overlap": check_overlap,
-          "mnist1d": check_mnist1d}
+          "mnist1d": check_mnist1d, "sim-batched": check_sim_batched}
 
 
 def main() -> int:

@@ -34,13 +34,12 @@ def test_dry_run_runs_every_check_on_cpu_and_says_what_it_skipped(tmp_path):
     listed = out[out.index("skipped:"):]
     for name in CHECKS:
         assert f"\n  {name}: " in listed, name
-    assert "sim-batched: skipped: no batched path" in listed
 
     index = json.loads((out_dir / "checks.json").read_text())
     assert index["dry"] and index["ok"] and index["first_failed"] is None
     assert [s["name"] for s in index["steps"]] == CHECKS
     status = {s["name"]: s["status"] for s in index["steps"]}
-    assert status == {**dict.fromkeys(CHECKS, "ok"), "install": "skipped", "sim-batched": "skipped"}
+    assert status == {**dict.fromkeys(CHECKS, "ok"), "install": "skipped"}
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(
         ["checks.json", "report.md", "runs.tar.gz", "doctor.json", "quickstart.json", "comm.json", "overlap.json",
          "mnist1d.json"])  # at most 8 files come back from a device run
@@ -61,6 +60,12 @@ def test_dry_run_runs_every_check_on_cpu_and_says_what_it_skipped(tmp_path):
     (row,) = docs["comm"]["bench"]["rows"]
     assert row["size_bytes"] == 64 * 1024 and row["pinned"] is False and row["torch_rpc_ms"] > 0
     assert set(docs["overlap"]["bench"]["points"]) == {"off", "pipeline", "backward"}
+
+    # The simulator's batched path ran (cpu against cpu here) and travels in the archive.
+    with tarfile.open(out_dir / "runs.tar.gz") as tar:
+        batched = json.load(tar.extractfile("sim-batched.json"))
+    assert batched["status"] == "ok" and batched["skipped"]
+    assert [r["workers"] for r in batched["rows"]] == [4] and batched["rows"][0]["max_relative_error"] == 0.0
 
     # The MNIST-1D runs travel as run directories the simulator calibrates from: calibrating
     # the archived copy gives the very sim: section the check recorded.

@@ -1,0 +1,97 @@
+"""The simulator's batched-gradient path (psgd.sim.batched.BatchedGradients) on cuda
+against the same path on the CPU, where `--on sim` runs it.
+
+K virtual workers at K different parameter versions, each on its own batch of the
+MNIST-1D study's CNN: one vmapped call on each device. The gradients must agree within
+GRAD_RTOL of each tensor's largest gradient (TF32 off, so both sides compute in fp32;
+the CPU batched path itself is held to psgd.sim.batched.RTOL of the one-by-one path by
+tests/unit/sim/test_batched.py). The timings are medians of repeated calls: cuda after
+a synchronize, the CPU at one thread, as every psgd process runs.
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+GRAD_RTOL = 1e-4  # cuda against cpu, fp32 both: kernels sum in another order
+SIZES = {"cuda": {"ks": (16, 64, 256), "sets": [], "repeats": 10},
+         "cpu": {"ks": (4,), "sets": ["task.model_args.channels=16", "task.dataset_args={num_samples: 400}"],
+                 "repeats": 2}}
+HOST_REPEATS = 3  # the CPU side at K = 256 takes seconds a call
+
+
+def _median_s(call, repeats: int, sync) -> float:
+    call()  # warm-up: kernels chosen, memory allocated
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure(config: Path, device: str, work: Path) -> dict:
+    """Per K: the largest relative difference between the devices' gradients and each
+    device's median seconds per batched call (with cuda absent, cpu against cpu)."""
+    from psgd.config import load_config
+    from psgd.core.sharding import layout_for_module
+    from psgd.sim.batched import BatchedGradients, max_relative_error
+    from psgd.sim.binding import ModelBinding
+    from psgd.tasks import build_model, load_task
+    from psgd.tasks.loaders import train_loader
+
+    size = SIZES[device]
+    torch.set_num_threads(1)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    cfg = load_config(config, size["sets"])
+    task = load_task(cfg, work, splits=("train",))
+    model = build_model(cfg, task)
+    layout = layout_for_module(model, cfg.cluster.num_servers)
+
+    def batcher(dev: str):
+        m = copy.deepcopy(model).to(dev)
+        params = [p for p in m.parameters() if p.requires_grad]
+        return BatchedGradients(m, ModelBinding(params, layout), task)
+
+    host, other = batcher("cpu"), batcher(device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    base = layout.flatten([p.detach() for p in model.parameters() if p.requires_grad])
+    gen = torch.Generator().manual_seed(cfg.run.seed)
+    rows = []
+    for k in size["ks"]:
+        versions = [[s + 0.05 * torch.randn(s.shape, generator=gen) for s in base] for _ in range(k)]
+        batches = [next(iter(train_loader(task.train_data(), r, k, cfg.task.batch_size, cfg.run.seed)))
+                   for r in range(k)]
+        xs, ys = [b[0] for b in batches], [b[1] for b in batches]
+        out_host = [[torch.zeros_like(s) for s in base] for _ in range(k)]
+        out_dev = [[torch.zeros_like(s, device=device) for s in base] for _ in range(k)]
+        v_dev = [[s.to(device) for s in v] for v in versions]
+        x_dev, y_dev = [x.to(device) for x in xs], [y.to(device) for y in ys]
+
+        def on_host():
+            for o in out_host:
+                for t in o:
+                    t.zero_()
+            host.compute(versions, xs, ys, out_host)
+
+        def on_device():
+            for o in out_dev:
+                for t in o:
+                    t.zero_()
+            other.compute(v_dev, x_dev, y_dev, out_dev)
+
+        host_s = _median_s(on_host, min(HOST_REPEATS, size["repeats"]), lambda: None)
+        device_s = _median_s(on_device, size["repeats"], sync)
+        err = max(max_relative_error([t.cpu() for t in d], h) for d, h in zip(out_dev, out_host))
+        rows.append({"workers": k, "max_relative_error": err, "cpu_s": host_s, "device_s": device_s,
+                     "cpu_over_device": host_s / device_s})
+    return {"model": cfg.task.model, "model_args": dict(cfg.task.model_args), "batch_size": cfg.task.batch_size,
+            "parameters": sum(layout.shard_sizes), "grad_rtol": GRAD_RTOL, "cpu_threads": 1, "tf32": False,
+            "rows": rows}
