@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -34,6 +35,13 @@ def _median_s(call, repeats: int, sync) -> float:
         sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def _call(batcher, versions, xs, ys, out) -> None:
+    for flat in out:  # compute() adds into zeroed buffers
+        for t in flat:
+            t.zero_()
+    batcher.compute(versions, xs, ys, out)
 
 
 def measure(config: Path, device: str, work: Path) -> dict:
@@ -75,20 +83,9 @@ def measure(config: Path, device: str, work: Path) -> dict:
         v_dev = [[s.to(device) for s in v] for v in versions]
         x_dev, y_dev = [x.to(device) for x in xs], [y.to(device) for y in ys]
 
-        def on_host():
-            for o in out_host:
-                for t in o:
-                    t.zero_()
-            host.compute(versions, xs, ys, out_host)
-
-        def on_device():
-            for o in out_dev:
-                for t in o:
-                    t.zero_()
-            other.compute(v_dev, x_dev, y_dev, out_dev)
-
-        host_s = _median_s(on_host, min(HOST_REPEATS, size["repeats"]), lambda: None)
-        device_s = _median_s(on_device, size["repeats"], sync)
+        host_s = _median_s(partial(_call, host, versions, xs, ys, out_host), min(HOST_REPEATS, size["repeats"]),
+                           lambda: None)
+        device_s = _median_s(partial(_call, other, v_dev, x_dev, y_dev, out_dev), size["repeats"], sync)
         err = max(max_relative_error([t.cpu() for t in d], h) for d, h in zip(out_dev, out_host))
         rows.append({"workers": k, "max_relative_error": err, "cpu_s": host_s, "device_s": device_s,
                      "cpu_over_device": host_s / device_s})

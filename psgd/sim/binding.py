@@ -89,7 +89,8 @@ class ModelBinding:
         for i, shard, off, n, shape in self._views:
             out[i] = shard_params[shard][off:off + n].view(shape)
         for i, segs in zip(self._split, self._split_segs):
-            flat = torch.empty(self.params[i].numel())
+            flat = torch.empty(self.params[i].numel(), dtype=self.params[i].dtype,
+                               device=shard_params[0].device)  # where the versions live (cuda too)
             for shard, s in segs:
                 flat[s.param_offset:s.param_offset + s.length] = shard_params[shard][s.shard_offset:
                                                                                      s.shard_offset + s.length]

@@ -64,3 +64,15 @@ def test_workers_at_one_version_share_one_tensor_and_the_shard_copies_only_for_a
             ex.serve_push(p)
     # Worker 0's pushes found only workers 1 and 2's (already stepped) reads: no copy.
     assert [s.counters["copy_on_write"] for s in ex.shards] == [1, 1]
+
+
+def test_a_split_tensor_is_assembled_where_the_versions_live():
+    # On an H200 the batched path failed: a tensor split over two shards was assembled on the
+    # CPU while the versions were on cuda. The meta device stands in for cuda here.
+    cfg = cfg_for("asp", 1)
+    model = build_model(cfg, load_task(cfg))
+    layout = layout_for_module(model, 2)
+    binding = ModelBinding([p for p in model.parameters() if p.requires_grad], layout)
+    assert binding._split  # the case at hand
+    tensors = binding.tensors([torch.empty(n, device="meta") for n in layout.shard_sizes])
+    assert {t.device.type for t in tensors} == {"meta"}
