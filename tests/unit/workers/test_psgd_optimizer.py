@@ -5,6 +5,7 @@ import dataclasses
 
 import pytest
 import torch
+from support.tiny_model import batches, net
 from torch import nn
 
 import psgd
@@ -18,16 +19,6 @@ OPTIMIZERS = {
     "adamw": lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
     "adagrad": lambda p: torch.optim.Adagrad(p, lr=0.1),
 }
-
-
-def net():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
-
-
-def batches(n):
-    g = torch.Generator().manual_seed(1)
-    return [(torch.randn(16, 5, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(n)]
 
 
 @pytest.fixture
