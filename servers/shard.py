@@ -8,6 +8,7 @@ process); `psgd server` and `psgd.serve` start one through serve.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -22,9 +23,10 @@ from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
-from psgd.wire.codecs import dense_codec
+from psgd.wire.codecs import Encoded, dense_codec
 from psgd.wire.payload import payload_frames, tensor_frame
 from psgd.wire.protocol import MsgType, ProtocolError
+from psgd.wire.replies import ReplyEncoder, reply_encoding
 from psgd.wire.shm.doorbell import Bells
 from psgd.wire.shm.links import ShardSegments, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ServerSocket
@@ -86,6 +88,9 @@ class ShardServer:
         self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None),
                                   self._bells)
         self._decode = PushDecoder(self.state.numel, self._shm)
+        # Workers' pulls in wire.compression.replies (None: fp32, the live tensor as it is).
+        encoding = reply_encoding(cfg.wire)
+        self._replies = ReplyEncoder(encoding) if encoding != "f32" else None
         self._handlers = {kind: MethodType(handler, self) for kind, handler in _HANDLERS.items()}
 
     @property
@@ -184,12 +189,17 @@ class ShardServer:
     def _reply(self, identity: bytes, record: P.Record, frames=()) -> None:
         self._sock.send(identity, P.encode(record, frames))
 
-    def _reply_params(self, identity: bytes, record: P.Record, params: torch.Tensor) -> None:
-        """Reply with the live parameters. The transport copies them up to its
-        copy limit and sends larger ones zero-copy; then the state keeps the
-        tracker so it does not update them in place while the send still reads them."""
+    def _reply_params(self, identity: bytes, record: P.Record, params: torch.Tensor,
+                      enc: Optional[Encoded] = None) -> None:
+        """Reply with the live parameters, or `enc`, them in a worker's reply encoding. The
+        transport copies them up to its copy limit and sends larger ones zero-copy; then the
+        state keeps the tracker so it does not update them in place while the send still reads them."""
         if isinstance(record, P.Params) and record.shm:  # already copied into the client's segment
-            self._sock.send(identity, P.encode(record))
+            self._sock.send(identity, P.encode(dataclasses.replace(record, encoding=enc.encoding, scale=enc.scale)
+                                               if enc is not None else record))
+            return
+        if enc is not None:  # its tensors are its own: the live parameters may change meanwhile
+            self._reply(identity, dataclasses.replace(record, encoding=enc.encoding, scale=enc.scale), enc.frames)
             return
         if self._frame_of is not params:  # the live tensor changes only on copy-on-write
             self._frame_of, self._frame = params, tensor_frame(params)
@@ -253,7 +263,7 @@ class ShardServer:
                                                clock=joined.clock if joined else 0,
                                                last_seq=joined.last_seq if joined else -1,
                                                session=session, shm=shm, bell=bell),
-                           snap)
+                           snap, self._encoded(snap, self.state.version) if rec.role == Role.WORKER else None)
         if joined is not None:
             self._send(joined)
 
@@ -314,11 +324,23 @@ class ShardServer:
         if self.recorder is not None:  # not the checkpoint's: an answered pull changes no parameter
             self.recorder.log_pull(pull.rank, pull.clock)
         snap = answer.params
+        enc = self._encoded(snap, answer.version)
+        shared = snap if enc is None else enc.tensor  # a dense payload may go through the client's segment
         self._reply_params(identity, P.Params(req=pull.req, version=answer.version, clock=answer.clock,
                                               min_clock=answer.min_clock, numel=snap.numel(),
-                                              shm=self._shm.reply(identity, pull.req, snap, pull.slot),
+                                              shm=shared is not None and self._shm.reply(identity, pull.req, shared,
+                                                                                         pull.slot),
                                               fastest_step_s=answer.fastest_step_s),
-                           snap)
+                           snap, enc)
+
+    def _encoded(self, params: torch.Tensor, version: int) -> Optional[Encoded]:
+        """The parameters in the workers' reply encoding (None: fp32), each version encoded once."""
+        if self._replies is None:
+            return None
+        before = self._replies.encode_s
+        enc = self._replies.encode(params, version)
+        self.state.counters["reply_encode_us"] += round(1e6 * (self._replies.encode_s - before))  # the codec's own time
+        return enc
 
     def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
         self.service.check_rank(rec.rank)

@@ -25,6 +25,8 @@ from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder, dense_codec
 from psgd.wire.payload import frame_to_tensor, payload_frames
+from psgd.wire.protocol import ProtocolError
+from psgd.wire.replies import ReplyDecoder
 from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
 from psgd.wire.shm.links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
@@ -71,6 +73,7 @@ class PSClient:
         self.min_clocks = [0] * layout.num_shards
         self.fastest_step_s = 0.0  # the fastest worker's time per step, as the shards last reported it
         self.bytes_sent = 0
+        self.replies = ReplyDecoder(layout.shard_sizes)  # pulled bytes; encoded replies decoded (and checked)
         self.peak_push_bytes = 0  # the most wire bytes one push (all its shards) carried
         self.pushes = 0  # pushes this client completed (every shard answered); `seq` also counts a predecessor's
         self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
@@ -218,9 +221,19 @@ class PSClient:
             self.shard_cursors[s].joined(welcome.last_seq)
             self._sessions[s] = welcome.session
             self.versions[s] = welcome.version
-            out.append(frame_to_tensor(payload[0], "f32", self.layout.shard_sizes[s]))
+            out.append(self._welcome_params(s, welcome, payload))
         self._params_at = None  # the first step after joining is not timed (it may wait for the start)
         return out
+
+    def _welcome_params(self, s: int, welcome: P.Welcome, payload: list) -> torch.Tensor:
+        """Shard s's parameters from its WELCOME: fp32, or a worker's in the reply encoding."""
+        numel = self.layout.shard_sizes[s]
+        if welcome.encoding == "f32":
+            return frame_to_tensor(payload[0], "f32", numel)
+        try:
+            return self.replies.decode(s, 0, welcome.encoding, numel, welcome.scale, payload, counted=False)
+        except ProtocolError as exc:
+            raise RemoteError(s, "bad_reply", exc.reason) from None
 
     def _call_all(self, make: Callable[[int, int], list]) -> dict:
         """Send `make`'s request to every shard and collect the replies. A shard that
@@ -376,6 +389,14 @@ class PSClient:
         self.versions[s] = rec.version
         self.min_clocks[s] = rec.min_clock
         self.fastest_step_s = rec.fastest_step_s or self.fastest_step_s
+        if rec.encoding != "f32":  # wire.compression.replies: decoded into the client's own buffer
+            self.reply_in_slot[s] = False
+            try:
+                return self.replies.decode(s, slot, rec.encoding, rec.numel, rec.scale, payload,
+                                           self._shm_params(s, rec, slot) if rec.shm else None)
+            except ProtocolError as exc:
+                raise RemoteError(s, "bad_reply", exc.reason) from None
+        self.replies.count("f32", rec.numel)
         self.reply_in_slot[s] = rec.shm
         return self._shm_params(s, rec, slot) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel)
 
