@@ -66,9 +66,9 @@ class OptimizerStats:
     fp32_bytes: int      # what every gradient encoded so far costs as fp32
     compression_ratio: float  # encoded bytes / fp32 bytes over every gradient encoded (1.0 before any)
     encode_s: float      # seconds the codec spent encoding this worker's pushes
-    pull_bytes: int = 0  # parameter bytes its pulls' replies carried, as encoded (wire.compression.replies)
-    pull_fp32_bytes: int = 0  # what the same replies cost as fp32
-    reply_decode_s: float = 0.0  # seconds the codec spent decoding them (0 for fp32 replies)
+    pull_bytes: int      # parameter bytes its pulls' replies carried, as encoded (wire.compression.replies)
+    pull_fp32_bytes: int  # what the same replies cost as fp32
+    reply_decode_s: float  # seconds the codec spent decoding them (0 for fp32 replies)
     slowest_clock: int   # the slowest worker's clock, as the shards last reported it
 
 
