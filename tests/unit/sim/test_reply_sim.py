@@ -51,3 +51,17 @@ def test_encoded_replies_take_their_own_bytes_on_the_links():
     _, fp32, _ = run(cfg_for("asp", 2, **slow))
     _, int8, _ = run(cfg_for("asp", 2, **slow, **{"wire.compression": "{replies: int8}"}))
     assert int8.end_s < 0.75 * fp32.end_s
+
+
+def test_the_simulator_takes_a_mapping_that_sends_every_push_alike_and_names_one_that_does_not():
+    from psgd.config import ConfigError, load_config
+    wire = lambda text: load_config(None, [f"wire.compression={text}"]).wire  # noqa: E731
+    assert encoding_of(wire("{replies: int8}")) == "f32"
+    assert encoding_of(wire("{default: int8, deltas: int8, small: int8}")) == "int8"
+    for per_shard in ("{default: fp16, small: none}", "{deltas: int8}"):
+        try:
+            encoding_of(wire(per_shard))
+        except ConfigError as exc:
+            assert str(exc).startswith("wire.compression: the simulator's time model takes one push encoding")
+        else:
+            raise AssertionError(f"{per_shard} was taken")
