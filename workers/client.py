@@ -25,7 +25,6 @@ from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder, dense_codec
 from psgd.wire.payload import frame_to_tensor, payload_frames
-from psgd.wire.protocol import ProtocolError
 from psgd.wire.replies import ReplyDecoder
 from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
 from psgd.wire.shm.links import ClientSegments, PayloadCache, shared_memory_wanted
@@ -39,6 +38,8 @@ __all__ = ["PSClient", "GradsRequest", "RemoteError", "RequestFailed", "Interrup
 # restarted or timed the worker out (a storm of kills can do both within one call);
 # more than this means something keeps dropping the worker, and the call fails.
 REJOINS_PER_SHARD = 3
+# The decoding buffer of an encoded WELCOME's parameters: apart from the pulls' reply slots (0, 1).
+WELCOME_SLOT = -1
 
 
 class PSClient:
@@ -221,19 +222,12 @@ class PSClient:
             self.shard_cursors[s].joined(welcome.last_seq)
             self._sessions[s] = welcome.session
             self.versions[s] = welcome.version
-            out.append(self._welcome_params(s, welcome, payload))
+            numel = self.layout.shard_sizes[s]  # a worker's parameters come in the reply encoding from the start
+            out.append(frame_to_tensor(payload[0], "f32", numel) if welcome.encoding == "f32" else
+                       self.replies.decode(s, WELCOME_SLOT, welcome.encoding, numel, welcome.scale, payload,
+                                           counted=False))
         self._params_at = None  # the first step after joining is not timed (it may wait for the start)
         return out
-
-    def _welcome_params(self, s: int, welcome: P.Welcome, payload: list) -> torch.Tensor:
-        """Shard s's parameters from its WELCOME: fp32, or a worker's in the reply encoding."""
-        numel = self.layout.shard_sizes[s]
-        if welcome.encoding == "f32":
-            return frame_to_tensor(payload[0], "f32", numel)
-        try:
-            return self.replies.decode(s, 0, welcome.encoding, numel, welcome.scale, payload, counted=False)
-        except ProtocolError as exc:
-            raise RemoteError(s, "bad_reply", exc.reason) from None
 
     def _call_all(self, make: Callable[[int, int], list]) -> dict:
         """Send `make`'s request to every shard and collect the replies. A shard that
@@ -389,13 +383,10 @@ class PSClient:
         self.versions[s] = rec.version
         self.min_clocks[s] = rec.min_clock
         self.fastest_step_s = rec.fastest_step_s or self.fastest_step_s
-        if rec.encoding != "f32":  # wire.compression.replies: decoded into the client's own buffer
+        if rec.encoding != "f32":  # wire.compression.replies: decoded (and checked) into the client's own buffer
             self.reply_in_slot[s] = False
-            try:
-                return self.replies.decode(s, slot, rec.encoding, rec.numel, rec.scale, payload,
-                                           self._shm_params(s, rec, slot) if rec.shm else None)
-            except ProtocolError as exc:
-                raise RemoteError(s, "bad_reply", exc.reason) from None
+            return self.replies.decode(s, slot, rec.encoding, rec.numel, rec.scale, payload,
+                                       self._shm_params(s, rec, slot) if rec.shm else None)
         self.replies.count("f32", rec.numel)
         self.reply_in_slot[s] = rec.shm
         return self._shm_params(s, rec, slot) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel)

@@ -13,7 +13,8 @@ flat parameters a worker holds (psgd.sim.binding), so nothing is copied into
 it. A reply hands out the shard's live parameters, and workers that read the
 same version share that one tensor: the shard's own copy-on-write
 (ShardState.sending) copies them only when it must update them while a
-worker that read them has not yet used them.
+worker that read them has not yet used them. In a reply encoding
+(wire.compression.replies) they share the version's decoded copy instead.
 """
 from __future__ import annotations
 
@@ -174,6 +175,11 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
             return self.pulled_params(s, self.shards[s].live_params(), self.shards[s].version), read
         self.shards[s].sending(read)
         return self.shards[s].live_params(), read
+
+    def restart_replies(self, s: int) -> None:
+        """Shard s's process started again: nothing it encoded before is reused."""
+        if self._pulled is not None:
+            self._pulled[s] = PulledParams(self.reply_encoding)
 
     def pulled_params(self, s: int, params: torch.Tensor, version: int) -> torch.Tensor:
         """Shard s's `params` at `version` as a worker receives them (not to be written to)."""

@@ -111,14 +111,20 @@ class ReplyDecoder:
     def decode(self, shard: int, slot: int, encoding: str, numel: int, scale: float,
                frames: Optional[Sequence[Any]] = None, wire: Optional[torch.Tensor] = None,
                counted: bool = True) -> torch.Tensor:
-        """Shard `shard`'s encoded reply as fp32 parameters (see decode_reply; ProtocolError
-        if malformed). The tensor is reused by the next reply in the same slot. `counted`:
-        a pull's reply (a registration's parameters are not counted as pulled)."""
+        """Shard `shard`'s encoded reply as fp32 parameters (see decode_reply); a malformed one
+        raises RemoteError `bad_reply`, as any reply the client cannot use. The tensor is reused
+        by the next reply in the same slot. `counted`: a pull's reply (a registration's
+        parameters are not counted as pulled)."""
         out = self._buffers.get((shard, slot))
         if out is None:
             out = self._buffers[shard, slot] = torch.empty(self.sizes[shard])
         start = time.perf_counter()
-        params = decode_reply(encoding, numel, scale, out, frames=frames, wire=wire)
+        try:
+            params = decode_reply(encoding, numel, scale, out, frames=frames, wire=wire)
+        except ProtocolError as exc:
+            # Imported here: requests loads the transport (zmq), which the simulator never needs.
+            from psgd.wire.requests import RemoteError
+            raise RemoteError(shard, "bad_reply", exc.reason) from None
         self.decode_s += time.perf_counter() - start
         if counted:
             self.count(encoding, numel)

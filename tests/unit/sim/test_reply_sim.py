@@ -8,7 +8,7 @@ from sgd_reference import STEPS, cfg_for, reference_on_replies
 from psgd.runtime.event_names import Event
 from psgd.sim import Engine, Executor, TimeModel
 from psgd.wire.codecs import encoding_of
-from psgd.wire.replies import reply_nbytes
+from psgd.wire.replies import ReplyEncoder, decode_reply, reply_nbytes
 
 
 def run(cfg):
@@ -65,3 +65,17 @@ def test_the_simulator_takes_a_mapping_that_sends_every_push_alike_and_names_one
             assert str(exc).startswith("wire.compression: the simulator's time model takes one push encoding")
         else:
             raise AssertionError(f"{per_shard} was taken")
+
+
+def test_a_restarted_shard_encodes_its_replies_afresh_though_its_versions_repeat():
+    ex = Executor(cfg_for("asp", 1, **{"wire.compression": "{replies: int8}", "checkpoint.enabled": "false"}))
+    n = ex.layout.shard_sizes[0]
+    ex.shards[0].push(0, 0, 0, 0, torch.full((n,), 0.5))
+    before = ex.pulled_params(0, ex.shards[0].live_params(), ex.shards[0].version)
+    ex.restart_shard(0, None, 1.0)  # back to the initial parameters at version 0
+    ex.shards[0].register(0, 1.0)
+    ex.shards[0].push(0, 0, 0, 0, torch.full((n,), -0.5))  # version 1 again, other parameters
+    after = ex.pulled_params(0, ex.shards[0].live_params(), ex.shards[0].version)
+    assert ex.shards[0].version == 1 and not torch.equal(before, after)
+    enc = ReplyEncoder("int8").encode(ex.shards[0].params, 1)
+    assert torch.equal(after, decode_reply("int8", n, 1.0, torch.empty(n), frames=enc.frames))
