@@ -380,13 +380,15 @@ class PSClient:
         """Shard s's parameters from its PARAMS reply; notes its version and clocks."""
         if not isinstance(rec, P.Params) or len(payload) != payload_frames(rec):
             raise RemoteError(s, "bad_reply", f"expected PARAMS with its frame, got {rec.TYPE.name}")
+        # wire.compression.replies: decoded and checked into the client's own buffer, before anything is noted
+        decoded = None if rec.encoding == "f32" else self.replies.decode(
+            s, slot, rec.encoding, rec.numel, rec.scale, payload, self._shm_params(s, rec, slot) if rec.shm else None)
         self.versions[s] = rec.version
         self.min_clocks[s] = rec.min_clock
         self.fastest_step_s = rec.fastest_step_s or self.fastest_step_s
-        if rec.encoding != "f32":  # wire.compression.replies: decoded (and checked) into the client's own buffer
+        if decoded is not None:
             self.reply_in_slot[s] = False
-            return self.replies.decode(s, slot, rec.encoding, rec.numel, rec.scale, payload,
-                                       self._shm_params(s, rec, slot) if rec.shm else None)
+            return decoded
         self.replies.count("f32", rec.numel)
         self.reply_in_slot[s] = rec.shm
         return self._shm_params(s, rec, slot) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel)

@@ -187,7 +187,7 @@ def test_the_client_refuses_a_malformed_reply_with_a_clear_error_and_loads_nothi
     with pytest.raises(RemoteError, match=r"bad_reply") as info:
         client._param(0, P.Params(version=7, encoding=encoding, scale=scale, numel=numel), frames)
     assert "\n" not in str(info.value)
-    assert client.replies.wire_bytes == 0  # nothing counted as pulled
+    assert client.replies.wire_bytes == 0 and client.versions == [0]  # nothing counted or noted
 
 
 def test_the_client_decodes_a_good_encoded_reply_into_its_own_buffer(client):
