@@ -189,21 +189,22 @@ class ShardServer:
     def _reply(self, identity: bytes, record: P.Record, frames=()) -> None:
         self._sock.send(identity, P.encode(record, frames))
 
-    def _reply_params(self, identity: bytes, record: P.Record, params: torch.Tensor,
-                      enc: Optional[Encoded] = None) -> None:
-        """Reply with the live parameters, or `enc`, them in a worker's reply encoding. The
-        transport copies them up to its copy limit and sends larger ones zero-copy; then the
-        state keeps the tracker so it does not update them in place while the send still reads them."""
+    def _reply_params(self, identity: bytes, record: P.Record, params: torch.Tensor) -> None:
+        """Reply with the live parameters. The transport copies them up to its
+        copy limit and sends larger ones zero-copy; then the state keeps the
+        tracker so it does not update them in place while the send still reads them."""
         if isinstance(record, P.Params) and record.shm:  # already copied into the client's segment
-            self._sock.send(identity, P.encode(dataclasses.replace(record, encoding=enc.encoding, scale=enc.scale)
-                                               if enc is not None else record))
-            return
-        if enc is not None:  # its tensors are its own: the live parameters may change meanwhile
-            self._reply(identity, dataclasses.replace(record, encoding=enc.encoding, scale=enc.scale), enc.frames)
+            self._sock.send(identity, P.encode(record))
             return
         if self._frame_of is not params:  # the live tensor changes only on copy-on-write
             self._frame_of, self._frame = params, tensor_frame(params)
         self.state.sending(self._sock.send_tracked(identity, P.encode(record, [self._frame])))
+
+    def _reply_encoded(self, identity: bytes, record: P.Record, enc: Encoded) -> None:
+        """Reply with the parameters in the workers' reply encoding: its frames (tensors of their
+        own, which no update touches), or none where they went through the client's segment."""
+        record = dataclasses.replace(record, encoding=enc.encoding, scale=enc.scale)
+        self._reply(identity, record, () if isinstance(record, P.Params) and record.shm else enc.frames)
 
     def _send(self, served: Served, reason: str = "") -> None:
         """Send what a request led to: refusals of parked pulls whose worker left (with
@@ -259,11 +260,14 @@ class ShardServer:
         if rec.bell:
             self.state.counters["bells_opened" if bell else "bells_refused"] += 1
         snap = self.state.live_params()
-        self._reply_params(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
-                                               clock=joined.clock if joined else 0,
-                                               last_seq=joined.last_seq if joined else -1,
-                                               session=session, shm=shm, bell=bell),
-                           snap, self._encoded(snap, self.state.version) if rec.role == Role.WORKER else None)
+        welcome = P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
+                            clock=joined.clock if joined else 0, last_seq=joined.last_seq if joined else -1,
+                            session=session, shm=shm, bell=bell)
+        enc = self._encoded(snap, self.state.version) if rec.role == Role.WORKER else None
+        if enc is None:
+            self._reply_params(identity, welcome, snap)
+        else:  # a worker reads its parameters in the reply encoding from the start
+            self._reply_encoded(identity, welcome, enc)
         if joined is not None:
             self._send(joined)
 
@@ -326,12 +330,14 @@ class ShardServer:
         snap = answer.params
         enc = self._encoded(snap, answer.version)
         shared = snap if enc is None else enc.tensor  # a dense payload may go through the client's segment
-        self._reply_params(identity, P.Params(req=pull.req, version=answer.version, clock=answer.clock,
-                                              min_clock=answer.min_clock, numel=snap.numel(),
-                                              shm=shared is not None and self._shm.reply(identity, pull.req, shared,
+        record = P.Params(req=pull.req, version=answer.version, clock=answer.clock, min_clock=answer.min_clock,
+                          numel=snap.numel(), shm=shared is not None and self._shm.reply(identity, pull.req, shared,
                                                                                          pull.slot),
-                                              fastest_step_s=answer.fastest_step_s),
-                           snap, enc)
+                          fastest_step_s=answer.fastest_step_s)
+        if enc is None:
+            self._reply_params(identity, record, snap)
+        else:
+            self._reply_encoded(identity, record, enc)
 
     def _encoded(self, params: torch.Tensor, version: int) -> Optional[Encoded]:
         """The parameters in the workers' reply encoding (None: fp32), each version encoded once."""
