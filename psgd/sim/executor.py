@@ -72,7 +72,8 @@ class VirtualWorker(PushCursor):
     # Streaming DiLoCo: its fragment rounds, and each shard's own seq and clock (as PSClient.shard_cursors)
     fragments: Optional[FragmentRounds] = None
     shard_cursors: list[PushCursor] = field(default_factory=list)
-    pulled: Optional[ReplyDecoder] = None  # counts the bytes its pulls' replies carried, as the client's does
+    # Counts the bytes its pulls' replies carried, as the client's does (it decodes nothing itself).
+    pulled: ReplyDecoder = field(default_factory=lambda: ReplyDecoder([]))
 
     def pull_clock(self, s: int) -> int:
         """The clock a pull from shard s is for (a fragment push: that shard's own)."""
@@ -153,7 +154,6 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
         worker.shard_cursors = [PushCursor() for _ in range(self.num_shards)]
-        worker.pulled = ReplyDecoder(self.layout.shard_sizes)
         if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
             inner = inner_torch_optimizer(cfg.optimizer, self.sync.params)
             method = method_for(cfg.local, w)
