@@ -7,7 +7,7 @@ from sgd_reference import STEPS, cfg_for, reference_on_replies
 
 from psgd.runtime.event_names import Event
 from psgd.sim import Engine, Executor, TimeModel
-from psgd.wire.codecs import encoding_of
+from psgd.wire.codecs import CODECS, encoding_of
 from psgd.wire.replies import ReplyEncoder, decode_reply, reply_nbytes
 
 
@@ -15,7 +15,7 @@ def run(cfg):
     """(executor, result, events) of `cfg` on the virtual cluster."""
     events = []
     ex = Executor(cfg)
-    engine = Engine(ex, TimeModel.from_config(cfg.sim, cfg.sim.compute_ms, encoding_of(cfg.wire)),
+    engine = Engine(ex, TimeModel.for_run(cfg, cfg.sim.compute_ms),
                     steps_per_worker=cfg.train.steps_per_worker, max_time_s=cfg.train.max_time_s,
                     eval_every_s=cfg.eval.every_s if cfg.eval.enabled else None, emit=events.append)
     return ex, engine.run(), events
@@ -79,3 +79,11 @@ def test_a_restarted_shard_encodes_its_replies_afresh_though_its_versions_repeat
     assert ex.shards[0].version == 1 and not torch.equal(before, after)
     enc = ReplyEncoder("int8").encode(ex.shards[0].params, 1)
     assert torch.equal(after, decode_reply("int8", n, 1.0, torch.empty(n), frames=enc.frames))
+
+
+def test_a_worker_pays_its_reply_codecs_decode_before_its_next_step():
+    int8 = cfg_for("asp", 1, **{"wire.compression": "{replies: int8}", "sim.decode_gbytes_per_s": 99})
+    n = 10_000
+    rate = CODECS["int8"].cost.decode_gbytes_per_s * 1e9  # the codec's own: sim.decode_gbytes_per_s is the shards'
+    assert TimeModel.for_run(int8, 1.0).after_pull_s(n) == 4 * n / rate
+    assert TimeModel.for_run(cfg_for("asp", 1), 1.0).after_pull_s(n) == 0.0  # fp32 on a CPU worker: nothing
