@@ -41,8 +41,8 @@ class CompressionChoice:
     small: Optional[Compression] = None     # shards below small_below elements (None: as the others)
     small_below: int = field(default=4096, metadata=int_max(2**31 - 1))  # elements of a shard's flat tensor
     deltas: Optional[Compression] = None    # local-update pushes (None: default)
-    # The parameters in a shard's answers to workers' pulls (None: fp32, as before). Only the codecs
-    # that keep no state: none, fp16, bf16, int8, int4. Registrations and the evaluator's pulls stay fp32.
+    # The parameters in a shard's answers to a worker's registration and pulls (None: fp32, as before).
+    # Only the codecs that keep no state: none, fp16, bf16, int8, int4. The evaluator's pulls stay fp32.
     replies: Optional[Compression] = None
 
     def __post_init__(self):
@@ -64,7 +64,7 @@ class CompressionChoice:
 class WireConfig:
     # Each push's encoding: one for every shard (none: fp32; fp16/bf16 scaled; topk with error feedback;
     # int8/int4 with one scale per 64-element block; int2_ef: 2-bit with error feedback), or a mapping
-    # {default, small, small_below, deltas} choosing per shard: shards of fewer than small_below (4096)
+    # {default, small, small_below, deltas, replies} choosing per shard: shards of fewer than small_below (4096)
     # elements use small, local-update deltas use deltas, the rest default; replies: the parameters
     # workers pull (none, fp16, bf16, int8 or int4; unset: fp32) (CompressionChoice).
     compression: Union[Compression, CompressionChoice] = "none"

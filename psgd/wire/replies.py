@@ -1,13 +1,14 @@
 """Parameters in replies, encoded by role (`wire.compression.replies`).
 
-A shard answers a worker's pull with its parameters in the reply encoding: fp32
-(the default: the live tensor itself, as always), or a codec that keeps no state
-(fp16, bf16, int8, int4; an error-feedback codec would need a residual per
-receiver). It encodes each version once, however many workers read it
+A shard answers a worker's pulls, and its registration, with its parameters in the
+reply encoding: fp32 (the default: the live tensor itself, as always), or a codec
+that keeps no state (fp16, bf16, int8, int4; an error-feedback codec would need a
+residual per receiver). It encodes each version once, however many workers read it
 (`ReplyEncoder`); the worker decodes into a buffer of its own (`decode_reply`),
 refusing a reply whose frames, scale or values are malformed instead of loading
-it. Registrations and the evaluator's pulls carry fp32. A real run and the
-simulator count a reply's bytes with one rule (`reply_nbytes`).
+it. The evaluator's registration and pulls carry fp32 (it scores, and saves, the
+exact parameters). A real run and the simulator count a reply's bytes with one
+rule (`reply_nbytes`).
 """
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ class ReplyEncoder:
         codec = codec_named(encoding)
         if codec.error_feedback:
             raise ValueError(f"{encoding} keeps a residual per receiver: it cannot encode replies")
+        if codec.dense and codec.wire_dtype == torch.float32:
+            raise ValueError("fp32 replies are the live parameters themselves: nothing to encode")
         self.encoding = encoding
         self._codec = codec([0], CodecOptions())
         self._last: Optional[tuple[int, Encoded]] = None  # (version, its encoded parameters)

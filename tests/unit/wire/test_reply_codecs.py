@@ -75,6 +75,8 @@ def test_each_version_is_encoded_once_and_into_tensors_of_its_own():
     assert [bytes(f) for f in second.frames] != kept
     with pytest.raises(ValueError, match="residual per receiver"):
         ReplyEncoder("topk")
+    with pytest.raises(ValueError, match="nothing to encode"):
+        ReplyEncoder("f32")
 
 
 def test_the_config_chooses_the_reply_encoding_and_the_plain_string_keeps_fp32():
