@@ -8,6 +8,7 @@ process); `psgd server` and `psgd.serve` start one through serve.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -22,9 +23,10 @@ from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
-from psgd.wire.codecs import dense_codec
+from psgd.wire.codecs import Encoded, dense_codec
 from psgd.wire.payload import payload_frames, tensor_frame
 from psgd.wire.protocol import MsgType, ProtocolError
+from psgd.wire.replies import ReplyEncoder, reply_encoding
 from psgd.wire.shm.doorbell import Bells
 from psgd.wire.shm.links import ShardSegments, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ServerSocket
@@ -86,6 +88,9 @@ class ShardServer:
         self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None),
                                   self._bells)
         self._decode = PushDecoder(self.state.numel, self._shm)
+        # Workers' pulls in wire.compression.replies (None: fp32, the live tensor as it is).
+        encoding = reply_encoding(cfg.wire)
+        self._replies = ReplyEncoder(encoding) if encoding != "f32" else None
         self._handlers = {kind: MethodType(handler, self) for kind, handler in _HANDLERS.items()}
 
     @property
@@ -195,6 +200,12 @@ class ShardServer:
             self._frame_of, self._frame = params, tensor_frame(params)
         self.state.sending(self._sock.send_tracked(identity, P.encode(record, [self._frame])))
 
+    def _reply_encoded(self, identity: bytes, record: P.Record, enc: Encoded) -> None:
+        """Reply with the parameters in the workers' reply encoding: its frames (tensors of their
+        own, which no update touches), or none where they went through the client's segment."""
+        record = dataclasses.replace(record, encoding=enc.encoding, scale=enc.scale)
+        self._reply(identity, record, () if isinstance(record, P.Params) and record.shm else enc.frames)
+
     def _send(self, served: Served, reason: str = "") -> None:
         """Send what a request led to: refusals of parked pulls whose worker left (with
         `reason`, so a worker that is in fact alive re-registers instead of waiting),
@@ -249,11 +260,14 @@ class ShardServer:
         if rec.bell:
             self.state.counters["bells_opened" if bell else "bells_refused"] += 1
         snap = self.state.live_params()
-        self._reply_params(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
-                                               clock=joined.clock if joined else 0,
-                                               last_seq=joined.last_seq if joined else -1,
-                                               session=session, shm=shm, bell=bell),
-                           snap)
+        welcome = P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
+                            clock=joined.clock if joined else 0, last_seq=joined.last_seq if joined else -1,
+                            session=session, shm=shm, bell=bell)
+        enc = self._encoded(snap, self.state.version) if rec.role == Role.WORKER else None
+        if enc is None:
+            self._reply_params(identity, welcome, snap)
+        else:  # a worker reads its parameters in the reply encoding from the start
+            self._reply_encoded(identity, welcome, enc)
         if joined is not None:
             self._send(joined)
 
@@ -314,11 +328,25 @@ class ShardServer:
         if self.recorder is not None:  # not the checkpoint's: an answered pull changes no parameter
             self.recorder.log_pull(pull.rank, pull.clock)
         snap = answer.params
-        self._reply_params(identity, P.Params(req=pull.req, version=answer.version, clock=answer.clock,
-                                              min_clock=answer.min_clock, numel=snap.numel(),
-                                              shm=self._shm.reply(identity, pull.req, snap, pull.slot),
-                                              fastest_step_s=answer.fastest_step_s),
-                           snap)
+        enc = self._encoded(snap, answer.version)
+        shared = snap if enc is None else enc.tensor  # a dense payload may go through the client's segment
+        record = P.Params(req=pull.req, version=answer.version, clock=answer.clock, min_clock=answer.min_clock,
+                          numel=snap.numel(), shm=shared is not None and self._shm.reply(identity, pull.req, shared,
+                                                                                         pull.slot),
+                          fastest_step_s=answer.fastest_step_s)
+        if enc is None:
+            self._reply_params(identity, record, snap)
+        else:
+            self._reply_encoded(identity, record, enc)
+
+    def _encoded(self, params: torch.Tensor, version: int) -> Optional[Encoded]:
+        """The parameters in the workers' reply encoding (None: fp32), each version encoded once."""
+        if self._replies is None:
+            return None
+        before = self._replies.encode_s
+        enc = self._replies.encode(params, version)
+        self.state.counters["reply_encode_us"] += round(1e6 * (self._replies.encode_s - before))  # the codec's own time
+        return enc
 
     def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
         self.service.check_rank(rec.rank)

@@ -25,6 +25,7 @@ from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder, dense_codec
 from psgd.wire.payload import frame_to_tensor, payload_frames
+from psgd.wire.replies import ReplyDecoder
 from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
 from psgd.wire.shm.links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
@@ -37,6 +38,8 @@ __all__ = ["PSClient", "GradsRequest", "RemoteError", "RequestFailed", "Interrup
 # restarted or timed the worker out (a storm of kills can do both within one call);
 # more than this means something keeps dropping the worker, and the call fails.
 REJOINS_PER_SHARD = 3
+# The decoding buffer of an encoded WELCOME's parameters: apart from the pulls' reply slots (0, 1).
+WELCOME_SLOT = -1
 
 
 class PSClient:
@@ -71,6 +74,7 @@ class PSClient:
         self.min_clocks = [0] * layout.num_shards
         self.fastest_step_s = 0.0  # the fastest worker's time per step, as the shards last reported it
         self.bytes_sent = 0
+        self.replies = ReplyDecoder(layout.shard_sizes)  # pulled bytes; encoded replies decoded (and checked)
         self.peak_push_bytes = 0  # the most wire bytes one push (all its shards) carried
         self.pushes = 0  # pushes this client completed (every shard answered); `seq` also counts a predecessor's
         self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
@@ -218,7 +222,10 @@ class PSClient:
             self.shard_cursors[s].joined(welcome.last_seq)
             self._sessions[s] = welcome.session
             self.versions[s] = welcome.version
-            out.append(frame_to_tensor(payload[0], "f32", self.layout.shard_sizes[s]))
+            numel = self.layout.shard_sizes[s]  # a worker's parameters come in the reply encoding from the start
+            out.append(frame_to_tensor(payload[0], "f32", numel) if welcome.encoding == "f32" else
+                       self.replies.decode(s, WELCOME_SLOT, welcome.encoding, numel, welcome.scale, payload,
+                                           counted=False))
         self._params_at = None  # the first step after joining is not timed (it may wait for the start)
         return out
 
@@ -373,9 +380,16 @@ class PSClient:
         """Shard s's parameters from its PARAMS reply; notes its version and clocks."""
         if not isinstance(rec, P.Params) or len(payload) != payload_frames(rec):
             raise RemoteError(s, "bad_reply", f"expected PARAMS with its frame, got {rec.TYPE.name}")
+        # wire.compression.replies: decoded and checked into the client's own buffer, before anything is noted
+        decoded = None if rec.encoding == "f32" else self.replies.decode(
+            s, slot, rec.encoding, rec.numel, rec.scale, payload, self._shm_params(s, rec, slot) if rec.shm else None)
         self.versions[s] = rec.version
         self.min_clocks[s] = rec.min_clock
         self.fastest_step_s = rec.fastest_step_s or self.fastest_step_s
+        if decoded is not None:
+            self.reply_in_slot[s] = False
+            return decoded
+        self.replies.count("f32", rec.numel)
         self.reply_in_slot[s] = rec.shm
         return self._shm_params(s, rec, slot) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel)
 

@@ -47,6 +47,7 @@ class LightExecutor(Executor):
         self._free = [[] for _ in sizes]
         self.now = 0.0
         self.gradient_s = self.evaluate_s = self.shard_s = 0.0
+        self.reply_encoding, self._pulled = "f32", None  # the bench's replies are fp32
         gen = torch.Generator().manual_seed(cfg.run.seed)
         self.grads = [torch.randn(n, generator=gen) * 1e-3 for n in sizes]
         self.workers = []
