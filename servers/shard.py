@@ -8,7 +8,6 @@ process); `psgd server` and `psgd.serve` start one through serve.py.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 import time
@@ -23,10 +22,9 @@ from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
-from psgd.wire.codecs import Encoded, dense_codec
-from psgd.wire.payload import payload_frames, tensor_frame
+from psgd.wire.codecs import dense_codec
+from psgd.wire.payload import payload_frames
 from psgd.wire.protocol import MsgType, ProtocolError
-from psgd.wire.replies import ReplyEncoder, reply_encoding
 from psgd.wire.shm.doorbell import Bells
 from psgd.wire.shm.links import ShardSegments, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ServerSocket
@@ -35,6 +33,7 @@ from psgd.wire.transport import CurveKeys, ServerSocket
 # The server role's own modules, after the layers below it.
 from psgd.servers.checkpoint import ShardCheckpoint
 from psgd.servers.live_control import ControlError
+from psgd.servers.param_replies import ParamReplies
 from psgd.servers.peers import PeerTable, check_slot
 from psgd.servers.push_decode import PushDecoder
 from psgd.servers.record import ShardRecorder
@@ -82,15 +81,11 @@ class ShardServer:
         self._peers = PeerTable(run_token)  # who may act for which rank (peers.py)
         self._running = False
         self._busy_s, self._served = 0.0, 0  # time spent handling requests, and how many
-        self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
-        self._frame = None
         # Same-host clients' shared-memory segments (psgd.wire.shm.segment).
         self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None),
                                   self._bells)
         self._decode = PushDecoder(self.state.numel, self._shm)
-        # Workers' pulls in wire.compression.replies (None: fp32, the live tensor as it is).
-        encoding = reply_encoding(cfg.wire)
-        self._replies = ReplyEncoder(encoding) if encoding != "f32" else None
+        self._params = ParamReplies(cfg, self.state, self._sock, self._shm)  # how parameters leave
         self._handlers = {kind: MethodType(handler, self) for kind, handler in _HANDLERS.items()}
 
     @property
@@ -190,21 +185,7 @@ class ShardServer:
         self._sock.send(identity, P.encode(record, frames))
 
     def _reply_params(self, identity: bytes, record: P.Record, params: torch.Tensor) -> None:
-        """Reply with the live parameters. The transport copies them up to its
-        copy limit and sends larger ones zero-copy; then the state keeps the
-        tracker so it does not update them in place while the send still reads them."""
-        if isinstance(record, P.Params) and record.shm:  # already copied into the client's segment
-            self._sock.send(identity, P.encode(record))
-            return
-        if self._frame_of is not params:  # the live tensor changes only on copy-on-write
-            self._frame_of, self._frame = params, tensor_frame(params)
-        self.state.sending(self._sock.send_tracked(identity, P.encode(record, [self._frame])))
-
-    def _reply_encoded(self, identity: bytes, record: P.Record, enc: Encoded) -> None:
-        """Reply with the parameters in the workers' reply encoding: its frames (tensors of their
-        own, which no update touches), or none where they went through the client's segment."""
-        record = dataclasses.replace(record, encoding=enc.encoding, scale=enc.scale)
-        self._reply(identity, record, () if isinstance(record, P.Params) and record.shm else enc.frames)
+        self._params.live(identity, record, params)
 
     def _send(self, served: Served, reason: str = "") -> None:
         """Send what a request led to: refusals of parked pulls whose worker left (with
@@ -263,11 +244,11 @@ class ShardServer:
         welcome = P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
                             clock=joined.clock if joined else 0, last_seq=joined.last_seq if joined else -1,
                             session=session, shm=shm, bell=bell)
-        enc = self._encoded(snap, self.state.version) if rec.role == Role.WORKER else None
+        enc = self._params.encoded(snap, self.state.version) if rec.role == Role.WORKER else None
         if enc is None:
             self._reply_params(identity, welcome, snap)
         else:  # a worker reads its parameters in the reply encoding from the start
-            self._reply_encoded(identity, welcome, enc)
+            self._params.send_encoded(identity, welcome, enc)
         if joined is not None:
             self._send(joined)
 
@@ -324,29 +305,9 @@ class ShardServer:
         return grad
 
     def _send_params(self, answer: Answer) -> None:
-        identity, pull = answer.token
         if self.recorder is not None:  # not the checkpoint's: an answered pull changes no parameter
-            self.recorder.log_pull(pull.rank, pull.clock)
-        snap = answer.params
-        enc = self._encoded(snap, answer.version)
-        shared = snap if enc is None else enc.tensor  # a dense payload may go through the client's segment
-        record = P.Params(req=pull.req, version=answer.version, clock=answer.clock, min_clock=answer.min_clock,
-                          numel=snap.numel(), shm=shared is not None and self._shm.reply(identity, pull.req, shared,
-                                                                                         pull.slot),
-                          fastest_step_s=answer.fastest_step_s)
-        if enc is None:
-            self._reply_params(identity, record, snap)
-        else:
-            self._reply_encoded(identity, record, enc)
-
-    def _encoded(self, params: torch.Tensor, version: int) -> Optional[Encoded]:
-        """The parameters in the workers' reply encoding (None: fp32), each version encoded once."""
-        if self._replies is None:
-            return None
-        before = self._replies.encode_s
-        enc = self._replies.encode(params, version)
-        self.state.counters["reply_encode_us"] += round(1e6 * (self._replies.encode_s - before))  # the codec's own time
-        return enc
+            self.recorder.log_pull(answer.token[1].rank, answer.token[1].clock)
+        self._params.answer(answer)
 
     def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
         self.service.check_rank(rec.rank)
