@@ -13,7 +13,6 @@ each push once.
 """
 from __future__ import annotations
 
-import threading
 import time
 from typing import Callable, Mapping, Optional, Sequence, Union
 
@@ -30,6 +29,7 @@ from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestT
 from psgd.wire.shm.links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
 from psgd.workers.grads_request import GradsRequest
+from psgd.workers.heartbeats import Heartbeats
 from psgd.workers.push_cursor import PushCursor
 
 __all__ = ["PSClient", "GradsRequest", "RemoteError", "RequestFailed", "Interrupted", "REJOINS_PER_SHARD"]
@@ -79,11 +79,8 @@ class PSClient:
         self.pushes = 0  # pushes this client completed (every shard answered); `seq` also counts a predecessor's
         self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
         self.reply_in_slot = [False] * layout.num_shards  # per shard: the last parameters lie in a reply slot
-        self._hb_stop = threading.Event()
-        self._hb_thread = None
-        if heartbeat_s and role == Role.WORKER:
-            self._hb_thread = threading.Thread(target=self._heartbeat, args=(list(addresses), heartbeat_s),
-                                               name="psgd-heartbeat", daemon=True)
+        self._heartbeats = Heartbeats(list(addresses), rank, self._sessions, heartbeat_s, self._curve) \
+            if heartbeat_s and role == Role.WORKER else None
 
     # ---- public API -------------------------------------------------------
     @property
@@ -109,8 +106,8 @@ class PSClient:
         """Join every shard; returns the current parameters (one flat tensor per shard)
         and sets `clock` to where this worker continues (a restarted worker resumes)."""
         out = self._register_shards(range(self.layout.num_shards))
-        if self._hb_thread is not None and not self._hb_thread.is_alive():
-            self._hb_thread.start()
+        if self._heartbeats is not None:
+            self._heartbeats.start()
         return out
 
     def pull(self) -> list[torch.Tensor]:
@@ -130,7 +127,8 @@ class PSClient:
     def leave(self, timeout_s: float = 2.0) -> bool:
         """Tell every shard this worker is done so nobody waits for it. Best effort,
         also while stopping: returns False if a shard did not confirm in time."""
-        self._hb_stop.set()
+        if self._heartbeats is not None:
+            self._heartbeats.stop()
         try:
             self._rpc.call({s: P.encode(P.Leave(req=self._rpc.next_id(), rank=self.rank))
                             for s in range(self.layout.num_shards)},
@@ -153,9 +151,8 @@ class PSClient:
                         for s in range(self.layout.num_shards)})
 
     def close(self) -> None:
-        self._hb_stop.set()
-        if self._hb_thread is not None and self._hb_thread.is_alive():
-            self._hb_thread.join(timeout=2)
+        if self._heartbeats is not None:
+            self._heartbeats.stop(join_s=2)
         self._conns.close()
         self._shm.close()
         self.encoder.forget()  # its last payload may view a segment
@@ -402,13 +399,3 @@ class PSClient:
         if out is None or rec.numel != self.layout.shard_sizes[s]:
             raise RemoteError(s, "bad_reply", "PARAMS names a shared-memory reply this client cannot read")
         return out
-
-    def _heartbeat(self, addresses: list[str], period: float) -> None:
-        conns = ShardConnections(addresses, curve=self._curve)
-        try:
-            while not self._hb_stop.wait(period):
-                conns.recv(0)  # refusals (a session from before a shard restart) must not pile up
-                for s in range(len(addresses)):
-                    conns.send(s, P.encode(P.Heartbeat(rank=self.rank, session=self._sessions[s])))
-        finally:
-            conns.close()
