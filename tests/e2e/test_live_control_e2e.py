@@ -28,7 +28,7 @@ def test_ctl_changes_bound_then_mode_at_one_clock_on_every_shard(tmp_path):
         train={"steps_per_worker": 1000000, "max_time_s": 120, "target_accuracy": None},
         eval={"every_s": 1.0},
         # a persistent 5x straggler: the fast workers run into any bound in force
-        workers={"device": "cpu", "slowdown": {2: 5.0}},
+        workers={"device": "cpu", "slowdown": {2: 5.0}, "device_ms": 20},  # stated device time: few cores used
     )
     run = tmp_path / "run"
     launcher = spawn(psgd_cmd("launch", str(config), "--out", str(run), "--quiet"),

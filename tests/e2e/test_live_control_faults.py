@@ -26,7 +26,9 @@ def run(tmp_path_factory):
         consistency={"mode": "ssp", "staleness": 1},
         train={"steps_per_worker": 1000000, "max_time_s": 900, "target_accuracy": None},  # the module stops it
         eval={"every_s": 1.0},
-        workers={"device": "cpu", "slowdown": {2: 3.0}},
+        # 20 ms of stated device time a step: the run trains for the whole module without taking
+        # the cores from the tests beside it (its clocks still move 16-50 steps a second).
+        workers={"device": "cpu", "slowdown": {2: 3.0}, "device_ms": 20},
         checkpoint={"every_s": 1.0},
     )
     out = tmp / "run"

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e
 @pytest.mark.timeout(120)
 def test_a_second_launcher_on_a_run_directory_in_use_is_refused_naming_the_first(tmp_path):
     cfg = write_config(tmp_path / "c.yaml", train={"steps_per_worker": 100000, "max_time_s": 40},
-                       eval={"enabled": False})
+                       eval={"enabled": False}, workers={"device_ms": 20})  # runs until stopped: few cores used
     out = tmp_path / "run"
     first = start_launch(cfg, out)
     try:

@@ -31,7 +31,7 @@ def started(run_dir) -> bool:
 def test_children_die_with_a_killed_launcher(tmp_path, mode):
     cfg = write_config(tmp_path / "c.yaml", consistency={"mode": mode, "staleness": 1},
                        train={"steps_per_worker": 100000, "max_time_s": 600},
-                       eval={"enabled": True, "every_s": 0.5})
+                       eval={"enabled": True, "every_s": 0.5}, workers={"device_ms": 20})  # few cores used
     out = tmp_path / "run"
     launcher = spawn(psgd_cmd("launch", str(cfg), "--out", str(out), "--quiet"), stdout=subprocess.DEVNULL,
                      stderr=subprocess.STDOUT, cwd=str(tmp_path))

@@ -37,7 +37,7 @@ def _ready(run_dir, role, index) -> bool:
 @pytest.mark.timeout(120)
 def test_hand_started_roles_are_refused_in_a_directory_a_live_launcher_owns(tmp_path):
     cfg = write_config(tmp_path / "c.yaml", train={"steps_per_worker": 100000, "max_time_s": 40},
-                       eval={"enabled": False})
+                       eval={"enabled": False}, workers={"device_ms": 20})  # runs until stopped: few cores used
     out = tmp_path / "run"
     launcher = start_launch(cfg, out)
     try:
