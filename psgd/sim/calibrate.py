@@ -22,7 +22,10 @@ writes is fitted from them:
   bound did not hold its pull); their mean. The wait behind other pushes is a
   shard's queue replayed over every push's departure at the fitted service per
   push: the simulator queues pushes itself, so it is not the network's (under a
-  barrier the last push of a clock finds the others still being served).
+  barrier the last push of a clock finds the others still being served). Nor is,
+  under a barrier or bound, the last pusher's wait behind the replies its push
+  released (from the first of its clock's parameters in hand after it left, to
+  its own): the simulator sends those replies over the shard's link itself.
 Bandwidth, apply and codec rates and wake_us are kept from the config: one
 message size cannot tell a link's latency from its bandwidth, nor one load a
 wake from a request. The run's CPU load is checked against the cores of its
@@ -219,6 +222,7 @@ def calibrate(run_dir: Path) -> Calibration:
     # ---- latency from round trips no barrier held -----------------------------------
     for s, wait in zip(steps, _queue_waits(steps, service_s)):
         s["queue_s"] = wait
+    reply_wait_s = 0.0
     if cfg.consistency.mode is Mode.ASP:  # no pull ever waits for another worker
         free = steps
     else:
@@ -228,13 +232,19 @@ def calibrate(run_dir: Path) -> Calibration:
             if held is None or s["t"] - s["comm_s"] > held["t"] - held["comm_s"]:
                 last_of_clock[s["clock"]] = s
         free = list(last_of_clock.values())
+        first_after: dict[int, float] = {}  # the first of a clock's workers served after its last push left
+        for s in steps:
+            last = last_of_clock[s["clock"]]
+            if s["t"] >= last["t"] - last["comm_s"]:
+                first_after[s["clock"]] = min(first_after.get(s["clock"], math.inf), s["t"])
+        reply_wait_s = statistics.fmean(last["t"] - first_after[c] for c, last in last_of_clock.items())
     free_comm = [s["comm_s"] for s in free]
     free_comm_s = statistics.fmean(free_comm)
     queue_s = statistics.fmean(s["queue_s"] for s in free)
     up_bytes = (sum(e["bytes_sent"] for e in dones) / sum(e["pushes"] for e in dones) / shards) if dones \
         else 4 * largest
     transfers_s = model.transfer_s(up_bytes) + model.transfer_s(4 * largest)
-    network_s = free_comm_s - queue_s - service_s - transfers_s - model.before_push_s([largest] * shards)
+    network_s = free_comm_s - queue_s - reply_wait_s - service_s - transfers_s - model.before_push_s([largest] * shards)
 
     sim = {"compute_ms": round(compute_s * 1e3, 6), "compute_jitter": round(jitter, 4),
            "worker_spread": round(spread, 4), "request_us": round(max(0.0, service_s - rates_s) * 1e6, 3),
@@ -259,7 +269,7 @@ def calibrate(run_dir: Path) -> Calibration:
                 "service_us_per_push": round(service_s * 1e6, 3),
                 "service_us_per_request": round(sum(busy.values()) / max(1.0, requests) * 1e6, 3),
                 "unwaited_round_trips": len(free_comm), "unwaited_comm_ms_mean": round(free_comm_s * 1e3, 6),
-                "queue_ms_mean": round(queue_s * 1e3, 6),
+                "push_queue_ms_mean": round(queue_s * 1e3, 6), "reply_wait_ms_mean": round(reply_wait_s * 1e3, 6),
                 "comm_ms_mean": round(statistics.fmean(s["comm_s"] for s in steps) * 1e3, 6),
                 "push_bytes_per_shard": round(up_bytes), "reply_bytes_per_shard": 4 * largest,
                 "cpu_load": round(load, 3), "cpu_load_counts_compute": not waited, "cores": cores,

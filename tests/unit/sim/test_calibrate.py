@@ -62,7 +62,7 @@ def test_the_section_comes_from_the_events(tmp_path):
     mean_comm_s = statistics.fmean(comm) / 1e3
     # The two ranks step in lock-step: of each pair of pushes that leave together, one waits a service at
     # the shard, which the simulator's queue charges itself: half a service on average is not the network's.
-    assert found.evidence["queue_ms_mean"] == pytest.approx(service_s / 2 * 1e3, abs=1e-6)  # rounded to ns
+    assert found.evidence["push_queue_ms_mean"] == pytest.approx(service_s / 2 * 1e3, abs=1e-6)  # rounded to ns
     assert found.sim["latency_us"] == pytest.approx((mean_comm_s - service_s / 2 - service_s - transfers_s) / 4 * 1e6,
                                                     abs=1e-3)
     assert set(found.sim) == {"compute_ms", "compute_jitter", "worker_spread", "request_us", "latency_us"}
@@ -110,24 +110,28 @@ def test_the_bsp_barrier_is_not_booked_as_latency(tmp_path):
     assert found.sim["latency_us"] == pytest.approx((1e-3 - service_s - transfers_s) / 4 * 1e6, abs=1e-3)
 
 
-def test_the_wait_behind_a_clocks_earlier_pushes_is_not_booked_as_latency(tmp_path):
+def test_the_waits_behind_a_clocks_other_pushes_and_replies_are_not_booked_as_latency(tmp_path):
     # BSP, 4 workers whose pushes of a clock leave 0.2 ms apart; each shard serves a push in 1 ms, one at a
     # time. The last push of a clock finds the three before it still queued: it starts 3 x 1 - 3 x 0.2 =
-    # 2.4 ms after it arrived. Then the clock is complete and every worker's parameters come back
-    # 4 x 50 us of links later (plus the service and the transfers).
+    # 2.4 ms after it arrived. Then the clock is complete and the shard answers the four in turn, the
+    # last pusher last, 0.2 ms apart; each reply comes 4 x 50 us of links later (plus the service and
+    # the transfers). Both waits are the simulator's own queues, not the links'.
     cfg = load_config(None, ["cluster.servers=2", "cluster.workers=4", "consistency.mode=bsp"])
     latency_s, service_s, clocks = 50e-6, 1e-3, 20
     transfers_s = 8 * NUMEL / (cfg.sim.bandwidth_gbps * 1e9 / 8)
     steps, t = [], 0.0
     for k in range(clocks):
         sent = [t + 3e-3 + 0.2e-3 * r for r in range(4)]
-        t = sent[-1] + 2.4e-3 + service_s + transfers_s + 4 * latency_s  # every pull answered at once
-        steps += [_step(r, t, k + 1, sent[r] - (t if k else 0.0), t - sent[r]) for r in range(4)]
+        first = sent[-1] + 2.4e-3 + service_s + transfers_s + 4 * latency_s
+        back = [first + 0.2e-3 * r for r in range(4)]
+        steps += [_step(r, back[r], k + 1, 3e-3, back[r] - sent[r]) for r in range(4)]
+        t = back[0]
     busy = clocks * 4 * service_s
     _write(tmp_path, cfg, steps, busy=(busy, busy), requests=(4 * clocks, 4 * clocks))
     found = calibrate(tmp_path)
     assert found.evidence["unwaited_round_trips"] == clocks
-    assert found.evidence["queue_ms_mean"] == pytest.approx(2.4)
+    assert found.evidence["push_queue_ms_mean"] == pytest.approx(2.4)
+    assert found.evidence["reply_wait_ms_mean"] == pytest.approx(0.6)
     assert found.sim["latency_us"] == pytest.approx(latency_s * 1e6, abs=1e-3)
 
 
