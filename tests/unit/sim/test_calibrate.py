@@ -4,6 +4,8 @@ import json
 import math
 import random
 import statistics
+import tarfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -249,3 +251,23 @@ def test_out_into_a_missing_directory_or_onto_a_directory_is_refused(tmp_path, c
     assert not (tmp_path / "missing").exists()
     assert main(["sim", "calibrate", str(run_dir), "--out", str(tmp_path / "cal.yaml")]) == 0
     assert load_config(tmp_path / "cal.yaml").sim.compute_ms == pytest.approx(3.0)
+
+
+H200_RUNS = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu" / "results" / "runs.tar.gz"
+
+
+def test_the_h200_runs_fit_one_network_whichever_mode_ran(tmp_path):
+    # The two real MNIST-1D runs of benchmarks/gpu (4 workers on one H200, 2 shards, one host): the same
+    # links under ASP and under BSP. BSP's last round trip of a clock also holds a wait behind the clock's
+    # other pushes and its other replies, which the simulator queues itself: taken out, both runs fit the
+    # same latency (before, BSP's was twice ASP's: 927 against 462 us).
+    with tarfile.open(H200_RUNS) as tar:
+        tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith("mnist1d-")],
+                       filter="data")
+    asp, bsp = calibrate(tmp_path / "mnist1d-asp"), calibrate(tmp_path / "mnist1d-bsp")
+    assert bsp.evidence["push_queue_ms_mean"] > 1.0 and bsp.evidence["reply_wait_ms_mean"] > 0.5
+    assert asp.evidence["reply_wait_ms_mean"] == 0.0
+    assert bsp.sim["latency_us"] == pytest.approx(asp.sim["latency_us"], rel=0.05)
+    # The runs recorded no cores (made before ready events carried them): their 16-core host is not judged
+    # by this machine's cores.
+    assert asp.evidence["cores"] is None and asp.warnings == [] and bsp.warnings == []
