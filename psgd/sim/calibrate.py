@@ -15,7 +15,8 @@ writes is fitted from them:
 - request_us: each shard's time per push (its `busy_s` over the pushes it
   served), less the apply and decode times the config's rates account for.
 - latency_us: what is left of a round trip without waiting, after the shard's
-  service, its wait behind other pushes and the transfers at `bandwidth_gbps`,
+  service, its wait behind other pushes and the transfers (every shard's push
+  and reply through the worker's link, as the simulator streams them),
   over the four links a round trip crosses. Without waiting: under asp every
   round trip; otherwise, for each clock, only the round trip of the worker whose
   push of that clock left last (nobody is behind it, so BSP's barrier and SSP's
@@ -48,7 +49,7 @@ from pathlib import Path
 from psgd.config import Config, ConfigError, Mode, Role, load_config
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
-from psgd.sim.time_model import TimeModel
+from psgd.sim.time_model import Fifo, TimeModel, stream, stream_together
 from psgd.wire.codecs import encoding_of
 
 __all__ = ["Calibration", "calibrate"]
@@ -144,6 +145,18 @@ def _queue_waits(steps: list[dict], service_s: float) -> list[float]:
         start = max(sent, free_at)
         waits[i], free_at = start - sent, start + service_s
     return waits
+
+
+def _round_trip_transfers_s(model: TimeModel, shards: int, push_bytes: int, reply_bytes: int) -> float:
+    """The links' share of one worker's round trip alone, streamed as the simulator streams it (its
+    pushes to every shard share its link; the shards' replies queue into it), latencies left out."""
+    one_way = model.worker_link.latency_s + model.shard_link.latency_s
+    up = max(stream_together(Fifo(), model.worker_link, [(Fifo(), model.shard_link) for _ in range(shards)], 0.0,
+                             [push_bytes] * shards))
+    into_worker = Fifo()
+    down = max(stream(Fifo(), model.shard_link, into_worker, model.worker_link, 0.0, reply_bytes)
+               for _ in range(shards))
+    return up + down - 2 * one_way
 
 
 def _run_cores(events: list[dict]) -> int | None:
@@ -243,7 +256,7 @@ def calibrate(run_dir: Path) -> Calibration:
     queue_s = statistics.fmean(s["queue_s"] for s in free)
     up_bytes = (sum(e["bytes_sent"] for e in dones) / sum(e["pushes"] for e in dones) / shards) if dones \
         else 4 * largest
-    transfers_s = model.transfer_s(up_bytes) + model.transfer_s(4 * largest)
+    transfers_s = _round_trip_transfers_s(model, shards, round(up_bytes), 4 * largest)
     network_s = free_comm_s - queue_s - reply_wait_s - service_s - transfers_s - model.before_push_s([largest] * shards)
 
     sim = {"compute_ms": round(compute_s * 1e3, 6), "compute_jitter": round(jitter, 4),
