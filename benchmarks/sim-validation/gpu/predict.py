@@ -14,6 +14,8 @@ config with that section) then predicts
   recorded (benchmarks/gpu/results/mnist1d.json), which calibrate gave before it took a push's wait
   behind other pushes out of the latency (shown, not counted);
 - fitted: each run from its own calibration (shown, not counted);
+- fitted, replayed: each run from its own calibration and its own recorded step times (the issue's
+  "a real GPU run's step times feed the simulator, and its prediction of that run"; not counted);
 - stated only: no calibration, `sim.device: h200` (compute from the model's FLOPs) and the
   default links and shard; stopped at 1 simulated second (the FLOP model's steps are ~20x
   shorter, so 18 s would execute ~50,000 gradients on this CPU): updates/s, compute and
@@ -65,7 +67,9 @@ def predictions() -> list[dict]:
     out = []
     for kind, suffix, replay, cal in (("held out", "", False, "other"), ("held out, replayed", "-replayed", True, "other"),
                                       ("held out, calibrate before the fix", "-prefix", False, "other-prefix"),
-                                      ("fitted", "-fitted", False, "own"), ("stated only", "-stated-h200", False, None)):
+                                      ("fitted", "-fitted", False, "own"),
+                                      ("fitted, replayed", "-fitted-replayed", True, "own"),
+                                      ("stated only", "-stated-h200", False, None)):
         for mode in MODES:
             src = {"other": _other(mode), "own": mode, "other-prefix": _other(mode) + "-prefix", None: None}[cal]
             name = f"{mode}-from-{_other(mode)}{suffix}" if cal in ("other", "other-prefix") else f"{mode}{suffix}"
