@@ -24,9 +24,12 @@ writes is fitted from them:
   shard's queue replayed over every push's departure at the fitted service per
   push: the simulator queues pushes itself, so it is not the network's (under a
   barrier the last push of a clock finds the others still being served). Nor is,
-  under a barrier or bound, the last pusher's wait behind the replies its push
-  released (from the first of its clock's parameters in hand after it left, to
-  its own): the simulator sends those replies over the shard's link itself.
+  under a barrier or bound, the last pusher's wait behind the other replies its
+  push released: the simulator sends the n released together in a seeded order
+  over the shard's link, (n - 1) / 2 replies ahead of it on average, and that
+  expectation is what is taken out (a real wait beyond it, a host's scheduling
+  or a shard that answers the last pusher last, stays in the latency, so the
+  calibrated simulator still reproduces its run).
 Bandwidth, apply and codec rates and wake_us are kept from the config: one
 message size cannot tell a link's latency from its bandwidth, nor one load a
 wake from a request. The run's CPU load is checked against the cores of its
@@ -245,12 +248,14 @@ def calibrate(run_dir: Path) -> Calibration:
             if held is None or s["t"] - s["comm_s"] > held["t"] - held["comm_s"]:
                 last_of_clock[s["clock"]] = s
         free = list(last_of_clock.values())
-        first_after: dict[int, float] = {}  # the first of a clock's workers served after its last push left
+        released: dict[int, int] = defaultdict(int)  # a clock's workers answered after its last push left
         for s in steps:
             last = last_of_clock[s["clock"]]
-            if s["t"] >= last["t"] - last["comm_s"]:
-                first_after[s["clock"]] = min(first_after.get(s["clock"], math.inf), s["t"])
-        reply_wait_s = statistics.fmean(last["t"] - first_after[c] for c, last in last_of_clock.items())
+            released[s["clock"]] += s["t"] >= last["t"] - last["comm_s"]
+        # Released together, their replies leave each shard's link in a seeded order: the last
+        # pusher's waits (n - 1) / 2 replies on average, as the simulator will charge it.
+        reply_s = model.shard_link.transfer_s(4 * largest)
+        reply_wait_s = statistics.fmean((released[c] - 1) / 2 * reply_s for c in last_of_clock)
     free_comm = [s["comm_s"] for s in free]
     free_comm_s = statistics.fmean(free_comm)
     queue_s = statistics.fmean(s["queue_s"] for s in free)
@@ -282,7 +287,7 @@ def calibrate(run_dir: Path) -> Calibration:
                 "service_us_per_push": round(service_s * 1e6, 3),
                 "service_us_per_request": round(sum(busy.values()) / max(1.0, requests) * 1e6, 3),
                 "unwaited_round_trips": len(free_comm), "unwaited_comm_ms_mean": round(free_comm_s * 1e3, 6),
-                "push_queue_ms_mean": round(queue_s * 1e3, 6), "reply_wait_ms_mean": round(reply_wait_s * 1e3, 6),
+                "push_queue_ms_mean": round(queue_s * 1e3, 6), "reply_queue_ms_mean": round(reply_wait_s * 1e3, 6),
                 "comm_ms_mean": round(statistics.fmean(s["comm_s"] for s in steps) * 1e3, 6),
                 "push_bytes_per_shard": round(up_bytes), "reply_bytes_per_shard": 4 * largest,
                 "cpu_load": round(load, 3), "cpu_load_counts_compute": not waited, "cores": cores,
