@@ -23,7 +23,7 @@ from psgd.runtime.events import EventLog
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
 from psgd.wire.codecs import dense_codec
-from psgd.wire.payload import payload_frames, tensor_frame
+from psgd.wire.payload import payload_frames
 from psgd.wire.protocol import MsgType, ProtocolError
 from psgd.wire.shm.doorbell import Bells
 from psgd.wire.shm.links import ShardSegments, shared_memory_wanted
@@ -33,6 +33,7 @@ from psgd.wire.transport import CurveKeys, ServerSocket
 # The server role's own modules, after the layers below it.
 from psgd.servers.checkpoint import ShardCheckpoint
 from psgd.servers.live_control import ControlError
+from psgd.servers.param_replies import ParamReplies
 from psgd.servers.peers import PeerTable, check_slot
 from psgd.servers.push_decode import PushDecoder
 from psgd.servers.record import ShardRecorder
@@ -80,12 +81,11 @@ class ShardServer:
         self._peers = PeerTable(run_token)  # who may act for which rank (peers.py)
         self._running = False
         self._busy_s, self._served = 0.0, 0  # time spent handling requests, and how many
-        self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
-        self._frame = None
         # Same-host clients' shared-memory segments (psgd.wire.shm.segment).
         self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None),
                                   self._bells)
         self._decode = PushDecoder(self.state.numel, self._shm)
+        self._params = ParamReplies(cfg, self.state, self._sock, self._shm)  # how parameters leave
         self._handlers = {kind: MethodType(handler, self) for kind, handler in _HANDLERS.items()}
 
     @property
@@ -185,15 +185,7 @@ class ShardServer:
         self._sock.send(identity, P.encode(record, frames))
 
     def _reply_params(self, identity: bytes, record: P.Record, params: torch.Tensor) -> None:
-        """Reply with the live parameters. The transport copies them up to its
-        copy limit and sends larger ones zero-copy; then the state keeps the
-        tracker so it does not update them in place while the send still reads them."""
-        if isinstance(record, P.Params) and record.shm:  # already copied into the client's segment
-            self._sock.send(identity, P.encode(record))
-            return
-        if self._frame_of is not params:  # the live tensor changes only on copy-on-write
-            self._frame_of, self._frame = params, tensor_frame(params)
-        self.state.sending(self._sock.send_tracked(identity, P.encode(record, [self._frame])))
+        self._params.live(identity, record, params)
 
     def _send(self, served: Served, reason: str = "") -> None:
         """Send what a request led to: refusals of parked pulls whose worker left (with
@@ -249,11 +241,14 @@ class ShardServer:
         if rec.bell:
             self.state.counters["bells_opened" if bell else "bells_refused"] += 1
         snap = self.state.live_params()
-        self._reply_params(identity, P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
-                                               clock=joined.clock if joined else 0,
-                                               last_seq=joined.last_seq if joined else -1,
-                                               session=session, shm=shm, bell=bell),
-                           snap)
+        welcome = P.Welcome(req=rec.req, shard=self.state.shard, version=self.state.version,
+                            clock=joined.clock if joined else 0, last_seq=joined.last_seq if joined else -1,
+                            session=session, shm=shm, bell=bell)
+        enc = self._params.encoded(snap, self.state.version) if rec.role == Role.WORKER else None
+        if enc is None:
+            self._reply_params(identity, welcome, snap)
+        else:  # a worker reads its parameters in the reply encoding from the start
+            self._params.send_encoded(identity, welcome, enc)
         if joined is not None:
             self._send(joined)
 
@@ -310,15 +305,9 @@ class ShardServer:
         return grad
 
     def _send_params(self, answer: Answer) -> None:
-        identity, pull = answer.token
         if self.recorder is not None:  # not the checkpoint's: an answered pull changes no parameter
-            self.recorder.log_pull(pull.rank, pull.clock)
-        snap = answer.params
-        self._reply_params(identity, P.Params(req=pull.req, version=answer.version, clock=answer.clock,
-                                              min_clock=answer.min_clock, numel=snap.numel(),
-                                              shm=self._shm.reply(identity, pull.req, snap, pull.slot),
-                                              fastest_step_s=answer.fastest_step_s),
-                           snap)
+            self.recorder.log_pull(answer.token[1].rank, answer.token[1].clock)
+        self._params.answer(answer)
 
     def _on_heartbeat(self, identity: bytes, rec: P.Heartbeat, payload: list) -> None:
         self.service.check_rank(rec.rank)

@@ -271,3 +271,19 @@ def worker_clock(run_dir, rank=0):
     events = [json.loads(ln) for ln in path.read_text().splitlines() if ln.endswith("}")]
     clocks = [e["clock"] for e in events if e["event"] == "step"]
     return clocks[-1] if clocks else 0
+
+
+
+@pytest.hookimpl(trylast=True)  # after tests/e2e/conftest.py has marked its items
+def pytest_collection_modifyitems(items):
+    """Heaviest files first (tests/support/file_weights.py), so that two xdist workers
+    (`--dist loadfile`, no reordering by test count) finish together: a heavy file
+    scheduled last would run alone at the end."""
+    from support.file_weights import order
+    order(items)
+
+
+def pytest_runtest_logreport(report):
+    """Each test phase's seconds into $PSGD_TEST_DURATIONS when set (file_weights.py sums them)."""
+    from support.file_weights import record
+    record(report)

@@ -73,3 +73,34 @@ def reference_geo(cfg, steps, orders):
         for p, t in zip(model.parameters(), theta):
             p.copy_(t)
     return model
+
+
+def reference_on_replies(cfg, steps, encoding):
+    """One worker's plain SGD as the shards see it when their replies travel in `encoding`
+    (wire.compression.replies): every step's gradient is computed on the shards' parameters
+    encoded and decoded (the registration's too), and applied to the exact ones. Returns the
+    shards' flat parameters."""
+    from psgd.core.sharding import layout_for_module
+    from psgd.wire.replies import ReplyEncoder, decode_reply
+    task = load_task(cfg)
+    model = build_model(cfg, task)
+    layout = layout_for_module(model, cfg.cluster.num_servers)
+    params = list(model.parameters())
+    exact = layout.flatten([p.detach() for p in params])
+    batches = worker_batches(len(task.y_train), 0, 1, cfg.task.batch_size, cfg.run.seed)
+    for _ in range(steps):
+        read = []
+        for flat in exact:
+            if encoding == "f32":  # the parameters as they are
+                read.append(flat.clone())
+                continue
+            enc = ReplyEncoder(encoding).encode(flat, 0)
+            read.append(decode_reply(encoding, flat.numel(), enc.scale, torch.empty(flat.numel()), frames=enc.frames))
+        with torch.no_grad():
+            layout.unflatten(read, params)
+        idx = next(batches)
+        model.zero_grad()
+        task.loss(model(task.x_train[idx]), task.y_train[idx]).backward()
+        for flat, grad in zip(exact, layout.flatten([p.grad for p in params])):
+            flat.add_(grad, alpha=-cfg.optimizer.lr)
+    return exact

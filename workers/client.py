@@ -13,7 +13,6 @@ each push once.
 """
 from __future__ import annotations
 
-import threading
 import time
 from typing import Callable, Mapping, Optional, Sequence, Union
 
@@ -25,10 +24,12 @@ from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder, dense_codec
 from psgd.wire.payload import frame_to_tensor, payload_frames
+from psgd.wire.replies import ReplyDecoder
 from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
 from psgd.wire.shm.links import ClientSegments, PayloadCache, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
 from psgd.workers.grads_request import GradsRequest
+from psgd.workers.heartbeats import Heartbeats
 from psgd.workers.push_cursor import PushCursor
 
 __all__ = ["PSClient", "GradsRequest", "RemoteError", "RequestFailed", "Interrupted", "REJOINS_PER_SHARD"]
@@ -37,6 +38,8 @@ __all__ = ["PSClient", "GradsRequest", "RemoteError", "RequestFailed", "Interrup
 # restarted or timed the worker out (a storm of kills can do both within one call);
 # more than this means something keeps dropping the worker, and the call fails.
 REJOINS_PER_SHARD = 3
+# The decoding buffer of an encoded WELCOME's parameters: apart from the pulls' reply slots (0, 1).
+WELCOME_SLOT = -1
 
 
 class PSClient:
@@ -71,15 +74,13 @@ class PSClient:
         self.min_clocks = [0] * layout.num_shards
         self.fastest_step_s = 0.0  # the fastest worker's time per step, as the shards last reported it
         self.bytes_sent = 0
+        self.replies = ReplyDecoder(layout.shard_sizes)  # pulled bytes; encoded replies decoded (and checked)
         self.peak_push_bytes = 0  # the most wire bytes one push (all its shards) carried
         self.pushes = 0  # pushes this client completed (every shard answered); `seq` also counts a predecessor's
         self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
         self.reply_in_slot = [False] * layout.num_shards  # per shard: the last parameters lie in a reply slot
-        self._hb_stop = threading.Event()
-        self._hb_thread = None
-        if heartbeat_s and role == Role.WORKER:
-            self._hb_thread = threading.Thread(target=self._heartbeat, args=(list(addresses), heartbeat_s),
-                                               name="psgd-heartbeat", daemon=True)
+        self._heartbeats = Heartbeats(list(addresses), rank, self._sessions, heartbeat_s, self._curve) \
+            if heartbeat_s and role == Role.WORKER else None
 
     # ---- public API -------------------------------------------------------
     @property
@@ -105,8 +106,8 @@ class PSClient:
         """Join every shard; returns the current parameters (one flat tensor per shard)
         and sets `clock` to where this worker continues (a restarted worker resumes)."""
         out = self._register_shards(range(self.layout.num_shards))
-        if self._hb_thread is not None and not self._hb_thread.is_alive():
-            self._hb_thread.start()
+        if self._heartbeats is not None:
+            self._heartbeats.start()
         return out
 
     def pull(self) -> list[torch.Tensor]:
@@ -126,7 +127,8 @@ class PSClient:
     def leave(self, timeout_s: float = 2.0) -> bool:
         """Tell every shard this worker is done so nobody waits for it. Best effort,
         also while stopping: returns False if a shard did not confirm in time."""
-        self._hb_stop.set()
+        if self._heartbeats is not None:
+            self._heartbeats.stop()
         try:
             self._rpc.call({s: P.encode(P.Leave(req=self._rpc.next_id(), rank=self.rank))
                             for s in range(self.layout.num_shards)},
@@ -149,9 +151,8 @@ class PSClient:
                         for s in range(self.layout.num_shards)})
 
     def close(self) -> None:
-        self._hb_stop.set()
-        if self._hb_thread is not None and self._hb_thread.is_alive():
-            self._hb_thread.join(timeout=2)
+        if self._heartbeats is not None:
+            self._heartbeats.stop(join_s=2)
         self._conns.close()
         self._shm.close()
         self.encoder.forget()  # its last payload may view a segment
@@ -218,7 +219,10 @@ class PSClient:
             self.shard_cursors[s].joined(welcome.last_seq)
             self._sessions[s] = welcome.session
             self.versions[s] = welcome.version
-            out.append(frame_to_tensor(payload[0], "f32", self.layout.shard_sizes[s]))
+            numel = self.layout.shard_sizes[s]  # a worker's parameters come in the reply encoding from the start
+            out.append(frame_to_tensor(payload[0], "f32", numel) if welcome.encoding == "f32" else
+                       self.replies.decode(s, WELCOME_SLOT, welcome.encoding, numel, welcome.scale, payload,
+                                           counted=False))
         self._params_at = None  # the first step after joining is not timed (it may wait for the start)
         return out
 
@@ -373,9 +377,16 @@ class PSClient:
         """Shard s's parameters from its PARAMS reply; notes its version and clocks."""
         if not isinstance(rec, P.Params) or len(payload) != payload_frames(rec):
             raise RemoteError(s, "bad_reply", f"expected PARAMS with its frame, got {rec.TYPE.name}")
+        # wire.compression.replies: decoded and checked into the client's own buffer, before anything is noted
+        decoded = None if rec.encoding == "f32" else self.replies.decode(
+            s, slot, rec.encoding, rec.numel, rec.scale, payload, self._shm_params(s, rec, slot) if rec.shm else None)
         self.versions[s] = rec.version
         self.min_clocks[s] = rec.min_clock
         self.fastest_step_s = rec.fastest_step_s or self.fastest_step_s
+        if decoded is not None:
+            self.reply_in_slot[s] = False
+            return decoded
+        self.replies.count("f32", rec.numel)
         self.reply_in_slot[s] = rec.shm
         return self._shm_params(s, rec, slot) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel)
 
@@ -388,13 +399,3 @@ class PSClient:
         if out is None or rec.numel != self.layout.shard_sizes[s]:
             raise RemoteError(s, "bad_reply", "PARAMS names a shared-memory reply this client cannot read")
         return out
-
-    def _heartbeat(self, addresses: list[str], period: float) -> None:
-        conns = ShardConnections(addresses, curve=self._curve)
-        try:
-            while not self._hb_stop.wait(period):
-                conns.recv(0)  # refusals (a session from before a shard restart) must not pile up
-                for s in range(len(addresses)):
-                    conns.send(s, P.encode(P.Heartbeat(rank=self.rank, session=self._sessions[s])))
-        finally:
-            conns.close()

@@ -66,6 +66,9 @@ class OptimizerStats:
     fp32_bytes: int      # what every gradient encoded so far costs as fp32
     compression_ratio: float  # encoded bytes / fp32 bytes over every gradient encoded (1.0 before any)
     encode_s: float      # seconds the codec spent encoding this worker's pushes
+    pull_bytes: int      # parameter bytes its pulls' replies carried, as encoded (wire.compression.replies)
+    pull_fp32_bytes: int  # what the same replies cost as fp32
+    reply_decode_s: float  # seconds the codec spent decoding them (0 for fp32 replies)
     slowest_clock: int   # the slowest worker's clock, as the shards last reported it
 
 
@@ -282,7 +285,8 @@ class Optimizer:
                               peak_push_bytes=c.peak_push_bytes,
                               fp32_bytes=c.encoder.fp32_bytes, compression_ratio=c.encoder.compression_ratio,
                               encode_s=c.encoder.encode_s,
-                              slowest_clock=min(c.min_clocks))
+                              slowest_clock=min(c.min_clocks), pull_bytes=c.replies.wire_bytes,
+                              pull_fp32_bytes=c.replies.fp32_bytes, reply_decode_s=c.replies.decode_s)
 
     def state_dict(self) -> dict:
         """This worker's position and the servers' rule. The optimizer state itself

@@ -82,6 +82,8 @@ def run_worker(ctx: RoleContext) -> int:
                     resends=sent.resends,
                     bytes_sent=sent.bytes_sent, peak_push_bytes=sent.peak_push_bytes, fp32_bytes=sent.fp32_bytes,
                     compression_ratio=round(sent.compression_ratio, 6), encode_s=round(sent.encode_s, 6),
+                    pull_bytes=sent.pull_bytes, pull_fp32_bytes=sent.pull_fp32_bytes,
+                    reply_decode_s=round(sent.reply_decode_s, 6),
                     **({"outer_delayed_rounds": opt.eager.delayed} if opt.eager is not None else {}))
     return 0
 

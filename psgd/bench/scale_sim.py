@@ -47,6 +47,7 @@ class LightExecutor(Executor):
         self._free = [[] for _ in sizes]
         self.now = 0.0
         self.gradient_s = self.evaluate_s = self.shard_s = 0.0
+        self.reply_encoding, self._pulled = "f32", None  # the bench's replies are fp32
         gen = torch.Generator().manual_seed(cfg.run.seed)
         self.grads = [torch.randn(n, generator=gen) * 1e-3 for n in sizes]
         self.workers = []
@@ -123,14 +124,15 @@ def calibrate_from_point(row: dict, numel: int, bandwidth_gbps: float = 25.0, ap
             "bandwidth_gbps": bandwidth_gbps, "apply_gbytes_per_s": apply_gbytes_per_s}
 
 
-def calibrate_wake(base: dict, loaded: dict, numel: int, sim: dict, iterations: int = 30) -> dict:
+def calibrate_wake(base: dict, loaded: dict, numel: int, sim: dict, precision_us: float = 1e-3) -> dict:
     """`sim` (calibrated from the 1-worker point `base`) with its shard time split
     into a per-request part and a wake part (sim.wake_us) so that the loaded
     point's simulated service per request equals the real shard CPU per request
     there. At one worker every request finds the shard idle, so request + wake
     stays the base point's service and that point is reproduced as before; the
     split is found by bisection on the wake (the loaded point's simulated
-    service falls as more of it is wake: fewer requests pay it)."""
+    service falls as more of it is wake: fewer requests pay it), down to
+    `precision_us`, the resolution the result is rounded to."""
     total_us = sim["request_us"] + sim.get("wake_us", 0.0)
     target_us = 1e6 * loaded["shard_cpu_cores"] / loaded["updates_per_s"]
 
@@ -141,7 +143,7 @@ def calibrate_wake(base: dict, loaded: dict, numel: int, sim: dict, iterations: 
     lo, hi = 0.0, total_us
     if service_us(hi) > target_us:  # even all wake cannot make it that cheap: the closest split
         lo = hi
-    for _ in range(iterations if lo < hi else 0):
+    while hi - lo > precision_us:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if service_us(mid) > target_us else (lo, mid)
     wake = round(lo, 3)

@@ -26,7 +26,6 @@ from typing import Callable, Optional, Sequence
 
 from psgd.config import Config
 from psgd.sim.time_model import TimeModel
-from psgd.wire.codecs import encoding_of
 
 __all__ = ["sim_overrides", "rate_grid", "eval_spacing_s", "EVALS_PER_SPAN", "EVALS_PER_TARGET", "GRID_FACTORS"]
 
@@ -42,7 +41,7 @@ def sim_overrides(cfg: Config, measure: Callable[[], tuple[float, int]]) -> list
         return []
     resolved_ms, numel = measure()
     compute_ms = float(f"{resolved_ms:.6g}")
-    time = TimeModel.from_config(cfg.sim, compute_ms, encoding_of(cfg.wire))
+    time = TimeModel.for_run(cfg, compute_ms)
     round_s = cfg.cluster.workers * time.service_s(-(-numel // cfg.cluster.num_servers))
     span_s = cfg.train.steps_per_worker * max(time.compute_s, round_s)
     sets = [f"sim.compute_ms={compute_ms}", "train.stop_at_target=true"]

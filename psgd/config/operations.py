@@ -15,7 +15,7 @@ from psgd.config.loader import int_max
 # Below it nothing was measured, and a segment reserves at least two pages anyway.
 SHARED_MEMORY_MIN_BYTES = 4 << 10
 
-__all__ = ["WireConfig", "Compression", "CompressionChoice", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
+__all__ = ["WireConfig", "Compression", "REPLY_COMPRESSIONS", "CompressionChoice", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
            "RayScheduling",
            "LoggingConfig"]
 
@@ -24,6 +24,9 @@ __all__ = ["WireConfig", "Compression", "CompressionChoice", "CheckpointConfig",
 # with a scale per block of 64, or 2-bit with error feedback (int2_ef).
 # Each value is a codec's config_name (psgd.wire.codecs; its registry checks the two agree).
 Compression = Literal["none", "fp16", "bf16", "topk", "int8", "int4", "int2_ef"]
+# The values a reply (pulled parameters) may use: the codecs that keep no state. An error-feedback
+# codec (topk, int2_ef) would need a residual per receiver (the registry checks the two lists agree).
+REPLY_COMPRESSIONS: tuple[str, ...] = ("none", "fp16", "bf16", "int8", "int4")
 
 
 @dataclass(frozen=True)
@@ -32,14 +35,21 @@ class CompressionChoice:
     push is one flat tensor with one encoding on the wire), by its size and by what
     the run pushes, as hivemind's SizeAdaptiveCompression / RoleAdaptiveCompression do.
     A shard of fewer than `small_below` elements uses `small`; otherwise a run with
-    local updates uses `deltas`; anything left uses `default`."""
+    local updates uses `deltas`; anything left uses `default`. `replies` is the
+    parameters' encoding in a shard's answers to workers' pulls (its role)."""
     default: Compression = "none"           # every shard the keys below do not choose for
     small: Optional[Compression] = None     # shards below small_below elements (None: as the others)
     small_below: int = field(default=4096, metadata=int_max(2**31 - 1))  # elements of a shard's flat tensor
     deltas: Optional[Compression] = None    # local-update pushes (None: default)
+    # The parameters in a shard's answers to a worker's registration and pulls (None: fp32, as before).
+    # Only the codecs that keep no state: none, fp16, bf16, int8, int4. The evaluator's pulls stay fp32.
+    replies: Optional[Compression] = None
 
     def __post_init__(self):
         _check(self.small_below >= 0, "small_below", f"must be >= 0, got {self.small_below}")
+        _check(self.replies is None or self.replies in REPLY_COMPRESSIONS, "replies",
+               f"{self.replies} keeps an error-feedback residual per receiver, which a reply to many "
+               f"workers cannot: use one of {', '.join(REPLY_COMPRESSIONS)}")
 
     def for_shard(self, numel: int, local_updates: bool) -> str:
         """The `wire.compression` value for one shard's pushes."""
@@ -54,8 +64,9 @@ class CompressionChoice:
 class WireConfig:
     # Each push's encoding: one for every shard (none: fp32; fp16/bf16 scaled; topk with error feedback;
     # int8/int4 with one scale per 64-element block; int2_ef: 2-bit with error feedback), or a mapping
-    # {default, small, small_below, deltas} choosing per shard: shards of fewer than small_below (4096)
-    # elements use small, local-update deltas use deltas, the rest default (CompressionChoice).
+    # {default, small, small_below, deltas, replies} choosing per shard: shards of fewer than small_below (4096)
+    # elements use small, local-update deltas use deltas, the rest default; replies: the parameters
+    # workers pull (none, fp16, bf16, int8 or int4; unset: fp32) (CompressionChoice).
     compression: Union[Compression, CompressionChoice] = "none"
     topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
     max_message_mb: int = field(default=1024, metadata=int_max(2047))  # sockets refuse larger messages (< 2 GiB)
@@ -81,6 +92,12 @@ class WireConfig:
         if isinstance(choice, str):
             return [choice] * len(shard_sizes)
         return [choice.for_shard(n, local_updates) for n in shard_sizes]
+
+    @property
+    def reply_compression(self) -> str:
+        """The `compression` value of the parameters a shard sends a worker's pull ("none": fp32)."""
+        choice = self.compression
+        return "none" if isinstance(choice, str) or choice.replies is None else choice.replies
 
 
 @dataclass(frozen=True)

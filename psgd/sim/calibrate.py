@@ -53,7 +53,6 @@ from psgd.config import Config, ConfigError, Mode, Role, load_config
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
 from psgd.sim.time_model import Fifo, TimeModel, stream, stream_together
-from psgd.wire.codecs import encoding_of
 
 __all__ = ["Calibration", "calibrate"]
 
@@ -231,7 +230,7 @@ def calibrate(run_dir: Path) -> Calibration:
         spread = math.sqrt(max(0.0, statistics.pvariance(means) - noise)) / statistics.fmean(means)
 
     # ---- the shards' service per push, less what the rates already charge ----------
-    model = TimeModel.from_config(cfg.sim, compute_s * 1e3, encoding_of(cfg.wire))
+    model = TimeModel.for_run(cfg, compute_s * 1e3)
     service_s = sum(busy.values()) / shards / pushes
     rates_s = model.service_s(largest) - model.request_s  # decode and apply
 

@@ -34,7 +34,6 @@ from psgd.sim.compute import resolve_compute
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
-from psgd.wire.codecs import encoding_of
 from psgd.workers.step import forward_backward
 
 __all__ = ["CostPoint", "Floor", "measure_cost", "measure_gemm_peak", "measure_plain_loop"]
@@ -100,7 +99,7 @@ def measure_cost(cfg: Config, workers: int, steps_per_worker: int, batched: bool
     init_s = initialize_functorch() if batched else 0.0
     ex = Executor(cfg, batched=batched)
     compute_ms = resolve_compute(cfg, ex.task).compute_ms
-    engine = Engine(ex, TimeModel.from_config(cfg.sim, compute_ms, encoding_of(cfg.wire)),
+    engine = Engine(ex, TimeModel.for_run(cfg, compute_ms),
                     steps_per_worker=steps_per_worker, max_time_s=cfg.train.max_time_s, eval_every_s=None)
     t0 = time.process_time()
     result = engine.run()

@@ -264,7 +264,7 @@ class Engine(FragmentTurns):
                 reply, self.faults.request[reply.rank] if request is None else request):
             return
         arrive = stream(self.shard_out[reply.shard], self.time.shard_link, self.worker_down[reply.rank],
-                        self.time.worker_link, t, 4 * reply.params.numel())
+                        self.time.worker_link, t, reply.wire_bytes)
         self.q.put(arrive, Kind.REPLY, reply)
 
     send_reply = _send_reply
@@ -330,7 +330,8 @@ class Engine(FragmentTurns):
                          pushes=w.pushes - cut, seqs=seqs - cut, resends=0,
                          bytes_sent=w.encoder.wire_bytes - (open_bytes or 0), peak_push_bytes=w.peak_push_bytes,
                          fp32_bytes=w.encoder.fp32_bytes,
-                         compression_ratio=round(w.encoder.compression_ratio, 6)))
+                         compression_ratio=round(w.encoder.compression_ratio, 6),
+                         pull_bytes=w.pulled.wire_bytes, pull_fp32_bytes=w.pulled.fp32_bytes))
 
     # ---- the loop ---------------------------------------------------------
     def run(self) -> SimResult:

@@ -13,7 +13,8 @@ flat parameters a worker holds (psgd.sim.binding), so nothing is copied into
 it. A reply hands out the shard's live parameters, and workers that read the
 same version share that one tensor: the shard's own copy-on-write
 (ShardState.sending) copies them only when it must update them while a
-worker that read them has not yet used them.
+worker that read them has not yet used them. In a reply encoding
+(wire.compression.replies) they share the version's decoded copy instead.
 """
 from __future__ import annotations
 
@@ -36,10 +37,11 @@ from psgd.sim.batched_steps import BatchedSteps
 from psgd.sim.binding import ModelBinding
 from psgd.sim.fault_steps import FaultSteps
 from psgd.sim.fragment_steps import FragmentSteps
-from psgd.sim.messages import Push, Read, Reply, decode_push
+from psgd.sim.messages import PulledParams, Push, Read, Reply, decode_push
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
 from psgd.wire.codecs import WireEncoder, codec_named, encodings_for
+from psgd.wire.replies import ReplyDecoder, reply_encoding
 from psgd.workers.fragment_rounds import FragmentRounds
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
@@ -70,6 +72,8 @@ class VirtualWorker(PushCursor):
     # Streaming DiLoCo: its fragment rounds, and each shard's own seq and clock (as PSClient.shard_cursors)
     fragments: Optional[FragmentRounds] = None
     shard_cursors: list[PushCursor] = field(default_factory=list)
+    # Counts the bytes its pulls' replies carried, as the client's does (it decodes nothing itself).
+    pulled: ReplyDecoder = field(default_factory=lambda: ReplyDecoder([]))
 
     def pull_clock(self, s: int) -> int:
         """The clock a pull from shard s is for (a fragment push: that shard's own)."""
@@ -124,6 +128,10 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         self.evaluate_s = 0.0  # CPU seconds scoring the test set
         self.shard_s = 0.0     # CPU seconds in the shards' pushes and pulls (the servers' rules and updates)
         self._encodings = encodings
+        # What workers read (welcomes and pulls) in wire.compression.replies; None: the live fp32 parameters.
+        self.reply_encoding = reply_encoding(cfg.wire)
+        self._pulled = (None if self.reply_encoding == "f32"
+                        else [PulledParams(self.reply_encoding) for _ in range(self.num_shards)])
         self._train = self.task.train_data()
         self.recycling = True  # served gradient buffers are reused (off when a push may be resent: sim.faults)
         self.workers: list[VirtualWorker] = []
@@ -160,10 +168,22 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
 
     # ---- memory -----------------------------------------------------------
     def _read(self, s: int) -> tuple[torch.Tensor, Read]:
-        """Shard s's live parameters, marked as read until the worker steps on them."""
+        """Shard s's live parameters, marked as read until the worker steps on them; in a
+        reply encoding, their decoded copy (no mark: the live ones may change)."""
         read = Read()
+        if self._pulled is not None:
+            return self.pulled_params(s, self.shards[s].live_params(), self.shards[s].version), read
         self.shards[s].sending(read)
         return self.shards[s].live_params(), read
+
+    def restart_replies(self, s: int) -> None:
+        """Shard s's process started again: nothing it encoded before is reused."""
+        if self._pulled is not None:
+            self._pulled[s] = PulledParams(self.reply_encoding)
+
+    def pulled_params(self, s: int, params: torch.Tensor, version: int) -> torch.Tensor:
+        """Shard s's `params` at `version` as a worker receives them (not to be written to)."""
+        return params if self._pulled is None else self._pulled[s](params, version)
 
     def _gradient_buffers(self) -> list[torch.Tensor]:
         """Zeroed flat gradients, one per shard, reused once their push is served."""
@@ -309,12 +329,13 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
     def _reply(self, s: int, answer: Answer) -> Reply:
         params, read = self._read(s)
         return Reply(answer.rank, s, params, answer.version, answer.clock, answer.min_clock,
-                     answer.fastest_step_s, read)
+                     answer.fastest_step_s, read, encoding=self.reply_encoding)
 
     def _welcome(self, s: int, rank: int, clock: int) -> Reply:
         """A registration's answer: shard s's current parameters and the clock to continue from."""
         params, read = self._read(s)
-        return Reply(rank, s, params, self.shards[s].version, clock, clock, read=read)
+        return Reply(rank, s, params, self.shards[s].version, clock, clock, read=read, encoding=self.reply_encoding,
+                     welcome=True)
 
     @staticmethod
     def _joined(s: int, served: Joined) -> int:
@@ -326,6 +347,8 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         """Worker takes one shard's reply; True once it holds every shard's."""
         w = self.workers[reply.rank]
         w.replies[reply.shard] = reply
+        if not reply.welcome:
+            w.pulled.count(reply.encoding, reply.params.numel())
         if w.fragments is not None:
             return self.fragment_landed(reply.rank)
         if len(w.replies) < self.num_shards:

@@ -59,6 +59,7 @@ class FaultSteps:
             load_shard_state(state, snapshot, self.layout.fingerprint, now)
         self.shards[s] = state
         self.services[s] = ShardService(state)
+        self.restart_replies(s)  # a new process encodes its replies afresh (its versions may repeat)
 
     def replies_of(self, s: int, served) -> list:
         """The replies shard s sends for what a request released (`Served.answers`)."""

@@ -9,8 +9,9 @@ from typing import Optional
 import torch
 
 from psgd.wire.codecs import Encoded, Gradient, codec_named
+from psgd.wire.replies import ReplyEncoder, decode_reply, reply_nbytes
 
-__all__ = ["Push", "Read", "Reply", "decode_push"]
+__all__ = ["Push", "Read", "Reply", "PulledParams", "decode_push"]
 
 
 def decode_push(enc: Encoded, numel: int, owned: Optional[torch.Tensor] = None) -> Gradient:
@@ -29,6 +30,24 @@ def decode_push(enc: Encoded, numel: int, owned: Optional[torch.Tensor] = None) 
     if grad is out or out is None:  # a non-dense codec that decodes dense (int8, ...) made its own tensor
         return grad
     return out.copy_(grad)  # an fp32 payload decodes to a view of the frame
+
+
+class PulledParams:
+    """One shard's parameters as its workers receive them in the reply encoding
+    (wire.compression.replies, not fp32): encoded by the real shard's ReplyEncoder and
+    decoded by the client's decoder, once per version (every worker that reads a
+    version shares the decoded tensor, which nothing writes to)."""
+
+    def __init__(self, encoding: str):
+        self.encoder = ReplyEncoder(encoding)
+        self._last: Optional[tuple[int, torch.Tensor]] = None
+
+    def __call__(self, params: torch.Tensor, version: int) -> torch.Tensor:
+        if self._last is None or self._last[0] != version:
+            enc = self.encoder.encode(params, version)
+            n = params.numel()
+            self._last = (version, decode_reply(enc.encoding, n, enc.scale, torch.empty(n), frames=enc.frames))
+        return self._last[1]
 
 
 @dataclass
@@ -62,6 +81,13 @@ class Reply:
     gen: int = 0        # the worker incarnation it answers (psgd.sim.faults)
     shard_gen: int = 0  # the shard incarnation that sent it
     request: int = 0    # the worker's request it answers
+    encoding: str = "f32"  # the parameters' encoding on the wire (wire.compression.replies)
+    welcome: bool = False  # a registration's answer (not counted as pulled, as a real worker does not)
+
+    @property
+    def wire_bytes(self) -> int:
+        """The parameter bytes it carries, counted as a real worker counts them."""
+        return reply_nbytes(self.encoding, self.params.numel())
 
 
 class Read:

@@ -16,7 +16,6 @@ from psgd.sim.faults import check_faults
 from psgd.sim.limits import check_evaluations
 from psgd.sim.step_times import RecordedSteps, StepTimes, load_recorded_steps
 from psgd.sim.time_model import TimeModel
-from psgd.wire.codecs import encoding_of
 
 __all__ = ["TimePlan", "check_plan", "plan_times"]
 
@@ -34,7 +33,7 @@ def plan_times(cfg: Config, task) -> TimePlan:
     compute = resolve_compute(cfg, task)
     cfg = compute.cfg
     recorded = load_recorded_steps(cfg.sim.step_times_from, cfg.base_dir) if cfg.sim.step_times_from else None
-    time_model = TimeModel.from_config(cfg.sim, compute.compute_ms, encoding_of(cfg.wire))
+    time_model = TimeModel.for_run(cfg, compute.compute_ms)
     mean_step_s = time_model.compute_s if recorded is None else statistics.fmean(
         t for times in recorded.by_rank for t in times) / cfg.sim.speedup
     check_evaluations(cfg, mean_step_s)

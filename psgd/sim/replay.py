@@ -130,7 +130,8 @@ class _Replay:
     def _keep(self, s: int) -> None:
         shard = self.ex.shards[s]
         if self.wanted[s][shard.version] and shard.version not in self.kept[s]:
-            self.kept[s][shard.version] = shard.params.clone()
+            pulled = self.ex.pulled_params(s, shard.params, shard.version)  # as the worker read them
+            self.kept[s][shard.version] = pulled.clone() if pulled is shard.params else pulled
 
     def _compute(self, rank: int, seq: int) -> bool:
         """Compute worker `rank`'s gradients up to push `seq`, in its order; False

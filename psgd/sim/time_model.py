@@ -11,7 +11,9 @@ bounded by its own link, and 64 workers pushing to one shard by the shard's.
 A shard serves one request at a time: a fixed per-request cost, the decode of
 an encoded gradient and the apply of the fp32 gradient. Around its compute a
 worker pays its encode and, on an accelerator, the device-to-host copy of the
-gradient and the host-to-device copy of the parameters it pulled.
+gradient and the host-to-device copy of the parameters it pulled, and the decode
+of those parameters when they come in a reply encoding (wire.compression.replies;
+the shard's encode of them is part of the pull half, which is not modelled).
 """
 from __future__ import annotations
 
@@ -19,9 +21,11 @@ import math
 from dataclasses import dataclass, fields
 from typing import Optional
 
-from psgd.config import ConfigError
+from psgd.config import Config, ConfigError
 from psgd.config.sim import SimConfig
 from psgd.sim.codec_cost import codec_rates
+from psgd.wire.codecs import encoding_of
+from psgd.wire.replies import reply_encoding
 
 __all__ = ["Fifo", "Link", "TimeModel", "ring_allreduce_s", "stream", "stream_together"]
 
@@ -106,12 +110,21 @@ class TimeModel:
     encode_bytes_per_s: Optional[float] = None  # None: free (fp32 travels as it is)
     decode_bytes_per_s: Optional[float] = None
     host_bytes_per_s: Optional[float] = None    # host <-> device copies; None: none (a CPU worker)
+    reply_decode_bytes_per_s: Optional[float] = None  # a worker decoding its replies; None: fp32 replies
 
     @classmethod
-    def from_config(cls, sim: SimConfig, compute_ms: float, encoding: str = "f32") -> "TimeModel":
+    def for_run(cls, cfg: Config, compute_ms: float) -> "TimeModel":
+        """The time model of a run: its `sim:` section, its pushes' and its replies' encodings."""
+        return cls.from_config(cfg.sim, compute_ms, encoding_of(cfg.wire), reply_encoding(cfg.wire))
+
+    @classmethod
+    def from_config(cls, sim: SimConfig, compute_ms: float, encoding: str = "f32",
+                    reply: str = "f32") -> "TimeModel":
         """`compute_ms`: the step time before sim.speedup (psgd.sim.compute resolves it);
-        `encoding`: the run's wire encoding (psgd.wire.codecs.encoding_of(cfg.wire)). Raises ConfigError
-        naming sim when a combination of finite keys gives a time that is not finite."""
+        `encoding`: the run's push encoding (psgd.wire.codecs.encoding_of(cfg.wire)); `reply`: its
+        replies' (psgd.wire.replies.reply_encoding: decoded at the codec's own rate, as
+        sim.decode_gbytes_per_s is the shards'). Raises ConfigError naming sim when a combination
+        of finite keys gives a time that is not finite."""
         def link(latency_us: Optional[float], gbps: Optional[float]) -> Link:
             latency_us = sim.latency_us if latency_us is None else latency_us
             gbps = sim.bandwidth_gbps if gbps is None else gbps
@@ -120,7 +133,7 @@ class TimeModel:
         model = cls(compute_ms / 1e3 / sim.speedup, link(sim.worker_latency_us, sim.worker_bandwidth_gbps),
                     link(sim.shard_latency_us, sim.shard_bandwidth_gbps), sim.request_us / 1e6,
                     sim.apply_gbytes_per_s * 1e9, sim.compute_jitter, sim.wake_us / 1e6, sim.worker_spread,
-                    encode, decode, _rate(sim.profile().host_gbytes_per_s))
+                    encode, decode, _rate(sim.profile().host_gbytes_per_s), codec_rates(reply, None, None)[1])
         for f in fields(model):
             value = getattr(model, f.name)
             for v in (value.latency_s, value.bytes_per_s) if isinstance(value, Link) else (value,):
@@ -163,8 +176,9 @@ class TimeModel:
         return copy_s + (nbytes / self.encode_bytes_per_s if self.encode_bytes_per_s else 0.0)
 
     def after_pull_s(self, numel: int) -> float:
-        """Pulled parameters copied to the device before the next step computes."""
-        return 4 * numel / self.host_bytes_per_s if self.host_bytes_per_s else 0.0
+        """Pulled parameters decoded (a reply encoding) and copied to the device before the next step computes."""
+        decode_s = 4 * numel / self.reply_decode_bytes_per_s if self.reply_decode_bytes_per_s else 0.0
+        return decode_s + (4 * numel / self.host_bytes_per_s if self.host_bytes_per_s else 0.0)
 
     def allreduce_s(self, nbytes: int, workers: int) -> float:
         """The baseline's ring over the workers' links (each hop crosses two)."""

@@ -30,9 +30,10 @@ def payload_frames(record: P.Record) -> int:
     if isinstance(record, P.Push):
         codec = CODECS.get(record.encoding)
         return 0 if record.shm else codec.frames if codec is not None else 1
-    if isinstance(record, P.Params):
-        return 0 if record.shm else 1
-    return 1 if isinstance(record, P.Welcome) else 0
+    if isinstance(record, (P.Params, P.Welcome)):
+        codec = CODECS.get(record.encoding)
+        return 0 if isinstance(record, P.Params) and record.shm else codec.frames if codec is not None else 1
+    return 0
 
 
 def wire_nbytes(encoding: str, numel: int, nnz: int = 0) -> int:

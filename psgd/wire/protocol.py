@@ -85,6 +85,8 @@ class Welcome(Record):
     session: str = ""           # workers: heartbeats for the rank must carry this
     shm: bool = False           # the offered segment is attached: payloads may travel through it
     bell: bool = False          # the offered doorbell is open: header-only messages may ring it
+    encoding: str = "f32"       # the parameters' encoding, as in PARAMS (a worker's: wire.compression.replies)
+    scale: float = 1.0          # dense encodings: value = wire * scale
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,8 @@ class Params(Record):
     version: int = 0
     clock: int = 0              # the requester's clock as the shard sees it
     min_clock: int = 0          # slowest live worker's clock when answered
-    encoding: str = "f32"
+    encoding: str = "f32"       # a codec's wire name (wire.compression.replies; psgd.wire.replies): its frames follow
+    scale: float = 1.0          # dense encodings: value = wire * scale
     numel: int = 0
     shm: bool = False           # the parameters lie in the segment's reply region, stamped with req; no frame
     fastest_step_s: float = 0.0  # the fastest live worker's latest time per training step (0: not known)

@@ -3,6 +3,8 @@ namespaces (tests/support/ray_cluster.py): node A (the head, `node_a`) shares
 the filesystem with the launcher; node B (`node_b`) has its own /tmp and
 /dev/shm, so what its roles write comes back only through Ray."""
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -286,7 +288,8 @@ def test_ray_address_in_the_environment_joins_the_two_node_cluster(two_nodes, tm
 def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
     """cluster.workers {min: 1, max: 4} with 1.5-CPU workers: node A (4 CPUs, two 1-CPU shards)
     holds worker 0, node B (4 CPUs) two more. The run grows onto node B, loses those two with
-    it and goes on, then grows again when node B joins the cluster anew; train.max_time_s ends it."""
+    it and goes on, then grows again when node B joins the cluster anew; once the new workers
+    have trained, Ctrl-C ends it (a time limit would only add waiting)."""
     cluster, out = two_nodes, tmp_path / "run"
     metrics = out / "metrics.jsonl"
 
@@ -295,13 +298,19 @@ def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
             return []
         return [e for e in _events(out) if e.get("event") == "membership" and e["change"] == kind]
 
+    def trained_since_the_last_join():
+        events = _events(out)
+        joins = [i for i, e in enumerate(events) if e.get("event") == "membership" and e["change"] == "joined"]
+        newest = {events[i]["rank"] for i in joins[2:]}
+        return len(joins) == 4 and newest <= {e["rank"] for e in events[joins[-1]:] if e.get("event") == "step"}
+
     proc = spawn(cluster.on_a(psgd_cmd(
         "launch", str(QUICKSTART), "--on", "ray", "--address", cluster.address, "--out", str(out), "--quiet",
         "--set", "cluster.workers={min: 1, max: 4}", "--set", "consistency.mode=ssp",
         "--set", "consistency.staleness=2", "--set", "cluster.timeout_s=2", "--set", "cluster.heartbeat_s=0.5",
         "--set", "ray.server.num_cpus=1", "--set", "ray.server.resources={node_a: 1}",
         "--set", "ray.worker.num_cpus=1.5", "--set", "eval.enabled=false",
-        "--set", "workers.device_ms=20", "--set", "train.steps_per_worker=100000", "--set", "train.max_time_s=60")),
+        "--set", "workers.device_ms=20", "--set", "train.steps_per_worker=100000")),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
     try:
         assert wait_for(lambda: len(changes("joined")) == 2, timeout=90, interval=0.2), "no worker joined on node B"
@@ -309,13 +318,15 @@ def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
         assert wait_for(lambda: len(changes("left")) == 2, timeout=60, interval=0.2), "node B's workers stayed"
         cluster.start_node_b()
         assert wait_for(lambda: len(changes("joined")) == 4, timeout=60, interval=0.2), "node B's return added none"
-        output, _ = proc.communicate(timeout=120)
+        assert wait_for(trained_since_the_last_join, timeout=60, interval=0.2), "the new workers did not train"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: every role stops cleanly and reports
+        output, _ = proc.communicate(timeout=60)
     finally:
         kill_tree(proc)
-    assert proc.returncode == 0, output[-3000:]
+    assert proc.returncode == 128 + signal.SIGINT, output[-3000:]
     events = _events(out)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["restarts"] == 0
+    assert summary["status"] == "interrupted" and summary["restarts"] == 0
     order = [(c["change"], c["rank"], c["cause"]) for c in summary["membership_changes"]]
     assert sorted(order[:2]) == [("joined", 1, "scaled_up"), ("joined", 2, "scaled_up")]
     assert sorted(order[2:4]) == [("left", 1, "lost"), ("left", 2, "lost")]

@@ -12,6 +12,8 @@ import torch
 from conftest import ROOT, launch
 
 from psgd.cli import main
+from psgd.core.sharding import make_layout
+from psgd.wire.replies import reply_nbytes
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +54,8 @@ def _replay(run_dir, *extra):
     ["consistency.mode=ssp", "consistency.staleness=2"],
     ["consistency.mode=asp", "wire.compression=topk", "wire.topk_ratio=0.1"],
     ["consistency.mode=asp", "wire.compression=int2_ef"],
-], ids=["asp", "ssp", "asp-topk", "asp-int2ef"])
+    ["consistency.mode=asp", "wire.compression={replies: int8}"],  # workers train on decoded replies
+], ids=["asp", "ssp", "asp-topk", "asp-int2ef", "asp-int8-replies"])
 def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides, request):
     if overrides == ["consistency.mode=asp"]:
         run_dir, summary = request.getfixturevalue("asp_run")
@@ -71,6 +74,11 @@ def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides, req
     assert all(torch.equal(replayed[k], saved[k]) for k in saved)
     # The order mattered: gradients were applied at several different stalenesses.
     assert len(summary["staleness_hist"]) > 1, summary["staleness_hist"]
+    sizes = make_layout([(k, tuple(v.shape)) for k, v in saved.items()], 2).shard_sizes  # the mlp: parameters only
+    encoding = "int8" if "replies" in overrides[-1] else "f32"
+    assert summary["pull_compression_ratio"] == round(sum(reply_nbytes(encoding, n) for n in sizes)
+                                                      / (4 * sum(sizes)), 6)
+    assert (summary["codec_reply_encode_s"] is None) is (encoding == "f32")
 
 
 @pytest.mark.timeout(200)

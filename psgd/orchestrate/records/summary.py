@@ -59,6 +59,8 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
     done = [e for e in events if e.get("event") == Event.DONE and e.get("role") in (Role.WORKER, Role.ALLREDUCE)]
     wire_bytes = sum(int(e.get("bytes_sent", 0)) for e in done)
     fp32_bytes = sum(int(e.get("fp32_bytes", 0)) for e in done)
+    pull_bytes = sum(int(e.get("pull_bytes", 0)) for e in done)
+    pull_fp32_bytes = sum(int(e.get("pull_fp32_bytes", 0)) for e in done)
     losses = [e["loss"] for e in steps[-max(1, cfg.cluster.workers * 5):] if e.get("loss") is not None]
     span = cfg.cluster.worker_range
     return {
@@ -102,6 +104,11 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
         "compression_ratio": round(wire_bytes / fp32_bytes, 6) if fp32_bytes else None,
         # What one training example cost on the wire: local updates push once per round.
         "wire_bytes_per_example": round(wire_bytes / (len(steps) * cfg.task.batch_size), 3) if steps else None,
+        # Parameter bytes the workers' pulls brought back, as encoded (wire.compression.replies), per
+        # training example, and over what fp32 would have carried (registrations not counted).
+        "pull_bytes_received": pull_bytes,
+        "pull_bytes_per_example": round(pull_bytes / (len(steps) * cfg.task.batch_size), 3) if steps else None,
+        "pull_compression_ratio": round(pull_bytes / pull_fp32_bytes, 6) if pull_fp32_bytes else None,
         # The most bytes one worker's push carried (streaming DiLoCo: one fragment's): the peak a sync needs.
         "peak_push_bytes": max((int(e["peak_push_bytes"]) for e in done if "peak_push_bytes" in e), default=None),
         # The codecs' own time: the workers encoding their pushes, the shards decoding them
@@ -109,6 +116,10 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
         "codec_encode_s": round(sum(float(e["encode_s"]) for e in done if "encode_s" in e), 6)
         if any("encode_s" in e for e in done) else None,
         "codec_decode_s": round(counters["decode_us"] / 1e6, 6) if "decode_us" in counters else None,
+        # The same for replies in a reply encoding: the shards encoding them, the workers decoding them.
+        "codec_reply_encode_s": round(counters["reply_encode_us"] / 1e6, 6) if "reply_encode_us" in counters else None,
+        "codec_reply_decode_s": round(sum(float(e["reply_decode_s"]) for e in done if "reply_decode_s" in e), 6)
+        if "reply_encode_us" in counters else None,
         **(_quorum(counters) if cfg.consistency.quorum is not None else {}),
     }
 

@@ -122,6 +122,7 @@ class BlockCodec(Codec):
     wire_dtype = torch.uint8
     dense = False       # two frames: codes and scales (never through shared memory, never in pieces)
     elementwise = False
+    error_feedback = False  # int2_ef's residual makes it True
 
     @classmethod
     def bytes_per_element(cls, options: CodecOptions) -> float:

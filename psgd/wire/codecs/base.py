@@ -77,6 +77,7 @@ class Codec(ABC):
     wire_dtype: ClassVar[torch.dtype]  # dtype of the values it sends
     dense: ClassVar[bool]             # one frame of `numel` values (may travel through shared memory)
     elementwise: ClassVar[bool]       # an element's bytes depend on it alone: a gradient may go in pieces
+    error_feedback: ClassVar[bool]    # keeps a residual per receiver (never for replies, sent to many workers)
     cost: ClassVar[Optional[CodecCost]]  # CPU time to encode and decode; None: free (the gradient travels as it is)
 
     def __init__(self, sizes: Sequence[int], options: CodecOptions):
@@ -131,6 +132,7 @@ class DenseCodec(Codec):
 
     frames = 1
     dense = True
+    error_feedback = False
 
     def __init__(self, sizes: Sequence[int], options: CodecOptions):
         super().__init__(sizes, options)
@@ -183,7 +185,7 @@ class DenseCodec(Codec):
 CODECS: dict[str, type[Codec]] = {}
 
 _ATTRIBUTES = {"name": str, "config_name": str, "frames": int, "wire_dtype": torch.dtype, "dense": bool,
-               "elementwise": bool}
+               "elementwise": bool, "error_feedback": bool}
 
 
 def codec(cls: type[Codec]) -> type[Codec]:

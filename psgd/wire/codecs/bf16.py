@@ -1,4 +1,5 @@
-"""bfloat16: each value rounded to 8 mantissa bits; fp32's range, so no scale."""
+"""bfloat16: each value rounded to 8 mantissa bits (nearest); fp32's range, so no scale:
+|x - decode(encode(x))| <= |x| * 2**-8 + 2**-133 (the second term: fp32 subnormals)."""
 from __future__ import annotations
 
 import torch

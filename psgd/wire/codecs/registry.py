@@ -12,13 +12,14 @@ from __future__ import annotations
 import typing
 from typing import Optional, Sequence
 
-from psgd.config.operations import Compression, WireConfig
+from psgd.config.loader import ConfigError
+from psgd.config.operations import REPLY_COMPRESSIONS, Compression, WireConfig
 from psgd.core.members import check_words, import_members
 from psgd.wire.codecs.base import CODECS, Codec
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
 __all__ = ["CODECS", "codec_named", "dense_codec", "codec_for_compression", "encoding_of", "encodings_for",
-           "check_codecs"]
+           "check_codecs", "check_reply_codecs"]
 
 
 def check_codecs(codecs: dict[str, type[Codec]], compression_values: tuple[str, ...]) -> None:
@@ -51,10 +52,17 @@ def codec_for_compression(compression: str) -> type[Codec]:
 
 
 def encoding_of(wire: WireConfig) -> str:
-    """The protocol's `encoding` (a codec's wire name) that a plain-string `wire.compression` selects."""
-    if not isinstance(wire.compression, str):
-        raise ValueError("wire.compression chooses per shard: use encodings_for")
-    return codec_for_compression(wire.compression).name
+    """The protocol's `encoding` (a codec's wire name) of every push: `wire.compression` as a
+    plain string, or a mapping that chooses the same for every shard and role (its `replies`
+    aside). ConfigError for a mapping that chooses per shard (the simulator's time model
+    takes one push encoding)."""
+    choice = wire.compression
+    if isinstance(choice, str):
+        return codec_for_compression(choice).name
+    if {choice.small, choice.deltas} - {None, choice.default}:
+        raise ConfigError("wire.compression", "the simulator's time model takes one push encoding for every "
+                                              "shard: small and deltas must be unset or equal to default")
+    return codec_for_compression(choice.default).name
 
 
 def encodings_for(wire: WireConfig, shard_sizes: Sequence[int], local_updates: bool) -> list[str]:
@@ -62,5 +70,14 @@ def encodings_for(wire: WireConfig, shard_sizes: Sequence[int], local_updates: b
     return [codec_for_compression(c).name for c in wire.compression_for(shard_sizes, local_updates)]
 
 
+def check_reply_codecs(codecs: dict[str, type[Codec]], reply_values: tuple[str, ...]) -> None:
+    """Raise unless the config's reply values are exactly the codecs without error feedback."""
+    stateless = sorted(c.config_name for c in codecs.values() if not c.error_feedback)
+    if stateless != sorted(reply_values):
+        raise ImportError(f"wire.compression.replies allows {sorted(reply_values)}, but the codecs that keep no "
+                          f"residual are {stateless}: update psgd.config.operations.REPLY_COMPRESSIONS")
+
+
 import_members("psgd.wire.codecs", ("base", "encoder", "registry"), CODECS.values)
 check_codecs(CODECS, typing.get_args(Compression))
+check_reply_codecs(CODECS, REPLY_COMPRESSIONS)

@@ -31,6 +31,7 @@ class TopK(Codec):
     wire_dtype = torch.float32
     dense = False
     elementwise = False
+    error_feedback = True
 
     def __init__(self, sizes: Sequence[int], options: CodecOptions):
         if not 0 < options.topk_ratio <= 1:

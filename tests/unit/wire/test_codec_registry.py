@@ -19,7 +19,7 @@ def test_every_config_value_selects_the_codec_with_that_config_name():
     assert {c.name for c in CODECS.values()} == set(CODECS)
 
 
-@pytest.mark.parametrize("missing", ["name", "config_name", "wire_dtype", "elementwise"])
+@pytest.mark.parametrize("missing", ["name", "config_name", "wire_dtype", "elementwise", "error_feedback"])
 def test_a_codec_lacking_an_attribute_is_refused(missing):
     cls = half_codec()
     setattr(cls, missing, None)
@@ -44,7 +44,7 @@ def test_a_codec_lacking_its_cpu_cost_is_refused():
 def test_a_codec_lacking_a_method_is_refused():
     class NoDecode(Codec):
         name, config_name, frames, wire_dtype, dense, elementwise = "nd", "nd", 1, torch.float32, True, False
-        cost = None
+        cost, error_feedback = None, False
 
         @classmethod
         def bytes_per_element(cls, options):

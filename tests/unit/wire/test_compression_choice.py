@@ -47,7 +47,9 @@ def test_an_encoder_with_one_codec_per_shard_encodes_each_shard_with_its_own():
     ("{small_below: -1}", "wire.compression.small_below: must be >= 0"),
     ("{small_below: many}", "wire.compression.small_below: expected an integer"),
     ("{deltas: zip}", "wire.compression.deltas: must be one of"),
-    ("{replies: int8}", "wire.compression"),
+    ("{replies: topk}", "wire.compression.replies: topk keeps an error-feedback residual per receiver"),
+    ("{replies: int2_ef}", "wire.compression.replies: int2_ef keeps an error-feedback residual per receiver"),
+    ("{replies: int3}", "wire.compression.replies: must be one of"),
     ("int3", "wire.compression"),
 ])
 def test_a_bad_choice_names_its_key(bad, message):

@@ -5,6 +5,7 @@ import dataclasses
 
 import pytest
 import torch
+from support.tiny_model import batches, net
 from torch import nn
 
 import psgd
@@ -12,16 +13,6 @@ from psgd.config import load_config
 
 DILOCO = ["local.steps=4", "local.outer_lr=0.7", "local.outer_momentum=0.9", "local.outer_nesterov=true",
           "optimizer.name=adamw", "optimizer.lr=0.01"]
-
-
-def net():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
-
-
-def batches(n):
-    g = torch.Generator().manual_seed(1)
-    return [(torch.randn(16, 5, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(n)]
 
 
 @pytest.fixture

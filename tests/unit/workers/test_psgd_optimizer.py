@@ -5,6 +5,7 @@ import dataclasses
 
 import pytest
 import torch
+from support.tiny_model import batches, net
 from torch import nn
 
 import psgd
@@ -18,16 +19,6 @@ OPTIMIZERS = {
     "adamw": lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
     "adagrad": lambda p: torch.optim.Adagrad(p, lr=0.1),
 }
-
-
-def net():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
-
-
-def batches(n):
-    g = torch.Generator().manual_seed(1)
-    return [(torch.randn(16, 5, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(n)]
 
 
 @pytest.fixture
@@ -137,7 +128,8 @@ def test_stats_count_what_the_worker_sent(job, compression, bytes_per_value):
     numel = sum(p.numel() for p in model.parameters())
     with psgd.Optimizer(model, job(model, **{"wire.compression": compression}), rank=0) as opt:
         assert opt.stats == OptimizerStats(clock=0, pushes=0, seqs=0, resends=0, bytes_sent=0, peak_push_bytes=0,
-                                           fp32_bytes=0, compression_ratio=1.0, encode_s=0.0, slowest_clock=0)
+                                           fp32_bytes=0, compression_ratio=1.0, encode_s=0.0, slowest_clock=0,
+                                           pull_bytes=0, pull_fp32_bytes=0, reply_decode_s=0.0)
         for x, y in batches(3):
             opt.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
@@ -149,6 +141,8 @@ def test_stats_count_what_the_worker_sent(job, compression, bytes_per_value):
     assert stats.peak_push_bytes == bytes_per_value * numel  # every push carries the whole model
     assert stats.compression_ratio == bytes_per_value / 4
     assert stats.encode_s > 0  # the codec's own time is counted
+    assert stats.pull_bytes == stats.pull_fp32_bytes == 3 * 4 * numel  # each push_pull's fp32 reply (not the welcome)
+    assert stats.reply_decode_s == 0.0  # fp32 replies are not decoded
     with pytest.raises(dataclasses.FrozenInstanceError):
         stats.clock = 0
 
