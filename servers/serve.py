@@ -19,6 +19,7 @@ from psgd.config import Config, ConfigError, ConfigLike, load_config
 from psgd.core.sharding import layout_for_module
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
+from psgd.runtime.host import host_fields
 from psgd.runtime.role import RoleContext, RoleFailed
 from psgd.runtime.safe_io import WriteFailed
 from psgd.runtime.token import read_run_token
@@ -59,7 +60,7 @@ def serve(cfg: ConfigLike, shard: int = 0, *, overrides: Sequence[str] = (), add
                          run_token=read_run_token(run_dir), record_to=record_to)
     if server.resumed is not None:
         events.emit(Event.RESUMED, **server.resumed)
-    events.emit(Event.READY, address=server.address, numel=params.numel())
+    events.emit(Event.READY, address=server.address, numel=params.numel(), **host_fields())
     own_stop = stop is None
     stop = stop or threading.Event()
     restore = {}

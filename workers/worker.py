@@ -14,6 +14,7 @@ from psgd.config import ConfigError
 from psgd.core.heterogeneity import straggler_for
 from psgd.runtime.devices import wait_for_device
 from psgd.runtime.event_names import Event
+from psgd.runtime.host import host_fields
 from psgd.runtime.role import RoleContext
 from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
@@ -51,7 +52,7 @@ def run_worker(ctx: RoleContext) -> int:
     try:
         # A restarted worker under local updates cannot recover its inner optimizer's state: it says so.
         inner = {"inner_state": "fresh"} if opt.local is not None or opt.fragments is not None else {}
-        ctx.events.emit(Event.READY, clock=opt.clock, device=str(device), **inner)
+        ctx.events.emit(Event.READY, clock=opt.clock, device=str(device), **inner, **host_fields())
         if not ctx.wait_for_start():
             return 0
         started = time.monotonic()

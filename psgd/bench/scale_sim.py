@@ -115,7 +115,7 @@ def calibrate_from_point(row: dict, numel: int, bandwidth_gbps: float = 25.0, ap
     service_s = row["shard_cpu_cores"] / ups            # each update is one request to every shard
     per_shard = numel // shards
     apply_s = 4 * per_shard / (apply_gbytes_per_s * 1e9)
-    transfer_s = 2 * 4 * per_shard / (bandwidth_gbps * 1e9 / 8)
+    transfer_s = 2 * 4 * per_shard * shards / (bandwidth_gbps * 1e9 / 8)  # every shard's push and reply: one link
     cycle_s = row["workers"] / ups
     return {"compute_ms": round((cycle_s - rtt_s) * 1e3, 6), "speedup": 1.0,
             "request_us": round(max(0.0, service_s - apply_s) * 1e6, 3),

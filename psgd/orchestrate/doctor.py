@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from psgd.config.modes import Mode
+from psgd.runtime.host import usable_cores
 from psgd.runtime.version import VERSION as psgd_version
 
 __all__ = ["Status", "Finding", "environment", "system_checks", "device_checks", "available_devices",
@@ -84,8 +85,7 @@ def environment() -> dict:
                                     "capability": f"{p.major}.{p.minor}"})
         if dist.is_nccl_available():
             cuda["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"versions": versions, "cpu": {"cores": cores, "machine": platform.machine()}, "cuda": cuda}
+    return {"versions": versions, "cpu": {"cores": usable_cores(), "machine": platform.machine()}, "cuda": cuda}
 
 
 def _nvidia_driver() -> Optional[str]:

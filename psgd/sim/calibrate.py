@@ -15,23 +15,35 @@ writes is fitted from them:
 - request_us: each shard's time per push (its `busy_s` over the pushes it
   served), less the apply and decode times the config's rates account for.
 - latency_us: what is left of a round trip without waiting, after the shard's
-  service and the transfers at `bandwidth_gbps`, over the four links a round
-  trip crosses. Without waiting: under asp every round trip; otherwise, for
-  each clock, only the round trip of the worker whose push of that clock left
-  last (nobody is behind it, so BSP's barrier and SSP's bound did not hold its
-  pull); their mean.
+  service, its wait behind other pushes and the transfers (every shard's push
+  and reply through the worker's link, as the simulator streams them),
+  over the four links a round trip crosses. Without waiting: under asp every
+  round trip; otherwise, for each clock, only the round trip of the worker whose
+  push of that clock left last (nobody is behind it, so BSP's barrier and SSP's
+  bound did not hold its pull); their mean. The wait behind other pushes is a
+  shard's queue replayed over every push's departure at the fitted service per
+  push: the simulator queues pushes itself, so it is not the network's (under a
+  barrier the last push of a clock finds the others still being served). Nor is,
+  under a barrier or bound, the last pusher's wait behind the other replies its
+  push released: the simulator sends the n released together in a seeded order
+  over the shard's link, (n - 1) / 2 replies ahead of it on average, and that
+  expectation is what is taken out (a real wait beyond it, a host's scheduling
+  or a shard that answers the last pusher last, stays in the latency, so the
+  calibrated simulator still reproduces its run).
 Bandwidth, apply and codec rates and wake_us are kept from the config: one
 message size cannot tell a link's latency from its bandwidth, nor one load a
-wake from a request. The run's CPU load is checked: a run with more busy
-processes than cores measured waiting for a core, and says so (a run with
-`workers.device_ms` computes mostly by sleeping: its compute is not counted).
+wake from a request. The run's CPU load is checked against the cores of its
+own hosts (its ready events record them; this machine's do not matter): a run
+with more busy processes than cores measured waiting for a core, and says so (a
+run with `workers.device_ms` computes mostly by sleeping: its compute is not
+counted). A run that recorded no cores (made before its ready events carried
+them) is not judged.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
-import os
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -40,7 +52,7 @@ from pathlib import Path
 from psgd.config import Config, ConfigError, Mode, Role, load_config
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
-from psgd.sim.time_model import TimeModel
+from psgd.sim.time_model import Fifo, TimeModel, stream, stream_together
 
 __all__ = ["Calibration", "calibrate"]
 
@@ -123,6 +135,41 @@ def _own_times(steps: list[dict], skip: set[int]) -> dict[int, list[float]]:
     return {r: x for r, x in own.items() if x}
 
 
+def _queue_waits(steps: list[dict], service_s: float) -> list[float]:
+    """Each step's push: its wait at a shard behind earlier pushes, one queue serving
+    `service_s` per push replayed over the pushes' departures (t - comm_s). Every push
+    reaches every shard over alike links, so arrivals are departures shifted alike,
+    which the waits do not depend on."""
+    waits = [0.0] * len(steps)
+    free_at = -math.inf
+    for i in sorted(range(len(steps)), key=lambda i: steps[i]["t"] - steps[i]["comm_s"]):
+        sent = steps[i]["t"] - steps[i]["comm_s"]
+        start = max(sent, free_at)
+        waits[i], free_at = start - sent, start + service_s
+    return waits
+
+
+def _round_trip_transfers_s(model: TimeModel, shards: int, push_bytes: int, reply_bytes: int) -> float:
+    """The links' share of one worker's round trip alone, streamed as the simulator streams it (its
+    pushes to every shard share its link; the shards' replies queue into it), latencies left out."""
+    one_way = model.worker_link.latency_s + model.shard_link.latency_s
+    up = max(stream_together(Fifo(), model.worker_link, [(Fifo(), model.shard_link) for _ in range(shards)], 0.0,
+                             [push_bytes] * shards))
+    into_worker = Fifo()
+    down = max(stream(Fifo(), model.shard_link, into_worker, model.worker_link, 0.0, reply_bytes)
+               for _ in range(shards))
+    return up + down - 2 * one_way
+
+
+def _run_cores(events: list[dict]) -> int | None:
+    """The cores of the hosts the run's shards and workers ran on, as their ready events
+    recorded them (psgd.runtime.host); None for a run that did not record them."""
+    hosts = {e.get("host"): e["cores"] for e in events
+             if e.get("event") == Event.READY and e.get("role") in (Role.SERVER, Role.WORKER)
+             and isinstance(e.get("cores"), int) and not isinstance(e.get("cores"), bool) and e["cores"] > 0}
+    return sum(hosts.values()) if hosts else None
+
+
 def _straggler_ranks(cfg: Config) -> set[int]:
     from psgd.core.heterogeneity import straggler_for
     return {r for r in range(cfg.cluster.workers) if straggler_for(cfg.workers, r, cfg.run.seed).active}
@@ -188,20 +235,33 @@ def calibrate(run_dir: Path) -> Calibration:
     rates_s = model.service_s(largest) - model.request_s  # decode and apply
 
     # ---- latency from round trips no barrier held -----------------------------------
+    for s, wait in zip(steps, _queue_waits(steps, service_s)):
+        s["queue_s"] = wait
+    reply_wait_s = 0.0
     if cfg.consistency.mode is Mode.ASP:  # no pull ever waits for another worker
-        free_comm = [s["comm_s"] for s in steps]
+        free = steps
     else:
         last_of_clock: dict[int, dict] = {}
         for s in steps:
             held = last_of_clock.get(s["clock"])
             if held is None or s["t"] - s["comm_s"] > held["t"] - held["comm_s"]:
                 last_of_clock[s["clock"]] = s
-        free_comm = [s["comm_s"] for s in last_of_clock.values()]
+        free = list(last_of_clock.values())
+        released: dict[int, int] = defaultdict(int)  # a clock's workers answered after its last push left
+        for s in steps:
+            last = last_of_clock[s["clock"]]
+            released[s["clock"]] += s["t"] >= last["t"] - last["comm_s"]
+        # Released together, their replies leave each shard's link in a seeded order: the last
+        # pusher's waits (n - 1) / 2 replies on average, as the simulator will charge it.
+        reply_s = model.shard_link.transfer_s(4 * largest)
+        reply_wait_s = statistics.fmean((released[c] - 1) / 2 * reply_s for c in last_of_clock)
+    free_comm = [s["comm_s"] for s in free]
     free_comm_s = statistics.fmean(free_comm)
+    queue_s = statistics.fmean(s["queue_s"] for s in free)
     up_bytes = (sum(e["bytes_sent"] for e in dones) / sum(e["pushes"] for e in dones) / shards) if dones \
         else 4 * largest
-    transfers_s = model.transfer_s(up_bytes) + model.transfer_s(4 * largest)
-    network_s = free_comm_s - service_s - transfers_s - model.before_push_s([largest] * shards)
+    transfers_s = _round_trip_transfers_s(model, shards, round(up_bytes), 4 * largest)
+    network_s = free_comm_s - queue_s - reply_wait_s - service_s - transfers_s - model.before_push_s([largest] * shards)
 
     sim = {"compute_ms": round(compute_s * 1e3, 6), "compute_jitter": round(jitter, 4),
            "worker_spread": round(spread, 4), "request_us": round(max(0.0, service_s - rates_s) * 1e6, 3),
@@ -212,10 +272,10 @@ def calibrate(run_dir: Path) -> Calibration:
     waited = cfg.workers.device_ms is not None
     busy_compute_s = 0.0 if waited else sum(s["compute_s"] for s in steps)
     load = (busy_compute_s + sum(busy.values())) / wall_s if wall_s > 0 else 0.0
-    cores = os.cpu_count() or 1
+    cores = _run_cores(events)
     warnings = []
-    if load > cores:
-        warnings.append(f"the run kept about {load:.1f} processes busy on this machine's {cores} cores: it was "
+    if cores is not None and load > cores:
+        warnings.append(f"the run kept about {load:.1f} processes busy on its {cores} cores: it was "
                         "CPU-bound, so its compute times include waiting for a core, which a cluster of "
                         "accelerators does not have; calibrate from a run with fewer processes than cores")
     evidence = {"worker_steps": len(steps), "shards": shards, "workers": cfg.cluster.workers,
@@ -226,6 +286,7 @@ def calibrate(run_dir: Path) -> Calibration:
                 "service_us_per_push": round(service_s * 1e6, 3),
                 "service_us_per_request": round(sum(busy.values()) / max(1.0, requests) * 1e6, 3),
                 "unwaited_round_trips": len(free_comm), "unwaited_comm_ms_mean": round(free_comm_s * 1e3, 6),
+                "push_queue_ms_mean": round(queue_s * 1e3, 6), "reply_queue_ms_mean": round(reply_wait_s * 1e3, 6),
                 "comm_ms_mean": round(statistics.fmean(s["comm_s"] for s in steps) * 1e3, 6),
                 "push_bytes_per_shard": round(up_bytes), "reply_bytes_per_shard": 4 * largest,
                 "cpu_load": round(load, 3), "cpu_load_counts_compute": not waited, "cores": cores,

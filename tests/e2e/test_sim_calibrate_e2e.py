@@ -5,6 +5,8 @@ import pytest
 import yaml
 from conftest import ROOT, launch, read_events, run_psgd
 
+from psgd.runtime.host import usable_cores
+
 pytestmark = pytest.mark.e2e
 
 
@@ -32,6 +34,8 @@ def test_a_real_bsp_run_calibrates_a_simulator_that_reproduces_it_and_runs_at_sc
     # The barrier's wait is not in the latency: only the round trips of each clock's last sender are.
     assert found["evidence"]["unwaited_round_trips"] == 200
     assert found["evidence"]["unwaited_comm_ms_mean"] < found["evidence"]["comm_ms_mean"]
+    # The load is judged against the cores the run's own ready events recorded (this host's).
+    assert found["evidence"]["cores"] == usable_cores()
     assert yaml.safe_load((tmp_path / "cal.yaml").read_text())["sim"]["latency_us"] == sim["latency_us"]
 
     code, output, summary = launch(tmp_path / "cal.yaml", tmp_path / "sim", "cluster.launcher=sim", timeout=200)

@@ -37,6 +37,15 @@ def test_calibration_from_a_point_reproduces_it():
     assert p["updates_per_s"] == pytest.approx(45.0, abs=1 / 20.0)
 
 
+def test_calibration_from_a_two_shard_point_reproduces_it():
+    # The worker's one link carries its push to, and the reply from, both shards: the latency is what
+    # is left after those transfers, so the simulated round trip is the measured one again.
+    row = {"shards": 2, "workers": 1, "updates_per_s": 45.0, "pull_latency_ms_median": 1.2, "shard_cpu_cores": 0.018}
+    sim = calibrate_from_point(row, NUMEL)
+    p = simulate_scale_point(2, 1, NUMEL, sim, window_s=20.0)
+    assert p["pull_latency_ms_median"] == pytest.approx(1.2, abs=1e-3)
+
+
 def test_the_wake_split_reproduces_a_loaded_points_service_and_keeps_the_lone_one():
     base = {"shards": 1, "workers": 1, "updates_per_s": 45.0, "pull_latency_ms_median": 1.2, "shard_cpu_cores": 0.027}
     loaded = {"shards": 1, "workers": 16, "updates_per_s": 700.0, "shard_cpu_cores": 0.14}  # 200 us per request
