@@ -16,7 +16,6 @@ keeps the script from rotting, it proves nothing about CUDA.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import subprocess
@@ -24,10 +23,11 @@ import sys
 import tarfile
 from pathlib import Path
 
+from wheel_sources import dependency_specs, source_hash  # beside this script
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 MNIST1D = ROOT / "benchmarks" / "convergence" / "mnist1d.yaml"
-SOURCES = ("psgd", "servers", "workers")  # what psgd's wheel is built from, with setup.py and pyproject.toml
 
 # Per device: what each check runs. cuda is the real check; cpu the dry run's stand-in.
 SIZES = {
@@ -359,29 +359,6 @@ def report(out: Path, work: Path, steps_file: Path, dry: bool, seconds: float) -
     if skipped:
         print("skipped:\n" + "\n".join(f"  {s}" for s in skipped))
     return 0
-
-
-# ---- the wheels --------------------------------------------------------------------
-def source_hash() -> str:
-    """sha256 over psgd's sources, as built into its wheel: run.sh refuses a stale wheel."""
-    h = hashlib.sha256()
-    files = [p for d in SOURCES for p in (ROOT / d).rglob("*.py")] + [ROOT / "setup.py", ROOT / "pyproject.toml"]
-    for path in sorted(files, key=lambda p: p.relative_to(ROOT).as_posix()):
-        h.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def dependency_specs(names: list[str]) -> list[str]:
-    """pyproject.toml's requirement for each of `names` (its bounds: one place for them)."""
-    import re
-    text = (ROOT / "pyproject.toml").read_text()
-    block = text[text.index("dependencies = ["):]
-    block = block[:block.index("]")]
-    specs = {re.split(r"[<>=!~ ]", s, maxsplit=1)[0].lower(): s for s in re.findall(r'"([^"]+)"', block)}
-    missing = [n for n in names if n.lower() not in specs]
-    if missing:
-        raise SystemExit(f"not dependencies of psgd (pyproject.toml): {', '.join(missing)}")
-    return [specs[n.lower()] for n in names]
 
 
 CHECKS = {"doctor": check_doctor, "quickstart": check_quickstart, "comm": check_comm, "overlap": check_overlap,
