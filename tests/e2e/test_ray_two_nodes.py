@@ -248,9 +248,8 @@ def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes
 @pytest.mark.timeout(90)
 def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(two_nodes, tmp_path):
     cluster, out = two_nodes, tmp_path / "run"
-    code, output = _launch_and_kill_node_b(cluster, out, "--set", "train.steps_per_worker=400",
-                                           "--set", "ray.server.resources={node_a: 1}",
-                                           "--set", "supervision.max_restarts=1", after_steps=150)
+    code, output = _launch_and_kill_node_b(cluster, out, "--set", "ray.server.resources={node_a: 1}",
+                                           "--set", "supervision.max_restarts=1", after_steps=100)
     assert code == 0, output[-3000:]
     events = _events(out)
     first = {}
@@ -267,7 +266,7 @@ def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(two_nodes,
     assert _nodes(events) == {n: cluster.ip_a for n in ALL}  # every role ended on node A
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["restarts"] == len(on_b)
-    _check_applied_once(events, summary, workers=4, steps=400)
+    _check_applied_once(events, summary, workers=4, steps=300)  # SMALL's steps_per_worker
     assert summary["final_test_accuracy"] >= 0.93
 
 
