@@ -237,6 +237,11 @@ def calibrate(run_dir: Path) -> Calibration:
     # ---- latency from round trips no barrier held -----------------------------------
     for s, wait in zip(steps, _queue_waits(steps, service_s)):
         s["queue_s"] = wait
+    # A reply's bytes as sent (wire.compression.replies): the workers count them against fp32.
+    pulled = [(e["pull_bytes"], e["pull_fp32_bytes"]) for e in dones
+              if isinstance(e.get("pull_bytes"), int) and isinstance(e.get("pull_fp32_bytes"), int)]
+    fp32_pulled = sum(f for _, f in pulled)
+    reply_bytes = round(4 * largest * sum(b for b, _ in pulled) / fp32_pulled) if fp32_pulled else 4 * largest
     reply_wait_s = 0.0
     if cfg.consistency.mode is Mode.ASP:  # no pull ever waits for another worker
         free = steps
@@ -253,15 +258,17 @@ def calibrate(run_dir: Path) -> Calibration:
             released[s["clock"]] += s["t"] >= last["t"] - last["comm_s"]
         # Released together, their replies leave each shard's link in a seeded order: the last
         # pusher's waits (n - 1) / 2 replies on average, as the simulator will charge it.
-        reply_s = model.shard_link.transfer_s(4 * largest)
+        reply_s = model.shard_link.transfer_s(reply_bytes)
         reply_wait_s = statistics.fmean((released[c] - 1) / 2 * reply_s for c in last_of_clock)
     free_comm = [s["comm_s"] for s in free]
     free_comm_s = statistics.fmean(free_comm)
     queue_s = statistics.fmean(s["queue_s"] for s in free)
     up_bytes = (sum(e["bytes_sent"] for e in dones) / sum(e["pushes"] for e in dones) / shards) if dones \
         else 4 * largest
-    transfers_s = _round_trip_transfers_s(model, shards, round(up_bytes), 4 * largest)
-    network_s = free_comm_s - queue_s - reply_wait_s - service_s - transfers_s - model.before_push_s([largest] * shards)
+    transfers_s = _round_trip_transfers_s(model, shards, round(up_bytes), reply_bytes)
+    # What the simulator charges around the wire itself: encoding before the push, decoding the reply after.
+    network_s = (free_comm_s - queue_s - reply_wait_s - service_s - transfers_s
+                 - model.before_push_s([largest] * shards) - model.after_pull_s(sum(numel.values())))
 
     sim = {"compute_ms": round(compute_s * 1e3, 6), "compute_jitter": round(jitter, 4),
            "worker_spread": round(spread, 4), "request_us": round(max(0.0, service_s - rates_s) * 1e6, 3),
@@ -288,7 +295,7 @@ def calibrate(run_dir: Path) -> Calibration:
                 "unwaited_round_trips": len(free_comm), "unwaited_comm_ms_mean": round(free_comm_s * 1e3, 6),
                 "push_queue_ms_mean": round(queue_s * 1e3, 6), "reply_queue_ms_mean": round(reply_wait_s * 1e3, 6),
                 "comm_ms_mean": round(statistics.fmean(s["comm_s"] for s in steps) * 1e3, 6),
-                "push_bytes_per_shard": round(up_bytes), "reply_bytes_per_shard": 4 * largest,
+                "push_bytes_per_shard": round(up_bytes), "reply_bytes_per_shard": reply_bytes,
                 "cpu_load": round(load, 3), "cpu_load_counts_compute": not waited, "cores": cores,
                 "kept": {"bandwidth_gbps": cfg.sim.bandwidth_gbps, "apply_gbytes_per_s": cfg.sim.apply_gbytes_per_s,
                          "wake_us": cfg.sim.wake_us}}

@@ -13,6 +13,7 @@ import yaml
 from psgd.cli import main
 from psgd.config import ConfigError, dump_config, load_config
 from psgd.sim.calibrate import calibrate
+from psgd.sim.time_model import TimeModel
 
 NUMEL = 1000
 
@@ -72,6 +73,31 @@ def test_the_section_comes_from_the_events(tmp_path):
     # The calibrated config is a valid config with exactly that section.
     again = load_config(yaml.safe_load(dump_config(found.config(cfg))))
     assert again.sim.compute_ms == found.sim["compute_ms"] and again.sim.latency_us == found.sim["latency_us"]
+
+
+def test_replies_in_a_reply_encoding_are_charged_at_their_size_and_their_decode(tmp_path):
+    # A run whose replies were int8: the workers counted what the replies carried against fp32.
+    comm = [1.0 + 0.1 * i for i in range(11)]
+    _asp_run(tmp_path, lambda rank: [3.0] * 11, comm)
+    plain = calibrate(tmp_path)  # the same run with fp32 replies
+    cfg = load_config(None, ["cluster.servers=2", "cluster.workers=2", "consistency.mode=asp",
+                             "wire.compression={replies: int8}"])
+    (tmp_path / "config.yaml").write_text(dump_config(cfg))
+    events = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    for e in events:
+        if e["event"] == "done":
+            e["pull_fp32_bytes"] = 11 * 2 * 4 * NUMEL
+            e["pull_bytes"] = 11 * 2 * (NUMEL + 4 * (NUMEL // 64 + 1))  # a byte a value, a scale a block
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    found = calibrate(tmp_path)
+    reply_bytes = round(4 * NUMEL * (NUMEL + 4 * (NUMEL // 64 + 1)) / (4 * NUMEL))
+    assert found.evidence["reply_bytes_per_shard"] == reply_bytes < 4 * NUMEL
+    model = TimeModel.for_run(cfg, found.sim["compute_ms"])
+    link_s = 1 / (cfg.sim.bandwidth_gbps * 1e9 / 8)
+    # Less time on the wire and the decode the simulator charges itself: both return to the latency.
+    saved_s = 2 * (4 * NUMEL - reply_bytes) * link_s - model.after_pull_s(2 * NUMEL)
+    assert model.after_pull_s(2 * NUMEL) > 0
+    assert found.sim["latency_us"] == pytest.approx(plain.sim["latency_us"] + saved_s / 4 * 1e6, abs=2e-3)
 
 
 def test_the_compute_spread_becomes_the_jitter_and_its_mean_the_step(tmp_path):
