@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from psgd.bench.shaped_net import LinkShape, ShapedStar
+from psgd.core.histogram import Histogram
 
 PSGD = [sys.executable, "-m", "psgd.cli"]
 # Once a real run trains, its processes get this scheduling priority (the nice value of
@@ -266,9 +267,9 @@ def quantities(run_dir: Path, mode: str) -> dict[str, Optional[float]]:
          "pull_wait_p50_s": comm[len(comm) // 2] if comm else None}
     # BSP applies every push fresh (staleness 0 by construction): nothing to predict there.
     if not mode.startswith("bsp"):
-        hist = sorted((int(k), v) for k, v in summary["staleness_hist"].items())
-        q.update(staleness_p50=_quantile(hist, 0.5), staleness_p99=_quantile(hist, 0.99),
-                 staleness_max=float(hist[-1][0]) if hist else None)
+        hist = Histogram.of(summary["staleness_hist"])
+        q.update(staleness_p50=hist.quantile(0.5), staleness_p99=hist.quantile(0.99),
+                 staleness_max=float(hist.max) if hist.counts else None)
     return q
 
 
@@ -307,13 +308,3 @@ def _pull_waits(run_dir: Path) -> list[float]:
     return waits
 
 
-def _quantile(hist: list[tuple[int, int]], p: float) -> Optional[float]:
-    total = sum(v for _, v in hist)
-    if not total:
-        return None
-    seen = 0
-    for value, count in hist:
-        seen += count
-        if seen >= p * total:
-            return float(value)
-    return float(hist[-1][0])

@@ -44,6 +44,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from psgd.config import load_config
+from psgd.core.histogram import Histogram
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -136,19 +137,6 @@ def simulate(p: dict, real: dict[str, Path], cals: dict[str, dict], work: Path) 
 
 
 # ---- what a run directory says -------------------------------------------------------------
-def _hist_quantile(hist: dict, q: float) -> float | None:
-    counts = sorted((int(k), n) for k, n in hist.items())
-    total = sum(n for _, n in counts)
-    if not total:
-        return None
-    seen = 0
-    for value, n in counts:
-        seen += n
-        if seen >= q * total:
-            return float(value)
-    return float(counts[-1][0])
-
-
 def _quantile(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
@@ -183,7 +171,7 @@ def figures(run: Path, until: float) -> dict:
         "time_to_target_s": s["time_to_target_s"], "accuracy_at_end": last_eval["accuracy"],
         "staleness_mean": sum(int(k) * n for k, n in hist.items()) / total if total else None,
         "staleness_max": max((int(k) for k, n in hist.items() if n), default=None),
-        "staleness_p50": _hist_quantile(hist, 0.5), "staleness_p99": _hist_quantile(hist, 0.99),
+        "staleness_p50": Histogram.of(hist).quantile(0.5), "staleness_p99": Histogram.of(hist).quantile(0.99),
         "round_trip_ms_median": statistics.median(e["comm_s"] for e in later) * 1e3,
         "round_trip_ms_p99_max": [_quantile([e["comm_s"] * 1e3 for e in later], 0.99),
                                   max(e["comm_s"] for e in later) * 1e3],
