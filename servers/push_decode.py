@@ -1,7 +1,9 @@
 """A push's gradient as the shard applies it: decoded from its frames, or copied
 out of a same-host client's shared-memory segment, into buffers the shard reuses;
 or assembled from the pieces a worker pushing during backward sent (one buffer
-per rank that sends pieces, reused from push to push)."""
+per rank that sends pieces, reused from push to push); or, for a shard pushed in
+runs (psgd.wire.codecs.runs), decoded run by run into the fp32 buffer. A push in
+runs never travels through shared memory nor in pieces: it is several payloads."""
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -10,6 +12,7 @@ import torch
 
 from psgd.wire import protocol as P
 from psgd.wire.codecs import codec_named, dense_codec
+from psgd.wire.codecs.runs import RUNS, Plan, decode_runs
 from psgd.wire.protocol import ProtocolError
 from psgd.wire.shm.links import ShardSegments
 
@@ -17,8 +20,10 @@ __all__ = ["PushDecoder"]
 
 
 class PushDecoder:
-    def __init__(self, numel: int, segments: ShardSegments):
+    def __init__(self, numel: int, segments: ShardSegments, plan: Plan = ()):
+        """`plan`: the runs this shard's pushes come in (one run, or none given: any single encoding)."""
         self.numel = numel
+        self.plan = plan
         self._shm = segments
         self._f32: Optional[torch.Tensor] = None  # decoded fp16/bf16 and shared-memory gradients
         self._wire: dict[torch.dtype, torch.Tensor] = {}  # fp16/bf16 copied out of shared memory
@@ -27,6 +32,11 @@ class PushDecoder:
     def gradient(self, identity: bytes, rec: P.Push,
                  payload: list) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Dense fp32, or (indices, values) for a sparse push. Valid until the next call."""
+        if rec.encoding == RUNS or len(self.plan) > 1:
+            if len(self.plan) > 1 and (rec.encoding != RUNS or rec.shm):
+                raise ProtocolError(P.ErrorCode.BAD_ENCODING, f"this shard's pushes come in {len(self.plan)} runs "
+                                    "inline (encoding 'runs'), as wire.compression.choose_by: tensor plans them")
+            return decode_runs(self.plan, rec.runs, payload, self._f32_buffer)
         if rec.shm:
             return self._from_segment(identity, rec)
         # An fp32 payload decodes to a view of its frame; others into the shard's fp32 buffer.
@@ -63,8 +73,9 @@ class PushDecoder:
         A piece inline is checked before anything is kept; an fp32 piece in `identity`'s segment
         (`rec.shm`) is copied straight to its place, and forgotten if the copy fails."""
         codec = dense_codec(rec.encoding)
-        if codec is None or (rec.shm and codec.wire_dtype != torch.float32):
-            raise ProtocolError(P.ErrorCode.BAD_ENCODING, "pieces are dense, and fp32 in shared memory")
+        if codec is None or (rec.shm and codec.wire_dtype != torch.float32) or len(self.plan) > 1:
+            raise ProtocolError(P.ErrorCode.BAD_ENCODING, "pieces are dense, fp32 in shared memory, and never "
+                                "for a shard pushed in runs")
         if rec.offset < 0 or rec.numel < 1 or rec.offset + rec.numel > self.numel:
             raise ProtocolError(P.ErrorCode.BAD_SIZE, f"piece [{rec.offset}, {rec.offset + rec.numel}) outside "
                                 f"the shard's {self.numel} elements")

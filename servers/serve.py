@@ -29,6 +29,7 @@ from psgd.servers.record import record_path
 from psgd.servers.shard import ShardServer
 from psgd.tasks import build_model, task_shape
 from psgd.tasks.registry import needs_shape
+from psgd.wire.codecs.runs import Plan, push_plans
 from psgd.wire.keys.curve import server_curve
 from psgd.wire.transport import TransportError
 
@@ -51,13 +52,13 @@ def serve(cfg: ConfigLike, shard: int = 0, *, overrides: Sequence[str] = (), add
     events = events or EventLog(None, "server", shard)
     curve = server_curve(cfg)  # before the model is built: missing keys fail fast
     with user_code(f"model {cfg.task.model!r}"):
-        params, fingerprint = initial_shard_params(cfg, shard, run_dir)
+        params, fingerprint, push_plan = initial_shard_params(cfg, shard, run_dir)
     checkpoint = None
     if cfg.checkpoint.enabled and run_dir is not None:
         checkpoint = ShardCheckpoint(Path(run_dir) / "checkpoints", shard, fingerprint, cfg.checkpoint)
     record_to = record_path(Path(run_dir), shard) if cfg.run.record and run_dir is not None else None
     server = ShardServer(cfg, shard, address, params, fingerprint, events, checkpoint=checkpoint, curve=curve,
-                         run_token=read_run_token(run_dir), record_to=record_to)
+                         run_token=read_run_token(run_dir), record_to=record_to, push_plan=push_plan)
     if server.resumed is not None:
         events.emit(Event.RESUMED, **server.resumed)
     events.emit(Event.READY, address=server.address, numel=params.numel(), **host_fields())
@@ -73,14 +74,15 @@ def serve(cfg: ConfigLike, shard: int = 0, *, overrides: Sequence[str] = (), add
             signal.signal(s, handler)
 
 
-def initial_shard_params(cfg: Config, shard: int, run_dir=None) -> tuple[torch.Tensor, str]:
-    """The shard's slice of the seeded initial model, and the layout fingerprint.
+def initial_shard_params(cfg: Config, shard: int, run_dir=None) -> tuple[torch.Tensor, str, Plan]:
+    """The shard's slice of the seeded initial model, the layout fingerprint, and the
+    runs its pushes come in (psgd.wire.codecs.runs, from wire.compression).
     Never builds the data: a user's model needs none, a built-in one only its
     shape (from the run's task cache, a built-in dataset, or as a last resort the data)."""
     model = build_model(cfg, task_shape(cfg, run_dir) if needs_shape(cfg) else None)
     layout = layout_for_module(model, cfg.cluster.num_servers)
     params = [p.detach() for p in model.parameters() if p.requires_grad]
-    return layout.flatten(params)[shard], layout.fingerprint
+    return layout.flatten(params)[shard], layout.fingerprint, push_plans(cfg.wire, layout, cfg.local.enabled)[shard]
 
 
 def run_role(ctx: RoleContext) -> int:

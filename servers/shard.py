@@ -23,6 +23,7 @@ from psgd.runtime.events import EventLog
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
 from psgd.wire.codecs import dense_codec
+from psgd.wire.codecs.runs import Plan, Run, plan_fingerprint
 from psgd.wire.payload import payload_frames
 from psgd.wire.protocol import MsgType, ProtocolError
 from psgd.wire.shm.doorbell import Bells
@@ -56,8 +57,11 @@ class ShardServer:
                  fingerprint: str, events: Optional[EventLog] = None,
                  clock: Callable[[], float] = time.monotonic,
                  checkpoint: Optional[ShardCheckpoint] = None, curve: Optional[CurveKeys] = None,
-                 run_token: Optional[str] = None, record_to: Optional[Path] = None):
-        """`record_to`: the file that records this shard's state changes for `psgd replay`."""
+                 run_token: Optional[str] = None, record_to: Optional[Path] = None,
+                 push_plan: Optional[Plan] = None):
+        """`record_to`: the file that records this shard's state changes for `psgd replay`.
+        `push_plan`: the runs workers' pushes come in (psgd.wire.codecs.runs.push_plans);
+        None: one run, in whatever encoding each push names."""
         self.cfg = cfg
         # What each request does (parking, speeds, checks) over the state: this class only carries it.
         self.service = ShardService(ShardState(cfg, shard, params, run_token=run_token))
@@ -69,6 +73,8 @@ class ShardServer:
         self.recorder = (ShardRecorder(record_to, shard, self.state.numel, lambda: self.state.version)
                          if record_to is not None else None)
         self.fingerprint = fingerprint
+        plan = push_plan or (Run("f32", 0, self.state.numel),)
+        self._register_fingerprint = plan_fingerprint(fingerprint, plan)  # a client with another plan is refused
         self.events = events or EventLog(None, "server", shard)
         # After the replay above, which must not report or journal its changes again.
         self.state.report_to(self.events.emit, lambda clock, origin, fields: self._journal(
@@ -84,7 +90,7 @@ class ShardServer:
         # Same-host clients' shared-memory segments (psgd.wire.shm.segment).
         self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None),
                                   self._bells)
-        self._decode = PushDecoder(self.state.numel, self._shm)
+        self._decode = PushDecoder(self.state.numel, self._shm, plan)
         self._params = ParamReplies(cfg, self.state, self._sock, self._shm)  # how parameters leave
         self._handlers = {kind: MethodType(handler, self) for kind, handler in _HANDLERS.items()}
 
@@ -219,9 +225,9 @@ class ShardServer:
     def _on_register(self, identity: bytes, rec: P.Register, payload: list) -> None:
         if payload:
             raise ProtocolError(P.ErrorCode.BAD_FRAMES, "REGISTER carries no frames")
-        if rec.fingerprint != self.fingerprint:  # the shard's own fingerprint is never told
+        if rec.fingerprint != self._register_fingerprint:  # the shard's own fingerprint is never told
             raise ProtocolError(P.ErrorCode.LAYOUT_MISMATCH, "the client's parameter layout differs from this shard's: "
-                                "model, shard count or parameter order differ")
+                                "model, shard count, parameter order or wire.compression's runs differ")
         if rec.role not in (Role.WORKER, Role.EVALUATOR):
             raise ProtocolError(P.ErrorCode.BAD_ROLE, f"unknown role {rec.role!r}")
         joined = None

@@ -23,6 +23,7 @@ from psgd.config.operations import SHARED_MEMORY_MIN_BYTES
 from psgd.core.sharding import Layout
 from psgd.wire import protocol as P
 from psgd.wire.codecs import WireEncoder, dense_codec
+from psgd.wire.codecs.runs import Plan, plan_fingerprint
 from psgd.wire.payload import frame_to_tensor, payload_frames
 from psgd.wire.replies import ReplyDecoder
 from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
@@ -48,10 +49,13 @@ class PSClient:
                  encoding: Union[str, Sequence[str]] = "f32", max_message_bytes: int = -1,
                  should_stop: Optional[Callable[[], bool]] = None, curve: Optional[CurveKeys] = None,
                  topk_ratio: float = 0.01, token: Optional[str] = None, shared_memory: str = "auto",
-                 shared_memory_min_bytes: int = SHARED_MEMORY_MIN_BYTES, reply_slots: int = 1):
+                 shared_memory_min_bytes: int = SHARED_MEMORY_MIN_BYTES, reply_slots: int = 1,
+                 plans: Optional[Sequence[Plan]] = None):
+        """`plans`: each shard's push runs (psgd.wire.codecs.runs.push_plans), instead of `encoding`."""
         if len(addresses) != layout.num_shards:
             raise ValueError(f"{len(addresses)} addresses for a layout of {layout.num_shards} shards")
-        self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio)  # validates encoding: one, or per shard
+        # Validates encoding (one, or per shard) or plans.
+        self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio, plans=plans)
         self.layout = layout
         self.rank = rank
         self.role = role
@@ -204,9 +208,9 @@ class PSClient:
 
     # ---- internals --------------------------------------------------------
     def _register_shards(self, shards) -> list[torch.Tensor]:
-        fp = self.layout.fingerprint
+        fp = [plan_fingerprint(self.layout.fingerprint, plan) for plan in self.encoder.plans]
         replies = self._rpc.call({s: P.encode(P.Register(req=self._rpc.next_id(), rank=self.rank, role=self.role,
-                                                          fingerprint=fp, token=self._token, **self._shm.offer(s)))
+                                                          fingerprint=fp[s], token=self._token, **self._shm.offer(s)))
                                   for s in shards})
         for s, (welcome, _) in replies.items():
             self._shm.settle(s, welcome.shm, welcome.bell)

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 from psgd.config import Config, ConfigError
 from psgd.config.operations import WireConfig
 from psgd.core.sharding import Layout
-from psgd.wire.codecs import encodings_for
+from psgd.wire.codecs.runs import push_plans
 from psgd.wire.keys.curve import client_curve
 from psgd.wire.transport import CurveKeys
 from psgd.workers.client import PSClient
@@ -55,7 +55,7 @@ class ClientSettings:
         return PSClient(list(self.addresses), layout, rank=rank, role=role,
                         request_timeout_s=self.request_timeout_s, max_retries=self.max_retries,
                         heartbeat_s=self.heartbeat_s,
-                        encoding=encodings_for(self.wire, layout.shard_sizes, self.local_updates),
+                        plans=push_plans(self.wire, layout, self.local_updates),
                         topk_ratio=self.topk_ratio,
                         max_message_bytes=self.max_message_bytes, should_stop=should_stop, curve=self.curve,
                         token=token, shared_memory=self.shared_memory,

@@ -55,6 +55,8 @@ class GradsRequest:
                         () if shm else wire.frames)
 
     def _record(self, s: int, req: int, wire, **fields) -> P.Push:
+        if wire.runs:
+            fields["runs"] = wire.runs
         if self.kind is P.PushPull:
             fields["ahead"], fields["slot"] = self.ahead, self.slot
         seq, clock = self.shard_cursors[s] if self.shard_cursors is not None else (self.seq, self.clock)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Literal, Optional, Union
+from typing import Literal, Optional, Sequence, Union
 
 from psgd.config.loader import check as _check
 from psgd.config.loader import int_max
@@ -15,7 +15,7 @@ from psgd.config.loader import int_max
 # Below it nothing was measured, and a segment reserves at least two pages anyway.
 SHARED_MEMORY_MIN_BYTES = 4 << 10
 
-__all__ = ["WireConfig", "Compression", "REPLY_COMPRESSIONS", "CompressionChoice", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
+__all__ = ["WireConfig", "Compression", "REPLY_COMPRESSIONS", "ChooseBy", "CompressionChoice", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
            "RayScheduling",
            "LoggingConfig"]
 
@@ -27,6 +27,15 @@ Compression = Literal["none", "fp16", "bf16", "topk", "int8", "int4", "int2_ef"]
 # The values a reply (pulled parameters) may use: the codecs that keep no state. An error-feedback
 # codec (topk, int2_ef) would need a residual per receiver (the registry checks the two lists agree).
 REPLY_COMPRESSIONS: tuple[str, ...] = ("none", "fp16", "bf16", "int8", "int4")
+
+
+class ChooseBy(str, Enum):
+    """What `wire.compression`'s size rule (small, small_below) looks at."""
+    SHARD = "shard"    # the shard's flat tensor: one encoding per push
+    TENSOR = "tensor"  # each parameter tensor: a push carries one run per stretch of tensors with one encoding
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,9 @@ class CompressionChoice:
     # The parameters in a shard's answers to a worker's registration and pulls (None: fp32, as before).
     # Only the codecs that keep no state: none, fp16, bf16, int8, int4. The evaluator's pulls stay fp32.
     replies: Optional[Compression] = None
+    # What small_below measures: each shard's flat tensor (shard), or each parameter tensor (tensor: a
+    # shard's push carries several encoded runs, one per stretch of consecutive tensors with one encoding).
+    choose_by: ChooseBy = ChooseBy.SHARD
 
     def __post_init__(self):
         _check(self.small_below >= 0, "small_below", f"must be >= 0, got {self.small_below}")
@@ -59,14 +71,28 @@ class CompressionChoice:
             return self.deltas
         return self.default
 
+    def for_tensors(self, pieces: Sequence[tuple[int, int]], local_updates: bool) -> list[tuple[str, int]]:
+        """One shard's runs under choose_by: tensor: `pieces` are (the parameter tensor's
+        elements, how many of them lie on the shard) in shard order; returns (the
+        `wire.compression` value, elements) per run, consecutive pieces with one value merged."""
+        runs: list[tuple[str, int]] = []
+        for tensor_numel, length in pieces:
+            value = self.for_shard(tensor_numel, local_updates)
+            if runs and runs[-1][0] == value:
+                runs[-1] = (value, runs[-1][1] + length)
+            else:
+                runs.append((value, length))
+        return runs
+
 
 @dataclass(frozen=True)
 class WireConfig:
     # Each push's encoding: one for every shard (none: fp32; fp16/bf16 scaled; topk with error feedback;
     # int8/int4 with one scale per 64-element block; int2_ef: 2-bit with error feedback), or a mapping
-    # {default, small, small_below, deltas, replies} choosing per shard: shards of fewer than small_below (4096)
-    # elements use small, local-update deltas use deltas, the rest default; replies: the parameters
-    # workers pull (none, fp16, bf16, int8 or int4; unset: fp32) (CompressionChoice).
+    # {default, small, small_below, deltas, replies, choose_by} choosing per shard: shards of fewer than small_below
+    # (4096) elements use small, local-update deltas use deltas, the rest default; replies: the parameters
+    # workers pull (none, fp16, bf16, int8 or int4; unset: fp32); choose_by: tensor applies small_below to
+    # each parameter tensor instead, a push then carrying one encoded run per stretch of tensors (CompressionChoice).
     compression: Union[Compression, CompressionChoice] = "none"
     topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push
     max_message_mb: int = field(default=1024, metadata=int_max(2047))  # sockets refuse larger messages (< 2 GiB)
@@ -92,6 +118,17 @@ class WireConfig:
         if isinstance(choice, str):
             return [choice] * len(shard_sizes)
         return [choice.for_shard(n, local_updates) for n in shard_sizes]
+
+    def compression_runs(self, shard_pieces: Sequence[Sequence[tuple[int, int]]],
+                         local_updates: bool) -> list[list[tuple[str, int]]]:
+        """Per shard, its pushes' runs as (`compression` value, elements): one run of the shard's
+        value under choose_by: shard; `shard_pieces`: per shard, (tensor elements, elements on
+        the shard) of each piece of a parameter it holds, in shard order."""
+        choice = self.compression
+        if isinstance(choice, CompressionChoice) and choice.choose_by is ChooseBy.TENSOR:
+            return [choice.for_tensors(pieces, local_updates) for pieces in shard_pieces]
+        sizes = [sum(n for _, n in pieces) for pieces in shard_pieces]
+        return [[(value, n)] for value, n in zip(self.compression_for(sizes, local_updates), sizes)]
 
     @property
     def reply_compression(self) -> str:

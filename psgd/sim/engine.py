@@ -41,7 +41,7 @@ class Engine(FragmentTurns):
     def __init__(self, executor: Executor, time: TimeModel, *, steps_per_worker: int, max_time_s: float,
                  eval_every_s: Optional[float], emit: Callable[[dict], None] = lambda e: None,
                  stop: Optional[Callable[[dict], bool]] = None, step_times: Optional[StepTimes] = None):
-        self.ex, self.time = executor, time
+        self.ex, self.time = executor, time.for_plans(executor.plans, executor.cfg)  # pushes in runs: per run
         self.steps_per_worker, self.max_time_s = steps_per_worker, max_time_s
         self.eval_every_s = eval_every_s
         self.stop = stop or (lambda record: False)
@@ -125,7 +125,8 @@ class Engine(FragmentTurns):
         busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active else 0.0)
         self.ex.now = t + busy  # a local round's pace is read when its last step ends
         self.started_at[rank] = t
-        ready = t + busy + self.time.before_push_s(self.ex.layout.shard_sizes)  # to the host and encoded
+        ready = t + busy + self.time.before_push_s(self.ex.layout.shard_sizes,  # to the host and encoded
+                                                   range(self.ex.num_shards))
         if self.ex.batcher is not None and w.local is None:  # computed with the others at the first step end
             self.pending[rank] = t + busy - self.round_at[rank]
             self.q.put(ready, Kind.STEP_DONE, rank, tie=self.send_order.priority(rank, step))
@@ -214,7 +215,7 @@ class Engine(FragmentTurns):
         self._serve(p, t, self.time.finds_idle(self.servers[p.shard].free_at, t))
 
     def _serve(self, p: Push, t: float, idle: bool) -> None:
-        service_s = self.time.service_s(self.ex.layout.shard_sizes[p.shard], idle)
+        service_s = self.time.service_s(self.ex.layout.shard_sizes[p.shard], idle, p.shard)
         self.wakes[p.shard] += idle
         self.served_s[p.shard] += service_s
         self.serving[p.shard] = True

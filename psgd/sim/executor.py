@@ -40,7 +40,8 @@ from psgd.sim.fragment_steps import FragmentSteps
 from psgd.sim.messages import PulledParams, Push, Read, Reply, decode_push
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
-from psgd.wire.codecs import WireEncoder, codec_named, encodings_for
+from psgd.wire.codecs import WireEncoder, codec_named
+from psgd.wire.codecs.runs import RUNS, push_plans
 from psgd.wire.replies import ReplyDecoder, reply_encoding
 from psgd.workers.fragment_rounds import FragmentRounds
 from psgd.workers.local_rounds import LocalRounds
@@ -120,14 +121,15 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         self._checked = False  # the batcher's first call is checked against the exact path
         self.batched_steps = 0  # worker steps whose gradient came from a batched call
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
-        encodings = encodings_for(cfg.wire, self.layout.shard_sizes, cfg.local.enabled)
+        self.plans = push_plans(cfg.wire, self.layout, cfg.local.enabled)  # each shard's push runs, as a real run's
+        encodings = [plan[0].encoding if len(plan) == 1 else RUNS for plan in self.plans]
         # Per shard: a push decodes to the very buffer it was encoded from (dense fp32).
-        self._f32 = [codec_named(e).dense and codec_named(e).wire_dtype == torch.float32 for e in encodings]
+        self._f32 = [e != RUNS and codec_named(e).dense and codec_named(e).wire_dtype == torch.float32
+                     for e in encodings]
         self.now = 0.0  # the simulated time, set by whoever drives the executor (local rounds' pace)
         self.gradient_s = 0.0  # CPU seconds in forward+backward (psgd bench sim's denominator)
         self.evaluate_s = 0.0  # CPU seconds scoring the test set
         self.shard_s = 0.0     # CPU seconds in the shards' pushes and pulls (the servers' rules and updates)
-        self._encodings = encodings
         # What workers read (welcomes and pulls) in wire.compression.replies; None: the live fp32 parameters.
         self.reply_encoding = reply_encoding(cfg.wire)
         self._pulled = (None if self.reply_encoding == "f32"
@@ -149,7 +151,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         its straggler model, and reads of the shards' current parameters."""
         cfg, w = self.cfg, self.cfg.cluster.workers
         batches = train_loader(self._train, rank, w, cfg.task.batch_size, cfg.run.seed)
-        enc = WireEncoder(self._encodings, self.layout.shard_sizes, cfg.wire.topk_ratio)
+        enc = WireEncoder.from_plans(self.plans, cfg.wire.topk_ratio)
         reads = [self._read(s) for s in range(self.num_shards)]
         worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
@@ -270,7 +272,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         for s, g in enumerate(grads):
             before = w.encoder.wire_bytes
             enc = w.encoder.encode(s, g)
-            grad = decode_push(enc, g.numel(), g if owned else None)
+            grad = decode_push(enc, g.numel(), g if owned else None, self.plans[s])
             if owned and grad is not g:
                 self._free[s].append(g)  # encoded into the encoder's own buffer: free now
             pushes.append(Push(w.rank, s, w.seq, w.clock, w.versions[s], grad,
@@ -287,7 +289,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
                       steps: int) -> Push:
         """Shard s's push of `g` (not owned: a delta buffer that is reused), as the shard decodes it."""
         before = w.encoder.wire_bytes
-        grad = decode_push(w.encoder.encode(s, g), g.numel())
+        grad = decode_push(w.encoder.encode(s, g), g.numel(), plan=self.plans[s])
         return Push(w.rank, s, seq, clock, w.versions[s], grad, w.encoder.wire_bytes - before, step_s, steps)
 
     def serve_push(self, push: Push) -> list[Reply]:

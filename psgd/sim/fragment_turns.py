@@ -43,7 +43,8 @@ class FragmentTurns:
     def _send_fragment(self, pushes: list, t: float) -> float:
         """The pushes leave once encoded (returns when), in the seeded order of sends at one
         instant that whole-model pushes take (Engine._start_step)."""
-        ready = t + self.time.before_push_s([self.ex.layout.shard_sizes[p.shard] for p in pushes])
+        ready = t + self.time.before_push_s([self.ex.layout.shard_sizes[p.shard] for p in pushes],
+                                            [p.shard for p in pushes])
         rank = pushes[0].rank
         self._step_done_at(ready, pushes, tie=self.send_order.priority(rank, self.ex.workers[rank].steps - 1))
         return ready

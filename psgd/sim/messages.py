@@ -9,17 +9,21 @@ from typing import Optional
 import torch
 
 from psgd.wire.codecs import Encoded, Gradient, codec_named
+from psgd.wire.codecs.runs import RUNS, Plan, decode_runs
 from psgd.wire.replies import ReplyEncoder, decode_reply, reply_nbytes
 
 __all__ = ["Push", "Read", "Reply", "PulledParams", "decode_push"]
 
 
-def decode_push(enc: Encoded, numel: int, owned: Optional[torch.Tensor] = None) -> Gradient:
+def decode_push(enc: Encoded, numel: int, owned: Optional[torch.Tensor] = None, plan: Plan = ()) -> Gradient:
     """The gradient a shard decodes from an encoded push, owned by the caller
     (the encoder's buffers are reused at its next step). Same decoders and the
     same fp32 arithmetic as the shard's push handler. `owned`: the fp32
     gradient that was encoded, when nothing else will write to it: an fp32
-    push decodes to its very bytes, so it is used as it is."""
+    push decodes to its very bytes, so it is used as it is. `plan`: the shard's push runs
+    (psgd.wire.codecs.runs), for a push in runs."""
+    if enc.encoding == RUNS:
+        return decode_runs(plan, enc.runs, enc.frames, torch.empty(numel))
     codec = codec_named(enc.encoding)
     if owned is not None and codec.dense and codec.wire_dtype == torch.float32:
         return owned

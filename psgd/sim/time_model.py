@@ -18,13 +18,14 @@ the shard's encode of them is part of the pull half, which is not modelled).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Optional
+from dataclasses import dataclass, fields, replace
+from typing import Optional, Sequence
 
 from psgd.config import Config, ConfigError
 from psgd.config.sim import SimConfig
 from psgd.sim.codec_cost import codec_rates
 from psgd.wire.codecs import encoding_of
+from psgd.wire.codecs.runs import Plan
 from psgd.wire.replies import reply_encoding
 
 __all__ = ["Fifo", "Link", "TimeModel", "ring_allreduce_s", "stream", "stream_together"]
@@ -111,6 +112,9 @@ class TimeModel:
     decode_bytes_per_s: Optional[float] = None
     host_bytes_per_s: Optional[float] = None    # host <-> device copies; None: none (a CPU worker)
     reply_decode_bytes_per_s: Optional[float] = None  # a worker decoding its replies; None: fp32 replies
+    # Per shard, (encode s, decode s) of one push in runs (wire.compression.choose_by: tensor): each run's
+    # elements at its own codec's rates (`for_plans`). Empty: every push at the rates above.
+    push_codec_s: tuple[tuple[float, float], ...] = ()
 
     @classmethod
     def for_run(cls, cfg: Config, compute_ms: float) -> "TimeModel":
@@ -136,11 +140,30 @@ class TimeModel:
                     encode, decode, _rate(sim.profile().host_gbytes_per_s), codec_rates(reply, None, None)[1])
         for f in fields(model):
             value = getattr(model, f.name)
-            for v in (value.latency_s, value.bytes_per_s) if isinstance(value, Link) else (value,):
+            parts = ((value.latency_s, value.bytes_per_s) if isinstance(value, Link)
+                     else tuple(t for pair in value for t in pair) if f.name == "push_codec_s" else (value,))
+            for v in parts:
                 if v is not None and not (math.isfinite(v) and v >= 0):
                     raise ConfigError("sim", f"gives a {f.name} of {v} (compute_ms {compute_ms}, "
                                       f"speedup {sim.speedup}): every time must be a finite number")
         return model
+
+    def for_plans(self, plans: Sequence[Plan], cfg: Config) -> "TimeModel":
+        """This model charging each shard's push its runs' codec time (psgd.wire.codecs.runs):
+        the elements of each run at that codec's rates (sim's figures where it gives them).
+        Itself when every shard is pushed in one run of the encoding its rates are for."""
+        sim, encoding = cfg.sim, encoding_of(cfg.wire)
+        if all(len(plan) == 1 and plan[0].encoding == encoding for plan in plans):
+            return self
+        costs = []
+        for plan in plans:
+            encode_s = decode_s = 0.0
+            for run in plan:
+                encode, decode = codec_rates(run.encoding, sim.encode_gbytes_per_s, sim.decode_gbytes_per_s)
+                encode_s += 4 * run.numel / encode if encode else 0.0
+                decode_s += 4 * run.numel / decode if decode else 0.0
+            costs.append((encode_s, decode_s))
+        return replace(self, push_codec_s=tuple(costs))
 
     # ---- the path between a worker and a shard --------------------------------
     @property
@@ -162,17 +185,23 @@ class TimeModel:
         """Whether a request arriving at `t` finds a shard free since `free_at` asleep."""
         return t - free_at > AWAKE_S
 
-    def service_s(self, numel: int, idle: bool = False) -> float:
+    def service_s(self, numel: int, idle: bool = False, shard: Optional[int] = None) -> float:
         """A shard's time for one push of `numel` values (decoded, then applied as fp32);
-        `idle`: it found the shard idle."""
-        decode_s = 4 * numel / self.decode_bytes_per_s if self.decode_bytes_per_s else 0.0
+        `idle`: it found the shard idle; `shard`: which one (its runs' decode, `for_plans`)."""
+        if self.push_codec_s and shard is not None:
+            decode_s = self.push_codec_s[shard][1]
+        else:
+            decode_s = 4 * numel / self.decode_bytes_per_s if self.decode_bytes_per_s else 0.0
         return self.request_s + decode_s + 4 * numel / self.apply_bytes_per_s + (self.wake_s if idle else 0.0)
 
     # ---- a worker, around its compute -------------------------------------------
-    def before_push_s(self, shard_numels: list[int]) -> float:
-        """After the backward pass: the gradient copied to the host, then encoded per shard."""
+    def before_push_s(self, shard_numels: list[int], shards: Optional[Sequence[int]] = None) -> float:
+        """After the backward pass: the gradient copied to the host, then encoded per shard
+        (`shards`: which ones, for their runs' encode, `for_plans`)."""
         nbytes = 4 * sum(shard_numels)
         copy_s = nbytes / self.host_bytes_per_s if self.host_bytes_per_s else 0.0
+        if self.push_codec_s and shards is not None:
+            return copy_s + sum(self.push_codec_s[s][0] for s in shards)
         return copy_s + (nbytes / self.encode_bytes_per_s if self.encode_bytes_per_s else 0.0)
 
     def after_pull_s(self, numel: int) -> float:

@@ -8,6 +8,7 @@ import torch
 
 from psgd.wire import protocol as P
 from psgd.wire.codecs import CODECS, DenseCodec, codec_named
+from psgd.wire.codecs.runs import RUNS, plan_frames
 from psgd.wire.frames import tensor_frame
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
@@ -28,6 +29,8 @@ def payload_frames(record: P.Record) -> int:
     """How many tensor frames follow the header of `record` (an unknown
     encoding counts one: its decoder refuses it)."""
     if isinstance(record, P.Push):
+        if record.encoding == RUNS and not record.shm:
+            return plan_frames(record.runs)
         codec = CODECS.get(record.encoding)
         return 0 if record.shm else codec.frames if codec is not None else 1
     if isinstance(record, (P.Params, P.Welcome)):

@@ -6,7 +6,9 @@ more raw tensor frames (little-endian, C order), sent zero-copy when large.
 A gradient's frames are its codec's (psgd.wire.codecs, named by the push's
 `encoding`; psgd.wire.payload.payload_frames counts them): a dense gradient is
 one frame; top-k's is two, the int32 indices then the float32 values of its
-`nnz` kept coordinates. A dense
+`nnz` kept coordinates. A push in runs (encoding "runs", wire.compression.choose_by:
+tensor) carries several codecs' frames one after another, its header's `runs`
+naming each run's encoding, scale and nnz. A dense
 gradient may also travel in pieces (push during backward): messages with
 `held` true carry [offset, offset + numel) of it and are not answered; the
 push's last message (`held` false) carries the rest, and the shard applies the
@@ -115,6 +117,9 @@ class Push(Record):
     # every push that does not use them): numel then counts this payload's elements.
     offset: int = 0             # the payload's first element within the shard's gradient
     held: bool = False          # a piece the shard keeps, unanswered, until the push's last message
+    # A push in runs (encoding "runs", psgd.wire.codecs.runs): [encoding, scale, nnz] per run, its frames
+    # the runs' in order; absent from the header when empty.
+    runs: list = ()
 
 
 PIECE_FIELDS = ("offset", "held")
@@ -222,7 +227,7 @@ _HEADER_FIELDS = {t: tuple(f for f in spec if f != "req") for t, spec in _FIELDS
 # msgpack yields exact builtin types, so an exact type test is the whole check
 # (and keeps True out of int fields): field -> the types it accepts.
 _EXACT = {"int": frozenset({int}), "str": frozenset({str}), "bool": frozenset({bool}),
-          "float": frozenset({float, int}), "dict": frozenset({dict})}
+          "float": frozenset({float, int}), "dict": frozenset({dict}), "list": frozenset({list})}
 _CHECKS = {t: {f: _EXACT[spec[f]] for f in _HEADER_FIELDS[t]} for t, spec in _FIELDS.items()}
 # Records are built without running the dataclass __init__ (decode runs for every
 # message): defaults per type, except for types with a default factory.
@@ -237,6 +242,8 @@ def encode(record: Record, frames: Sequence[Any] = ()) -> list:
     if isinstance(record, Push) and not (record.held or record.offset):
         for name in PIECE_FIELDS:  # a whole gradient: the header an older shard knows
             del fields[name]
+    if isinstance(record, Push) and not record.runs:
+        del fields["runs"]
     header = msgpack.packb([PROTOCOL_VERSION, int(record.TYPE), req, fields], use_bin_type=True)
     return [header, *frames]
 

@@ -16,7 +16,7 @@ An instance belongs to one worker's encoder and may keep per-shard state
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, Sequence, Union
 
 import torch
@@ -65,6 +65,7 @@ class Encoded:
     scale: float = 1.0      # value = wire * scale (scaled codecs)
     nnz: int = 0            # sparse codecs: coordinates sent
     tensor: Optional[torch.Tensor] = None  # dense codecs: the payload the frame views
+    runs: list = field(default_factory=list)  # a push in runs (psgd.wire.codecs.runs): [encoding, scale, nnz] each
 
 
 class Codec(ABC):

@@ -13,7 +13,7 @@ import typing
 from typing import Optional, Sequence
 
 from psgd.config.loader import ConfigError
-from psgd.config.operations import REPLY_COMPRESSIONS, Compression, WireConfig
+from psgd.config.operations import REPLY_COMPRESSIONS, ChooseBy, Compression, WireConfig
 from psgd.core.members import check_words, import_members
 from psgd.wire.codecs.base import CODECS, Codec
 from psgd.wire.protocol import ErrorCode, ProtocolError
@@ -55,10 +55,13 @@ def encoding_of(wire: WireConfig) -> str:
     """The protocol's `encoding` (a codec's wire name) of every push: `wire.compression` as a
     plain string, or a mapping that chooses the same for every shard and role (its `replies`
     aside). ConfigError for a mapping that chooses per shard (the simulator's time model
-    takes one push encoding)."""
+    takes one push encoding); under choose_by: tensor, default's (the simulator charges a push
+    in runs each run's codec: TimeModel.for_plans)."""
     choice = wire.compression
     if isinstance(choice, str):
         return codec_for_compression(choice).name
+    if choice.choose_by is ChooseBy.TENSOR:
+        return codec_for_compression(choice.default).name
     if {choice.small, choice.deltas} - {None, choice.default}:
         raise ConfigError("wire.compression", "the simulator's time model takes one push encoding for every "
                                               "shard: small and deltas must be unset or equal to default")
@@ -78,6 +81,6 @@ def check_reply_codecs(codecs: dict[str, type[Codec]], reply_values: tuple[str, 
                           f"residual are {stateless}: update psgd.config.operations.REPLY_COMPRESSIONS")
 
 
-import_members("psgd.wire.codecs", ("base", "encoder", "registry"), CODECS.values)
+import_members("psgd.wire.codecs", ("base", "encoder", "registry", "runs"), CODECS.values)
 check_codecs(CODECS, typing.get_args(Compression))
 check_reply_codecs(CODECS, REPLY_COMPRESSIONS)
