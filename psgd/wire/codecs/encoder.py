@@ -104,6 +104,10 @@ class WireEncoder:
             runs.append([part.encoding, part.scale, part.nnz])
         return Encoded(frames, RUNS, runs=runs)
 
+    def run_codecs(self, shard: int) -> list[tuple[Codec, int]]:
+        """Each run of a shard pushed in runs: its codec and the slot its state (a residual) is kept under."""
+        return [(self._slot_codecs[run.encoding], slot) for run, slot in zip(self.plans[shard], self._run_slots[shard])]
+
     def encode_piece(self, shard: int, grad: torch.Tensor, offset: int, numel: int) -> Encoded:
         """Elements [offset, offset + numel) of one shard's flat float32 gradient, as
         `encode` would put them on the wire (elementwise codecs only)."""

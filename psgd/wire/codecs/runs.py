@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -84,7 +85,7 @@ def plan_frames(runs: Any) -> int:
 def decode_runs(plan: Plan, runs: Any, frames: Sequence[Any], out: torch.Tensor) -> torch.Tensor:
     """The dense fp32 gradient a RUNS push carries, into `out` (the shard's flat size),
     checked run by run against `plan`: the header's runs must name the plan's encodings
-    with a float scale and an int nnz, and the frames must be exactly theirs."""
+    with a finite positive scale and an int nnz, and the frames must be exactly theirs."""
     if len(plan) < 2:
         raise ProtocolError(ErrorCode.BAD_ENCODING, "this shard's pushes are one run, not several")
     if not isinstance(runs, (list, tuple)) or len(runs) != len(plan):
@@ -95,6 +96,8 @@ def decode_runs(plan: Plan, runs: Any, frames: Sequence[Any], out: torch.Tensor)
         if not (isinstance(header, (list, tuple)) and len(header) == 3 and header[0] == run.encoding
                 and type(header[1]) in (float, int) and type(header[2]) is int):
             raise ProtocolError(ErrorCode.BAD_FIELD, f"run {i} must be [{run.encoding!r}, scale, nnz], got {header!r}")
+        if not (math.isfinite(header[1]) and header[1] > 0):  # no codec sends another; NaN would pass as a value
+            raise ProtocolError(ErrorCode.BAD_VALUE, f"run {i}'s scale must be finite and > 0, got {header[1]!r}")
         codecs.append(codec_named(run.encoding))
     if len(frames) != sum(c.frames for c in codecs):
         raise ProtocolError(ErrorCode.BAD_FRAMES, f"push has {len(frames)} frames, its runs need "
