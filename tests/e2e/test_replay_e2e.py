@@ -12,11 +12,15 @@ import torch
 from conftest import ROOT, launch
 
 from psgd.cli import main
+from psgd.config import load_config
 from psgd.core.sharding import make_layout
+from psgd.wire.codecs.runs import push_plans
+from psgd.wire.payload import wire_nbytes
 from psgd.wire.replies import reply_nbytes
 
 pytestmark = pytest.mark.e2e
 
+BY_TENSOR = "{default: int8, small: none, choose_by: tensor}"
 SHORT = ["train.steps_per_worker=60", "train.target_accuracy=0.99", "workers.device=cpu"]
 
 
@@ -55,7 +59,8 @@ def _replay(run_dir, *extra):
     ["consistency.mode=asp", "wire.compression=topk", "wire.topk_ratio=0.1"],
     ["consistency.mode=asp", "wire.compression=int2_ef"],
     ["consistency.mode=asp", "wire.compression={replies: int8}"],  # workers train on decoded replies
-], ids=["asp", "ssp", "asp-topk", "asp-int2ef", "asp-int8-replies"])
+    ["consistency.mode=asp", f"wire.compression={BY_TENSOR}"],  # a shard's push in an int8 and an fp32 run
+], ids=["asp", "ssp", "asp-topk", "asp-int2ef", "asp-int8-replies", "asp-by-tensor"])
 def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides, request):
     if overrides == ["consistency.mode=asp"]:
         run_dir, summary = request.getfixturevalue("asp_run")
@@ -78,6 +83,12 @@ def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides, req
     encoding = "int8" if "replies" in overrides[-1] else "f32"
     assert summary["pull_compression_ratio"] == round(sum(reply_nbytes(encoding, n) for n in sizes)
                                                       / (4 * sum(sizes)), 6)
+    if BY_TENSOR in overrides[-1]:  # the bytes per example count every run's encoded bytes
+        layout = make_layout([(k, tuple(v.shape)) for k, v in saved.items()], 2)
+        plans = push_plans(load_config(None, [overrides[-1]]).wire, layout, local_updates=False)
+        assert [len(plan) for plan in plans] == [1, 2]
+        assert summary["compression_ratio"] == round(sum(wire_nbytes(r.encoding, r.numel) for plan in plans
+                                                         for r in plan) / (4 * sum(sizes)), 6)
     assert (summary["codec_reply_encode_s"] is None) is (encoding == "f32")
 
 
