@@ -51,11 +51,9 @@ class PSClient:
                  topk_ratio: float = 0.01, token: Optional[str] = None, shared_memory: str = "auto",
                  shared_memory_min_bytes: int = SHARED_MEMORY_MIN_BYTES, reply_slots: int = 1,
                  plans: Optional[Sequence[Plan]] = None):
-        """`plans`: each shard's push runs (psgd.wire.codecs.runs.push_plans), instead of `encoding`."""
         if len(addresses) != layout.num_shards:
             raise ValueError(f"{len(addresses)} addresses for a layout of {layout.num_shards} shards")
-        # Validates encoding (one, or per shard) or plans.
-        self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio, plans=plans)
+        self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio, plans=plans)  # plans: push_plans' runs
         self.layout = layout
         self.rank = rank
         self.role = role
@@ -208,7 +206,7 @@ class PSClient:
 
     # ---- internals --------------------------------------------------------
     def _register_shards(self, shards) -> list[torch.Tensor]:
-        fp = [plan_fingerprint(self.layout.fingerprint, plan) for plan in self.encoder.plans]
+        fp = [plan_fingerprint(self.layout.fingerprint, plan) for plan in self.encoder.plans]  # runs refused if not alike
         replies = self._rpc.call({s: P.encode(P.Register(req=self._rpc.next_id(), rank=self.rank, role=self.role,
                                                           fingerprint=fp[s], token=self._token, **self._shm.offer(s)))
                                   for s in shards})

@@ -89,6 +89,8 @@ class WireEncoder:
         e.g. a shared-memory request region) instead of the codec's own buffer."""
         start = time.perf_counter()
         slots = self._run_slots.get(shard)
+        if slots is not None and out is not None:
+            raise ValueError(f"shard {shard} is pushed in runs: its payload cannot be encoded into one tensor")
         encoded = self.codecs[shard].encode(shard, grad, out) if slots is None else self._encode_runs(shard, slots, grad)
         self.encode_s += time.perf_counter() - start
         self.wire_bytes += sum(memoryview(f).nbytes for f in encoded.frames)
