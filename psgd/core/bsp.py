@@ -3,9 +3,10 @@ al. 2016's backup workers: the first W - b complete the clock, later ones are la
 from __future__ import annotations
 
 from enum import Enum
-from typing import Collection, Optional
+from typing import TYPE_CHECKING, Collection, Optional
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["BspAggregator", "PushOutcome"]
 
@@ -27,11 +28,12 @@ class BspAggregator:
     member's push arrive "late".
     """
 
-    def __init__(self, numel: int, backup: int = 0, dtype=torch.float32):
+    def __init__(self, numel: int, backup: int = 0, dtype: Optional[torch.dtype] = None):
+        import torch  # here, not at the top: `psgd ctl` imports the mode rules and needs no torch
         self.step = 0
         self.backup = backup
         self.valid = 0  # contributions that carried a usable gradient
-        self._sum = torch.zeros(numel, dtype=dtype)
+        self._sum = torch.zeros(numel, dtype=dtype or torch.float32)
         self._contributors: set[int] = set()
 
     def needed(self, quorum_size: int) -> int:

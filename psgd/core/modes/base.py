@@ -11,12 +11,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import ClassVar, Optional
-
-import torch
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 from psgd.config.modes import Mode
 from psgd.core.clocks import ClockBoard
+
+if TYPE_CHECKING:  # `psgd ctl` reads the mode rules without loading torch
+    import torch
 
 __all__ = ["ModeRule", "PushAction", "Counted", "Update", "RULES", "rule_class", "uncovered"]
 

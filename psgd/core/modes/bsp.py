@@ -3,14 +3,15 @@ the quorum is in (less `backup_workers`: Chen et al. 2016); a pull at clock c
 waits until every clock below c has been applied."""
 from __future__ import annotations
 
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from psgd.config.modes import Mode
 from psgd.core.bsp import BspAggregator, PushOutcome
 from psgd.core.clocks import ClockBoard
 from psgd.core.modes.base import Counted, ModeRule, PushAction, Update
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Bsp"]
 

@@ -39,7 +39,7 @@ import stat
 import struct
 from typing import Optional
 
-from psgd.wire.shm.segment import PROC
+from psgd.wire.shm import PROC
 
 __all__ = ["ClientBell", "ShardBell", "Bells", "PolledBells", "BellError", "ring", "MAX_MESSAGE_BYTES", "parse_bell_name"]
 

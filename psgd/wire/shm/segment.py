@@ -66,11 +66,11 @@ from typing import Optional, Union
 import torch
 
 from psgd.wire.protocol import ErrorCode
+from psgd.wire.shm import PROC
 
 __all__ = ["Segment", "ShmError", "available", "segment_bytes", "reply_offset", "reply_slot_at", "REPLY_SLOTS",
            "SEALS", "PROC"]
 
-PROC = "/proc"
 MAGIC = b"PSGDSHM1"
 HEADER_BYTES = 64
 PAGE = mmap.PAGESIZE
