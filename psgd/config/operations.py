@@ -41,14 +41,16 @@ class ChooseBy(str, Enum):
 @dataclass(frozen=True)
 class CompressionChoice:
     """`wire.compression` as a mapping: the encoding chosen per shard (each shard's
-    push is one flat tensor with one encoding on the wire), by its size and by what
-    the run pushes, as hivemind's SizeAdaptiveCompression / RoleAdaptiveCompression do.
-    A shard of fewer than `small_below` elements uses `small`; otherwise a run with
-    local updates uses `deltas`; anything left uses `default`. `replies` is the
+    push is one flat tensor with one encoding on the wire), or under choose_by: tensor
+    per parameter tensor (a push then carries one encoded run per stretch of tensors),
+    by its size and by what the run pushes, as hivemind's SizeAdaptiveCompression /
+    RoleAdaptiveCompression do. A shard (tensor) of fewer than `small_below` elements uses
+    `small`; otherwise a run with local updates uses `deltas`; anything left uses `default`. `replies` is the
     parameters' encoding in a shard's answers to workers' pulls (its role)."""
     default: Compression = "none"           # every shard the keys below do not choose for
-    small: Optional[Compression] = None     # shards below small_below elements (None: as the others)
-    small_below: int = field(default=4096, metadata=int_max(2**31 - 1))  # elements of a shard's flat tensor
+    small: Optional[Compression] = None     # shards (tensors, by tensor) below small_below elements (None: as the others)
+    # elements of a shard's flat tensor (choose_by: tensor: of each parameter tensor)
+    small_below: int = field(default=4096, metadata=int_max(2**31 - 1))
     deltas: Optional[Compression] = None    # local-update pushes (None: default)
     # The parameters in a shard's answers to a worker's registration and pulls (None: fp32, as before).
     # Only the codecs that keep no state: none, fp16, bf16, int8, int4. The evaluator's pulls stay fp32.
