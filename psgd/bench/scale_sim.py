@@ -28,6 +28,7 @@ from psgd.sim.executor import Executor, VirtualWorker
 from psgd.sim.messages import Push
 from psgd.sim.time_model import TimeModel
 from psgd.wire.codecs import WireEncoder
+from psgd.wire.codecs.runs import single_plans
 
 __all__ = ["LightExecutor", "scale_config", "simulate_scale_point", "calibrate_from_point", "calibrate_wake"]
 
@@ -44,6 +45,7 @@ class LightExecutor(Executor):
         self.shards = [ShardState(cfg, s, torch.zeros(n)) for s, n in enumerate(sizes)]
         self.services = [ShardService(shard) for shard in self.shards]
         self.binding, self._f32, self.batcher = None, [True] * len(sizes), None
+        self.plans = single_plans(["f32"] * len(sizes), sizes)  # every push one fp32 run, as the bench's
         self._free = [[] for _ in sizes]
         self.now = 0.0
         self.gradient_s = self.evaluate_s = self.shard_s = 0.0
