@@ -53,7 +53,7 @@ else
 fi
 case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY") ;; esac  # it runs from $WORK
 export PYTHONUNBUFFERED=1
-export PSGD_CACHE_DIR=$WORK/cache  # MNIST-1D's generated signals: this run's own
+export PSGD_CACHE_DIR=${PSGD_CACHE_DIR:-$WORK/cache}  # MNIST-1D's generated signals: the caller's cache, else this run's own
 
 elapsed() { echo "$(date +%s.%N) $1" | awk '{printf "%.1f", $1 - $2}'; }
 

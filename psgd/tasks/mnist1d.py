@@ -25,16 +25,17 @@ from torch import nn
 
 from psgd.runtime.files import atomic_write
 
-__all__ = ["mnist1d_dataset", "CNN1D", "cache_path"]
+__all__ = ["mnist1d_dataset", "CNN1D", "cache_path", "default_cache_dir"]
 
 
-def _default_cache_dir() -> Path:
+def default_cache_dir() -> Path:
+    """Where generated datasets are kept: $PSGD_CACHE_DIR, else ~/.cache/psgd."""
     return Path(os.environ.get("PSGD_CACHE_DIR") or Path.home() / ".cache" / "psgd")
 
 
 def cache_path(args: dict, cache_dir: Optional[str] = None) -> Path:
     key = hashlib.sha256(json.dumps(args, sort_keys=True).encode()).hexdigest()[:16]
-    return (Path(cache_dir) if cache_dir else _default_cache_dir()) / f"mnist1d-{key}.npz"
+    return (Path(cache_dir) if cache_dir else default_cache_dir()) / f"mnist1d-{key}.npz"
 
 
 def _generate(args: dict) -> dict:

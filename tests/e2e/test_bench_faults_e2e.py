@@ -23,7 +23,8 @@ def test_two_worker_kills_in_a_20s_run_are_survived_and_measured(tmp_path):
     cfg = write_config(tmp_path / "c.yaml", cluster={"servers": 2, "workers": 2, "timeout_s": 5.0, "heartbeat_s": 0.5,
                                                      "request_timeout_s": 1.0, "max_retries": 60},
                        train={"steps_per_worker": 1_000_000, "max_time_s": 20, "target_accuracy": None},
-                       eval={"every_s": 1.0}, supervision={"max_restarts": 0, "backoff_s": 0.2})
+                       eval={"every_s": 1.0}, supervision={"max_restarts": 0, "backoff_s": 0.2},
+                       workers={"device_ms": 20})  # steps wait as on a device: the runs leave the cores to other tests
     out = tmp_path / "bench"
     code, stdout, stderr = run_psgd("bench", "faults", str(cfg), "--kill-every-s", "7", "--seeds", "1", "--out",
                                     str(out), "--json", cwd=tmp_path, timeout=220)

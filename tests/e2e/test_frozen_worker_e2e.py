@@ -12,7 +12,7 @@ from psgd.orchestrate.launcher import STOP_WORKERS_GRACE_S, TIME_LIMIT_EXIT_CODE
 
 pytestmark = pytest.mark.e2e
 
-MAX_TIME_S = 8
+MAX_TIME_S = 5
 
 
 def _gone(pid):

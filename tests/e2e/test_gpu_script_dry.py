@@ -9,6 +9,7 @@ import pytest
 from conftest import ROOT, kill_tree, spawn
 
 from psgd.sim.calibrate import calibrate
+from psgd.tasks.mnist1d import default_cache_dir
 
 SCRIPT = ROOT / "benchmarks" / "gpu" / "run.sh"
 CHECKS = ["install", "doctor", "quickstart", "comm", "overlap", "mnist1d", "sim-batched"]
@@ -17,7 +18,9 @@ CHECKS = ["install", "doctor", "quickstart", "comm", "overlap", "mnist1d", "sim-
 def run_script(tmp_path, *args, env=None, timeout=880):
     """run.sh to completion as a real process (its temporary work folder under tmp_path)."""
     proc = spawn(["bash", str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                 cwd=str(tmp_path), env={"PSGD_PYTHON": sys.executable, "TMPDIR": str(tmp_path), **(env or {})})
+                 cwd=str(tmp_path), env={"PSGD_PYTHON": sys.executable, "TMPDIR": str(tmp_path),
+                                                  # the signals other tests generated: not made again
+                                                  "PSGD_CACHE_DIR": str(default_cache_dir()), **(env or {})})
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:
