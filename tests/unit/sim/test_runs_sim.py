@@ -28,7 +28,7 @@ def same(a, b):
 
 
 def test_choose_by_shard_is_todays_run_bit_for_bit_and_tensor_is_not():
-    over = {"eval.enabled": "true", "eval.every_s": 0.01}
+    over = {"eval.enabled": "true", "eval.every_s": 0.005, "train.steps_per_worker": 10}
     plain = run(cfg_for("asp", 2, **over))
     assert plain[1].evals and same(plain, run(cfg_for("asp", 2, **over, **{"wire.compression": "{choose_by: shard}"})))
     int8 = run(cfg_for("asp", 2, **over, **{"wire.compression": "int8"}))
