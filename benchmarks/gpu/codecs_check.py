@@ -9,7 +9,8 @@ check asks (a) that the device's round trip is within the codec's own stated bou
 same bytes: every codec is deterministic (round to nearest, no stochastic rounding) and
 avoids kernels whose rounding differs by device, so a difference is a finding. The one
 allowed exception is top-k where magnitudes tie at the k-th (the device picks among them);
-the draws below have no ties. (c) The error-feedback codecs over many pushes on the device:
+these draws have none, in the round
+trips or the feedback pushes (checked on the CPU). (c) The error-feedback codecs over many pushes on the device:
 the sum of what was sent plus the final residual is the sum of the gradients, within the one
 fp32 rounding of residual + gradient per push (the unit tests' slack), and the device's
 residual equals the CPU's. (d) Each codec's encode time at the large size, on the device and
