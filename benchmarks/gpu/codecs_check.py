@@ -7,11 +7,11 @@ device as they are shaped, and on the CPU flat, as a worker's host buffer holds 
 check asks (a) that the device's round trip is within the codec's own stated bound
 (`Codec.round_trip_bound`, the one its unit tests use) and (b) that both encodings are the
 same bytes: every codec is deterministic (round to nearest, no stochastic rounding) and
-avoids kernels whose rounding differs by device, so a difference is a finding. The one
-allowed exception is top-k where magnitudes tie at the k-th (the device picks among them);
-these draws have none, in the round
-trips or the feedback pushes (checked on the CPU). (c) The error-feedback codecs over many pushes on the device:
-the sum of what was sent plus the final residual is the sum of the gradients, within the one
+avoids kernels whose rounding differs by device, so a difference is a finding. Top-k alone
+could differ where magnitudes tie at the k-th (the device picks among them); these draws
+have no such tie, in the round trips or the feedback pushes (checked on the CPU).
+(c) The error-feedback codecs over many pushes on the device: the sum of what was sent
+plus the final residual is the sum of the gradients, within the one
 fp32 rounding of residual + gradient per push (the unit tests' slack), and the device's
 residual equals the CPU's. (d) Each codec's encode time at the large size, on the device and
 on one CPU thread (as every psgd process runs), as a ratio: reported, never judged.
