@@ -28,14 +28,25 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from check_kit import QUICKSTART, SUMMARY_KEYS, command_line, failed_run, launch, result, write  # beside this script
+from check_kit import (  # beside this script
+    QUICKSTART,
+    SUMMARY_KEYS,
+    command_line,
+    failed_run,
+    launch,
+    on_device,
+    result,
+    worker_devices,
+    write,
+)
 
 SIZES = {"cuda": {"shapes": [(1,), (63,), (65,), (1001,), (33, 77), (3, 5, 7, 11), (4 * 2**20,)],
                   "feedback": (100_003, 100), "repeats": 5},
          "cpu": {"shapes": [(1,), (63,), (65,), (1001,), (33, 77), (3, 5, 7, 11), (2**16,)],
                  "feedback": (1000, 30), "repeats": 2}}
 FP32_ADD_ROUNDING = 2.0 ** -24  # one fp32 addition's relative rounding: the feedback identity's slack per push
-QUICKSTART_SETS = ["workers.device=cuda", "wire.compression={default: int8, replies: int8}", "checkpoint.enabled=false"]
+# The quickstart with int8 pushes and replies; its time capped well inside the check's limit (run.sh).
+QUICKSTART_SETS = ["wire.compression={default: int8, replies: int8}", "checkpoint.enabled=false", "train.max_time_s=20"]
 
 
 def push_codecs() -> list[str]:
@@ -167,14 +178,17 @@ def measure(device: str) -> dict:
         torch.set_num_threads(threads)
 
 
-def quickstart_int8(work: Path) -> tuple[bool, str, dict, str]:
-    """The quickstart on cuda with int8 pushes and replies: (ok, why not, its figures, the command)."""
-    proc, _, summary = launch(work, "codecs-quickstart", QUICKSTART, QUICKSTART_SETS)
-    command = command_line("launch", "configs/quickstart.yaml", *[f"--set '{s}'" for s in QUICKSTART_SETS])
+def quickstart_int8(device: str, work: Path) -> tuple[bool, str, dict, str]:
+    """The quickstart on `device` with int8 pushes and replies: (ok, why not, its figures, the command)."""
+    sets = [f"workers.device={device}", *QUICKSTART_SETS]
+    proc, run_dir, summary = launch(work, "codecs-quickstart", QUICKSTART, sets)
+    command = command_line("launch", "configs/quickstart.yaml", *[f"--set '{s}'" for s in sets])
     figures = {k: v for k, v in summary.items() if k in SUMMARY_KEYS or "bytes" in k or "compression" in k
                or k.startswith("codec_")}
-    ok = proc.returncode == 0 and summary.get("status") == "ok"
-    return ok, "" if ok else f"the int8 quickstart failed: {failed_run(proc)}", figures, command
+    figures["worker_devices"] = devices = worker_devices(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
+    ok = proc.returncode == 0 and summary.get("status") == "ok" and on_device(devices, device)
+    why = "" if ok else f"the int8 quickstart on {device} failed: {failed_run(proc)}; workers on {devices}"
+    return ok, why, figures, command
 
 
 def check_codecs(device: str, out: Path, work: Path) -> int:
@@ -202,9 +216,9 @@ def check_codecs(device: str, out: Path, work: Path) -> int:
               + ", ".join(f"{r['codec']} x{r['cpu_over_device']:.1f}" for r in found["timings"]))
     if device != "cuda":  # the run needs a GPU; its config is checked here so that it cannot rot
         from psgd.config import load_config
-        load_config(QUICKSTART, QUICKSTART_SETS)
+        load_config(QUICKSTART, ["workers.device=cuda", *QUICKSTART_SETS])
     else:
-        ok, why, figures, command = quickstart_int8(work)
+        ok, why, figures, command = quickstart_int8(device, work)
         commands.append(command)
         found["quickstart_int8"] = figures
         problems += [why] * (not ok)
