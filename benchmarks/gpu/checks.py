@@ -10,7 +10,7 @@ keeps the script from rotting, it proves nothing about CUDA.
 
     python benchmarks/gpu/checks.py source-hash
     python benchmarks/gpu/checks.py deps pyzmq crc32c mnist1d
-    python benchmarks/gpu/checks.py {doctor,quickstart,comm,overlap,mnist1d,sim-batched} --device D --out DIR --work DIR
+    python benchmarks/gpu/checks.py {doctor,quickstart,comm,overlap,mnist1d,sim-batched,codecs} --device D --out DIR --work DIR
     python benchmarks/gpu/checks.py report --out DIR --work DIR --steps FILE
 """
 from __future__ import annotations
@@ -18,16 +18,30 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
-from wheel_sources import dependency_specs, source_hash  # beside this script
-
-ROOT = Path(__file__).resolve().parents[2]
-QUICKSTART = ROOT / "configs" / "quickstart.yaml"
-MNIST1D = ROOT / "benchmarks" / "convergence" / "mnist1d.yaml"
+# Beside this script:
+from check_kit import (
+    DRY_SKIPS,
+    MNIST1D,
+    QUICKSTART,
+    SUMMARY_KEYS,
+    command_line,
+    failed_run,
+    gpu_count,
+    keep_log,
+    launch,
+    num,
+    on_device,
+    psgd,
+    result,
+    worker_devices,
+    write,
+)
+from codecs_check import check_codecs
+from wheel_sources import dependency_specs, source_hash
 
 # Per device: what each check runs. cuda is the real check; cpu the dry run's stand-in.
 SIZES = {
@@ -38,99 +52,6 @@ SIZES = {
     "mnist1d": {"cuda": [], "cpu": ["cluster.workers=2", "train.max_time_s=1", "task.model_args.channels=16",
                                     "eval.every_s=0.5"]},
 }
-# What a dry run leaves out, per check (said in its JSON, report.md and on stdout).
-DRY_SKIPS = {
-    "install": "installing the carried wheels (the dry run uses the psgd installed here)",
-    "doctor": "doctor's cuda checks (bsp = NCCL all-reduce, the pinned round trip): the same command ran and "
-              "reported cuda missing",
-    "quickstart": "the quickstart on cuda and bsp = NCCL all-reduce: ran on cpu (gloo) at 20 and 10 steps",
-    "comm": "the pinned path on cuda at 1 MB and 64 MB: the same measurement ran from cpu memory at 64 KB",
-    "overlap": "overlap on cuda at 16 MB: ran on cpu at 256 KB, one short run",
-    "mnist1d": "the MNIST-1D CNN on cuda with 4 workers: ran on cpu, 2 workers, 16 channels, 1 s a mode",
-    "sim-batched": "the simulator's batched gradients on cuda against the cpu: cpu against cpu, 4 workers, 16 channels",
-}
-
-
-# ---- helpers ---------------------------------------------------------------------
-def psgd(work: Path, *args: str) -> subprocess.CompletedProcess:
-    """`psgd ARGS` run from `work`: from the repository root, `python -m` would import the
-    psgd/ source folder, which is not the installed package (servers/ and workers/ map into it)."""
-    return subprocess.run([sys.executable, "-m", "psgd.cli", *args], capture_output=True, text=True, cwd=work)
-
-
-def command_line(*args: str) -> str:
-    return "psgd " + " ".join(args)
-
-
-def write(out: Path, name: str, doc: dict) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    if doc["status"] == "failed":
-        print(f"{name}: {doc['detail']}", file=sys.stderr)
-        return 1
-    print(f"{name}: {doc['detail']}")
-    return 0
-
-
-def result(check: str, device: str, ok: bool, detail: str, commands: list[str], **data) -> dict:
-    doc = {"check": check, "device": device, "status": "ok" if ok else "failed", "detail": detail,
-           "commands": commands, **data}
-    if device != "cuda":
-        doc["skipped"] = DRY_SKIPS[check]
-    return doc
-
-
-def failed_run(proc: subprocess.CompletedProcess) -> str:
-    lines = [ln for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]
-    return f"exit {proc.returncode}: {lines[-1] if lines else 'no output'}"
-
-
-def keep_log(work: Path, name: str, proc: subprocess.CompletedProcess) -> None:
-    logs = work / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    (logs / f"{name}.log").write_text(f"$ {' '.join(proc.args)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
-
-
-def worker_devices(run_dir: Path) -> list[str]:
-    """The device each worker reported when ready (its READY event)."""
-    from psgd.config.modes import Role
-    from psgd.runtime.event_names import Event
-    from psgd.runtime.events import read_events
-    return sorted({e.get("device", "?") for e in read_events(run_dir / "metrics.jsonl")
-                   if e.get("event") == Event.READY and Role(e.get("role")).trains})
-
-
-def num(x, spec: str = ".3f", unit: str = "") -> str:
-    """A figure for a detail line; 'none' where the run has none (no evaluation, target not reached)."""
-    return "none" if x is None else format(x, spec) + unit
-
-
-def on_device(devices: list[str], device: str) -> bool:
-    """Workers reported, and every one on `device` ('cuda' covers 'cuda:1')."""
-    return bool(devices) and all(d.split(":")[0] == device for d in devices)
-
-
-def launch(work: Path, name: str, config: Path, sets: list[str]) -> tuple[subprocess.CompletedProcess, Path, dict]:
-    run_dir = work / name
-    args = ["launch", str(config), "--out", str(run_dir), "--quiet"]
-    for s in sets:
-        args += ["--set", s]
-    proc = psgd(work, *args)
-    keep_log(work, name, proc)
-    summary = run_dir / "summary.json"
-    return proc, run_dir, json.loads(summary.read_text()) if summary.is_file() else {}
-
-
-def gpu_count() -> int:
-    """GPUs torch sees, asked in a child: CUDA started in this process would not survive the
-    fork of the runs it launches."""
-    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
-                           capture_output=True, text=True, check=True)
-    return int(probe.stdout)
-
-
-SUMMARY_KEYS = ("mode", "workers", "servers", "status", "wall_time_s", "total_updates", "updates_per_s",
-                "final_test_accuracy", "time_to_target_s", "staleness_mean", "staleness_max")
 
 
 # ---- the checks ----------------------------------------------------------------------
@@ -297,6 +218,7 @@ def check_sim_batched(device: str, out: Path, work: Path) -> int:
 
 # ---- report ------------------------------------------------------------------------
 ARCHIVED = ("config.yaml", "metrics.jsonl", "summary.json")
+TRAVEL_IN_ARCHIVE = ("sim-batched.json", "codecs.json")  # checks' JSON beyond the 8 files a device run returns
 
 
 def gpu_names(out: Path) -> str:
@@ -317,7 +239,7 @@ def report(out: Path, work: Path, steps_file: Path, dry: bool, seconds: float) -
     for s in steps:
         doc = out / f"{s['name']}.json"
         if not doc.is_file():
-            doc = work / f"{s['name']}.json"  # sim-batched's: it travels in runs.tar.gz
+            doc = work / f"{s['name']}.json"  # sim-batched's and codecs': they travel in runs.tar.gz
         if doc.is_file():
             s["detail"] = json.loads(doc.read_text())["detail"]
         elif s.get("rc") in (124, 137):  # timeout's codes: the check wrote nothing
@@ -345,15 +267,16 @@ def report(out: Path, work: Path, steps_file: Path, dry: bool, seconds: float) -
         lines += ["", "Skipped:", ""] + [f"- {s}" for s in skipped]
     lines += ["", "Files: checks.json (this table), doctor.json, quickstart.json, comm.json, overlap.json, "
               "mnist1d.json (each check's command and output), runs.tar.gz (the MNIST-1D run directories "
-              "for `psgd sim calibrate`, sim-batched.json, every check's log)."]
+              "for `psgd sim calibrate`, sim-batched.json, codecs.json, every check's log)."]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
-        for run_dir in sorted(work.glob("mnist1d-*")) + [work / "quickstart"]:
+        for run_dir in sorted(work.glob("mnist1d-*")) + [work / "quickstart", work / "codecs-quickstart"]:
             for name in ARCHIVED:
                 if (run_dir / name).is_file():
                     tar.add(run_dir / name, arcname=f"{run_dir.name}/{name}")
-        if (work / "sim-batched.json").is_file():
-            tar.add(work / "sim-batched.json", arcname="sim-batched.json")
+        for name in TRAVEL_IN_ARCHIVE:
+            if (work / name).is_file():
+                tar.add(work / name, arcname=name)
         for log in sorted((work / "logs").glob("*.log")) if (work / "logs").is_dir() else []:
             tar.add(log, arcname=f"logs/{log.name}")
     if skipped:
@@ -362,7 +285,7 @@ def report(out: Path, work: Path, steps_file: Path, dry: bool, seconds: float) -
 
 
 CHECKS = {"doctor": check_doctor, "quickstart": check_quickstart, "comm": check_comm, "overlap": check_overlap,
-          "mnist1d": check_mnist1d, "sim-batched": check_sim_batched}
+          "mnist1d": check_mnist1d, "sim-batched": check_sim_batched, "codecs": check_codecs}
 
 
 def main() -> int:

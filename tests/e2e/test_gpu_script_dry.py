@@ -10,9 +10,11 @@ from conftest import ROOT, kill_tree, spawn
 
 from psgd.sim.calibrate import calibrate
 from psgd.tasks.mnist1d import default_cache_dir
+from psgd.wire.codecs import CODECS
 
 SCRIPT = ROOT / "benchmarks" / "gpu" / "run.sh"
-CHECKS = ["install", "doctor", "quickstart", "comm", "overlap", "mnist1d", "sim-batched"]
+CHECKS = ["install", "doctor", "quickstart", "comm", "overlap", "mnist1d", "sim-batched", "codecs"]
+IN_ARCHIVE = ("sim-batched", "codecs")  # their JSON travels in runs.tar.gz (a device run returns 8 files)
 
 
 def run_script(tmp_path, *args, env=None, timeout=880):
@@ -51,7 +53,7 @@ def test_dry_run_runs_every_check_on_cpu_and_says_what_it_skipped(tmp_path):
     report = (out_dir / "report.md").read_text()
     assert "dry run" in report and all(f"| {name} |" in report for name in CHECKS)
 
-    docs = {name: json.loads((out_dir / f"{name}.json").read_text()) for name in CHECKS[1:-1]}
+    docs = {name: json.loads((out_dir / f"{name}.json").read_text()) for name in CHECKS[1:] if name not in IN_ARCHIVE}
     for name, doc in docs.items():
         assert doc["status"] == "ok" and doc["device"] == "cpu" and doc["skipped"], name
     # Without a GPU, the device run's own doctor command reports cuda missing.
@@ -73,6 +75,25 @@ def test_dry_run_runs_every_check_on_cpu_and_says_what_it_skipped(tmp_path):
     (row,) = batched["rows"]
     assert row["workers"] == 4 and row["within_rtol"] == 4 and row["max_relative_error"] == 0.0
     assert row["worst_cpu_vs_float64"] < 1e-5  # the float64 reference agrees with fp32 here
+
+    # Every push codec from tensors of every shape (cpu standing in for cuda): each round trip
+    # within its codec's stated bound, the same bytes as the flat cpu encoding, error feedback
+    # losing nothing and keeping the cpu's residual; the int8 quickstart needs a GPU.
+    with tarfile.open(out_dir / "runs.tar.gz") as tar:
+        codecs = json.load(tar.extractfile("codecs.json"))
+    assert codecs["status"] == "ok" and "no quickstart run" in codecs["skipped"] and "quickstart_int8" not in codecs
+    assert sorted(codecs["codecs"]) == sorted(name for name, c in CODECS.items() if c.config_name != "none")
+    trips = codecs["round_trips"]
+    assert {tuple(r["shape"]) for r in trips} >= {(1,), (63,), (33, 77), (3, 5, 7, 11)}
+    assert len(trips) == len(codecs["codecs"]) * len({tuple(r["shape"]) for r in trips})
+    assert all(r["within_bound"] and r["max_error_of_bound"] <= 1 and r["identical"] for r in trips)
+    fed = {r["codec"]: r for r in codecs["feedback"]}
+    assert sorted(fed) == sorted(name for name, c in CODECS.items() if c.error_feedback)
+    for r in fed.values():
+        assert r["loses_nothing"] and r["max_gap"] <= r["max_slack"] and r["residual_max"] > 0
+        assert r["residual_equals_cpu"] and r["identical_pushes"] == r["pushes"]
+    assert [r["codec"] for r in codecs["timings"]] == codecs["codecs"]
+    assert all(r["device_s"] > 0 and r["cpu_s"] > 0 for r in codecs["timings"])
 
     # The MNIST-1D runs travel as run directories the simulator calibrates from: calibrating
     # the archived copy gives the very sim: section the check recorded.

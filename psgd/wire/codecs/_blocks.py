@@ -33,7 +33,7 @@ from psgd.wire.codecs.base import Codec, CodecOptions, Encoded, Gradient
 from psgd.wire.frames import tensor_frame, view_frame
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
-__all__ = ["BLOCK", "BlockCodec", "error_bound", "pack", "unpack", "quantize", "dequantize"]
+__all__ = ["BLOCK", "BlockCodec", "block_amax", "error_bound", "pack", "unpack", "quantize", "dequantize"]
 
 BLOCK = 64  # elements per scale: 4 / 64 = 0.0625 bytes of scale per element
 
@@ -64,6 +64,14 @@ def _blocks(numel: int) -> int:
     return math.ceil(numel / BLOCK)
 
 
+def block_amax(x: torch.Tensor) -> torch.Tensor:
+    """Each element's block's largest magnitude (float64, flat)."""
+    n = x.numel()
+    padded = torch.zeros(_blocks(n) * BLOCK, dtype=torch.float64, device=x.device)
+    padded[:n] = x.reshape(-1).abs()
+    return padded.view(-1, BLOCK).amax(dim=1).repeat_interleave(BLOCK)[:n]
+
+
 def quantize(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes uint8 of x.numel(), scales fp32 per block) of a flat fp32 tensor, on its device."""
     n, top = x.numel(), levels(bits)
@@ -72,7 +80,10 @@ def quantize(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     blocks = padded.view(-1, BLOCK)
     finite = torch.isfinite(blocks)
     values = torch.where(finite, blocks, torch.zeros((), device=x.device))
-    scales = torch.minimum(values.abs().amax(dim=1) / top, max_scale(bits).to(x.device))
+    # Divided by a tensor, not a Python number: CUDA multiplies by the reciprocal of a number
+    # (one rounding more), and would send other scales than the CPU.
+    levels_t = torch.tensor(float(top), device=x.device)
+    scales = torch.minimum(values.abs().amax(dim=1) / levels_t, max_scale(bits).to(x.device))
     safe = torch.where(scales > 0, scales, torch.ones((), device=x.device))
     q = torch.round(values / safe.unsqueeze(1)).clamp_(-top, top)
     codes = torch.where(finite, q + (top + 1), torch.zeros((), device=x.device)).to(torch.uint8)
@@ -127,6 +138,10 @@ class BlockCodec(Codec):
     @classmethod
     def bytes_per_element(cls, options: CodecOptions) -> float:
         return cls.bits / 8 + 4 / BLOCK
+
+    @classmethod
+    def round_trip_bound(cls, x: torch.Tensor, options: CodecOptions) -> torch.Tensor:
+        return error_bound(block_amax(x), cls.bits)
 
     @classmethod
     def wire_nbytes(cls, numel: int, nnz: int = 0) -> int:

@@ -95,10 +95,19 @@ class Codec(ABC):
     def bytes_per_element(cls, options: CodecOptions) -> float:
         """Payload bytes per fp32 gradient element, on average: its wire cost."""
 
+    @classmethod
+    @abstractmethod
+    def round_trip_bound(cls, x: torch.Tensor, options: CodecOptions) -> torch.Tensor:
+        """The largest |x - decode(encode(x))| its docstring states, per element of `x` (float64,
+        flat, on x's device), for one encode by a fresh instance (an empty residual)."""
+
     @abstractmethod
     def encode(self, shard: int, grad: torch.Tensor, out: Optional[torch.Tensor] = None) -> Encoded:
-        """One shard's flat fp32 gradient (not modified) as payload frames.
-        `out`: dense codecs only, a `wire_dtype` tensor to encode into."""
+        """One shard's fp32 gradient (not modified) as payload frames on the CPU: any shape
+        (encoded as its elements in C order), on any device (the arithmetic runs there, with
+        no kernel whose rounding differs by device, so a GPU is meant to put the CPU's bytes
+        on the wire: benchmarks/gpu's codecs check says where it does). `out`: dense codecs
+        only, a `wire_dtype` CPU tensor to encode into."""
 
     @classmethod
     @abstractmethod
@@ -146,13 +155,15 @@ class DenseCodec(Codec):
 
     @abstractmethod
     def fill(self, grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, float]:
-        """(payload, scale): `grad` encoded into `out` (a `wire_dtype` tensor of its
-        size; fp32 may return `grad` itself), and the scale a reader multiplies by."""
+        """(payload, scale): the flat `grad` (on any device) encoded into `out` (a `wire_dtype`
+        CPU tensor of its size; fp32 may return `grad` itself when it is on the CPU), and the
+        scale a reader multiplies by."""
 
     def encode(self, shard: int, grad: torch.Tensor, out: Optional[torch.Tensor] = None) -> Encoded:
         if out is not None and (self.wire_dtype == torch.float32 or out.dtype != self.wire_dtype
                                 or out.numel() != grad.numel()):
             raise ValueError(f"an {self.name} payload cannot be encoded into a {out.dtype} tensor of {out.numel()}")
+        grad = grad.reshape(-1)
         payload, scale = self.fill(grad, self._buffers[shard] if out is None and self._buffers else out)
         return Encoded([self._frame(shard, payload)], self.name, scale=scale, tensor=payload)
 
@@ -162,7 +173,7 @@ class DenseCodec(Codec):
         if not self.elementwise:
             raise ValueError(f"{self.name} gradients cannot be encoded piece by piece")
         out = self._buffers[shard][offset:offset + numel] if self._buffers else None
-        payload, _ = self.fill(grad[offset:offset + numel], out)
+        payload, _ = self.fill(grad.reshape(-1)[offset:offset + numel], out)
         return Encoded([tensor_frame(payload)], self.name)
 
     def _frame(self, shard: int, t: torch.Tensor):

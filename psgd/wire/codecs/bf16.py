@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from psgd.wire.codecs.base import REFERENCE_EPYC, CodecCost, DenseCodec, codec
+from psgd.wire.codecs.base import REFERENCE_EPYC, CodecCost, CodecOptions, DenseCodec, codec
 
 
 @codec
@@ -15,6 +15,10 @@ class BF16(DenseCodec):
     wire_dtype = torch.bfloat16
     elementwise = True
 
+    @classmethod
+    def round_trip_bound(cls, x: torch.Tensor, options: CodecOptions) -> torch.Tensor:
+        return x.reshape(-1).double().abs() * 2.0 ** -8 + 2.0 ** -133
+
     def fill(self, grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, float]:
-        out.copy_(grad)
+        out.copy_(grad)  # from a device too: rounding to nearest even is the same everywhere
         return out, 1.0

@@ -84,7 +84,8 @@ class WireEncoder:
         return all(c is not None and c.elementwise for c in self.codecs)
 
     def encode(self, shard: int, grad: torch.Tensor, out: Optional[torch.Tensor] = None) -> Encoded:
-        """Encode one shard's flat float32 gradient (not modified). Dense codecs
+        """Encode one shard's float32 gradient (not modified; any shape, any device: the frames
+        are on the host). Dense codecs
         other than fp32: into `out` (a `wire_dtype` tensor of the gradient's size,
         e.g. a shared-memory request region) instead of the codec's own buffer."""
         start = time.perf_counter()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from psgd.wire.codecs.base import REFERENCE_EPYC, CodecCost, DenseCodec, codec
+from psgd.wire.codecs.base import REFERENCE_EPYC, CodecCost, CodecOptions, DenseCodec, codec
 
 F16_RANGE = 1024.0  # the largest magnitude of a payload
 
@@ -20,8 +20,19 @@ class F16(DenseCodec):
     wire_dtype = torch.float16
     elementwise = False
 
+    @classmethod
+    def round_trip_bound(cls, x: torch.Tensor, options: CodecOptions) -> torch.Tensor:
+        x = x.reshape(-1).double().abs()
+        return x * 2.0 ** -10 + (x.max() if x.numel() else 0.0) * 2.0 ** -34
+
     def fill(self, grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, float]:
         amax = float(grad.abs().max()) if grad.numel() else 0.0
         scale = amax / F16_RANGE if 0 < amax < float("inf") else 1.0
-        torch.div(grad, scale, out=out)  # computed in fp32, rounded once to fp16
+        # Divided by a tensor on the gradient's device, not a Python number: CUDA multiplies by
+        # the reciprocal of a number (one rounding more), a tensor it divides by as the CPU does.
+        divisor = torch.tensor(scale, dtype=torch.float32, device=grad.device)
+        if grad.device.type == "cpu":
+            torch.div(grad, divisor, out=out)  # computed in fp32, rounded once to fp16
+        else:
+            out.copy_(torch.div(grad, divisor).to(torch.float16))  # the same roundings, half the bytes copied
         return out, scale

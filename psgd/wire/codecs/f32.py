@@ -1,9 +1,9 @@
-"""fp32: the gradient's own bytes, no copy."""
+"""fp32: the gradient's own bytes, no copy (a copy to the host from a device); exact."""
 from __future__ import annotations
 
 import torch
 
-from psgd.wire.codecs.base import DenseCodec, codec
+from psgd.wire.codecs.base import CodecOptions, DenseCodec, codec
 
 
 @codec
@@ -14,5 +14,9 @@ class F32(DenseCodec):
     wire_dtype = torch.float32
     elementwise = True
 
+    @classmethod
+    def round_trip_bound(cls, x: torch.Tensor, options: CodecOptions) -> torch.Tensor:
+        return torch.zeros(x.numel(), dtype=torch.float64, device=x.device)
+
     def fill(self, grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, float]:
-        return grad.contiguous(), 1.0
+        return (grad.contiguous() if grad.device.type == "cpu" else grad.cpu()), 1.0

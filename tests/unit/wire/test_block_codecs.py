@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from psgd.wire.codecs import CODECS, CodecOptions, WireEncoder, codec_named
-from psgd.wire.codecs._blocks import BLOCK, error_bound, levels, max_scale
+from psgd.wire.codecs._blocks import BLOCK, levels, max_scale
 from psgd.wire.protocol import ProtocolError
 
 BLOCK_CODECS = ["int8", "int4", "int2ef"]
@@ -26,13 +26,6 @@ def round_trip(name: str, x: torch.Tensor) -> torch.Tensor:
     return c.decode(encoded.frames, x.numel(), encoded.nnz, encoded.scale, torch.empty(x.numel()))
 
 
-def block_amax(x: torch.Tensor) -> torch.Tensor:
-    """Each element's block's largest magnitude."""
-    padded = torch.zeros(math.ceil(x.numel() / BLOCK) * BLOCK)
-    padded[:x.numel()] = x.abs()
-    return padded.view(-1, BLOCK).amax(dim=1).repeat_interleave(BLOCK)[:x.numel()]
-
-
 @pytest.mark.parametrize("name", BLOCK_CODECS)
 @settings(max_examples=150, deadline=None)
 @given(values=GRADIENTS)
@@ -41,7 +34,7 @@ def test_round_trip_error_is_within_the_stated_bound_on_every_shape(name, values
     y = round_trip(name, x)
     assert y.shape == x.shape and bool(torch.isfinite(y).all())
     err = (x.double() - y.double()).abs()
-    assert bool((err <= error_bound(block_amax(x), codec_named(name).bits)).all())
+    assert bool((err <= codec_named(name).round_trip_bound(x, CodecOptions())).all())
 
 
 @pytest.mark.parametrize("name", BLOCK_CODECS)

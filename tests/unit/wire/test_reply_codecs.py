@@ -3,7 +3,6 @@ within its stated bound on every shape, one byte count for real runs and the
 simulator, each version encoded once, the config's reply values checked against
 the codecs, and malformed replies (wrong length, forged or non-finite scale,
 non-finite codes, wrong frames or encoding) refused before anything is loaded."""
-import math
 
 import pytest
 import torch
@@ -12,8 +11,8 @@ from psgd.config import load_config
 from psgd.config.operations import REPLY_COMPRESSIONS
 from psgd.core.sharding import layout_for_module
 from psgd.wire import protocol as P
-from psgd.wire.codecs import CODECS, codec_for_compression
-from psgd.wire.codecs._blocks import BLOCK, error_bound, max_scale
+from psgd.wire.codecs import CODECS, CodecOptions, codec_for_compression
+from psgd.wire.codecs._blocks import BLOCK, max_scale
 from psgd.wire.codecs.registry import check_reply_codecs
 from psgd.wire.protocol import ProtocolError
 from psgd.wire.replies import ReplyDecoder, ReplyEncoder, decode_reply, reply_encoding, reply_nbytes
@@ -25,16 +24,7 @@ SHAPES = [1, 7, BLOCK - 1, BLOCK, BLOCK + 1, 1000]
 
 def stated_bound(encoding: str, x: torch.Tensor) -> torch.Tensor:
     """Each element's largest round-trip error, as its codec's docstring states it."""
-    x = x.double()
-    if encoding == "f16":
-        return x.abs() * 2.0 ** -10 + x.abs().max() * 2.0 ** -34
-    if encoding == "bf16":
-        return x.abs() * 2.0 ** -8 + 2.0 ** -133
-    bits = CODECS[encoding].bits
-    padded = torch.zeros(math.ceil(x.numel() / BLOCK) * BLOCK, dtype=torch.float64)
-    padded[:x.numel()] = x.abs()
-    amax = padded.view(-1, BLOCK).amax(dim=1).repeat_interleave(BLOCK)[:x.numel()]
-    return error_bound(amax, bits)
+    return CODECS[encoding].round_trip_bound(x, CodecOptions())
 
 
 def roundtrip(encoding: str, params: torch.Tensor, version: int = 0) -> torch.Tensor:
