@@ -163,7 +163,7 @@ class DenseCodec(Codec):
         if out is not None and (self.wire_dtype == torch.float32 or out.dtype != self.wire_dtype
                                 or out.numel() != grad.numel()):
             raise ValueError(f"an {self.name} payload cannot be encoded into a {out.dtype} tensor of {out.numel()}")
-        grad = grad.reshape(-1)
+        grad = _flat(grad)
         payload, scale = self.fill(grad, self._buffers[shard] if out is None and self._buffers else out)
         return Encoded([self._frame(shard, payload)], self.name, scale=scale, tensor=payload)
 
@@ -173,7 +173,7 @@ class DenseCodec(Codec):
         if not self.elementwise:
             raise ValueError(f"{self.name} gradients cannot be encoded piece by piece")
         out = self._buffers[shard][offset:offset + numel] if self._buffers else None
-        payload, _ = self.fill(grad.reshape(-1)[offset:offset + numel], out)
+        payload, _ = self.fill(_flat(grad)[offset:offset + numel], out)
         return Encoded([tensor_frame(payload)], self.name)
 
     def _frame(self, shard: int, t: torch.Tensor):
@@ -191,6 +191,12 @@ class DenseCodec(Codec):
     def decode(cls, frames: Sequence[Any], numel: int, nnz: int, scale: float,
                out: torch.Tensor) -> Gradient:
         return cls.to_f32(cls.view(frames[0], numel), scale, out)
+
+
+def _flat(grad: torch.Tensor) -> torch.Tensor:
+    """The gradient's elements as a 1-D tensor: a flat one as it is, so a buffer pushed
+    every step stays the same object and keeps its ZeroMQ frame (DenseCodec._frame)."""
+    return grad if grad.dim() == 1 else grad.reshape(-1)
 
 
 # Wire name -> codec class; filled by @codec as each member module is imported.
