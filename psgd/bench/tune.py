@@ -24,6 +24,7 @@ from psgd.bench.tune_halving import HalvingResult, label_of, median_time, recomm
 from psgd.bench.tune_setup import EVALS_PER_SPAN, EVALS_PER_TARGET, eval_spacing_s, rate_grid, sim_overrides
 from psgd.config import load_config
 from psgd.config.modes import Mode
+from psgd.core.sharding import Layout
 
 __all__ = ["parse_bounds", "TuneResult", "run_tune", "staleness_table", "resolution_line", "write_tune_outputs"]
 
@@ -106,16 +107,16 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
                       every)
 
 
-def _measure(cfg) -> tuple[float, int]:
-    """(the step time in ms as a launch resolves it, and the model's trainable parameter count)."""
+def _measure(cfg) -> tuple[float, Layout]:
+    """(the step time in ms as a launch resolves it, and the model's layout over the shards)."""
     import torch
 
     from psgd.sim.compute import resolve_compute
-    from psgd.tasks import build_model, load_task
+    from psgd.sim.plan import model_plans
+    from psgd.tasks import load_task
     torch.set_num_threads(cfg.run.threads)  # as the runs will
     task = load_task(cfg, None, splits=("train",))
-    numel = sum(p.numel() for p in build_model(cfg, task).parameters() if p.requires_grad)
-    return resolve_compute(cfg, task).compute_ms, numel
+    return resolve_compute(cfg, task).compute_ms, model_plans(cfg, task)[0]
 
 
 def staleness_table(t: TuneResult) -> str:

@@ -25,7 +25,9 @@ import math
 from typing import Callable, Optional, Sequence
 
 from psgd.config import Config
+from psgd.core.sharding import Layout
 from psgd.sim.time_model import TimeModel
+from psgd.wire.codecs.runs import push_plans
 
 __all__ = ["sim_overrides", "rate_grid", "eval_spacing_s", "EVALS_PER_SPAN", "EVALS_PER_TARGET", "GRID_FACTORS"]
 
@@ -34,15 +36,16 @@ EVALS_PER_TARGET = 50               # evaluation spacing: 2% of the expected tim
 GRID_FACTORS = (0.25, 0.5, 1.0, 2.0)  # each bound's rate grid, as multiples of the configured rate
 
 
-def sim_overrides(cfg: Config, measure: Callable[[], tuple[float, int]]) -> list[str]:
+def sim_overrides(cfg: Config, measure: Callable[[], tuple[float, Layout]]) -> list[str]:
     """The settings every simulated run of the tuner shares (empty off the simulator).
-    `measure()`: (the step time in ms, before sim.speedup, the model's parameter count)."""
+    `measure()`: (the step time in ms, before sim.speedup, the model's layout over the shards)."""
     if cfg.cluster.launcher != "sim":
         return []
-    resolved_ms, numel = measure()
+    resolved_ms, layout = measure()
     compute_ms = float(f"{resolved_ms:.6g}")
-    time = TimeModel.for_run(cfg, compute_ms)
-    round_s = cfg.cluster.workers * time.service_s(-(-numel // cfg.cluster.num_servers))
+    time = TimeModel.for_run(cfg, compute_ms, push_plans(cfg.wire, layout, cfg.local.enabled))
+    # The slowest shard's: each push decoded by its own codecs (the shards' codecs may differ).
+    round_s = cfg.cluster.workers * max(time.service_s(n, shard=s) for s, n in enumerate(layout.shard_sizes))
     span_s = cfg.train.steps_per_worker * max(time.compute_s, round_s)
     sets = [f"sim.compute_ms={compute_ms}", "train.stop_at_target=true"]
     every = min(cfg.eval.every_s, span_s / EVALS_PER_SPAN) if cfg.eval.enabled else None

@@ -10,7 +10,7 @@ __all__ = ["Engine", "Executor", "SimResult", "TimeModel", "simulate"]
 def simulate(cfg, compute_ms: float, run_dir=None) -> tuple[Executor, SimResult]:
     """Run `cfg` on the virtual cluster with `compute_ms` per step (before sim.speedup)."""
     ex = Executor(cfg, run_dir, batched=cfg.sim.batched)
-    engine = Engine(ex, TimeModel.for_run(cfg, compute_ms),
+    engine = Engine(ex, TimeModel.for_run(cfg, compute_ms, ex.plans),
                     steps_per_worker=cfg.train.steps_per_worker, max_time_s=cfg.train.max_time_s,
                     eval_every_s=cfg.eval.every_s if cfg.eval.enabled else None)
     return ex, engine.run()

@@ -13,7 +13,8 @@ writes is fitted from them:
 - worker_spread: the spread of the ranks' mean times beyond what the jitter
   alone gives n steps (a persistent speed difference).
 - request_us: each shard's time per push (its `busy_s` over the pushes it
-  served), less the apply and decode times the config's rates account for.
+  served), less the apply and decode times the config's rates account for (each
+  shard's own codecs, as the run's `wire.compression` chose them for its model).
 - latency_us: what is left of a round trip without waiting, after the shard's
   service, its wait behind other pushes and the transfers (every shard's push
   and reply through the worker's link, as the simulator streams them),
@@ -52,7 +53,9 @@ from pathlib import Path
 from psgd.config import Config, ConfigError, Mode, Role, load_config
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
+from psgd.sim.plan import model_plans
 from psgd.sim.time_model import Fifo, TimeModel, stream, stream_together
+from psgd.tasks import task_shape
 
 __all__ = ["Calibration", "calibrate"]
 
@@ -230,9 +233,9 @@ def calibrate(run_dir: Path) -> Calibration:
         spread = math.sqrt(max(0.0, statistics.pvariance(means) - noise)) / statistics.fmean(means)
 
     # ---- the shards' service per push, less what the rates already charge ----------
-    model = TimeModel.for_run(cfg, compute_s * 1e3)
+    model = TimeModel.for_run(cfg, compute_s * 1e3, model_plans(cfg, task_shape(cfg, run_dir))[1])
     service_s = sum(busy.values()) / shards / pushes
-    rates_s = model.service_s(largest) - model.request_s  # decode and apply
+    rates_s = model.service_s(largest, shard=max(numel, key=numel.get)) - model.request_s  # decode and apply
 
     # ---- latency from round trips no barrier held -----------------------------------
     for s, wait in zip(steps, _queue_waits(steps, service_s)):
@@ -268,7 +271,7 @@ def calibrate(run_dir: Path) -> Calibration:
     transfers_s = _round_trip_transfers_s(model, shards, round(up_bytes), reply_bytes)
     # What the simulator charges around the wire itself: encoding before the push, decoding the reply after.
     network_s = (free_comm_s - queue_s - reply_wait_s - service_s - transfers_s
-                 - model.before_push_s([largest] * shards) - model.after_pull_s(sum(numel.values())))
+                 - model.before_push_s([largest] * shards, range(shards)) - model.after_pull_s(sum(numel.values())))
 
     sim = {"compute_ms": round(compute_s * 1e3, 6), "compute_jitter": round(jitter, 4),
            "worker_spread": round(spread, 4), "request_us": round(max(0.0, service_s - rates_s) * 1e6, 3),

@@ -99,7 +99,7 @@ def measure_cost(cfg: Config, workers: int, steps_per_worker: int, batched: bool
     init_s = initialize_functorch() if batched else 0.0
     ex = Executor(cfg, batched=batched)
     compute_ms = resolve_compute(cfg, ex.task).compute_ms
-    engine = Engine(ex, TimeModel.for_run(cfg, compute_ms),
+    engine = Engine(ex, TimeModel.for_run(cfg, compute_ms, ex.plans),
                     steps_per_worker=steps_per_worker, max_time_s=cfg.train.max_time_s, eval_every_s=None)
     t0 = time.process_time()
     result = engine.run()

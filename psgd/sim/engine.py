@@ -41,7 +41,7 @@ class Engine(FragmentTurns):
     def __init__(self, executor: Executor, time: TimeModel, *, steps_per_worker: int, max_time_s: float,
                  eval_every_s: Optional[float], emit: Callable[[dict], None] = lambda e: None,
                  stop: Optional[Callable[[dict], bool]] = None, step_times: Optional[StepTimes] = None):
-        self.ex, self.time = executor, time.for_plans(executor.plans, executor.cfg)  # pushes in runs: per run
+        self.ex, self.time = executor, time.for_plans(executor.plans, executor.cfg.sim)  # its shards' own codecs
         self.steps_per_worker, self.max_time_s = steps_per_worker, max_time_s
         self.eval_every_s = eval_every_s
         self.stop = stop or (lambda record: False)

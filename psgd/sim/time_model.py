@@ -24,7 +24,6 @@ from typing import Optional, Sequence
 from psgd.config import Config, ConfigError
 from psgd.config.sim import SimConfig
 from psgd.sim.codec_cost import codec_rates
-from psgd.wire.codecs import encoding_of
 from psgd.wire.codecs.runs import Plan
 from psgd.wire.replies import reply_encoding
 
@@ -112,20 +111,23 @@ class TimeModel:
     decode_bytes_per_s: Optional[float] = None
     host_bytes_per_s: Optional[float] = None    # host <-> device copies; None: none (a CPU worker)
     reply_decode_bytes_per_s: Optional[float] = None  # a worker decoding its replies; None: fp32 replies
-    # Per shard, (encode s, decode s) of one push in runs (wire.compression.choose_by: tensor): each run's
-    # elements at its own codec's rates (`for_plans`). Empty: every push at the rates above.
+    # Per shard, (encode s, decode s) of its push when the shards' codecs differ (wire.compression chooses
+    # per shard or per tensor): each run's elements at its own codec's rates (`for_plans`). Empty: every
+    # push at the rates above.
     push_codec_s: tuple[tuple[float, float], ...] = ()
 
     @classmethod
-    def for_run(cls, cfg: Config, compute_ms: float) -> "TimeModel":
-        """The time model of a run: its `sim:` section, its pushes' and its replies' encodings."""
-        return cls.from_config(cfg.sim, compute_ms, encoding_of(cfg.wire), reply_encoding(cfg.wire))
+    def for_run(cls, cfg: Config, compute_ms: float, plans: Sequence[Plan]) -> "TimeModel":
+        """The time model of a run: its `sim:` section, its replies' encoding and its pushes'
+        `plans` (each shard's runs, psgd.wire.codecs.runs.push_plans: the ones its real
+        client and shards use), charged as `for_plans` says."""
+        return cls.from_config(cfg.sim, compute_ms, reply=reply_encoding(cfg.wire)).for_plans(plans, cfg.sim)
 
     @classmethod
     def from_config(cls, sim: SimConfig, compute_ms: float, encoding: str = "f32",
                     reply: str = "f32") -> "TimeModel":
         """`compute_ms`: the step time before sim.speedup (psgd.sim.compute resolves it);
-        `encoding`: the run's push encoding (psgd.wire.codecs.encoding_of(cfg.wire)); `reply`: its
+        `encoding`: one push encoding for every shard (a run's own: `for_run`); `reply`: its
         replies' (psgd.wire.replies.reply_encoding: decoded at the codec's own rate, as
         sim.decode_gbytes_per_s is the shards'). Raises ConfigError naming sim when a combination
         of finite keys gives a time that is not finite."""
@@ -138,23 +140,19 @@ class TimeModel:
                     link(sim.shard_latency_us, sim.shard_bandwidth_gbps), sim.request_us / 1e6,
                     sim.apply_gbytes_per_s * 1e9, sim.compute_jitter, sim.wake_us / 1e6, sim.worker_spread,
                     encode, decode, _rate(sim.profile().host_gbytes_per_s), codec_rates(reply, None, None)[1])
-        for f in fields(model):
-            value = getattr(model, f.name)
-            parts = ((value.latency_s, value.bytes_per_s) if isinstance(value, Link)
-                     else tuple(t for pair in value for t in pair) if f.name == "push_codec_s" else (value,))
-            for v in parts:
-                if v is not None and not (math.isfinite(v) and v >= 0):
-                    raise ConfigError("sim", f"gives a {f.name} of {v} (compute_ms {compute_ms}, "
-                                      f"speedup {sim.speedup}): every time must be a finite number")
-        return model
+        return model._checked(sim, compute_ms)
 
-    def for_plans(self, plans: Sequence[Plan], cfg: Config) -> "TimeModel":
-        """This model charging each shard's push its runs' codec time (psgd.wire.codecs.runs):
-        the elements of each run at that codec's rates (sim's figures where it gives them).
-        Itself when every shard is pushed in one run of the encoding its rates are for."""
-        sim, encoding = cfg.sim, encoding_of(cfg.wire)
-        if all(len(plan) == 1 and plan[0].encoding == encoding for plan in plans):
-            return self
+    def for_plans(self, plans: Sequence[Plan], sim: SimConfig) -> "TimeModel":
+        """This model charging each shard's push its codecs' time (psgd.wire.codecs.runs), at
+        each codec's rates (sim's figures where it gives them): when every shard is pushed in
+        one run of one encoding, that encoding's rates for every push (summed over the shards
+        as one gradient, as a one-codec run always was); else, per shard, the elements of each
+        of its runs at that run's codec's rates (a shard of its own codec, or a push in runs)."""
+        encodings = {plan[0].encoding for plan in plans if len(plan) == 1}
+        if len(encodings) == 1 and all(len(plan) == 1 for plan in plans):
+            encode, decode = codec_rates(encodings.pop(), sim.encode_gbytes_per_s, sim.decode_gbytes_per_s)
+            return replace(self, encode_bytes_per_s=encode, decode_bytes_per_s=decode,
+                           push_codec_s=())._checked(sim, self.compute_s * 1e3 * sim.speedup)
         costs = []
         for plan in plans:
             encode_s = decode_s = 0.0
@@ -163,7 +161,20 @@ class TimeModel:
                 encode_s += 4 * run.numel / encode if encode else 0.0
                 decode_s += 4 * run.numel / decode if decode else 0.0
             costs.append((encode_s, decode_s))
-        return replace(self, push_codec_s=tuple(costs))
+        return replace(self, encode_bytes_per_s=None, decode_bytes_per_s=None,
+                       push_codec_s=tuple(costs))._checked(sim, self.compute_s * 1e3 * sim.speedup)
+
+    def _checked(self, sim: SimConfig, compute_ms: float) -> "TimeModel":
+        """Itself, unless a time is not a finite number >= 0 (ConfigError naming sim)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            parts = ((value.latency_s, value.bytes_per_s) if isinstance(value, Link)
+                     else tuple(t for pair in value for t in pair) if f.name == "push_codec_s" else (value,))
+            for v in parts:
+                if v is not None and not (math.isfinite(v) and v >= 0):
+                    raise ConfigError("sim", f"gives a {f.name} of {v} (compute_ms {compute_ms}, "
+                                      f"speedup {sim.speedup}): every time must be a finite number")
+        return self
 
     # ---- the path between a worker and a shard --------------------------------
     @property
@@ -187,8 +198,11 @@ class TimeModel:
 
     def service_s(self, numel: int, idle: bool = False, shard: Optional[int] = None) -> float:
         """A shard's time for one push of `numel` values (decoded, then applied as fp32);
-        `idle`: it found the shard idle; `shard`: which one (its runs' decode, `for_plans`)."""
-        if self.push_codec_s and shard is not None:
+        `idle`: it found the shard idle; `shard`: which one (its runs' decode, `for_plans`:
+        needed when the shards' codecs differ)."""
+        if self.push_codec_s:
+            if shard is None:
+                raise ValueError("the shards' push codecs differ: name the shard whose push is served")
             decode_s = self.push_codec_s[shard][1]
         else:
             decode_s = 4 * numel / self.decode_bytes_per_s if self.decode_bytes_per_s else 0.0
@@ -197,10 +211,13 @@ class TimeModel:
     # ---- a worker, around its compute -------------------------------------------
     def before_push_s(self, shard_numels: list[int], shards: Optional[Sequence[int]] = None) -> float:
         """After the backward pass: the gradient copied to the host, then encoded per shard
-        (`shards`: which ones, for their runs' encode, `for_plans`)."""
+        (`shards`: which ones, for their runs' encode, `for_plans`: needed when the shards'
+        codecs differ)."""
         nbytes = 4 * sum(shard_numels)
         copy_s = nbytes / self.host_bytes_per_s if self.host_bytes_per_s else 0.0
-        if self.push_codec_s and shards is not None:
+        if self.push_codec_s:
+            if shards is None:
+                raise ValueError("the shards' push codecs differ: name the shards pushed to")
             return copy_s + sum(self.push_codec_s[s][0] for s in shards)
         return copy_s + (nbytes / self.encode_bytes_per_s if self.encode_bytes_per_s else 0.0)
 

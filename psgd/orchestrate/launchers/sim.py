@@ -66,7 +66,8 @@ class SimLauncher:
         torch.set_num_threads(self.cfg.run.threads)  # one thread, as every psgd process
         allreduce = not self.cfg.consistency.mode.on_servers
         ex = None if allreduce else Executor(self.cfg, None, batched=self.cfg.sim.batched)
-        plan = plan_times(self.cfg, load_task(self.cfg, None, splits=("train",)) if allreduce else ex.task)
+        plan = (plan_times(self.cfg, load_task(self.cfg, None, splits=("train",)), ()) if allreduce
+                else plan_times(self.cfg, ex.task, ex.plans))
         compute, recorded, time_model, step_times = plan.compute, plan.recorded, plan.time_model, plan.step_times
         cfg = compute.cfg
         atomic_write(self.run_dir / "config.yaml", dump_config(cfg))

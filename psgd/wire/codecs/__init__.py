@@ -5,9 +5,9 @@ and decode (psgd.wire.codecs.base.Codec), in one table checked at import
 from psgd.wire.codecs.base import CODECS, Codec, CodecCost, CodecOptions, DenseCodec, Encoded, Gradient, codec
 from psgd.wire.codecs.encoder import WireEncoder
 from psgd.wire.codecs.f16 import F16_RANGE
-from psgd.wire.codecs.registry import codec_for_compression, codec_named, dense_codec, encoding_of, encodings_for
+from psgd.wire.codecs.registry import codec_for_compression, codec_named, dense_codec, encodings_for
 from psgd.wire.codecs.topk import topk_count
 
 __all__ = ["CODECS", "Codec", "CodecCost", "CodecOptions", "DenseCodec", "Encoded", "Gradient", "codec", "WireEncoder",
-           "F16_RANGE", "codec_for_compression", "codec_named", "dense_codec", "encoding_of", "encodings_for",
+           "F16_RANGE", "codec_for_compression", "codec_named", "dense_codec", "encodings_for",
            "topk_count"]

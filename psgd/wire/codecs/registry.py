@@ -12,13 +12,12 @@ from __future__ import annotations
 import typing
 from typing import Optional, Sequence
 
-from psgd.config.loader import ConfigError
-from psgd.config.operations import REPLY_COMPRESSIONS, ChooseBy, Compression, WireConfig
+from psgd.config.operations import REPLY_COMPRESSIONS, Compression, WireConfig
 from psgd.core.members import check_words, import_members
 from psgd.wire.codecs.base import CODECS, Codec
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
-__all__ = ["CODECS", "codec_named", "dense_codec", "codec_for_compression", "encoding_of", "encodings_for",
+__all__ = ["CODECS", "codec_named", "dense_codec", "codec_for_compression", "encodings_for",
            "check_codecs", "check_reply_codecs"]
 
 
@@ -49,23 +48,6 @@ def codec_for_compression(compression: str) -> type[Codec]:
         if c.config_name == compression:
             return c
     raise ValueError(f"wire.compression {compression!r} selects no codec")
-
-
-def encoding_of(wire: WireConfig) -> str:
-    """The protocol's `encoding` (a codec's wire name) of every push: `wire.compression` as a
-    plain string, or a mapping that chooses the same for every shard and role (its `replies`
-    aside). ConfigError for a mapping that chooses per shard (the simulator's time model
-    takes one push encoding); under choose_by: tensor, default's (the simulator charges a push
-    in runs each run's codec: TimeModel.for_plans)."""
-    choice = wire.compression
-    if isinstance(choice, str):
-        return codec_for_compression(choice).name
-    if choice.choose_by is ChooseBy.TENSOR:
-        return codec_for_compression(choice.default).name
-    if {choice.small, choice.deltas} - {None, choice.default}:
-        raise ConfigError("wire.compression", "the simulator's time model takes one push encoding for every "
-                                              "shard: small and deltas must be unset or equal to default")
-    return codec_for_compression(choice.default).name
 
 
 def encodings_for(wire: WireConfig, shard_sizes: Sequence[int], local_updates: bool) -> list[str]:

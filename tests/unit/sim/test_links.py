@@ -7,7 +7,6 @@ from psgd.config import ConfigError, load_config
 from psgd.sim import simulate
 from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
-from psgd.wire.codecs import encoding_of
 
 STEPS = 10
 
@@ -18,7 +17,7 @@ def end_s(shards, *sets, workers=1, model="mlp"):
                              f"train.steps_per_worker={STEPS}", "train.max_time_s=1e9", "eval.enabled=false",
                              "sim.compute_ms=1", *sets])
     ex, result = simulate(cfg, cfg.sim.compute_ms)
-    return result.end_s, ex, TimeModel.from_config(cfg.sim, cfg.sim.compute_ms, encoding_of(cfg.wire))
+    return result.end_s, ex, TimeModel.for_run(cfg, cfg.sim.compute_ms, ex.plans)
 
 
 def test_acceptance_2_one_worker_on_8_shards_is_bounded_by_its_own_link():

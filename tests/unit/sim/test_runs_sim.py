@@ -15,7 +15,7 @@ def run(cfg):
     """(executor, result, events) of `cfg` on the virtual cluster."""
     events = []
     ex = Executor(cfg)
-    engine = Engine(ex, TimeModel.for_run(cfg, cfg.sim.compute_ms),
+    engine = Engine(ex, TimeModel.for_run(cfg, cfg.sim.compute_ms, ex.plans),
                     steps_per_worker=cfg.train.steps_per_worker, max_time_s=cfg.train.max_time_s,
                     eval_every_s=cfg.eval.every_s if cfg.eval.enabled else None, emit=events.append)
     return ex, engine.run(), events, engine

@@ -6,7 +6,7 @@ import torch
 
 from psgd.config import ConfigError, load_config
 from psgd.servers.state import PushStatus, ShardState
-from psgd.wire.codecs import CODECS, F16_RANGE, CodecOptions, WireEncoder, encoding_of, topk_count
+from psgd.wire.codecs import CODECS, F16_RANGE, CodecOptions, WireEncoder, codec_for_compression, topk_count
 from psgd.wire.payload import frame_to_tensor, wire_nbytes
 
 
@@ -101,7 +101,7 @@ def test_sparse_push_with_momentum_equals_the_dense_push():
 def test_topk_ratio_is_validated():
     with pytest.raises(ConfigError, match="wire.topk_ratio"):
         load_config(None, ["wire.compression=topk", "wire.topk_ratio=0"])
-    assert encoding_of(load_config(None, ["wire.compression=topk"]).wire) == "topk"
+    assert codec_for_compression(load_config(None, ["wire.compression=topk"]).wire.compression).name == "topk"
 
 
 @pytest.mark.parametrize("encoding", ["f16", "bf16"])
