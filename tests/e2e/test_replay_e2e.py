@@ -21,6 +21,8 @@ from psgd.wire.replies import reply_nbytes
 pytestmark = pytest.mark.e2e
 
 BY_TENSOR = "{default: int8, small: none, choose_by: tensor}"
+# On 3 shards the MLP's are 1604, 1604 and 1602 values: the last is below small_below, so pushed as fp32.
+PER_SHARD = "{default: int8, small: none, small_below: 1603}"
 SHORT = ["train.steps_per_worker=60", "train.target_accuracy=0.99", "workers.device=cpu"]
 
 
@@ -60,7 +62,8 @@ def _replay(run_dir, *extra):
     ["consistency.mode=asp", "wire.compression=int2_ef"],
     ["consistency.mode=asp", "wire.compression={replies: int8}"],  # workers train on decoded replies
     ["consistency.mode=asp", f"wire.compression={BY_TENSOR}"],  # a shard's push in an int8 and an fp32 run
-], ids=["asp", "ssp", "asp-topk", "asp-int2ef", "asp-int8-replies", "asp-by-tensor"])
+    ["consistency.mode=asp", "cluster.servers=3", f"wire.compression={PER_SHARD}"],  # int8, int8 and fp32 shards
+], ids=["asp", "ssp", "asp-topk", "asp-int2ef", "asp-int8-replies", "asp-by-tensor", "asp-per-shard"])
 def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides, request):
     if overrides == ["consistency.mode=asp"]:
         run_dir, summary = request.getfixturevalue("asp_run")
@@ -72,21 +75,23 @@ def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides, req
     assert code == 0, (result, err)
     assert result["identical"] and result["compared_model"]
     assert result["gradients"] == summary["worker_steps"] == 4 * 60
-    assert result["pushes"] == 2 * 4 * 60  # every push to both shards, re-executed
+    shards = 3 if "cluster.servers=3" in overrides else 2
+    assert result["pushes"] == shards * 4 * 60  # every push to every shard, re-executed
     replayed = torch.load(tmp_path / "replayed.pt", weights_only=True)
     saved = torch.load(run_dir / "model.pt", weights_only=True)
     assert replayed.keys() == saved.keys()
     assert all(torch.equal(replayed[k], saved[k]) for k in saved)
     # The order mattered: gradients were applied at several different stalenesses.
     assert len(summary["staleness_hist"]) > 1, summary["staleness_hist"]
-    sizes = make_layout([(k, tuple(v.shape)) for k, v in saved.items()], 2).shard_sizes  # the mlp: parameters only
+    layout = make_layout([(k, tuple(v.shape)) for k, v in saved.items()], shards)  # the mlp: parameters only
+    sizes = layout.shard_sizes
     encoding = "int8" if "replies" in overrides[-1] else "f32"
     assert summary["pull_compression_ratio"] == round(sum(reply_nbytes(encoding, n) for n in sizes)
                                                       / (4 * sum(sizes)), 6)
-    if BY_TENSOR in overrides[-1]:  # the bytes per example count every run's encoded bytes
-        layout = make_layout([(k, tuple(v.shape)) for k, v in saved.items()], 2)
+    if "{" in overrides[-1] and "replies" not in overrides[-1]:  # bytes per example: every run's encoded bytes
         plans = push_plans(load_config(None, [overrides[-1]]).wire, layout, local_updates=False)
-        assert [len(plan) for plan in plans] == [1, 2]
+        assert [[r.encoding for r in plan] for plan in plans] == ([["int8"], ["int8", "f32"]] if BY_TENSOR in overrides[-1]
+                                                                else [["int8"], ["int8"], ["f32"]])
         assert summary["compression_ratio"] == round(sum(wire_nbytes(r.encoding, r.numel) for plan in plans
                                                          for r in plan) / (4 * sum(sizes)), 6)
     assert (summary["codec_reply_encode_s"] is None) is (encoding == "f32")
