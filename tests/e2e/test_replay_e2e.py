@@ -90,8 +90,8 @@ def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides, req
                                                       / (4 * sum(sizes)), 6)
     if "{" in overrides[-1] and "replies" not in overrides[-1]:  # bytes per example: every run's encoded bytes
         plans = push_plans(load_config(None, [overrides[-1]]).wire, layout, local_updates=False)
-        assert [[r.encoding for r in plan] for plan in plans] == ([["int8"], ["int8", "f32"]] if BY_TENSOR in overrides[-1]
-                                                                else [["int8"], ["int8"], ["f32"]])
+        expected = [["int8"], ["int8", "f32"]] if BY_TENSOR in overrides[-1] else [["int8"], ["int8"], ["f32"]]
+        assert [[r.encoding for r in plan] for plan in plans] == expected
         assert summary["compression_ratio"] == round(sum(wire_nbytes(r.encoding, r.numel) for plan in plans
                                                          for r in plan) / (4 * sum(sizes)), 6)
     assert (summary["codec_reply_encode_s"] is None) is (encoding == "f32")

@@ -13,7 +13,10 @@ import yaml
 from psgd.cli import main
 from psgd.config import ConfigError, dump_config, load_config
 from psgd.sim.calibrate import calibrate
+from psgd.sim.plan import model_plans
 from psgd.sim.time_model import TimeModel
+from psgd.tasks import task_shape
+from psgd.wire.codecs import CODECS
 
 NUMEL = 1000
 
@@ -304,3 +307,31 @@ def test_the_h200_runs_fit_about_one_network_whichever_mode_ran(tmp_path):
     # The runs recorded no cores (made before ready events carried them): their 16-core host is not judged
     # by this machine's cores.
     assert asp.evidence["cores"] is None and asp.warnings == [] and bsp.warnings == []
+
+
+def test_each_shard_is_charged_its_own_push_codecs(tmp_path):
+    # The same events under int8 for every push and under int8 with the small tensors fp32 (by tensor):
+    # shard 0 decodes 2405 int8 values either way (the MLP's weight), shard 1 only 1691 (its tail is fp32).
+    comm = [1.0 + 0.1 * i for i in range(11)]
+    found = {}
+    for name, compression in (("int8", "int8"), ("tensor", "{default: int8, small: none, small_below: 100, "
+                                                           "choose_by: tensor}")):
+        _asp_run(tmp_path, lambda rank: [3.0] * 11, comm)
+        cfg = load_config(None, ["cluster.servers=2", "cluster.workers=2", "consistency.mode=asp",
+                                 f"wire.compression={compression}"])
+        (tmp_path / "config.yaml").write_text(dump_config(cfg))
+        found[name] = calibrate(tmp_path)
+    layout, plans = model_plans(cfg, task_shape(cfg))
+    int8_runs = [sum(r.numel for r in plan if r.encoding == "int8") for plan in plans]
+    assert int8_runs[0] == layout.shard_sizes[0] > int8_runs[1]
+    cost = CODECS["int8"].cost
+    decode_s = lambda n: 4 * n / (cost.decode_gbytes_per_s * 1e9)  # noqa: E731
+    encode_s = lambda n: 4 * n / (cost.encode_gbytes_per_s * 1e9)  # noqa: E731
+    service_s = (0.005 + 0.007) / 2 / (2 * 11)
+    apply_s = 4 * NUMEL / (cfg.sim.apply_gbytes_per_s * 1e9)
+    assert found["tensor"].sim["request_us"] == pytest.approx((service_s - decode_s(int8_runs[0]) - apply_s) * 1e6,
+                                                              abs=1e-3)
+    # Each worker's encode before its push: both shards' values at int8's rate, against each shard's int8 run.
+    saved_s = encode_s(2 * NUMEL) - sum(encode_s(n) for n in int8_runs)
+    assert found["tensor"].sim["latency_us"] == pytest.approx(found["int8"].sim["latency_us"] + saved_s / 4 * 1e6,
+                                                              abs=2e-3)
