@@ -3,8 +3,10 @@ dry run says it left out, and how a check runs psgd, judges a run and writes its
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,3 +106,17 @@ def gpu_count() -> int:
 
 SUMMARY_KEYS = ("mode", "workers", "servers", "status", "wall_time_s", "total_updates", "updates_per_s",
                 "final_test_accuracy", "time_to_target_s", "staleness_mean", "staleness_max")
+
+
+def median_s(call, repeats: int, sync) -> float:
+    """Median seconds of `call` over `repeats`, after one warm-up (kernels chosen, memory
+    allocated); `sync` waits for the device's queued work before each clock reading."""
+    call()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)

@@ -22,8 +22,6 @@ CPU again, at small sizes, and the quickstart run is left out (its config is loa
 """
 from __future__ import annotations
 
-import statistics
-import time
 from functools import partial
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from check_kit import (  # beside this script
     command_line,
     failed_run,
     launch,
+    median_s,
     on_device,
     result,
     worker_devices,
@@ -139,18 +138,6 @@ def feedback(device: str) -> list[dict]:
     return rows
 
 
-def _median_s(call, repeats: int, sync) -> float:
-    call()  # warm-up: kernels loaded, buffers allocated
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def timings(device: str) -> list[dict]:
     """(d): each codec's encode (frames on the host, as a push needs them) at the largest shape."""
     from psgd.wire.codecs import WireEncoder
@@ -161,8 +148,8 @@ def timings(device: str) -> list[dict]:
     rows = []
     for name in push_codecs():
         there, here = WireEncoder(name, [x.numel()]), WireEncoder(name, [x.numel()])
-        device_s = _median_s(partial(there.encode, 0, on_device), size["repeats"], sync)
-        cpu_s = _median_s(partial(here.encode, 0, x), size["repeats"], lambda: None)
+        device_s = median_s(partial(there.encode, 0, on_device), size["repeats"], sync)
+        cpu_s = median_s(partial(here.encode, 0, x), size["repeats"], lambda: None)
         rows.append({"codec": name, "numel": x.numel(), "device_s": device_s, "cpu_s": cpu_s,
                      "cpu_over_device": cpu_s / device_s})
     return rows

@@ -15,12 +15,11 @@ a synchronize, the CPU at one thread, as every psgd process runs.
 from __future__ import annotations
 
 import copy
-import statistics
-import time
 from functools import partial
 from pathlib import Path
 
 import torch
+from check_kit import median_s  # beside this script
 
 GRAD_RTOL = 1e-4  # cuda against cpu, fp32 both: kernels sum in another order
 WITHIN_SHARE = 0.95  # of the workers: the rest may sit on a ReLU kink (above)
@@ -28,18 +27,6 @@ SIZES = {"cuda": {"ks": (16, 64, 256), "sets": [], "repeats": 10},
          "cpu": {"ks": (4,), "sets": ["task.model_args.channels=16", "task.dataset_args={num_samples: 400}"],
                  "repeats": 2}}
 HOST_REPEATS = 3  # the CPU side at K = 256 takes seconds a call
-
-
-def _median_s(call, repeats: int, sync) -> float:
-    call()  # warm-up: kernels chosen, memory allocated
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _call(batcher, versions, xs, ys, out) -> None:
@@ -100,9 +87,9 @@ def measure(config: Path, device: str, work: Path) -> dict:
         v_dev = [[s.to(device) for s in v] for v in versions]
         x_dev, y_dev = [x.to(device) for x in xs], [y.to(device) for y in ys]
 
-        host_s = _median_s(partial(_call, host, versions, xs, ys, out_host), min(HOST_REPEATS, size["repeats"]),
+        host_s = median_s(partial(_call, host, versions, xs, ys, out_host), min(HOST_REPEATS, size["repeats"]),
                            lambda: None)
-        device_s = _median_s(partial(_call, other, v_dev, x_dev, y_dev, out_dev), size["repeats"], sync)
+        device_s = median_s(partial(_call, other, v_dev, x_dev, y_dev, out_dev), size["repeats"], sync)
         errs = [max_relative_error([t.cpu() for t in d], h) for d, h in zip(out_dev, out_host)]
         worst = max(range(k), key=errs.__getitem__)
         # Which side is right where they differ most: that worker's gradient in float64.
