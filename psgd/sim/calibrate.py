@@ -14,7 +14,8 @@ writes is fitted from them:
   alone gives n steps (a persistent speed difference).
 - request_us: each shard's time per push (its `busy_s` over the pushes it
   served), less the apply and decode times the config's rates account for (each
-  shard's own codecs, as the run's `wire.compression` chose them for its model).
+  shard's own codecs, as the run's `wire.compression` chose them: on the shard
+  sizes it recorded, or under choose_by: tensor on its model's layout).
 - latency_us: what is left of a round trip without waiting, after the shard's
   service, its wait behind other pushes and the transfers (every shard's push
   and reply through the worker's link, as the simulator streams them),
@@ -51,11 +52,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from psgd.config import Config, ConfigError, Mode, Role, load_config
+from psgd.config.operations import ChooseBy
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
 from psgd.sim.plan import model_plans
 from psgd.sim.time_model import Fifo, TimeModel, stream, stream_together
 from psgd.tasks import task_shape
+from psgd.wire.codecs import encodings_for
+from psgd.wire.codecs.runs import Plan, single_plans
 
 __all__ = ["Calibration", "calibrate"]
 
@@ -136,6 +140,16 @@ def _own_times(steps: list[dict], skip: set[int]) -> dict[int, list[float]]:
         times = [b["t"] - a["t"] - b["comm_s"] for a, b in zip(evs, evs[1:])]
         own[rank] = [x for x in times if x > 0]
     return {r: x for r, x in own.items() if x}
+
+
+def _push_plans(cfg: Config, run_dir: Path, numel: dict) -> list[Plan]:
+    """Each shard's push runs in the run: one codec a shard, chosen on the shard sizes its ready
+    events recorded; under choose_by: tensor, the runs of its model's layout (built from its config)."""
+    choice = cfg.wire.compression
+    if isinstance(choice, str) or choice.choose_by is not ChooseBy.TENSOR:
+        sizes = [numel[s] for s in sorted(numel)]
+        return single_plans(encodings_for(cfg.wire, sizes, cfg.local.enabled), sizes)
+    return model_plans(cfg, task_shape(cfg, run_dir))[1]
 
 
 def _queue_waits(steps: list[dict], service_s: float) -> list[float]:
@@ -233,7 +247,7 @@ def calibrate(run_dir: Path) -> Calibration:
         spread = math.sqrt(max(0.0, statistics.pvariance(means) - noise)) / statistics.fmean(means)
 
     # ---- the shards' service per push, less what the rates already charge ----------
-    model = TimeModel.for_run(cfg, compute_s * 1e3, model_plans(cfg, task_shape(cfg, run_dir))[1])
+    model = TimeModel.for_run(cfg, compute_s * 1e3, _push_plans(cfg, run_dir, numel))
     service_s = sum(busy.values()) / shards / pushes
     rates_s = model.service_s(largest, shard=max(numel, key=numel.get)) - model.request_s  # decode and apply
 

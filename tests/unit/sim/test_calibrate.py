@@ -315,12 +315,17 @@ def test_each_shard_is_charged_its_own_push_codecs(tmp_path):
     comm = [1.0 + 0.1 * i for i in range(11)]
     found = {}
     for name, compression in (("int8", "int8"), ("tensor", "{default: int8, small: none, small_below: 100, "
-                                                           "choose_by: tensor}")):
+                                                           "choose_by: tensor}"),
+                              ("none", "none"), ("small", "{default: int8, small: none, small_below: 1001}")):
         _asp_run(tmp_path, lambda rank: [3.0] * 11, comm)
         cfg = load_config(None, ["cluster.servers=2", "cluster.workers=2", "consistency.mode=asp",
                                  f"wire.compression={compression}"])
         (tmp_path / "config.yaml").write_text(dump_config(cfg))
         found[name] = calibrate(tmp_path)
+    # Per shard, on the shard sizes the run recorded: both shards' NUMEL are below small_below, so fp32.
+    assert found["small"].sim == found["none"].sim != found["int8"].sim
+    cfg = load_config(None, ["cluster.servers=2", "wire.compression={default: int8, small: none, small_below: 100, "
+                             "choose_by: tensor}"])
     layout, plans = model_plans(cfg, task_shape(cfg))
     int8_runs = [sum(r.numel for r in plan if r.encoding == "int8") for plan in plans]
     assert int8_runs[0] == layout.shard_sizes[0] > int8_runs[1]
