@@ -104,3 +104,15 @@ def reference_on_replies(cfg, steps, encoding):
         for flat, grad in zip(exact, layout.flatten([p.grad for p in params])):
             flat.add_(grad, alpha=-cfg.optimizer.lr)
     return exact
+
+
+def run_virtual(cfg):
+    """(executor, result, events, engine) of `cfg` run on the virtual cluster, with the time
+    model the simulator's launcher builds (each shard's own push codecs)."""
+    from psgd.sim import Engine, Executor, TimeModel
+    events = []
+    ex = Executor(cfg)
+    engine = Engine(ex, TimeModel.for_run(cfg, cfg.sim.compute_ms, ex.plans),
+                    steps_per_worker=cfg.train.steps_per_worker, max_time_s=cfg.train.max_time_s,
+                    eval_every_s=cfg.eval.every_s if cfg.eval.enabled else None, emit=events.append)
+    return ex, engine.run(), events, engine

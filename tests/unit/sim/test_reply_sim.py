@@ -5,28 +5,18 @@ and a reply's bytes, on the links and in the done event, follow the real client'
 a mapping that chooses the pushes' codec per shard runs, each shard in its own codec."""
 import pytest
 import torch
-from sgd_reference import STEPS, cfg_for, reference_on_replies
+from sgd_reference import STEPS, cfg_for, reference_on_replies, run_virtual
 
 from psgd.runtime.event_names import Event
-from psgd.sim import Engine, Executor, TimeModel
+from psgd.sim import Executor, TimeModel
 from psgd.wire.codecs import CODECS
 from psgd.wire.payload import wire_nbytes
 from psgd.wire.replies import ReplyEncoder, decode_reply, reply_nbytes
 
 
-def run(cfg, with_engine=False):
-    """(executor, result, events) of `cfg` on the virtual cluster, and its engine if `with_engine`."""
-    events = []
-    ex = Executor(cfg)
-    engine = Engine(ex, TimeModel.for_run(cfg, cfg.sim.compute_ms, ex.plans),
-                    steps_per_worker=cfg.train.steps_per_worker, max_time_s=cfg.train.max_time_s,
-                    eval_every_s=cfg.eval.every_s if cfg.eval.enabled else None, emit=events.append)
-    return (ex, engine.run(), events) + ((engine,) if with_engine else ())
-
-
 def test_a_simulated_worker_trains_on_exactly_the_decoded_replies():
     cfg = cfg_for("asp", 1, **{"wire.compression": "{replies: int8}"})
-    ex, _, events = run(cfg)
+    ex, _, events, _ = run_virtual(cfg)
     for shard, flat in zip(ex.shards, reference_on_replies(cfg, STEPS, "int8")):
         assert torch.equal(shard.params, flat)
     done = [e for e in events if e["event"] == Event.DONE]
@@ -38,13 +28,13 @@ def test_a_simulated_worker_trains_on_exactly_the_decoded_replies():
 
 def test_the_default_replies_are_unchanged_bit_for_bit():
     over = {"consistency.staleness": 1, "eval.enabled": "true", "eval.every_s": 0.01}
-    runs = {name: run(cfg_for("ssp", 3, **over, **sets)) for name, sets in
+    runs = {name: run_virtual(cfg_for("ssp", 3, **over, **sets)) for name, sets in
             (("default", {}), ("none", {"wire.compression": "{replies: none}"}),
              ("mapping", {"wire.compression": "{default: none}"}),
              ("int8", {"wire.compression": "{replies: int8}"}))}
-    ex, result, events = runs["default"]
+    ex, result, events, _ = runs["default"]
     for same in ("none", "mapping"):  # fp32 replies, fp32 pushes: the default, however it is written
-        ex_same, result_same, events_same = runs[same]
+        ex_same, result_same, events_same, _ = runs[same]
         assert events == events_same and result.evals == result_same.evals and result.evals
         for a, b in zip(ex.shards, ex_same.shards):
             assert torch.equal(a.params, b.params)
@@ -54,8 +44,8 @@ def test_the_default_replies_are_unchanged_bit_for_bit():
 
 def test_encoded_replies_take_their_own_bytes_on_the_links():
     slow = {"sim.bandwidth_gbps": 0.01, "train.steps_per_worker": 5}  # the links dominate each round
-    _, fp32, _ = run(cfg_for("asp", 2, **slow))
-    _, int8, _ = run(cfg_for("asp", 2, **slow, **{"wire.compression": "{replies: int8}"}))
+    _, fp32, _, _ = run_virtual(cfg_for("asp", 2, **slow))
+    _, int8, _, _ = run_virtual(cfg_for("asp", 2, **slow, **{"wire.compression": "{replies: int8}"}))
     assert int8.end_s < 0.75 * fp32.end_s
 
 
@@ -70,7 +60,7 @@ def test_a_mapping_that_chooses_per_shard_pushes_and_charges_each_shard_its_own_
     assert [[r.encoding for r in plan] for plan in ex.plans] == [["int8"], ["int8"], ["f32"]]
     encoded = [wire_nbytes(plan[0].encoding, n) for plan, n in zip(ex.plans, sizes)]
     assert [(p.shard, p.wire_bytes) for p in ex.compute(0)] == list(enumerate(encoded))  # as a real client counts
-    ex, _, events, engine = run(cfg, with_engine=True)
+    ex, _, events, engine = run_virtual(cfg)
     done = [e for e in events if e["event"] == Event.DONE]
     assert done[0]["bytes_sent"] == STEPS * sum(encoded) and done[0]["fp32_bytes"] == STEPS * 4 * sum(sizes)
     # Each shard's encode and decode at its own codec's stated rates: int8's for the first two, none for fp32.

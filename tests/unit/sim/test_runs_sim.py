@@ -3,22 +3,13 @@ bit for bit, key or no key; under tensor a push's bytes are its runs' encoded by
 the real encoder counts them, and the time model charges each run its own codec."""
 import torch
 from sgd_reference import STEPS, cfg_for
+from sgd_reference import run_virtual as run
 
 from psgd.runtime.event_names import Event
-from psgd.sim import Engine, Executor, TimeModel
+from psgd.sim import TimeModel
 from psgd.wire.codecs import codec_named
 
 TENSOR = "{default: int8, small: none, choose_by: tensor}"
-
-
-def run(cfg):
-    """(executor, result, events) of `cfg` on the virtual cluster."""
-    events = []
-    ex = Executor(cfg)
-    engine = Engine(ex, TimeModel.for_run(cfg, cfg.sim.compute_ms, ex.plans),
-                    steps_per_worker=cfg.train.steps_per_worker, max_time_s=cfg.train.max_time_s,
-                    eval_every_s=cfg.eval.every_s if cfg.eval.enabled else None, emit=events.append)
-    return ex, engine.run(), events, engine
 
 
 def same(a, b):
