@@ -110,7 +110,7 @@ fi
 # and codecs' are estimates (neither has run on a device yet).
 C=("$PY" "$ROOT/benchmarks/gpu/checks.py")
 A=(--device "$DEVICE" --out "$OUT_DIR" --work "$WORK")
-for spec in doctor:55 quickstart:70 comm:60 overlap:50 mnist1d:100 sim-batched:55 codecs:50; do
+for spec in doctor:50 quickstart:70 comm:60 overlap:55 mnist1d:100 sim-batched:55 codecs:50; do
   if [ "$FIRST_FAILED" = install ]; then  # nothing to run them with: spend no more device time
     record "${spec%%:*}" skipped 0 0 0
   else
