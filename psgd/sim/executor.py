@@ -41,7 +41,7 @@ from psgd.sim.messages import PulledParams, Push, Read, Reply, decode_push
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
 from psgd.wire.codecs import WireEncoder, codec_named
-from psgd.wire.codecs.runs import RUNS, push_plans
+from psgd.wire.codecs.runs import RUNS, plan_encoding, push_plans
 from psgd.wire.replies import ReplyDecoder, reply_encoding
 from psgd.workers.fragment_rounds import FragmentRounds
 from psgd.workers.local_rounds import LocalRounds
@@ -122,7 +122,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         self.batched_steps = 0  # worker steps whose gradient came from a batched call
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
         self.plans = push_plans(cfg.wire, self.layout, cfg.local.enabled)  # each shard's push runs, as a real run's
-        encodings = [plan[0].encoding if len(plan) == 1 else RUNS for plan in self.plans]
+        encodings = [plan_encoding(plan) for plan in self.plans]
         # Per shard: a push decodes to the very buffer it was encoded from (dense fp32).
         self._f32 = [e != RUNS and codec_named(e).dense and codec_named(e).wire_dtype == torch.float32
                      for e in encodings]

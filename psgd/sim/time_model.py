@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 from psgd.config import Config, ConfigError
 from psgd.config.sim import SimConfig
 from psgd.sim.codec_cost import codec_rates
-from psgd.wire.codecs.runs import Plan
+from psgd.wire.codecs.runs import RUNS, Plan, plan_encoding
 from psgd.wire.replies import reply_encoding
 
 __all__ = ["Fifo", "Link", "TimeModel", "ring_allreduce_s", "stream", "stream_together"]
@@ -148,8 +148,8 @@ class TimeModel:
         one run of one encoding, that encoding's rates for every push (summed over the shards
         as one gradient, as a one-codec run always was); else, per shard, the elements of each
         of its runs at that run's codec's rates (a shard of its own codec, or a push in runs)."""
-        encodings = {plan[0].encoding for plan in plans if len(plan) == 1}
-        if len(encodings) == 1 and all(len(plan) == 1 for plan in plans):
+        encodings = {plan_encoding(plan) for plan in plans}
+        if len(encodings) == 1 and RUNS not in encodings:
             encode, decode = codec_rates(encodings.pop(), sim.encode_gbytes_per_s, sim.decode_gbytes_per_s)
             return replace(self, encode_bytes_per_s=encode, decode_bytes_per_s=decode,
                            push_codec_s=())._checked(sim, self.compute_s * 1e3 * sim.speedup)

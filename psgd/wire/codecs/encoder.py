@@ -15,7 +15,7 @@ import torch
 
 from psgd.wire.codecs.base import Codec, CodecOptions, DenseCodec, Encoded
 from psgd.wire.codecs.registry import codec_named
-from psgd.wire.codecs.runs import RUNS, Plan, single_plans
+from psgd.wire.codecs.runs import RUNS, Plan, plan_encoding, single_plans
 
 __all__ = ["WireEncoder"]
 
@@ -34,7 +34,7 @@ class WireEncoder:
         if len(plans) != len(self.sizes) or any(sum(r.numel for r in p) != n for p, n in zip(plans, self.sizes)):
             raise ValueError(f"push plans do not cover the shards' sizes {self.sizes}")
         self.plans = list(plans)
-        self.encodings = [p[0].encoding if len(p) == 1 else RUNS for p in self.plans]
+        self.encodings = [plan_encoding(p) for p in self.plans]
         # Codec slots: shard s is slot s; the runs of a shard of several runs take slots after the shards.
         self._run_slots: dict[int, list[int]] = {}
         slots = [(p[0].encoding if len(p) == 1 else "", n) for p, n in zip(self.plans, self.sizes)]

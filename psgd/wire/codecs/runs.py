@@ -26,7 +26,7 @@ from psgd.wire.codecs.base import CODECS, Codec, Gradient
 from psgd.wire.codecs.registry import codec_for_compression, codec_named
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
-__all__ = ["RUNS", "Run", "Plan", "push_plans", "single_plans", "plan_fingerprint", "plan_frames", "decode_runs"]
+__all__ = ["RUNS", "Run", "Plan", "push_plans", "single_plans", "plan_encoding", "plan_fingerprint", "plan_frames", "decode_runs"]
 
 RUNS = "runs"  # a push's `encoding` when its frames are several runs'
 
@@ -43,7 +43,7 @@ Plan = tuple[Run, ...]  # one shard's runs, covering its flat tensor in order
 
 def push_plans(wire: WireConfig, layout: Layout, local_updates: bool) -> list[Plan]:
     """Each shard's runs, as `wire.compression` chooses them over the layout's tensors."""
-    sizes = [_numel(shape) for shape in layout.shapes]
+    sizes = [math.prod(shape) for shape in layout.shapes]
     pieces = [[(sizes[seg.param], seg.length) for seg in segs] for segs in layout.segments]
     plans = []
     for shard_runs, shard_numel in zip(wire.compression_runs(pieces, local_updates), layout.shard_sizes):
@@ -58,6 +58,11 @@ def push_plans(wire: WireConfig, layout: Layout, local_updates: bool) -> list[Pl
 def single_plans(encodings: Sequence[str], sizes: Sequence[int]) -> list[Plan]:
     """One run per shard: each shard's whole tensor in its one encoding."""
     return [(Run(e, 0, n),) for e, n in zip(encodings, sizes)]
+
+
+def plan_encoding(plan: Plan) -> str:
+    """A push's `encoding` under `plan`: its one run's codec, or RUNS."""
+    return plan[0].encoding if len(plan) == 1 else RUNS
 
 
 def plan_fingerprint(fingerprint: str, plan: Plan) -> str:
@@ -117,10 +122,3 @@ def _into(view: torch.Tensor, grad: Gradient) -> None:
         view.zero_().index_add_(0, indices.long(), values)
     elif grad.data_ptr() != view.data_ptr():  # fp32 decodes to a view of its frame
         view.copy_(grad)
-
-
-def _numel(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
