@@ -12,6 +12,15 @@ class ProcessStarted(AssertionError):
     pass
 
 
+def pytest_sessionstart(session):
+    # matplotlib builds its font cache on first use by running fc-list: on a fresh machine that
+    # would be the first plotting unit test's process. Build it here, before processes are refused.
+    try:
+        import matplotlib.font_manager  # noqa: F401
+    except ImportError:
+        pass
+
+
 def _refuse(what):
     def refused(*args, **kwargs):
         raise ProcessStarted(f"a test without the e2e mark started a process ({what}): move it to tests/e2e")
