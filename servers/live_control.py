@@ -55,7 +55,7 @@ class ShardLive:
         if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.token.encode()):
             raise ControlError(ErrorCode.BAD_TOKEN, "the run token does not match")
         settings = self.policy.settings
-        if op == "show":
+        if op in ("show", "status"):  # status: the shard adds its clocks and waits (servers/service.py)
             return settings.answered, self.describe()
         if op == "abort":
             if settings.abort(owner):
@@ -71,7 +71,7 @@ class ShardLive:
             self.emit(Event.SETTING_CHANGE, origin="ctl", effective_clock=clock, changes=dict(changes),
                       previous=before.as_dict(), setting=setting.as_dict())
             return clock, setting.as_dict()
-        raise ControlError(ErrorCode.BAD_OP, f"unknown control operation {op!r} (show, prepare, commit, abort)")
+        raise ControlError(ErrorCode.BAD_OP, f"unknown control operation {op!r} (show, status, prepare, commit, abort)")
 
     def _parse(self, changes: dict) -> dict:
         if not changes:

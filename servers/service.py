@@ -21,6 +21,7 @@ from psgd.config.local_updates import MAX_LOCAL_STEPS
 from psgd.core.clocks import DeferredPulls
 from psgd.core.local_updates import StepSpeeds
 from psgd.servers.peers import check_ahead, check_slot
+from psgd.servers.pull_waits import PullWaits
 from psgd.servers.state import PushResult, PushStatus, ShardState
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
@@ -98,21 +99,23 @@ class ShardService:
         self.parked = DeferredPulls()  # pulls the mode does not allow yet, answered when clocks move
         self.speeds = StepSpeeds()     # local.dynamic: workers size their rounds by the fastest one's speed
         self._released_at: Optional[tuple] = None  # the policy's readiness when parked pulls were last looked at
+        self.waits = PullWaits(state.workers)  # how long pulls stayed parked, and whose request released them
 
     # ---- requests -----------------------------------------------------------
     def register(self, rank: int, now: float) -> Joined:
         """A worker (re)joins. Its earlier incarnation's parked pull has no reader now."""
         self.check_rank(rank)
         self.parked.drop_rank(rank)
+        self.waits.dropped(rank)
         clock = self.state.register(rank, now)
-        return Joined(answers=self._release(), clock=clock, last_seq=self.state.last_seq[rank])
+        return Joined(answers=self._release(now, rank), clock=clock, last_seq=self.state.last_seq[rank])
 
     def pull(self, rank: int, clock: int, token: Any, now: float) -> Served:
         """A worker's pull: answered now when the mode allows, else parked."""
         self.check_member(rank)
         check_ahead("clock", clock, self.state.board.clocks[rank])
         self.state.seen(rank, now)
-        return Served(answers=self._answer_or_park(token, rank, clock))
+        return Served(answers=self._answer_or_park(token, rank, clock, now))
 
     def push(self, push: PushFields, now: float, gradient: Callable[[], Optional[Gradient]],
              pull: Any = None) -> Pushed:
@@ -130,9 +133,9 @@ class ShardService:
         if result.status is not PushStatus.DUPLICATE:
             self.state.counters[_COUNTED[result.status]] += 1
             self._watch_quorum(now, merged, push.clock)
-        answers = self._release()
+        answers = self._release(now, push.rank)
         if push.ahead:
-            answers += self._answer_or_park(pull, push.rank, push.clock + push.ahead)
+            answers += self._answer_or_park(pull, push.rank, push.clock + push.ahead, now)
         return Pushed(answers=answers, result=result, grad=grad)
 
     def leave(self, rank: int, now: float = 0.0) -> Departed:
@@ -140,14 +143,14 @@ class ShardService:
         merged = self._merged()
         self.state.leave(rank)
         self._watch_quorum(now, merged)
-        return self._departed([rank])
+        return self._departed([rank], now)
 
     def expire(self, now: float) -> Departed:
         """Workers silent for longer than cluster.timeout_s leave the quorum."""
         merged = self._merged()
         gone = self.state.expire(now)
         self._watch_quorum(now, merged)
-        return self._departed(gone)
+        return self._departed(gone, now)
 
     # ---- the quorum's grace window (consistency.quorum) ----------------------------
     def deadline(self) -> Optional[float]:
@@ -165,7 +168,7 @@ class ShardService:
         window.deadline = None
         self.state.close_round()
         self._watch_quorum(now, merged)
-        return Ticked(answers=self._release(), closed=True)
+        return Ticked(answers=self._release(now), closed=True)
 
     def _merged(self) -> int:
         """Rounds the quorum rule has merged (0 without one)."""
@@ -189,14 +192,16 @@ class ShardService:
 
     def expire_hold(self, now: float) -> Served:
         """A psgd ctl change that was never committed stops holding pulls."""
-        return Served(answers=self._release() if self.state.live.expire(now) else [])
+        return Served(answers=self._release(now) if self.state.live.expire(now) else [])
 
     def control(self, op: str, token: str, clock: int, settings: dict, now: float,
                 owner: str = "") -> tuple[int, dict, Served]:
         """A psgd ctl request: (clock, detail) for its reply, then the pulls a commit or
         an abort released. Raises ControlError, the state untouched, for a refused one."""
         clock, detail = self.state.live.control(op, token, clock, settings, now, owner=owner)
-        return clock, detail, Served(answers=self._release())
+        if op == "status":
+            detail = {**detail, **self.status(now)}
+        return clock, detail, Served(answers=self._release(now))
 
     # ---- checks -----------------------------------------------------------
     def check_rank(self, rank: int) -> None:
@@ -228,10 +233,11 @@ class ShardService:
             check_slot(p.slot)
 
     # ---- pulls --------------------------------------------------------------
-    def _answer_or_park(self, token: Any, rank: int, clock: int) -> list[Answer]:
+    def _answer_or_park(self, token: Any, rank: int, clock: int, now: float) -> list[Answer]:
         if self.state.pull_ready(rank, clock):
             return [self._answer(token, rank, clock)]
         self.state.counters["pulls_deferred"] += 1
+        self.waits.parked(rank, clock, now)
         if self.parked.park((token, rank, clock), rank, clock) is not None:  # memory per peer: one parked pull
             self.state.counters["pulls_superseded"] += 1
         if self._released_at is not None:
@@ -240,25 +246,39 @@ class ShardService:
                 self._released_at = None
         return []
 
-    def _release(self) -> list[Answer]:
+    def _release(self, now: float, by: Optional[int] = None) -> list[Answer]:
         """Answer the parked pulls that became ready, in arrival order. Skips the look
-        while the policy says nothing a parked pull waits on has moved."""
+        while the policy says nothing a parked pull waits on has moved. `by`: the rank
+        whose request (a push, a join, a leave) moved it, charged with the wait it ended."""
         if not len(self.parked):
             return []
         readiness = self.state.policy.readiness()
         if readiness is not None and readiness == self._released_at:
             return []
         self._released_at = readiness
-        return [self._answer(*parked) for parked in self.parked.release(self.state.pull_ready)]
+        answers = [self._answer(*parked) for parked in self.parked.release(self.state.pull_ready)]
+        for answer in answers:
+            self.waits.released(answer.rank, now, by)
+        return answers
+
+    def status(self, now: float) -> dict:
+        """What a live view shows (`psgd ctl RUN_DIR status`); reads, never changes, the state."""
+        board, seen = self.state.board, self.state.last_seen
+        return {"shard": self.state.shard, "version": self.state.version, "clocks": list(board.clocks),
+                "quorum": board.quorum(), "slowest_clock": board.min_clock(),
+                "last_heard_s": [round(now - seen[r], 3) if r in seen else None for r in range(len(board.clocks))],
+                "parked": self.waits.open(now), **self.waits.totals()}
 
     def _answer(self, token: Any, rank: int, clock: int) -> Answer:
         params, clock, low = self.state.answer_pull(rank, clock)
         return Answer(token, rank, clock, low, self.state.version, params, self.speeds.fastest())
 
-    def _departed(self, ranks: list[int]) -> Departed:
-        """Forget what the request side keeps of ranks that left (the state has let them go)."""
+    def _departed(self, ranks: list[int], now: float) -> Departed:
+        """Forget what the request side keeps of ranks that left (the state has let them go).
+        The waits their leaving ended are charged to the first of them."""
         refused: list[Any] = []
         for rank in ranks:
             self.speeds.forget(rank)
+            self.waits.dropped(rank)
             refused += [token for token, _, _ in self.parked.drop_rank(rank)]
-        return Departed(answers=self._release() if ranks else [], refused=refused, ranks=list(ranks))
+        return Departed(answers=self._release(now, ranks[0]) if ranks else [], refused=refused, ranks=list(ranks))

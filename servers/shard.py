@@ -363,7 +363,7 @@ class ShardServer:
     def emit_stats(self, final: bool = False) -> None:
         self._bell_counters()
         self.events.emit(Event.SERVER_STATS, final=final, busy_s=round(self._busy_s, 6), requests=self._served,
-                         **self.state.stats())
+                         waits=self.service.waits.totals(), **self.state.stats())
 
 
 # Request type -> handler. Replies (WELCOME, PARAMS, ...) are not requests

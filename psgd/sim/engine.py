@@ -312,8 +312,9 @@ class Engine(FragmentTurns):
         too_many = evaluations_exceeded(self.evaluations, self.eval_every_s)
         if too_many is not None:
             raise too_many
-        for shard in self.ex.shards:
-            self.emit(event(t, Role.SERVER, shard.shard, Event.SERVER_STATS, **shard.stats()))
+        for shard, service in zip(self.ex.shards, self.ex.services):
+            self.emit(event(t, Role.SERVER, shard.shard, Event.SERVER_STATS, busy_s=round(self.served_s[shard.shard], 9),
+                            waits=service.waits.totals(), **shard.stats()))
         record = event(t, Role.EVALUATOR, 0, Event.EVAL, **({"final": True} if final else {}), **self.ex.evaluate())
         self.result.evals.append(record)
         self.emit(record)

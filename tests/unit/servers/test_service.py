@@ -81,7 +81,7 @@ def test_the_field_checks_come_first_and_leave_the_state_untouched():
 class AlwaysLook(ShardService):
     """The reference: every request looks at every parked pull."""
 
-    def _release(self):
+    def _release(self, now, by=None):
         return [self._answer(*parked) for parked in self.parked.release(self.state.pull_ready)]
 
 
@@ -139,3 +139,52 @@ def test_neither_the_shard_loop_nor_the_simulator_keeps_the_request_rules_of_its
     kept = {"DeferredPulls", "StepSpeeds", "pull_ready", "answer_pull", "readiness", "check_ahead", "MAX_LOCAL_STEPS"}
     for path in [ROOT / "servers" / "shard.py", ROOT / "psgd" / "sim" / "engine.py", ROOT / "psgd" / "sim" / "executor.py"]:
         assert not (_calls(path) & kept), f"{path.name} uses {sorted(_calls(path) & kept)}"
+
+
+# ---- pull waits (servers/pull_waits.py): how long pulls stayed parked, and whom they waited on ----
+
+def _push(svc, rank, seq, clock, now):
+    return svc.push(PushFields(rank, seq, clock, svc.state.version, 2, ahead=1), now,
+                    lambda: torch.ones(2), (rank, seq))
+
+
+def test_the_barrier_wait_is_charged_to_the_last_pusher_to_the_second():
+    svc = make_service("bsp", workers=3)
+    assert _push(svc, 0, 0, 0, now=1.0).answers == []   # parked at 1.0
+    assert _push(svc, 1, 0, 0, now=2.5).answers == []   # parked at 2.5
+    assert [w["rank"] for w in svc.waits.open(now=3.0)] == [0, 1]
+    assert [w["waiting_s"] for w in svc.waits.open(now=3.0)] == [2.0, 0.5]
+    released = _push(svc, 2, 0, 0, now=4.0)              # rank 2 arrives last: the barrier opens
+    assert sorted(a.rank for a in released.answers) == [0, 1, 2]
+    totals = svc.waits.totals()
+    assert totals["held_s"] == [3.0, 1.5, 0.0]          # its own pull was answered at once
+    assert totals["waited_on_s"] == [0.0, 0.0, 4.5]
+    assert svc.waits.open(now=5.0) == []
+
+
+def test_under_asp_no_pull_is_parked_and_nobody_is_waited_on():
+    svc = make_service("asp", workers=2)
+    for seq in range(3):
+        for rank in range(2):
+            assert len(_push(svc, rank, seq, seq, now=float(seq)).answers) == 1
+    assert svc.waits.totals() == {"held_s": [0.0, 0.0], "waited_on_s": [0.0, 0.0]}
+
+
+def test_a_rank_that_leaves_releases_the_others_and_is_charged_with_their_wait():
+    svc = make_service("bsp", workers=2)
+    _push(svc, 0, 0, 0, now=0.0)
+    released = svc.leave(1, now=2.0)
+    assert [a.rank for a in released.answers] == [0]
+    assert svc.waits.totals() == {"held_s": [2.0, 0.0], "waited_on_s": [0.0, 2.0]}
+
+
+def test_status_reads_the_clocks_and_parked_pulls_and_changes_nothing():
+    svc = make_service("bsp", workers=3)
+    _push(svc, 0, 0, 0, now=1.0)
+    _push(svc, 2, 0, 0, now=1.5)
+    before = (list(svc.state.board.clocks), svc.state.version, len(svc.parked))
+    status = svc.status(now=2.0)
+    assert (status["clocks"], status["slowest_clock"]) == ([1, 0, 1], 0)
+    assert status["parked"] == [{"rank": 0, "clock": 1, "waiting_s": 1.0}, {"rank": 2, "clock": 1, "waiting_s": 0.5}]
+    assert status["last_heard_s"] == [1.0, 2.0, 0.5]   # rank 1 was last heard at its registration (t=0)
+    assert (list(svc.state.board.clocks), svc.state.version, len(svc.parked)) == before
