@@ -10,6 +10,7 @@ from typing import Optional
 from psgd.cli.bench import add_measurement_commands
 from psgd.cli.ctl import add_ctl_command
 from psgd.cli.doctor import add_doctor_command
+from psgd.cli.explain import add_explain_commands
 from psgd.cli.failures import CommandFailed, Fail, expected
 from psgd.cli.launch_text import launch_result_lines
 from psgd.cli.replay import add_replay_command
@@ -190,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_doctor_command(sub)
     add_replay_command(sub)
     add_sim_command(sub)
+    add_explain_commands(sub)
 
     for spec in ROLES.values():
         r = sub.add_parser(spec.name, help=spec.help)

@@ -34,7 +34,8 @@ from psgd.wire.keys.curve import client_curve
 from psgd.wire.requests import RemoteError, RequestFailed, RequestTracker
 from psgd.wire.transport import ShardConnections, TransportError
 
-__all__ = ["ControlFailed", "ControlResult", "parse_assignments", "server_addresses", "set_live", "show_live"]
+__all__ = ["ControlFailed", "ControlResult", "parse_assignments", "server_addresses", "set_live", "show_live",
+           "live_status", "watch_live"]
 
 
 class ControlFailed(RuntimeError):
@@ -163,6 +164,30 @@ def _abort(shards: _Shards) -> None:
         shards.call("abort", {})
     except (RemoteError, RequestFailed):
         pass  # a shard that cannot be reached, or held by another controller, keeps that hold until it ends
+
+
+def live_status(run_dir, timeout_s: float = 1.0) -> list[dict]:
+    """Every shard's clocks, parked pulls, last heartbeats and wait totals now
+    (servers/service.py ShardService.status): a read, no hold, nothing changed."""
+    shards = _Shards(run_dir, timeout_s)
+    try:
+        replies = shards.call("status", {})
+    except (RemoteError, RequestFailed) as exc:
+        raise ControlFailed(str(exc)) from None
+    finally:
+        shards.close()
+    return [replies[s][0].detail for s in range(len(replies))]
+
+
+def watch_live(run_dir, timeout_s: float = 1.0, interval_s: float = 0.5):
+    """The live view (psgd.orchestrate.live_view) from two looks `interval_s` apart."""
+    import time
+
+    from psgd.orchestrate.live_view import live_view
+    first, t0 = live_status(run_dir, timeout_s), time.monotonic()
+    time.sleep(interval_s)
+    second = live_status(run_dir, timeout_s)
+    return live_view(second, first, time.monotonic() - t0)
 
 
 def show_live(run_dir, timeout_s: float = 5.0) -> list[dict]:

@@ -1,0 +1,34 @@
+"""The timeline PNG `psgd explain` writes (the `bench` extra): workers as rows, each step's
+own compute and its round trip (push, a parked pull's wait, the reply) as colours, drawn
+from the spans of the run's trace (psgd.bench.trace), in the run's own clock."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from psgd.bench.pyplot import pyplot
+from psgd.bench.trace import WORKERS_PID
+
+__all__ = ["plot_timeline", "TIMELINE_PLOT", "COLOURS"]
+
+TIMELINE_PLOT = "timeline.png"
+COLOURS = {"compute": "tab:blue", "push+pull": "tab:orange"}
+_LABELS = {"compute": "compute", "push+pull": "round trip (push, any wait, reply)"}
+
+
+def plot_timeline(trace: dict, out: Path, title: str) -> Path:
+    plt = pyplot()
+    spans = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("pid") == WORKERS_PID]
+    ranks = sorted({e["tid"] for e in spans})
+    fig, ax = plt.subplots(figsize=(10, 0.5 * len(ranks) + 1.5))
+    for name, colour in COLOURS.items():
+        for row, rank in enumerate(ranks):
+            bars = [(e["ts"] / 1e6, e["dur"] / 1e6) for e in spans if e["tid"] == rank and e["name"] == name]
+            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colour, label=_LABELS[name] if row == 0 else None)
+    ax.set_yticks(range(len(ranks)), [f"worker {r}" for r in ranks])
+    ax.set_xlabel(f"{'simulated' if trace['otherData']['clock'] == 'simulated' else 'wall'} time (s)")
+    ax.set_title(title + f" ({trace['otherData']['steps']})", fontsize=9)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,126 @@
+"""psgd.bench.explain, explain_words and trace on run directories written here, event by
+event: each figure is the sum the events imply, the waited-on rank is the one whose pushes
+released the parked pulls, ASP names no barrier, and the trace is valid and bounded."""
+import json
+
+import pytest
+from trace_format import trace_problems
+
+from psgd.bench.explain import breakdown
+from psgd.bench.explain_words import findings, waited_on
+from psgd.bench.trace import WORKERS_PID, TraceBounds, trace
+from psgd.config import dump_config, load_config
+
+COMPUTE_S = {0: 0.01, 1: 0.01, 2: 0.04}  # rank 2 is four times slower
+ROUND_TRIP_S = 0.002                      # a round trip nobody waits in
+CLOCKS = 20
+
+
+def _write_run(path, mode, held, waited_on_s, staleness_hist=None):
+    """A BSP-like run: every clock, each rank computes its COMPUTE_S, then its pull is
+    answered when the slowest rank's push arrives (plus ROUND_TRIP_S)."""
+    path.mkdir()
+    (path / "config.yaml").write_text(dump_config(load_config(None, [
+        f"consistency.mode={mode}", "cluster.workers=3", "cluster.servers=2"])))
+    events, t = [], 0.0
+    for clock in range(1, CLOCKS + 1):
+        slowest = max(COMPUTE_S.values())
+        for rank, compute in COMPUTE_S.items():
+            wait = slowest - compute if mode == "bsp" else 0.0
+            comm = wait + ROUND_TRIP_S
+            events.append({"t": t + compute + comm, "role": "worker", "index": rank, "event": "step", "rank": rank,
+                           "clock": clock, "loss": 1.0, "compute_s": compute, "comm_s": comm,
+                           "step_s": compute + comm, "gap": 0})
+        t += slowest + ROUND_TRIP_S if mode == "bsp" else 0.0
+    end = max(e["t"] for e in events)
+    for shard in range(2):
+        events.append({"t": end, "role": "server", "index": shard, "event": "server_stats", "version": CLOCKS,
+                       "counters": {"pulls_deferred": 2 * CLOCKS if mode == "bsp" else 0}, "busy_s": end * 0.9,
+                       "requests": 3 * CLOCKS, "staleness_hist": staleness_hist or {"0": 3 * CLOCKS},
+                       "waits": {"held_s": held[shard], "waited_on_s": waited_on_s[shard]}})
+    events.sort(key=lambda e: e["t"])
+    (path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (path / "summary.json").write_text(json.dumps({"wall_time_s": end, "time_to_target_s": None}))
+    return path
+
+
+def _bsp_run(tmp_path):
+    waits = [CLOCKS * (COMPUTE_S[2] - COMPUTE_S[r]) for r in range(3)]  # what the shards measured
+    held = [waits, [w * 0.5 for w in waits]]                            # shard 1 held them for less
+    released = [[0.0, 0.0, sum(waits)], [0.0, 0.0, sum(waits) * 0.5]]
+    return _write_run(tmp_path / "bsp", "bsp", held, released), waits
+
+
+def test_each_worker_s_time_is_the_sum_its_events_imply(tmp_path):
+    run, waits = _bsp_run(tmp_path)
+    b = breakdown(run)
+    for w in b.workers:
+        assert w.steps == CLOCKS
+        assert w.compute_s == pytest.approx(CLOCKS * COMPUTE_S[w.rank])
+        assert w.wait_s == pytest.approx(waits[w.rank])       # the shard that held it longest
+        assert w.transfer_s == pytest.approx(CLOCKS * ROUND_TRIP_S)
+        assert w.compute_s + w.wait_s + w.transfer_s + w.other_s == pytest.approx(w.span_s)
+    assert b.last_at_clock == {2: CLOCKS} and b.clocks_compared == CLOCKS
+    assert [s.busy_share for s in b.shards] == pytest.approx([0.9, 0.9])
+
+
+def test_under_bsp_the_slow_rank_is_named_with_the_others_wait_share(tmp_path):
+    run, waits = _bsp_run(tmp_path)
+    b = breakdown(run)
+    who = waited_on(b)
+    others = [w for w in b.workers if w.rank != 2]
+    share = sum(waits[w.rank] for w in others) / sum(w.span_s for w in others)
+    assert (who.rank, who.share_of_waits, who.last_share) == (2, 1.0, 1.0)
+    assert who.others_wait_share == pytest.approx(share)
+    text = findings(b)[0].text
+    assert text.startswith("BSP: rank 2 is the one the others wait on") and f"wait {share:.0%} of their time" in text
+    assert any("shard 0 is busy 90%" in f.text and "bottleneck" in f.text for f in findings(b))
+
+
+def test_under_asp_no_barrier_is_named_and_the_staleness_is(tmp_path):
+    zero = [[0.0] * 3, [0.0] * 3]
+    b = breakdown(_write_run(tmp_path / "asp", "asp", zero, zero, staleness_hist={"0": 10, "1": 40, "5": 10}))
+    assert waited_on(b) is None and all(w.wait_s == 0 for w in b.workers)
+    said = [f.text for f in findings(b)]
+    assert said[0] == "ASP: no barrier and no bound, so no worker waits on another; staleness p95 5 (max 5) at 3 workers"
+    assert not any("wait on" in s and "rank" in s for s in said)
+
+
+def test_a_run_directory_without_steps_is_refused_in_one_line(tmp_path):
+    from psgd.config import ConfigError
+    with pytest.raises(ConfigError, match="no config.yaml"):
+        breakdown(tmp_path)
+
+
+def test_the_trace_is_valid_and_its_spans_are_the_steps(tmp_path):
+    run, _ = _bsp_run(tmp_path)
+    doc = trace(run)
+    assert trace_problems(doc) == []
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == WORKERS_PID]
+    assert len(spans) == 2 * 3 * CLOCKS
+    rank2 = [e["dur"] for e in spans if e["tid"] == 2 and e["name"] == "compute"]
+    assert rank2 == pytest.approx([COMPUTE_S[2] * 1e6] * CLOCKS)
+    assert doc["otherData"]["steps"] == "every step in the window"
+
+
+def test_a_large_trace_is_sampled_and_says_so(tmp_path):
+    run, _ = _bsp_run(tmp_path)
+    doc = trace(run, TraceBounds(max_steps=15))
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    every = -(-3 * CLOCKS // 15)
+    assert len(spans) == 2 * 3 * len(range(0, CLOCKS, every))
+    assert doc["otherData"]["steps"] == f"every {every}th step of each worker ({-(-3 * CLOCKS // every)} of {3 * CLOCKS} in the window)"
+    assert trace_problems(doc) == []
+    window = trace(run, TraceBounds(since_s=0.2, until_s=0.5))
+    assert all(0.2e6 <= e["ts"] <= 0.5e6 for e in window["traceEvents"] if e["ph"] != "M")
+    assert window["otherData"]["window"] == "0.2 s to 0.5 s"
+
+
+def test_the_checker_catches_what_a_viewer_would_reject():
+    good = {"name": "compute", "ph": "X", "pid": 1, "tid": 0, "ts": 10.0, "dur": 5.0}
+    assert trace_problems({"traceEvents": [good]}) == []
+    assert trace_problems({"traceEvents": [good, {**good, "ts": 12.0}]})  # overlapping spans
+    assert trace_problems({"traceEvents": [good, {**good, "ts": 5.0, "dur": 1.0}]})  # time going back
+    assert trace_problems({"traceEvents": [{**good, "ph": "B"}]})  # never ended
+    assert trace_problems({"traceEvents": [{k: v for k, v in good.items() if k != "pid"}]})
+    assert trace_problems([good])
