@@ -15,7 +15,8 @@ run directories (--runs, as validate.py wrote them), medians over the seeds:
   sleep that woke late: the machine's load).
 - cpu per clock: the real run's shard service (busy_s) per clock, and the
   workers' real compute it cannot see, as a share of the device time.
-Writes misses.md and prints it.
+Writes misses.md and prints it. The per-run figures are psgd.bench.explain's (as
+`psgd explain` reads a run).
 """
 from __future__ import annotations
 
@@ -29,19 +30,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from psgd.bench.explain import release_spreads_s, shard_busy_per_clock_s, worker_steps  # noqa: E402
+from psgd.runtime.events import read_events  # noqa: E402
+
 __all__ = ["main"]
 
 
-def _steps(run: Path) -> list[dict]:
-    return [e for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
-            if e.get("event") == "step"]
+def _events(run: Path) -> list[dict]:
+    return read_events(run / "metrics.jsonl")
 
 
 def release_spread_ms(run: Path, workers: int) -> float:
-    by_clock = defaultdict(list)
-    for e in _steps(run):
-        by_clock[e["clock"]].append(e["t"])
-    spreads = [max(ts) - min(ts) for ts in by_clock.values() if len(ts) == workers]
+    spreads = release_spreads_s(worker_steps(_events(run)), workers)
     return statistics.median(spreads) * 1e3 if spreads else float("nan")
 
 
@@ -53,10 +53,8 @@ def round_trip_ms(run: Path) -> float:
 
 
 def shard_busy_ms_per_clock(run: Path) -> float:
-    events = list(map(json.loads, (run / "metrics.jsonl").read_text().splitlines()))
-    busy = sum(e.get("busy_s", 0.0) for e in events if e.get("event") == "server_stats" and e.get("final"))
-    clocks = max((e["clock"] for e in events if e.get("event") == "step"), default=0)
-    return busy / clocks * 1e3 if clocks else float("nan")
+    busy = shard_busy_per_clock_s(_events(run))
+    return busy * 1e3 if busy is not None else float("nan")
 
 
 def _median_over(runs: list[Path], f) -> float:

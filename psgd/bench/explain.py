@@ -26,7 +26,7 @@ from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
 
 __all__ = ["WorkerTime", "ShardLoad", "Breakdown", "breakdown", "run_clock", "run_summary", "run_events", "worker_steps",
-           "last_pushers"]
+           "last_pushers", "release_spreads_s", "shard_busy_per_clock_s"]
 
 
 @dataclass(frozen=True)
@@ -110,13 +110,34 @@ def _rank_list(stats: dict, key: str, workers: int) -> list[float]:
     return [float(values[r]) if r < len(values) else 0.0 for r in range(workers)]
 
 
+def _by_clock(steps: list[dict], ranks: int) -> list[list[dict]]:
+    """The steps of each clock that every rank reached."""
+    by_clock: dict[int, list[dict]] = defaultdict(list)
+    for s in steps:
+        by_clock[s["clock"]].append(s)
+    return [mine for mine in by_clock.values() if len({s["rank"] for s in mine}) == ranks]
+
+
 def last_pushers(steps: list[dict], ranks: int) -> tuple[dict[int, int], int]:
     """(rank -> clocks at which its push left last, clocks counted): only clocks every rank reached."""
-    by_clock: dict[int, list[tuple[float, int]]] = defaultdict(list)
-    for s in steps:
-        by_clock[s["clock"]].append((s["t"] - s["comm_s"], s["rank"]))
-    full = [pushes for pushes in by_clock.values() if len({r for _, r in pushes}) == ranks]
-    return dict(Counter(max(pushes)[1] for pushes in full)), len(full)
+    full = _by_clock(steps, ranks)
+    return dict(Counter(max(full_clock, key=lambda s: s["t"] - s["comm_s"])["rank"] for full_clock in full)), len(full)
+
+
+def release_spreads_s(steps: list[dict], ranks: int) -> list[float]:
+    """Per clock every rank reached, from the first rank's step end to the last one's (the
+    parameters of that clock in every worker's hands). Under BSP a clock's replies leave
+    the shard together: a wide spread is the workers taking turns on the cores, or the
+    shard sending one reply after another, not the network."""
+    return [max(s["t"] for s in mine) - min(s["t"] for s in mine) for mine in _by_clock(steps, ranks)]
+
+
+def shard_busy_per_clock_s(events: list[dict]) -> Optional[float]:
+    """The shards' service (busy_s, summed over shards) per clock (None: no clock or no busy_s)."""
+    stats = _last_stats(events)
+    clocks = max((s["clock"] for s in worker_steps(events)), default=0)
+    busy = [s["busy_s"] for s in stats.values() if isinstance(s.get("busy_s"), (int, float))]
+    return sum(busy) / clocks if clocks and busy else None
 
 
 def breakdown(run_dir: Path) -> Breakdown:

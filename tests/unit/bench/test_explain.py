@@ -124,3 +124,16 @@ def test_the_checker_catches_what_a_viewer_would_reject():
     assert trace_problems({"traceEvents": [{**good, "ph": "B"}]})  # never ended
     assert trace_problems({"traceEvents": [{k: v for k, v in good.items() if k != "pid"}]})
     assert trace_problems([good])
+
+
+def test_release_spread_and_shard_busy_per_clock_the_sim_validation_script_reads(tmp_path):
+    from psgd.bench.explain import release_spreads_s, run_events, shard_busy_per_clock_s, worker_steps
+    run, _ = _bsp_run(tmp_path)
+    events = run_events(run)
+    steps = worker_steps(events)
+    late = {**steps[0], "t": steps[0]["t"] + 0.003}  # one rank's parameters of its clock arrive 3 ms later
+    spreads = release_spreads_s([late] + steps[1:], 3)
+    assert sorted(spreads) == pytest.approx([0.0] * (CLOCKS - 1) + [0.003])
+    end = max(e["t"] for e in steps)
+    assert shard_busy_per_clock_s(events) == pytest.approx(2 * 0.9 * end / CLOCKS)
+    assert release_spreads_s(steps, 4) == []  # no clock that a fourth rank reached
