@@ -137,3 +137,10 @@ def test_release_spread_and_shard_busy_per_clock_the_sim_validation_script_reads
     end = max(e["t"] for e in steps)
     assert shard_busy_per_clock_s(events) == pytest.approx(2 * 0.9 * end / CLOCKS)
     assert release_spreads_s(steps, 4) == []  # no clock that a fourth rank reached
+
+
+def test_the_timeline_draws_every_worker_s_first_steps(tmp_path):
+    from psgd.bench.timeline_plot import plot_timeline
+    run, _ = _bsp_run(tmp_path)
+    out = plot_timeline(trace(run), tmp_path / "timeline.png", "bsp, 3 workers")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
