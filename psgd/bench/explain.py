@@ -91,7 +91,8 @@ def run_events(run_dir: Path) -> list[dict]:
 
 
 def worker_steps(events: list[dict]) -> list[dict]:
-    return [e for e in events if e.get("event") == Event.STEP and e.get("role") == Role.WORKER
+    """The training steps of the workers (or of the all-reduce ranks)."""
+    return [e for e in events if e.get("event") == Event.STEP and e.get("role") in (Role.WORKER, Role.ALLREDUCE)
             and all(isinstance(e.get(k), (int, float)) for k in ("t", "rank", "clock", "step_s", "comm_s"))]
 
 

@@ -64,7 +64,15 @@ def findings(b: Breakdown) -> list[Finding]:
                  if b.staleness_p95 is not None else "")
         out.append(Finding(f"ASP: no barrier and no bound, so no worker waits on another{stale}",
                            "the run's mode; the shards' staleness histograms (server_stats)"))
-    elif b.mode.on_servers:
+    elif not b.mode.on_servers:
+        slowest = max(b.last_at_clock, key=b.last_at_clock.get, default=None)
+        last = b.last_at_clock.get(slowest, 0) / b.clocks_compared if b.clocks_compared else 0.0
+        named = f"; rank {slowest} is the slowest at {last:.0%} of {b.clocks_compared} steps" \
+            if slowest is not None and last >= CULPRIT_SHARE else ""
+        out.append(Finding(f"{label}: every step ends with an all-reduce that waits for the slowest rank; the round "
+                           f"trip column holds it and that wait ({share(sum(w.transfer_s for w in b.workers)):.0%} "
+                           f"of the ranks' time){named}", "step events (comm_s; the last rank into each step)"))
+    else:
         who = waited_on(b)
         if who is not None:
             out.append(Finding(f"{label}: rank {who.rank} is the one the others wait on: its pushes ended "

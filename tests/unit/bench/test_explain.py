@@ -26,14 +26,15 @@ def _write_run(path, mode, held, waited_on_s, staleness_hist=None):
     for clock in range(1, CLOCKS + 1):
         slowest = max(COMPUTE_S.values())
         for rank, compute in COMPUTE_S.items():
-            wait = slowest - compute if mode == "bsp" else 0.0
+            wait = slowest - compute if mode != "asp" else 0.0
             comm = wait + ROUND_TRIP_S
-            events.append({"t": t + compute + comm, "role": "worker", "index": rank, "event": "step", "rank": rank,
+            role = "allreduce" if mode == "allreduce" else "worker"
+            events.append({"t": t + compute + comm, "role": role, "index": rank, "event": "step", "rank": rank,
                            "clock": clock, "loss": 1.0, "compute_s": compute, "comm_s": comm,
                            "step_s": compute + comm, "gap": 0})
-        t += slowest + ROUND_TRIP_S if mode == "bsp" else 0.0
+        t += slowest + ROUND_TRIP_S if mode != "asp" else 0.0
     end = max(e["t"] for e in events)
-    for shard in range(2):
+    for shard in range(2 if mode != "allreduce" else 0):
         events.append({"t": end, "role": "server", "index": shard, "event": "server_stats", "version": CLOCKS,
                        "counters": {"pulls_deferred": 2 * CLOCKS if mode == "bsp" else 0}, "busy_s": end * 0.9,
                        "requests": 3 * CLOCKS, "staleness_hist": staleness_hist or {"0": 3 * CLOCKS},
@@ -144,3 +145,11 @@ def test_the_timeline_draws_every_worker_s_first_steps(tmp_path):
     run, _ = _bsp_run(tmp_path)
     out = plot_timeline(trace(run), tmp_path / "timeline.png", "bsp, 3 workers")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_all_reduce_run_names_its_slowest_rank_from_its_steps(tmp_path):
+    b = breakdown(_write_run(tmp_path / "ar", "allreduce", [], []))
+    assert b.shards == [] and b.last_at_clock == {2: CLOCKS}
+    said = findings(b)[0].text
+    assert said.startswith("ALLREDUCE: every step ends with an all-reduce") and \
+        f"rank 2 is the slowest at 100% of {CLOCKS} steps" in said
