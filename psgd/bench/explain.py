@@ -155,9 +155,11 @@ def breakdown(run_dir: Path) -> Breakdown:
     stats = _last_stats(events)
     held = [_rank_list(s, "held_s", workers) for s in stats.values()]
     dones = {e.get("rank"): e for e in events if e.get("event") == Event.DONE and e.get("role") == Role.WORKER}
+    by_rank: dict[int, list[dict]] = defaultdict(list)
+    for s in steps:
+        by_rank[s["rank"]].append(s)
     times = []
-    for rank in sorted({s["rank"] for s in steps}):
-        mine = [s for s in steps if s["rank"] == rank]
+    for rank, mine in sorted(by_rank.items()):
         comm = sum(s["comm_s"] for s in mine)
         wait = min(comm, max((h[rank] for h in held if rank < len(h)), default=0.0))
         done = dones.get(rank, {})

@@ -19,6 +19,7 @@ Large runs are bounded: a time window (`since_s`, `until_s`) and, past
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -65,9 +66,12 @@ def _worker_spans(steps: list[dict], bounds: TraceBounds) -> tuple[list[dict], s
     every = max(1, math.ceil(len(kept) / bounds.max_steps))
     note = "every step in the window" if every == 1 else \
         f"every {every}th step of each worker ({math.ceil(len(kept) / every)} of {len(kept)} in the window)"
+    by_rank: dict[int, list[dict]] = defaultdict(list)
+    for s in kept:
+        by_rank[s["rank"]].append(s)
     out: list[dict] = []
-    for rank in sorted({s["rank"] for s in kept}):
-        mine = sorted((s for s in kept if s["rank"] == rank), key=lambda s: s["t"])[::every]
+    for rank, steps_of_rank in sorted(by_rank.items()):
+        mine = sorted(steps_of_rank, key=lambda s: s["t"])[::every]
         end = -math.inf
         for s in mine:
             # A step's start comes from its own timer, its end from the event log's: never before the last end.
