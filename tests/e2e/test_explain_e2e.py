@@ -15,11 +15,15 @@ from trace_format import trace_problems
 pytestmark = pytest.mark.e2e
 
 SLOW = 3
+DEVICE_MS = 20.0
 
 
 def _config(path, mode, **train):
     return write_config(path, cluster={"servers": 2, "workers": 4, "timeout_s": 30.0, "heartbeat_s": 0.5},
-                        consistency={"mode": mode}, workers={"device": "cpu", "slowdown": {SLOW: 4.0}},
+                        consistency={"mode": mode},
+                        # A stated device time (waited out, not computed): the straggler, not a loaded
+                        # machine's round trips, decides the clock, here and in the calibrated simulation.
+                        workers={"device": "cpu", "slowdown": {SLOW: 4.0}, "device_ms": DEVICE_MS},
                         train={"steps_per_worker": 40, "max_time_s": 60, "target_accuracy": 0.5, **train},
                         eval={"every_s": 0.2})
 
