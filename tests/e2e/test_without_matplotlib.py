@@ -22,7 +22,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_the_package_and_the_bench_modules_import_without_it():
     done = _python("import psgd, psgd.cli, psgd.orchestrate.launcher, psgd.bench.convergence, psgd.bench.tune, "
-                   "psgd.bench.plots, psgd.bench.report, psgd.bench.comm_report; print('imported')")
+                   "psgd.bench.plots, psgd.bench.report, psgd.bench.comm_report, psgd.bench.explain, "
+                   "psgd.bench.trace, psgd.bench.what_if, psgd.bench.timeline_plot; print('imported')")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "imported"
 
@@ -46,3 +47,18 @@ def test_a_bench_without_a_report_needs_no_plots(tmp_path):
     done = _cli("bench", "apply", "--sizes", "64KB", "--optimizers", "sgd", "--repeats", "1", "--json")
     assert done.returncode == 0, done.stderr
     assert '"optimizer": "sgd"' in done.stdout
+
+
+def test_explain_says_why_it_draws_no_timeline_and_explains_all_the_same(tmp_path):
+    import json
+
+    from psgd.config import dump_config, load_config
+    (tmp_path / "config.yaml").write_text(dump_config(load_config(None, ["cluster.workers=2"])))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(
+        {"t": 0.1 * c, "role": "worker", "index": r, "event": "step", "rank": r, "clock": c, "loss": 1.0,
+         "compute_s": 0.05, "comm_s": 0.05, "step_s": 0.1, "gap": 0}) + "\n" for c in range(1, 6) for r in range(2)))
+    done = _cli("explain", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == ["psgd explain: no timeline: plots need matplotlib, which is not installed: "
+                                        "pip install 'psgd[bench]'"]
+    assert "worker  steps" in done.stdout and not (tmp_path / "timeline.png").exists()
