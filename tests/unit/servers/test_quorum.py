@@ -213,7 +213,7 @@ def test_a_successor_repeating_a_round_one_shard_already_has_is_dropped_there():
     shards = [make(workers=2, size=2, numel=2) for _ in range(2)]
     first, successor, other = [[1.0, 2.0], [4.0, -1.0]], [[8.0, -4.0], [2.0, 6.0]], [[3.0, -2.0], [0.5, 1.0]]
     push(shards[0], 0, 0, 0, first[0])  # shard 1 never got it
-    for s, svc in enumerate(shards):
+    for svc in shards:
         svc.register(0, 1.0)  # the successor registers again (the same session rank)
     assert min(svc.state.board.clocks[0] for svc in shards) == 0
     assert push(shards[0], 0, 1, 0, successor[0]).result.status is PushStatus.LATE
