@@ -33,7 +33,7 @@ def _gone(pid):
 def test_a_frozen_process_of_any_role_is_killed_and_named_after_its_heartbeat_stops(tmp_path, role):
     config = write_config(tmp_path / "config.yaml",
                           cluster={"servers": 2, "workers": 2, "timeout_s": TIMEOUT_S, "heartbeat_s": 0.25,
-                                   "request_timeout_s": 1.0, "max_retries": 2},
+                                   "request_timeout_s": 1.0, "max_retries": 4},
                           consistency={"mode": "bsp"}, local={"steps": 4},
                           train={"steps_per_worker": 100000, "max_time_s": MAX_TIME_S, "target_accuracy": 0.999},
                           workers={"device": "cpu", "device_ms": 20}, eval={"every_s": 0.5})
