@@ -47,7 +47,8 @@ from psgd.config import Config, Mode, load_config
 from psgd.config.modes import Overlap
 from psgd.config.operations import CODEC_WORDS
 from psgd.core.heterogeneity import delay_spec, describe, transient_specs
-from psgd.core.target import HoldRule
+from psgd.core.modes import behaviour_class
+from psgd.core.target import TargetHold
 from psgd.orchestrate.launchers import LauncherUnavailable, launcher_for
 
 __all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "inner_rate_problem", "ADAMW_GRID", "read_lr_choice", "run_matrix", "BenchResult",
@@ -59,7 +60,14 @@ _FRAGMENTS = re.compile(r"f(\d+)")
 _DELAY = re.compile(r"t(\d+)")
 _ALPHA = re.compile(r"a(0(?:\.\d+)?|1(?:\.0+)?)")
 CODEC_SUFFIXES = tuple(word for word in CODEC_WORDS if word != "none")  # wire.compression values (none: no suffix)
-_MODE_SPELLINGS = tuple(f"{mode}:S" if mode.bounded else str(mode) for mode in Mode)
+
+
+def _bounded(mode: Mode) -> bool:
+    """Its mode class bounds its pulls by the staleness setting: written MODE:S."""
+    return mode.on_servers and behaviour_class(mode).BOUNDED
+
+
+_MODE_SPELLINGS = tuple(f"{mode}:S" if _bounded(mode) else str(mode) for mode in Mode)
 OVERLAP_SUFFIXES = {"pipe": Overlap.PIPELINE, "bwd": Overlap.BACKWARD}
 # Short names of the local-update modes -> their long form.
 LOCAL_ALIASES = {"local": "bsp+h{}", "geo": "asp+h{}", "diloco": "bsp+h{}+diloco", "adiloco": "asp+h{}+diloco+dn"}
@@ -129,8 +137,8 @@ def _parse_long(item: str, label: str) -> ModeSpec:  # noqa: C901 - one branch p
     except ValueError:
         raise ValueError(f"--modes: {item!r}: mode must be one of {', '.join(_MODE_SPELLINGS)} "
                          f"(or {', '.join(f'{a}:H' for a in LOCAL_ALIASES)})") from None
-    if mode.bounded != bool(colon):
-        bounded = ", ".join(f"{m} needs a bound ({m}:S)" for m in Mode if m.bounded)
+    if _bounded(mode) != bool(colon):
+        bounded = ", ".join(f"{m} needs a bound ({m}:S)" for m in Mode if _bounded(m))
         raise ValueError(f"--modes: {item!r}: {bounded}, other modes take none")
     if colon and not (bound.isdigit() or bound == "auto"):
         raise ValueError(f"--modes: {item!r}: the bound must be an integer >= 0 or auto")
@@ -240,9 +248,9 @@ def read_lr_choice(summary_csv: Path) -> dict[str, float]:
 def target_spec(cfg: Config) -> Optional[TargetSpec]:
     t = cfg.train.target
     if t is not None:
-        return TargetSpec(t.metric, t.value, HoldRule(t.hold_evals, t.tolerance))
+        return TargetSpec(t.metric, t.value, TargetHold(t.hold_evals, t.tolerance))
     if cfg.train.target_accuracy is not None:
-        return TargetSpec("accuracy", cfg.train.target_accuracy, HoldRule())
+        return TargetSpec("accuracy", cfg.train.target_accuracy, TargetHold())
     return None
 
 

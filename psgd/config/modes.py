@@ -42,11 +42,6 @@ class Mode(_Named):
         return self in (Mode.BSP, Mode.ALLREDUCE)
 
     @property
-    def bounded(self) -> bool:
-        """A pull waits for the slowest worker within a staleness bound (ssp: written ssp:S)."""
-        return self is Mode.SSP
-
-    @property
     def live(self) -> bool:
         """`psgd ctl` may change the bound and switch between these (ssp, asp)."""
         return self in (Mode.SSP, Mode.ASP)

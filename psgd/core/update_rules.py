@@ -16,7 +16,7 @@ import torch
 from psgd.config import OptimizerConfig, ScheduleConfig
 from psgd.core.rules import Rule, rule_named
 
-__all__ = ["UpdateRule", "all_finite", "scheduled_lr"]
+__all__ = ["ShardUpdater", "all_finite", "scheduled_lr"]
 
 
 def all_finite(t: torch.Tensor) -> bool:
@@ -39,7 +39,7 @@ def scheduled_lr(base_lr: float, sched: ScheduleConfig, update: int) -> float:
     return base_lr
 
 
-class UpdateRule:
+class ShardUpdater:
     """Applies gradients to a flat parameter tensor in place: the configured
     optimizer's rule (psgd.core.rules) inside the learning-rate schedule,
     staleness-aware scaling, DC-ASGD and weight decay. Not thread-safe."""

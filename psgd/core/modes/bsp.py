@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 from psgd.config.modes import Mode
 from psgd.core.bsp import BspAggregator, PushOutcome
 from psgd.core.clocks import ClockBoard
-from psgd.core.modes.base import Counted, ModeRule, PushAction, Update
+from psgd.core.modes.base import Counted, ModeBehaviour, PushAction, Update
 
 if TYPE_CHECKING:
     import torch
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["Bsp"]
 
 
-class Bsp(ModeRule):
+class Bsp(ModeBehaviour):
     MODE = Mode.BSP
     BOUNDED = False
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from psgd.config import DcAsgdConfig, OptimizerConfig, ScheduleConfig
-from psgd.core.update_rules import UpdateRule, scheduled_lr
+from psgd.core.update_rules import ShardUpdater, scheduled_lr
 
 
 def rule(params, **kw):
-    return UpdateRule(OptimizerConfig(**kw), params)
+    return ShardUpdater(OptimizerConfig(**kw), params)
 
 
 def test_staleness_aware_divides_the_step_by_tau():
