@@ -14,11 +14,11 @@ from typing import Callable, Optional, Union
 import torch
 
 from psgd.config import Config
-from psgd.core.consistency import ClockBoard, ConsistencyPolicy, Finished, Mode, PushAction, Update
 from psgd.core.histogram import Histogram
 from psgd.core.local_updates import server_optimizer
-from psgd.core.quorum import GraceWindow
-from psgd.core.update_rules import ShardUpdater, all_finite
+from psgd.core.modes.policy import ClockBoard, ConsistencyPolicy, Finished, Mode, PushAction, Update
+from psgd.core.modes.quorum import GraceWindow
+from psgd.core.rules.updater import ShardUpdater, all_finite
 from psgd.servers.live_control import ShardLive
 from psgd.wire.protocol import ErrorCode, ProtocolError
 

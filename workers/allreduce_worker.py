@@ -2,7 +2,7 @@
 
 Each rank wraps the task's model in DistributedDataParallel (gloo on CPU,
 nccl on CUDA), trains on the same per-rank data share as a parameter-server
-worker, and applies the averaged gradient with psgd.core.update_rules.ShardUpdater on one
+worker, and applies the averaged gradient with psgd.core.rules.updater.ShardUpdater on one
 flat parameter vector, the exact update maths of a BSP shard. With plain SGD
 an allreduce run and a bsp run of the same config and seed therefore follow
 the same trajectory.
@@ -32,7 +32,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from psgd.config import ConfigError
 from psgd.core.heterogeneity import straggler_for
 from psgd.core.lr_scaling import scaled_optimizer
-from psgd.core.update_rules import ShardUpdater
+from psgd.core.rules.updater import ShardUpdater
 from psgd.runtime.devices import dist_backend, wait_for_device
 from psgd.runtime.event_names import Event
 from psgd.runtime.role import RoleContext

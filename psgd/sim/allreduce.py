@@ -13,7 +13,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from psgd.config import Config, Role
 from psgd.core.heterogeneity import straggler_for
 from psgd.core.lr_scaling import scaled_optimizer
-from psgd.core.update_rules import ShardUpdater
+from psgd.core.rules.updater import ShardUpdater
 from psgd.runtime.event_names import Event
 from psgd.sim.event_queue import SimResult, event
 from psgd.sim.step_times import StepTimes

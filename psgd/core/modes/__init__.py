@@ -9,6 +9,6 @@ from psgd.core.modes.base import BEHAVIOURS, Counted, ModeBehaviour, PushAction,
 
 __all__ = ["ModeBehaviour", "PushAction", "Counted", "Update", "BEHAVIOURS", "behaviour_class", "uncovered"]
 
-import_members(__name__, ["base"], BEHAVIOURS.values)
+import_members(__name__, ["base", "bsp_rounds", "policy", "quorum"], BEHAVIOURS.values)
 if uncovered(Mode):
     raise ImportError(f"consistency modes without a rule class in psgd/core/modes/: {', '.join(uncovered(Mode))}")

@@ -54,7 +54,7 @@ BEHAVIOURS: dict[Mode, type["ModeBehaviour"]] = {}
 
 class ModeBehaviour(ABC):
     """One shard's rule for one mode. Socket-free and time-free: the consistency
-    policy (psgd.core.consistency) calls it with clocks; the board is shared."""
+    policy (psgd.core.modes.policy) calls it with clocks; the board is shared."""
 
     MODE: ClassVar[Mode]      # the config's value for this mode
     BOUNDED: ClassVar[bool]   # the staleness setting bounds its pulls (reported as the bound in force)

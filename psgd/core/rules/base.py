@@ -5,7 +5,7 @@ A rule says which `optimizer.name` it is, the torch.optim class it follows (and
 so maps to and from), which settings decide its arithmetic, the flat state it
 keeps, and its step. `@rule` refuses a class that lacks any of these, so a rule
 with a missing part fails at import. What wraps every rule (schedules,
-staleness-aware steps, DC-ASGD, weight decay) lives in psgd.core.update_rules.
+staleness-aware steps, DC-ASGD, weight decay) lives in psgd.core.rules.updater.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ def state_shape(cfg: Config) -> dict[str, Any]:
     import torch
 
     from psgd.core.local_updates import server_optimizer
-    from psgd.core.update_rules import ShardUpdater
+    from psgd.core.rules.updater import ShardUpdater
     shape = {"task.model": cfg.task.model, "task.dataset": cfg.task.dataset,
              # the layout (a model's width) and what its outputs mean follow from these
              "task.model_args": cfg.task.model_args, "task.dataset_args": cfg.task.dataset_args,

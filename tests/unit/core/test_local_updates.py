@@ -6,7 +6,7 @@ import torch
 
 from psgd.config import ConfigError, load_config
 from psgd.core.local_updates import inner_torch_optimizer, outer_optimizer, server_optimizer
-from psgd.core.update_rules import ShardUpdater
+from psgd.core.rules.updater import ShardUpdater
 from psgd.servers.state import PushStatus, ShardState
 
 

@@ -1,4 +1,4 @@
-"""psgd.core.update_rules: staleness-aware steps, DC-ASGD and learning-rate schedules
+"""psgd.core.rules.updater: staleness-aware steps, DC-ASGD and learning-rate schedules
 against hand-computed values, and the base rules against torch.optim."""
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from psgd.config import DcAsgdConfig, OptimizerConfig, ScheduleConfig
-from psgd.core.update_rules import ShardUpdater, scheduled_lr
+from psgd.core.rules.updater import ShardUpdater, scheduled_lr
 
 
 def rule(params, **kw):

@@ -4,7 +4,7 @@ import torch
 from optim_reference import RULES, grads_sequence
 
 from psgd.config import load_config
-from psgd.core.update_rules import ShardUpdater
+from psgd.core.rules.updater import ShardUpdater
 
 
 @pytest.mark.parametrize("name", sorted(RULES))

@@ -11,7 +11,7 @@ import torch
 
 from psgd.config import ConfigError, load_config
 from psgd.config.quorum import QuorumConfig
-from psgd.core.quorum import grace_for
+from psgd.core.modes.quorum import grace_for
 from psgd.servers.service import PushFields, ShardService
 from psgd.servers.state import PushStatus, ShardState
 

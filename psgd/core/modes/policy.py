@@ -16,11 +16,11 @@ import torch
 
 from psgd.config.modes import Mode
 from psgd.config.quorum import QuorumConfig
-from psgd.core.bsp import BspAggregator, PushOutcome
 from psgd.core.clocks import ClockBoard, DeferredPulls
 from psgd.core.live_settings import LiveSetting, LiveSettings
 from psgd.core.modes import ModeBehaviour, PushAction, Update, behaviour_class
-from psgd.core.quorum import QuorumBsp
+from psgd.core.modes.bsp_rounds import BspAggregator, PushOutcome
+from psgd.core.modes.quorum import QuorumBsp
 from psgd.core.staleness_policy import BoundDecision, BoundLimits, StalenessPolicy
 
 __all__ = ["Mode", "ConsistencyPolicy", "PushAction", "BoundChange", "Finished", "ClockBoard", "DeferredPulls",
