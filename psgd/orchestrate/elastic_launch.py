@@ -25,7 +25,9 @@ class ElasticMembership:
         """`emit`: records one of the launcher's events (it adds the time and who sent it)."""
         self.plan, self.cfg, self.run_dir, self.processes, self.emit = plan, cfg, Path(run_dir), processes, emit
         self._joining: set[int] = set()   # ranks started to join, until their ready event
-        self._leaving: set[int] = set()   # ranks asked to stop, until their done event
+        # Ranks asked to stop, until their process has exited (not at their done event: a
+        # process still exiting counted as live was stopped again, and its rank started twice).
+        self._leaving: set[int] = set()
         self._last_clock: dict[int, int] = {}  # each worker's clock as its events last said
         self._ending = False              # a worker finished its steps: nobody joins any more
 
@@ -38,19 +40,26 @@ class ElasticMembership:
             return None
         # A host that reports its room (Ray) grows to it; locally the target is what psgd ctl asked.
         grows = getattr(processes, "FILLS_ROOM", False)
-        return cls(ElasticPlan(span, follows_room=grows), cfg, run_dir, processes, emit)
+        earlier = read_request(Path(run_dir) / WORKERS_FILE)  # asked of a launch this one resumes
+        return cls(ElasticPlan(span, follows_room=grows, earlier=earlier), cfg, run_dir, processes, emit)
+
+    @staticmethod
+    def _worker_processes(children: Sequence[RoleProcess]) -> list[RoleProcess]:
+        """Workers whose process has not exited (a crashed one has left `children` by now)."""
+        return [c for c in children if c.role == Role.WORKER and c.state is not ChildState.DONE]
 
     def live_workers(self, children: Sequence[RoleProcess]) -> list[RoleProcess]:
-        return [c for c in children
-                if c.role == Role.WORKER and c.state is not ChildState.DONE and c.index not in self._leaving]
+        return [c for c in self._worker_processes(children) if c.index not in self._leaving]
 
     def scale(self, children: Sequence[RoleProcess], pending: Sequence[PendingRestart]) -> list[int]:
         """Stop workers beyond the elastic target; returns the ranks to start toward it
-        (the launcher starts them in place of any earlier process of that rank)."""
+        (the launcher starts them in place of any earlier process of that rank, which has
+        exited: the plan's `busy`)."""
         self.plan.take_request(read_request(self.run_dir / WORKERS_FILE))
+        self._leaving &= {c.index for c in self._worker_processes(children)}  # gone once its process has exited
         live = self.live_workers(children)
         running = [c.index for c in live] + [p.index for p in pending if p.role == Role.WORKER]
-        plan = self.plan.plan(running, self.processes.worker_room(self.cfg), self._ending)
+        plan = self.plan.plan(running, self.processes.worker_room(self.cfg), self._ending, busy=self._leaving)
         for c in live:
             if c.index in plan.stop and c.state is ChildState.READY:  # one still starting is stopped once ready
                 self._leaving.add(c.index)
@@ -85,8 +94,7 @@ class ElasticMembership:
             self._joining.discard(child.index)
             self._membership(Change.JOINED, child.index, e.get("clock"), Cause.SCALED_UP)
         elif kind == Event.DONE:
-            if child.index in self._leaving:
-                self._leaving.discard(child.index)
+            if child.index in self._leaving:  # it stays leaving until its process has exited
                 self.processes.release(child)
                 self._membership(Change.LEFT, child.index, e.get("clock"), Cause.SCALED_DOWN)
             else:
