@@ -1,7 +1,7 @@
 """A shard's CONTROL requests (`psgd ctl`) and its `setting_change` events.
 
 The settings themselves, their schedule by clock and the adaptive bound live in
-the shard's consistency policy (psgd.core.consistency); this object checks the
+the shard's consistency policy (psgd.core.modes.policy); this object checks the
 run token, parses a requested change, drives the policy's two-phase
 prepare/commit, and reports every change through `emit` (the shard's event log).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import hmac
 from typing import Callable, Optional
 
-from psgd.core.consistency import BoundChange, ConsistencyPolicy
 from psgd.core.live_settings import ControlError, parse_change
+from psgd.core.modes.policy import BoundChange, ConsistencyPolicy
 from psgd.runtime.event_names import Event
 from psgd.wire.protocol import ErrorCode
 

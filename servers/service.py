@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 
@@ -117,14 +117,13 @@ class ShardService:
         self.state.seen(rank, now)
         return Served(answers=self._answer_or_park(token, rank, clock, now))
 
-    def push(self, push: PushFields, now: float, gradient: Callable[[], Optional[Gradient]],
-             pull: Any = None) -> Pushed:
-        """A worker's push (and, when `push.ahead`, its pull, parked under `pull`).
-        `gradient()` decodes it after its fields passed (None: a piece held for later).
-        Raises ProtocolError, the state untouched, for a push that cannot be."""
-        self._check_fields(push)
+    def push(self, push: PushFields, now: float, grad: Optional[Gradient], pull: Any = None) -> Pushed:
+        """A worker's push (and, when `push.ahead`, its pull, parked under `pull`), its
+        gradient decoded (None: a piece held for the push's last message). Raises
+        ProtocolError, the state untouched, for a push that cannot be: the caller that
+        decodes calls `check_push` first, so a bad push is refused before its payload is read."""
+        self.check_push(push)
         self.state.seen(push.rank, now)
-        grad = gradient()
         if grad is None:
             return Pushed()
         merged = self._merged()
@@ -213,7 +212,8 @@ class ShardService:
             raise ProtocolError(ErrorCode.NOT_REGISTERED, f"worker {rank} left the quorum of shard "
                                 f"{self.state.shard}; register again")
 
-    def _check_fields(self, p: PushFields) -> None:
+    def check_push(self, p: PushFields) -> None:
+        """Refuse (ProtocolError) a push whose fields this shard cannot take."""
         st = self.state
         if p.numel != st.numel and not p.dense_piece:
             raise ProtocolError(ErrorCode.BAD_SIZE, f"gradient has {p.numel} elements, shard holds {st.numel}")

@@ -279,7 +279,8 @@ class ShardServer:
                             steps=rec.steps, ahead=rec.ahead if push_pull else 0, slot=rec.slot if push_pull else 0)
         pull = (identity, P.Pull(req=rec.req, rank=rec.rank, clock=rec.clock + rec.ahead, slot=rec.slot)) \
             if push_pull else None
-        pushed = self.service.push(fields, self._clock(), lambda: self._gradient(identity, rec, payload, piece), pull)
+        self.service.check_push(fields)  # the fields first: a bad push is refused before its payload is read
+        pushed = self.service.push(fields, self._clock(), self._gradient(identity, rec, payload, piece), pull)
         if pushed.result is None:
             return  # a piece held: answered with the push's last message
         if pushed.result.status is not PushStatus.DUPLICATE:

@@ -15,11 +15,11 @@ from typing import Callable, Optional, Union
 import torch
 
 from psgd.config import Config
-from psgd.core.consistency import ClockBoard, ConsistencyPolicy, Finished, Mode, PushAction, Update
 from psgd.core.histogram import Histogram
 from psgd.core.local_updates import server_optimizer
-from psgd.core.quorum import GraceWindow
-from psgd.core.update_rules import UpdateRule, abs_max
+from psgd.core.modes.policy import ClockBoard, ConsistencyPolicy, Finished, Mode, PushAction, Update
+from psgd.core.modes.quorum import GraceWindow
+from psgd.core.rules.updater import ShardUpdater, abs_max
 from psgd.servers.live_control import ShardLive
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
@@ -56,8 +56,8 @@ class ShardState:
         self.mode = Mode(cfg.consistency.mode)
         self.workers = cfg.cluster.workers
         self.params = params.detach().clone().float().contiguous()
-        self.rule = UpdateRule(server_optimizer(cfg), self.params)
-        # The one rule for pulls and pushes; it owns the mode's rule, the clocks and the live settings.
+        self.rule = ShardUpdater(server_optimizer(cfg), self.params)
+        # The one rule for pulls and pushes; it owns the mode's behaviour, the clocks and the live settings.
         self.policy = ConsistencyPolicy.from_config(cfg, lr=self.rule.cfg.lr, numel=self.params.numel())
         self.version = 0                       # updates applied to this shard
         self.last_seq = [-1] * self.workers    # exactly-once: highest push seq seen per worker
@@ -130,7 +130,7 @@ class ShardState:
 
     # ---- membership -------------------------------------------------------
     def register(self, rank: int, now: float) -> int:
-        """A worker (re)joins; returns the clock it continues from (the mode's rule:
+        """A worker (re)joins; returns the clock it continues from (the mode's behaviour:
         bsp's step in progress; otherwise its own clock on a first registration
         and the slowest other worker's clock when it returns)."""
         self.registered.add(rank)
@@ -251,7 +251,7 @@ class ShardState:
             self.rule.cfg = replace(self.rule.cfg, lr=lr)
 
     def _apply_update(self, update: Optional[Update]) -> bool:
-        """An aggregated step the mode's rule completed (its mean; None: every push was rejected).
+        """An aggregated step the mode's behaviour completed (its mean; None: every push was rejected).
         False when the step was refused: it would make the parameters or the state non-finite
         (the round's earlier pushes were acknowledged as counted)."""
         if update is None or update.grad is None:

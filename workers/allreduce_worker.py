@@ -2,7 +2,7 @@
 
 Each rank wraps the task's model in DistributedDataParallel (gloo on CPU,
 nccl on CUDA), trains on the same per-rank data share as a parameter-server
-worker, and applies the averaged gradient with psgd.core.update_rules.UpdateRule on one
+worker, and applies the averaged gradient with psgd.core.rules.updater.ShardUpdater on one
 flat parameter vector, the exact update maths of a BSP shard. With plain SGD
 an allreduce run and a bsp run of the same config and seed therefore follow
 the same trajectory.
@@ -32,7 +32,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from psgd.config import ConfigError
 from psgd.core.heterogeneity import straggler_for
 from psgd.core.lr_scaling import scaled_optimizer
-from psgd.core.update_rules import UpdateRule
+from psgd.core.rules.updater import ShardUpdater
 from psgd.runtime.devices import dist_backend, wait_for_device
 from psgd.runtime.event_names import Event
 from psgd.runtime.role import RoleContext
@@ -108,7 +108,7 @@ def run_allreduce_worker(ctx: RoleContext) -> int:
     model = build_model(cfg, task).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     flat = parameters_to_vector(params).detach().clone()
-    rule = UpdateRule(scaled_optimizer(cfg), flat)
+    rule = ShardUpdater(scaled_optimizer(cfg), flat)
     batches = train_loader(task.train_data(), rank, cfg.cluster.workers, cfg.task.batch_size, cfg.run.seed,
                            cfg.workers.loader.num_workers, cfg.workers.loader.pin_memory and device.type == "cuda")
     hook = _SlowdownHook(straggler_for(cfg.workers, rank, cfg.run.seed), device, DeviceClock.from_config(cfg, rank))

@@ -4,8 +4,11 @@
     params = client.register()          # one flat tensor per shard
     params = client.push_pull(grads)    # grads: one flat float32 tensor per shard
 
-Every call addresses all shards at once and blocks until each has answered
-(a pull may be held back by the shard under SSP/BSP). Returned parameter
+One primitive underneath (ps-lite's push/pull -> timestamp, then Wait): `start` sends a
+request (a pull, a push, a push sent shard by shard or in pieces through `send`, a
+fragment push to some shards) and returns its handle at once; `wait` collects the replies.
+The blocking calls are `wait(start(...))`; they address all shards at once and block
+until each has answered (a pull may be held back by the shard under SSP/BSP). Returned parameter
 tensors alias the received frames (no copy): read them before the next call.
 Calls are not thread-safe; heartbeats run on a private thread with their own
 sockets. Pushes carry (rank, seq); resends reuse the seq, so a shard applies
@@ -14,7 +17,7 @@ each push once.
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -27,13 +30,13 @@ from psgd.wire.codecs.runs import Plan, plan_fingerprint
 from psgd.wire.payload import frame_to_tensor, payload_frames
 from psgd.wire.replies import ReplyDecoder
 from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
-from psgd.wire.shm.links import ClientSegments, PayloadCache, shared_memory_wanted
+from psgd.wire.shm.links import ClientSegments, shared_memory_wanted
 from psgd.wire.transport import CurveKeys, ShardConnections
-from psgd.workers.grads_request import GradsRequest
 from psgd.workers.heartbeats import Heartbeats
 from psgd.workers.push_cursor import PushCursor
+from psgd.workers.request import PushEncoding, Request
 
-__all__ = ["PSClient", "GradsRequest", "RemoteError", "RequestFailed", "Interrupted", "REJOINS_PER_SHARD"]
+__all__ = ["PSClient", "Request", "RemoteError", "RequestFailed", "Interrupted", "REJOINS_PER_SHARD"]
 
 # How often one call joins the same shard again after `not_registered`: a shard
 # restarted or timed the worker out (a storm of kills can do both within one call);
@@ -81,8 +84,9 @@ class PSClient:
         self.pushes = 0  # pushes this client completed (every shard answered); `seq` also counts a predecessor's
         self._params_at: Optional[float] = None  # when the last parameters arrived (step time)
         self.reply_in_slot = [False] * layout.num_shards  # per shard: the last parameters lie in a reply slot
-        self._heartbeats = Heartbeats(list(addresses), rank, self._sessions, heartbeat_s, self._curve) \
-            if heartbeat_s and role == Role.WORKER else None
+        self._encoding = PushEncoding(rank, self.encoder, layout.shard_sizes, self._shm)
+        heartbeats = heartbeat_s and role == Role.WORKER
+        self._heartbeats = Heartbeats(list(addresses), rank, self._sessions, heartbeat_s, curve) if heartbeats else None
 
     # ---- public API -------------------------------------------------------
     @property
@@ -114,17 +118,91 @@ class PSClient:
 
     def pull(self) -> list[torch.Tensor]:
         """Current parameters; under SSP/BSP this waits as the consistency mode requires."""
-        return self._params(self._call_all(lambda s, req: P.encode(P.Pull(req=req, rank=self.rank, clock=self.clock))))
+        return self._in_order(self.wait(self.start()))
 
     def push(self, grads: Sequence[torch.Tensor], steps: int = 1) -> list[P.Ack]:
         """Send one gradient per shard; returns the shards' acknowledgements.
         `steps`: the training steps behind it (a local-update round's)."""
-        replies = self._send_grads(P.Push, grads, steps)
-        return [replies[s][0] for s in range(self.layout.num_shards)]
+        return self._in_order(self.wait(self.start(grads, pull=False, steps=steps)))
 
     def push_pull(self, grads: Sequence[torch.Tensor], steps: int = 1) -> list[torch.Tensor]:
         """Push, then read the parameters for the next clock, in one round trip."""
-        return self._params(self._send_grads(P.PushPull, grads, steps))
+        return self._in_order(self.wait(self.start(grads, steps=steps)))
+
+    # ---- the request primitive ----------------------------------------------
+    def start(self, grads: Union[None, Sequence[Optional[torch.Tensor]], Mapping[int, torch.Tensor]] = None, *,
+              pull: bool = True, steps: int = 1, read_versions: Optional[Sequence[int]] = None, ahead: int = 1,
+              slot: int = 0) -> Request:
+        """Send a request and return its handle at once; `wait` collects the answer.
+        `grads`: None, a pull; one gradient per shard, a push (with a pull unless `pull` is
+        False), a None gradient's shard sent later by `send`; a mapping shard -> gradient, a
+        push+pull to those shards only, each with its own seq and clock (`shard_cursors`), so
+        a shard applies each of its pushes once whichever others a push leaves out.
+        `read_versions`: the versions the gradient was computed on (a pipelined worker
+        computes on older parameters than the last reply); `ahead`: the pull is for
+        clock + ahead; `slot`: the reply slot a same-host shard writes the parameters into
+        (with reply_slots=2). One request in flight at a time."""
+        shards = range(self.layout.num_shards)
+        if grads is None:
+            return self._send_first(Request(P.Pull, tuple(shards), self._encoding, clock=self.clock), shards)
+        fragment = isinstance(grads, Mapping)
+        if fragment and (not grads or any(s not in shards for s in grads)):
+            raise ValueError(f"a fragment push names shards in 0..{self.layout.num_shards - 1}, got {sorted(grads)}")
+        if not fragment and len(grads) != self.layout.num_shards:
+            raise ValueError(f"expected {self.layout.num_shards} gradient tensors, got {len(grads)}")
+        given = dict(grads) if fragment else {s: g for s, g in enumerate(grads) if g is not None}
+        cursors = {s: (self.shard_cursors[s].seq, self.shard_cursors[s].clock) for s in given} if fragment else None
+        request = Request(P.PushPull if pull or fragment else P.Push, tuple(sorted(given) if fragment else shards),
+                          self._encoding, self.seq, self.clock, steps, ahead,
+                          list(self.versions if read_versions is None else read_versions), slot, self.step_s(),
+                          shard_cursors=cursors)
+        for s, g in given.items():
+            request.add_shard(s, g)
+        return self._send_first(request, given)
+
+    def send(self, request: Request, shard: int, grad: torch.Tensor, piece: Optional[tuple[int, int]] = None,
+             last: bool = True) -> None:
+        """Send one more shard's part of a started push: its whole gradient, or with
+        `piece` = (offset, numel) elements [offset, offset + numel) of it (complete there:
+        backward has produced them; elementwise encodings only, WireEncoder.elementwise).
+        The shard holds a piece unanswered; `last`: the remaining piece, answered once the
+        shard has applied the whole gradient."""
+        if piece is None:
+            request.add_shard(shard, grad)
+            frames = request.make(shard, self._rpc.next_id())
+        else:
+            frames = request.piece(shard, self._rpc.next_id(), grad, *piece, last=last)
+            if not last:
+                self._conns.send(shard, frames)  # no reply to wait for: the last piece's answer covers it
+                return
+        more = self._rpc.start({shard: frames})
+        request.pending = more if request.pending is None else request.pending.merged(more)
+
+    def wait(self, request: Request) -> dict[int, Any]:
+        """Block until every shard the request addresses has answered; returns shard ->
+        its parameters (a request with a pull: tensors aliasing the received frames) or
+        its reply record (an ACK, a STATS_REPLY). A shard that answers `not_registered`
+        (it restarted, or timed this worker out) is joined again, up to REJOINS_PER_SHARD
+        times in one request, and the request repeated: a push keeps its seq, so none
+        applies twice, and a push sent in pieces goes whole."""
+        if request.pending is None or set(request.pending.requests) != set(request.shards):
+            raise ValueError("every shard's gradient must be sent before the push can finish")
+        rejoins = dict.fromkeys(request.shards, 0)
+        while True:
+            try:
+                replies = self._rpc.wait(request.pending)
+                break
+            except RemoteError as exc:
+                if exc.code == P.ErrorCode.NOT_REGISTERED and rejoins[exc.shard] < REJOINS_PER_SHARD:
+                    rejoins[exc.shard] += 1
+                    self._register_shards([exc.shard])
+                elif exc.code != P.ErrorCode.MISSING_PIECES or not request.whole:
+                    raise
+                if request.kind is P.Pull:
+                    request.clock = self.clock  # where a rejoin says this worker is
+                request.pending = self._rpc.start({s: request.make(s, self._rpc.next_id()) for s in request.shards})
+        request.pending = None
+        return self._settle(request, replies)
 
     def leave(self, timeout_s: float = 2.0) -> bool:
         """Tell every shard this worker is done so nobody waits for it. Best effort,
@@ -140,8 +218,9 @@ class PSClient:
             return False
 
     def stats(self) -> list[dict]:
-        replies = self._call_all(lambda s, req: P.encode(P.Stats(req=req)))
-        return [replies[s][0].stats for s in range(self.layout.num_shards)]
+        shards = range(self.layout.num_shards)
+        request = self._send_first(Request(P.Stats, tuple(shards), self._encoding), shards)
+        return [reply.stats for reply in self._in_order(self.wait(request))]
 
     def shutdown_servers(self, token: Optional[str] = None) -> None:
         """Stop every shard. Shards take this only with the run token (`token`, else
@@ -175,11 +254,6 @@ class PSClient:
         (psgd.wire.shm.doorbell) instead of going through ZeroMQ."""
         return [self._shm.bells.get(s) is not None for s in range(self.layout.num_shards)]
 
-    def payload_cache(self) -> PayloadCache:
-        """A new record of which shards' payloads one request wrote into their
-        shared-memory segments (each at most once, even when the request is re-made)."""
-        return PayloadCache(self._shm)
-
     def step_s(self) -> float:
         """Seconds since the last parameters arrived (0 before the first timed step):
         a step's work, never the wait for its parameters, which feeds the shards'
@@ -192,13 +266,8 @@ class PSClient:
         same-host shard), else None. Write it only between calls (no push of this
         client in flight); the views change when a shard is joined again."""
         # Other encodings: the encoder reads the fp32 gradient and writes the payload there.
-        return [self.payload_view(s, torch.float32) if e == "f32" else None for s, e in enumerate(self.encoder.encodings)]
-
-    def payload_view(self, s: int, dtype: torch.dtype) -> Optional[torch.Tensor]:
-        """A `dtype` view of shard s's shared-memory request region, sized to its
-        gradient, to encode a payload straight into; None without a segment."""
-        seg = self._shm.segment(s)
-        return seg.request_tensor(dtype, self.layout.shard_sizes[s]) if seg is not None else None
+        return [self._encoding.payload_view(s, torch.float32) if e == "f32" else None
+                for s, e in enumerate(self.encoder.encodings)]
 
     @property
     def resends(self) -> int:
@@ -228,152 +297,36 @@ class PSClient:
         self._params_at = None  # the first step after joining is not timed (it may wait for the start)
         return out
 
-    def _call_all(self, make: Callable[[int, int], list]) -> dict:
-        """Send `make`'s request to every shard and collect the replies. A shard that
-        answers `not_registered` (it restarted, or timed this worker out, and forgot
-        it) is joined again and the same request repeated (pushes keep their seq, so
-        none applies twice), up to REJOINS_PER_SHARD times per shard in one call;
-        beyond that its error is raised."""
-        shards = range(self.layout.num_shards)
-        rejoins = [0] * self.layout.num_shards
-        while True:
-            try:
-                return self._rpc.call({s: make(s, self._rpc.next_id()) for s in shards})
-            except RemoteError as exc:
-                if exc.code != P.ErrorCode.NOT_REGISTERED or rejoins[exc.shard] >= REJOINS_PER_SHARD:
-                    raise
-                rejoins[exc.shard] += 1
-                self._register_shards([exc.shard])
-
-    def _send_grads(self, kind, grads: Sequence[torch.Tensor], steps: int = 1) -> dict:
-        request = self._grads_request(kind, grads, steps)
-        return self._finish_grads(request, self._call_all(request.make))
-
-    def _grads_request(self, kind, grads: Sequence[Optional[torch.Tensor]], steps: int = 1,
-                       read_versions: Optional[Sequence[int]] = None, ahead: int = 1,
-                       slot: int = 0) -> "GradsRequest":
-        """Encode one push (a None gradient: that shard's part is encoded later, by
-        `add_shard`) and return how to build each shard's request."""
-        if len(grads) != self.layout.num_shards:
-            raise ValueError(f"expected {self.layout.num_shards} gradient tensors, got {len(grads)}")
-        request = GradsRequest(self, kind, self.seq, self.clock, steps, ahead,
-                               list(self.versions if read_versions is None else read_versions), slot)
-        for s, g in enumerate(grads):
-            if g is not None:
-                request.add_shard(s, g)
-        return request
-
-    def _finish_grads(self, request: "GradsRequest", replies: dict) -> dict:
-        if request.shard_cursors is None:
-            self.cursor.pushed(request.seq, request.clock)
-        else:
-            for s, (seq, clock) in request.shard_cursors.items():
-                self.shard_cursors[s].pushed(seq, clock)
-        self.pushes += 1
-        sent = self.encoder.wire_bytes - request.bytes_before
-        self.bytes_sent += sent
-        self.peak_push_bytes = max(self.peak_push_bytes, sent)
-        return replies
-
-    # ---- pushes to some shards (streaming DiLoCo's fragments) --------------------
-    def fragment_push_start(self, grads: Mapping[int, torch.Tensor], steps: int = 1) -> "GradsRequest":
-        """Send a push+pull to the shards in `grads` only (shard -> its delta) and return at
-        once; each shard's seq and clock are its own (`shard_cursors`), so a shard applies
-        each of its pushes once whichever others a push leaves out. `fragment_push_finish`
-        waits for their parameters. One push in flight at a time."""
-        if not grads or any(not 0 <= s < self.layout.num_shards for s in grads):
-            raise ValueError(f"a fragment push names shards in 0..{self.layout.num_shards - 1}, got {sorted(grads)}")
-        request = GradsRequest(self, P.PushPull, self.seq, self.clock, steps, 1, list(self.versions),
-                               shard_cursors={s: (self.shard_cursors[s].seq, self.shard_cursors[s].clock)
-                                              for s in grads})
-        for s, g in grads.items():
-            request.add_shard(s, g)
-        request.pending = self._rpc.start({s: request.make(s, self._rpc.next_id()) for s in grads})
-        return request
-
-    def fragment_push_finish(self, request: "GradsRequest") -> dict[int, torch.Tensor]:
-        """The parameters of the shards a `fragment_push_start` pushed to (shard -> tensor,
-        aliasing the received frames), resending or joining a restarted shard again as
-        `push_pull_finish` does."""
-        shards = sorted(request.shard_cursors or ())
-        try:
-            replies = self._rpc.wait(request.pending)
-        except RemoteError as exc:
-            if exc.code != P.ErrorCode.NOT_REGISTERED:
-                raise
-            self._register_shards([exc.shard])
-            replies = self._rpc.call({s: request.make(s, self._rpc.next_id()) for s in shards})  # same seqs
-        self._finish_grads(request, replies)
-        out = {s: self._param(s, *replies[s]) for s in shards}
-        if self.role == Role.WORKER:
-            for s in shards:
-                self.shard_cursors[s].adopt([replies[s][0].clock])
-        self._params_at = time.monotonic()
-        return out
-
-    # ---- overlapped pushes (workers.overlap) ------------------------------------
-    def push_pull_start(self, grads: Sequence[Optional[torch.Tensor]], steps: int = 1,
-                        read_versions: Optional[Sequence[int]] = None, ahead: int = 1,
-                        slot: int = 0) -> "GradsRequest":
-        """Send a push+pull and return at once; `push_pull_finish` waits for the
-        parameters. Shards whose gradient is None here are sent by `push_pull_send`
-        (push during backward). `read_versions`: the versions the gradient was
-        computed on (a pipelined worker computes on older parameters than the last
-        reply); `ahead`: the pull is for clock + ahead; `slot`: the reply slot a same-host
-        shard writes the parameters into (with reply_slots=2). One overlapped push at a time."""
-        request = self._grads_request(P.PushPull, grads, steps, read_versions, ahead, slot)
-        shards = [s for s, g in enumerate(grads) if g is not None]
+    def _send_first(self, request: Request, shards) -> Request:
+        """Send the shards' messages that are ready now (the rest follow by `send`)."""
         request.pending = self._rpc.start({s: request.make(s, self._rpc.next_id()) for s in shards})
         return request
 
-    def push_pull_send(self, request: "GradsRequest", shard: int, grad: torch.Tensor) -> None:
-        """Send one more shard's part of a started push (its gradient is complete)."""
-        request.add_shard(shard, grad)
-        more = self._rpc.start({shard: request.make(shard, self._rpc.next_id())})
-        request.pending = more if request.pending is None else request.pending.merged(more)
-
-    def push_pull_piece(self, request: "GradsRequest", shard: int, grad: torch.Tensor, offset: int, numel: int,
-                        last: bool) -> None:
-        """Send elements [offset, offset + numel) of one shard's gradient (complete there:
-        backward has produced them). The shard holds a piece unanswered; `last`: the
-        remaining piece, answered once the shard has applied the whole gradient.
-        Elementwise encodings only (WireEncoder.elementwise)."""
-        wire = self.encoder.encode_piece(shard, grad, offset, numel)
-        seg = self._shm.segment(shard)
-        # Flattened into the segment's request region: the shard copies the piece from there.
-        # The region is published once per push; later pieces land beside pieces being read.
-        gen = request.in_shm.generation(shard, grad) if wire.encoding == "f32" and seg and seg.holds(grad) else 0
-        frames = request.piece(shard, self._rpc.next_id(), wire, offset, numel, held=not last, shm=gen)
-        if not last:
-            self._conns.send(shard, frames)  # no reply to wait for: the last piece's answer covers it
-            return
-        request.whole[shard] = grad  # a repeat after the shard restarted sends it in one message
-        more = self._rpc.start({shard: frames})
-        request.pending = more if request.pending is None else request.pending.merged(more)
-
-    def push_pull_finish(self, request: "GradsRequest") -> list[torch.Tensor]:
-        """The parameters answering a started push (resending, or joining a restarted
-        shard again and repeating the push, as a blocking push_pull does)."""
-        if request.pending is None or len(request.pending.requests) != self.layout.num_shards:
-            raise ValueError("every shard's gradient must be sent before the push can finish")
-        try:
-            replies = self._rpc.wait(request.pending)
-        except RemoteError as exc:
-            if exc.code == P.ErrorCode.NOT_REGISTERED:
-                self._register_shards([exc.shard])
-            elif exc.code != P.ErrorCode.MISSING_PIECES:
-                raise
-            replies = self._call_all(request.make)  # the same seq: a shard that applied it sees a resend
-        return self._params(self._finish_grads(request, replies), ahead=request.ahead, slot=request.slot)
-
-    def _params(self, replies: dict, ahead: int = 1, slot: int = 0) -> list[torch.Tensor]:
-        """`ahead`: the pull was for clock + ahead; the worker's own clock is one past its push.
-        `slot`: the reply slot the pull named."""
-        out = [self._param(s, *replies[s], slot=slot) for s in range(self.layout.num_shards)]
+    def _settle(self, request: Request, replies: dict) -> dict[int, Any]:
+        """Note what the answered request moved: the push cursors and bytes, the clocks adopted."""
+        if request.pushes:
+            if request.shard_cursors is None:
+                self.cursor.pushed(request.seq, request.clock)
+            for s, (seq, clock) in (request.shard_cursors or {}).items():
+                self.shard_cursors[s].pushed(seq, clock)
+            self.pushes += 1
+            sent = self.encoder.wire_bytes - request.bytes_before
+            self.bytes_sent += sent
+            self.peak_push_bytes = max(self.peak_push_bytes, sent)
+        if not request.pulls:
+            return {s: replies[s][0] for s in request.shards}
+        out = {s: self._param(s, *replies[s], slot=request.slot) for s in request.shards}
         if self.role == Role.WORKER:
-            self.cursor.adopt(replies[s][0].clock - (ahead - 1) for s in replies)
+            if request.shard_cursors is not None:
+                for s in request.shards:
+                    self.shard_cursors[s].adopt([replies[s][0].clock])
+            else:  # the pull was for clock + ahead; the worker's own clock is one past its push
+                self.cursor.adopt(replies[s][0].clock - (request.ahead - 1) for s in replies)
         self._params_at = time.monotonic()
         return out
+
+    def _in_order(self, answers: dict[int, Any]) -> list:
+        return [answers[s] for s in range(self.layout.num_shards)]
 
     def _param(self, s: int, rec, payload: list, slot: int = 0) -> torch.Tensor:
         """Shard s's parameters from its PARAMS reply; notes its version and clocks."""

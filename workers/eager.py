@@ -23,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from psgd.workers.client import GradsRequest, PSClient
+from psgd.workers.client import PSClient, Request
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 
@@ -33,7 +33,7 @@ __all__ = ["EagerRounds"]
 class EagerRounds:
     def __init__(self, client: PSClient, sync: ModelSync, local: LocalRounds):
         self.client, self.sync, self.local = client, sync, local
-        self.pending: Optional[GradsRequest] = None  # the push whose reply folds in next
+        self.pending: Optional[Request] = None  # the push whose reply folds in next
         self.read_versions = list(client.versions)   # of the parameters the round under way started from
         self.delayed = 0                              # rounds begun before the previous round's outer update
         self._next: list[torch.Tensor] = []          # the next round's start, flat per shard
@@ -42,7 +42,7 @@ class EagerRounds:
         """The round is complete: fold in the previous round's outer update, push this
         round's delta, and begin the next round at once."""
         if self.pending is not None:
-            newest = self.client.push_pull_finish(self.pending)  # theta_k: waits only if it is not in yet
+            newest = list(self.client.wait(self.pending).values())  # theta_k: waits only if it is not in yet
             self.pending = None
         else:
             newest = [t.cpu() for t in self.local.start]  # round 0 started from the shards' parameters
@@ -53,7 +53,7 @@ class EagerRounds:
             self._next = [torch.empty_like(d) for d in delta]
         for out, base, d in zip(self._next, newest, delta):
             torch.sub(base, d, out=out)  # before the push: a reply may reuse the region `newest` views
-        self.pending = self.client.push_pull_start(delta, steps=taken, read_versions=self.read_versions)
+        self.pending = self.client.start(delta, steps=taken, read_versions=self.read_versions)
         self.read_versions = versions
         self.sync.load(self._next)
         self.local.begin()
@@ -64,7 +64,7 @@ class EagerRounds:
         run is ending: nothing is left to overlap it with)."""
         if self.pending is not None:
             request, self.pending = self.pending, None
-            self.sync.load(self.client.push_pull_finish(request))
+            self.sync.load(list(self.client.wait(request).values()))
             self.read_versions = list(self.client.versions)
 
     def flush(self) -> None:
@@ -75,9 +75,9 @@ class EagerRounds:
             return
         if self.pending is not None:
             request, self.pending = self.pending, None
-            self.client.push_pull_finish(request)  # its reply is superseded by the next one
+            self.client.wait(request)  # its reply is superseded by the next one
         taken = self.local.taken
-        request = self.client.push_pull_start(self.local.delta(), steps=taken, read_versions=self.read_versions)
-        self.sync.load(self.client.push_pull_finish(request))
+        request = self.client.start(self.local.delta(), steps=taken, read_versions=self.read_versions)
+        self.sync.load(list(self.client.wait(request).values()))
         self.read_versions = list(self.client.versions)
         self.local.begin()

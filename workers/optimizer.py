@@ -219,13 +219,13 @@ class Optimizer:
             self._land(due)
         for fragment in rounds.sends_due():
             deltas, steps = rounds.delta(fragment)
-            self._in_flight = self.client.fragment_push_start(deltas, steps=steps)
+            self._in_flight = self.client.start(deltas, steps=steps)
             if rounds.merge_due() is not None:
                 self._land(fragment)
 
     def _land(self, fragment: int) -> None:
         request, self._in_flight = self._in_flight, None
-        self.fragments.merge(fragment, self.client.fragment_push_finish(request))
+        self.fragments.merge(fragment, self.client.wait(request))
 
     def flush(self) -> None:
         """Under local updates: push the round under way now, however few steps it has
@@ -236,7 +236,7 @@ class Optimizer:
                 self._land(self.fragments.in_flight[0])
             for fragment in self.fragments.pending():
                 deltas, steps = self.fragments.delta(fragment)
-                self._in_flight = self.client.fragment_push_start(deltas, steps=steps)
+                self._in_flight = self.client.start(deltas, steps=steps)
                 self._land(fragment)
             return
         if self.eager is not None:

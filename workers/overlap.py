@@ -15,7 +15,7 @@ backward: a hook on every parameter counts, per piece of a shard's gradient,
   whole gradient when its last piece arrives: what it applies is unchanged.
 Exactly-once, resends, compression with error feedback, shared memory and
 re-registration after a shard restart work as for a blocking push: the same
-request object is repeated (psgd.workers.client.GradsRequest).
+request object is repeated (psgd.workers.request.Request).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from psgd.workers.client import GradsRequest, PSClient
+from psgd.workers.client import PSClient, Request
 from psgd.workers.model_sync import ModelSync
 
 __all__ = ["Pipeline", "BackwardPushes", "OverlapError", "plan_pieces"]
@@ -63,8 +63,8 @@ class Pipeline:
         if self.off_thread:
             grads = self.sync.gradients(grads)  # the taken tensors, flattened here
         slot, two = self._slot, self.client.reply_slots == 2
-        request = self.client.push_pull_start(grads, read_versions=read_versions, ahead=2, slot=slot)
-        params = self.client.push_pull_finish(request)
+        request = self.client.start(grads, read_versions=read_versions, ahead=2, slot=slot)
+        params = list(self.client.wait(request).values())
         if self.off_thread:
             # With two reply slots the model trains on this reply's slot while the next reply fills
             # the other one, so it takes the parameters as they lie there; else they are copied out
@@ -159,7 +159,7 @@ class BackwardPushes:
                 self.needed[s].append(len(params))
                 for i in params:
                     self.pieces_of[i].append((s, k))
-        self.request: Optional[GradsRequest] = None
+        self.request: Optional[Request] = None
         self._sends: list[Future] = []  # this step's pieces, flattened and sent in order on the thread
         self._comm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="psgd-pieces")
         self._begin()
@@ -195,12 +195,12 @@ class BackwardPushes:
             self._targets = self.sync.gradient_targets()
         grad = self.sync.shard_gradient(shard, self.pieces[shard][k], self._targets)
         if self.request is None:
-            self.request = self.client.push_pull_start([None] * self.sync.layout.num_shards)
+            self.request = self.client.start([None] * self.sync.layout.num_shards)
         if len(self.pieces[shard]) == 1:  # whole: it may travel through shared memory
-            self.client.push_pull_send(self.request, shard, grad)
+            self.client.send(self.request, shard, grad)
         else:
             offset, numel = self.spans[shard][k]
-            self.client.push_pull_piece(self.request, shard, grad, offset, numel, last=last)
+            self.client.send(self.request, shard, grad, piece=(offset, numel), last=last)
 
     def step(self) -> None:
         """Send what backward did not (parameters without a gradient this step), then
@@ -216,7 +216,7 @@ class BackwardPushes:
         finally:
             request, self.request = self.request, None
             self._begin()
-        self.sync.load(self.client.push_pull_finish(request))
+        self.sync.load(list(self.client.wait(request).values()))
 
     def close(self) -> None:
         for h in self._hooks:

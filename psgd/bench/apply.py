@@ -15,7 +15,7 @@ import torch
 
 from psgd.bench.procs import bench_config
 from psgd.core.local_updates import server_optimizer
-from psgd.core.update_rules import UpdateRule, abs_max, all_finite
+from psgd.core.rules.updater import ShardUpdater, abs_max, all_finite
 from psgd.servers.state import PushStatus, ShardState
 
 __all__ = ["apply_throughput", "guard_cost", "run_apply_bench"]
@@ -43,7 +43,7 @@ def apply_throughput(size_bytes: int, optimizer: str, repeats: int = 30, warmup:
 
 def guard_cost(size_bytes: int, optimizer: str, repeats: int = 30, warmup: int = 3) -> dict:
     """What the non-finite guard adds to one update, timed side by side in one loop: the
-    update alone (`UpdateRule.apply`), the update behind the gradient's finiteness check
+    update alone (`ShardUpdater.apply`), the update behind the gradient's finiteness check
     alone (the check every push had before the guard), and the guarded update as a shard
     runs it (one pass over the gradient for both the check and the bound, then
     `apply_if_finite`). The guard's cost is the last minus the second."""
@@ -63,7 +63,7 @@ def guard_cost(size_bytes: int, optimizer: str, repeats: int = 30, warmup: int =
             raise RuntimeError("the bench's update was refused")
 
     variants = {"update": update, "checked": checked, "guarded": guarded}
-    setups = {name: (p, UpdateRule(cfg, p)) for name, p in ((n, torch.zeros(numel)) for n in variants)}
+    setups = {name: (p, ShardUpdater(cfg, p)) for name, p in ((n, torch.zeros(numel)) for n in variants)}
     times: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(warmup + repeats):
         for name, run in variants.items():

@@ -12,7 +12,7 @@ inner AdamW) and `+dn` (Delayed Nesterov, asynchronous DiLoCo), e.g. `asp+sa`,
 `asp+hH+diloco+dn`, each taking further suffixes (`diloco:8+int8`). Streaming DiLoCo:
 `+fN` (N fragments), `+tK` (each fragment's exchange overlaps K inner steps), `+aX` (alpha,
 the weight of the local parameters when a fragment lands). A codec for the pushes:
-`+fp16`, `+bf16`, `+int8`, `+int4`, `+int2_ef`, `+topk` (wire.compression). Each run is a normal `psgd launch` run (its own run directory under
+`+` and any `wire.compression` word but none (`+int8`). Each run is a normal `psgd launch` run (its own run directory under
 OUT/runs), so the figures come from the same metrics any run leaves behind.
 The analysis (held time to target, intervals, verdicts) is in
 convergence_report, outcomes and stats.
@@ -45,8 +45,10 @@ from psgd.bench.run_data import RunData, load_run
 from psgd.bench.target_resolution import target_resolution_line
 from psgd.config import Config, Mode, load_config
 from psgd.config.modes import Overlap
+from psgd.config.operations import CODEC_WORDS
 from psgd.core.heterogeneity import delay_spec, describe, transient_specs
-from psgd.core.target import HoldRule
+from psgd.core.modes import behaviour_class
+from psgd.core.target import TargetHold
 from psgd.orchestrate.launchers import LauncherUnavailable, launcher_for
 
 __all__ = ["ModeSpec", "parse_modes", "parse_lr_grid", "inner_rate_problem", "ADAMW_GRID", "read_lr_choice", "run_matrix", "BenchResult",
@@ -57,7 +59,15 @@ _LOCAL = re.compile(r"h(\d+)")
 _FRAGMENTS = re.compile(r"f(\d+)")
 _DELAY = re.compile(r"t(\d+)")
 _ALPHA = re.compile(r"a(0(?:\.\d+)?|1(?:\.0+)?)")
-CODEC_SUFFIXES = ("fp16", "bf16", "int8", "int4", "int2_ef", "topk")  # wire.compression values
+CODEC_SUFFIXES = tuple(word for word in CODEC_WORDS if word != "none")  # wire.compression values (none: no suffix)
+
+
+def _bounded(mode: Mode) -> bool:
+    """Its mode class bounds its pulls by the staleness setting: written MODE:S."""
+    return mode.on_servers and behaviour_class(mode).BOUNDED
+
+
+_MODE_SPELLINGS = tuple(f"{mode}:S" if _bounded(mode) else str(mode) for mode in Mode)
 OVERLAP_SUFFIXES = {"pipe": Overlap.PIPELINE, "bwd": Overlap.BACKWARD}
 # Short names of the local-update modes -> their long form.
 LOCAL_ALIASES = {"local": "bsp+h{}", "geo": "asp+h{}", "diloco": "bsp+h{}+diloco", "adiloco": "asp+h{}+diloco+dn"}
@@ -125,10 +135,11 @@ def _parse_long(item: str, label: str) -> ModeSpec:  # noqa: C901 - one branch p
     try:
         mode = Mode(name)
     except ValueError:
-        raise ValueError(f"--modes: {item!r}: mode must be allreduce, bsp, ssp:S or asp "
+        raise ValueError(f"--modes: {item!r}: mode must be one of {', '.join(_MODE_SPELLINGS)} "
                          f"(or {', '.join(f'{a}:H' for a in LOCAL_ALIASES)})") from None
-    if (mode is Mode.SSP) != bool(colon):
-        raise ValueError(f"--modes: {item!r}: ssp needs a bound (ssp:S), other modes take none")
+    if _bounded(mode) != bool(colon):
+        bounded = ", ".join(f"{m} needs a bound ({m}:S)" for m in Mode if _bounded(m))
+        raise ValueError(f"--modes: {item!r}: {bounded}, other modes take none")
     if colon and not (bound.isdigit() or bound == "auto"):
         raise ValueError(f"--modes: {item!r}: the bound must be an integer >= 0 or auto")
     aware = dc = diloco = dn = False
@@ -237,9 +248,9 @@ def read_lr_choice(summary_csv: Path) -> dict[str, float]:
 def target_spec(cfg: Config) -> Optional[TargetSpec]:
     t = cfg.train.target
     if t is not None:
-        return TargetSpec(t.metric, t.value, HoldRule(t.hold_evals, t.tolerance))
+        return TargetSpec(t.metric, t.value, TargetHold(t.hold_evals, t.tolerance))
     if cfg.train.target_accuracy is not None:
-        return TargetSpec("accuracy", cfg.train.target_accuracy, HoldRule())
+        return TargetSpec("accuracy", cfg.train.target_accuracy, TargetHold())
     return None
 
 

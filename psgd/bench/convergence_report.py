@@ -23,7 +23,7 @@ from psgd.bench.outcomes import (
     resolution_check,
 )
 from psgd.bench.stats import BOOTSTRAP_RESAMPLES, CI_LEVEL, TIE_MARGIN
-from psgd.core.target import HoldRule
+from psgd.core.target import TargetHold
 
 __all__ = ["TargetSpec", "Analysis", "analyse", "outcome_of", "write_summary_csv", "write_seeds_csv",
            "SUMMARY_FIELDS", "SEED_FIELDS", "report_sections", "grid_table", "mode_table"]
@@ -33,7 +33,7 @@ __all__ = ["TargetSpec", "Analysis", "analyse", "outcome_of", "write_summary_csv
 class TargetSpec:
     metric: str            # accuracy | loss
     value: float
-    rule: HoldRule
+    rule: TargetHold
 
     @property
     def higher_is_better(self) -> bool:

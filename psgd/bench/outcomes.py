@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from psgd.bench.stats import Interval, median_ci
 from psgd.bench.verdict import Judgement, Outcome, Sample, judge
-from psgd.core.target import METRICS, HoldRule, held_target_time, metric_series
+from psgd.core.target import METRICS, TargetHold, held_target_time, metric_series
 from psgd.core.update_size import examples_per_update  # noqa: F401 (re-exported)
 
 __all__ = ["examples_per_update", "RunOutcome", "ModeStats", "mode_stats",
@@ -37,7 +37,7 @@ class RunOutcome:
 
     @classmethod
     def from_evals(cls, label: str, seed: int, lr: float, evals: Sequence[dict], metric: str, target: float,
-                   rule: HoldRule, train_time_s: float, updates: float, per_update: int,
+                   rule: TargetHold, train_time_s: float, updates: float, per_update: int,
                    wire_bytes_per_example: Optional[float] = None) -> "RunOutcome":
         ts, vs = metric_series(evals, metric)
         higher = METRICS[metric][1]

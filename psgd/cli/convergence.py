@@ -11,6 +11,7 @@ from pathlib import Path
 from psgd.bench.pyplot import require_matplotlib
 from psgd.cli.failures import Fail, expected
 from psgd.config import ConfigError, Mode, dump_config, load_config
+from psgd.orchestrate.launchers import launcher_names
 
 __all__ = ["add_convergence_commands", "add_bench_convergence_command"]
 
@@ -144,7 +145,7 @@ def add_bench_convergence_command(bench) -> None:
     conv.add_argument("--modes", default="allreduce,bsp,ssp:2,ssp:4,asp",
                       help="comma-separated: allreduce, bsp, ssp:S, asp; suffixes +sa (staleness-aware), "
                            "+dc (DC-ASGD), +bN (bsp with N backup workers), e.g. asp+sa,bsp+b1")
-    conv.add_argument("--on", choices=("local", "sim"), default=None,
+    conv.add_argument("--on", choices=launcher_names(), default=None,
                       help="sim: every run on the virtual cluster, in simulated time (default: cluster.launcher)")
     conv.add_argument("--seeds", type=int, default=None,
                       help=f"runs per mode and rate, seeds run.seed, run.seed+1, ... (default {DEFAULT_SEEDS}, {SIM_SEEDS} on sim)")
@@ -167,7 +168,7 @@ def add_convergence_commands(sub) -> None:
     stale.add_argument("--bounds", default="0,1,2,4,8", help="comma-separated SSP bounds")
     stale.add_argument("--target-accuracy", type=_target, default=None,
                        help="target test accuracy (default: the config's train.target or target_accuracy)")
-    stale.add_argument("--on", choices=("local", "sim"), default=None,
+    stale.add_argument("--on", choices=launcher_names(), default=None,
                        help="sim: every run on the virtual cluster, in simulated time (default: cluster.launcher)")
     stale.add_argument("--seeds", type=int, default=None,
                        help=f"seeds each finalist bound gets (default {DEFAULT_SEEDS}, {SIM_SEEDS} on sim)")

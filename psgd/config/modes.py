@@ -17,7 +17,7 @@ class _Named(str, Enum):
 
 
 class Mode(_Named):
-    """How shards order pulls against pushes (the rule itself: psgd.core.consistency).
+    """How shards order pulls against pushes (the rule itself: psgd.core.modes.policy).
 
     BSP: a pull at clock c waits until the shard has applied the aggregated
          step of every clock below c (one update per clock).
@@ -47,7 +47,7 @@ class Mode(_Named):
         return self in (Mode.SSP, Mode.ASP)
 
 
-PS_MODES = (Mode.BSP, Mode.SSP, Mode.ASP)
+PS_MODES = tuple(mode for mode in Mode if mode.on_servers)
 MODES = tuple(Mode)
 
 

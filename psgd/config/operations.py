@@ -15,18 +15,19 @@ from psgd.config.loader import int_max
 # Below it nothing was measured, and a segment reserves at least two pages anyway.
 SHARED_MEMORY_MIN_BYTES = 4 << 10
 
-__all__ = ["WireConfig", "Compression", "REPLY_COMPRESSIONS", "ChooseBy", "CompressionChoice", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
+__all__ = ["WireConfig", "CODEC_WORDS", "Compression", "REPLY_COMPRESSIONS", "ChooseBy", "CompressionChoice", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
            "RayScheduling",
            "LoggingConfig"]
 
 
-# A push's encoding on the wire: fp32, fp16/bf16 (scaled), top-k with error feedback, int8/int4
-# with a scale per block of 64, or 2-bit with error feedback (int2_ef).
-# Each value is a codec's config_name (psgd.wire.codecs; its registry checks the two agree).
-Compression = Literal["none", "fp16", "bf16", "topk", "int8", "int4", "int2_ef"]
-# The values a reply (pulled parameters) may use: the codecs that keep no state. An error-feedback
-# codec (topk, int2_ef) would need a residual per receiver (the registry checks the two lists agree).
-REPLY_COMPRESSIONS: tuple[str, ...] = ("none", "fp16", "bf16", "int8", "int4")
+# wire.compression's words, one per codec (psgd/wire/codecs/, one module per codec, each naming its
+# word: the registry checks at import that the two agree), each with whether the codec keeps an
+# error-feedback residual per receiver, which rules it out for replies (one reply goes to many workers).
+CODEC_WORDS: dict[str, bool] = {"none": False, "fp16": False, "bf16": False, "topk": True, "int8": False,
+                                "int4": False, "int2_ef": True}
+Compression = Literal[tuple(CODEC_WORDS)]  # type: ignore[valid-type]  # the words above
+# The values a reply (pulled parameters) may use: the codecs that keep no state.
+REPLY_COMPRESSIONS: tuple[str, ...] = tuple(word for word, keeps_state in CODEC_WORDS.items() if not keeps_state)
 
 
 class ChooseBy(str, Enum):
@@ -53,7 +54,7 @@ class CompressionChoice:
     small_below: int = field(default=4096, metadata=int_max(2**31 - 1))
     deltas: Optional[Compression] = None    # local-update pushes (None: default)
     # The parameters in a shard's answers to a worker's registration and pulls (None: fp32, as before).
-    # Only the codecs that keep no state: none, fp16, bf16, int8, int4. The evaluator's pulls stay fp32.
+    # Only a codec that keeps no state (no error feedback). The evaluator's pulls stay fp32.
     replies: Optional[Compression] = None
     # What small_below measures: each shard's flat tensor (shard), or each parameter tensor (tensor: a
     # shard's push carries several encoded runs, one per stretch of consecutive tensors with one encoding).
@@ -89,11 +90,11 @@ class CompressionChoice:
 
 @dataclass(frozen=True)
 class WireConfig:
-    # Each push's encoding: one for every shard (none: fp32; fp16/bf16 scaled; topk with error feedback;
-    # int8/int4 with one scale per 64-element block; int2_ef: 2-bit with error feedback), or a mapping
+    # Each push's codec: one for every shard (none: fp32; each codec's module in psgd/wire/codecs/ says
+    # what it sends), or a mapping
     # {default, small, small_below, deltas, replies, choose_by} choosing per shard: shards of fewer than small_below
     # (4096) elements use small, local-update deltas use deltas, the rest default; replies: the parameters
-    # workers pull (none, fp16, bf16, int8 or int4; unset: fp32); choose_by: tensor applies small_below to
+    # workers pull (a codec without error feedback; unset: fp32); choose_by: tensor applies small_below to
     # each parameter tensor instead, a push then carrying one encoded run per stretch of tensors (CompressionChoice).
     compression: Union[Compression, CompressionChoice] = "none"
     topk_ratio: float = 0.01     # topk: fraction of each shard's coordinates sent per push

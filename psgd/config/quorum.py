@@ -3,7 +3,7 @@
 A shard merges a round once `size` of the quorum's workers have pushed their deltas
 for it, after waiting a grace window for the rest: `grace_s` seconds, or `auto`:
 the `quantile` of the recent latecomers' lags (seconds after the size-th delta)
-that are at most `grace_max_s`, and at least `grace_min_s` (psgd.core.quorum).
+that are at most `grace_max_s`, and at least `grace_min_s` (psgd.core.modes.quorum).
 Each delta is weighted by the examples it carries; a delta that misses its round's
 merge goes into the next one, counted (Decoupled DiLoCo, arXiv 2604.21428).
 """

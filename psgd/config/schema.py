@@ -172,7 +172,7 @@ class TaskConfig:
 class TargetConfig:
     # What `psgd bench convergence` and `psgd tune staleness` time: the first
     # evaluation meeting `value` after which the next `hold_evals` evaluations
-    # stay within `tolerance` of it (psgd.core.target.HoldRule).
+    # stay within `tolerance` of it (psgd.core.target.TargetHold).
     metric: Literal["accuracy", "loss"] = "accuracy"   # test accuracy (higher is better) or test loss
     value: Optional[float] = None  # the target (required when the section is given)
     hold_evals: int = 3          # evaluations after the first one at the target that must hold it

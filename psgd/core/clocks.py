@@ -1,5 +1,5 @@
 """Per-worker clocks, the quorum, and the pulls waiting for the clocks: bookkeeping
-without a rule. Which pull may be answered is decided in psgd.core.consistency.
+without a rule. Which pull may be answered is decided in psgd.core.modes.policy.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from typing import Any, Optional
 from psgd.config.modes import Mode
 from psgd.config.schema import MAX_STALENESS
 from psgd.core.error_codes import ErrorCode
-from psgd.core.modes import RULES
+from psgd.core.modes import BEHAVIOURS
 
 __all__ = ["LiveSetting", "LiveSettings", "ControlError", "CONTROL_KEYS", "parse_change", "plain_fields",
            "typed_fields"]
@@ -57,7 +57,7 @@ class LiveSetting:
     @property
     def bound(self) -> Optional[int]:
         """The clock gap a pull may have; None: the mode's pulls wait on no bound (asp, bsp)."""
-        return self.staleness if RULES[self.mode].BOUNDED else None
+        return self.staleness if BEHAVIOURS[self.mode].BOUNDED else None
 
     def as_dict(self) -> dict:
         return {"mode": self.mode.value, "staleness": "auto" if self.auto else self.staleness,

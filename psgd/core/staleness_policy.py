@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Iterable, Optional
 
-__all__ = ["BoundRule", "BoundDecision", "StalenessPolicy", "STEP_S_MIN", "STEP_S_MAX"]
+__all__ = ["BoundLimits", "BoundDecision", "StalenessPolicy", "STEP_S_MIN", "STEP_S_MAX"]
 
 # The step times the policy believes: a microsecond to a day. Their ratio stays far from overflow.
 STEP_S_MIN = 1e-6
@@ -56,7 +56,7 @@ STEP_S_MAX = 86_400.0
 
 
 @dataclass(frozen=True)
-class BoundRule:
+class BoundLimits:
     staleness_min: int = 0
     staleness_max: int = 8
     every: int = 4              # decide every this many clocks of the slowest worker
@@ -116,7 +116,7 @@ class StalenessPolicy:
     the bound for it. Deterministic: the same samples and calls give the same
     decisions on every shard.
     """
-    rule: BoundRule
+    rule: BoundLimits
     workers: int
     _samples: list = field(init=False, repr=False)
     _narrow_votes: int = field(default=0, init=False)

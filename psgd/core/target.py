@@ -1,7 +1,7 @@
 """Time to target, reached *and held*: one rule for summary.json, the
 convergence bench and the staleness tuner.
 
-A run that touches its target and falls back has not reached it; see HoldRule.
+A run that touches its target and falls back has not reached it; see TargetHold.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-__all__ = ["HoldRule", "meets", "held_target_time", "METRICS", "metric_series", "run_target", "MetricResolution",
+__all__ = ["TargetHold", "meets", "held_target_time", "METRICS", "metric_series", "run_target", "MetricResolution",
            "metric_resolution", "MIN_ACCURACY_EXAMPLES"]
 
 # metric name in `train.target` -> (key in eval events, higher is better)
@@ -17,7 +17,7 @@ METRICS = {"accuracy": ("accuracy", True), "loss": ("test_loss", False)}
 
 
 @dataclass(frozen=True)
-class HoldRule:
+class TargetHold:
     """A target counts as reached at evaluation i when evaluation i meets the
     target and each of the next `hold_evals` evaluations stays within
     `tolerance` of it (accuracy >= target - tolerance; loss <= target +
@@ -39,9 +39,9 @@ def meets(value: float, target: float, higher_is_better: bool, slack: float = 0.
 
 
 def held_target_time(times: Sequence[float], values: Sequence[float], target: float,
-                     higher_is_better: bool = True, rule: HoldRule = HoldRule()) -> Optional[float]:
+                     higher_is_better: bool = True, rule: TargetHold = TargetHold()) -> Optional[float]:
     """The time of the first evaluation where the target is reached and held
-    (see HoldRule), or None. `times` must be non-decreasing."""
+    (see TargetHold), or None. `times` must be non-decreasing."""
     if len(times) != len(values):
         raise ValueError("held_target_time: times and values differ in length")
     if any(b < a for a, b in zip(times, times[1:])):
@@ -66,14 +66,14 @@ def metric_series(evals: Sequence[dict], metric: str) -> tuple[list[float], list
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def run_target(train) -> Optional[tuple[str, float, HoldRule]]:
+def run_target(train) -> Optional[tuple[str, float, TargetHold]]:
     """(metric, value, rule) a run is timed against: `train.target` when set,
     else `train.target_accuracy` held by the default rule; None without either."""
     if train.target is not None:
         t = train.target
-        return t.metric, t.value, HoldRule(t.hold_evals, t.tolerance)
+        return t.metric, t.value, TargetHold(t.hold_evals, t.tolerance)
     if train.target_accuracy is not None:
-        return "accuracy", train.target_accuracy, HoldRule()
+        return "accuracy", train.target_accuracy, TargetHold()
     return None
 
 

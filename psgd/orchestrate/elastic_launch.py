@@ -1,16 +1,18 @@
-"""The launcher's part in elastic workers (cluster.workers: {min, max}): starting and
-stopping workers toward the target psgd.orchestrate.elastic computes, letting lost
-workers go, and the `membership` events. A mixin of psgd.orchestrate.launcher.Launcher,
-whose children, pending restarts, event stream and process host it works on."""
+"""The launcher's part in elastic workers (cluster.workers: {min, max}): which workers
+to start or stop toward the target psgd.orchestrate.elastic computes, which lost worker
+to let go, and the `membership` events. psgd.orchestrate.launcher.Launcher holds one and
+hands it the children and pending restarts it decides over; the launcher starts, removes
+and lists the processes."""
 from __future__ import annotations
 
-import time
-from typing import Optional
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 from psgd.config import Config
 from psgd.config.modes import Role
+from psgd.core.restarts import PendingRestart
 from psgd.orchestrate.elastic import WORKERS_FILE, Cause, Change, ElasticPlan, read_request
-from psgd.orchestrate.processes import RoleProcess
+from psgd.orchestrate.processes import ProcessHost, RoleProcess
 from psgd.orchestrate.states import ChildState
 from psgd.runtime.event_names import Event
 
@@ -18,14 +20,10 @@ __all__ = ["ElasticMembership"]
 
 
 class ElasticMembership:
-    def _init_elastic(self, cfg: Config) -> None:
-        """The target and the ranks joining or leaving (elastic is None for a fixed count)."""
-        span = cfg.cluster.worker_range
-        # A host that reports its room (Ray) grows to it; locally the target is what psgd ctl asked.
-        grows = getattr(self.processes, "FILLS_ROOM", False)
-        earlier = read_request(self.run_dir / WORKERS_FILE)  # asked of a launch this one resumes
-        self.elastic = (ElasticPlan(span, follows_room=grows, earlier=earlier)
-                        if span is not None and cfg.consistency.mode.on_servers else None)
+    def __init__(self, plan: ElasticPlan, cfg: Config, run_dir: Path, processes: ProcessHost,
+                 emit: Callable[[dict], None]):
+        """`emit`: records one of the launcher's events (it adds the time and who sent it)."""
+        self.plan, self.cfg, self.run_dir, self.processes, self.emit = plan, cfg, Path(run_dir), processes, emit
         self._joining: set[int] = set()   # ranks started to join, until their ready event
         # Ranks asked to stop, until their process has exited (not at their done event: a
         # process still exiting counted as live was stopped again, and its rank started twice).
@@ -33,58 +31,62 @@ class ElasticMembership:
         self._last_clock: dict[int, int] = {}  # each worker's clock as its events last said
         self._ending = False              # a worker finished its steps: nobody joins any more
 
-    def _worker_processes(self) -> list[RoleProcess]:
+    @classmethod
+    def of(cls, cfg: Config, run_dir: Path, processes: ProcessHost,
+           emit: Callable[[dict], None]) -> Optional["ElasticMembership"]:
+        """None for a fixed worker count (or no servers to join)."""
+        span = cfg.cluster.worker_range
+        if span is None or not cfg.consistency.mode.on_servers:
+            return None
+        # A host that reports its room (Ray) grows to it; locally the target is what psgd ctl asked.
+        grows = getattr(processes, "FILLS_ROOM", False)
+        earlier = read_request(Path(run_dir) / WORKERS_FILE)  # asked of a launch this one resumes
+        return cls(ElasticPlan(span, follows_room=grows, earlier=earlier), cfg, run_dir, processes, emit)
+
+    @staticmethod
+    def _worker_processes(children: Sequence[RoleProcess]) -> list[RoleProcess]:
         """Workers whose process has not exited (a crashed one has left `children` by now)."""
-        return [c for c in self.children if c.role == Role.WORKER and c.state is not ChildState.DONE]
+        return [c for c in children if c.role == Role.WORKER and c.state is not ChildState.DONE]
 
-    def _live_workers(self) -> list[RoleProcess]:
-        return [c for c in self._worker_processes() if c.index not in self._leaving]
+    def live_workers(self, children: Sequence[RoleProcess]) -> list[RoleProcess]:
+        return [c for c in self._worker_processes(children) if c.index not in self._leaving]
 
-    def _scale(self) -> None:
-        """Start or stop workers toward the elastic target."""
-        self.elastic.take_request(read_request(self.run_dir / WORKERS_FILE))
-        self._leaving &= {c.index for c in self._worker_processes()}  # gone once its process has exited
-        live = self._live_workers()
-        running = [c.index for c in live] + [p.index for p in self._pending if p.role == Role.WORKER]
-        plan = self.elastic.plan(running, self.processes.worker_room(self.cfg), self._ending, busy=self._leaving)
+    def scale(self, children: Sequence[RoleProcess], pending: Sequence[PendingRestart]) -> list[int]:
+        """Stop workers beyond the elastic target; returns the ranks to start toward it
+        (the launcher starts them in place of any earlier process of that rank, which has
+        exited: the plan's `busy`)."""
+        self.plan.take_request(read_request(self.run_dir / WORKERS_FILE))
+        self._leaving &= {c.index for c in self._worker_processes(children)}  # gone once its process has exited
+        live = self.live_workers(children)
+        running = [c.index for c in live] + [p.index for p in pending if p.role == Role.WORKER]
+        plan = self.plan.plan(running, self.processes.worker_room(self.cfg), self._ending, busy=self._leaving)
         for c in live:
             if c.index in plan.stop and c.state is ChildState.READY:  # one still starting is stopped once ready
                 self._leaving.add(c.index)
                 c.terminate()
-        for rank in plan.start:  # its earlier process, if any, has exited (plan's `busy`)
-            self.children = [c for c in self.children if not (c.role == Role.WORKER and c.index == rank)]
-            self._joining.add(rank)
-            self._spawn(Role.WORKER, rank)
-        if plan.start:
-            self._write_processes()
+        self._joining.update(plan.start)
+        return list(plan.start)
 
-    def _lets_go(self, c: RoleProcess) -> bool:
+    def lets_go(self, c: RoleProcess, children: Sequence[RoleProcess], pending: Sequence[PendingRestart]) -> bool:
         """An elastic worker that exited with an error during training (or was being stopped)
         leaves the run, with no restart in place, while at least min workers remain; True
-        when it was let go."""
-        if self.elastic is None or c.role != Role.WORKER or self._t0 is None:
+        when it was let go (its process released: the launcher drops it from its children)."""
+        if c.role != Role.WORKER:
             return False
         leaving = c.index in self._leaving
-        others = len([w for w in self._live_workers() if w is not c])
-        others += sum(1 for p in self._pending if p.role == Role.WORKER)
-        if not leaving and not self.elastic.lost(others):
+        others = len([w for w in self.live_workers(children) if w is not c])
+        others += sum(1 for p in pending if p.role == Role.WORKER)
+        if not leaving and not self.plan.lost(others):
             return False
-        self.children.remove(c)
         self._leaving.discard(c.index)
         self._joining.discard(c.index)
         self.processes.release(c)
         # Lost, even if it was being stopped: it did not finish its step and leave the quorum itself.
         self._membership(Change.LEFT, c.index, self._last_clock.get(c.index), Cause.LOST)
-        self._write_processes()
         return True
 
-    def _membership(self, change: Change, rank: int, clock: Optional[int], cause: Cause) -> None:
-        self._record(None, {"t": round(time.time() - self._t0, 4), "role": "launcher", "index": 0,
-                            "event": Event.MEMBERSHIP, "rank": rank, "change": str(change), "clock": clock,
-                            "cause": str(cause)})
-
-    def _follow_membership(self, child: RoleProcess, e: dict) -> None:
-        """A worker's events, as far as elastic membership goes."""
+    def follow(self, child: RoleProcess, e: dict) -> None:
+        """A worker's event, as far as elastic membership goes."""
         kind = e.get("event")
         if "clock" in e and kind in (Event.READY, Event.STEP, Event.DONE):
             self._last_clock[child.index] = e["clock"]
@@ -98,3 +100,6 @@ class ElasticMembership:
             else:
                 self._ending = True
 
+    def _membership(self, change: Change, rank: int, clock: Optional[int], cause: Cause) -> None:
+        self.emit({"event": Event.MEMBERSHIP, "rank": rank, "change": str(change), "clock": clock,
+                   "cause": str(cause)})

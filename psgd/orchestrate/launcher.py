@@ -75,7 +75,7 @@ def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
     return path
 
 
-class Launcher(ElasticMembership):
+class Launcher:
     """Runs one training job. `run` blocks until it ends and never raises for a
     child's failure: the result carries the exit code and a one-line reason."""
     resumable = True  # --resume continues a stopped run from the servers' checkpoints
@@ -103,7 +103,8 @@ class Launcher(ElasticMembership):
         self.budget = RestartBudget(cfg.supervision)
         self._pending: list[PendingRestart] = []
         self._workers_stopping = False  # asked to stop (time limit or target): no worker comes back
-        self._init_elastic(cfg)  # cluster.workers: {min, max}
+        # cluster.workers: {min, max} (None: a fixed count)
+        self.elastic = ElasticMembership.of(cfg, self.run_dir, self.processes, self._launcher_event)
 
     @property
     def events(self) -> list[dict]:
@@ -303,7 +304,9 @@ class Launcher(ElasticMembership):
         """Book a restart of a crashed child, or fail once its retries are spent
         (elastic workers: let it go while at least min others run)."""
         cause = f"{c.name} exited with code {code}: {c.cause()}"
-        if self._lets_go(c):
+        if self.elastic is not None and self._t0 is not None and self.elastic.lets_go(c, self.children, self._pending):
+            self.children.remove(c)
+            self._write_processes()
             return
         if code == EXIT_NO_RETRY:  # a bad config, user code or a damaged checkpoint: it would fail the same way
             raise LaunchFailed(cause + " (not restarted: it would fail the same way again)")
@@ -343,7 +346,19 @@ class Launcher(ElasticMembership):
             child.state = child.state.to(ChildState.READY)
         self.log.record(e)
         if self.elastic is not None and child is not None and child.role == Role.WORKER and self._t0 is not None:
-            self._follow_membership(child, e)
+            self.elastic.follow(child, e)
+
+    def _launcher_event(self, fields: dict) -> None:
+        self._record(None, {"t": round(time.time() - self._t0, 4), "role": "launcher", "index": 0, **fields})
+
+    def _scale(self) -> None:
+        """Start or stop workers toward the elastic target."""
+        start = self.elastic.scale(self.children, self._pending)
+        for rank in start:
+            self.children = [c for c in self.children if not (c.role == Role.WORKER and c.index == rank)]
+            self._spawn(Role.WORKER, rank)
+        if start:
+            self._write_processes()
 
     def _shutdown(self, interrupted: bool = False) -> list[RoleProcess]:
         """Stop in order: workers, then the evaluator (final eval + model.pt), then

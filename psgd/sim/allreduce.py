@@ -1,5 +1,5 @@
 """The all-reduce baseline on the virtual cluster: every rank's real gradient
-on its own batch, averaged, applied with the same UpdateRule on one flat
+on its own batch, averaged, applied with the same ShardUpdater on one flat
 vector as workers/allreduce_worker.py; a step takes the slowest rank's
 compute (with its variability and straggler delay) plus a ring all-reduce
 over the workers' links (on GPUs the gradients never visit the host)."""
@@ -13,7 +13,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from psgd.config import Config, Role
 from psgd.core.heterogeneity import straggler_for
 from psgd.core.lr_scaling import scaled_optimizer
-from psgd.core.update_rules import UpdateRule
+from psgd.core.rules.updater import ShardUpdater
 from psgd.runtime.event_names import Event
 from psgd.sim.event_queue import SimResult, event
 from psgd.sim.step_times import StepTimes
@@ -33,7 +33,7 @@ class AllReduceSim:
         self.model = build_model(cfg, self.task)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.flat = parameters_to_vector(self.params).detach().clone()
-        self.rule = UpdateRule(scaled_optimizer(cfg), self.flat)
+        self.rule = ShardUpdater(scaled_optimizer(cfg), self.flat)
         w = cfg.cluster.workers
         train = self.task.train_data()
         self.batches = [train_loader(train, r, w, cfg.task.batch_size, cfg.run.seed) for r in range(w)]

@@ -302,7 +302,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         t0 = time.process_time()
         fields = PushFields(push.rank, push.seq, push.clock, push.read_version, self.layout.shard_sizes[push.shard],
                             step_s=push.step_s, steps=push.steps)
-        pushed = self.services[push.shard].push(fields, self.now, lambda: push.grad)
+        pushed = self.services[push.shard].push(fields, self.now, push.grad)
         self.shard_s += time.process_time() - t0
         return self._replies(push.shard, pushed)
 

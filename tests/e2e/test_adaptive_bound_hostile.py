@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from psgd.config import load_config
-from psgd.core.staleness_policy import BoundRule
+from psgd.core.staleness_policy import BoundLimits
 from psgd.tasks import build_model, load_task
 from psgd.wire import protocol as P
 from psgd.wire.payload import tensor_frame
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 WORKERS = 3
 LIAR = 2
 STALENESS_MAX = 6
-CLOCKS = 3 * BoundRule().window  # several decision clocks after the first full window
+CLOCKS = 3 * BoundLimits().window  # several decision clocks after the first full window
 
 
 def ask(conns: ShardConnections, shard: int, frames: list) -> P.Record:

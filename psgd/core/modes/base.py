@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, ClassVar, Optional
 from psgd.config.modes import Mode
 from psgd.core.clocks import ClockBoard
 
-if TYPE_CHECKING:  # `psgd ctl` reads the mode rules without loading torch
+if TYPE_CHECKING:  # `psgd ctl` reads the mode classes without loading torch
     import torch
 
-__all__ = ["ModeRule", "PushAction", "Counted", "Update", "RULES", "rule_class", "uncovered"]
+__all__ = ["ModeBehaviour", "PushAction", "Counted", "Update", "BEHAVIOURS", "behaviour_class", "uncovered"]
 
 
 class PushAction(str, Enum):
@@ -49,12 +49,12 @@ REQUIRED_FACTS = ("MODE", "BOUNDED")
 # Implemented by every mode class, checked likewise.
 REQUIRED_METHODS = ("pull_ready", "push_action", "count")
 
-RULES: dict[Mode, type["ModeRule"]] = {}
+BEHAVIOURS: dict[Mode, type["ModeBehaviour"]] = {}
 
 
-class ModeRule(ABC):
+class ModeBehaviour(ABC):
     """One shard's rule for one mode. Socket-free and time-free: the consistency
-    policy (psgd.core.consistency) calls it with clocks; the board is shared."""
+    policy (psgd.core.modes.policy) calls it with clocks; the board is shared."""
 
     MODE: ClassVar[Mode]      # the config's value for this mode
     BOUNDED: ClassVar[bool]   # the staleness setting bounds its pulls (reported as the bound in force)
@@ -74,9 +74,9 @@ class ModeRule(ABC):
         mode = Mode(cls.MODE)
         if not mode.on_servers:
             raise TypeError(f"consistency mode {cls.__name__}: {mode} runs without parameter servers")
-        if mode in RULES:
-            raise TypeError(f"consistency mode {mode} has two classes: {RULES[mode].__name__} and {cls.__name__}")
-        RULES[mode] = cls
+        if mode in BEHAVIOURS:
+            raise TypeError(f"consistency mode {mode} has two classes: {BEHAVIOURS[mode].__name__} and {cls.__name__}")
+        BEHAVIOURS[mode] = cls
 
     # ---- required ---------------------------------------------------------
     @abstractmethod
@@ -127,7 +127,7 @@ class ModeRule(ABC):
             raise ValueError(f"{self.MODE} keeps no state, the snapshot holds some: it was made in another mode")
 
 
-class ApplyOnArrival(ModeRule):
+class ApplyOnArrival(ModeBehaviour):
     """Shared by the modes that apply each push when it arrives (ssp, asp)."""
 
     def push_action(self, staleness: int, max_staleness_drop: Optional[int]) -> PushAction:
@@ -142,12 +142,12 @@ class ApplyOnArrival(ModeRule):
 
 def uncovered(modes) -> list[str]:
     """The parameter-server members of `modes` (an enum like Mode) that have no class."""
-    return [m.value for m in modes if m.on_servers and m not in RULES]
+    return [m.value for m in modes if m.on_servers and m not in BEHAVIOURS]
 
 
-def rule_class(mode: Mode) -> type[ModeRule]:
+def behaviour_class(mode: Mode) -> type[ModeBehaviour]:
     """The class of a parameter-server mode. Raises ValueError for another mode."""
     try:
-        return RULES[Mode(mode)]
+        return BEHAVIOURS[Mode(mode)]
     except KeyError:
         raise ValueError(f"{mode} has no consistency rule: it runs without parameter servers") from None

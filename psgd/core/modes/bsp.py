@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from psgd.config.modes import Mode
-from psgd.core.bsp import BspAggregator, PushOutcome
 from psgd.core.clocks import ClockBoard
-from psgd.core.modes.base import Counted, ModeRule, PushAction, Update
+from psgd.core.modes.base import Counted, ModeBehaviour, PushAction, Update
+from psgd.core.modes.bsp_rounds import BspAggregator, PushOutcome
 
 if TYPE_CHECKING:
     import torch
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["Bsp"]
 
 
-class Bsp(ModeRule):
+class Bsp(ModeBehaviour):
     MODE = Mode.BSP
     BOUNDED = False
 

@@ -5,7 +5,7 @@ A rule says which `optimizer.name` it is, the torch.optim class it follows (and
 so maps to and from), which settings decide its arithmetic, the flat state it
 keeps, and its step. `@rule` refuses a class that lacks any of these, so a rule
 with a missing part fails at import. What wraps every rule (schedules,
-staleness-aware steps, DC-ASGD, weight decay) lives in psgd.core.update_rules.
+staleness-aware steps, DC-ASGD, weight decay) lives in psgd.core.rules.updater.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class Rule(ABC):
         inputs: `bound` holds |params| (key "") and each state entry, `grad` bounds |grad|.
         Returns the bounds after the step for "" and every state entry, plus any intermediate
         value the step computes (under a name of its own), so that a caller can tell that no
-        value can leave float32's range without running the step (UpdateRule.apply_if_finite)."""
+        value can leave float32's range without running the step (ShardUpdater.apply_if_finite)."""
 
     @classmethod
     def settings(cls, cfg: OptimizerConfig) -> dict:

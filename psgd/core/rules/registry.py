@@ -28,5 +28,5 @@ def rule_named(name: str) -> type[Rule]:
         raise ValueError(f"optimizer.name {name!r} has no update rule (known: {', '.join(sorted(RULES))})") from None
 
 
-import_members("psgd.core.rules", ("base", "registry"), RULES.values)
+import_members("psgd.core.rules", ("base", "registry", "updater"), RULES.values)
 check_rules(RULES, typing.get_args(typing.get_type_hints(OptimizerConfig)["name"]))

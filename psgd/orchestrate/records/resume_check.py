@@ -27,7 +27,7 @@ def state_shape(cfg: Config) -> dict[str, Any]:
     import torch
 
     from psgd.core.local_updates import server_optimizer
-    from psgd.core.update_rules import UpdateRule
+    from psgd.core.rules.updater import ShardUpdater
     shape = {"task.model": cfg.task.model, "task.dataset": cfg.task.dataset,
              # the layout (a model's width) and what its outputs mean follow from these
              "task.model_args": cfg.task.model_args, "task.dataset_args": cfg.task.dataset_args,
@@ -35,7 +35,7 @@ def state_shape(cfg: Config) -> dict[str, Any]:
              "cluster.servers": cfg.cluster.num_servers, "cluster.workers": cfg.cluster.workers,
              "consistency.mode": cfg.consistency.mode.value,
              # the update rule's state tensors: what optimizer.name/momentum (or local.*) decide
-             "optimizer state": sorted(UpdateRule(server_optimizer(cfg), torch.zeros(1)).state)}
+             "optimizer state": sorted(ShardUpdater(server_optimizer(cfg), torch.zeros(1)).state)}
     return json.loads(json.dumps(shape, default=str))  # compared with what was read back from JSON
 
 

@@ -6,7 +6,7 @@ from typing import Iterable, Optional
 from psgd.config import Config
 from psgd.config.modes import Role
 from psgd.core.histogram import Histogram
-from psgd.core.modes import rule_class
+from psgd.core.modes import behaviour_class
 from psgd.core.target import METRICS, held_target_time, metric_series, run_target
 from psgd.orchestrate.states import RunStatus
 from psgd.runtime.event_names import Event
@@ -17,7 +17,7 @@ __all__ = ["summarize", "time_to_target"]
 
 def _bounded(cfg: Config) -> bool:
     """Does the run's mode bound its pulls by `consistency.staleness` (its class says)?"""
-    return cfg.consistency.mode.on_servers and rule_class(cfg.consistency.mode).BOUNDED
+    return cfg.consistency.mode.on_servers and behaviour_class(cfg.consistency.mode).BOUNDED
 
 
 def time_to_target(evals: list[dict], train) -> Optional[float]:

@@ -60,7 +60,7 @@ def check_reply_codecs(codecs: dict[str, type[Codec]], reply_values: tuple[str, 
     stateless = sorted(c.config_name for c in codecs.values() if not c.error_feedback)
     if stateless != sorted(reply_values):
         raise ImportError(f"wire.compression.replies allows {sorted(reply_values)}, but the codecs that keep no "
-                          f"residual are {stateless}: update psgd.config.operations.REPLY_COMPRESSIONS")
+                          f"residual are {stateless}: update its keeps-state flag in psgd.config.operations.CODEC_WORDS")
 
 
 import_members("psgd.wire.codecs", ("base", "encoder", "registry", "runs"), CODECS.values)

@@ -9,7 +9,7 @@ from psgd.bench.convergence import BenchResult, parse_lr_grid, parse_modes, read
 from psgd.bench.convergence_report import TargetSpec, analyse
 from psgd.bench.plots import PLOT_FILES, curve_on_grid
 from psgd.bench.run_data import RunData, mode_label
-from psgd.core.target import HoldRule
+from psgd.core.target import TargetHold
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -79,7 +79,7 @@ def _run(label, seed, lr, accs, mode="bsp", batch=32, workers=4, step_end=None):
     return RunData(Path(f"/runs/{label}-{lr}-{seed}"), label, summary, evals, steps, config)
 
 
-TARGET = TargetSpec("accuracy", 0.8, HoldRule(1, 0.0))
+TARGET = TargetSpec("accuracy", 0.8, TargetHold(1, 0.0))
 
 
 def test_analysis_picks_each_modes_best_rate_and_times_the_held_target():
@@ -98,7 +98,7 @@ def test_analysis_picks_each_modes_best_rate_and_times_the_held_target():
 def test_evaluations_after_training_do_not_count():
     r = _run("bsp", 0, 0.1, [0.5, 0.7, 0.9, 0.9, 0.9], step_end=2.5)
     assert [e["t"] for e in r.training_evals] == [1.0, 2.0, 3.0]   # the first after the end is the final model
-    assert analyse([r], TargetSpec("accuracy", 0.85, HoldRule(2, 0.0))).stats["bsp"].time.median == 3.0
+    assert analyse([r], TargetSpec("accuracy", 0.85, TargetHold(2, 0.0))).stats["bsp"].time.median == 3.0
 
 
 def test_outputs_summary_seeds_report_and_plots(tmp_path):

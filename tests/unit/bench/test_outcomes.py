@@ -13,7 +13,7 @@ from psgd.bench.outcomes import (
 )
 from psgd.bench.stats import Interval
 from psgd.bench.verdict import Outcome, Sample, judge
-from psgd.core.target import HoldRule, metric_series
+from psgd.core.target import TargetHold, metric_series
 
 
 def outcome(label, seed, ttt, final=0.9, lr=0.1):
@@ -32,9 +32,9 @@ def test_outcome_uses_the_held_rule_and_the_chosen_metric():
              {"t": 2.0, "accuracy": 0.7, "test_loss": 1.6}, {"t": 3.0, "accuracy": 0.91, "test_loss": 0.9},
              {"t": 4.0, "accuracy": 0.92, "test_loss": 0.8}, {"t": 5.0, "accuracy": None}]
     assert metric_series(evals, "loss") == ([0.0, 1.0, 2.0, 3.0, 4.0], [3.0, 1.0, 1.6, 0.9, 0.8])
-    o = RunOutcome.from_evals("bsp", 0, 0.1, evals, "accuracy", 0.9, HoldRule(2, 0.01), 4.5, 100, 128)
+    o = RunOutcome.from_evals("bsp", 0, 0.1, evals, "accuracy", 0.9, TargetHold(2, 0.01), 4.5, 100, 128)
     assert (o.time_to_target_s, o.final_metric, o.examples) == (3.0, 0.92, 12800)
-    lo = RunOutcome.from_evals("bsp", 0, 0.1, evals, "loss", 1.0, HoldRule(2, 0.0), 4.5, 100, 128)
+    lo = RunOutcome.from_evals("bsp", 0, 0.1, evals, "loss", 1.0, TargetHold(2, 0.0), 4.5, 100, 128)
     assert lo.time_to_target_s == 3.0 and lo.final_metric == 0.8
 
 

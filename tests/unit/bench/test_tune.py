@@ -9,7 +9,7 @@ from psgd.bench.convergence_report import TargetSpec
 from psgd.bench.outcomes import RunOutcome
 from psgd.bench.tune import TuneResult, parse_bounds, resolution_line, staleness_table
 from psgd.bench.tune_halving import run_halving
-from psgd.core.target import HoldRule
+from psgd.core.target import TargetHold
 
 
 @pytest.mark.parametrize("text", ["", "1,x", "-1", "2,2"])
@@ -28,7 +28,7 @@ def test_table_shows_seeds_intervals_and_when_each_bound_stopped():
     def run_arm(bound, offsets):
         return [RunOutcome(f"ssp:{bound}", k, 0.1, times[bound][k], 0.9, 10.0, 100) for k in offsets]
     halving = run_halving([0, 2, 4], 3, run_arm)
-    t = TuneResult(BenchResult(Path("/x"), [], [], TargetSpec("accuracy", 0.9, HoldRule())), halving, 2, "why", 9)
+    t = TuneResult(BenchResult(Path("/x"), [], [], TargetSpec("accuracy", 0.9, TargetHold())), halving, 2, "why", 9)
     lines = staleness_table(t).splitlines()
     assert lines[0].startswith("| bound s | lr | seeds run | held test accuracy 0.9 |")
     # After two seeds s=0 takes 1.8x and 1.7x s=2's time: slower, it stops. s=4 missed the target
@@ -42,7 +42,7 @@ def _tune_with_evals(times, eval_times):
     def run_arm(bound, offsets):
         return [RunOutcome(f"ssp:{bound}", k, 0.1, times[bound][k], 0.9, 10.0, 100) for k in offsets]
     runs = [SimpleNamespace(training_evals=[{"t": x} for x in ts]) for ts in eval_times]
-    bench = BenchResult(Path("/x"), runs, [], TargetSpec("accuracy", 0.9, HoldRule()))
+    bench = BenchResult(Path("/x"), runs, [], TargetSpec("accuracy", 0.9, TargetHold()))
     return TuneResult(bench, run_halving(sorted(times), 1, run_arm), 0, "why", len(times))
 
 

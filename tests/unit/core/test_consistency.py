@@ -1,4 +1,4 @@
-"""psgd.core.consistency without sockets: the one pull rule (SSP deferral, ASP, BSP),
+"""psgd.core.modes.policy without sockets: the one pull rule (SSP deferral, ASP, BSP),
 what a push does, release order of parked pulls, BSP aggregation, backup-worker
 dropping, departures and re-joins. ConsistencyPolicy is the object shards run."""
 import random
@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from psgd.core.consistency import (
+from psgd.core.modes.policy import (
     BspAggregator,
     ClockBoard,
     ConsistencyPolicy,

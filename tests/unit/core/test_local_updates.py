@@ -6,7 +6,7 @@ import torch
 
 from psgd.config import ConfigError, load_config
 from psgd.core.local_updates import inner_torch_optimizer, outer_optimizer, server_optimizer
-from psgd.core.update_rules import UpdateRule
+from psgd.core.rules.updater import ShardUpdater
 from psgd.servers.state import PushStatus, ShardState
 
 
@@ -36,7 +36,7 @@ def test_a_delta_applied_alone_takes_its_workers_share_of_the_outer_step(mode, s
     c = cfg("local.steps=4", "local.outer_lr=0.8", f"consistency.mode={mode}", "cluster.workers=4")
     assert outer_optimizer(c).push_share == share
     params = torch.zeros(3)
-    UpdateRule(outer_optimizer(c), params).apply(params, torch.tensor([4.0, 8.0, -4.0]))
+    ShardUpdater(outer_optimizer(c), params).apply(params, torch.tensor([4.0, 8.0, -4.0]))
     assert torch.equal(params, -0.8 * share * torch.tensor([4.0, 8.0, -4.0]))
 
 
@@ -46,7 +46,7 @@ def test_w_lone_deltas_in_a_row_equal_bsps_one_step_on_their_mean():
     for mode in ("bsp", "asp"):
         c = cfg("local.steps=4", "local.outer_lr=0.7", f"consistency.mode={mode}", "cluster.workers=4")
         params = torch.zeros(50)
-        rule = UpdateRule(outer_optimizer(c), params)
+        rule = ShardUpdater(outer_optimizer(c), params)
         for d in ([deltas.mean(0)] if mode == "bsp" else deltas):
             rule.apply(params, d)
         moved[mode] = params
@@ -74,7 +74,7 @@ def test_delayed_nesterov_over_a_period_equals_one_nesterov_step_on_the_mean(per
     gen = torch.Generator().manual_seed(0)
     start = torch.randn(50, generator=gen)
     params = start.clone()
-    rule = UpdateRule(outer_optimizer(c), params)
+    rule = ShardUpdater(outer_optimizer(c), params)
     reference = torch.nn.Parameter(start.clone())
     nesterov = torch.optim.SGD([reference], lr=lr, momentum=beta, nesterov=True)
     for _ in range(periods):
@@ -90,7 +90,7 @@ def test_between_momentum_moves_each_delta_is_applied_at_the_rate_over_n():
     c = cfg("local.steps=2", "local.outer_lr=0.5", "local.outer_momentum=0.9", "local.delayed_nesterov=true",
             "cluster.workers=4", "consistency.mode=ssp")
     params = torch.zeros(3)
-    rule = UpdateRule(outer_optimizer(c), params)
+    rule = ShardUpdater(outer_optimizer(c), params)
     rule.apply(params, torch.tensor([4.0, 8.0, -4.0]))
     assert torch.equal(params, torch.tensor([-0.5, -1.0, 0.5]))  # 0.5 / 4 times the delta, no momentum yet
     assert torch.equal(rule.state["momentum_buffer"], torch.zeros(3))
@@ -106,7 +106,7 @@ def test_the_inner_optimizer_follows_the_sections_formulas(name, extra):
     p = torch.nn.Parameter(torch.randn(20, generator=gen))
     flat = p.detach().clone()
     inner = inner_torch_optimizer(c.optimizer, [p])
-    rule = UpdateRule(c.optimizer, flat)
+    rule = ShardUpdater(c.optimizer, flat)
     for _ in range(5):
         grad = torch.randn(20, generator=gen)
         p.grad = grad.clone()

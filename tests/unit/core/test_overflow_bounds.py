@@ -9,7 +9,7 @@ import torch
 
 from psgd.config import load_config
 from psgd.core.local_updates import server_optimizer
-from psgd.core.update_rules import UpdateRule, abs_max
+from psgd.core.rules.updater import ShardUpdater, abs_max
 
 SETTINGS = {
     "sgd": ["optimizer.name=sgd"],
@@ -29,7 +29,7 @@ def make_rule(name, numel=64, lr=0.1):
     if name == "delayed-nesterov":
         cfg = replace(cfg, momentum_period=3)
     params = torch.linspace(-2, 2, numel)
-    return UpdateRule(cfg, params), params
+    return ShardUpdater(cfg, params), params
 
 
 @pytest.mark.parametrize("name", sorted(SETTINGS))

@@ -3,23 +3,23 @@ tuner all time runs by: exact times on hand-checked sequences."""
 import pytest
 
 from psgd.config import load_config
-from psgd.core.target import HoldRule, held_target_time, metric_series, run_target
+from psgd.core.target import TargetHold, held_target_time, metric_series, run_target
 from psgd.orchestrate.records.summary import summarize
 
 
 def test_held_target_ignores_a_touch_that_falls_back():
     t = [0, 1, 2, 3, 4, 5, 6, 7]
     acc = [0.5, 0.91, 0.80, 0.90, 0.895, 0.92, 0.93, 0.94]
-    rule = HoldRule(hold_evals=3, tolerance=0.01)
+    rule = TargetHold(hold_evals=3, tolerance=0.01)
     # 1: falls to 0.80 right after; 3: the next three stay >= 0.89
     assert held_target_time(t, acc, 0.9, rule=rule) == 3.0
     # with no tolerance, 0.895 breaks the hold at t=3 and t=5 is the first held
-    assert held_target_time(t, acc, 0.9, rule=HoldRule(3, 0.0)) == 5.0
-    assert held_target_time(t, acc, 0.9, rule=HoldRule(0, 0.0)) == 1.0
+    assert held_target_time(t, acc, 0.9, rule=TargetHold(3, 0.0)) == 5.0
+    assert held_target_time(t, acc, 0.9, rule=TargetHold(0, 0.0)) == 1.0
 
 
 def test_held_target_at_the_end_of_a_run():
-    rule = HoldRule(hold_evals=3, tolerance=0.01)
+    rule = TargetHold(hold_evals=3, tolerance=0.01)
     # reached two evaluations before the end, and the run ends above target
     assert held_target_time([0, 1, 2, 3], [0.1, 0.9, 0.95, 0.91], 0.9, rule=rule) == 1.0
     # ... but a run that ends below the target was not holding it
@@ -30,8 +30,8 @@ def test_held_target_at_the_end_of_a_run():
 def test_held_target_for_a_loss():
     t = [0.0, 0.5, 1.0, 1.5, 2.0]
     loss = [3.0, 1.9, 2.2, 1.95, 1.9]
-    assert held_target_time(t, loss, 2.0, higher_is_better=False, rule=HoldRule(2, 0.05)) == 1.5
-    assert held_target_time(t, loss, 2.0, higher_is_better=False, rule=HoldRule(2, 0.25)) == 0.5
+    assert held_target_time(t, loss, 2.0, higher_is_better=False, rule=TargetHold(2, 0.05)) == 1.5
+    assert held_target_time(t, loss, 2.0, higher_is_better=False, rule=TargetHold(2, 0.25)) == 0.5
 
 
 def test_held_target_rejects_bad_input():
@@ -40,14 +40,14 @@ def test_held_target_rejects_bad_input():
     with pytest.raises(ValueError, match="length"):
         held_target_time([0, 1], [0.9], 0.5)
     with pytest.raises(ValueError, match="hold_evals"):
-        HoldRule(-1)
+        TargetHold(-1)
 
 
 def test_run_target_prefers_train_target_and_falls_back_to_target_accuracy():
     cfg = load_config(None, ["train.target_accuracy=0.8"])
-    assert run_target(cfg.train) == ("accuracy", 0.8, HoldRule())
+    assert run_target(cfg.train) == ("accuracy", 0.8, TargetHold())
     cfg = load_config(None, ["train.target={metric: loss, value: 2.0, hold_evals: 1, tolerance: 0.1}"])
-    assert run_target(cfg.train) == ("loss", 2.0, HoldRule(1, 0.1))
+    assert run_target(cfg.train) == ("loss", 2.0, TargetHold(1, 0.1))
     assert run_target(load_config(None, ["train.target_accuracy=null"]).train) is None
 
 

@@ -1,4 +1,4 @@
-"""psgd.core.update_rules: staleness-aware steps, DC-ASGD and learning-rate schedules
+"""psgd.core.rules.updater: staleness-aware steps, DC-ASGD and learning-rate schedules
 against hand-computed values, and the base rules against torch.optim."""
 import math
 
@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from psgd.config import DcAsgdConfig, OptimizerConfig, ScheduleConfig
-from psgd.core.update_rules import UpdateRule, scheduled_lr
+from psgd.core.rules.updater import ShardUpdater, scheduled_lr
 
 
 def rule(params, **kw):
-    return UpdateRule(OptimizerConfig(**kw), params)
+    return ShardUpdater(OptimizerConfig(**kw), params)
 
 
 def test_staleness_aware_divides_the_step_by_tau():

@@ -4,7 +4,7 @@ import torch
 from optim_reference import RULES, grads_sequence
 
 from psgd.config import load_config
-from psgd.core.update_rules import UpdateRule
+from psgd.core.rules.updater import ShardUpdater
 
 
 @pytest.mark.parametrize("name", sorted(RULES))
@@ -13,7 +13,7 @@ def test_flat_rule_matches_torch_optim(name):
     cfg = load_config(None, sets)
     start = torch.randn(257, generator=torch.Generator().manual_seed(1))
     ours = start.clone()
-    rule = UpdateRule(cfg.optimizer, ours)
+    rule = ShardUpdater(cfg.optimizer, ours)
     ref = torch.nn.Parameter(start.clone())
     opt = make_opt([ref])
     for g in grads_sequence(30, 257):

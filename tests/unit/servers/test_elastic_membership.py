@@ -18,7 +18,7 @@ def service(mode, span, numel=2, **over):
 
 def push(svc, rank, seq, clock, grad=(1.0, 1.0), pull=None):
     return svc.push(PushFields(rank, seq, clock, svc.state.version, len(grad), ahead=1 if pull else 0), 0.0,
-                    lambda: torch.tensor(grad), pull)
+                    torch.tensor(grad), pull)
 
 
 def test_ranks_above_min_are_outside_the_first_quorum():

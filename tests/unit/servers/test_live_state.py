@@ -134,7 +134,7 @@ def test_auto_is_refused_outside_ssp_and_limits_are_checked():
 def test_the_live_lr_starts_from_the_update_rules_lr():
     # A shard that scales the configured rate (e.g. linear scaling for bsp)
     # must not have it reset to the configured one by the live settings.
-    from psgd.core.consistency import ConsistencyPolicy
+    from psgd.core.modes.policy import ConsistencyPolicy
     cfg = load_config(None, ["consistency.mode=ssp", "optimizer.lr=0.1", "optimizer.lr_scaling=linear"])
     assert ConsistencyPolicy.from_config(cfg, lr=0.4).lr_at(0) == 0.4
     st = make_state()

@@ -11,7 +11,7 @@ import torch
 
 from psgd.config import ConfigError, load_config
 from psgd.config.quorum import QuorumConfig
-from psgd.core.quorum import grace_for
+from psgd.core.modes.quorum import grace_for
 from psgd.servers.service import PushFields, ShardService
 from psgd.servers.state import PushStatus, ShardState
 
@@ -31,7 +31,7 @@ def make(workers=3, size=2, grace="0", numel=3, **over):
 def push(svc, rank, seq, clock, delta, steps=2, now=0.0, pull=None, read=None):
     read = svc.state.version if read is None else read
     return svc.push(PushFields(rank, seq, clock, read, len(delta), steps=steps,
-                               ahead=1 if pull else 0), now, lambda: torch.tensor(delta), pull)
+                               ahead=1 if pull else 0), now, torch.tensor(delta), pull)
 
 
 def merged(deltas_and_steps):

@@ -4,7 +4,7 @@ one-pass non-finite check is exact."""
 import torch
 
 from psgd.config import load_config
-from psgd.core.update_rules import all_finite
+from psgd.core.rules.updater import all_finite
 from psgd.servers.state import ShardState
 
 

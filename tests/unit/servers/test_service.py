@@ -28,7 +28,7 @@ def make_service(mode="ssp", workers=3, numel=2, cls=ShardService, **over):
 
 def push(service, rank, seq, clock, grad=(1.0, 1.0), pull=None, **fields):
     return service.push(PushFields(rank, seq, clock, service.state.version, len(grad), ahead=1 if pull else 0,
-                                   **fields), 0.0, lambda: torch.tensor(grad), pull)
+                                   **fields), 0.0, torch.tensor(grad), pull)
 
 
 def test_a_parked_pull_is_answered_by_the_push_that_makes_it_ready():
@@ -73,7 +73,7 @@ def test_the_field_checks_come_first_and_leave_the_state_untouched():
             push(svc, 0, 0, 0, pull="x", **fields)
         assert err.value.code == code
     with pytest.raises(ProtocolError) as err:
-        svc.push(PushFields(0, 0, 0, 0, numel=5), 0.0, lambda: pytest.fail("decoded a push of the wrong size"))
+        svc.check_push(PushFields(0, 0, 0, 0, numel=5))  # what the shard asks before it decodes the payload
     assert err.value.code == ErrorCode.BAD_SIZE
     assert svc.state.version == 0 and svc.state.last_seq == [-1, -1]
 

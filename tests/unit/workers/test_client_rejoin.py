@@ -6,12 +6,13 @@ import torch
 
 from psgd.core.sharding import layout_for_module
 from psgd.wire import protocol as P
+from psgd.wire.requests import Pending
 from psgd.workers.client import REJOINS_PER_SHARD, PSClient, RemoteError
 
 
 class ForgetfulShards:
-    """The request tracker's `call`: shard `shard` answers not_registered `times` times, then
-    every shard answers; `next_id` as the real one. Records every call's shards."""
+    """The request tracker's `start` and `wait`: shard `shard` answers not_registered `times`
+    times, then every shard acknowledges; `next_id` as the real one. Records every sent request's shards."""
 
     def __init__(self, shard: int, times: int):
         self.shard, self.left, self.calls, self._id = shard, times, [], 0
@@ -20,12 +21,19 @@ class ForgetfulShards:
         self._id += 1
         return self._id
 
-    def call(self, requests):
+    def start(self, requests):
         self.calls.append(sorted(requests))
+        return Pending(requests, {}, {}, 1.0, 0, True)
+
+    def wait(self, pending):
         if self.left:
             self.left -= 1
             raise RemoteError(self.shard, P.ErrorCode.NOT_REGISTERED, "register with this shard first")
-        return {s: ("answer", s) for s in requests}
+        return {s: (f"ack {s}", []) for s in pending.requests}
+
+
+def zeros(client):
+    return [torch.zeros(n) for n in client.layout.shard_sizes]
 
 
 @pytest.fixture
@@ -41,8 +49,8 @@ def client():
 def test_more_rejoins_in_one_request_than_shards_are_made_and_the_request_repeated(client):
     times = REJOINS_PER_SHARD  # more than the client's 2 shards
     client._rpc = ForgetfulShards(shard=1, times=times)
-    replies = client._call_all(lambda s, req: [s, req])
-    assert replies == {0: ("answer", 0), 1: ("answer", 1)}
+    replies = client.wait(client.start(zeros(client), pull=False))
+    assert replies == {0: "ack 0", 1: "ack 1"}
     assert client.rejoined == [1] * times
     assert client._rpc.calls == [[0, 1]] * (times + 1)
 
@@ -50,5 +58,5 @@ def test_more_rejoins_in_one_request_than_shards_are_made_and_the_request_repeat
 def test_a_shard_that_keeps_forgetting_the_worker_fails_the_request_after_the_bound(client):
     client._rpc = ForgetfulShards(shard=0, times=REJOINS_PER_SHARD + 1)
     with pytest.raises(RemoteError, match="not_registered"):
-        client._call_all(lambda s, req: [s, req])
+        client.wait(client.start(zeros(client), pull=False))
     assert client.rejoined == [0] * REJOINS_PER_SHARD

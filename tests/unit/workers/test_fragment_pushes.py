@@ -67,11 +67,11 @@ def test_a_fragment_push_reaches_only_its_shards_and_a_resend_applies_once(job):
     try:
         client.register()
         delta = torch.full((layout.shard_sizes[1],), 0.25)
-        first = client.fragment_push_start({1: delta})
-        client.fragment_push_finish(first)
+        first = client.start({1: delta})
+        client.wait(first)
         client.shard_cursors[1].seq, client.shard_cursors[1].clock = 0, 0  # as if the reply had been lost
-        client.fragment_push_finish(client.fragment_push_start({1: delta}))
-        client.fragment_push_finish(client.fragment_push_start({0: torch.zeros(layout.shard_sizes[0])}))
+        client.wait(client.start({1: delta}))
+        client.wait(client.start({0: torch.zeros(layout.shard_sizes[0])}))
     finally:
         client.close()
     s0, s1 = (s.state for s in served.servers)

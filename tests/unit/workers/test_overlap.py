@@ -97,10 +97,10 @@ def test_pieces_a_shard_lost_are_sent_again_whole(job):
     client = psgd.PSClient(cfg.cluster.servers, layout, rank=0, heartbeat_s=None)
     try:
         client.register()
-        request = client.push_pull_start([None, None])
+        request = client.start([None, None])
         for s, g in enumerate(grads):  # only the upper half of each shard: its first half never went
-            client.push_pull_piece(request, s, g, g.numel() // 2, g.numel() - g.numel() // 2, last=True)
-        client.push_pull_finish(request)
+            client.send(request, s, g, piece=(g.numel() // 2, g.numel() - g.numel() // 2), last=True)
+        client.wait(request)
     finally:
         client.close()
     for server, start, g in zip(served.servers, before, grads):

@@ -1,7 +1,7 @@
 """The consistency policy: the one object that decides, for one shard, whether a
 pull may be answered now and what a push does.
 
-It owns the mode's rule (one class per mode: psgd.core.modes), the bound (fixed, adaptive, or changed live by `psgd ctl`,
+It owns the mode's behaviour (one class per mode: psgd.core.modes), the bound (fixed, adaptive, or changed live by `psgd ctl`,
 all as one schedule of settings keyed by clock: psgd.core.live_settings) and
 the clocks (psgd.core.clocks). The shard state, live control and the virtual
 cluster call it; nothing else computes "slowest clock >= clock - bound".
@@ -16,12 +16,12 @@ import torch
 
 from psgd.config.modes import Mode
 from psgd.config.quorum import QuorumConfig
-from psgd.core.bsp import BspAggregator, PushOutcome
 from psgd.core.clocks import ClockBoard, DeferredPulls
 from psgd.core.live_settings import LiveSetting, LiveSettings
-from psgd.core.modes import ModeRule, PushAction, Update, rule_class
-from psgd.core.quorum import QuorumRule
-from psgd.core.staleness_policy import BoundDecision, BoundRule, StalenessPolicy
+from psgd.core.modes import ModeBehaviour, PushAction, Update, behaviour_class
+from psgd.core.modes.bsp_rounds import BspAggregator, PushOutcome
+from psgd.core.modes.quorum import QuorumBsp
+from psgd.core.staleness_policy import BoundDecision, BoundLimits, StalenessPolicy
 
 __all__ = ["Mode", "ConsistencyPolicy", "PushAction", "BoundChange", "Finished", "ClockBoard", "DeferredPulls",
            "BspAggregator", "PushOutcome", "Update"]
@@ -60,12 +60,12 @@ class ConsistencyPolicy:
         self.board = ClockBoard(workers, members)
         if quorum is not None and self.mode is not Mode.BSP:
             raise ValueError(f"quorum merging is a form of bsp, not of {self.mode}")
-        self.rule: ModeRule = (QuorumRule(self.board, numel, quorum) if quorum is not None
-                               else rule_class(self.mode)(self.board, numel, backup_workers))
-        self._rules: dict[Mode, ModeRule] = {self.mode: self.rule}  # and the modes psgd ctl switched to
+        self.rule: ModeBehaviour = (QuorumBsp(self.board, numel, quorum) if quorum is not None
+                               else behaviour_class(self.mode)(self.board, numel, backup_workers))
+        self._rules: dict[Mode, ModeBehaviour] = {self.mode: self.rule}  # and the modes psgd ctl switched to
         self.settings = LiveSettings(LiveSetting(mode=self.mode, staleness=staleness_min if auto else int(staleness),
                                                  auto=auto, lr=lr))
-        self.adaptive = StalenessPolicy(BoundRule(staleness_min, staleness_max), workers) if self.mode.live else None
+        self.adaptive = StalenessPolicy(BoundLimits(staleness_min, staleness_max), workers) if self.mode.live else None
         self.max_staleness_drop = max_staleness_drop
         self.pulls_by_bound: dict[str, int] = {}       # bound in force -> answered pulls
         self.max_gap_over_bound: Optional[int] = None  # max(gap - bound) over answered SSP pulls
@@ -100,10 +100,10 @@ class ConsistencyPolicy:
         setting = self.settings.at(clock)
         return self._rule(setting.mode).pull_ready(clock, setting.staleness)
 
-    def _rule(self, mode: Mode) -> ModeRule:
+    def _rule(self, mode: Mode) -> ModeBehaviour:
         rule = self._rules.get(mode)
         if rule is None:  # a mode psgd ctl switched to (ssp <-> asp): it keeps no state of its own
-            rule = self._rules[mode] = rule_class(mode)(self.board, 0)
+            rule = self._rules[mode] = behaviour_class(mode)(self.board, 0)
         return rule
 
     def readiness(self) -> Optional[tuple[int, int]]:
@@ -159,9 +159,9 @@ class ConsistencyPolicy:
         return Finished(counted.late, self.rule.due(), change, counted.carried)
 
     @property
-    def quorum(self) -> Optional[QuorumRule]:
+    def quorum(self) -> Optional[QuorumBsp]:
         """The quorum-merging rule, when the shard runs one."""
-        return self.rule if isinstance(self.rule, QuorumRule) else None
+        return self.rule if isinstance(self.rule, QuorumBsp) else None
 
     def close_round(self) -> Optional[Update]:
         """The quorum's grace window passed: the round merges once q are in (now, if they are)."""
@@ -190,7 +190,7 @@ class ConsistencyPolicy:
         if due is None:
             return None
         before = self.settings.latest()  # a change decided earlier may not be in force yet
-        if not before.auto or not rule_class(before.mode).BOUNDED:
+        if not before.auto or not behaviour_class(before.mode).BOUNDED:
             return None
         decision = self.adaptive.decide(due, before.staleness, self.board.quorum())
         if not decision.changed:

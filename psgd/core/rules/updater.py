@@ -16,7 +16,7 @@ import torch
 from psgd.config import OptimizerConfig, ScheduleConfig
 from psgd.core.rules import Rule, rule_named
 
-__all__ = ["UpdateRule", "abs_max", "all_finite", "scheduled_lr"]
+__all__ = ["ShardUpdater", "abs_max", "all_finite", "scheduled_lr"]
 
 # A step runs unguarded when every value it can produce is bounded below this: float32's
 # largest value over 4, which also covers the rounding of the few ops behind each bound.
@@ -55,7 +55,7 @@ def scheduled_lr(base_lr: float, sched: ScheduleConfig, update: int) -> float:
     return base_lr
 
 
-class UpdateRule:
+class ShardUpdater:
     """Applies gradients to a flat parameter tensor in place: the configured
     optimizer's rule (psgd.core.rules) inside the learning-rate schedule,
     staleness-aware scaling, DC-ASGD and weight decay. Not thread-safe."""

@@ -29,7 +29,7 @@ class BspAggregator:
     """
 
     def __init__(self, numel: int, backup: int = 0, dtype: Optional[torch.dtype] = None):
-        import torch  # here, not at the top: `psgd ctl` imports the mode rules and needs no torch
+        import torch  # here, not at the top: `psgd ctl` imports the mode classes and needs no torch
         self.step = 0
         self.backup = backup
         self.valid = 0  # contributions that carried a usable gradient

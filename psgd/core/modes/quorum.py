@@ -3,7 +3,7 @@ round once q of its quorum's deltas are in and the grace window for the rest has
 passed, weighting each delta by the examples it carries; a delta that misses its
 round's merge goes into the next one (Decoupled DiLoCo, arXiv 2604.21428).
 
-Two parts: `QuorumRule`, the consistency rule (time-free, like every mode: it says
+Two parts: `QuorumBsp`, the mode class (time-free, like every mode: it says
 whether q are in and merges when told), and `GraceWindow`, which holds the
 instants (the shard's clock, or the virtual cluster's) and says when the window
 closes. With q = W and no grace the rule is bsp's, bit for bit: equal weights
@@ -22,7 +22,7 @@ from psgd.core.clocks import ClockBoard
 from psgd.core.modes.base import Counted, Update
 from psgd.core.modes.bsp import Bsp
 
-__all__ = ["QuorumMerge", "QuorumRule", "GraceWindow", "grace_for"]
+__all__ = ["QuorumMerge", "QuorumBsp", "GraceWindow", "grace_for"]
 
 
 class QuorumMerge:
@@ -103,7 +103,7 @@ class QuorumMerge:
         self._last_round = {int(r): int(c) for r, c in sd.get("last_round", [])}  # older snapshots: none
 
 
-class QuorumRule(Bsp):
+class QuorumBsp(Bsp):
     """bsp's pulls (a pull at clock c waits for round c - 1's merge) over a QuorumMerge.
     Not a mode of its own (no MODE here): the policy picks it for bsp with a quorum."""
 
