@@ -41,6 +41,7 @@ from psgd.sim.messages import PulledParams, Push, Read, Reply, decode_push
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
 from psgd.wire.codecs import WireEncoder, codec_named
+from psgd.wire.codecs.registry import DeltaCodecs
 from psgd.wire.codecs.runs import RUNS, plan_encoding, push_plans
 from psgd.wire.replies import ReplyDecoder, reply_encoding
 from psgd.workers.fragment_rounds import FragmentRounds
@@ -122,6 +123,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         self.batched_steps = 0  # worker steps whose gradient came from a batched call
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
         self.plans = push_plans(cfg.wire, self.layout, cfg.local.enabled)  # each shard's push runs, as a real run's
+        self.codecs = DeltaCodecs(cfg.wire, self.layout.shard_sizes)  # as a local method applies them to deltas
         encodings = [plan_encoding(plan) for plan in self.plans]
         # Per shard: a push decodes to the very buffer it was encoded from (dense fp32).
         self._f32 = [e != RUNS and codec_named(e).dense and codec_named(e).wire_dtype == torch.float32
@@ -158,14 +160,14 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         worker.shard_cursors = [PushCursor() for _ in range(self.num_shards)]
         if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
             inner = inner_torch_optimizer(cfg.optimizer, self.sync.params)
-            method = method_for(cfg.local, w)
+            method = method_for(cfg)
             if isinstance(method, StreamingDiLoCo):
                 self.sync.load(worker.params)
                 worker.fragments = FragmentRounds(method, self.sync, inner, self.num_shards)
                 worker.own = self.sync.flat_params()
             else:
                 worker.local = LocalRounds(method, self.sync, inner, lambda w=worker: w.fastest_step_s,
-                                           clock=lambda: self.now)
+                                           clock=lambda: self.now, codecs=self.codecs)
         return worker
 
     # ---- memory -----------------------------------------------------------
