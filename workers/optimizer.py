@@ -40,10 +40,10 @@ from psgd.core.local_methods import Schedule, method_for
 from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
+from psgd.wire.codecs.registry import DeltaCodecs
 from psgd.workers.client import Interrupted, RequestFailed
 from psgd.workers.client_factory import ClientSettings
 from psgd.workers.device_time import DeviceClock
-from psgd.wire.codecs.registry import DeltaCodecs
 from psgd.workers.eager import EagerRounds
 from psgd.workers.fragment_rounds import StreamingRounds
 from psgd.workers.model_sync import ModelSync

@@ -47,7 +47,8 @@ class WorkerRounds(ABC):
         """Push the steps not yet sent, however few (a budget ended mid-round), and take the reply."""
 
     def drain(self) -> None:
-        """Collect what is in flight (the worker is leaving)."""
+        """Collect what is in flight (the worker is leaving); the base sends nothing ahead."""
+        return None
 
     @property
     def clock(self) -> int:

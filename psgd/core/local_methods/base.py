@@ -95,7 +95,8 @@ class LocalMethod(ABC):
         return {}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        """Resume what `state_dict` saved (the base keeps nothing)."""
+        return None
 
 
 # Method word -> class; filled by @local_method as each member module is imported.

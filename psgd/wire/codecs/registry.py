@@ -12,10 +12,10 @@ from __future__ import annotations
 import typing
 from typing import Optional, Sequence
 
-from psgd.config.operations import REPLY_COMPRESSIONS, Compression, WireConfig
-from psgd.core.members import check_words, import_members
 import torch
 
+from psgd.config.operations import REPLY_COMPRESSIONS, Compression, WireConfig
+from psgd.core.members import check_words, import_members
 from psgd.wire.codecs.base import CODECS, Codec, CodecOptions
 from psgd.wire.protocol import ErrorCode, ProtocolError
 

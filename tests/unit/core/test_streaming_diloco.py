@@ -6,11 +6,11 @@ from torch import nn
 
 from psgd.config import ConfigError, load_config
 from psgd.config.local_updates import LocalConfig
-from tests.support.local_methods import method_of
 from psgd.core.local_methods.streaming_diloco import StreamingDiLoCo, fragment_shards
 from psgd.core.sharding import layout_for_module
 from psgd.workers.fragment_rounds import FragmentRounds
 from psgd.workers.model_sync import ModelSync
+from tests.support.local_methods import method_of
 
 
 def test_each_fragment_syncs_once_per_round_on_torchft_s_staggered_schedule():

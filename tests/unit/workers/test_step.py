@@ -6,11 +6,11 @@ import torch
 from torch import nn
 
 from psgd.config.local_updates import LocalConfig
-from tests.support.local_methods import method_of
 from psgd.core.sharding import layout_for_module
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.step import Outgoing, flush_outcome, forward_backward, step_outcome
+from tests.support.local_methods import method_of
 
 TASK = SimpleNamespace(inputs=lambda x: x * 2.0, targets=lambda y: y, loss=nn.functional.cross_entropy)
 
