@@ -76,8 +76,8 @@ class BatchedSteps:
 
     def _finish(self, w, grad_loss: tuple, step_s: float) -> list:
         grads, loss = grad_loss
-        self._stepped_on(w)
+        self.stepped_on(w)
         w.last_loss = loss
         w.steps += 1
         out = step_outcome(None, lambda: grads)
-        return self._send(w, out.tensors, step_s, out.steps, owned=True)
+        return self.send(w, out.tensors, step_s, out.steps, owned=True)

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
-from psgd.config import Config
+from psgd.config import Config, ConfigError
 from psgd.core.heterogeneity import StragglerModel, straggler_for
-from psgd.core.local_methods import method_for
-from psgd.core.local_methods.streaming_diloco import StreamingDiLoCo
+from psgd.core.local_methods import Schedule, method_for
 from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.servers.service import Answer, Joined, PushFields, Served, ShardService
@@ -38,6 +37,7 @@ from psgd.sim.binding import ModelBinding
 from psgd.sim.fault_steps import FaultSteps
 from psgd.sim.fragment_steps import FragmentSteps
 from psgd.sim.messages import PulledParams, Push, Read, Reply, decode_push
+from psgd.sim.round_steps import RoundSteps
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
 from psgd.wire.codecs import WireEncoder, codec_named
@@ -48,9 +48,13 @@ from psgd.workers.fragment_rounds import FragmentRounds
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.push_cursor import PushCursor
-from psgd.workers.step import flush_outcome, forward_backward, step_outcome
+from psgd.workers.step import forward_backward, step_outcome
 
 __all__ = ["Executor", "VirtualWorker"]
+
+# Each local method's schedule (LocalMethod.schedule) as the simulated workers step it
+# (plain training: ROUNDS). EAGER is not modelled: its config is refused below.
+STEPS = {Schedule.ROUNDS: RoundSteps, Schedule.FRAGMENTS: FragmentSteps}
 
 @dataclass
 class VirtualWorker(PushCursor):
@@ -76,26 +80,31 @@ class VirtualWorker(PushCursor):
     shard_cursors: list[PushCursor] = field(default_factory=list)
     # Counts the bytes its pulls' replies carried, as the client's does (it decodes nothing itself).
     pulled: ReplyDecoder = field(default_factory=lambda: ReplyDecoder([]))
+    schedule: Any = RoundSteps  # its method's schedule as the executor steps it (STEPS)
 
     def pull_clock(self, s: int) -> int:
         """The clock a pull from shard s is for (a fragment push: that shard's own)."""
-        return self.shard_cursors[s].clock if self.fragments is not None else self.clock
+        return self.schedule.pull_clock(self, s)
+
+    @property
+    def round_clock(self) -> int:
+        """Rounds completed, as psgd.Optimizer.clock reports them."""
+        return self.schedule.clock(self)
+
+    @property
+    def seqs(self) -> int:
+        """Seqs used, as psgd.Optimizer.stats reports them."""
+        return self.schedule.seqs(self)
 
     @property
     def steps_taken(self) -> int:
         """Training steps as a real worker counts them (psgd.Optimizer.steps_taken): its
         budget and the index of its device time. Not `steps`, the gradients it computed:
         a BSP straggler whose clocks were dropped has taken the clocks it was moved past."""
-        if self.fragments is not None:
-            return self.fragments.steps_taken(min(c.clock for c in self.shard_cursors))
-        if self.local is None:
-            return self.clock
-        # A pushed round's steps moved into steps_total; the next round begins at its first step
-        # here (a real worker begins it as the reply comes), so until then none is under way.
-        return self.local.steps_taken(self.seq) - (self.local.taken if self.own is None else 0)
+        return self.schedule.steps_taken(self)
 
 
-class Executor(BatchedSteps, FaultSteps, FragmentSteps):
+class Executor(BatchedSteps, FaultSteps):
     def __init__(self, cfg: Config, run_dir=None, register: bool = True, batched: bool = False):
         """`register`: every worker joins every shard now (a replay joins them as recorded).
         `batched`: `compute_together` may compute many workers' gradients in one
@@ -138,6 +147,11 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
                         else [PulledParams(self.reply_encoding) for _ in range(self.num_shards)])
         self._train = self.task.train_data()
         self.recycling = True  # served gradient buffers are reused (off when a push may be resent: sim.faults)
+        self.schedule = method_for(cfg).schedule if cfg.local.enabled else Schedule.ROUNDS
+        if self.schedule not in STEPS:
+            raise ConfigError("local.method", f"{cfg.local.method} is not modelled on the virtual cluster: "
+                              "run it with --on local")
+        self.steps = STEPS[self.schedule](self)
         self.workers: list[VirtualWorker] = []
         for rank in range(cfg.cluster.workers):
             worker = self._new_worker(rank)
@@ -158,16 +172,10 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
         worker.shard_cursors = [PushCursor() for _ in range(self.num_shards)]
-        if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
+        worker.schedule = self.steps
+        if cfg.local.enabled:  # one inner optimizer and method object per worker: its own state
             inner = inner_torch_optimizer(cfg.optimizer, self.sync.params)
-            method = method_for(cfg)
-            if isinstance(method, StreamingDiLoCo):
-                self.sync.load(worker.params)
-                worker.fragments = FragmentRounds(method, self.sync, inner, self.num_shards)
-                worker.own = self.sync.flat_params()
-            else:
-                worker.local = LocalRounds(method, self.sync, inner, lambda w=worker: w.fastest_step_s,
-                                           clock=lambda: self.now, codecs=self.codecs)
+            self.steps.attach(worker, method_for(cfg), inner)
         return worker
 
     # ---- memory -----------------------------------------------------------
@@ -211,29 +219,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         w = self.workers[rank]
         if self.binding is not None:
             return self._step(w, step_s)
-        if w.fragments is not None:  # streaming DiLoCo: the engine sends and lands its fragments
-            self._fragment_step(w)
-            return None
-        if w.local is not None and w.own is None:  # a round starts from the parameters just pulled
-            self.sync.load(w.params)
-            w.local.begin()
-            if round_steps is not None:
-                w.local.round_steps = round_steps
-            w.own = [t.clone() for t in w.local.start]
-        self.sync.load(w.own if w.local is not None else w.params)
-        batch = next(w.batches)
-        t0 = time.process_time()
-        self.model.zero_grad(set_to_none=False)
-        loss = forward_backward(self.task, self.model, batch)
-        self.gradient_s += time.process_time() - t0
-        w.last_loss = loss.item()
-        w.steps += 1
-        self._stepped_on(w)
-        out = step_outcome(w.local, self.sync.gradients)  # the inner step, as psgd.Optimizer.step takes it
-        if out is None:
-            w.own = self.sync.flat_params(out=w.own)
-            return None
-        return self._send(w, out.tensors, step_s, out.steps)
+        return self.steps.compute(w, step_s, round_steps)  # the method's schedule (STEPS)
 
     def _step(self, w: VirtualWorker, step_s: float, batch: Optional[tuple] = None) -> list[Push]:
         """One plain step: the model reads `w.params` in place and backward
@@ -246,14 +232,14 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         loss = forward_backward(self.task, self.model, batch)  # the worker role's step
         self.gradient_s += time.process_time() - t0
         self.binding.gather_split(grads)
-        self._stepped_on(w)
+        self.stepped_on(w)
         w.last_loss = loss.item()
         w.steps += 1
         out = step_outcome(None, lambda: grads)  # a plain step sends its gradients, as psgd.Optimizer.step
-        return self._send(w, out.tensors, step_s, out.steps, owned=True)
+        return self.send(w, out.tensors, step_s, out.steps, owned=True)
 
     @staticmethod
-    def _stepped_on(w: VirtualWorker) -> None:
+    def stepped_on(w: VirtualWorker) -> None:
         for read in w.reads:
             read.done = True
         w.reads = []
@@ -261,14 +247,9 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
     def flush(self, rank: int, step_s: float = 0.0) -> Optional[list[Push]]:
         """Under local updates, the shorter round of a worker whose budget ended
         (as psgd.Optimizer.flush); None when there is none."""
-        w = self.workers[rank]
-        if w.local is None or w.own is None:
-            return None
-        self.sync.load(w.own)
-        out = flush_outcome(w.local)
-        return None if out is None else self._send(w, out.tensors, step_s, out.steps)
+        return self.steps.flush(self.workers[rank], step_s)
 
-    def _send(self, w: VirtualWorker, grads: list[torch.Tensor], step_s: float, steps: int = 1,
+    def send(self, w: VirtualWorker, grads: list[torch.Tensor], step_s: float, steps: int = 1,
               owned: bool = False) -> list[Push]:
         pushes = []
         for s, g in enumerate(grads):
@@ -287,7 +268,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
             w.own = None  # the reply starts the next round
         return pushes
 
-    def _encoded_push(self, w: VirtualWorker, s: int, g: torch.Tensor, seq: int, clock: int, step_s: float,
+    def encoded_push(self, w: VirtualWorker, s: int, g: torch.Tensor, seq: int, clock: int, step_s: float,
                       steps: int) -> Push:
         """Shard s's push of `g` (not owned: a delta buffer that is reused), as the shard decodes it."""
         before = w.encoder.wire_bytes
@@ -353,16 +334,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         w.replies[reply.shard] = reply
         if not reply.welcome:
             w.pulled.count(reply.encoding, reply.params.numel())
-        if w.fragments is not None:
-            return self.fragment_landed(reply.rank)
-        if len(w.replies) < self.num_shards:
-            return False
-        for s, r in w.replies.items():
-            w.params[s], w.versions[s] = r.params, r.version
-            w.reads.append(r.read)
-            w.fastest_step_s = r.fastest_step_s or w.fastest_step_s
-        w.adopt(r.clock for r in w.replies.values())
-        return True
+        return self.steps.receive(w)
 
     def leave(self, rank: int, now: Optional[float] = None) -> list[Reply]:
         """Worker `rank` leaves every shard (as opt.close()) at simulated time `now` (default:
