@@ -104,7 +104,7 @@ class VirtualWorker(PushCursor):
         return self.schedule.steps_taken(self)
 
 
-class Executor(BatchedSteps, FaultSteps):
+class Executor:
     def __init__(self, cfg: Config, run_dir=None, register: bool = True, batched: bool = False):
         """`register`: every worker joins every shard now (a replay joins them as recorded).
         `batched`: `compute_together` may compute many workers' gradients in one
@@ -121,15 +121,14 @@ class Executor(BatchedSteps, FaultSteps):
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
         self.services = [ShardService(shard) for shard in self.shards]  # what each request does, as on a real shard
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
-        self.batcher: Optional[BatchedGradients] = None
-        self.batch_fallback: Optional[str] = None  # why a batched run computes one by one
+        batcher, fallback = None, None  # fallback: why a batched run computes one by one
         if batched:
-            self.batch_fallback = ("local updates: each worker's inner optimizer steps on its own"
-                                   if self.binding is None else static_fallback(self.model))
-            if self.batch_fallback is None:
-                self.batcher = BatchedGradients(self.model, self.binding, self.task)
-        self._checked = False  # the batcher's first call is checked against the exact path
-        self.batched_steps = 0  # worker steps whose gradient came from a batched call
+            fallback = ("local updates: each worker's inner optimizer steps on its own"
+                        if self.binding is None else static_fallback(self.model))
+            if fallback is None:
+                batcher = BatchedGradients(self.model, self.binding, self.task)
+        self.batched = BatchedSteps(self, batcher, fallback)
+        self.fault_steps = FaultSteps(self)  # kills and restarts (sim.faults)
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
         self.plans = push_plans(cfg.wire, self.layout, cfg.local.enabled)  # each shard's push runs, as a real run's
         self.codecs = DeltaCodecs(cfg.wire, self.layout.shard_sizes)  # as a local method applies them to deltas
@@ -154,7 +153,7 @@ class Executor(BatchedSteps, FaultSteps):
         self.steps = STEPS[self.schedule](self)
         self.workers: list[VirtualWorker] = []
         for rank in range(cfg.cluster.workers):
-            worker = self._new_worker(rank)
+            worker = self.new_worker(rank)
             if register:
                 clocks = [self._joined(s, service.register(rank, 0.0)) for s, service in enumerate(self.services)]
                 worker.adopt(clocks)
@@ -162,7 +161,7 @@ class Executor(BatchedSteps, FaultSteps):
                     cursor.adopt([clock])
             self.workers.append(worker)
 
-    def _new_worker(self, rank: int) -> VirtualWorker:
+    def new_worker(self, rank: int) -> VirtualWorker:
         """Worker `rank` as its process starts: its loader from the top, a fresh encoder,
         its straggler model, and reads of the shards' current parameters."""
         cfg, w = self.cfg, self.cfg.cluster.workers
@@ -197,7 +196,27 @@ class Executor(BatchedSteps, FaultSteps):
         """Shard s's `params` at `version` as a worker receives them (not to be written to)."""
         return params if self._pulled is None else self._pulled[s](params, version)
 
-    def _gradient_buffers(self) -> list[torch.Tensor]:
+    @property
+    def batcher(self) -> Optional[BatchedGradients]:
+        return self.batched.batcher
+
+    @property
+    def batch_fallback(self) -> Optional[str]:
+        return self.batched.fallback
+
+    @property
+    def batched_steps(self) -> int:
+        return self.batched.steps
+
+    def compute_together(self, steps: dict[int, float]) -> dict[int, list[Push]]:
+        """The plain steps of the workers `steps` names (psgd.sim.batched_steps)."""
+        return self.batched.compute_together(steps)
+
+    def free(self, s: int, grad: torch.Tensor) -> None:
+        """Shard s's fp32 gradient buffer `grad` may be reused."""
+        self._free[s].append(grad)
+
+    def gradient_buffers(self) -> list[torch.Tensor]:
         """Zeroed flat gradients, one per shard, reused once their push is served."""
         out = []
         for free, n in zip(self._free, self.layout.shard_sizes):
@@ -218,15 +237,15 @@ class Executor(BatchedSteps, FaultSteps):
         a round that begins now takes that many steps (a replay's recorded rounds)."""
         w = self.workers[rank]
         if self.binding is not None:
-            return self._step(w, step_s)
+            return self.step(w, step_s)
         return self.steps.compute(w, step_s, round_steps)  # the method's schedule (STEPS)
 
-    def _step(self, w: VirtualWorker, step_s: float, batch: Optional[tuple] = None) -> list[Push]:
+    def step(self, w: VirtualWorker, step_s: float, batch: Optional[tuple] = None) -> list[Push]:
         """One plain step: the model reads `w.params` in place and backward
         writes into the flat gradients the pushes carry."""
         batch = batch if batch is not None else next(w.batches)
         t0 = time.process_time()  # zeroing the gradients counts as compute, as zero_grad does
-        grads = self._gradient_buffers()
+        grads = self.gradient_buffers()
         self.binding.bind(w.params)
         self.binding.bind_grads(grads)
         loss = forward_backward(self.task, self.model, batch)  # the worker role's step
@@ -257,7 +276,7 @@ class Executor(BatchedSteps, FaultSteps):
             enc = w.encoder.encode(s, g)
             grad = decode_push(enc, g.numel(), g if owned else None, self.plans[s])
             if owned and grad is not g:
-                self._free[s].append(g)  # encoded into the encoder's own buffer: free now
+                self.free(s, g)  # encoded into the encoder's own buffer: free now
             pushes.append(Push(w.rank, s, w.seq, w.clock, w.versions[s], grad,
                                w.encoder.wire_bytes - before, step_s, steps))
         w.pushed(w.seq, w.clock)
@@ -284,7 +303,7 @@ class Executor(BatchedSteps, FaultSteps):
                             step_s=push.step_s, steps=push.steps)
         pushed = self.services[push.shard].push(fields, self.now, lambda: push.grad)
         self.shard_s += time.process_time() - t0
-        return self._replies(push.shard, pushed)
+        return self.replies(push.shard, pushed)
 
     def tick(self, s: int, now: float) -> list[Reply]:
         """Shard s at simulated time `now`: a quorum's grace window that has passed closes
@@ -292,7 +311,7 @@ class Executor(BatchedSteps, FaultSteps):
         t0 = time.process_time()
         ticked = self.services[s].tick(now)
         self.shard_s += time.process_time() - t0
-        return self._replies(s, ticked)
+        return self.replies(s, ticked)
 
     def deadlines(self) -> list[tuple[int, float]]:
         """(shard, when) of every open grace window."""
@@ -305,10 +324,10 @@ class Executor(BatchedSteps, FaultSteps):
         t0 = time.process_time()
         served = self.services[s].pull(rank, self.workers[rank].pull_clock(s) if clock is None else clock, rank, self.now)
         self.shard_s += time.process_time() - t0
-        replies = self._replies(s, served)
+        replies = self.replies(s, served)
         return replies[0] if replies else None
 
-    def _replies(self, s: int, served: Served) -> list[Reply]:
+    def replies(self, s: int, served: Served) -> list[Reply]:
         return [self._reply(s, answer) for answer in served.answers]
 
     def _reply(self, s: int, answer: Answer) -> Reply:
@@ -316,7 +335,7 @@ class Executor(BatchedSteps, FaultSteps):
         return Reply(answer.rank, s, params, answer.version, answer.clock, answer.min_clock,
                      answer.fastest_step_s, read, encoding=self.reply_encoding)
 
-    def _welcome(self, s: int, rank: int, clock: int) -> Reply:
+    def welcome(self, s: int, rank: int, clock: int) -> Reply:
         """A registration's answer: shard s's current parameters and the clock to continue from."""
         params, read = self._read(s)
         return Reply(rank, s, params, self.shards[s].version, clock, clock, read=read, encoding=self.reply_encoding,
@@ -344,7 +363,7 @@ class Executor(BatchedSteps, FaultSteps):
             left = service.leave(rank, self.now if now is None else now)
             if left.refused:  # a worker leaves when it is done: it waits on no pull
                 raise RuntimeError(f"worker {rank} left shard {s} with a pull still parked")
-            replies += self._replies(s, left)
+            replies += self.replies(s, left)
         return replies
 
     # ---- results ----------------------------------------------------------
