@@ -48,7 +48,7 @@ MAX_LOCAL_STEPS = 1_000_000  # rounds of more steps than this never push within 
 @dataclass(frozen=True)
 class LocalConfig:
     steps: int = 0               # H: inner steps per push; 0 = off (every step pushes its gradient)
-    # The local-update method (one of LocalMethodWord); None: as the older flags below say
+    # The local-update method (one of LocalMethodWord), used once steps > 0; None: as the older flags below say
     method: Optional[LocalMethodWord] = None
     # DyLU (Liu et al. 2024): a worker whose steps take k times the fastest worker's takes steps / k
     # steps per round, so that slow and fast workers' rounds last about as long (method: dylu)
@@ -70,7 +70,6 @@ class LocalConfig:
 
     def __post_init__(self):
         if self.method is not None:
-            _check(self.steps > 0, "method", "needs local updates (steps > 0)")
             for word, flag in _FLAGS.items():
                 _check(word == self.method or not getattr(self, flag), flag,
                        f"selects {word}, but local.method is {self.method}: set one of them")

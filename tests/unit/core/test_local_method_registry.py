@@ -53,9 +53,9 @@ def test_a_word_or_flag_that_contradicts_local_method_is_refused_naming_the_key(
     assert "\n" not in str(err.value)
 
 
-def test_local_method_needs_local_updates():
-    with pytest.raises(ConfigError, match="local.method"):
-        load_config(None, ["local.method=diloco"])
+def test_a_named_method_waits_for_local_updates():
+    cfg = load_config(None, ["local.method=diloco"])  # a config names its method; --modes asp runs without
+    assert not cfg.local.enabled and load_config(None, ["local.method=diloco", "local.steps=4"]).local.method == "diloco"
 
 
 def test_dylu_keeps_the_outer_rule_of_the_method_its_outer_settings_give():
