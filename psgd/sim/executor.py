@@ -105,7 +105,8 @@ class VirtualWorker(PushCursor):
 
 
 class Executor:
-    def __init__(self, cfg: Config, run_dir=None, register: bool = True, batched: bool = False):
+    def __init__(self, cfg: Config, run_dir=None, register: bool = True, batched: bool = False,
+                 device: Optional[torch.device] = None):
         """`register`: every worker joins every shard now (a replay joins them as recorded).
         `batched`: `compute_together` may compute many workers' gradients in one
         vmapped call (psgd.sim.batched: equal to the exact path up to the last
@@ -122,11 +123,12 @@ class Executor:
         self.services = [ShardService(shard) for shard in self.shards]  # what each request does, as on a real shard
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
         batcher, fallback = None, None  # fallback: why a batched run computes one by one
-        if batched:
+        self.device = device or torch.device("cpu")  # where the batcher computes; the exact path stays on the CPU
+        if batched or self.device.type != "cpu":
             fallback = ("local updates: each worker's inner optimizer steps on its own"
                         if self.binding is None else static_fallback(self.model))
             if fallback is None:
-                batcher = BatchedGradients(self.model, self.binding, self.task)
+                batcher = BatchedGradients(self.model, self.binding, self.task, self.device, vectorize=batched)
         self.batched = BatchedSteps(self, batcher, fallback)
         self.fault_steps = FaultSteps(self)  # kills and restarts (sim.faults)
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
@@ -199,6 +201,10 @@ class Executor:
     @property
     def batcher(self) -> Optional[BatchedGradients]:
         return self.batched.batcher
+
+    @batcher.setter
+    def batcher(self, batcher: Optional[BatchedGradients]) -> None:
+        self.batched.batcher = batcher
 
     @property
     def batch_fallback(self) -> Optional[str]:
