@@ -23,20 +23,32 @@ from typing import Optional
 
 import torch
 
+from psgd.core.local_methods import LocalMethod
 from psgd.workers.client import PSClient, Request
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
+from psgd.workers.rounds import WholeRounds
 
 __all__ = ["EagerRounds"]
 
 
-class EagerRounds:
-    def __init__(self, client: PSClient, sync: ModelSync, local: LocalRounds):
-        self.client, self.sync, self.local = client, sync, local
+class EagerRounds(WholeRounds):
+    """The eager method's schedule for psgd.Optimizer (psgd.workers.rounds)."""
+
+    def __init__(self, method: LocalMethod, client: PSClient, sync: ModelSync, local: LocalRounds):
+        super().__init__(method, client, sync, local)
         self.pending: Optional[Request] = None  # the push whose reply folds in next
         self.read_versions = list(client.versions)   # of the parameters the round under way started from
         self.delayed = 0                              # rounds begun before the previous round's outer update
         self._next: list[torch.Tensor] = []          # the next round's start, flat per shard
+
+    def step(self) -> None:
+        """One inner step; at a round's end, its push, and the next round begins without waiting."""
+        if self.local.step():
+            self.round_done()
+
+    def done_fields(self) -> dict:
+        return {"outer_delayed_rounds": self.delayed}
 
     def round_done(self) -> None:
         """The round is complete: fold in the previous round's outer update, push this

@@ -14,9 +14,11 @@ from typing import Any, Mapping, Optional
 import torch
 
 from psgd.core.local_methods.streaming_diloco import StreamingDiLoCo, fragment_shards
+from psgd.workers.client import PSClient, Request
 from psgd.workers.model_sync import ModelSync
+from psgd.workers.rounds import WorkerRounds
 
-__all__ = ["FragmentRounds"]
+__all__ = ["FragmentRounds", "StreamingRounds"]
 
 
 class FragmentRounds:
@@ -103,3 +105,68 @@ class FragmentRounds:
         self.since = [int(n) for n in state["since"]]
         for dst, src in zip(self.start, state["start"]):
             dst.copy_(src)
+
+
+class StreamingRounds(WorkerRounds):
+    """Streaming DiLoCo's schedule for psgd.Optimizer (psgd.workers.rounds): each fragment is
+    pushed to its shards only (PSClient's fragment pushes, each shard's own seq and clock)."""
+
+    def __init__(self, method: StreamingDiLoCo, client: PSClient, sync: ModelSync, fragments: FragmentRounds):
+        super().__init__(method, client, sync)
+        self.fragments = fragments
+        self._in_flight: Optional[Request] = None  # the fragment push under way
+
+    @classmethod
+    def build(cls, method, client, sync, inner, codecs):
+        return cls(method, client, sync, FragmentRounds(method, sync, inner, sync.layout.num_shards))
+
+    def step(self) -> None:
+        """After an inner step: the fragment in flight lands when due (waiting for it), then any
+        fragment whose turn it is leaves (and lands at once when tau is 0)."""
+        rounds = self.fragments
+        rounds.step()
+        due = rounds.merge_due()
+        if due is not None:
+            self._land(due)
+        for fragment in rounds.sends_due():
+            self._send(fragment)
+            if rounds.merge_due() is not None:
+                self._land(fragment)
+
+    def flush(self) -> None:
+        """The fragment in flight lands, then every fragment's unsent steps go."""
+        self.drain()
+        for fragment in self.fragments.pending():
+            self._send(fragment)
+            self._land(fragment)
+
+    def drain(self) -> None:
+        if self._in_flight is not None:
+            self._land(self.fragments.in_flight[0])
+
+    def _send(self, fragment: int) -> None:
+        deltas, steps = self.fragments.delta(fragment)
+        self._in_flight = self.client.start(deltas, steps=steps)
+
+    def _land(self, fragment: int) -> None:
+        request, self._in_flight = self._in_flight, None
+        self.fragments.merge(fragment, self.client.wait(request))
+
+    @property
+    def clock(self) -> int:
+        return min(c.clock for c in self.client.shard_cursors)  # each shard counts its own fragment's pushes
+
+    @property
+    def seqs(self) -> int:
+        return sum(c.seq for c in self.client.shard_cursors)
+
+    @property
+    def steps_taken(self) -> int:
+        return self.fragments.steps_taken(self.clock)  # one rule with the simulator's
+
+    def state_dict(self) -> dict:
+        return {"fragments": self.fragments.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if "fragments" in state:
+            self.fragments.load_state_dict(state["fragments"])

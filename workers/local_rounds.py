@@ -8,11 +8,11 @@ gradient does (psgd.workers.client); only its meaning differs.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from psgd.core.local_methods import LocalMethod
+from psgd.core.local_methods import Codecs, LocalMethod
 from psgd.core.local_updates import smoothed
 from psgd.workers.model_sync import ModelSync
 
@@ -22,12 +22,15 @@ __all__ = ["LocalRounds"]
 class LocalRounds:
     """`method` (psgd.core.local_methods) says how many steps each round takes;
     `fastest_step_s()`: the fastest worker's time per step as the shards last
-    reported it, which a paced method (DyLU) follows."""
+    reported it, which a paced method (DyLU) follows; `codecs`: the run's, which the
+    method's `outgoing` may apply to each delta (psgd.wire.codecs.registry.DeltaCodecs)."""
 
     def __init__(self, method: LocalMethod, sync: ModelSync, inner: torch.optim.Optimizer,
-                 fastest_step_s: Callable[[], float], clock: Callable[[], float] = time.monotonic):
+                 fastest_step_s: Callable[[], float], clock: Callable[[], float] = time.monotonic,
+                 codecs: Optional[Codecs] = None):
         """`clock`: seconds, for this worker's own pace (the virtual cluster passes its simulated clock)."""
         self.method = method
+        self.codecs = codecs
         self.steps = method.local.steps  # nominal steps per round
         self.sync = sync
         self.inner = inner
@@ -66,12 +69,13 @@ class LocalRounds:
         return self.taken >= self.round_steps
 
     def delta(self) -> list[torch.Tensor]:
-        """start - now, one flat float32 host tensor per shard (reused buffers)."""
+        """start - now, one flat float32 host tensor per shard (reused buffers), as the
+        method sends it (its `outgoing` hook)."""
         if self.rounds:  # a process's first round also holds its wait for the run to start
             self.own_step_s = smoothed(self.own_step_s, (self._clock() - self._began) / self.taken)
         self.rounds += 1
         self.steps_total += self.taken
-        return self.sync.deltas_from(self.start)
+        return self.method.outgoing(self.sync.deltas_from(self.start), self.codecs)
 
     def state_dict(self) -> dict:
         return {"inner": self.inner.state_dict(), "taken": self.taken,

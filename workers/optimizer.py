@@ -36,22 +36,26 @@ from torch import nn
 
 from psgd.config import Config, ConfigError, ConfigLike, load_config
 from psgd.config.modes import Overlap
-from psgd.core.local_methods import method_for
-from psgd.core.local_methods.streaming_diloco import StreamingDiLoCo
+from psgd.core.local_methods import Schedule, method_for
 from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
+from psgd.wire.codecs.registry import DeltaCodecs
 from psgd.workers.client import Interrupted, RequestFailed
 from psgd.workers.client_factory import ClientSettings
 from psgd.workers.device_time import DeviceClock
 from psgd.workers.eager import EagerRounds
-from psgd.workers.fragment_rounds import FragmentRounds
-from psgd.workers.local_rounds import LocalRounds
+from psgd.workers.fragment_rounds import StreamingRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.overlap import BackwardPushes, Pipeline
-from psgd.workers.step import Outgoing, flush_outcome, step_outcome
+from psgd.workers.rounds import WholeRounds, WorkerRounds
+from psgd.workers.step import step_outcome
 
 __all__ = ["Optimizer", "OptimizerStats", "rank_from_env"]
+
+# Each local method's schedule (LocalMethod.schedule) as the real worker runs it.
+ROUNDS: dict[Schedule, type[WorkerRounds]] = {Schedule.ROUNDS: WholeRounds, Schedule.FRAGMENTS: StreamingRounds,
+                                              Schedule.EAGER: EagerRounds}
 
 
 @dataclass(frozen=True)
@@ -135,17 +139,12 @@ class Optimizer:
             self.overlap = Pipeline(self.client, self.sync)
         elif self.cfg.workers.overlap is Overlap.BACKWARD:
             self.overlap = BackwardPushes(self.client, self.sync, self.cfg.workers.piece_kb * 256)  # fp32 elements
-        self.local: Optional[LocalRounds] = None
-        self.fragments: Optional[FragmentRounds] = None  # streaming DiLoCo
-        self._in_flight = None  # streaming DiLoCo: the fragment push under way
+        # Local updates: the method's schedule (None: every step pushes its gradient)
+        self.rounds: Optional[WorkerRounds] = None
         if inner is not None:
-            method = method_for(self.cfg.local, self.cfg.cluster.workers)
-            if isinstance(method, StreamingDiLoCo):
-                self.fragments = FragmentRounds(method, self.sync, inner, self.layout.num_shards)
-            else:
-                self.local = LocalRounds(method, self.sync, inner, lambda: self.client.fastest_step_s)
-        # local.eager: the outer step overlaps the next round (workers/eager.py)
-        self.eager = EagerRounds(self.client, self.sync, self.local) if self.cfg.local.eager else None
+            method = method_for(self.cfg)
+            self.rounds = ROUNDS[method.schedule].build(method, self.client, self.sync, inner,
+                                                        DeltaCodecs(self.cfg.wire, self.layout.shard_sizes))
         self.device_clock = DeviceClock.from_config(self.cfg, self.rank)
         self._step_started = time.perf_counter()  # when the step under way began
         self._held = False  # whether this step has waited out its device time
@@ -195,63 +194,21 @@ class Optimizer:
         return loss
 
     def _step(self) -> None:
-        if self.fragments is not None:
-            self.fragments.step()
-            self._fragment_syncs()
+        if self.rounds is not None:  # local updates: the method's schedule (workers/rounds.py)
+            self.rounds.step()
             return
-        if self.local is None:
-            self._check_lr_unchanged()
-            if self.overlap is not None:
-                self.overlap.step()
-                return
-        elif self.eager is not None:  # local.eager: its own order (the reply in flight is collected first)
-            if self.local.step():
-                self.eager.round_done()  # pushes, and the next round begins without waiting
+        self._check_lr_unchanged()
+        if self.overlap is not None:
+            self.overlap.step()
             return
-        self._push(step_outcome(self.local, self.sync.gradients))  # the simulator's workers run it too
-
-    def _fragment_syncs(self) -> None:
-        """Streaming DiLoCo after an inner step: the fragment in flight lands when due (waiting
-        for it), then any fragment whose turn it is leaves (and lands at once when tau is 0)."""
-        rounds = self.fragments
-        due = rounds.merge_due()
-        if due is not None:
-            self._land(due)
-        for fragment in rounds.sends_due():
-            deltas, steps = rounds.delta(fragment)
-            self._in_flight = self.client.start(deltas, steps=steps)
-            if rounds.merge_due() is not None:
-                self._land(fragment)
-
-    def _land(self, fragment: int) -> None:
-        request, self._in_flight = self._in_flight, None
-        self.fragments.merge(fragment, self.client.wait(request))
+        out = step_outcome(None, self.sync.gradients)  # the simulator's workers run it too
+        self.sync.load(self.client.push_pull(out.tensors, steps=out.steps))
 
     def flush(self) -> None:
-        """Under local updates: push the round under way now, however few steps it has
-        (a worker whose budget ends mid-round). `close` does not: it drops such steps.
-        Streaming DiLoCo: the fragment in flight lands, then every fragment's unsent steps go."""
-        if self.fragments is not None:
-            if self.fragments.in_flight is not None:
-                self._land(self.fragments.in_flight[0])
-            for fragment in self.fragments.pending():
-                deltas, steps = self.fragments.delta(fragment)
-                self._in_flight = self.client.start(deltas, steps=steps)
-                self._land(fragment)
-            return
-        if self.eager is not None:
-            self.eager.flush()
-            return
-        self._push(flush_outcome(self.local))
-
-    def _push(self, out: Optional[Outgoing]) -> None:
-        """Send what a step made due and take the parameters of the next clock
-        (under local updates, the start of the next round)."""
-        if out is None:
-            return
-        self.sync.load(self.client.push_pull(out.tensors, steps=out.steps))
-        if self.local is not None:
-            self.local.begin()
+        """Under local updates: push the steps not yet sent, however few (a worker whose
+        budget ends mid-round), and take the reply. `close` does not: it drops such steps."""
+        if self.rounds is not None:
+            self.rounds.flush()
 
     @property
     def clock(self) -> int:
@@ -259,28 +216,24 @@ class Optimizer:
         local updates a push ends a round. Pipelined: those step() has collected."""
         if isinstance(self.overlap, Pipeline):
             return self.overlap.clock
-        if self.fragments is not None:  # each shard counts its own fragment's pushes
-            return min(c.clock for c in self.client.shard_cursors)
-        return self.client.clock
+        return self.client.clock if self.rounds is None else self.rounds.clock
 
     @property
     def steps_taken(self) -> int:
         """Training steps of this rank: its clock (one per push, and the clocks a BSP
         shard moved a dropped straggler past), or under local updates as
-        LocalRounds.steps_taken counts them. The simulator counts the same
+        the method's schedule counts them. The simulator counts the same
         (psgd.sim.executor.VirtualWorker.steps_taken)."""
-        if self.fragments is not None:  # one rule with the simulator's (FragmentRounds.steps_taken)
-            return self.fragments.steps_taken(self.clock)
-        if self.local is None:  # a pipelined push in flight counts: its step is done
-            in_flight = isinstance(self.overlap, Pipeline) and self.overlap.in_flight
-            return self.clock + int(in_flight)
-        return self.local.steps_taken(self.client.seq)
+        if self.rounds is not None:
+            return self.rounds.steps_taken
+        in_flight = isinstance(self.overlap, Pipeline) and self.overlap.in_flight  # its step is done
+        return self.clock + int(in_flight)
 
     @property
     def stats(self) -> OptimizerStats:
         """A read-only snapshot of what this worker has sent (pushes, bytes, ...)."""
         c = self.client
-        seqs = c.seq if self.fragments is None else sum(x.seq for x in c.shard_cursors)
+        seqs = c.seq if self.rounds is None else self.rounds.seqs
         return OptimizerStats(clock=self.clock, pushes=c.pushes, seqs=seqs, resends=c.resends, bytes_sent=c.bytes_sent,
                               peak_push_bytes=c.peak_push_bytes,
                               fp32_bytes=c.encoder.fp32_bytes, compression_ratio=c.encoder.compression_ratio,
@@ -293,10 +246,8 @@ class Optimizer:
         (moments, step counts) lives on the servers, which checkpoint it."""
         state = {"rank": self.rank, "clock": self.clock, "seq": self.client.seq,
                  "optimizer": dataclasses.asdict(self.cfg.optimizer)}
-        if self.local is not None:  # the inner optimizer's state lives here, not on the servers
-            state["local"] = self.local.state_dict()
-        if self.fragments is not None:
-            state["fragments"] = self.fragments.state_dict()
+        if self.rounds is not None:  # the inner optimizer's state lives here, not on the servers
+            state.update(self.rounds.state_dict())
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -312,10 +263,8 @@ class Optimizer:
             raise ValueError("the state_dict was saved with another server rule: " + "; ".join(differences))
         if int(state.get("rank", self.rank)) != self.rank:
             raise ValueError(f"the state_dict belongs to rank {state['rank']}, this is rank {self.rank}")
-        if self.local is not None and "local" in state:
-            self.local.load_state_dict(state["local"])
-        if self.fragments is not None and "fragments" in state:
-            self.fragments.load_state_dict(state["fragments"])
+        if self.rounds is not None:
+            self.rounds.load_state_dict(state)
 
     def close(self) -> None:
         """Leave the servers (nobody waits for this worker any more) and close the sockets."""
@@ -325,10 +274,8 @@ class Optimizer:
         try:
             if isinstance(self.overlap, Pipeline):
                 self.overlap.drain()  # the push in flight is acknowledged before this worker leaves
-            if self._in_flight is not None:  # a fragment's too
-                self._land(self.fragments.in_flight[0])
-            if self.eager is not None:
-                self.eager.drain()
+            if self.rounds is not None:  # a local method's exchange in flight too
+                self.rounds.drain()
         except (Interrupted, RequestFailed):
             pass  # stopping, or the shards are gone: the push's seq makes a later resend harmless
         if self.overlap is not None:

@@ -51,7 +51,7 @@ def run_worker(ctx: RoleContext) -> int:
     steps = 0
     try:
         # A restarted worker under local updates cannot recover its inner optimizer's state: it says so.
-        inner = {"inner_state": "fresh"} if opt.local is not None or opt.fragments is not None else {}
+        inner = {"inner_state": "fresh"} if opt.rounds is not None else {}
         ctx.events.emit(Event.READY, clock=opt.clock, device=str(device), **inner, **host_fields())
         if not ctx.wait_for_start():
             return 0
@@ -84,7 +84,7 @@ def run_worker(ctx: RoleContext) -> int:
                     compression_ratio=round(sent.compression_ratio, 6), encode_s=round(sent.encode_s, 6),
                     pull_bytes=sent.pull_bytes, pull_fp32_bytes=sent.pull_fp32_bytes,
                     reply_decode_s=round(sent.reply_decode_s, 6),
-                    **({"outer_delayed_rounds": opt.eager.delayed} if opt.eager is not None else {}))
+                    **(opt.rounds.done_fields() if opt.rounds is not None else {}))
     return 0
 
 

@@ -20,12 +20,15 @@ import torch
 from psgd.bench.procs import bench_config, bench_layout
 from psgd.config import Config
 from psgd.core.heterogeneity import straggler_for
+from psgd.core.local_methods import Schedule
 from psgd.runtime.event_names import Event
 from psgd.servers.service import ShardService
 from psgd.servers.state import ShardState
+from psgd.sim.batched_steps import BatchedSteps
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor, VirtualWorker
 from psgd.sim.messages import Push
+from psgd.sim.round_steps import RoundSteps
 from psgd.sim.time_model import TimeModel
 from psgd.wire.codecs import WireEncoder
 from psgd.wire.codecs.runs import single_plans
@@ -44,7 +47,9 @@ class LightExecutor(Executor):
         sizes = self.layout.shard_sizes
         self.shards = [ShardState(cfg, s, torch.zeros(n)) for s, n in enumerate(sizes)]
         self.services = [ShardService(shard) for shard in self.shards]
-        self.binding, self._f32, self.batcher = None, [True] * len(sizes), None
+        self.binding, self._f32 = None, [True] * len(sizes)
+        self.batched, self.schedule = BatchedSteps(self, None, None), Schedule.ROUNDS
+        self.steps = RoundSteps(self)  # plain steps: every reply of a round starts the next
         self.plans = single_plans(["f32"] * len(sizes), sizes)  # every push one fp32 run, as the bench's
         self._free = [[] for _ in sizes]
         self.now = 0.0
@@ -62,9 +67,9 @@ class LightExecutor(Executor):
 
     def compute(self, rank: int, step_s: float = 0.0, round_steps: Optional[int] = None) -> list[Push]:
         w = self.workers[rank]
-        self._stepped_on(w)
+        self.stepped_on(w)
         w.steps += 1
-        return self._send(w, self.grads, step_s)
+        return self.send(w, self.grads, step_s)
 
     def evaluate(self) -> dict:
         versions = [shard.version for shard in self.shards]

@@ -19,14 +19,28 @@ each shard still gets one delta per worker every H steps but the peak traffic is
 whole-model sync. Each fragment's exchange overlaps `fragment_sync_delay` inner steps, after
 which its parameters become fragment_update_alpha * local + (1 - alpha) * synced (torchft's
 and the paper's convention: alpha weighs the worker's own parameters; 0 takes the synced ones).
+
+`method` names the method (one module per method in psgd/core/local_methods/, which checks
+at import that every word here has its module and every module its word). Left out, the older
+flags say it, as they did before the key existed: fragments > 0 streaming_diloco, dynamic dylu,
+eager eager, delayed_nesterov async_diloco, outer_momentum > 0 diloco, else local_sgd.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, Optional
 
 from psgd.config.loader import check as _check
 
-__all__ = ["LocalConfig", "MAX_LOCAL_STEPS"]
+__all__ = ["LocalConfig", "LocalMethodWord", "MAX_LOCAL_STEPS", "outer_word"]
+
+# The local-update methods by their `local.method` word (each has one module in psgd/core/local_methods/).
+LocalMethodWord = Literal["local_sgd", "diloco", "async_diloco", "dylu", "eager", "streaming_diloco", "sparseloco"]
+# The older flag each method stands for: set under `method`, another method's flag is refused.
+_FLAGS = {"dylu": "dynamic", "eager": "eager", "streaming_diloco": "fragments"}
+
+# The methods whose outer rule may be Delayed Nesterov's (each steps with the outer settings' rule).
+_DELAYED = {"async_diloco", "dylu", "eager", "streaming_diloco"}
 
 MAX_LOCAL_STEPS = 1_000_000  # rounds of more steps than this never push within any run's budget
 
@@ -34,11 +48,13 @@ MAX_LOCAL_STEPS = 1_000_000  # rounds of more steps than this never push within 
 @dataclass(frozen=True)
 class LocalConfig:
     steps: int = 0               # H: inner steps per push; 0 = off (every step pushes its gradient)
+    # The local-update method (one of LocalMethodWord), used once steps > 0; None: as the older flags below say
+    method: Optional[LocalMethodWord] = None
     # DyLU (Liu et al. 2024): a worker whose steps take k times the fastest worker's takes steps / k
-    # steps per round, so that slow and fast workers' rounds last about as long
+    # steps per round, so that slow and fast workers' rounds last about as long (method: dylu)
     dynamic: bool = False
     outer_lr: float = 1.0        # the shards' outer step rate, for the mean of the workers' deltas
-    outer_momentum: float = 0.0  # momentum of the outer SGD step
+    outer_momentum: float = 0.0  # momentum of the outer SGD step (sparseloco: its error feedback's decay)
     outer_nesterov: bool = False  # Nesterov form of the outer momentum
     # Asynchronous modes: the outer momentum moves once per `cluster.workers` deltas, on their
     # mean; each delta in between is applied at outer_lr / workers (Liu et al. 2024)
@@ -49,10 +65,27 @@ class LocalConfig:
     fragment_update_alpha: float = 0.0  # weight of the local parameters when a fragment's sync lands
     # Eager outer step (after Kale et al. 2025): a worker pushes its delta and goes on with its next
     # round at once, from the latest parameters it has minus its own delta; the round's outer update
-    # is folded in one round later, when its reply is collected (psgd/workers/local_rounds.py)
+    # is folded in one round later, when its reply is collected (method: eager)
     eager: bool = False
 
     def __post_init__(self):
+        if self.method is not None:
+            for word, flag in _FLAGS.items():
+                _check(word == self.method or not getattr(self, flag), flag,
+                       f"selects {word}, but local.method is {self.method}: set one of them")
+            _check(self.method != "streaming_diloco" or self.fragments > 0, "fragments",
+                   "local.method streaming_diloco syncs in fragments: set fragments >= 1")
+            if self.method in ("dylu", "eager"):  # the older flag it stands for, for what still reads it
+                object.__setattr__(self, _FLAGS[self.method], True)
+            if self.method == "async_diloco":
+                object.__setattr__(self, "delayed_nesterov", True)
+        elif self.steps > 0:
+            _check(not (self.dynamic and self.eager), "eager",
+                   "dylu (dynamic) and eager are two methods: set local.method to one of them")
+            object.__setattr__(self, "method", self._from_flags())
+        _check(not self.delayed_nesterov or self.method in _DELAYED, "delayed_nesterov",
+               f"is async_diloco's outer rule (also under {', '.join(sorted(_DELAYED - {'async_diloco'}))}), "
+               f"not {self.method}'s")
         _check(0 <= self.steps <= MAX_LOCAL_STEPS, "steps", f"must be in 0..{MAX_LOCAL_STEPS}, got {self.steps}")
         _check(self.outer_lr > 0, "outer_lr", f"must be > 0, got {self.outer_lr}")
         _check(0 <= self.outer_momentum < 1, "outer_momentum", f"must be in [0, 1), got {self.outer_momentum}")
@@ -77,6 +110,24 @@ class LocalConfig:
         _check(not (self.eager and self.fragments), "eager",
                "streaming DiLoCo overlaps its fragments' exchanges itself (fragment_sync_delay): not with eager")
 
+    def _from_flags(self) -> str:
+        """The method the older flags select (configs written before `method`)."""
+        if self.fragments:
+            return "streaming_diloco"
+        if self.dynamic:
+            return "dylu"
+        if self.eager:
+            return "eager"
+        return outer_word(self)
+
     @property
     def enabled(self) -> bool:
         return self.steps > 0
+
+
+def outer_word(local: LocalConfig) -> str:
+    """The method whose outer rule the outer flags give (momentum, Delayed Nesterov): what
+    dylu and eager step the shards with."""
+    if local.delayed_nesterov:
+        return "async_diloco"
+    return "diloco" if local.outer_momentum > 0 else "local_sgd"

@@ -24,7 +24,7 @@ __all__ = ["server_optimizer", "outer_optimizer", "inner_torch_optimizer", "Step
 def outer_optimizer(cfg) -> OptimizerConfig:
     """The shards' rule for deltas, as the selected local method says
     (psgd.core.local_methods: outer SGD at local.outer_lr with the outer momentum)."""
-    return method_for(cfg.local, cfg.cluster.workers).outer_rule(cfg.optimizer, cfg.consistency.mode.live)
+    return method_for(cfg).outer_rule(cfg.optimizer, cfg.consistency.mode.live)
 
 
 def server_optimizer(cfg) -> OptimizerConfig:

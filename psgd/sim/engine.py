@@ -17,11 +17,12 @@ import math
 from typing import Callable, Optional
 
 from psgd.config import ConfigError, Role
+from psgd.core.local_methods import Schedule
 from psgd.runtime.event_names import Event
 from psgd.sim.event_queue import EventQueue, Kind, SimResult, event
 from psgd.sim.executor import Executor
 from psgd.sim.faults import FailureModel
-from psgd.sim.fragment_turns import FragmentTurns, Waiting
+from psgd.sim.fragment_turns import FragmentTurns, RoundTurns
 from psgd.sim.jitter import SendOrder
 from psgd.sim.limits import evaluations_exceeded
 from psgd.sim.messages import Push, Reply
@@ -31,8 +32,11 @@ from psgd.wire.protocol import ProtocolError
 
 __all__ = ["Engine"]
 
+# Each local method's schedule as the engine turns it (the executor's STEPS has the same keys).
+TURNS = {Schedule.ROUNDS: RoundTurns, Schedule.FRAGMENTS: FragmentTurns}
 
-class Engine(FragmentTurns):
+
+class Engine:
     """Runs `executor` under `time` until every worker has done its steps (or
     `max_time_s` of simulated time). `emit` receives every event record (step,
     eval, server_stats, setting_change, done) as it happens; `stop` may end the run at an eval.
@@ -70,7 +74,6 @@ class Engine(FragmentTurns):
         self.started_at = [0.0] * len(executor.workers)
         self.round_at = [0.0] * len(executor.workers)  # when each worker's parameters last arrived
         self.flushing: set[int] = set()  # workers whose last, shorter local round is in flight
-        self.landing: dict[int, Waiting] = {}  # streaming workers waiting for their fragment's replies
         self.sent_at = [0.0] * len(executor.workers)
         self.result = SimResult()
         self.q = EventQueue()
@@ -89,6 +92,7 @@ class Engine(FragmentTurns):
         self.computed: dict[int, list[Push]] = {}    # rank: pushes computed ahead of its STEP_DONE
         # Kills and restarts (sim.faults); None: no process dies, and no event below checks for it.
         self.faults = FailureModel(self, Kind) if executor.cfg.sim.faults.enabled else None
+        self.turns = TURNS[executor.schedule](self)  # the local method's schedule (plain training: ROUNDS)
 
     def hook_shard(self, s: int) -> None:
         """Shard s's adaptive-bound decisions reach the events, as a real shard reports them."""
@@ -99,7 +103,7 @@ class Engine(FragmentTurns):
     def _start_step(self, rank: int, t: float) -> None:
         w = self.ex.workers[rank]
         self.ex.now = t
-        if w.steps_taken >= self.steps_per_worker and w.fragments is not None and self._fragments_flushed(rank, t):
+        if w.steps_taken >= self.steps_per_worker and self.turns.finishing(rank, t):
             return
         if w.steps_taken >= self.steps_per_worker:  # as a real worker counts: a restart's and dropped clocks included
             last = self.ex.flush(rank, step_s=t - self.round_at[rank])  # a local round cut short still counts
@@ -108,7 +112,7 @@ class Engine(FragmentTurns):
                 self.flushing.add(rank)
                 if self.faults is not None:
                     self.faults.stamp(rank, last)
-                self._send(last, t)
+                self.send(last, t)
                 return
             released = self.ex.leave(rank, t)  # as opt.close(): nobody waits for it any more
             self.active -= 1
@@ -141,7 +145,9 @@ class Engine(FragmentTurns):
         else:  # the gradient to the host and encoded, then it leaves
             self.q.put(ready, Kind.STEP_DONE, pushes, tie=self.send_order.priority(rank, step))
 
-    def _step_done_at(self, t: float, pushes: list[Push], tie: float) -> None:
+    start_step = _start_step
+
+    def step_done_at(self, t: float, pushes: list[Push], tie: float) -> None:
         """`pushes` leave at `t`, ordered among sends at that instant by `tie` (a streaming fragment's)."""
         self.q.put(t, Kind.STEP_DONE, pushes, tie=tie)
 
@@ -150,14 +156,10 @@ class Engine(FragmentTurns):
             return  # killed mid-round: its inner steps die with it (no restart under local updates)
         w = self.ex.workers[rank]
         self.result.steps += 1
-        clock = min(c.clock for c in w.shard_cursors) if w.fragments is not None else w.clock
-        self.emit(event(t, Role.WORKER, rank, Event.STEP, rank=rank, clock=clock, loss=w.last_loss,
+        self.emit(event(t, Role.WORKER, rank, Event.STEP, rank=rank, clock=w.round_clock, loss=w.last_loss,
                         compute_s=round(self.computed_s[rank], 9), comm_s=0.0,
                         step_s=round(t - self.started_at[rank], 9), gap=0))
-        if w.fragments is not None:
-            self._fragment_turn(rank, t)
-            return
-        self._start_step(rank, t)
+        self.turns.after_inner_step(rank, t)
 
     def _step_done(self, done, t: float) -> None:
         """A step's compute ended: its pushes go out (computed now, with every
@@ -169,7 +171,7 @@ class Engine(FragmentTurns):
             done = self.computed.pop(done)
         if self.faults is not None and not self.faults.current(done):
             return  # the worker died computing it
-        self._send(done, t)
+        self.send(done, t)
 
     def _compute_pending(self) -> None:
         if self.pending:
@@ -181,7 +183,7 @@ class Engine(FragmentTurns):
             self.open_push.update({rank: sum(p.wire_bytes for p in pushes) for rank, pushes in computed.items()})
             self.pending = {}
 
-    def _send(self, pushes: list[Push], t: float) -> None:
+    def send(self, pushes: list[Push], t: float) -> None:
         rank = pushes[0].rank
         self.sent_at[rank] = t
         if self.faults is not None:
@@ -287,8 +289,7 @@ class Engine(FragmentTurns):
         if not self.ex.receive(r):
             return
         self.open_push.pop(r.rank, None)
-        if self.ex.workers[r.rank].fragments is not None:
-            self._fragment_landed(r.rank, t)
+        if self.turns.replied(r.rank, t):
             return
         w = self.ex.workers[r.rank]
         self.round_at[r.rank] = t
@@ -327,7 +328,7 @@ class Engine(FragmentTurns):
         self.said_done.add(rank)
         open_bytes = self.open_push.pop(rank, None)
         cut = int(open_bytes is not None)
-        seqs = w.seq if w.fragments is None else sum(c.seq for c in w.shard_cursors)
+        seqs = w.seqs
         self.emit(event(t, Role.WORKER, rank, Event.DONE, rank=rank, clock=w.clock - cut, steps=w.steps - cut,
                          pushes=w.pushes - cut, seqs=seqs - cut, resends=0,
                          bytes_sent=w.encoder.wire_bytes - (open_bytes or 0), peak_push_bytes=w.peak_push_bytes,

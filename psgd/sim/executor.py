@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
-from psgd.config import Config
+from psgd.config import Config, ConfigError
 from psgd.core.heterogeneity import StragglerModel, straggler_for
-from psgd.core.local_methods import method_for
-from psgd.core.local_methods.streaming_diloco import StreamingDiLoCo
+from psgd.core.local_methods import Schedule, method_for
 from psgd.core.local_updates import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.servers.service import Answer, Joined, PushFields, Served, ShardService
@@ -38,18 +37,24 @@ from psgd.sim.binding import ModelBinding
 from psgd.sim.fault_steps import FaultSteps
 from psgd.sim.fragment_steps import FragmentSteps
 from psgd.sim.messages import PulledParams, Push, Read, Reply, decode_push
+from psgd.sim.round_steps import RoundSteps
 from psgd.tasks import build_model, load_task
 from psgd.tasks.loaders import train_loader
 from psgd.wire.codecs import WireEncoder, codec_named
+from psgd.wire.codecs.registry import DeltaCodecs
 from psgd.wire.codecs.runs import RUNS, plan_encoding, push_plans
 from psgd.wire.replies import ReplyDecoder, reply_encoding
 from psgd.workers.fragment_rounds import FragmentRounds
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.push_cursor import PushCursor
-from psgd.workers.step import flush_outcome, forward_backward, step_outcome
+from psgd.workers.step import forward_backward, step_outcome
 
 __all__ = ["Executor", "VirtualWorker"]
+
+# Each local method's schedule (LocalMethod.schedule) as the simulated workers step it
+# (plain training: ROUNDS). EAGER is not modelled: its config is refused below.
+STEPS = {Schedule.ROUNDS: RoundSteps, Schedule.FRAGMENTS: FragmentSteps}
 
 @dataclass
 class VirtualWorker(PushCursor):
@@ -75,26 +80,31 @@ class VirtualWorker(PushCursor):
     shard_cursors: list[PushCursor] = field(default_factory=list)
     # Counts the bytes its pulls' replies carried, as the client's does (it decodes nothing itself).
     pulled: ReplyDecoder = field(default_factory=lambda: ReplyDecoder([]))
+    schedule: Any = RoundSteps  # its method's schedule as the executor steps it (STEPS)
 
     def pull_clock(self, s: int) -> int:
         """The clock a pull from shard s is for (a fragment push: that shard's own)."""
-        return self.shard_cursors[s].clock if self.fragments is not None else self.clock
+        return self.schedule.pull_clock(self, s)
+
+    @property
+    def round_clock(self) -> int:
+        """Rounds completed, as psgd.Optimizer.clock reports them."""
+        return self.schedule.clock(self)
+
+    @property
+    def seqs(self) -> int:
+        """Seqs used, as psgd.Optimizer.stats reports them."""
+        return self.schedule.seqs(self)
 
     @property
     def steps_taken(self) -> int:
         """Training steps as a real worker counts them (psgd.Optimizer.steps_taken): its
         budget and the index of its device time. Not `steps`, the gradients it computed:
         a BSP straggler whose clocks were dropped has taken the clocks it was moved past."""
-        if self.fragments is not None:
-            return self.fragments.steps_taken(min(c.clock for c in self.shard_cursors))
-        if self.local is None:
-            return self.clock
-        # A pushed round's steps moved into steps_total; the next round begins at its first step
-        # here (a real worker begins it as the reply comes), so until then none is under way.
-        return self.local.steps_taken(self.seq) - (self.local.taken if self.own is None else 0)
+        return self.schedule.steps_taken(self)
 
 
-class Executor(BatchedSteps, FaultSteps, FragmentSteps):
+class Executor:
     def __init__(self, cfg: Config, run_dir=None, register: bool = True, batched: bool = False,
                  device: Optional[torch.device] = None):
         """`register`: every worker joins every shard now (a replay joins them as recorded).
@@ -112,19 +122,18 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         self.shards = [ShardState(cfg, s, initial[s]) for s in range(self.num_shards)]
         self.services = [ShardService(shard) for shard in self.shards]  # what each request does, as on a real shard
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
-        self.batcher: Optional[BatchedGradients] = None
-        self.batch_fallback: Optional[str] = None  # why a batched run computes one by one
+        batcher, fallback = None, None  # fallback: why a batched run computes one by one
         self.device = device or torch.device("cpu")  # where the batcher computes; the exact path stays on the CPU
         if batched or self.device.type != "cpu":
-            self.batch_fallback = ("local updates: each worker's inner optimizer steps on its own"
-                                   if self.binding is None else static_fallback(self.model))
-            if self.batch_fallback is None:
-                self.batcher = BatchedGradients(self.model, self.binding, self.task, self.device,
-                                                vectorize=batched)
-        self._checked = False  # the batcher's first call is checked against the exact path
-        self.batched_steps = 0  # worker steps whose gradient came from a batched call
+            fallback = ("local updates: each worker's inner optimizer steps on its own"
+                        if self.binding is None else static_fallback(self.model))
+            if fallback is None:
+                batcher = BatchedGradients(self.model, self.binding, self.task, self.device, vectorize=batched)
+        self.batched = BatchedSteps(self, batcher, fallback)
+        self.fault_steps = FaultSteps(self)  # kills and restarts (sim.faults)
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers
         self.plans = push_plans(cfg.wire, self.layout, cfg.local.enabled)  # each shard's push runs, as a real run's
+        self.codecs = DeltaCodecs(cfg.wire, self.layout.shard_sizes)  # as a local method applies them to deltas
         encodings = [plan_encoding(plan) for plan in self.plans]
         # Per shard: a push decodes to the very buffer it was encoded from (dense fp32).
         self._f32 = [e != RUNS and codec_named(e).dense and codec_named(e).wire_dtype == torch.float32
@@ -139,9 +148,14 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
                         else [PulledParams(self.reply_encoding) for _ in range(self.num_shards)])
         self._train = self.task.train_data()
         self.recycling = True  # served gradient buffers are reused (off when a push may be resent: sim.faults)
+        self.schedule = method_for(cfg).schedule if cfg.local.enabled else Schedule.ROUNDS
+        if self.schedule not in STEPS:
+            raise ConfigError("local.method", f"{cfg.local.method} is not modelled on the virtual cluster: "
+                              "run it with --on local")
+        self.steps = STEPS[self.schedule](self)
         self.workers: list[VirtualWorker] = []
         for rank in range(cfg.cluster.workers):
-            worker = self._new_worker(rank)
+            worker = self.new_worker(rank)
             if register:
                 clocks = [self._joined(s, service.register(rank, 0.0)) for s, service in enumerate(self.services)]
                 worker.adopt(clocks)
@@ -149,7 +163,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
                     cursor.adopt([clock])
             self.workers.append(worker)
 
-    def _new_worker(self, rank: int) -> VirtualWorker:
+    def new_worker(self, rank: int) -> VirtualWorker:
         """Worker `rank` as its process starts: its loader from the top, a fresh encoder,
         its straggler model, and reads of the shards' current parameters."""
         cfg, w = self.cfg, self.cfg.cluster.workers
@@ -159,16 +173,10 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         worker = VirtualWorker(rank, batches, enc, straggler_for(cfg.workers, rank, cfg.run.seed),
                                [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
         worker.shard_cursors = [PushCursor() for _ in range(self.num_shards)]
-        if cfg.local.enabled:  # one inner optimizer per worker over the shared model: its own state
+        worker.schedule = self.steps
+        if cfg.local.enabled:  # one inner optimizer and method object per worker: its own state
             inner = inner_torch_optimizer(cfg.optimizer, self.sync.params)
-            method = method_for(cfg.local, w)
-            if isinstance(method, StreamingDiLoCo):
-                self.sync.load(worker.params)
-                worker.fragments = FragmentRounds(method, self.sync, inner, self.num_shards)
-                worker.own = self.sync.flat_params()
-            else:
-                worker.local = LocalRounds(method, self.sync, inner, lambda w=worker: w.fastest_step_s,
-                                           clock=lambda: self.now)
+            self.steps.attach(worker, method_for(cfg), inner)
         return worker
 
     # ---- memory -----------------------------------------------------------
@@ -190,7 +198,31 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         """Shard s's `params` at `version` as a worker receives them (not to be written to)."""
         return params if self._pulled is None else self._pulled[s](params, version)
 
-    def _gradient_buffers(self) -> list[torch.Tensor]:
+    @property
+    def batcher(self) -> Optional[BatchedGradients]:
+        return self.batched.batcher
+
+    @batcher.setter
+    def batcher(self, batcher: Optional[BatchedGradients]) -> None:
+        self.batched.batcher = batcher
+
+    @property
+    def batch_fallback(self) -> Optional[str]:
+        return self.batched.fallback
+
+    @property
+    def batched_steps(self) -> int:
+        return self.batched.steps
+
+    def compute_together(self, steps: dict[int, float]) -> dict[int, list[Push]]:
+        """The plain steps of the workers `steps` names (psgd.sim.batched_steps)."""
+        return self.batched.compute_together(steps)
+
+    def free(self, s: int, grad: torch.Tensor) -> None:
+        """Shard s's fp32 gradient buffer `grad` may be reused."""
+        self._free[s].append(grad)
+
+    def gradient_buffers(self) -> list[torch.Tensor]:
         """Zeroed flat gradients, one per shard, reused once their push is served."""
         out = []
         for free, n in zip(self._free, self.layout.shard_sizes):
@@ -211,50 +243,28 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         a round that begins now takes that many steps (a replay's recorded rounds)."""
         w = self.workers[rank]
         if self.binding is not None:
-            return self._step(w, step_s)
-        if w.fragments is not None:  # streaming DiLoCo: the engine sends and lands its fragments
-            self._fragment_step(w)
-            return None
-        if w.local is not None and w.own is None:  # a round starts from the parameters just pulled
-            self.sync.load(w.params)
-            w.local.begin()
-            if round_steps is not None:
-                w.local.round_steps = round_steps
-            w.own = [t.clone() for t in w.local.start]
-        self.sync.load(w.own if w.local is not None else w.params)
-        batch = next(w.batches)
-        t0 = time.process_time()
-        self.model.zero_grad(set_to_none=False)
-        loss = forward_backward(self.task, self.model, batch)
-        self.gradient_s += time.process_time() - t0
-        w.last_loss = loss.item()
-        w.steps += 1
-        self._stepped_on(w)
-        out = step_outcome(w.local, self.sync.gradients)  # the inner step, as psgd.Optimizer.step takes it
-        if out is None:
-            w.own = self.sync.flat_params(out=w.own)
-            return None
-        return self._send(w, out.tensors, step_s, out.steps)
+            return self.step(w, step_s)
+        return self.steps.compute(w, step_s, round_steps)  # the method's schedule (STEPS)
 
-    def _step(self, w: VirtualWorker, step_s: float, batch: Optional[tuple] = None) -> list[Push]:
+    def step(self, w: VirtualWorker, step_s: float, batch: Optional[tuple] = None) -> list[Push]:
         """One plain step: the model reads `w.params` in place and backward
         writes into the flat gradients the pushes carry."""
         batch = batch if batch is not None else next(w.batches)
         t0 = time.process_time()  # zeroing the gradients counts as compute, as zero_grad does
-        grads = self._gradient_buffers()
+        grads = self.gradient_buffers()
         self.binding.bind(w.params)
         self.binding.bind_grads(grads)
         loss = forward_backward(self.task, self.model, batch)  # the worker role's step
         self.gradient_s += time.process_time() - t0
         self.binding.gather_split(grads)
-        self._stepped_on(w)
+        self.stepped_on(w)
         w.last_loss = loss.item()
         w.steps += 1
         out = step_outcome(None, lambda: grads)  # a plain step sends its gradients, as psgd.Optimizer.step
-        return self._send(w, out.tensors, step_s, out.steps, owned=True)
+        return self.send(w, out.tensors, step_s, out.steps, owned=True)
 
     @staticmethod
-    def _stepped_on(w: VirtualWorker) -> None:
+    def stepped_on(w: VirtualWorker) -> None:
         for read in w.reads:
             read.done = True
         w.reads = []
@@ -262,14 +272,9 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
     def flush(self, rank: int, step_s: float = 0.0) -> Optional[list[Push]]:
         """Under local updates, the shorter round of a worker whose budget ended
         (as psgd.Optimizer.flush); None when there is none."""
-        w = self.workers[rank]
-        if w.local is None or w.own is None:
-            return None
-        self.sync.load(w.own)
-        out = flush_outcome(w.local)
-        return None if out is None else self._send(w, out.tensors, step_s, out.steps)
+        return self.steps.flush(self.workers[rank], step_s)
 
-    def _send(self, w: VirtualWorker, grads: list[torch.Tensor], step_s: float, steps: int = 1,
+    def send(self, w: VirtualWorker, grads: list[torch.Tensor], step_s: float, steps: int = 1,
               owned: bool = False) -> list[Push]:
         pushes = []
         for s, g in enumerate(grads):
@@ -277,7 +282,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
             enc = w.encoder.encode(s, g)
             grad = decode_push(enc, g.numel(), g if owned else None, self.plans[s])
             if owned and grad is not g:
-                self._free[s].append(g)  # encoded into the encoder's own buffer: free now
+                self.free(s, g)  # encoded into the encoder's own buffer: free now
             pushes.append(Push(w.rank, s, w.seq, w.clock, w.versions[s], grad,
                                w.encoder.wire_bytes - before, step_s, steps))
         w.pushed(w.seq, w.clock)
@@ -288,7 +293,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
             w.own = None  # the reply starts the next round
         return pushes
 
-    def _encoded_push(self, w: VirtualWorker, s: int, g: torch.Tensor, seq: int, clock: int, step_s: float,
+    def encoded_push(self, w: VirtualWorker, s: int, g: torch.Tensor, seq: int, clock: int, step_s: float,
                       steps: int) -> Push:
         """Shard s's push of `g` (not owned: a delta buffer that is reused), as the shard decodes it."""
         before = w.encoder.wire_bytes
@@ -304,7 +309,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
                             step_s=push.step_s, steps=push.steps)
         pushed = self.services[push.shard].push(fields, self.now, push.grad)
         self.shard_s += time.process_time() - t0
-        return self._replies(push.shard, pushed)
+        return self.replies(push.shard, pushed)
 
     def tick(self, s: int, now: float) -> list[Reply]:
         """Shard s at simulated time `now`: a quorum's grace window that has passed closes
@@ -312,7 +317,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         t0 = time.process_time()
         ticked = self.services[s].tick(now)
         self.shard_s += time.process_time() - t0
-        return self._replies(s, ticked)
+        return self.replies(s, ticked)
 
     def deadlines(self) -> list[tuple[int, float]]:
         """(shard, when) of every open grace window."""
@@ -325,10 +330,10 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         t0 = time.process_time()
         served = self.services[s].pull(rank, self.workers[rank].pull_clock(s) if clock is None else clock, rank, self.now)
         self.shard_s += time.process_time() - t0
-        replies = self._replies(s, served)
+        replies = self.replies(s, served)
         return replies[0] if replies else None
 
-    def _replies(self, s: int, served: Served) -> list[Reply]:
+    def replies(self, s: int, served: Served) -> list[Reply]:
         return [self._reply(s, answer) for answer in served.answers]
 
     def _reply(self, s: int, answer: Answer) -> Reply:
@@ -336,7 +341,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         return Reply(answer.rank, s, params, answer.version, answer.clock, answer.min_clock,
                      answer.fastest_step_s, read, encoding=self.reply_encoding)
 
-    def _welcome(self, s: int, rank: int, clock: int) -> Reply:
+    def welcome(self, s: int, rank: int, clock: int) -> Reply:
         """A registration's answer: shard s's current parameters and the clock to continue from."""
         params, read = self._read(s)
         return Reply(rank, s, params, self.shards[s].version, clock, clock, read=read, encoding=self.reply_encoding,
@@ -354,16 +359,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         w.replies[reply.shard] = reply
         if not reply.welcome:
             w.pulled.count(reply.encoding, reply.params.numel())
-        if w.fragments is not None:
-            return self.fragment_landed(reply.rank)
-        if len(w.replies) < self.num_shards:
-            return False
-        for s, r in w.replies.items():
-            w.params[s], w.versions[s] = r.params, r.version
-            w.reads.append(r.read)
-            w.fastest_step_s = r.fastest_step_s or w.fastest_step_s
-        w.adopt(r.clock for r in w.replies.values())
-        return True
+        return self.steps.receive(w)
 
     def leave(self, rank: int, now: Optional[float] = None) -> list[Reply]:
         """Worker `rank` leaves every shard (as opt.close()) at simulated time `now` (default:
@@ -373,7 +369,7 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
             left = service.leave(rank, self.now if now is None else now)
             if left.refused:  # a worker leaves when it is done: it waits on no pull
                 raise RuntimeError(f"worker {rank} left shard {s} with a pull still parked")
-            replies += self._replies(s, left)
+            replies += self.replies(s, left)
         return replies
 
     # ---- results ----------------------------------------------------------

@@ -23,44 +23,48 @@ __all__ = ["FaultSteps"]
 
 
 class FaultSteps:
-    """Mixed into psgd.sim.executor.Executor."""
+    """Handed the executor whose workers and shards it kills and restarts."""
+
+    def __init__(self, ex):
+        self.ex = ex
 
     def restart_worker(self, rank: int) -> None:
         """Worker `rank`'s process starts again; it joins the shards with `join`."""
-        old = self.workers[rank]
-        for read in old.reads:  # the dead process's reads are over
+        ex = self.ex
+        for read in ex.workers[rank].reads:  # the dead process's reads are over
             read.done = True
-        self.workers[rank] = self._new_worker(rank)
+        ex.workers[rank] = ex.new_worker(rank)
 
     def join(self, rank: int, s: int, now: float) -> tuple:
         """Worker `rank` registers with shard s: its welcome (a Reply: the shard's parameters
         and the clock it continues from) and the replies to parked pulls its joining released."""
-        joined = self.services[s].register(rank, now)
-        w = self.workers[rank]
+        joined = self.ex.services[s].register(rank, now)
+        w = self.ex.workers[rank]
         w.joined(joined.last_seq)
         w.adopt([joined.clock])
         if w.shard_cursors:  # a streaming worker's own per-shard seq and clock
             w.shard_cursors[s].joined(joined.last_seq)
             w.shard_cursors[s].adopt([joined.clock])
-        return self._welcome(s, rank, joined.clock), self._replies(s, joined)
+        return self.ex.welcome(s, rank, joined.clock), self.ex.replies(s, joined)
 
     def snapshot_shard(self, s: int) -> Optional[dict]:
         """Shard s's durable state at a kill: what its snapshot and push log restore
         (None with checkpoint.enabled false: the real shard then keeps nothing)."""
-        if not self.cfg.checkpoint.enabled:
+        if not self.ex.cfg.checkpoint.enabled:
             return None
-        return shard_state_dict(self.shards[s], self.layout.fingerprint)
+        return shard_state_dict(self.ex.shards[s], self.ex.layout.fingerprint)
 
     def restart_shard(self, s: int, snapshot: Optional[dict], now: float) -> None:
         """Shard s's process starts again from `snapshot` (None: from the model's initial
         parameters, as a real shard without checkpoints does), with no parked pull."""
-        state = ShardState(self.cfg, s, self.initial[s] if snapshot is None else snapshot["params"])
+        ex = self.ex
+        state = ShardState(ex.cfg, s, ex.initial[s] if snapshot is None else snapshot["params"])
         if snapshot is not None:
-            load_shard_state(state, snapshot, self.layout.fingerprint, now)
-        self.shards[s] = state
-        self.services[s] = ShardService(state)
-        self.restart_replies(s)  # a new process encodes its replies afresh (its versions may repeat)
+            load_shard_state(state, snapshot, ex.layout.fingerprint, now)
+        ex.shards[s] = state
+        ex.services[s] = ShardService(state)
+        ex.restart_replies(s)  # a new process encodes its replies afresh (its versions may repeat)
 
     def replies_of(self, s: int, served) -> list:
         """The replies shard s sends for what a request released (`Served.answers`)."""
-        return self._replies(s, served)
+        return self.ex.replies(s, served)

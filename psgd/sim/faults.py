@@ -247,7 +247,7 @@ class FailureModel:
 
     def _shard_down(self, s: int, t: float) -> None:
         self.shard_up[s] = False
-        self.snapshots[s] = self.ex.snapshot_shard(s)
+        self.snapshots[s] = self.ex.fault_steps.snapshot_shard(s)
         self.e.waiting[s] = []  # its queue dies with it
         self.e.serving[s] = False
         self.connected[s] = set()
@@ -257,7 +257,7 @@ class FailureModel:
         role, index = who
         if role == Role.WORKER:
             self.worker_up[index] = True
-            self.ex.restart_worker(index)
+            self.ex.fault_steps.restart_worker(index)
             self.request[index] += 1
             self.joining.add(index)
             for s in range(self.ex.num_shards):
@@ -266,7 +266,7 @@ class FailureModel:
                 else:
                     self.held[s].append((index, self.worker_gen[index]))
             return
-        self.ex.restart_shard(index, self.snapshots.pop(index), t)
+        self.ex.fault_steps.restart_shard(index, self.snapshots.pop(index), t)
         self.e.hook_shard(index)
         self.shard_gen[index] += 1
         self.shard_up[index] = True
@@ -279,7 +279,7 @@ class FailureModel:
     def _join(self, rank: int, s: int, t: float, welcome: bool) -> None:
         """Worker `rank` registers with shard s at `t` (the shard's own register)."""
         self.ex.now = t
-        hello, released = self.ex.join(rank, s, t)
+        hello, released = self.ex.fault_steps.join(rank, s, t)
         self.connected[s].add(rank)
         self.e.emit({"t": round(t, 6), "role": Role.SERVER, "index": s, "event": Event.REGISTER, "rank": rank,
                      "clock": hello.clock})
@@ -299,7 +299,7 @@ class FailureModel:
                 if self.worker_up[rank]:
                     state.seen(rank, t)
             departed = self.ex.services[s].expire(t)
-            self.e.send_released(self.ex.replies_of(s, departed), t)
+            self.e.send_released(self.ex.fault_steps.replies_of(s, departed), t)
         self.e.schedule_deadlines()  # a quorum that shrank may open its grace window
         # A dead worker whose last push a shard served after its death is silent for timeout_s
         # only later: the shards look again the first instant its silence exceeds it.

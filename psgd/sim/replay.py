@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 
 from psgd.config import Role, load_config
+from psgd.core.local_methods import Schedule, method_for
 from psgd.runtime.event_names import Event
 from psgd.servers.record import Op, OpKind, RecordError, ShardRecord, read_record, record_path
 from psgd.sim.executor import Executor
@@ -261,14 +262,12 @@ def replay(run_dir: Path, check_model: bool = True) -> ReplayResult:
     cfg = load_config(run_dir / "config.yaml")
     if not cfg.consistency.mode.on_servers:
         raise RecordError("an all-reduce run has no parameter servers to record: it is deterministic without one")
-    if cfg.local.eager:
-        raise RecordError("local.eager: each round starts from the worker's own parameters and a reply it folds "
-                          "in later, which the record does not hold; replay covers runs without it")
+    if cfg.local.enabled and method_for(cfg).schedule is not Schedule.ROUNDS:
+        raise RecordError(f"local.method {cfg.local.method}: its rounds do not end in one whole-model push whose "
+                          "reply starts the next (fragments, or an outer update folded in later); the replay "
+                          "re-executes whole-model rounds only")
     events = _events(run_dir)
     _check_replayable(cfg, events)
-    if cfg.local.fragments:
-        raise RecordError("streaming DiLoCo (local.fragments) pushes some shards at a time; the replay "
-                          "re-executes whole-model pushes only")
     records = [read_record(record_path(run_dir, s)) for s in range(cfg.cluster.num_servers)]
     torch.set_num_threads(cfg.run.threads)  # the workers' thread count: the same reduction order
     ex = Executor(cfg, run_dir, register=False)

@@ -3,18 +3,14 @@ applied on arrival at outer_lr / workers, and the outer momentum moves once per
 `workers` deltas, on their mean (psgd.core.rules.sgd applies that period)."""
 from __future__ import annotations
 
-from psgd.config.local_updates import LocalConfig
 from psgd.core.local_methods.base import local_method
 from psgd.core.local_methods.diloco import DiLoCo
 
 
 @local_method
 class AsyncDiLoCo(DiLoCo):
+    word = "async_diloco"
     name = "async DiLoCo (Delayed Nesterov)"
-
-    @classmethod
-    def selects(cls, local: LocalConfig) -> bool:
-        return local.delayed_nesterov and not local.dynamic and not local.fragments
 
     def momentum_period(self) -> int:
         return self.workers

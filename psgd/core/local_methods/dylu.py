@@ -1,30 +1,25 @@
 """DyLU (Liu et al. 2024): a worker whose steps take k times the fastest worker's
 takes steps / k steps per round (at least one), so that slow and fast workers'
-rounds last about as long. The outer rule is that of the method the other
-`local:` settings select (local SGD, DiLoCo or async DiLoCo)."""
+rounds last about as long. The outer rule is that of the method the outer
+`local:` settings give (local SGD, DiLoCo or async DiLoCo: psgd.config.local_updates.outer_word)."""
 from __future__ import annotations
 
-import dataclasses
 import math
 
-from psgd.config import OptimizerConfig
-from psgd.config.local_updates import LocalConfig
+from psgd.config import Config, OptimizerConfig
+from psgd.config.local_updates import outer_word
 from psgd.core.local_methods.base import LOCAL_METHODS, LocalMethod, local_method
 
 
 @local_method
 class DyLU(LocalMethod):
+    word = "dylu"
     name = "DyLU"
     paced = True
 
-    def __init__(self, local: LocalConfig, workers: int):
-        super().__init__(local, workers)
-        fixed = dataclasses.replace(local, dynamic=False)
-        self.outer = next(m for m in LOCAL_METHODS.values() if m is not DyLU and m.selects(fixed))(fixed, workers)
-
-    @classmethod
-    def selects(cls, local: LocalConfig) -> bool:
-        return local.dynamic
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
+        self.outer = LOCAL_METHODS[outer_word(cfg.local)](cfg)
 
     def outer_rule(self, optimizer: OptimizerConfig, live: bool) -> OptimizerConfig:
         return self.outer.outer_rule(optimizer, live)

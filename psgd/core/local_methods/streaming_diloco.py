@@ -15,8 +15,7 @@ tau 0 and alpha 0 it is DiLoCo (or async DiLoCo), step for step.
 """
 from __future__ import annotations
 
-from psgd.config.local_updates import LocalConfig
-from psgd.core.local_methods.base import LocalMethod, local_method
+from psgd.core.local_methods.base import LocalMethod, Schedule, local_method
 
 __all__ = ["StreamingDiLoCo", "fragment_shards"]
 
@@ -30,11 +29,9 @@ def fragment_shards(fragments: int, num_shards: int) -> list[list[int]]:
 
 @local_method
 class StreamingDiLoCo(LocalMethod):
+    word = "streaming_diloco"
     name = "streaming DiLoCo"
-
-    @classmethod
-    def selects(cls, local: LocalConfig) -> bool:
-        return local.fragments > 0
+    schedule = Schedule.FRAGMENTS
 
     def momentum_period(self) -> int:
         return self.workers if self.local.delayed_nesterov else 1

@@ -12,13 +12,15 @@ from __future__ import annotations
 import typing
 from typing import Optional, Sequence
 
+import torch
+
 from psgd.config.operations import REPLY_COMPRESSIONS, Compression, WireConfig
 from psgd.core.members import check_words, import_members
-from psgd.wire.codecs.base import CODECS, Codec
+from psgd.wire.codecs.base import CODECS, Codec, CodecOptions
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
 __all__ = ["CODECS", "codec_named", "dense_codec", "codec_for_compression", "encodings_for",
-           "check_codecs", "check_reply_codecs"]
+           "check_codecs", "check_reply_codecs", "DeltaCodecs"]
 
 
 def check_codecs(codecs: dict[str, type[Codec]], compression_values: tuple[str, ...]) -> None:
@@ -53,6 +55,23 @@ def codec_for_compression(compression: str) -> type[Codec]:
 def encodings_for(wire: WireConfig, shard_sizes: Sequence[int], local_updates: bool) -> list[str]:
     """Each shard's push encoding (a codec's wire name), as `wire.compression` chooses it."""
     return [codec_for_compression(c).name for c in wire.compression_for(shard_sizes, local_updates)]
+
+
+class DeltaCodecs:
+    """The run's codecs as a worker hands them to its local method (the method's layer sits
+    below the wire: psgd.core.local_methods.base.Codecs)."""
+
+    def __init__(self, wire: WireConfig, shard_sizes: Sequence[int]):
+        self.options = CodecOptions(topk_ratio=wire.topk_ratio)
+        self.pushes = list(wire.compression_for(shard_sizes, True))  # each shard's word for a delta
+
+    def round_trip(self, compression: str, x: torch.Tensor) -> torch.Tensor:
+        codec = codec_for_compression(compression)([x.numel()], self.options)
+        encoded = codec.encode(0, x)
+        got = codec.decode(encoded.frames, x.numel(), encoded.nnz, encoded.scale, torch.empty(x.numel()))
+        if isinstance(got, tuple):  # sparse: (indices, values)
+            return torch.zeros(x.numel()).index_copy_(0, got[0].long(), got[1])
+        return got
 
 
 def check_reply_codecs(codecs: dict[str, type[Codec]], reply_values: tuple[str, ...]) -> None:

@@ -151,8 +151,8 @@ def test_a_non_finite_delta_is_refused_with_the_parameters_untouched():
 
 def test_dylu_shortens_a_slow_workers_round_in_proportion_to_its_speed():
     from psgd.config.local_updates import LocalConfig
-    from psgd.core.local_methods import method_for
-    dylu = method_for(LocalConfig(steps=8, dynamic=True), 4)
+    from tests.support.local_methods import method_of
+    dylu = method_of(LocalConfig(steps=8, dynamic=True), 4)
     assert dylu.paced and dylu.name == "DyLU"
     assert dylu.round_steps(own_step_s=0.04, fastest_step_s=0.01) == 2   # 4x slower: a quarter of the steps
     assert dylu.round_steps(own_step_s=0.03, fastest_step_s=0.01) == 3   # 8 / 3 rounds to 3

@@ -6,20 +6,20 @@ from torch import nn
 
 from psgd.config import ConfigError, load_config
 from psgd.config.local_updates import LocalConfig
-from psgd.core.local_methods import method_for
 from psgd.core.local_methods.streaming_diloco import StreamingDiLoCo, fragment_shards
 from psgd.core.sharding import layout_for_module
 from psgd.workers.fragment_rounds import FragmentRounds
 from psgd.workers.model_sync import ModelSync
+from tests.support.local_methods import method_of
 
 
 def test_each_fragment_syncs_once_per_round_on_torchft_s_staggered_schedule():
-    method = method_for(LocalConfig(steps=8, fragments=4, outer_momentum=0.9), workers=2)
+    method = method_of(LocalConfig(steps=8, fragments=4, outer_momentum=0.9), workers=2)
     assert isinstance(method, StreamingDiLoCo)
     sends = {t: method.sends_after(t) for t in range(1, 17)}
     assert {t: f for t, f in sends.items() if f} == {2: [0], 4: [1], 6: [2], 8: [3], 10: [0], 12: [1], 14: [2],
                                                       16: [3]}
-    one = method_for(LocalConfig(steps=8, fragments=1, outer_momentum=0.9), workers=2)
+    one = method_of(LocalConfig(steps=8, fragments=1, outer_momentum=0.9), workers=2)
     assert [t for t in range(1, 17) if one.sends_after(t)] == [8, 16]  # where DiLoCo pushes
 
 
@@ -32,8 +32,8 @@ def test_fragments_deal_the_shards_round_robin():
 
 def test_the_outer_rule_is_diloco_s_or_delayed_nesterov_s():
     workers = 4
-    sync = method_for(LocalConfig(steps=8, fragments=2, outer_momentum=0.9), workers)
-    live = method_for(LocalConfig(steps=8, fragments=2, outer_momentum=0.9, delayed_nesterov=True), workers)
+    sync = method_of(LocalConfig(steps=8, fragments=2, outer_momentum=0.9), workers)
+    live = method_of(LocalConfig(steps=8, fragments=2, outer_momentum=0.9, delayed_nesterov=True), workers)
     assert (sync.momentum_period(), sync.push_share(False), sync.push_share(True)) == (1, 1.0, 1 / workers)
     assert (live.momentum_period(), live.push_share(True)) == (workers, 1.0)
 
@@ -56,7 +56,7 @@ def _rounds(alpha, delay=0):
     model = nn.Linear(3, 2)
     layout = layout_for_module(model, 2)
     sync = ModelSync(model, layout, torch.device("cpu"), pin_memory=False)
-    method = method_for(LocalConfig(steps=4, fragments=2, outer_momentum=0.9, fragment_sync_delay=delay,
+    method = method_of(LocalConfig(steps=4, fragments=2, outer_momentum=0.9, fragment_sync_delay=delay,
                                     fragment_update_alpha=alpha), workers=1)
     return FragmentRounds(method, sync, torch.optim.SGD(model.parameters(), lr=0.1), 2), model
 

@@ -81,7 +81,7 @@ def test_a_restarted_shard_encodes_its_replies_afresh_though_its_versions_repeat
     n = ex.layout.shard_sizes[0]
     ex.shards[0].push(0, 0, 0, 0, torch.full((n,), 0.5))
     before = ex.pulled_params(0, ex.shards[0].live_params(), ex.shards[0].version)
-    ex.restart_shard(0, None, 1.0)  # back to the initial parameters at version 0
+    ex.fault_steps.restart_shard(0, None, 1.0)  # back to the initial parameters at version 0
     ex.shards[0].register(0, 1.0)
     ex.shards[0].push(0, 0, 0, 0, torch.full((n,), -0.5))  # version 1 again, other parameters
     after = ex.pulled_params(0, ex.shards[0].live_params(), ex.shards[0].version)

@@ -48,7 +48,7 @@ def train(cfg):
                 opt.zero_grad()
                 nn.functional.cross_entropy(model(x), y).backward()
                 opt.step()
-            delayed[rank] = opt.eager.delayed if opt.eager is not None else 0
+            delayed[rank] = opt.rounds.done_fields().get("outer_delayed_rounds", 0)
             opt.flush()
     errors = run_in_threads(work, range(WORKERS))
     assert not errors, errors

@@ -115,8 +115,8 @@ def test_the_inner_optimizers_state_and_the_round_travel_in_state_dict(job):
         start = [t.clone() for t in saved["local"]["start"]]
     other = net()
     with psgd.Optimizer(other, cfg, rank=0) as again:
-        assert again.local.taken == 0
+        assert again.rounds.local.taken == 0
         again.load_state_dict(saved)
-        assert again.local.taken == 2
-        assert all(torch.equal(a, s["exp_avg"]) for a, s in zip(exp_avg, again.local.inner.state_dict()["state"].values()))
-        assert all(torch.equal(a, b) for a, b in zip(start, again.local.start))
+        assert again.rounds.local.taken == 2
+        assert all(torch.equal(a, s["exp_avg"]) for a, s in zip(exp_avg, again.rounds.local.inner.state_dict()["state"].values()))
+        assert all(torch.equal(a, b) for a, b in zip(start, again.rounds.local.start))

@@ -6,11 +6,11 @@ import torch
 from torch import nn
 
 from psgd.config.local_updates import LocalConfig
-from psgd.core.local_methods import method_for
 from psgd.core.sharding import layout_for_module
 from psgd.workers.local_rounds import LocalRounds
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.step import Outgoing, flush_outcome, forward_backward, step_outcome
+from tests.support.local_methods import method_of
 
 TASK = SimpleNamespace(inputs=lambda x: x * 2.0, targets=lambda y: y, loss=nn.functional.cross_entropy)
 
@@ -46,7 +46,7 @@ def test_a_local_round_sends_nothing_until_its_last_step_then_its_delta():
     model = _model()
     sync = ModelSync(model, layout_for_module(model, 2), torch.device("cpu"), pin_memory=False)
     inner = torch.optim.SGD(model.parameters(), lr=0.1)
-    rounds = LocalRounds(method_for(LocalConfig(steps=3), 1), sync, inner, lambda: 0.0)
+    rounds = LocalRounds(method_of(LocalConfig(steps=3), 1), sync, inner, lambda: 0.0)
     start = [t.clone() for t in sync.flat_params()]
 
     def gradients():
@@ -64,7 +64,7 @@ def test_a_local_round_sends_nothing_until_its_last_step_then_its_delta():
 def test_a_flush_sends_a_shorter_round_and_nothing_once_it_is_sent():
     model = _model()
     sync = ModelSync(model, layout_for_module(model, 1), torch.device("cpu"), pin_memory=False)
-    rounds = LocalRounds(method_for(LocalConfig(steps=5), 1), sync, torch.optim.SGD(model.parameters(), lr=0.1),
+    rounds = LocalRounds(method_of(LocalConfig(steps=5), 1), sync, torch.optim.SGD(model.parameters(), lr=0.1),
                          lambda: 0.0)
     assert flush_outcome(rounds) is None  # no step taken yet
     forward_backward(TASK, model, _batch())
