@@ -104,7 +104,8 @@ class SimConfig:
     placement: Placement = field(default_factory=Placement)  # which hosts run the workers, shards, evaluator
     sharing: Sharing = "fcfs"    # how a host's cores take jobs: first come first served over `cores` servers
     # The measured host costs hosts are charged with (`psgd sim profile --out FILE`): a shipped name
-    # (psgd/sim/profiles: cpu-reference) or a file, relative to the config file. Also read by device: profile.
+    # (psgd/sim/profiles: cpu-reference) or a JSON file, relative to the working directory. Also read by
+    # device: profile.
     host_profile: str = "cpu-reference"
 
     # ---- failures: processes killed (and restarted as the real launcher does): sim_faults ----
