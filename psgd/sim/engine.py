@@ -350,6 +350,8 @@ class Engine(FragmentTurns):
         too_many = evaluations_exceeded(self.evaluations, self.eval_every_s)
         if too_many is not None:
             raise too_many
+        if self.hosts is not None:  # its pulls and its scoring take the shards' threads and its host's cores
+            self.hosts.evaluation(t, self.servers, self.ex)
         for shard in self.ex.shards:
             self.emit(event(t, Role.SERVER, shard.shard, Event.SERVER_STATS, **shard.stats()))
         record = event(t, Role.EVALUATOR, 0, Event.EVAL, **({"final": True} if final else {}), **self.ex.evaluate())

@@ -39,6 +39,7 @@ class HostClock:
         self.reply_in_s = [model.reply_in_s(reply_encoding, n, b) for n, b in zip(shard_sizes, reply_wire)]
         self.total = sum(shard_sizes)
         self.taken_at: dict[int, float] = {}  # rank: when its replies so far were decoded
+        self.evaluate_s: Optional[float] = None  # one evaluation on the evaluator's host, once counted
 
     # ---- a worker ----------------------------------------------------------------
     def step_ready(self, rank: int, start: float, device_s: float) -> float:
@@ -74,6 +75,18 @@ class HostClock:
         end = self.model.run(self.model.shard_host[shard], max(t, server.free_at), self.reply_out_s[shard])
         server.free_at = end
         return end
+
+    # ---- the evaluator ---------------------------------------------------------------
+    def evaluation(self, t: float, servers: list[Fifo], executor) -> float:
+        """An evaluation at `t`: every shard's thread sends it its parameters, and its host receives
+        them and scores the test set (its work counted once, costed at the profile). Returns its end;
+        the evaluation scores the parameters of `t`, as a real evaluator's pull does."""
+        if self.evaluate_s is None:
+            from psgd.sim.op_count import work_of
+            self.evaluate_s = work_of(lambda: executor.task.evaluate(executor.model)).host_s(self.model.profile)
+        pulled = max(self.reply_leaves(s, server, t) for s, server in enumerate(servers))
+        host = self.model.evaluator_host
+        return self.model.run(host, pulled, sum(self.reply_in_s) + self.evaluate_s)
 
     # ---- messages ----------------------------------------------------------------
     def push_arrivals(self, rank: int, shards: list[int], sizes: list[int], out: Fifo, intos: list[Fifo],

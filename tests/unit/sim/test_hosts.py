@@ -148,3 +148,18 @@ def test_a_profile_that_lacks_the_runs_update_rule_is_named():
     cfg = _testbed(2, "sim.hosts={box: {cores: 2}}")
     with pytest.raises(ConfigError, match="measures no shard apply for optimizer 'sgd'"):
         HostModel(cfg, replace(profile, apply={}), 1, StepWork(1, 0, ()))
+
+
+def test_an_evaluator_on_the_workers_host_takes_their_cores_and_on_its_own_host_does_not():
+    def run(evaluator: str):
+        cfg = _testbed(2, "sim.hosts={box: {cores: 1}, ev: {cores: 1}}", f"sim.placement.evaluator={evaluator}",
+                       "workers.device_ms=null", "sim.compute_ms=5", "eval.enabled=true", "eval.every_s=0.02")
+        ex = Executor(cfg)
+        engine = Engine(ex, TimeModel.for_run(cfg, resolve_compute(cfg, ex.task).compute_ms, ex.plans),
+                        steps_per_worker=cfg.train.steps_per_worker, max_time_s=cfg.train.max_time_s,
+                        eval_every_s=cfg.eval.every_s)
+        return engine, engine.run()
+    own, own_result = run("ev")
+    shared, shared_result = run("colocated")
+    assert own.hosts.model.cores[1].busy_s > 0 and shared.hosts.model.cores[1].busy_s == 0
+    assert shared_result.end_s > own_result.end_s
