@@ -163,3 +163,14 @@ def test_an_evaluator_on_the_workers_host_takes_their_cores_and_on_its_own_host_
     shared, shared_result = run("colocated")
     assert own.hosts.model.cores[1].busy_s > 0 and shared.hosts.model.cores[1].busy_s == 0
     assert shared_result.end_s > own_result.end_s
+
+
+def test_sim_profile_on_cuda_without_a_gpu_refuses_in_one_line(capsys):
+    import torch
+
+    from psgd.cli import main
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["sim", "profile", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no CUDA device" in err
