@@ -252,6 +252,8 @@ class Config:
         for i, kill in enumerate(self.sim.faults.kills):
             _check(kill.rank < self.cluster.workers, f"sim.faults.kills[{i}].rank",
                    f"no worker rank {kill.rank} (cluster.workers is {self.cluster.workers})")
+        _check(not (self.sim.hosts and not self.consistency.mode.on_servers), "sim.hosts",
+               "are not modelled for allreduce (its ring has no hosts in the time model): leave sim.hosts out")
         slots = self.sim.worker_slots() if self.sim.hosts else None
         if slots is not None:
             _check(slots >= self.cluster.workers, "sim.placement.workers_per_host",

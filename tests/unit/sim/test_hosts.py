@@ -55,6 +55,8 @@ def test_hosts_are_checked_with_the_key_that_is_wrong():
         load_config(None, ["sim.hosts={box: {cores: 2}}", "sim.placement.shards=cpu"])
     with pytest.raises(ConfigError, match=r"sim\.placement\.workers_per_host: places 4 workers"):
         load_config(None, ["sim.hosts={box: {count: 2, accelerators: 2}}", "cluster.workers=8"])
+    with pytest.raises(ConfigError, match=r"sim\.hosts: are not modelled for allreduce"):
+        load_config(None, ["sim.hosts={box: {cores: 2}}", "consistency.mode=allreduce"])
     with pytest.raises(ConfigError, match=r"sim\.hosts\[box\]\.cores: must be in"):
         load_config(None, ["sim.hosts={box: {cores: 0}}"])
 
