@@ -93,6 +93,9 @@ def cmd_sim_profile(args: argparse.Namespace) -> int:
         print(f"shard {rule:8s} {a.fixed_us:7.1f} us per request + {a.gbytes_per_s:g} GB/s of fp32 gradient")
     print(f"matmul peak  {peak / 1e9:.1f} GFLOP/s; achieved fraction by size: " + ", ".join(
         f"{round((f / 2) ** (1 / 3))}: {r / peak:.2f}" for f, r in zip(profile.matmul_flops, profile.matmul_flops_per_s)))
+    if profile.conv_flops:
+        print("conv1d       GFLOP/s by FLOPs: " + ", ".join(
+            f"{f / 1e6:.0f} M: {r / 1e9:.1f}" for f, r in zip(profile.conv_flops, profile.conv_flops_per_s)))
     print(f"dispatch     {profile.dispatch_us:.2f} us per operation ({'kernel launch' if args.device == 'cuda' else 'cpu'})")
     print(f"memory       {profile.memory_gbytes_per_s:g} GB/s (same-host messages)")
     print(f"worker loop  {profile.worker_loop_us:.1f} us per step")

@@ -39,6 +39,21 @@ class Linear:
         return cls(round(max(s0 - per_byte * b0, 0.0) * 1e6, 3), round(1 / per_byte / 1e9, 4))
 
 
+def _at_rate(flops: float, sizes: tuple[int, ...], rates: tuple[float, ...]) -> float:
+    if flops <= 0:
+        return 0.0
+    i = bisect.bisect_left(sizes, flops)
+    if i == 0:
+        rate = rates[0]
+    elif i == len(sizes):
+        rate = rates[-1]
+    else:
+        x0, x1 = math.log(sizes[i - 1]), math.log(sizes[i])
+        w = (math.log(flops) - x0) / (x1 - x0)
+        rate = rates[i - 1] * (1 - w) + rates[i] * w
+    return flops / rate
+
+
 @dataclass(frozen=True)
 class HostProfile:
     measured_on: str                 # the machine, torch version and date, as `psgd sim profile` saw them
@@ -57,6 +72,10 @@ class HostProfile:
     matmul_flops: tuple[int, ...]
     matmul_flops_per_s: tuple[float, ...]
     worker_loop_us: float            # the worker loop's own Python per step (its event record, its batch)
+    # Convolutions, as the matrix products: FLOPs of one (forward) and the FLOP/s achieved; () : at the
+    # matrix products' rates.
+    conv_flops: tuple[int, ...] = ()
+    conv_flops_per_s: tuple[float, ...] = ()
     host_to_device_gbytes_per_s: Optional[float] = None  # cuda only
     device_to_host_gbytes_per_s: Optional[float] = None
     notes: dict = field(default_factory=dict)
@@ -68,19 +87,13 @@ class HostProfile:
     def matmul_s(self, flops: float) -> float:
         """One matrix product of `flops` at the rate measured for products of that size
         (interpolated in log FLOPs between the sizes measured; the ends held)."""
-        sizes, rates = self.matmul_flops, self.matmul_flops_per_s
-        if flops <= 0:
-            return 0.0
-        i = bisect.bisect_left(sizes, flops)
-        if i == 0:
-            rate = rates[0]
-        elif i == len(sizes):
-            rate = rates[-1]
-        else:
-            x0, x1 = math.log(sizes[i - 1]), math.log(sizes[i])
-            w = (math.log(flops) - x0) / (x1 - x0)
-            rate = rates[i - 1] * (1 - w) + rates[i] * w
-        return flops / rate
+        return _at_rate(flops, self.matmul_flops, self.matmul_flops_per_s)
+
+    def conv_s(self, flops: float) -> float:
+        """One convolution of `flops`, at the convolutions' measured rates (else the products')."""
+        if not self.conv_flops:
+            return self.matmul_s(flops)
+        return _at_rate(flops, self.conv_flops, self.conv_flops_per_s)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -96,6 +109,8 @@ class HostProfile:
                    matmul_flops=tuple(int(x) for x in d["matmul_flops"]),
                    matmul_flops_per_s=tuple(float(x) for x in d["matmul_flops_per_s"]),
                    worker_loop_us=float(d["worker_loop_us"]),
+                   conv_flops=tuple(int(x) for x in d.get("conv_flops", ())),
+                   conv_flops_per_s=tuple(float(x) for x in d.get("conv_flops_per_s", ())),
                    host_to_device_gbytes_per_s=d.get("host_to_device_gbytes_per_s"),
                    device_to_host_gbytes_per_s=d.get("device_to_host_gbytes_per_s"), notes=d.get("notes", {}))
 

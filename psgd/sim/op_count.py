@@ -5,7 +5,7 @@ first batch, with torch.utils.flop_counter's dispatch mode: every operation
 that reaches the dispatcher is one operation (one kernel launch on an
 accelerator, one dispatch on a CPU), except views and metadata, which launch
 nothing. A matrix product or convolution also records its FLOPs, so a host
-profile can time each at the rate it measured for products of that size.
+profile can time each at the rate it measured for its kind and size.
 A pure function of the config, never of this machine.
 """
 from __future__ import annotations
@@ -27,12 +27,14 @@ _VIEWS = frozenset({"view", "_unsafe_view", "t", "transpose", "expand", "as_stri
 class StepWork:
     ops: int                       # operations dispatched (views excluded)
     flops: int                     # FLOPs in all (as FlopCounterMode counts them)
-    products: tuple[int, ...]      # each matrix product's / convolution's FLOPs, in call order
+    products: tuple[int, ...]      # each matrix product's FLOPs (attention's included), in call order
+    convolutions: tuple[int, ...] = ()  # each convolution's FLOPs (forward or backward), in call order
 
     def host_s(self, profile: HostProfile) -> float:
         """This work on the profile's host: every operation's dispatch cost, and each
         product at the rate measured for its size."""
-        return self.ops * profile.dispatch_us / 1e6 + sum(profile.matmul_s(f) for f in self.products)
+        return (self.ops * profile.dispatch_us / 1e6 + sum(profile.matmul_s(f) for f in self.products)
+                + sum(profile.conv_s(f) for f in self.convolutions))
 
 
 def work_of(fn) -> StepWork:
@@ -42,19 +44,20 @@ def work_of(fn) -> StepWork:
     class _Counting(FlopCounterMode):
         def __init__(self):
             super().__init__(display=False)
-            self.ops, self.products = 0, []
+            self.ops, self.products, self.convolutions = 0, [], []
 
         def _count_flops(self, func_packet, out, args, kwargs):
             if func_packet.__name__ not in _VIEWS:
                 self.ops += 1
             if func_packet in self.flop_registry:
-                self.products.append(int(self.flop_registry[func_packet](*args, **kwargs, out_val=out)))
+                flops = int(self.flop_registry[func_packet](*args, **kwargs, out_val=out))
+                (self.convolutions if "convolution" in func_packet.__name__ else self.products).append(flops)
             return super()._count_flops(func_packet, out, args, kwargs)
 
     counter = _Counting()
     with counter:
         fn()
-    return StepWork(counter.ops, int(counter.get_total_flops()), tuple(counter.products))
+    return StepWork(counter.ops, int(counter.get_total_flops()), tuple(counter.products), tuple(counter.convolutions))
 
 
 def step_work(cfg: Config, task) -> StepWork:

@@ -120,6 +120,22 @@ def _matmul(device: torch.device) -> tuple[tuple[int, ...], tuple[float, ...]]:
     return tuple(flops), tuple(rates)
 
 
+CONV_CHANNELS = (8, 32, 128, 256)  # Conv1d(c, c, 3) on a batch of 32 x 128 positions
+
+
+def _conv(device: torch.device) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """One-dimensional convolutions, forward, at widths CONV_CHANNELS: FLOPs and FLOP/s achieved."""
+    flops, rates = [], []
+    for c in CONV_CHANNELS:
+        x, w = torch.randn(32, c, 128, device=device), torch.randn(c, c, 3, device=device)
+        conv = lambda x=x, w=w: torch.nn.functional.conv1d(x, w, padding=1)  # noqa: E731
+        s = _cuda_s(conv) if device.type == "cuda" else _cpu_s(conv, min_s=0.03)
+        f = 2 * 32 * 128 * c * c * 3
+        flops.append(f)
+        rates.append(round(f / s, 1))
+    return tuple(flops), tuple(rates)
+
+
 def _cuda_s(fn: Callable[[], object], calls: int = 200) -> float:
     """Wall seconds per call of a kernel issued `calls` times, synchronized at the end."""
     fn()
@@ -193,6 +209,7 @@ def measure_host_profile(device: str = "cpu") -> HostProfile:
     memory = round(big.numel() / _cpu_s(lambda: copy.copy_(big), min_s=0.05) / 1e9, 3)
     encode, decode = _codecs()
     flops, rates = _matmul(dev)
+    conv_flops, conv_rates = _conv(dev)
     h2d, d2h = _copies() if dev.type == "cuda" else (None, None)
     name = torch.cuda.get_device_name(0) if dev.type == "cuda" else (platform.processor() or platform.machine())
     measured_on = (f"{name}, {platform.node()}, torch {torch.__version__}, one thread, "
@@ -200,4 +217,5 @@ def measure_host_profile(device: str = "cpu") -> HostProfile:
     return HostProfile(measured_on=measured_on, device=device, message=_message(), encode=encode, decode=decode,
                        apply=_apply(), memory_gbytes_per_s=memory, dispatch_us=_dispatch_us(dev),
                        matmul_flops=flops, matmul_flops_per_s=rates, worker_loop_us=_worker_loop_us(),
+                       conv_flops=conv_flops, conv_flops_per_s=conv_rates,
                        host_to_device_gbytes_per_s=h2d, device_to_host_gbytes_per_s=d2h)
