@@ -54,7 +54,7 @@ class SimConfig:
     # step from sim.host_profile, operations x dispatch cost + each matrix product at the rate
     # measured for its size (psgd.sim.op_count).
     device: str = "cpu"
-    # User-defined profiles by name: {peak_tflops, efficiency, step_overhead_us, host_gbytes_per_s}.
+    # User-defined profiles by name: {peak_tflops, efficiency, step_overhead_us, launch_us, host_gbytes_per_s}.
     devices: dict[str, DeviceProfile] = field(default_factory=dict)
     # Achieved fraction of the profile's peak for this model; null: the profile's own.
     efficiency: Optional[float] = None
