@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 from psgd.config import Config, ConfigError
 from psgd.config.sim_hosts import COLOCATED
@@ -145,16 +145,6 @@ class HostModel:
             raise ConfigError("sim.host_profile", f"measures no codec {encoding!r} (it has "
                               f"{', '.join(sorted(table))}): measure it again with this psgd")
         return table[encoding]
-
-    def push_out_s(self, encodings: Sequence[str], fp32_sizes: Sequence[int], wire_sizes: Sequence[int]) -> float:
-        """A worker's pushes, one per shard: each encoded by its codec, then framed and sent."""
-        return sum(self.codec(self.profile.encode, e).seconds(4 * n) + self.profile.message.seconds(b)
-                   for e, n, b in zip(encodings, fp32_sizes, wire_sizes))
-
-    def push_in_s(self, encoding: str, numel: int, wire_bytes: int) -> float:
-        """A shard's service of one push: received, decoded, applied."""
-        return (self.profile.message.seconds(wire_bytes) + self.codec(self.profile.decode, encoding).seconds(4 * numel)
-                + self.apply.seconds(4 * numel))
 
     def reply_out_s(self, encoding: str, numel: int, wire_bytes: int) -> float:
         """A shard's reply: its parameters encoded (f32: as they are), framed and sent."""
