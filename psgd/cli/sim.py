@@ -1,4 +1,5 @@
-"""`psgd sim calibrate RUN_DIR [--out CONFIG]`: the virtual cluster's time model from a real run."""
+"""`psgd sim calibrate RUN_DIR [--out CONFIG]`: the virtual cluster's time model from a real run;
+`psgd sim profile [--device cpu|cuda] [--json] [--out FILE]`: this host's costs, measured apart from any run."""
 from __future__ import annotations
 
 import argparse
@@ -58,6 +59,54 @@ def cmd_sim_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sim_profile(args: argparse.Namespace) -> int:
+    import torch
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("psgd sim profile: --device cuda: no CUDA device here (torch.cuda.is_available() is False)",
+              file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else None
+    problem = _out_problem(out) if out is not None else ""
+    if problem:
+        print(f"psgd sim profile: {problem}", file=sys.stderr)
+        return 2
+    from psgd.sim.profile import measure_host_profile
+    profile = measure_host_profile(args.device)
+    text = profile.to_json()
+    if out is not None:
+        try:
+            out.write_text(text + "\n")
+        except OSError as exc:
+            print(f"psgd sim profile: cannot write --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        print(text)
+        return 0
+    peak = profile.peak_flops_per_s
+    print(f"# {profile.measured_on}")
+    print(f"message      {profile.message.fixed_us:9.1f} us + {profile.message.gbytes_per_s:g} GB/s, each end")
+    for name in sorted(profile.encode):
+        e, d = profile.encode[name], profile.decode[name]
+        print(f"codec {name:7s} encode {e.fixed_us:7.1f} us + {e.gbytes_per_s:g} GB/s, "
+              f"decode {d.fixed_us:7.1f} us + {d.gbytes_per_s:g} GB/s")
+    for rule, a in sorted(profile.apply.items()):
+        print(f"shard {rule:8s} {a.fixed_us:7.1f} us per request + {a.gbytes_per_s:g} GB/s of fp32 gradient")
+    print(f"matmul peak  {peak / 1e9:.1f} GFLOP/s; achieved fraction by size: " + ", ".join(
+        f"{round((f / 2) ** (1 / 3))}: {r / peak:.2f}" for f, r in zip(profile.matmul_flops, profile.matmul_flops_per_s)))
+    if profile.conv_flops:
+        print("conv1d       GFLOP/s by FLOPs: " + ", ".join(
+            f"{f / 1e6:.0f} M: {r / 1e9:.1f}" for f, r in zip(profile.conv_flops, profile.conv_flops_per_s)))
+    print(f"dispatch     {profile.dispatch_us:.2f} us per operation ({'kernel launch' if args.device == 'cuda' else 'cpu'})")
+    print(f"memory       {profile.memory_gbytes_per_s:g} GB/s (same-host messages)")
+    print(f"worker loop  {profile.worker_loop_us:.1f} us per step")
+    if profile.host_to_device_gbytes_per_s:
+        print(f"copies       host->device {profile.host_to_device_gbytes_per_s:g} GB/s, "
+              f"device->host {profile.device_to_host_gbytes_per_s:g} GB/s")
+    if out is not None:
+        print(f"# -> {out} (sim.host_profile: {out})")
+    return 0
+
+
 def add_sim_command(sub) -> None:
     sim = sub.add_parser("sim", help="the virtual cluster's tools").add_subparsers(dest="sim", required=True)
     cal = sim.add_parser("calibrate", help="the sim: section that reproduces a real run's compute (and its "
@@ -66,3 +115,10 @@ def add_sim_command(sub) -> None:
     cal.add_argument("--out", help="also write the run's config with this sim: section here")
     cal.add_argument("--json", action="store_true", help="one JSON object on stdout")
     cal.set_defaults(func=cmd_sim_calibrate)
+    prof = sim.add_parser("profile", help="this host's costs (codecs, messages, shard service, matrix products, "
+                          "launches, copies, the worker loop), measured without any model, for sim.host_profile")
+    prof.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                      help="where the matrix products and launches are timed (cuda: the first GPU)")
+    prof.add_argument("--json", action="store_true", help="the profile as JSON on stdout")
+    prof.add_argument("--out", help="write the profile (JSON) here")
+    prof.set_defaults(func=cmd_sim_profile)

@@ -252,6 +252,13 @@ class Config:
         for i, kill in enumerate(self.sim.faults.kills):
             _check(kill.rank < self.cluster.workers, f"sim.faults.kills[{i}].rank",
                    f"no worker rank {kill.rank} (cluster.workers is {self.cluster.workers})")
+        _check(not (self.sim.hosts and not self.consistency.mode.on_servers), "sim.hosts",
+               "are not modelled for allreduce (its ring has no hosts in the time model): leave sim.hosts out")
+        slots = self.sim.worker_slots() if self.sim.hosts else None
+        if slots is not None:
+            _check(slots >= self.cluster.workers, "sim.placement.workers_per_host",
+                   f"places {slots} workers on the {self.sim.worker_kind} hosts, fewer than cluster.workers "
+                   f"({self.cluster.workers})")
         for i, tr in enumerate(self.workers.transient):
             _check(tr.rank < self.cluster.workers, f"workers.transient[{i}].rank",
                    f"no worker rank {tr.rank} (cluster.workers is {self.cluster.workers})")

@@ -16,8 +16,13 @@ from psgd.config.loader import check as _check
 from psgd.config.loader import int_max
 from psgd.config.sim_devices import DEVICES, DeviceProfile
 from psgd.config.sim_faults import SimFaults
+from psgd.config.sim_hosts import COLOCATED, HostKind, Placement, Sharing
 
-__all__ = ["DeviceProfile", "GradientDevice", "SimConfig", "MAX_CV", "MAX_SIM_WORKERS"]
+__all__ = ["DeviceProfile", "GradientDevice", "HostKind", "Placement", "SimConfig", "MAX_CV", "MAX_SIM_WORKERS",
+           "PROFILE_DEVICE"]
+
+# sim.device naming the host profile's measured costs rather than a FLOPs profile.
+PROFILE_DEVICE = "profile"
 
 # Largest coefficient of variation accepted for jitter and spread: a lognormal of
 # CV 10 already has its median at 1/10 of its mean; far beyond it the variance
@@ -45,9 +50,11 @@ class SimConfig:
     # is written into the run's config.yaml and summary.json, so a rerun repeats it.
     compute_ms: Union[float, Literal["measure"], None] = None
     # Named device profile (psgd.config.sim_devices: cpu, v100, a100, l4, h100, h200,
-    # with -tf32 / -bf16 / -fp16 variants) or one defined under `devices`.
+    # with -tf32 / -bf16 / -fp16 variants) or one defined under `devices`; "profile": the
+    # step from sim.host_profile, operations x dispatch cost + each matrix product at the rate
+    # measured for its size (psgd.sim.op_count).
     device: str = "cpu"
-    # User-defined profiles by name: {peak_tflops, efficiency, step_overhead_us, host_gbytes_per_s}.
+    # User-defined profiles by name: {peak_tflops, efficiency, step_overhead_us, launch_us, host_gbytes_per_s}.
     devices: dict[str, DeviceProfile] = field(default_factory=dict)
     # Achieved fraction of the profile's peak for this model; null: the profile's own.
     efficiency: Optional[float] = None
@@ -104,6 +111,18 @@ class SimConfig:
     encode_gbytes_per_s: Optional[float] = None  # the worker's encode, before its pushes leave
     decode_gbytes_per_s: Optional[float] = None  # the shard's decode, added to its service
 
+    # ---- hosts: the machines and where each role runs (psgd.config.sim_hosts); {}: no hosts ----
+    # By kind name: {count, cores, accelerators, nic_gbps, nic_latency_us}. With hosts, every CPU action is
+    # charged on its host's cores, messages between roles on one host go at memory rates, and the
+    # roles on a host share its NIC (the per-link keys above then stand for nothing but its defaults).
+    hosts: dict[str, HostKind] = field(default_factory=dict)
+    placement: Placement = field(default_factory=Placement)  # which hosts run the workers, shards, evaluator
+    sharing: Sharing = "fcfs"    # how a host's cores take jobs: first come first served over `cores` servers
+    # The measured host costs hosts are charged with (`psgd sim profile --out FILE`): a shipped name
+    # (psgd/sim/profiles: cpu-reference) or a JSON file, relative to the working directory. Also read by
+    # device: profile.
+    host_profile: str = "cpu-reference"
+
     # ---- failures: processes killed (and restarted as the real launcher does): sim_faults ----
     faults: SimFaults = field(default_factory=SimFaults)
 
@@ -116,9 +135,9 @@ class SimConfig:
     def __post_init__(self):
         _check(self.compute_ms is None or self.compute_ms == "measure" or 0 < self.compute_ms, "compute_ms",
                f"must be > 0 ms, null (from the model's FLOPs and sim.device) or measure, got {self.compute_ms}")
-        _check(self.device in DEVICES or self.device in self.devices, "device",
+        _check(self.device in DEVICES or self.device in self.devices or self.device == PROFILE_DEVICE, "device",
                f"unknown device profile {self.device!r} (shipped: {', '.join(sorted(DEVICES))}; "
-               "or define it under sim.devices)")
+               f"{PROFILE_DEVICE}: sim.host_profile's measured costs; or define it under sim.devices)")
         _check(self.efficiency is None or 0 < self.efficiency <= 1, "efficiency",
                f"must be in (0, 1] (a fraction of peak), got {self.efficiency}")
         _check(self.speedup > 0, "speedup", f"must be > 0, got {self.speedup}")
@@ -136,6 +155,29 @@ class SimConfig:
             value = getattr(self, key)
             _check(value is None or value > 0, key, f"must be > 0, got {value}")
 
+        _check(self.host_profile != "", "host_profile", "must name a shipped profile or a file")
+        kinds = list(self.hosts)
+        for key in ("workers", "shards", "evaluator"):
+            value = getattr(self.placement, key)
+            allowed = ([""] if key == "workers" else [COLOCATED]) + kinds
+            _check(not self.hosts or value in allowed, f"placement.{key}",
+                   f"{value!r} is not a host kind of sim.hosts ({', '.join(kinds)})"
+                   + ("" if key == "workers" else f" nor {COLOCATED}"))
+
+    @property
+    def worker_kind(self) -> str:
+        """The host kind running the workers (with hosts)."""
+        return self.placement.workers or next(iter(self.hosts))
+
+    def worker_slots(self) -> Optional[int]:
+        """How many workers the hosts place, or None when that is not bounded (workers spread evenly)."""
+        kind = self.hosts[self.worker_kind]
+        per_host = self.placement.workers_per_host or kind.accelerators or None
+        return None if per_host is None else per_host * kind.count
+
     def profile(self) -> DeviceProfile:
-        """The device profile in force (user-defined names shadow shipped ones)."""
+        """The device profile in force (user-defined names shadow shipped ones). `profile`: the
+        step comes from sim.host_profile (psgd.sim.compute), on a device in host memory."""
+        if self.device == PROFILE_DEVICE and self.device not in self.devices:
+            return DEVICES["cpu"]
         return self.devices.get(self.device) or DEVICES[self.device]

@@ -1,6 +1,6 @@
 """Device profiles for the virtual cluster's compute time (`sim.device`).
 
-A step takes step_overhead_us + FLOPs / (peak_tflops x efficiency): the FLOPs
+A step takes step_overhead_us + operations x launch_us + FLOPs / (peak_tflops x efficiency): the FLOPs
 of one worker's forward + backward (psgd.sim.flops), at the achieved fraction
 of the device's dense peak, after a fixed per-step cost (kernel launches and
 Python: what a small model spends most of its step on). An accelerator also
@@ -42,6 +42,9 @@ class DeviceProfile:
     peak_tflops: float               # dense peak at the precision the model runs in, 10^12 FLOP/s
     efficiency: float = 0.5          # achieved fraction of that peak
     step_overhead_us: float = 0.0    # fixed time per step on top of the FLOPs
+    # Per operation of the step (psgd.sim.op_count: a kernel launch on an accelerator): the step's
+    # operations x this, on top of the FLOPs. 0: none (the shipped profiles: step_overhead_us stands for it).
+    launch_us: float = 0.0
     # Host <-> device copy rate, gigabytes/s each way; null: the device computes in host memory.
     host_gbytes_per_s: Optional[float] = None
 
@@ -49,6 +52,7 @@ class DeviceProfile:
         _check(self.peak_tflops > 0, "peak_tflops", f"must be > 0, got {self.peak_tflops}")
         _check(0 < self.efficiency <= 1, "efficiency", f"must be in (0, 1], got {self.efficiency}")
         _check(self.step_overhead_us >= 0, "step_overhead_us", f"must be >= 0, got {self.step_overhead_us}")
+        _check(self.launch_us >= 0, "launch_us", f"must be >= 0, got {self.launch_us}")
         _check(self.host_gbytes_per_s is None or self.host_gbytes_per_s > 0, "host_gbytes_per_s",
                f"must be > 0 (or null for a device in host memory), got {self.host_gbytes_per_s}")
 

@@ -23,6 +23,7 @@ from psgd.sim.event_queue import EventQueue, Kind, SimResult, event
 from psgd.sim.executor import Executor
 from psgd.sim.faults import FailureModel
 from psgd.sim.fragment_turns import FragmentTurns, RoundTurns
+from psgd.sim.host_clock import host_clock_for
 from psgd.sim.jitter import SendOrder
 from psgd.sim.limits import evaluations_exceeded
 from psgd.sim.messages import Push, Reply
@@ -56,6 +57,14 @@ class Engine:
         self.worker_up = [Fifo() for _ in range(w)]   # each worker's link, from it
         self.worker_down = [Fifo() for _ in range(w)]  # and towards it
         self.servers = [Fifo() for _ in range(n)]
+        # Hosts (sim.hosts): CPU jobs on their cores, one NIC per host; None: every role its own link.
+        self.hosts = host_clock_for(executor, self.time, lambda: self.now)
+        if self.hosts is not None:
+            model = self.hosts.model
+            self.shard_in = [model.nic_down[h] for h in model.shard_host]
+            self.shard_out = [model.nic_up[h] for h in model.shard_host]
+            self.worker_up = [model.nic_up[h] for h in model.worker_host]
+            self.worker_down = [model.nic_down[h] for h in model.worker_host]
         self.serving = [False] * n  # whether each shard is serving a push now
         # Pushes waiting for their busy shard: (seeded priority, rank, push). The real shard's
         # ZMQ ROUTER reads its peers' queued messages in turn, not by arrival time.
@@ -129,10 +138,11 @@ class Engine:
         busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active else 0.0)
         self.ex.now = t + busy  # a local round's pace is read when its last step ends
         self.started_at[rank] = t
-        ready = t + busy + self.time.before_push_s(self.ex.layout.shard_sizes,  # to the host and encoded
-                                                   range(self.ex.num_shards))
+        ready = (t + busy + self.time.before_push_s(self.ex.layout.shard_sizes,  # to the host and encoded
+                                                    range(self.ex.num_shards)) if self.hosts is None else None)
         if self.ex.batcher is not None and w.local is None:  # computed with the others at the first step end
             self.pending[rank] = t + busy - self.round_at[rank]
+            ready = ready if self.hosts is None else self.hosts.step_ready(rank, t, busy)
             self.q.put(ready, Kind.STEP_DONE, rank, tie=self.send_order.priority(rank, step))
             return
         pushes = self.ex.compute(rank, step_s=t + busy - self.round_at[rank])
@@ -140,9 +150,11 @@ class Engine:
             self.open_push[rank] = sum(p.wire_bytes for p in pushes)
             if self.faults is not None:
                 self.faults.stamp(rank, pushes)
-        if pushes is None:
-            self.q.put(t + busy, Kind.LOCAL_DONE, rank)
+        if pushes is None:  # an inner step of a local round (with hosts: on its cores, or beside its device)
+            self.q.put(t + busy if self.hosts is None else self.hosts.model.step_end(rank, t, busy),
+                       Kind.LOCAL_DONE, rank)
         else:  # the gradient to the host and encoded, then it leaves
+            ready = ready if self.hosts is None else self.hosts.step_ready(rank, t, busy)
             self.q.put(ready, Kind.STEP_DONE, pushes, tie=self.send_order.priority(rank, step))
 
     start_step = _start_step
@@ -195,6 +207,13 @@ class Engine:
         if not pushes:
             return
         rank = pushes[0].rank
+        if self.hosts is not None:
+            arrivals = self.hosts.push_arrivals(rank, [p.shard for p in pushes], [p.wire_bytes for p in pushes],
+                                                self.worker_up[rank], [self.shard_in[p.shard] for p in pushes], t,
+                                                stream_together)
+            for p, arrive in zip(pushes, arrivals):
+                self.q.put(arrive, Kind.ARRIVE, p)
+            return
         arrivals = stream_together(self.worker_up[rank], self.time.worker_link,
                                    [(self.shard_in[p.shard], self.time.shard_link) for p in pushes], t,
                                    [p.wire_bytes for p in pushes])
@@ -203,8 +222,12 @@ class Engine:
 
     def resend(self, p: Push, t: float) -> None:
         """A push sent again (or released from the worker's queue when its shard is back)."""
-        arrive = stream(self.worker_up[p.rank], self.time.worker_link, self.shard_in[p.shard], self.time.shard_link,
-                        t, p.wire_bytes)
+        if self.hosts is not None:
+            arrive = self.hosts.message(p.rank, p.shard, self.worker_up[p.rank], self.shard_in[p.shard], t,
+                                        p.wire_bytes, to_shard=True)
+        else:
+            arrive = stream(self.worker_up[p.rank], self.time.worker_link, self.shard_in[p.shard],
+                            self.time.shard_link, t, p.wire_bytes)
         self.q.put(arrive, Kind.ARRIVE, p)
 
     def _arrive(self, p: Push, t: float) -> None:
@@ -217,11 +240,16 @@ class Engine:
         self._serve(p, t, self.time.finds_idle(self.servers[p.shard].free_at, t))
 
     def _serve(self, p: Push, t: float, idle: bool) -> None:
-        service_s = self.time.service_s(self.ex.layout.shard_sizes[p.shard], idle, p.shard)
+        if self.hosts is not None:  # on a core of its host, the wake-up included
+            service_s, end = self.hosts.service_end(p.shard, self.servers[p.shard], t,
+                                                    self.time.wake_s if idle else 0.0)
+        else:
+            service_s = self.time.service_s(self.ex.layout.shard_sizes[p.shard], idle, p.shard)
+            end = self.servers[p.shard].occupy(t, service_s)
         self.wakes[p.shard] += idle
         self.served_s[p.shard] += service_s
         self.serving[p.shard] = True
-        self.q.put(self.servers[p.shard].occupy(t, service_s), Kind.SERVED, p)
+        self.q.put(end, Kind.SERVED, p)
 
     def _served(self, p: Push, t: float) -> None:
         if self.faults is not None and not self.faults.in_service(p):
@@ -266,8 +294,13 @@ class Engine:
         if self.faults is not None and not self.faults.replying(
                 reply, self.faults.request[reply.rank] if request is None else request):
             return
-        arrive = stream(self.shard_out[reply.shard], self.time.shard_link, self.worker_down[reply.rank],
-                        self.time.worker_link, t, reply.wire_bytes)
+        if self.hosts is not None:  # encoded by the shard's thread on a core of its host, then sent
+            leaves = self.hosts.reply_leaves(reply.shard, self.servers[reply.shard], t)
+            arrive = self.hosts.message(reply.rank, reply.shard, self.shard_out[reply.shard],
+                                        self.worker_down[reply.rank], leaves, reply.wire_bytes, to_shard=False)
+        else:
+            arrive = stream(self.shard_out[reply.shard], self.time.shard_link, self.worker_down[reply.rank],
+                            self.time.worker_link, t, reply.wire_bytes)
         self.q.put(arrive, Kind.REPLY, reply)
 
     send_reply = _send_reply
@@ -286,14 +319,19 @@ class Engine:
     def _reply(self, r: Reply, t: float) -> None:
         if self.faults is not None and not self.faults.reply_arrives(r):
             return
+        if self.hosts is not None:
+            self.hosts.reply_taken(r.rank, r.shard, t)
         if not self.ex.receive(r):
             return
+        if self.hosts is not None:  # the worker decoded every reply and its loop recorded the step
+            t = self.hosts.params_in_hand(r.rank)
         self.open_push.pop(r.rank, None)
         if self.turns.replied(r.rank, t):
             return
         w = self.ex.workers[r.rank]
         self.round_at[r.rank] = t
-        fetched = t + self.time.after_pull_s(self.ex.layout.total)  # the parameters onto the device
+        fetched = (t + self.time.after_pull_s(self.ex.layout.total) if self.hosts is None  # onto the device
+                   else self.hosts.params_on_device(t))
         if r.rank in self.flushing:  # the reply to a flushed round: no training step of its own
             self.flushing.discard(r.rank)
             self._start_step(r.rank, fetched)
@@ -313,6 +351,8 @@ class Engine:
         too_many = evaluations_exceeded(self.evaluations, self.eval_every_s)
         if too_many is not None:
             raise too_many
+        if self.hosts is not None:  # its pulls and its scoring take the shards' threads and its host's cores
+            self.hosts.evaluation(t, self.servers, self.ex)
         for shard, service in zip(self.ex.shards, self.ex.services):
             self.emit(event(t, Role.SERVER, shard.shard, Event.SERVER_STATS, busy_s=round(self.served_s[shard.shard], 9),
                             waits=service.waits.totals(), **shard.stats()))

@@ -1,0 +1,58 @@
+"""The BSP release spread after a barrier, simulated on one stated 2-core host, against the testbed's.
+
+    .venv/bin/python benchmarks/sim-validation/spread.py [--profile cpu-reference] [--runs DIR]
+
+Runs testbed.yaml under BSP at W = 4, 8, 16 with loopback links on the simulator, every role on one
+host of 2 cores (`sim.hosts: {box: {cores: 2}}`, costs from `--profile`), and measures each run's
+release spread as explain.py measures a real one (per clock, the first worker's step to the last
+one's, median over clocks). The real figures are read from misses.md (explain.py's table of the
+testbed's runs): their cells w{W}-bsp-none-loopback. Simulated figures are labelled so.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from explain import release_spread_ms  # noqa: E402
+
+WITHIN = 0.30
+
+
+def real_spreads() -> dict[int, float]:
+    """W: the real release spread (ms) of cell w{W}-bsp-none-loopback in misses.md."""
+    out = {}
+    for line in (HERE / "misses.md").read_text().splitlines():
+        m = re.match(r"\| w(\d+)-bsp-none-loopback \| [^|]* \| ([\d.]+) / ([\d.]+) \|", line)
+        if m:
+            out[int(m.group(1))] = float(m.group(2))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="cpu-reference", help="sim.host_profile (a shipped name or a file)")
+    ap.add_argument("--runs", type=Path, default=Path("/tmp/psgd-spread"))
+    args = ap.parse_args(argv)
+    from psgd.cli import main as psgd
+    real = real_spreads()
+    print(f"| W | real spread (ms, misses.md) | simulated spread (ms, 2-core host, {args.profile}) | sim / real | within ±30% |")
+    print("|---|---|---|---|---|")
+    for workers in (4, 8, 16):
+        out = args.runs / f"w{workers}"
+        sets = [f"cluster.workers={workers}", "consistency.mode=bsp", "sim.hosts={box: {cores: 2}}",
+                f"sim.host_profile={args.profile}", "eval.enabled=false", "train.target_accuracy=null"]
+        if psgd(["launch", str(HERE / "testbed.yaml"), "--on", "sim", "--out", str(out), "--quiet",
+                 *[a for s in sets for a in ("--set", s)]]) != 0:
+            return 1
+        sim = release_spread_ms(out, workers)
+        ratio = sim / real[workers]
+        print(f"| {workers} | {real[workers]:.1f} | {sim:.2f} | {ratio:.2f} | {'yes' if abs(ratio - 1) <= WITHIN else 'no'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

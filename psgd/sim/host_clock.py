@@ -1,0 +1,133 @@
+"""The engine's host-side times (psgd.sim.hosts) for one run: each CPU job at its instant.
+
+Every cost of a run's messages is fixed by its plans and sizes, so each is
+computed once here: a worker's pushes per step, each shard's service of one
+push, each shard's reply out and each worker's reply in. The engine asks
+`step_ready`, `service_end`, `reply_leaves`, `reply_taken` and `params_in_hand`
+at the instants it reaches them; none of them is called without hosts.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from psgd.config import Config
+from psgd.sim.hosts import HostModel
+from psgd.sim.time_model import Fifo, TimeModel, stream
+from psgd.wire.codecs import CodecOptions, codec_named
+from psgd.wire.codecs.runs import Plan
+
+__all__ = ["HostClock", "host_clock_for"]
+
+
+def _wire_bytes(plan: Plan, options: CodecOptions) -> int:
+    return round(sum(codec_named(r.encoding).bytes_per_element(options) * r.numel for r in plan))
+
+
+class HostClock:
+    def __init__(self, cfg: Config, model: HostModel, plans: list[Plan], shard_sizes: list[int],
+                 reply_encoding: str, time: TimeModel):
+        self.model, self.time = model, time
+        options = CodecOptions(topk_ratio=cfg.wire.topk_ratio)
+        wire = [_wire_bytes(plan, options) for plan in plans]
+        self.push_out_s = sum(sum(model.codec(model.profile.encode, r.encoding).seconds(4 * r.numel) for r in plan)
+                              + model.profile.message.seconds(b) for plan, b in zip(plans, wire))
+        self.push_in_s = [model.profile.message.seconds(b) + model.apply.seconds(4 * n)
+                          + sum(model.codec(model.profile.decode, r.encoding).seconds(4 * r.numel) for r in plan)
+                          for plan, b, n in zip(plans, wire, shard_sizes)]
+        reply_wire = [_wire_bytes((type(plans[0][0])(reply_encoding, 0, n),), options) for n in shard_sizes]
+        self.reply_out_s = [model.reply_out_s(reply_encoding, n, b) for n, b in zip(shard_sizes, reply_wire)]
+        self.reply_in_s = [model.reply_in_s(reply_encoding, n, b) for n, b in zip(shard_sizes, reply_wire)]
+        self.total = sum(shard_sizes)
+        self.taken_at: dict[int, float] = {}  # rank: when its replies so far were decoded
+        self.evaluate_s: Optional[float] = None  # one evaluation on the evaluator's host, once counted
+
+    # ---- a worker ----------------------------------------------------------------
+    def step_ready(self, rank: int, start: float, device_s: float) -> float:
+        """A step beginning at `start` of device time `device_s`: when its pushes leave (computed on the
+        cores or beside the device, copied to the host, encoded and framed on a core)."""
+        end = self.model.step_end(rank, start, device_s)
+        copy_s = 4 * self.total / self.time.host_bytes_per_s if self.time.host_bytes_per_s else 0.0
+        return self.model.run(self.model.worker_host[rank], end + copy_s, self.push_out_s)
+
+    def reply_taken(self, rank: int, shard: int, t: float) -> None:
+        """A reply reached worker `rank` at `t`: it is received and decoded on a core."""
+        end = self.model.run(self.model.worker_host[rank], t, self.reply_in_s[shard])
+        self.taken_at[rank] = max(end, self.taken_at.get(rank, 0.0))
+
+    def params_in_hand(self, rank: int) -> float:
+        """Every reply taken: the worker loop's own Python on a core; returns when the step is recorded."""
+        taken = self.taken_at.pop(rank)
+        return self.model.run(self.model.worker_host[rank], taken, self.model.loop_s)
+
+    def params_on_device(self, t: float) -> float:
+        return t + (4 * self.total / self.time.host_bytes_per_s if self.time.host_bytes_per_s else 0.0)
+
+    # ---- a shard -----------------------------------------------------------------
+    def service_end(self, shard: int, server: Fifo, t: float, extra_s: float) -> tuple[float, float]:
+        """A push starting service when its shard's thread is free: (its service time, its end)."""
+        busy = self.push_in_s[shard] + extra_s
+        end = self.model.run(self.model.shard_host[shard], max(t, server.free_at), busy)
+        server.free_at = end
+        return busy, end
+
+    def reply_leaves(self, shard: int, server: Fifo, t: float) -> float:
+        """A reply encoded and framed by its shard's thread, on a core of its host: when it leaves."""
+        end = self.model.run(self.model.shard_host[shard], max(t, server.free_at), self.reply_out_s[shard])
+        server.free_at = end
+        return end
+
+    # ---- the evaluator ---------------------------------------------------------------
+    def evaluation(self, t: float, servers: list[Fifo], executor) -> float:
+        """An evaluation at `t`: every shard's thread sends it its parameters, and its host receives
+        them and scores the test set (its work counted once, costed at the profile). Returns its end;
+        the evaluation scores the parameters of `t`, as a real evaluator's pull does."""
+        if self.evaluate_s is None:
+            from psgd.sim.op_count import work_of
+            self.evaluate_s = work_of(lambda: executor.task.evaluate(executor.model)).host_s(self.model.profile)
+        pulled = max(self.reply_leaves(s, server, t) for s, server in enumerate(servers))
+        host = self.model.evaluator_host
+        return self.model.run(host, pulled, sum(self.reply_in_s) + self.evaluate_s)
+
+    # ---- messages ----------------------------------------------------------------
+    def push_arrivals(self, rank: int, shards: list[int], sizes: list[int], out: Fifo, intos: list[Fifo],
+                      t: float, together) -> list[float]:
+        """A worker's pushes leaving at `t`: over the NICs (`together`: psgd.sim.time_model.stream_together)
+        to shards on other hosts, through memory to those on its own."""
+        remote = [i for i, s in enumerate(shards) if not self.model.same_host(rank, s)]
+        arrive = [t + self.model.local_s(b) for b in sizes]
+        if remote:
+            got = together(out, self.model.worker_link(rank),
+                           [(intos[i], self.model.shard_link(shards[i])) for i in remote], t, [sizes[i] for i in remote])
+            for i, a in zip(remote, got):
+                arrive[i] = a
+        return arrive
+
+    def message(self, rank: int, shard: int, out: Fifo, into: Fifo, t: float, nbytes: int, to_shard: bool) -> float:
+        """One message between worker `rank` and `shard` (`to_shard`: a push, else a reply), leaving
+        `out` into `into`: through memory on one host, else over the two hosts' NICs."""
+        if self.model.same_host(rank, shard):
+            return t + self.model.local_s(nbytes)
+        links = (self.model.worker_link(rank), self.model.shard_link(shard))
+        out_link, into_link = links if to_shard else links[::-1]
+        return stream(out, out_link, into, into_link, t, nbytes)
+
+
+def host_clock_for(executor, time: TimeModel, now) -> Optional[HostClock]:
+    """The run's host clock, or None without sim.hosts (the time model as before hosts); `now()`: the
+    simulated instant the engine is handling."""
+    cfg = executor.cfg
+    if not cfg.sim.hosts:
+        return None
+    from psgd.sim.op_count import work_of
+    from psgd.tasks.loaders import train_loader
+    from psgd.workers.step import forward_backward
+    work = None
+    if cfg.sim.hosts[cfg.sim.worker_kind].accelerators > 0 or cfg.workers.device_ms is not None:
+        batch = next(train_loader(executor.task.train_data(), 0, cfg.cluster.workers, cfg.task.batch_size,
+                                  cfg.run.seed))
+        from psgd.tasks import build_model
+        model = build_model(cfg, executor.task)
+        work = work_of(lambda: forward_backward(executor.task, model, batch))
+    hosts = HostModel.for_run(cfg, executor.num_shards, work)
+    hosts.now = now
+    return HostClock(cfg, hosts, executor.plans, list(executor.layout.shard_sizes), executor.reply_encoding, time)

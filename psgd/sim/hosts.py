@@ -1,0 +1,168 @@
+"""Hosts in the time model (`sim.hosts`, `sim.placement`): cores, NICs, and what each role costs them.
+
+Each host has `cores` CPU cores shared first come first served: a CPU job
+(a worker's loop, its encode and decode, a shard's service, the evaluator)
+takes the core that can start it soonest once it is ready, for its whole
+duration (Cores: no preemption, no time slicing). Each host has
+one NIC, full duplex, shared by every role on it: the Fifos the engine streams
+messages through are the host's, not the role's. A message between two roles
+of one host crosses no NIC: it is copied at the profile's memory rate.
+
+Costs come from the host profile (psgd.sim.host_profile), never from the run:
+- a message, at each end: the profile's framing (fixed + per byte);
+- a push: its codec's encode on the worker, its decode on the shard;
+- a shard's service: the update rule's fixed cost per request + apply per byte;
+- a worker's step: the worker loop's own Python, then its compute's host part:
+  the whole step on the cores when the worker has no accelerator and no stated
+  device time (workers.device_ms), else the step's work (psgd.sim.op_count) on
+  the host (a stated device time runs the real model too; an accelerator's
+  host only dispatches: operations x dispatch cost), beside the device time.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from psgd.config import Config, ConfigError
+from psgd.config.sim_hosts import COLOCATED
+from psgd.sim.host_profile import HostProfile, Linear, load_host_profile
+from psgd.sim.op_count import StepWork
+from psgd.sim.time_model import Fifo, Link
+
+__all__ = ["Cores", "HostModel"]
+
+
+class Cores:
+    """`n` cores. A job takes the core that can start it soonest at or after it is ready and hold it for
+    its whole duration without preemption; a job booked for a later instant does not hold a core
+    before it (a job ready sooner runs in the gap before it when it fits). Among jobs ready at
+    once, the one issued first is booked first: first come, first served."""
+
+    def __init__(self, n: int):
+        self.booked: list[list[tuple[float, float]]] = [[] for _ in range(n)]  # per core: (start, end), sorted
+        self.busy_s = 0.0
+
+    def run(self, ready: float, busy_s: float, now: float = 0.0) -> float:
+        """A job ready at `ready` taking `busy_s` of one core: returns its end. `now`: no job is
+        issued for an instant before it any more (bookings that ended are forgotten)."""
+        best, best_core, best_at = math.inf, 0, 0
+        for c, spans in enumerate(self.booked):
+            while spans and spans[0][1] <= now:
+                spans.pop(0)
+            start, at = ready, 0
+            i = bisect.bisect_right(spans, (ready, math.inf))
+            if i and spans[i - 1][1] > start:
+                start = spans[i - 1][1]
+            at = i
+            while at < len(spans) and spans[at][0] < start + busy_s:
+                start = max(start, spans[at][1])
+                at += 1
+            if start < best:
+                best, best_core, best_at = start, c, at
+        self.booked[best_core].insert(best_at, (best, best + busy_s))
+        self.busy_s += busy_s
+        return best + busy_s
+
+
+@dataclass(frozen=True)
+class Host:
+    index: int
+    kind: str
+    accelerators: int
+    link: Link
+
+
+class HostModel:
+    """The hosts of one run: where each role is, their cores and NICs, and each role's CPU costs."""
+
+    def __init__(self, cfg: Config, profile: HostProfile, shards: int, work: Optional[StepWork]):
+        sim = cfg.sim
+        self.profile = profile
+        self.hosts: list[Host] = []
+        first: dict[str, int] = {}
+        for kind, spec in sim.hosts.items():
+            latency = sim.latency_us if spec.nic_latency_us is None else spec.nic_latency_us
+            gbps = sim.bandwidth_gbps if spec.nic_gbps is None else spec.nic_gbps
+            first[kind] = len(self.hosts)
+            self.hosts += [Host(len(self.hosts), kind, spec.accelerators, Link(latency / 1e6, gbps * 1e9 / 8))
+                           for _ in range(spec.count)]
+        self.cores = [Cores(sim.hosts[h.kind].cores) for h in self.hosts]
+        self.nic_up = [Fifo() for _ in self.hosts]    # from the host
+        self.nic_down = [Fifo() for _ in self.hosts]  # towards it
+        workers = cfg.cluster.workers
+        kind = sim.worker_kind
+        spec = sim.hosts[kind]
+        per_host = sim.placement.workers_per_host or spec.accelerators or math.ceil(workers / spec.count)
+        self.worker_host = [first[kind] + r // per_host for r in range(workers)]
+        used = sorted(set(self.worker_host))
+        place = sim.placement
+        self.shard_host = [used[s % len(used)] if place.shards == COLOCATED
+                           else first[place.shards] + s % sim.hosts[place.shards].count for s in range(shards)]
+        self.evaluator_host = used[0] if place.evaluator == COLOCATED else first[place.evaluator]
+        # A worker's step on the cores: all of it (no device), or its host part beside a device.
+        self.on_device = spec.accelerators > 0 or cfg.workers.device_ms is not None
+        if self.on_device and work is None:
+            raise ValueError("a worker on a device needs its step's work (psgd.sim.op_count) for its host part")
+        self.host_part_s = work.host_s(profile) if self.on_device and spec.accelerators == 0 else (
+            work.ops * profile.dispatch_us / 1e6 if self.on_device else 0.0)
+        self.loop_s = profile.worker_loop_us / 1e6
+        self.memory_bytes_per_s = profile.memory_gbytes_per_s * 1e9
+        rule = cfg.optimizer.name
+        if rule not in profile.apply:
+            raise ConfigError("sim.host_profile", f"measures no shard apply for optimizer {rule!r} "
+                              f"(it has {', '.join(sorted(profile.apply))}): measure it again")
+        self.apply = profile.apply[rule]
+        # The simulated instant being handled: no job is issued for an earlier one (set by the engine).
+        self.now: Callable[[], float] = lambda: 0.0
+
+    @classmethod
+    def for_run(cls, cfg: Config, shards: int, work: Optional[StepWork], base_dir: str = ".") -> "HostModel":
+        try:
+            profile = load_host_profile(cfg.sim.host_profile, base_dir)
+        except ValueError as exc:
+            raise ConfigError("sim.host_profile", str(exc)) from None
+        return cls(cfg, profile, shards, work)
+
+    # ---- where ----------------------------------------------------------------
+    def same_host(self, rank: int, shard: int) -> bool:
+        return self.worker_host[rank] == self.shard_host[shard]
+
+    def worker_link(self, rank: int) -> Link:
+        return self.hosts[self.worker_host[rank]].link
+
+    def shard_link(self, shard: int) -> Link:
+        return self.hosts[self.shard_host[shard]].link
+
+    def local_s(self, nbytes: int) -> float:
+        """A message between two roles of one host: copied through memory."""
+        return nbytes / self.memory_bytes_per_s
+
+    # ---- what it costs ----------------------------------------------------------
+    def codec(self, table: dict[str, Linear], encoding: str) -> Linear:
+        if encoding not in table:
+            raise ConfigError("sim.host_profile", f"measures no codec {encoding!r} (it has "
+                              f"{', '.join(sorted(table))}): measure it again with this psgd")
+        return table[encoding]
+
+    def reply_out_s(self, encoding: str, numel: int, wire_bytes: int) -> float:
+        """A shard's reply: its parameters encoded (f32: as they are), framed and sent."""
+        return self.codec(self.profile.encode, encoding).seconds(4 * numel) + self.profile.message.seconds(wire_bytes)
+
+    def reply_in_s(self, encoding: str, numel: int, wire_bytes: int) -> float:
+        """A worker's receipt of one reply: received and decoded."""
+        return self.profile.message.seconds(wire_bytes) + self.codec(self.profile.decode, encoding).seconds(4 * numel)
+
+    # ---- a worker's step ----------------------------------------------------------
+    def step_end(self, rank: int, start: float, device_s: float) -> float:
+        """A step beginning at `start` whose device time is `device_s`: on the cores (no device), or its
+        host part on the cores beside the device time; returns when both are done."""
+        cores = self.cores[self.worker_host[rank]]
+        if not self.on_device:
+            return cores.run(start, device_s, self.now())
+        return max(start + device_s, cores.run(start, self.host_part_s, self.now()))
+
+    def run(self, host: int, ready: float, busy_s: float) -> float:
+        """A job of `busy_s` on a core of `host`, ready at `ready`: returns its end."""
+        return self.cores[host].run(ready, busy_s, self.now())

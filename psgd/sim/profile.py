@@ -1,0 +1,221 @@
+"""`psgd sim profile`: a host's costs, measured in this process without the user's model.
+
+Each figure is the CPU time of this process (time.process_time: on a shared
+machine, the wall clock would count other processes' turns), median of
+repeated runs, at two sizes where bytes decide the cost, fitted as fixed +
+per byte (psgd.sim.host_profile.Linear). Nothing here reads a run.
+"""
+from __future__ import annotations
+
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from psgd.sim.host_profile import HostProfile, Linear
+
+__all__ = ["measure_host_profile", "SMALL_BYTES", "LARGE_BYTES"]
+
+SMALL_BYTES, LARGE_BYTES = 4096, 4 << 20   # the two gradient sizes every linear cost is fitted on
+MATMUL_SIZES = (16, 32, 64, 128, 256, 512, 1024)
+UPDATE_RULES = ("sgd", "momentum", "adam", "adamw", "adagrad")
+
+
+def _cpu_s(fn: Callable[[], object], min_s: float = 0.05, repeats: int = 5) -> float:
+    """Median over `repeats` of the CPU seconds one call takes (each repeat loops for at least `min_s`)."""
+    fn()  # first call: allocations, kernel choice
+    out = []
+    for _ in range(repeats):
+        n, t0 = 0, time.process_time()
+        while (elapsed := time.process_time() - t0) < min_s:
+            fn()
+            n += 1
+        out.append(elapsed / n)
+    return statistics.median(out)
+
+
+def _linear(make: Callable[[int], Callable[[], object]], scale: float = 1.0) -> Linear:
+    """The cost of `make(nbytes)()` at the two sizes, times `scale`, fitted."""
+    return Linear.fit((SMALL_BYTES, scale * _cpu_s(make(SMALL_BYTES))), (LARGE_BYTES, scale * _cpu_s(make(LARGE_BYTES))))
+
+
+def _message() -> Linear:
+    """One push-sized message over TCP loopback (header packed, sent, received, parsed), in
+    one process: half of it is charged at each end."""
+    import zmq
+
+    from psgd.wire import protocol as P
+    from psgd.wire.frames import tensor_frame
+    ctx = zmq.Context()
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    push.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        def make(nbytes: int):
+            grad = torch.zeros(nbytes // 4)
+            record = P.Push(rank=1, seq=1, clock=1, numel=grad.numel())
+
+            def once():
+                push.send_multipart(P.encode(record, [tensor_frame(grad)]), copy=False)
+                P.decode(pull.recv_multipart(copy=False))
+            return once
+        return _linear(make, scale=0.5)
+    finally:
+        push.close(linger=0)
+        pull.close(linger=0)
+        ctx.term()
+
+
+def _codecs() -> tuple[dict[str, Linear], dict[str, Linear]]:
+    from psgd.wire.codecs import CODECS, WireEncoder, codec_named
+    encode, decode = {}, {}
+    for name in sorted(CODECS):
+        def make_encode(nbytes: int, name=name):
+            enc, grad = WireEncoder(name, [nbytes // 4]), torch.randn(nbytes // 4)
+            return lambda: enc.encode(0, grad)
+
+        def make_decode(nbytes: int, name=name):
+            grad = torch.randn(nbytes // 4)
+            e = WireEncoder(name, [grad.numel()]).encode(0, grad)
+            out, codec = torch.empty_like(grad), codec_named(name)
+            return lambda: codec.decode(e.frames, grad.numel(), e.nnz, e.scale, out)
+        encode[name], decode[name] = _linear(make_encode), _linear(make_decode)
+    return encode, decode
+
+
+def _apply() -> dict[str, Linear]:
+    """A shard's service of one fp32 push (its checks, the update rule, its bookkeeping), per rule."""
+    from psgd.config import Config, override_config
+    from psgd.servers.service import PushFields, ShardService
+    from psgd.servers.state import ShardState
+    out = {}
+    for rule in UPDATE_RULES:
+        def make(nbytes: int, rule=rule):
+            cfg = override_config(Config(), [f"optimizer.name={rule}", "optimizer.lr=1e-6"])
+            numel = nbytes // 4
+            service = ShardService(ShardState(cfg, 0, torch.zeros(numel)))
+            service.register(0, 0.0)
+            grad, seq = torch.full((numel,), 1e-3), [0]
+
+            def once():
+                seq[0] += 1
+                service.push(PushFields(0, seq[0], seq[0] - 1, 0, numel), 0.0, lambda: grad)
+            return once
+        out[rule] = _linear(make)
+    return out
+
+
+def _matmul(device: torch.device) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    flops, rates = [], []
+    for n in MATMUL_SIZES:
+        a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+        product = lambda a=a, b=b: a @ b  # noqa: E731
+        s = _cuda_s(product) if device.type == "cuda" else _cpu_s(product, min_s=0.03)
+        flops.append(2 * n ** 3)
+        rates.append(round(2 * n ** 3 / s, 1))
+    return tuple(flops), tuple(rates)
+
+
+CONV_CHANNELS = (8, 32, 128, 256)  # Conv1d(c, c, 3) on a batch of 32 x 128 positions
+
+
+def _conv(device: torch.device) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """One-dimensional convolutions, forward, at widths CONV_CHANNELS: FLOPs and FLOP/s achieved."""
+    flops, rates = [], []
+    for c in CONV_CHANNELS:
+        x, w = torch.randn(32, c, 128, device=device), torch.randn(c, c, 3, device=device)
+        conv = lambda x=x, w=w: torch.nn.functional.conv1d(x, w, padding=1)  # noqa: E731
+        s = _cuda_s(conv) if device.type == "cuda" else _cpu_s(conv, min_s=0.03)
+        f = 2 * 32 * 128 * c * c * 3
+        flops.append(f)
+        rates.append(round(f / s, 1))
+    return tuple(flops), tuple(rates)
+
+
+def _cuda_s(fn: Callable[[], object], calls: int = 200) -> float:
+    """Wall seconds per call of a kernel issued `calls` times, synchronized at the end."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls
+
+
+def _dispatch_us(device: torch.device) -> float:
+    """One counted operation of a training step whose products are negligible: a probe of eight
+    Linear(4, 4) + ReLU layers, forward and backward, its time over its operations as
+    psgd.sim.op_count counts them (autograd's bookkeeping and the views it does not count included;
+    cuda: wall time, synchronized: a kernel's launch)."""
+    from psgd.sim.op_count import work_of
+    layers = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+                                   for _ in range(8)]).to(device)
+    x = torch.randn(2, 4, device=device)
+
+    def step():
+        layers.zero_grad(set_to_none=False)
+        layers(x).sum().backward()
+    ops = work_of(step).ops
+    seconds = _cuda_s(step, calls=200) if device.type == "cuda" else _cpu_s(step)
+    return round(seconds / ops * 1e6, 3)
+
+
+def _worker_loop_us() -> float:
+    """The worker loop's own Python around one step: a step event written to its file, its
+    timers read and one batch drawn from a tiny loader (no model, no network)."""
+    from psgd.runtime.event_names import Event
+    from psgd.runtime.events import EventLog
+    data = torch.utils.data.TensorDataset(torch.zeros(256, 8), torch.zeros(256, dtype=torch.long))
+    with tempfile.TemporaryDirectory() as tmp:
+        log = EventLog(Path(tmp, "metrics.jsonl"), "worker", 0)
+        log.t0 = time.time()
+        loader = iter(torch.utils.data.DataLoader(data, batch_size=32, shuffle=True))
+
+        def once():
+            nonlocal loader
+            t0 = time.perf_counter()
+            try:
+                next(loader)
+            except StopIteration:
+                loader = iter(torch.utils.data.DataLoader(data, batch_size=32, shuffle=True))
+            log.emit(Event.STEP, rank=0, clock=1, loss=0.5, compute_s=0.001, comm_s=round(time.perf_counter() - t0, 6),
+                     step_s=0.002, gap=0)
+        us = _cpu_s(once) * 1e6
+        log.close()
+    return round(us, 3)
+
+
+def _copies() -> tuple[float, float]:
+    n = LARGE_BYTES * 4 // 4
+    host = torch.empty(n, pin_memory=True)
+    dev = torch.empty(n, device="cuda")
+    h2d = _cuda_s(lambda: dev.copy_(host, non_blocking=True), calls=50)
+    d2h = _cuda_s(lambda: host.copy_(dev, non_blocking=True), calls=50)
+    return round(4 * n / h2d / 1e9, 3), round(4 * n / d2h / 1e9, 3)
+
+
+def measure_host_profile(device: str = "cpu") -> HostProfile:
+    """Every figure of a HostProfile, measured here on one thread (as every psgd process runs);
+    `device` cuda times the matrix products, launches and copies on the first GPU."""
+    torch.set_num_threads(1)
+    dev = torch.device(device)
+    big = torch.empty(16 << 20, dtype=torch.uint8)
+    copy = big.clone()
+    memory = round(big.numel() / _cpu_s(lambda: copy.copy_(big), min_s=0.05) / 1e9, 3)
+    encode, decode = _codecs()
+    flops, rates = _matmul(dev)
+    conv_flops, conv_rates = _conv(dev)
+    h2d, d2h = _copies() if dev.type == "cuda" else (None, None)
+    name = torch.cuda.get_device_name(0) if dev.type == "cuda" else (platform.processor() or platform.machine())
+    measured_on = (f"{name}, {platform.node()}, torch {torch.__version__}, one thread, "
+                   f"{time.strftime('%Y-%m-%d', time.gmtime())} (psgd sim profile --device {device})")
+    return HostProfile(measured_on=measured_on, device=device, message=_message(), encode=encode, decode=decode,
+                       apply=_apply(), memory_gbytes_per_s=memory, dispatch_us=_dispatch_us(dev),
+                       matmul_flops=flops, matmul_flops_per_s=rates, worker_loop_us=_worker_loop_us(),
+                       conv_flops=conv_flops, conv_flops_per_s=conv_rates,
+                       host_to_device_gbytes_per_s=h2d, device_to_host_gbytes_per_s=d2h)
