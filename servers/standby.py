@@ -33,19 +33,15 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from psgd.runtime.files import atomic_write
+from psgd.runtime.lifeline import primary_file
 from psgd.servers.checkpoint import ShardCheckpoint, apply_record, load_shard_state
 from psgd.servers.push_log import read_log_from
 from psgd.servers.state import ShardState
 from psgd.wire.transport import ServerSocket, TransportError
 
-__all__ = ["ShardFollower", "wait_for_address", "primary_file", "PROBE_S"]
+__all__ = ["ShardFollower", "wait_for_address", "claim", "PROBE_S"]
 
 PROBE_S = 0.01  # how often a backup tries to take the address (and reads the primary's log)
-
-
-def primary_file(run_dir: Path, shard: int) -> Path:
-    """Names the process serving shard `shard` now (its pid), for `psgd bench faults`."""
-    return Path(run_dir) / "checkpoints" / f"shard-{shard}.primary"
 
 
 class ShardFollower:

@@ -286,6 +286,8 @@ class Engine(FragmentTurns):
             return
         if not self.ex.receive(r):
             return
+        if self.faults is not None:
+            self.faults.answered(r.rank)
         self.open_push.pop(r.rank, None)
         if self.ex.workers[r.rank].fragments is not None:
             self._fragment_landed(r.rank, t)

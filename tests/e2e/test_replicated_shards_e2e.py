@@ -16,10 +16,10 @@ from conftest import FAST_RETRY, finish, read_events, start_launch, wait_for, wo
 
 from psgd.bench.fault_metrics import account
 from psgd.config import load_config
+from psgd.runtime.lifeline import primary_file
 from psgd.servers.checkpoint import apply_record, read_log
 from psgd.servers.serve import initial_shard_params
 from psgd.servers.snapshot_file import read_snapshot
-from psgd.servers.standby import primary_file
 from psgd.servers.state import ShardState
 
 WORKERS = 4
