@@ -32,6 +32,9 @@ __all__ = ["zmq_versions", "curve_round_trip", "ServerSocket", "ShardConnections
            "generate_keys", "KeyFileExists", "PEER_SEND_HWM", "server_keys", "client_keys", "zmq_context"]
 
 
+RECONNECT_MAX_MS = 250
+
+
 class TransportError(RuntimeError):
     pass
 
@@ -317,8 +320,10 @@ class ShardConnections:
             sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
             sock.setsockopt(zmq.SNDHWM, 0)
             sock.setsockopt(zmq.RCVHWM, 0)
+            # A shard that died is tried again every 100 ms, at most 250 ms apart however long it is
+            # down: a restarted or promoted shard is reached (and resent to) within 250 ms of its return.
             sock.setsockopt(zmq.RECONNECT_IVL, 100)
-            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
             if curve is not None:
                 sock.curve_secretkey = curve.secret
                 sock.curve_publickey = curve.public
