@@ -28,19 +28,18 @@ launcher and shards:
   `cluster.timeout_s` (from its death, or from a later push of its that a shard
   served from its queue) unless it is back first (the live workers' heartbeats
   keep them in).
-- A killed shard loses the pushes in its queue or in service, its parked
-  pulls and every request sent to it while it is down; with a backup up
+- A killed shard loses the pushes in its queue or in service, its parked pulls
+  and every request sent to it while it is down. With a backup up
   (cluster.replicas, servers/standby.py) the backup serves it `promote_s` after the
-  kill, and the killed process comes back (backoff + restart_s) as the new backup;
-  with none, the shard
-  comes back (backoff + restart_s) with the state its checkpoint and
-  push log restore (psgd.sim.fault_steps: every update it applied) and knows no
-  connection: a worker's next request to it is answered `not_registered`, and
-  the worker registers again and repeats the request to every shard with the same
-  seq (shards that applied it recognise the resend). A worker waiting on a lost
-  request also resends it after `cluster.request_timeout_s`; after `max_retries`
-  resends to a shard that is up it fails (RequestFailed) and is restarted like a killed worker, as it is
-  when a shard refuses its push (one restarted without checkpoints is behind it).
+  kill and the killed process comes back (backoff + restart_s) as the new backup;
+  with none, the shard comes back (backoff + restart_s). Either way it holds what
+  its checkpoint and push log restore (psgd.sim.fault_steps: every update it
+  applied) and knows no connection: a worker's next request is answered
+  `not_registered`, and the worker registers again and repeats the request to
+  every shard with the same seq (shards that applied it recognise the resend). A
+  worker also resends a lost request after `cluster.request_timeout_s`; after
+  `max_retries` resends to a shard that is up it fails (RequestFailed) and is
+  restarted like a killed worker, as when a shard refuses its push.
 Every time and choice is a function of the config and seed: the same run, bit
 for bit. Left out: the evaluator's own restarts (it reads the shards' state at
 its instants), restarts under local updates and with batched gradients (a storm
@@ -247,7 +246,7 @@ class FailureModel:
         self.e.open_push.pop(rank, None)
         self.e.pending.pop(rank, None)   # a step left for the batch dies uncomputed
         self.e.computed.pop(rank, None)
-        self.outstanding[rank] = {}
+        self.outstanding[rank], self.waiting[rank] = {}, False
         self.joining.discard(rank)
         for s in range(self.ex.num_shards):  # it heartbeat until now: its silence starts here
             if self.shard_up[s]:
@@ -300,13 +299,10 @@ class FailureModel:
     def _reconnected(self, s: int, t: float) -> None:
         """Shard s is back on its address: each worker still waiting for its answer resends
         at once (its connection came back), and is answered `not_registered`, joins, repeats."""
-        for rank in range(self.cfg.cluster.workers):
-            push = self.outstanding[rank].get(s)
-            if (push is None or not self.worker_up[rank] or not self.waiting[rank] or rank in self.joining
-                    or s in self.ex.workers[rank].replies):
-                continue
-            push.shard_gen = self.shard_gen[s]
-            self.e.resend(push, t)
+        for rank, push in enumerate(o.get(s) for o in self.outstanding):
+            if push and self.worker_up[rank] and self.waiting[rank] and s not in self.ex.workers[rank].replies:
+                push.shard_gen = self.shard_gen[s]
+                self.e.resend(push, t)
 
     def _join(self, rank: int, s: int, t: float, welcome: bool) -> None:
         """Worker `rank` registers with shard s at `t` (the shard's own register)."""
