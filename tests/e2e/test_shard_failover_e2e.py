@@ -40,7 +40,7 @@ def start_shard(config, run_dir) -> subprocess.Popen:
     return proc
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(180)  # two shard start-ups, seconds each on a loaded machine
 def test_a_restarted_shard_is_resent_to_within_a_second_with_nothing_lost_or_doubled(tmp_path):
     port, = free_ports("127.0.0.1", 1)
     config = write_config(tmp_path / "c.yaml", cluster={"servers": [f"127.0.0.1:{port}"], "workers": 1,
