@@ -44,7 +44,7 @@ from psgd.servers.push_log import (
 from psgd.servers.snapshot_file import SnapshotFiles
 from psgd.servers.state import PushStatus, ShardState
 
-__all__ = ["CheckpointError", "ShardCheckpoint", "shard_state_dict", "load_shard_state", "read_log",
+__all__ = ["CheckpointError", "ShardCheckpoint", "shard_state_dict", "load_shard_state", "read_log", "apply_record",
            "WriteFailed"]
 
 SNAPSHOT_FORMAT = 2  # 2: CRC32C trailer, sparse log records, a previous snapshot kept
@@ -139,6 +139,24 @@ def _check_rule_state(state: ShardState, saved: dict) -> None:
                                   f"this shard's has {tuple(state.rule.state[name].shape)}")
 
 
+def apply_record(state: ShardState, rec, now: float) -> None:
+    """Apply one push-log record to `state` through the methods the live shard used
+    (a resume's replay and a standby's following both come here)."""
+    if rec.op in (OP_PUSH, OP_PUSH_SPARSE):
+        result = state.push(rec.rank, rec.seq, rec.clock, rec.read_version, rec.grad, rec.step_s, rec.steps)
+        if result.status is not PushStatus.DUPLICATE:
+            state.counters[f"push_{result.status.value}"] += 1
+    elif rec.op == OP_JOIN:
+        state.register(rec.rank, now)
+    elif rec.op == OP_DEPART:
+        state.leave(rec.rank)
+    elif rec.op == OP_CLOSE:
+        state.close_round()
+    elif rec.op == OP_SETTING:
+        clock, origin, fields = rec.setting
+        state.policy.settings.schedule(clock, fields, origin)
+
+
 class ShardCheckpoint:
     """Snapshots and the operation log of one shard. Single-threaded, like the shard loop.
     A failed write (disk full) raises WriteFailed naming the file; the caller stops."""
@@ -201,24 +219,19 @@ class ShardCheckpoint:
         n = 0
         try:
             for rec in read_log(path):
-                if rec.op in (OP_PUSH, OP_PUSH_SPARSE):
-                    result = state.push(rec.rank, rec.seq, rec.clock, rec.read_version, rec.grad, rec.step_s,
-                                        rec.steps)
-                    if result.status is not PushStatus.DUPLICATE:
-                        state.counters[f"push_{result.status.value}"] += 1
-                elif rec.op == OP_JOIN:
-                    state.register(rec.rank, self._clock())
-                elif rec.op == OP_DEPART:
-                    state.leave(rec.rank)
-                elif rec.op == OP_CLOSE:
-                    state.close_round()
-                elif rec.op == OP_SETTING:
-                    clock, origin, fields = rec.setting
-                    state.policy.settings.schedule(clock, fields, origin)
+                apply_record(state, rec, self._clock())
                 n += 1
         except LogCorrupt as exc:
             raise CheckpointError(str(exc)) from None
         return n
+
+    def adopt(self, state: ShardState, generation: int) -> None:
+        """Take over this shard's files for a state rebuilt elsewhere (a standby that
+        followed the primary's snapshot and logs through `generation`): the next
+        snapshot is generation + 1, and the logs from `generation` on stay until it
+        is the previous one. Writes that snapshot now, as `resume` does."""
+        self.generation = self._newest_gen = generation
+        self.save(state)
 
     # ---- while serving -------------------------------------------------------
     def due(self, state: ShardState) -> bool:

@@ -36,7 +36,7 @@ import torch
 
 from psgd.core.live_settings import plain_fields, typed_fields
 
-__all__ = ["PushLogWriter", "LogRecord", "LogCorrupt", "read_log",
+__all__ = ["PushLogWriter", "LogRecord", "LogCorrupt", "read_log", "read_log_from",
            "OP_PUSH", "OP_PUSH_SPARSE", "OP_JOIN", "OP_DEPART", "OP_SETTING", "OP_CLOSE"]
 
 OP_PUSH = "push"
@@ -163,21 +163,34 @@ def read_log(path: Path) -> Iterator[LogRecord]:
     path = Path(path)
     if not path.exists():
         return
-    data = path.read_bytes()
-    pos, n = 0, 0
+    records, _ = read_log_from(path, 0)
+    yield from records
+
+
+def read_log_from(path: Path, offset: int) -> tuple[list[LogRecord], int]:
+    """The intact records from byte `offset` on, and the offset after the last of them:
+    a standby reads a log that is still being appended (psgd.servers.standby) record
+    by record. A record cut short at the end is left for the next read (its writer may
+    still be writing it); damage raises LogCorrupt. FileNotFoundError if there is no log."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    pos, out = 0, []
     while len(data) - pos >= _HEAD.size:
         mlen, plen, crc, head_crc = _HEAD.unpack_from(data, pos)
         if crc32c.crc32c(data[pos:pos + _HEAD_CRC_SPAN]) != head_crc:
-            raise LogCorrupt(path, pos, n, "record head checksum mismatch")
+            raise LogCorrupt(path, offset + pos, len(out), "record head checksum mismatch")
         start = pos + _HEAD.size
         end = start + mlen + plen
         if end > len(data):
-            return  # torn tail: cut short by a crash, never acknowledged
+            break  # torn tail: cut short by a crash (never acknowledged), or still being written
         body = memoryview(data)[start:end]
         if crc32c.crc32c(body) != crc:
-            raise LogCorrupt(path, pos, n, "record checksum mismatch")
-        yield _parse(path, pos, n, bytes(body[:mlen]), body[mlen:])
-        pos, n = end, n + 1
+            raise LogCorrupt(path, offset + pos, len(out), "record checksum mismatch")
+        out.append(_parse(path, offset + pos, len(out), bytes(body[:mlen]), body[mlen:]))
+        pos = end
+    return out, offset + pos
 
 
 def _step_s(meta: list, at: int) -> float:

@@ -8,6 +8,7 @@ SIGTERM stop it (the previous handlers come back afterwards).
 """
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from pathlib import Path
@@ -26,7 +27,9 @@ from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
 from psgd.servers.checkpoint import CheckpointError, ShardCheckpoint
 from psgd.servers.record import record_path
-from psgd.servers.shard import ShardServer
+from psgd.servers.shard import ShardServer, bind_shard
+from psgd.servers.standby import ShardFollower, claim, wait_for_address
+from psgd.servers.state import ShardState
 from psgd.tasks import build_model, task_shape
 from psgd.tasks.registry import needs_shape
 from psgd.wire.codecs.runs import Plan, push_plans
@@ -57,21 +60,57 @@ def serve(cfg: ConfigLike, shard: int = 0, *, overrides: Sequence[str] = (), add
     if cfg.checkpoint.enabled and run_dir is not None:
         checkpoint = ShardCheckpoint(Path(run_dir) / "checkpoints", shard, fingerprint, cfg.checkpoint)
     record_to = record_path(Path(run_dir), shard) if cfg.run.record and run_dir is not None else None
-    server = ShardServer(cfg, shard, address, params, fingerprint, events, checkpoint=checkpoint, curve=curve,
-                         run_token=read_run_token(run_dir), record_to=record_to, push_plan=push_plan)
-    if server.resumed is not None:
-        events.emit(Event.RESUMED, **server.resumed)
-    events.emit(Event.READY, address=server.address, numel=params.numel(), **host_fields())
     own_stop = stop is None
     stop = stop or threading.Event()
     restore = {}
     if own_stop and threading.current_thread() is threading.main_thread():
         restore = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        sock, follower = None, None
+        if cfg.cluster.replicas:  # the 1 + R processes of this shard: whoever binds the address serves
+            if checkpoint is None:
+                raise ConfigError("cluster.replicas", "replicated shards follow the primary's checkpoint: "
+                                  "they need checkpoint.enabled and a run directory")
+            sock, follower = _primary_or_backup(cfg, shard, address, params, curve, checkpoint, run_dir, events,
+                                                stop, should_stop)
+            if sock is None:
+                return  # stopped while a backup
+        server = ShardServer(cfg, shard, address, params, fingerprint, events, checkpoint=checkpoint, curve=curve,
+                             run_token=read_run_token(run_dir), record_to=record_to, push_plan=push_plan, sock=sock,
+                             state=follower.state if follower is not None else None)
+        if follower is not None:
+            events.emit(Event.PROMOTED, version=server.state.version, followed=follower.applied)
+        else:
+            if server.resumed is not None:
+                events.emit(Event.RESUMED, **server.resumed)
+            events.emit(Event.READY, address=server.address, numel=params.numel(), **host_fields())
         server.serve(stop, should_stop)  # serves at once: workers register before any start signal
     finally:
         for s, handler in restore.items():
             signal.signal(s, handler)
+
+
+def _primary_or_backup(cfg: Config, shard: int, address: str, params: torch.Tensor, curve, checkpoint, run_dir,
+                       events: EventLog, stop: threading.Event, should_stop: Callable[[], bool]):
+    """Bind the shard's address (this process is the primary: returns (socket, None)), or
+    follow the primary as a backup until the address is free and this process takes it
+    over (returns (socket, the follower holding the state)); (None, None) if stopped first."""
+    try:
+        sock = bind_shard(cfg, address, curve)
+    except TransportError:
+        sock = None
+    if sock is None:
+        token = read_run_token(run_dir)
+        follower = ShardFollower(checkpoint, lambda: ShardState(cfg, shard, params, run_token=token))
+        events.emit(Event.READY, address=address, numel=params.numel(), standby=True, **host_fields())
+        sock = wait_for_address(address, lambda a: bind_shard(cfg, a, curve), follower, stop, should_stop)
+        if sock is None:
+            return None, None
+        follower.take_over()
+    else:
+        follower = None
+    claim(run_dir, shard, os.getpid())
+    return sock, follower
 
 
 def initial_shard_params(cfg: Config, shard: int, run_dir=None) -> tuple[torch.Tensor, str, Plan]:
@@ -91,7 +130,14 @@ def run_role(ctx: RoleContext) -> int:
     user's model fails, and RoleFailed when the shard cannot start (keys,
     checkpoint, address)."""
     try:
-        serve(ctx.cfg, ctx.index, run_dir=ctx.run_dir, stop=ctx.stop, events=ctx.events,
+        # cluster.replicas: processes index, index + S, ... serve shard index mod S (the first to bind it)
+        servers, replicas = ctx.cfg.cluster.num_servers, ctx.cfg.cluster.replicas
+        if replicas and not 0 <= ctx.index < servers * (1 + replicas):
+            raise ConfigError("cluster.replicas", f"no process {ctx.index} of {servers} shards with "
+                              f"{replicas} backup(s) each (0..{servers * (1 + replicas) - 1})")
+        shard = ctx.index % servers if replicas else ctx.index
+        ctx.events.index = shard  # the shard's events, whichever of its processes writes them
+        serve(ctx.cfg, shard, run_dir=ctx.run_dir, stop=ctx.stop, events=ctx.events,
               should_stop=lambda: ctx.poll_start() or ctx.orphaned())
         return 0
     except TransportError as exc:

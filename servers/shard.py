@@ -41,7 +41,7 @@ from psgd.servers.record import ShardRecorder
 from psgd.servers.service import Answer, PushFields, Served, ShardService
 from psgd.servers.state import PushStatus, ShardState
 
-__all__ = ["ShardServer"]
+__all__ = ["ShardServer", "bind_shard"]
 
 # Push outcomes acknowledged as applied: applied now, or counted toward a merge to come.
 _COUNTED_IN = (PushStatus.APPLIED, PushStatus.BUFFERED, PushStatus.CARRIED)
@@ -49,6 +49,11 @@ _COUNTED_IN = (PushStatus.APPLIED, PushStatus.BUFFERED, PushStatus.CARRIED)
 STATS_EVERY_S = 1.0
 EVALUATOR_RANKS = 4  # the run's evaluator is rank 0; a few more for observers. Bounds their segments.
 EXPIRE_EVERY_S = 0.01  # how often the loop looks for silent workers
+
+def bind_shard(cfg: Config, address: str, curve: Optional[CurveKeys] = None) -> ServerSocket:
+    """A shard's ROUTER socket bound to `address` (TransportError if it is taken)."""
+    return ServerSocket(address, cfg.wire.max_message_mb << 20, curve=curve, bells=Bells())
+
 
 class ShardServer:
     """Serves one shard. `serve` blocks until `stop` is set or a SHUTDOWN arrives."""
@@ -58,17 +63,20 @@ class ShardServer:
                  clock: Callable[[], float] = time.monotonic,
                  checkpoint: Optional[ShardCheckpoint] = None, curve: Optional[CurveKeys] = None,
                  run_token: Optional[str] = None, record_to: Optional[Path] = None,
-                 push_plan: Optional[Plan] = None):
+                 push_plan: Optional[Plan] = None, sock: Optional[ServerSocket] = None,
+                 state: Optional[ShardState] = None):
         """`record_to`: the file that records this shard's state changes for `psgd replay`.
         `push_plan`: the runs workers' pushes come in (psgd.wire.codecs.runs.push_plans);
-        None: one run, in whatever encoding each push names."""
+        None: one run, in whatever encoding each push names. `sock`: the address already
+        bound (a backup that took it over, servers/standby.py); `state`: the state it
+        rebuilt from the primary's log, whose checkpoint files it has adopted."""
         self.cfg = cfg
         # What each request does (parking, speeds, checks) over the state: this class only carries it.
-        self.service = ShardService(ShardState(cfg, shard, params, run_token=run_token))
+        self.service = ShardService(state if state is not None else ShardState(cfg, shard, params, run_token=run_token))
         self.state = self.service.state
         # Snapshot + log of everything applied since (None: in-memory only).
         self.checkpoint = checkpoint
-        self.resumed = checkpoint.resume(self.state) if checkpoint is not None else None
+        self.resumed = checkpoint.resume(self.state) if checkpoint is not None and state is None else None
         # After the resume: a restarted shard's record says so (replay covers runs without restarts).
         self.recorder = (ShardRecorder(record_to, shard, self.state.numel, lambda: self.state.version)
                          if record_to is not None else None)
@@ -80,8 +88,8 @@ class ShardServer:
         self.state.report_to(self.events.emit, lambda clock, origin, fields: self._journal(
             "log_setting", clock, origin, fields))
         self._clock = clock
-        self._bells = Bells()  # doorbells of same-host clients (psgd.wire.shm.doorbell): the socket polls them
-        self._sock = ServerSocket(address, cfg.wire.max_message_mb << 20, curve=curve, bells=self._bells)
+        self._sock = sock if sock is not None else bind_shard(cfg, address, curve)
+        self._bells = self._sock.bells  # doorbells of same-host clients (psgd.wire.shm.doorbell): the socket polls them
         self.address = self._sock.address
         self._sock.on_cut_off = self._cut_off
         self._peers = PeerTable(run_token)  # who may act for which rank (peers.py)

@@ -70,7 +70,9 @@ class PSClient:
         self._shm = ClientSegments([4 * n for n in layout.shard_sizes],
                                    shared_memory_wanted(shared_memory, curve is not None), shared_memory_min_bytes,
                                    reply_slots)
-        self._conns = ShardConnections(addresses, max_message_bytes, curve=curve, bells=self._shm.bells)
+        # watch_links: a shard's restart or failover is seen the moment it happens (psgd.wire.link_watch)
+        self._conns = ShardConnections(addresses, max_message_bytes, curve=curve, bells=self._shm.bells,
+                                       watch_links=True)
         self._rpc = RequestTracker(self._conns, request_timeout_s, max_retries, should_stop)
         self.cursor = PushCursor()    # clock (pushes completed) and the next push's seq
         # Pushes to some shards only (streaming DiLoCo's fragments): each shard's own clock and seq
@@ -212,7 +214,7 @@ class PSClient:
         try:
             self._rpc.call({s: P.encode(P.Leave(req=self._rpc.next_id(), rank=self.rank))
                             for s in range(self.layout.num_shards)},
-                           timeout_s=timeout_s, max_retries=0, interruptible=False)
+                           timeout_s=timeout_s, max_retries=0, interruptible=False, patient=False)
             return True
         except (RequestFailed, RemoteError):
             return False
@@ -229,7 +231,7 @@ class PSClient:
         never answer the repeat."""
         tok = token if token is not None else self._token
         self._rpc.call({s: P.encode(P.Shutdown(req=self._rpc.next_id(), token=tok))
-                        for s in range(self.layout.num_shards)})
+                        for s in range(self.layout.num_shards)}, patient=False)
 
     def close(self) -> None:
         if self._heartbeats is not None:
@@ -272,6 +274,11 @@ class PSClient:
     @property
     def resends(self) -> int:
         return self._rpc.resends
+
+    @property
+    def failovers(self) -> int:
+        """Requests resent the moment their shard's connection came back (not at the timeout)."""
+        return self._rpc.failovers
 
     # ---- internals --------------------------------------------------------
     def _register_shards(self, shards) -> list[torch.Tensor]:

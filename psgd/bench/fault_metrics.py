@@ -127,6 +127,11 @@ class Recovery:
         return None if self.rejoined_at is None else self.rejoined_at - self.kill.t
 
 
+def _of_index(process_index: int, role: str, shards: int) -> int:
+    """The rank, or the shard, a restarted process serves."""
+    return process_index % shards if role == Role.SERVER else process_index
+
+
 def recoveries(events: Sequence[dict], kills: Sequence[Kill], workers: int, shards: int) -> list[Recovery]:
     """For each kill: the launcher's first restart of that process after it, and the
     first time after it that every needed registration had happened again."""
@@ -134,8 +139,10 @@ def recoveries(events: Sequence[dict], kills: Sequence[Kill], workers: int, shar
     registers = [e for e in events if e.get("event") == Event.REGISTER and e.get("role") == Role.SERVER]
     out = []
     for k in kills:
+        # A shard's processes are numbered index + shards * j (cluster.replicas): any of them is the shard's.
         restarted = min((float(e["t"]) for e in restarts if e["process"] == k.role
-                         and int(e["process_index"]) == k.index and float(e["t"]) >= k.t), default=None)
+                         and _of_index(int(e["process_index"]), k.role, shards) == k.index
+                         and float(e["t"]) >= k.t), default=None)
         if k.role == Role.WORKER:
             pairs = [(s, k.index) for s in range(shards)]
         else:

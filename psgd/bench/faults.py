@@ -44,7 +44,7 @@ from psgd.bench.fault_metrics import (
 from psgd.config import Config, load_config
 from psgd.config.modes import Role
 from psgd.runtime.events import read_events
-from psgd.runtime.lifeline import PROCESSES_FILE
+from psgd.runtime.lifeline import PROCESSES_FILE, primary_file
 from psgd.runtime.role import START_FILE
 
 __all__ = ["FaultRun", "FaultBench", "Pairing", "Where", "plan_overrides", "run_fault_bench", "FAULT_FREE", "FAULTY"]
@@ -151,6 +151,13 @@ def _pid(run_dir: Path, role: Role, index: int) -> Optional[int]:
         entries = json.loads((run_dir / PROCESSES_FILE).read_text())
     except (OSError, ValueError):
         return None
+    if role == Role.SERVER and primary_file(run_dir, index).exists():
+        # cluster.replicas: shard `index` is served by whichever of its processes holds the address
+        try:
+            serving = int(primary_file(run_dir, index).read_text())
+        except (OSError, ValueError):
+            return None
+        return serving if any(e.get("role") == role and int(e["pid"]) == serving for e in entries) else None
     return next((int(e["pid"]) for e in entries if e.get("role") == role and e.get("index") == index), None)
 
 

@@ -56,6 +56,8 @@ class RunConfig:
         _check(bool(self.name) and "/" not in self.name, "name", "must be a non-empty name without '/'")
         _check(self.threads >= 1, "threads", f"must be >= 1, got {self.threads}")
 
+MAX_REPLICAS = 8  # backups per shard: each is a process holding a copy of the shard
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -72,6 +74,9 @@ class ClusterConfig:
     heartbeat_s: float = 1.0     # worker heartbeat period
     request_timeout_s: float = 30.0  # client resends (same seq) after this
     max_retries: int = 5         # resends before a request fails
+    # Backups per shard (primary-backup by log shipping, servers/standby.py): each follows its
+    # primary's checkpoint log and the first to bind the address takes over when the primary dies.
+    replicas: int = field(default=0, metadata=int_max(MAX_REPLICAS))
     allreduce_port: int = 0      # torch.distributed rendezvous port (0: the launcher picks one)
     # What `psgd launch` starts the processes with: the name of a module in
     # psgd/orchestrate/launchers/ (`psgd launch --help` lists them), checked when a job is launched.
@@ -97,6 +102,7 @@ class ClusterConfig:
         _check(0 < self.heartbeat_s < self.timeout_s, "heartbeat_s", "must be > 0 and < timeout_s")
         _check(self.request_timeout_s > 0, "request_timeout_s", "must be > 0")
         _check(self.max_retries >= 0, "max_retries", "must be >= 0")
+        _check(self.replicas >= 0, "replicas", f"must be >= 0, got {self.replicas}")
         _check(0 <= self.allreduce_port < 65536, "allreduce_port", "must be a port number or 0")
 
     @property
@@ -292,6 +298,14 @@ class Config:
         if self.consistency.backup_workers:
             _check(self.consistency.backup_workers < self.cluster.workers,
                    "consistency.backup_workers", "must be < cluster.workers")
+        if self.cluster.replicas:
+            _check(self.cluster.launcher in ("local", "sim"), "cluster.replicas",
+                   f"backups bind their primary's address on the same machine: launcher local or sim, "
+                   f"not {self.cluster.launcher}")
+            _check(self.checkpoint.enabled, "cluster.replicas",
+                   "backups follow their primary's checkpoint log: set checkpoint.enabled: true")
+            _check(self.consistency.mode.on_servers, "cluster.replicas",
+                   f"replicates parameter-server shards; {self.consistency.mode} has none")
         refusal = elastic_refusal(self)
         if refusal is not None:
             raise ConfigError(*refusal)

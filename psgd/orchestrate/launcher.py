@@ -198,8 +198,11 @@ class Launcher:
     def _start_all(self) -> None:
         mode = self.cfg.consistency.mode
         addresses = list(self.cfg.cluster.servers) if mode.on_servers else []
-        for i, addr in enumerate(addresses):
-            self._spawn("server", i, address=addr)
+        # cluster.replicas: R more processes per shard on its address (index i + S*j); the first to
+        # bind serves, the others back it up (servers/standby.py), and each restarts as any server does.
+        for j in range(1 + self.cfg.cluster.replicas):
+            for i, addr in enumerate(addresses):
+                self._spawn("server", i + len(addresses) * j, address=addr)
         worker_role = "worker" if mode.on_servers else "allreduce"
         for r in range(self.cfg.cluster.starting_workers):
             self._spawn(worker_role, r)

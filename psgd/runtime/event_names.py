@@ -27,6 +27,7 @@ class Event(str, Enum):
     WORKER_TIMED_OUT = "worker_timed_out"
     PEER_CUT_OFF = "peer_cut_off"    # a shard dropped a client that stopped reading
     RESUMED = "resumed"              # a shard restarted from its checkpoint
+    PROMOTED = "promoted"            # a shard's backup took over from its dead primary (cluster.replicas)
     RESTART = "restart"              # the launcher restarted a crashed process
     NODE_LOST = "node_lost"          # Ray: a node left the cluster with some of the run's roles
     MEMBERSHIP = "membership"        # the launcher: an elastic worker joined or left the run
@@ -54,6 +55,7 @@ FIELDS: dict[Event, frozenset[str]] = {
     Event.WORKER_TIMED_OUT: frozenset({"rank", "clock"}),
     Event.PEER_CUT_OFF: frozenset({"role", "rank"}),
     Event.RESUMED: frozenset(),
+    Event.PROMOTED: frozenset({"version", "followed"}),
     Event.RESTART: frozenset({"process", "process_index", "attempt", "cause"}),
     Event.NODE_LOST: frozenset({"node", "roles", "cause", "restarted", "line"}),
     Event.MEMBERSHIP: frozenset({"rank", "change", "clock", "cause"}),

@@ -27,11 +27,17 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-__all__ = ["LAUNCHER_PID_ENV", "PROCESSES_FILE", "EXIT_ORPHANED", "watch_parent", "set_parent_death_signal",
-           "forget_processes_file", "launcher_pid_from_env", "heartbeat_path", "beat"]
+__all__ = ["LAUNCHER_PID_ENV", "PROCESSES_FILE", "primary_file", "EXIT_ORPHANED", "watch_parent",
+           "set_parent_death_signal", "forget_processes_file", "launcher_pid_from_env", "heartbeat_path", "beat"]
 
 LAUNCHER_PID_ENV = "PSGD_LAUNCHER_PID"
 PROCESSES_FILE = "processes.json"
+
+
+def primary_file(run_dir, shard: int) -> Path:
+    """Names the process serving shard `shard` now, by pid: with cluster.replicas the
+    shard's processes take the address over from each other (servers/standby.py)."""
+    return Path(run_dir) / "checkpoints" / f"shard-{shard}.primary"
 EXIT_ORPHANED = 125
 _PR_SET_PDEATHSIG = 1
 

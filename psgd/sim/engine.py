@@ -323,6 +323,8 @@ class Engine:
             self.hosts.reply_taken(r.rank, r.shard, t)
         if not self.ex.receive(r):
             return
+        if self.faults is not None:
+            self.faults.answered(r.rank)
         if self.hosts is not None:  # the worker decoded every reply and its loop recorded the step
             t = self.hosts.params_in_hand(r.rank)
         self.open_push.pop(r.rank, None)

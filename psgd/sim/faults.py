@@ -11,10 +11,11 @@ launcher and shards:
 
 - Messages: one whose sender or receiver dies before it has arrived is lost (the
   dead process's socket buffers go with it); a request sent to a shard that is
-  down is lost too, and the worker waits out cluster.request_timeout_s before it
-  resends, as the real shard storms measured (benchmarks/faults: 30.05 s lost per
-  kill with the default 30 s); a restarted worker's registration with a shard that
-  is down is made once the shard is back.
+  down is lost too. A worker sees a shard's connection drop and come back
+  (psgd.wire.link_watch): it resends what it was waiting for the moment the shard
+  is back, and waits without using up its attempts while the shard is down; a
+  restarted worker's registration with a shard that is down is made once the
+  shard is back.
 - A killed worker loses the step it was computing (under local updates, its round
   so far: the inner steps it has not pushed) and its pushes still on the wire;
   those already at a shard are served (and their replies lost). After a storm's
@@ -27,17 +28,18 @@ launcher and shards:
   `cluster.timeout_s` (from its death, or from a later push of its that a shard
   served from its queue) unless it is back first (the live workers' heartbeats
   keep them in).
-- A killed shard loses the pushes in its queue or in service, its parked
-  pulls and every request sent to it while it is down (as on a real run, where
-  the workers then wait out `cluster.request_timeout_s`: benchmarks/faults); it
-  comes back (backoff + restart_s) with the state its checkpoint and
-  push log restore (psgd.sim.fault_steps: every update it applied) and knows no
-  connection: a worker's next request to it is answered `not_registered`, and
-  the worker registers again and repeats the request to every shard with the same
-  seq (shards that applied it recognise the resend). A worker waiting on a lost
-  request resends it after `cluster.request_timeout_s`; after `max_retries`
-  resends it fails (RequestFailed) and is restarted like a killed worker, as it is
-  when a shard refuses its push (one restarted without checkpoints is behind it).
+- A killed shard loses the pushes in its queue or in service, its parked pulls
+  and every request sent to it while it is down. With a backup up
+  (cluster.replicas, servers/standby.py) the backup serves it `promote_s` after the
+  kill and the killed process comes back (backoff + restart_s) as the new backup;
+  with none, the shard comes back (backoff + restart_s). Either way it holds what
+  its checkpoint and push log restore (psgd.sim.fault_steps: every update it
+  applied) and knows no connection: a worker's next request is answered
+  `not_registered`, and the worker registers again and repeats the request to
+  every shard with the same seq (shards that applied it recognise the resend). A
+  worker also resends a lost request after `cluster.request_timeout_s`; after
+  `max_retries` resends to a shard that is up it fails (RequestFailed) and is
+  restarted like a killed worker, as when a shard refuses its push.
 Every time and choice is a function of the config and seed: the same run, bit
 for bit. Left out: the evaluator's own restarts (it reads the shards' state at
 its instants), restarts under local updates and with batched gradients (a storm
@@ -111,12 +113,14 @@ class FailureModel:
         w, n = cfg.cluster.workers, cfg.cluster.num_servers
         self.worker_gen, self.worker_up = [0] * w, [True] * w
         self.shard_gen, self.shard_up = [0] * n, [True] * n
+        self.backups = [cfg.cluster.replicas] * n  # each shard's backups that follow it now
         self.connected = [set(range(w)) for _ in range(n)]  # ranks each shard incarnation has a connection from
         self.held: list[list] = [[] for _ in range(n)]  # (rank, gen) registering with a shard that is down
         self.snapshots: dict[int, dict] = {}
         self.joining: set[int] = set()   # restarted workers waiting for their welcomes
         self.request = [0] * w           # each worker's request in progress (a repeat is a new one)
         self.outstanding: list[dict] = [{} for _ in range(w)]  # its pushes, by shard
+        self.waiting = [False] * w       # a worker's request is sent and not yet answered by every shard
         self.kills: list[tuple[float, Role, int]] = []  # the kills made (t, role, index)
         # Only a shard's death loses a request: then the workers resend after request_timeout_s.
         shard_storm = self.faults.storm and self.faults.target.role == Role.SERVER
@@ -148,6 +152,7 @@ class FailureModel:
         """A new request: the pushes that leave now (those to a shard that is down wait)."""
         rank = pushes[0].rank
         self.request[rank] += 1
+        self.waiting[rank] = True
         self.outstanding[rank] = {p.shard: p for p in pushes}
         return self._leave(pushes, t)
 
@@ -187,9 +192,14 @@ class FailureModel:
         r.gen, r.shard_gen, r.request = self.worker_gen[r.rank], self.shard_gen[r.shard], request
         return True
 
+    def answered(self, rank: int) -> None:
+        """Every shard answered the worker's request: a repeat's late answers find it computing."""
+        self.waiting[rank] = False
+
     def reply_arrives(self, r: object) -> bool:
         """Whether reply `r` reaches a worker that still waits for it."""
         lost = (r.gen != self.worker_gen[r.rank] or not self.worker_up[r.rank]
+                or not (self.waiting[r.rank] or r.rank in self.joining)
                 or not self.shard_up[r.shard] or r.shard_gen != self.shard_gen[r.shard]
                 or r.request != self.request[r.rank] or r.shard in self.ex.workers[r.rank].replies)
         if lost:
@@ -236,7 +246,7 @@ class FailureModel:
         self.e.open_push.pop(rank, None)
         self.e.pending.pop(rank, None)   # a step left for the batch dies uncomputed
         self.e.computed.pop(rank, None)
-        self.outstanding[rank] = {}
+        self.outstanding[rank], self.waiting[rank] = {}, False
         self.joining.discard(rank)
         for s in range(self.ex.num_shards):  # it heartbeat until now: its silence starts here
             if self.shard_up[s]:
@@ -251,7 +261,10 @@ class FailureModel:
         self.e.waiting[s] = []  # its queue dies with it
         self.e.serving[s] = False
         self.connected[s] = set()
-        self._restart(Role.SERVER, s, t, f"server {s} killed (SIGKILL)")
+        self._restart(Role.SERVER, s, t, f"server {s} killed (SIGKILL)")  # back as a backup if one took over
+        if self.backups[s]:
+            self.backups[s] -= 1
+            self.e.q.put(t + self.faults.promote_s, self.K.BACK, (Role.SERVER, s))
 
     def _back(self, who: tuple, t: float) -> None:
         role, index = who
@@ -266,6 +279,12 @@ class FailureModel:
                 else:
                     self.held[s].append((index, self.worker_gen[index]))
             return
+        if self.shard_up[index]:  # a backup took the shard over first: this process follows it
+            self.backups[index] += 1
+            return
+        if self.cfg.cluster.replicas:  # the primary's state, as its backup followed it or its checkpoint restores it
+            self.e.emit({"t": round(t, 6), "role": Role.SERVER, "index": index, "event": Event.PROMOTED,
+                         "version": self.snapshots[index]["version"], "followed": 0})
         self.ex.fault_steps.restart_shard(index, self.snapshots.pop(index), t)
         self.e.hook_shard(index)
         self.shard_gen[index] += 1
@@ -275,6 +294,15 @@ class FailureModel:
         for rank, gen in held:  # the restarted workers that registered while it was down, in order
             if gen == self.worker_gen[rank] and self.worker_up[rank]:
                 self._join(rank, index, t, welcome=True)
+        self._reconnected(index, t)
+
+    def _reconnected(self, s: int, t: float) -> None:
+        """Shard s is back on its address: each worker still waiting for its answer resends
+        at once (its connection came back), and is answered `not_registered`, joins, repeats."""
+        for rank, push in enumerate(o.get(s) for o in self.outstanding):
+            if push and self.worker_up[rank] and self.waiting[rank] and s not in self.ex.workers[rank].replies:
+                push.shard_gen = self.shard_gen[s]
+                self.e.resend(push, t)
 
     def _join(self, rank: int, s: int, t: float, welcome: bool) -> None:
         """Worker `rank` registers with shard s at `t` (the shard's own register)."""
@@ -319,6 +347,9 @@ class FailureModel:
     def _resend(self, what: tuple, t: float) -> None:
         rank, gen, request, s, attempt = what
         if gen != self.worker_gen[rank] or request != self.request[rank] or s in self.ex.workers[rank].replies:
+            return
+        if not self.shard_up[s]:  # the connection is down: no attempt used up; the shard's return resends
+            self.e.q.put(t + self.resend_after_s, self.K.RESEND, (rank, gen, request, s, attempt))
             return
         if attempt > self.cfg.cluster.max_retries:  # RequestFailed: the worker exits, the launcher restarts it
             self._worker_down(rank, t, f"failed: shard {s} did not answer after {attempt - 1} resends")

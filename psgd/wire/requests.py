@@ -4,8 +4,11 @@
 waiting for any reply, then collects the replies, matching them by request
 id. A shard that has not answered within the timeout is sent the same bytes
 again (same request id, same push seq, so the shard recognises the resend).
-Replies to requests already answered are discarded. Blocking; not
-thread-safe.
+Where the connections watch their links (psgd.wire.link_watch), a shard whose
+connection comes back (restarted, or a backup promoted onto its address) is
+resent its request at once, and a patient call does not count attempts while
+a shard's connection is down: the launcher is restarting it. Replies to
+requests already answered are discarded. Blocking; not thread-safe.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import time
 from typing import Callable, Optional
 
 from psgd.wire import protocol as P
+from psgd.wire.link_watch import Link
 from psgd.wire.transport import ShardConnections
 
 __all__ = ["RequestTracker", "Pending", "RemoteError", "RequestFailed", "Interrupted"]
@@ -44,20 +48,24 @@ class RequestTracker:
         self.should_stop = should_stop or (lambda: False)
         self._ids = itertools.count(1)
         self.resends = 0
+        self.failovers = 0  # requests resent because their shard's connection came back
 
     def next_id(self) -> int:
         return next(self._ids)
 
     def call(self, requests: dict[int, list], timeout_s: Optional[float] = None,
-             max_retries: Optional[int] = None, interruptible: bool = True) -> dict[int, tuple[P.Record, list]]:
+             max_retries: Optional[int] = None, interruptible: bool = True,
+             patient: bool = True) -> dict[int, tuple[P.Record, list]]:
         """`requests` maps shard -> encoded frames (whose header carries a fresh
         request id from `next_id`). Returns shard -> (reply record, payload).
         Raises RemoteError for an ERROR reply, RequestFailed after max_retries,
-        Interrupted if `should_stop` turns true (unless not interruptible)."""
-        return self.wait(self.start(requests, timeout_s, max_retries, interruptible))
+        Interrupted if `should_stop` turns true (unless not interruptible).
+        `patient`: a shard whose connection dropped is waited for without using up
+        attempts (False for best-effort calls such as a leave at the end of a run)."""
+        return self.wait(self.start(requests, timeout_s, max_retries, interruptible, patient))
 
     def start(self, requests: dict[int, list], timeout_s: Optional[float] = None,
-              max_retries: Optional[int] = None, interruptible: bool = True) -> "Pending":
+              max_retries: Optional[int] = None, interruptible: bool = True, patient: bool = True) -> "Pending":
         """Send the requests and return at once; `wait` collects the replies (and resends
         to shards that have not answered in time). One pending call at a time per tracker."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
@@ -66,11 +74,12 @@ class RequestTracker:
         now = time.monotonic()
         return Pending(requests, {shard: P.request_id(frames) for shard, frames in requests.items()},
                        {shard: now + timeout_s for shard in requests}, timeout_s,
-                       self.max_retries if max_retries is None else max_retries, interruptible)
+                       self.max_retries if max_retries is None else max_retries, interruptible, patient)
 
     def wait(self, pending: "Pending") -> dict[int, tuple[P.Record, list]]:
         requests, want, replies = pending.requests, pending.want, pending.replies
         attempts, deadline = pending.attempts, pending.deadline
+        links = self.conns.links
         while len(replies) < len(requests):
             if pending.interruptible and self.should_stop():
                 raise Interrupted("stopped while waiting for shards")
@@ -85,8 +94,12 @@ class RequestTracker:
                     raise RemoteError(shard, record.code, record.reason)
                 replies[shard] = (record, payload)
             now = time.monotonic()
+            self._follow_links(pending, now)
             for shard in requests:
                 if shard in replies or now < deadline[shard]:
+                    continue
+                if pending.patient and links is not None and links.down(shard):
+                    deadline[shard] = now + pending.timeout_s  # being restarted: its return resends (above)
                     continue
                 if attempts[shard] >= pending.max_retries:
                     raise RequestFailed(f"shard {shard} ({self.conns.addresses[shard]}) did not answer "
@@ -97,20 +110,34 @@ class RequestTracker:
                 deadline[shard] = now + pending.timeout_s
         return replies
 
+    def _follow_links(self, pending: "Pending", now: float) -> None:
+        """Resend at once to each shard whose connection came back while its request was
+        outstanding: what it had received died with it (same request id and seq, so a
+        shard that did apply it recognises the repeat). Not an attempt: nothing timed out."""
+        if self.conns.links is None:
+            return
+        for shard, link in self.conns.links.changes():
+            if link is Link.UP and shard in pending.requests and shard not in pending.replies:
+                self.failovers += 1
+                self.conns.send(shard, pending.requests[shard])
+                pending.deadline[shard] = now + pending.timeout_s
+
 
 class Pending:
     """A call whose requests are on their way: the replies so far, attempts and deadlines."""
 
     def __init__(self, requests: dict, want: dict, deadline: dict, timeout_s: float, max_retries: int,
-                 interruptible: bool):
+                 interruptible: bool, patient: bool = True):
         self.requests, self.want, self.deadline = requests, want, deadline
         self.timeout_s, self.max_retries, self.interruptible = timeout_s, max_retries, interruptible
+        self.patient = patient
         self.replies: dict[int, tuple[P.Record, list]] = {}
         self.attempts = {shard: 0 for shard in requests}
 
     def merged(self, other: "Pending") -> "Pending":
         """This call and `other` (to other shards) as one, to wait for together."""
         both = Pending({**self.requests, **other.requests}, {**self.want, **other.want},
-                       {**self.deadline, **other.deadline}, self.timeout_s, self.max_retries, self.interruptible)
+                       {**self.deadline, **other.deadline}, self.timeout_s, self.max_retries, self.interruptible,
+                       self.patient and other.patient)
         both.replies, both.attempts = {**self.replies, **other.replies}, {**self.attempts, **other.attempts}
         return both

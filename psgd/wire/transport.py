@@ -1,4 +1,5 @@
-"""ZeroMQ sockets and CurveZMQ keys: the only runtime module that imports zmq
+"""ZeroMQ sockets and CurveZMQ keys: with link_watch (their connection events), the only
+runtime modules that import zmq
 (the bench's raw-ZeroMQ baselines import it to measure it).
 
 A shard serves on one ROUTER socket; a client holds one DEALER socket per
@@ -24,10 +25,14 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
 from psgd.wire.keys.files import AUTHORIZED_DIR, SERVER_KEY, KeyFileExists, generate_key_files
+from psgd.wire.link_watch import LinkWatch
 from psgd.wire.shm.doorbell import Bells, PolledBells, ring
 
 __all__ = ["zmq_versions", "curve_round_trip", "ServerSocket", "ShardConnections", "SendTracker", "TransportError", "tcp_address", "CurveKeys",
            "generate_keys", "KeyFileExists", "PEER_SEND_HWM", "server_keys", "client_keys", "zmq_context"]
+
+
+RECONNECT_MAX_MS = 250
 
 
 class TransportError(RuntimeError):
@@ -302,7 +307,9 @@ class ShardConnections:
     """One DEALER socket per shard address."""
 
     def __init__(self, addresses: Sequence[str], max_message_bytes: int = -1, curve: Optional[CurveKeys] = None,
-                 bells: Optional[Bells] = None):
+                 bells: Optional[Bells] = None, watch_links: bool = False):
+        """`watch_links`: follow each connection's drops and reconnections (`links`,
+        psgd.wire.link_watch), so requests can be resent the moment a shard is back."""
         self.addresses = list(addresses)
         self.bells = bells  # doorbells of same-host shards (psgd.wire.shm.doorbell), by shard index
         self._socks = []
@@ -313,8 +320,10 @@ class ShardConnections:
             sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
             sock.setsockopt(zmq.SNDHWM, 0)
             sock.setsockopt(zmq.RCVHWM, 0)
+            # A shard that died is tried again every 100 ms, at most 250 ms apart however long it is
+            # down: a restarted or promoted shard is reached (and resent to) within 250 ms of its return.
             sock.setsockopt(zmq.RECONNECT_IVL, 100)
-            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
             if curve is not None:
                 sock.curve_secretkey = curve.secret
                 sock.curve_publickey = curve.public
@@ -323,6 +332,7 @@ class ShardConnections:
             self._poller.register(sock, zmq.POLLIN)
             self._socks.append(sock)
         self._index = {s: i for i, s in enumerate(self._socks)}
+        self.links = LinkWatch(self._socks, self._poller) if watch_links else None
         self._polled = PolledBells(self._poller, bells, zmq.POLLIN) if bells is not None else None
         self._messages: dict[tuple[int, int], tuple] = {}  # (shard, frame position) -> (buffer, zmq.Frame)
 
@@ -368,12 +378,17 @@ class ShardConnections:
         for sock, _ in ready:
             if self._polled is not None and self._polled.take(sock, out):
                 continue
+            if self.links is not None and self.links.owns(sock):
+                self.links.read(sock)
+                continue
             parts = sock.recv_multipart(copy=False)
             out.append((self._index[sock], [p.buffer for p in parts]))
         return out
 
     def close(self) -> None:
         self._messages.clear()
+        if self.links is not None:
+            self.links.close(self._socks)
         for sock in self._socks:
             sock.close(0)
         self._socks = []

@@ -132,6 +132,14 @@ def test_a_killed_shard_is_back_when_every_worker_registered_with_it_again():
     assert (rec.restarted_at, rec.rejoined_at, rec.lost_s) == (10.5, 12.5, 2.5)
 
 
+def test_a_replicated_shards_restarted_process_counts_for_its_shard_whatever_its_number():
+    # cluster.replicas: shard 0's processes are 0 and 2 (of 2 shards); the killed primary was process 2.
+    kill = Kill(10.0, Role.SERVER, 0, 77)
+    events = [restart("server", 3, 10.1), restart("server", 2, 10.2), register(0, 0, 10.3), register(0, 1, 10.4)]
+    rec, = recoveries(events, [kill], workers=2, shards=2)
+    assert (rec.restarted_at, rec.rejoined_at) == (10.2, 10.4)
+
+
 def run(label, seed, updates, wall=100.0, kills=0, accuracy=0.95, loss=0.2, lost=()):
     ks = [Kill(10.0 * (i + 1), Role.WORKER, i % 4, 1000 + i) for i in range(kills)]
     recs = [Recovery(k, k.t + 0.25, k.t + x) for k, x in zip(ks, lost)]

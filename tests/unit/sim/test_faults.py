@@ -130,17 +130,40 @@ def test_what_the_model_cannot_run_is_refused_naming_the_key(sets, reason):
         check_faults(load_config(None, [*BASE, *sets]))
 
 
-def test_requests_sent_to_a_dead_shard_are_lost_and_waited_out_as_on_a_real_run():
-    # Kills 2 s apart (sim.faults.kill_every_s=2): a 1.5 s request timeout outlasts the 0.75 s restart,
-    # so every worker stays away until its lost push's resend, sent once the shard is back.
-    made = None
-    lost = {}
-    for timeout in (1.0, 1.5):
+def test_a_lost_request_is_resent_when_its_shard_is_back_whatever_the_request_timeout():
+    # Kills 2 s apart: the shard is back 0.75 s after each (backoff 0.5 + restart 0.25). The workers see
+    # its connection come back and resend at once: no wait for the request timeout, 1 s or 30 s.
+    for timeout in (1.0, 30.0):
         _, _, engine, events = run("sim.faults.target=shards", f"cluster.request_timeout_s={timeout}")
-        made = kills(engine)
-        lost[timeout] = [rec.lost_s for rec in recoveries(events, made, 3, 2)]
-        # A worker's push in flight when the shard died went just before it: its resend falls due at
-        # most one 0.2 s step before kill + timeout, and not before the shard is back (0.75 s).
-        assert all(max(0.75, timeout - 0.2) <= s <= timeout + 0.2 + 0.75 for s in lost[timeout]), lost
+        lost = [rec.lost_s for rec in recoveries(events, kills(engine), 3, 2)]
+        assert len(lost) == 2 and all(0.75 <= s < 0.75 + 0.05 for s in lost), (timeout, lost)
         assert all(not a.problems for a in account(events, 3))
-    assert min(lost[1.5]) > max(lost[1.0]) - 0.5  # the wait follows the timeout, not only the restart
+
+
+def test_with_a_replica_a_killed_shard_is_served_by_its_backup_after_promote_s():
+    cfg, ex, engine, events = run("sim.faults.target=shards", "cluster.replicas=1", "sim.faults.promote_s=0.1")
+    made = kills(engine)
+    assert [(k.t, k.index) for k in made] == [(2.0, 0), (4.0, 1)]
+    promoted = of(events, "promoted")
+    assert [(e["t"], e["index"]) for e in promoted] == [(2.1, 0), (4.1, 1)]
+    for k, e in zip(made, promoted):  # the backup holds every update the primary applied
+        before = max(st["version"] for st in of(events, "server_stats", index=k.index) if st["t"] <= k.t)
+        assert e["version"] >= before
+    lost = [rec.lost_s for rec in recoveries(events, made, 3, 2)]
+    assert all(0.1 <= s < 0.1 + 0.05 for s in lost), lost
+    assert all(not a.problems for a in account(events, 3))
+    # Each dead process came back as its shard's new backup (backoff + restart_s after the kill).
+    assert engine.faults.backups == [1, 1]
+    assert [e["process_index"] for e in of(events, "restart", process="server")] == [0, 1]
+
+
+def test_a_primary_killed_again_before_its_new_backup_is_up_waits_for_a_restart():
+    # One shard, kills 0.5 s apart: the backup takes over after the first; the second kill finds the
+    # dead process's restart (backoff 0.5 + restart 0.25) not yet up, so the shard waits for a process.
+    _, _, engine, events = run("sim.faults.target=shards", "cluster.servers=1", "cluster.replicas=1",
+                               "sim.faults.kill_every_s=0.5", "sim.faults.promote_s=0.1")
+    first, second = kills(engine)[:2]
+    assert (first.t, second.t) == (0.5, 1.0)
+    promoted = [e["t"] for e in of(events, "promoted")]
+    assert promoted[:2] == [0.6, 1.25]  # the backup at 0.6; then the first restart, due at 0.5 + 0.75
+    assert all(not a.problems for a in account(events, 3))

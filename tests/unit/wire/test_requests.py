@@ -6,11 +6,14 @@ only collaborator), so each rule is checked without sockets or timing races.
 import pytest
 
 from psgd.wire import protocol as P
+from psgd.wire.link_watch import Link
 from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
 
 
 class ScriptedShards:
     """Answers each request by a per-shard rule: 'ack', 'error', 'silent', or 'ack-after-resend'."""
+
+    links = None  # no connection events: resends at the timeout only
 
     def __init__(self, rules):
         self.rules = rules
@@ -88,3 +91,59 @@ def test_the_stop_condition_interrupts_a_wait_unless_told_not_to():
     with pytest.raises(Interrupted):
         _call(conns, tracker, [0])
     assert _call(conns, tracker, [0], interruptible=False)[0][0].version == 10
+
+
+class RestartedShard:
+    """One shard that dies with the first request (its connection drops), is down for
+    `down_polls` polls, then comes back on the same address and answers what it gets."""
+
+    def __init__(self, down_polls):
+        self.addresses = ["127.0.0.1:7000"]
+        self.links = self
+        self.sent: list[int] = []
+        self._inbox: list = []
+        self._changes = [(0, Link.DOWN)]
+        self._down_polls = down_polls
+
+    def send(self, shard, frames):
+        self.sent.append(P.request_id(frames))
+        if len(self.sent) > 1 and not self.down(0):  # the first died with the shard
+            self._inbox.append((0, P.encode(P.Ack(req=P.request_id(frames), version=7))))
+        return True
+
+    def recv(self, timeout_ms):
+        self._down_polls -= 1
+        if self._down_polls == 0:
+            self._changes.append((0, Link.UP))
+        out, self._inbox = self._inbox, []
+        return out
+
+    def down(self, shard):
+        return self._down_polls > 0
+
+    def changes(self):
+        out, self._changes = self._changes, []
+        return out
+
+
+def test_a_shard_that_comes_back_is_resent_at_once_and_its_downtime_uses_no_attempts():
+    conns = RestartedShard(down_polls=50)
+    tracker = RequestTracker(conns, timeout_s=0.001, max_retries=0)  # any attempt counted would fail the call
+    (rec, _), = _call(conns, tracker, [0]).values()
+    assert rec.version == 7
+    assert conns.sent == [1, 1]  # the lost request, then the same id once the shard was back
+    assert (tracker.failovers, tracker.resends) == (1, 0)
+
+
+def test_a_shard_that_comes_back_is_resent_before_the_timeout():
+    conns = RestartedShard(down_polls=3)
+    tracker = RequestTracker(conns, timeout_s=3600.0, max_retries=0)
+    assert _call(conns, tracker, [0])[0][0].version == 7
+    assert tracker.failovers == 1
+
+
+def test_a_call_that_is_not_patient_counts_its_attempts_while_the_shard_is_down():
+    conns = RestartedShard(down_polls=10**9)
+    tracker = RequestTracker(conns, timeout_s=0.001, max_retries=1)
+    with pytest.raises(RequestFailed, match="after 2 attempts"):
+        _call(conns, tracker, [0], patient=False)

@@ -1,9 +1,9 @@
-"""Only the transport imports zmq (docs/architecture.md), besides the bench's raw-ZeroMQ baselines that measure it."""
+"""Only the transport (and its link watch) imports zmq (docs/architecture.md), besides the bench's raw-ZeroMQ baselines that measure it."""
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-MAY_IMPORT_ZMQ = {"psgd/wire/transport.py", "psgd/bench/raw_zmq.py", "psgd/bench/raw_shm.py"}
+MAY_IMPORT_ZMQ = {"psgd/wire/transport.py", "psgd/wire/link_watch.py", "psgd/bench/raw_zmq.py", "psgd/bench/raw_shm.py"}
 
 
 def imports_zmq(path: Path) -> bool:
