@@ -46,28 +46,19 @@ def _linear(make: Callable[[int], Callable[[], object]], scale: float = 1.0) -> 
 def _message() -> Linear:
     """One push-sized message over TCP loopback (header packed, sent, received, parsed), in
     one process: half of it is charged at each end."""
-    import zmq
-
     from psgd.wire import protocol as P
     from psgd.wire.frames import tensor_frame
-    ctx = zmq.Context()
-    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
-    port = pull.bind_to_random_port("tcp://127.0.0.1")
-    push.connect(f"tcp://127.0.0.1:{port}")
-    try:
+    from psgd.wire.transport import loopback_pipe
+    with loopback_pipe() as (send, receive):
         def make(nbytes: int):
             grad = torch.zeros(nbytes // 4)
             record = P.Push(rank=1, seq=1, clock=1, numel=grad.numel())
 
             def once():
-                push.send_multipart(P.encode(record, [tensor_frame(grad)]), copy=False)
-                P.decode(pull.recv_multipart(copy=False))
+                send(P.encode(record, [tensor_frame(grad)]))
+                P.decode(receive())
             return once
         return _linear(make, scale=0.5)
-    finally:
-        push.close(linger=0)
-        pull.close(linger=0)
-        ctx.term()
 
 
 def _codecs() -> tuple[dict[str, Linear], dict[str, Linear]]:

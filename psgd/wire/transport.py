@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -28,7 +29,7 @@ from psgd.wire.keys.files import AUTHORIZED_DIR, SERVER_KEY, KeyFileExists, gene
 from psgd.wire.link_watch import LinkWatch
 from psgd.wire.shm.doorbell import Bells, PolledBells, ring
 
-__all__ = ["zmq_versions", "curve_round_trip", "ServerSocket", "ShardConnections", "SendTracker", "TransportError", "tcp_address", "CurveKeys",
+__all__ = ["zmq_versions", "loopback_pipe", "curve_round_trip", "ServerSocket", "ShardConnections", "SendTracker", "TransportError", "tcp_address", "CurveKeys",
            "generate_keys", "KeyFileExists", "PEER_SEND_HWM", "server_keys", "client_keys", "zmq_context"]
 
 
@@ -394,3 +395,19 @@ class ShardConnections:
         self._socks = []
         if self.bells is not None:
             self.bells.close()
+
+
+@contextmanager
+def loopback_pipe():
+    """A PUSH -> PULL pair over TCP loopback in this process, as (send, receive) callables
+    (multipart, zero-copy): what `psgd sim profile` times one message through."""
+    ctx = zmq.Context()
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    push.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        yield (lambda frames: push.send_multipart(frames, copy=False)), (lambda: pull.recv_multipart(copy=False))
+    finally:
+        push.close(linger=0)
+        pull.close(linger=0)
+        ctx.term()

@@ -145,7 +145,7 @@ def test_neither_the_shard_loop_nor_the_simulator_keeps_the_request_rules_of_its
 
 def _push(svc, rank, seq, clock, now):
     return svc.push(PushFields(rank, seq, clock, svc.state.version, 2, ahead=1), now,
-                    lambda: torch.ones(2), (rank, seq))
+                    torch.ones(2), (rank, seq))
 
 
 def test_the_barrier_wait_is_charged_to_the_last_pusher_to_the_second():
