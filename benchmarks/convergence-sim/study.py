@@ -38,8 +38,8 @@ RUNS = Path(os.environ.get("STUDY_RUNS", "/tmp/psgd-simstudy"))
 WORKERS = [int(w) for w in os.environ.get("WORKERS", "4 16 64 256").split()]
 SEEDS = int(os.environ.get("SEEDS", "5"))
 GRID_SEEDS = int(os.environ.get("GRID_SEEDS", "2"))
-JOBS = int(os.environ.get("JOBS", "4"))
-SWEEP_W = int(os.environ.get("SWEEP_W", "64"))
+JOBS = int(os.environ.get("JOBS", "6"))
+SWEEP_W = int(os.environ.get("SWEEP_W", "64"))   # 0: no sweep
 SWEEP_SEEDS = int(os.environ.get("SWEEP_SEEDS", "3"))
 CASES = ["none", "straggler"]
 SWEEP_CASES = os.environ.get("SWEEP_CASES", "none straggler").split()
@@ -134,33 +134,35 @@ def best_rate(times: dict[tuple[str, float], list[float]], label: str) -> tuple[
 
 def common(w: int, cap: float) -> list[str]:
     return ["--set", f"cluster.workers={w}", "--set", f"train.max_time_s={cap:g}",
-            "--set", f"eval.every_s={cap / 100:.4g}"]
+            "--set", f"eval.every_s={cap / 100:.4g}"]  # the resolution: 1% of the cap
+
+
+def dir_of(mode: str) -> str:
+    return mode.replace(":", "").replace("+", "-")
 
 
 def choose_rates(w: int) -> dict:
     pilot = PILOT_CAP_S[w]
-    fams = {}
-    with ThreadPoolExecutor(len(FAMILIES)) as pool:
-        futs = {fam: pool.submit(bench, f"w{w}-grid-{fam}", list(modes),
-                                 ["--lr-grid", ",".join(f"{x:g}" for x in grid(centre_lr(fam, w))),
-                                  "--seeds", str(GRID_SEEDS),
-                                  "--title", f"simulated, {w} workers, rate grid ({fam} modes), no straggler",
-                                  *common(w, pilot)])
-                for fam, modes in FAMILIES.items()}
-        for fam, fut in futs.items():
-            fams[fam] = seed_times(fut.result() / "seeds.csv")
+    family = {m: fam for fam, modes in FAMILIES.items() for m in modes}
+    with ThreadPoolExecutor(len(MODES)) as pool:   # one bench a mode: JOBS of them run at once
+        futs = {m: pool.submit(bench, f"w{w}-grid/{dir_of(m)}", [m],
+                               ["--lr-grid", ",".join(f"{x:g}" for x in grid(centre_lr(family[m], w))),
+                                "--seeds", str(GRID_SEEDS),
+                                "--title", f"simulated, {w} workers, {m} over its rate grid, no straggler",
+                                *common(w, pilot)])
+                for m in MODES}
+        times = {m: seed_times(f.result() / "seeds.csv") for m, f in futs.items()}
     rates, exts = {}, []
-    for fam, modes in FAMILIES.items():
-        g = grid(centre_lr(fam, w))
-        for m in modes:
-            lr, t = best_rate(fams[fam], m)
-            edge = "low" if lr == g[0] else "high" if lr == g[-1] else ""
-            rates[m] = {"family": fam, "grid": g, "lr": lr, "median_s": t, "edge": edge if math.isfinite(t) else "",
-                        "extended_to": None}
-            if edge and math.isfinite(t):
-                exts.append((m, float(f"{(lr / GRID_STEP if edge == 'low' else lr * GRID_STEP):.3g}")))
+    for m in MODES:
+        g = grid(centre_lr(family[m], w))
+        lr, t = best_rate(times[m], m)
+        edge = "low" if lr == g[0] else "high" if lr == g[-1] else ""
+        rates[m] = {"family": family[m], "grid": g, "lr": lr, "median_s": t, "edge": edge if math.isfinite(t) else "",
+                    "extended_to": None}
+        if edge and math.isfinite(t):
+            exts.append((m, float(f"{(lr / GRID_STEP if edge == 'low' else lr * GRID_STEP):.3g}")))
     with ThreadPoolExecutor(max(1, len(exts))) as pool:
-        futs = {m: pool.submit(bench, f"w{w}-grid-ext-{m.replace(':', '').replace('+', '-')}", [m],
+        futs = {m: pool.submit(bench, f"w{w}-grid/{dir_of(m)}-ext", [m],
                                ["--lr-grid", f"{x:g}", "--seeds", str(GRID_SEEDS),
                                 "--title", f"simulated, {w} workers, {m} one rate beyond its grid's end",
                                 *common(w, pilot)])
@@ -190,13 +192,14 @@ def lr_csv(w: int, design: dict) -> Path:
 
 def run_cases(w: int, design: dict, prefix: str = "", sets: tuple[str, ...] = (), seeds: int = SEEDS,
               cases: tuple[str, ...] = tuple(CASES)) -> None:
+    """Every (case, mode) as its own bench, so that JOBS of them run at once."""
     lrs = lr_csv(w, design)
-    with ThreadPoolExecutor(len(cases)) as pool:
-        futs = [pool.submit(bench, f"{prefix}w{w}-{c}", MODES,
-                            ["--seeds", str(seeds), "--lr-from", str(lrs),
-                             "--title", f"simulated, {w} workers, {'no straggler' if c == 'none' else 'rank ' + str(w - 1) + ' slowed 4x'}",
+    title = {"none": "no straggler", "straggler": f"rank {w - 1} slowed 4x"}
+    with ThreadPoolExecutor(len(cases) * len(MODES)) as pool:
+        futs = [pool.submit(bench, f"{prefix}w{w}-{c}/{dir_of(m)}", [m],
+                            ["--seeds", str(seeds), "--lr-from", str(lrs), "--title", f"simulated, {w} workers, {title[c]}",
                              *common(w, design["cap_s"]), *case_sets(c, w), *sets])
-                for c in cases]
+                for c in cases for m in MODES]
         for f in futs:
             f.result()
 
