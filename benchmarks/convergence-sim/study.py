@@ -95,13 +95,18 @@ def bench(name: str, modes: list[str], args: list[str]) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [PSGD, "bench", "convergence", str(WORKLOAD), "--on", "sim", "--out", str(out),
            "--modes", ",".join(modes), *args]
+    timing = RUNS / f"{name.replace('/', '_')}.time"
     with _slots:
-        t0, c0 = time.time(), os.times()
+        t0 = time.time()
         with open(RUNS / f"{name.replace('/', '_')}.out", "w") as f:
-            code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
-        c1 = os.times()
-    cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
-    log(f"{name}: {time.time() - t0:.0f} s wall, {cpu:.0f} s CPU (approx.), exit {code}; load average: {loadavg()}")
+            # /usr/bin/time: this bench's own CPU (os.times would add every bench that ended meanwhile)
+            code = subprocess.run(["/usr/bin/time", "-o", str(timing), "-f", "%U %S", *cmd],
+                                  stdout=f, stderr=subprocess.STDOUT).returncode
+    try:
+        cpu = f"{sum(float(x) for x in timing.read_text().split()[-2:]):.0f}"
+    except (OSError, ValueError):
+        cpu = "?"
+    log(f"{name}: {time.time() - t0:.0f} s wall, {cpu} s CPU, exit {code}; load average: {loadavg()}")
     if code != 0:
         raise RuntimeError(f"{name}: psgd bench convergence exited {code} (see {RUNS}/{name}.out)")
     dest = HERE / name
