@@ -71,7 +71,7 @@ def test_the_report_and_the_readme_follow_the_verdicts(tmp_path):
     assert "- no straggler: asp against bsp: faster at W = 4; tied at W = 64." in text
     assert "- the last rank 4× slower: asp against bsp: faster (decided by the cap) at W = 4." in text
     assert "ssp:8 against bsp: inconclusive at W = 4." in text       # two seeds: too few
-    assert "- W = 4, no straggler: asp, ssp:8 gave identical runs, seed by seed" in text
+    assert "- W = 4, no straggler: asp, ssp:8 gave identical runs, seed by seed (a bound" in text
     assert "- W = 4: cap 6 simulated s (grid runs 8 s); 1 of 4 verdicts decided by the cap." in text
     assert "| 64 (extrapolation) | no straggler | asp | 0.1 (low end) |" in text
     assert "| 4 | no straggler | asp | 0.1 (low end) |" in text and "no host model" in text
