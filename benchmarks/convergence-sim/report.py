@@ -1,260 +1,203 @@
-"""The simulated scale study's report, assembled from the benches' CSVs that
-run_study.sh copied here (w<W>-<case>/seeds.csv, w<W>-lr-<family>/seeds.csv)
-and its study.log:
+"""The simulated scale study's report, from what study.py wrote here:
 
     python benchmarks/convergence-sim/report.py benchmarks/convergence-sim
 
-writes report.md (per W: the headline table, the literature verdicts and the
-learning rates chosen; then how each verdict changes with W and where it
-differs from the real 4-worker study in benchmarks/convergence), scale.png
-(time to target against W, per case) and verdicts.png (the verdict matrix).
-The judging is the real study's (benchmarks/convergence/literature.py and
-verdicts.py); nothing is typed in by hand.
+reads design.json (grids, chosen rates, caps) and w<W>-<case>/<mode>/seeds.csv,
+judges every mode against bsp with the one rule (psgd.bench.verdict.judge,
+paired by seed, censored seeds at their cap) and writes report.md: the
+conclusion first, in words taken from the verdicts, then the results table,
+the caps with the verdicts each decided, the rates, and what did not run.
+Rows above VALIDATED_W workers are labelled extrapolation.
 """
 from __future__ import annotations
 
 import csv
+import json
 import math
-import re
 import sys
-import textwrap
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REAL = HERE.parent / "convergence"
-sys.path[:0] = [str(HERE), str(REAL)]
+import yaml
 
-from claims_local import local_update_verdicts, seed_rows  # noqa: E402
-from literature import study_verdicts  # noqa: E402
-from sweep import sensitivity_section  # noqa: E402
-from verdicts import headline, load_case  # noqa: E402
+from psgd.bench.verdict import Judgement, Outcome, Sample, judge
 
-from psgd.bench.stats import TIE_MARGIN  # noqa: E402
-from psgd.bench.target_resolution import target_resolution_line  # noqa: E402
-from psgd.config import load_config  # noqa: E402
+__all__ = ["load_case", "judge_case", "identical_modes", "conclusion", "main"]
 
-__all__ = ["load_study", "verdict_matrix", "main"]
-
-CASES = ["none", "straggler", "delay", "pareto"]
-CASE_TITLES = {"none": "no straggler", "straggler": "the last rank slowed 4×",
-               "delay": "exponential per-step delays (mean 1× compute)",
-               "pareto": "Pareto per-step delays (shape 1.5, mean 1× compute)"}
-CASE_HEADS = {"none": "no straggler", "straggler": "last rank slowed 4×", "delay": "exponential delays",
-              "pareto": "Pareto delays"}
-_CASE_DIR = re.compile(r"w(\d+)-(" + "|".join(CASES) + r")$")
-_GRID_DIR = re.compile(r"w(\d+)-lr-(\w+)$")
-LOCAL_H = 8
+VALIDATED_W = 16   # the largest W checked against real runs (benchmarks/sim-validation)
+DESIGN_W = (4, 16, 64, 256)   # the worker counts the study is designed for (study.py's default)
+BASELINE = "bsp"
+CASE_TITLES = {"none": "no straggler", "straggler": "the last rank 4× slower"}
 
 
-def load_study(study_dir: Path) -> dict[int, dict[str, Path]]:
-    """W -> case -> its seeds.csv."""
-    out: dict[int, dict[str, Path]] = {}
-    for d in sorted(Path(study_dir).iterdir()):
-        m = _CASE_DIR.match(d.name)
-        if m and (d / "seeds.csv").is_file():
-            out.setdefault(int(m.group(1)), {})[m.group(2)] = d / "seeds.csv"
-    return dict(sorted(out.items()))
+def dir_of(mode: str) -> str:
+    return mode.replace(":", "").replace("+", "-")
 
 
-def claims_at(paths: dict[str, Path], w: int):
-    cases = {c: load_case(paths[c]) for c in CASES if c in paths}
-    claims = study_verdicts(cases, f"{w} workers", True, heavy_tail="pareto")
-    if "none" in cases:
-        claims += local_update_verdicts(cases["none"], seed_rows(paths["none"]), f"{w} workers", LOCAL_H)
-    return cases, claims
-
-
-def judge_study(study_dir: Path) -> dict[int, list]:
-    """W -> its claims, for a directory laid out like the study (a sensitivity sweep point)."""
-    return {w: claims_at(paths, w)[1] for w, paths in load_study(study_dir).items()}
-
-
-def real_claims() -> dict[str, dict[str, str]]:
-    """workload -> claim text -> verdict, from the real study's committed seeds.csv files."""
-    workloads: dict[str, dict[str, dict]] = {}
-    higher: dict[str, bool] = {}
-    for d in sorted(p for p in REAL.iterdir() if (p / "seeds.csv").is_file()):
-        workload, _, case = d.name.rpartition("-")
-        # The real local-update group (<workload>-local-<case>) is judged by its own claims in verdicts.md.
-        if workload and case != "lr" and not workload.endswith("-local"):
-            workloads.setdefault(workload, {})[case] = load_case(d / "seeds.csv")
-            summary = list(csv.DictReader(open(d / "summary.csv"))) if (d / "summary.csv").is_file() else []
-            higher[workload] = not summary or summary[0].get("metric", "accuracy") == "accuracy"
-    return {wl: {c.claim.split(": ", 1)[1]: c.verdict for c in study_verdicts(cases, wl, higher[wl])}
-            for wl, cases in workloads.items()}
-
-
-def verdict_matrix(claims_by_w: dict[int, list]) -> dict[str, dict[int, str]]:
-    """claim text -> W -> verdict (in the order claims first appear)."""
-    out: dict[str, dict[int, str]] = {}
-    for w, claims in claims_by_w.items():
-        for c in claims:
-            out.setdefault(c.claim.split(": ", 1)[1], {})[w] = c.verdict
+def load_case(case_dir: Path, modes: list[str]) -> dict[str, Sample]:
+    """mode -> its seeds' held times (censored at the run's length where not held)."""
+    out = {}
+    for m in modes:
+        path = case_dir / dir_of(m) / "seeds.csv"
+        if not path.is_file():
+            continue
+        rows = [r for r in csv.DictReader(open(path)) if r["label"] == m]
+        out[m] = Sample.of([float(r["time_to_target_s"]) if r["time_to_target_s"] else math.inf for r in rows],
+                           caps=[float(r["train_time_s"]) for r in rows], seeds=[int(r["seed"]) for r in rows])
     return out
 
 
-def change_with_w(by_w: dict[int, str]) -> str:
-    groups: dict[str, list[int]] = {}
-    for w, v in by_w.items():
-        groups.setdefault(v, []).append(w)
-    if len(groups) == 1:
-        return f"{next(iter(groups))} at every W"
-    return "; ".join(f"{v} at W = {', '.join(map(str, ws))}" for v, ws in groups.items())
+def judge_case(samples: dict[str, Sample]) -> dict[str, Judgement]:
+    """mode -> its verdict against the baseline (modes other than it)."""
+    if BASELINE not in samples:
+        return {}
+    return {m: judge(s, samples[BASELINE]) for m, s in samples.items() if m != BASELINE}
 
 
-def grid_lines(study_dir: Path, w: int) -> list[str]:
-    """Per family: its grid and each mode's chosen rate, flagged where it sits at an end of the grid."""
+def identical_modes(samples: dict[str, Sample]) -> list[list[str]]:
+    """Groups of modes whose every seed gave the same held time (the same run)."""
+    groups: list[list[str]] = []
+    for m, s in samples.items():
+        for g in groups:
+            if samples[g[0]].paired_with(s) and sorted(zip(samples[g[0]].seeds, samples[g[0]].values)) == \
+                    sorted(zip(s.seeds, s.values)):
+                g.append(m)
+                break
+        else:
+            groups.append([m])
+    return [g for g in groups if len(g) > 1]
+
+
+def _median(s: Sample) -> str:
+    vals = sorted(s.values)
+    n = len(vals)
+    med = vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+    return f"{med:.2f}" + (" (cap)" if s.n_censored * 2 > n else "")
+
+
+def _word(j: Judgement) -> str:
+    return j.outcome.value + (" (decided by the cap)" if j.decided_by_cap else "")
+
+
+def conclusion(verdicts: dict[tuple[int, str], dict[str, Judgement]]) -> list[str]:
+    """One line per (case, mode): its verdict against bsp at each W, grouped."""
     lines = []
-    for d in sorted(Path(study_dir).glob(f"w{w}-lr-*")):
-        if not _GRID_DIR.match(d.name) or not (d / "seeds.csv").is_file():
-            continue
-        rows = list(csv.DictReader(open(d / "seeds.csv")))
-        rates = sorted({float(r["lr"]) for r in rows})
-        chosen = {r["label"]: float(r["lr"]) for r in rows if r["chosen_lr"] == "True"}
-        picks = [f"{label} {lr:g}" + (" (an end of the grid)" if lr in (rates[0], rates[-1]) else "")
-                 for label, lr in chosen.items()]
-        lines.append(f"{d.name.rsplit('-', 1)[1]} grid {','.join(f'{x:g}' for x in rates)}: " + ", ".join(picks))
+    cases = sorted({c for _, c in verdicts}, key=list(CASE_TITLES).index)
+    for c in cases:
+        ws = sorted(w for w, cc in verdicts if cc == c)
+        modes = list(dict.fromkeys(m for w in ws for m in verdicts[(w, c)]))
+        for m in modes:
+            by: dict[str, list[int]] = {}
+            for w in ws:
+                if m in verdicts[(w, c)]:
+                    by.setdefault(_word(verdicts[(w, c)][m]), []).append(w)
+            parts = [f"{v} at W = {', '.join(map(str, w))}" for v, w in by.items()]
+            lines.append(f"- {CASE_TITLES[c]}: {m} against bsp: " + "; ".join(parts) + ".")
     return lines
 
 
-def plot_scale(study: dict[int, dict[str, Path]], out: Path) -> None:
-    from psgd.bench.pyplot import pyplot
-    plt = pyplot()
-    fig, axes = plt.subplots(1, len(CASES), figsize=(4.2 * len(CASES), 4.2), sharey=True)
-    colours: dict[str, str] = {}   # one colour per mode in every panel
-    for ax, case in zip(axes, CASES):
-        series: dict[str, list] = {}
-        for w, paths in study.items():
-            if case not in paths:
-                continue
-            for label, s in load_case(paths[case]).items():
-                series.setdefault(label, []).append((w, s.time))
-        top = 1.0
-        for label, pts in series.items():
-            if label.startswith(("bsp+h", "asp+h")):
-                continue   # the local-update modes have their own claims; keep the panel readable
-            ws = [w for w, iv in pts if math.isfinite(iv.median)]
-            med = [iv.median for _, iv in pts if math.isfinite(iv.median)]
-            lo = [iv.median - iv.low for _, iv in pts if math.isfinite(iv.median)]
-            hi = [(iv.high - iv.median) if math.isfinite(iv.high) else 0 for _, iv in pts if math.isfinite(iv.median)]
-            if ws:
-                colour = colours.setdefault(label, f"C{len(colours) % 10}")
-                ax.errorbar(ws, med, yerr=[lo, hi], marker="o", capsize=3, label=label, color=colour)
-                top = max(top, max(med))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlim(min(study) / 1.6, max(study) * 1.6)
-        ax.set_xticks(sorted(study))
-        ax.set_xticklabels([str(w) for w in sorted(study)])
-        ax.set_title(CASE_TITLES[case], fontsize=9)
-        ax.set_xlabel("workers (simulated)")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("held time to target, simulated s (median, 95% CI)")
-    handles = {}
-    for ax in axes:
-        handles.update(zip(*reversed(ax.get_legend_handles_labels())))
-    if handles:
-        fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center", ncol=len(handles))
+def main(study_dir: Path) -> Path:
+    design = json.loads((study_dir / "design.json").read_text())
+    modes, cases = design["modes"], design["cases"]
+    workload = yaml.safe_load((study_dir / "workload.yaml").read_text())
+    sim = workload["sim"]
+    verdicts: dict[tuple[int, str], dict[str, Judgement]] = {}
+    samples: dict[tuple[int, str], dict[str, Sample]] = {}
+    missing = []
+    for w_text in design["workers"]:
+        w = int(w_text)
+        for c in cases:
+            s = load_case(study_dir / f"w{w}-{c}", modes)
+            missing += [f"W = {w}, {CASE_TITLES[c]}: {m}" for m in modes if m not in s]
+            if s:
+                samples[(w, c)] = s
+                verdicts[(w, c)] = judge_case(s)
+    decided = [j for v in verdicts.values() for j in v.values() if j.outcome is not Outcome.INCONCLUSIVE]
+    text = ["# Simulated scale study: which consistency mode reaches the target first, by worker count", "",
+            "**Every time here is simulated** (the virtual cluster, `--on sim`): real gradients, the time model's "
+            f"clock. Time model: compute {sim['compute_ms']:g} ms a step with per-step jitter (lognormal CV "
+            f"{sim['compute_jitter']:g}), links {sim['bandwidth_gbps']:g} Gb/s and {sim['latency_us']:g} µs, a shard "
+            f"serves a request in {sim['request_us']:g} µs plus {sim['apply_gbytes_per_s']:g} GB/s of apply; "
+            "no host model (CPU contention is not charged).", "",
+            "## Conclusion", "",
+            f"{len(decided)} of {sum(len(v) for v in verdicts.values())} verdicts against bsp are decisive "
+            f"(≥ 3 seeds a side, the ratio's 95% interval wholly outside or inside ±10%); "
+            f"{sum(j.decided_by_cap for v in verdicts.values() for j in v.values())} of them rest on seeds "
+            "censored at the cap.", "", *conclusion(verdicts), ""]
+    for (w, c), s in samples.items():
+        for g in identical_modes(s):
+            text.append(f"- W = {w}, {CASE_TITLES[c]}: {', '.join(g)} gave identical runs, seed by seed (a "
+                        "bound that never made a worker wait); their verdicts are one verdict.")
+    text += ["", "## Results", "",
+             "| W | case | mode | lr | seeds held | time to target, median (simulated s) | ratio to bsp [95% CI] "
+             "| verdict against bsp |", "|---|---|---|---|---|---|---|---|"]
+    for (w, c), s in samples.items():
+        rates = design["workers"][str(w)]["rates"]
+        for m, smp in s.items():
+            j = verdicts[(w, c)].get(m)
+            r = rates.get(m, {})
+            lr = f"{r.get('lr', float('nan')):g}" + (f" ({r['edge']} end)" if r.get("edge") else "")
+            label = f"{w}" + (" (extrapolation)" if w > VALIDATED_W else "")
+            text.append(f"| {label} | {CASE_TITLES[c]} | {m} | {lr} | {smp.n - smp.n_censored}/{smp.n} | "
+                        f"{_median(smp)} | {j.ratio.text(2) if j else '—'} | {_word(j) if j else 'baseline'} |")
+    text += ["", "## Caps", "",
+             "Each W's cap is 3× the slowest mode's median held time at its chosen rate in the rate grid (the "
+             "pilot, no straggler); a run that has not held the target by then is censored at the cap, which can "
+             "make its mode slower, never faster or tied.", ""]
+    for w_text, d in design["workers"].items():
+        w = int(w_text)
+        by_cap = sum(j.decided_by_cap for c in cases for j in verdicts.get((w, c), {}).values())
+        n = sum(len(verdicts.get((w, c), {})) for c in cases)
+        text.append(f"- W = {w}: cap {d['cap_s']:g} simulated s (grid runs {d['pilot_cap_s']:g} s); "
+                    f"{by_cap} of {n} verdicts decided by the cap.")
+    text += ["", "## Rates", "",
+             f"Each mode over a 3-point grid (×{design['grid_step']:g} apart) on {design['grid_seeds']} seeds, case "
+             "no straggler; asynchronous modes centred on linear scaling (one worker's batch an update: "
+             f"{design['base_lr']:g} at every W), synchronous ones on square-root scaling ({design['base_lr']:g} × "
+             "√W; linear scaling diverged at W = 256 in the pilot); a best rate at a grid's end got one more point "
+             "beyond it.", ""]
+    for w_text, d in design["workers"].items():
+        per = ", ".join(f"{m} {r['lr']:g} of {'/'.join(f'{x:g}' for x in r['grid'])}"
+                        + (f" + {r['extended_to']:g}" if r.get("extended_to") else "")
+                        + (f" (still the {r['edge']} end)" if r.get("edge") else "")
+                        + ("" if math.isfinite(r["median_s"]) else " (no rate held the target)")
+                        for m, r in d["rates"].items())
+        text.append(f"- W = {w_text}: {per}.")
+    sweep = study_dir / "sensitivity"
+    if sweep.is_dir():
+        text += ["", "## Sensitivity", "", f"At W = {design['sweep_w']}, one knob of the time model changed at a time "
+                 f"({design['sweep_seeds']} seeds); each verdict against bsp beside the stated cluster's.", ""]
+        for knob in sorted(p.name for p in sweep.iterdir() if p.is_dir()):
+            for c in cases:
+                s = load_case(sweep / knob / f"w{design['sweep_w']}-{c}", modes)
+                stated = verdicts.get((design["sweep_w"], c), {})
+                for m, j in judge_case(s).items():
+                    text.append(f"- {knob}, {CASE_TITLES[c]}: {m} {_word(j)}"
+                                + (f" (stated: {_word(stated[m])})" if m in stated else ""))
+    not_run = [w for w in DESIGN_W if str(w) not in design["workers"]]
+    if missing or not_run:
+        text += ["", "## Not run", ""]
+        text += [f"- W = {w}: no run (see README.md)" for w in not_run] + [f"- {m}" for m in missing]
+    out = study_dir / "report.md"
+    out.write_text("\n".join(text) + "\n")
+    _readme_results(study_dir / "README.md", text)
+    return out
 
-    fig.suptitle("Simulated scale study (digits MLP): time to target vs workers; missing point = not reached")
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+
+README_MARKS = ("<!-- results: written by report.py -->", "<!-- end of results -->")
 
 
-def plot_verdicts(matrix: dict[str, dict[int, str]], ws: list[int], out: Path) -> None:
-    from psgd.bench.pyplot import pyplot
-    plt = pyplot()
-    colour = {"confirmed": 2, "inconclusive": 1, "not confirmed": 0, "not tested": math.nan}
-    rows = list(matrix)
-    grid = [[colour.get(matrix[c].get(w, "not tested"), math.nan) for w in ws] for c in rows]
-    fig, ax = plt.subplots(figsize=(5 + 1.1 * len(ws), 0.5 * len(rows) + 1.2))
-    ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=2, aspect="auto")
-    for i, c in enumerate(rows):
-        for j, w in enumerate(ws):
-            ax.text(j, i, matrix[c].get(w, "not tested"), ha="center", va="center", fontsize=6)
-    ax.set_xticks(range(len(ws)))
-    ax.set_xticklabels([f"W={w}" for w in ws])
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([textwrap.fill(c, 60) for c in rows], fontsize=7)
-    ax.set_title("Literature verdicts by worker count (simulated)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-
-
-def log_lines(study_dir: Path) -> list[str]:
-    log = Path(study_dir) / "study.log"
-    if not log.is_file():
-        return ["(no study.log)"]
-    text = log.read_text().splitlines()
-    cpu = sum(float(m.group(1)) for line in text if (m := re.search(r"s wall, ([\d.]+) s CPU", line)))
-    return [f"`{line}`  " for line in text if line.startswith(("study ", "commit "))] + [
-        f"CPU seconds of all benches together: {cpu:.0f} s ({cpu / 60:.1f} min)."]
-
-
-def main(argv: list[str]) -> int:
-    study_dir = Path(argv[0]) if argv else HERE
-    study = load_study(study_dir)
-    cfg = load_config(str(HERE / "digits.yaml"))
-    sim, t = cfg.sim, cfg.train.target
-    parts = ["# Simulated scale study: the literature claims at 4 to 256 workers", "",
-             "**Every time in this report is simulated** (the virtual cluster, `--on sim`): the gradients, the "
-             "shards' update rules and the data are real; the clock is the time model's. Regenerate with "
-             "`benchmarks/convergence-sim/run_study.sh`; README.md says what was chosen and why.", "",
-             f"Workload: `{cfg.task.model}` (hidden {cfg.task.model_args.get('hidden')}) on `{cfg.task.dataset}`, "
-             f"batch {cfg.task.batch_size} per worker, plain SGD, {cfg.cluster.num_servers} shards. Target: test "
-             f"{t.metric} {t.value:g}, held for {t.hold_evals} evaluations within {t.tolerance:g}; runs stop "
-             f"once it is held. Stated cluster: {sim.compute_ms:g} ms of compute per worker step, links of "
-             f"{sim.bandwidth_gbps:g} Gb/s with {sim.latency_us:g} µs latency, a shard serves a request in "
-             f"{sim.request_us:g} µs plus {sim.apply_gbytes_per_s:g} GB/s of apply.", "",
-             "Verdicts: every comparison is `psgd.bench.verdict.judge` on the 95% interval of the ratio of the "
-             f"medians: *faster*/*slower* wholly beyond ±{TIE_MARGIN:.0%} of 1, *tied* inside it, *inconclusive* "
-             "otherwise (overlap confirms nothing). A *beats* claim is confirmed only by *faster*, a *tie* claim "
-             "only by *tied*. A seed that never held the target is censored at its run's end; a verdict that rests "
-             "on such seeds says *decided by the cap*. Times are held time to target, median [95% bootstrap CI] "
-             "over seeds.", "", target_resolution_line(cfg), ""]
-    claims_by_w = {}
-    for w, paths in study.items():
-        cases, claims = claims_at(paths, w)
-        claims_by_w[w] = claims
-        parts += [f"## {w} workers", "", "Cases: " + "; ".join(f"{c} = {CASE_TITLES[c]}" for c in cases) + ".",
-                  "", headline(cases, CASE_HEADS), "", "| claim | source | verdict | evidence |", "|---|---|---|---|"]
-        parts += [f"| {c.claim.split(': ', 1)[1]} | {c.source} | **{c.verdict}** | {c.evidence} |" for c in claims]
-        parts += ["", "Learning rates (case none, grid per family of modes): " + "; ".join(grid_lines(study_dir, w)),
-                  ""]
-    matrix = verdict_matrix(claims_by_w)
-    ws = list(study)
-    real = real_claims()
-    parts += ["## How the verdicts change with W", "",
-              "| claim | " + " | ".join(f"W={w}" for w in ws) + " | " +
-              " | ".join(f"real 4-worker {wl}" for wl in real) + " |",
-              "|---|" + "---|" * (len(ws) + len(real))]
-    for claim, by_w in matrix.items():
-        parts.append(f"| {claim} | " + " | ".join(by_w.get(w, "—") for w in ws) + " | "
-                     + " | ".join(real[wl].get(claim, "—") for wl in real) + " |")
-    parts += ["", "In words (computed from the table):", ""]
-    parts += [f"- {claim}: {change_with_w(by_w)}." for claim, by_w in matrix.items()]
-    if 4 in claims_by_w and real:
-        differ = [f"- {claim}: simulated W=4 {by_w[4]}; real " +
-                  ", ".join(f"{wl} {real[wl][claim]}" for wl in real)
-                  for claim, by_w in matrix.items()
-                  if 4 in by_w and any(claim in real[wl] and real[wl][claim] != by_w[4] for wl in real)]
-        parts += ["", "## Where the simulated 4 workers differ from the real 4-worker study", "",
-                  "Different workloads (digits MLP here, MNIST-1D CNN and a character LM there) and a different "
-                  "clock (simulated, without the real study's two shared cores), so a difference says the answer "
-                  "depends on them, not which is right.", ""]
-        parts += differ or ["None: every claim tested in both has the same verdict."]
-    parts += [""] + sensitivity_section(Path(study_dir), claims_by_w, judge_study)
-    parts += ["", "![time to target vs W](scale.png)", "", "![verdicts vs W](verdicts.png)", "",
-              "## The run", ""] + log_lines(study_dir)
-    (Path(study_dir) / "report.md").write_text("\n".join(parts) + "\n")
-    if study:
-        plot_scale(study, Path(study_dir) / "scale.png")
-        plot_verdicts(matrix, ws, Path(study_dir) / "verdicts.png")
-    print(Path(study_dir) / "report.md")
-    return 0
+def _readme_results(readme: Path, report: list[str]) -> None:
+    """The README's results: the report's conclusion and table, between README_MARKS."""
+    if not readme.is_file():
+        return
+    body = readme.read_text()
+    start, end = body.find(README_MARKS[0]), body.find(README_MARKS[1])
+    if start < 0 or end < start:
+        return
+    keep = report[report.index("## Conclusion") + 2:report.index("## Caps")]
+    section = "\n".join([README_MARKS[0], "", *[ln for ln in keep if ln != "## Results"], README_MARKS[1]])
+    readme.write_text(body[:start] + section + body[end + len(README_MARKS[1]):])
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    print(f"wrote {main(Path(sys.argv[1]))}")

@@ -7,8 +7,9 @@ Everything here is pure (no I/O, no clocks) and deterministic:
   always gives the same interval). A run that never reached its target counts
   as +inf: it sorts last, so an interval may end at inf ("not reached in some
   resamples"), which is the honest answer.
-- `ratio_ci`: the interval of the ratio of two medians, on which every
-  verdict rests (psgd.bench.verdict.judge, with the margin TIE_MARGIN).
+- `ratio_ci`: the interval of the ratio of two sides' times (a t-interval
+  on log values), on which every verdict rests (psgd.bench.verdict.judge,
+  with the margin TIE_MARGIN).
 - `halving_schedule`: the successive-halving plan of the tuner.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+from scipy.special import stdtrit
 
 __all__ = ["Interval", "median_ci", "TIE_MARGIN", "ratio_ci", "Rung", "halving_schedule", "schedule_runs",
            "BOOTSTRAP_RESAMPLES", "CI_LEVEL"]
@@ -81,35 +83,49 @@ def _medians(rows: np.ndarray) -> np.ndarray:
 TIE_MARGIN = 0.10  # a tie claims the two medians are within ±10% of each other
 
 
-def ratio_ci(a: Sequence[float], b: Sequence[float], level: float = CI_LEVEL,
-             resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0, paired: bool = False) -> Interval:
-    """median(a) / median(b) with a percentile-bootstrap interval: each side
-    resampled on its own, or, `paired` (a[i] and b[i] ran with the same seed),
-    the same seeds drawn for both, so what the seeds share cancels. A ratio
-    involving a never-reached (inf) median is inf; inf / inf is unknown and
-    counts as inf, so it can never look like a tie."""
+def ratio_ci(a: Sequence[float], b: Sequence[float], level: float = CI_LEVEL, paired: bool = False) -> Interval:
+    """The ratio a / b of two sides' typical values with a CI_LEVEL interval: a
+    t-interval on the difference of mean log values (Welch's, each side's own
+    spread; or, `paired` (a[i] and b[i] ran with the same seed), on the per-seed
+    log ratios, so what the seeds share cancels). The point is the ratio of
+    geometric means, which for log-normal seed times is the ratio of medians.
+
+    Why not the percentile bootstrap of the ratio of medians: with the 3-5 seeds
+    a study runs it undercovers. On null pairs (both sides log-normal, CV 0.2,
+    ±10% margin) it decided faster or slower in 7-11% of trials at n = 3 paired
+    (13.5% at n = 2), where this interval, exact for log-normal times, stays
+    under 1%. Times are positive; a value <= 0 or inf leaves the ratio unknown:
+    the interval is [0, inf]. `n` is the smaller side's count."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.size == 0 or y.size == 0:
         raise ValueError("ratio_ci: no values")
-
-    def ratio(num, den):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.asarray(num, dtype=float) / np.asarray(den, dtype=float)
-        return np.where(np.isnan(r), np.inf, r)
-
-    med = float(ratio(np.median(x), np.median(y)))
-    if x.size < 2 or y.size < 2:
-        return Interval(med, med, med, min(x.size, y.size))
+    if not 0 < level < 1:
+        raise ValueError(f"ratio_ci: level must be in (0, 1), got {level}")
     if paired and x.size != y.size:
         raise ValueError("ratio_ci: paired samples differ in length")
-    rng = np.random.default_rng(seed)
-    ia = rng.integers(0, x.size, size=(resamples, x.size))
-    ma = _medians(x[ia])
-    mb = _medians(y[ia if paired else rng.integers(0, y.size, size=(resamples, y.size))])
-    rs = np.sort(ratio(ma, mb))
-    alpha = (1.0 - level) / 2
-    return Interval(med, float(np.quantile(rs, alpha, method="lower")),
-                    float(np.quantile(rs, 1 - alpha, method="higher")), int(min(x.size, y.size)))
+    n = int(min(x.size, y.size))
+    if (x <= 0).any() or (y <= 0).any() or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return Interval(math.nan, 0.0, math.inf, n)
+    lx, ly = np.log(x), np.log(y)
+    if paired:
+        d = lx - ly
+        mean, se, df = float(d.mean()), _se(d), d.size - 1
+    else:
+        mean = float(lx.mean() - ly.mean())
+        vx, vy = _se(lx) ** 2, _se(ly) ** 2
+        se = math.sqrt(vx + vy)
+        # Welch-Satterthwaite degrees of freedom (the smaller side's n - 1 where both spreads are 0).
+        df = (vx + vy) ** 2 / (vx ** 2 / max(lx.size - 1, 1) + vy ** 2 / max(ly.size - 1, 1)) \
+            if vx + vy > 0 else n - 1
+    if n < 2:
+        return Interval(math.exp(mean), 0.0, math.inf, n)
+    half = float(stdtrit(df, 0.5 + level / 2)) * se
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
+
+
+def _se(v: np.ndarray) -> float:
+    """Standard error of the mean of v (0 for a single value)."""
+    return float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0
 
 
 # --- successive halving ---------------------------------------------------------------

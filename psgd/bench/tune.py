@@ -1,9 +1,10 @@
 """`psgd tune staleness`: which SSP bound reaches the target soonest, with
 seeds, intervals and the one verdict rule (psgd.bench.verdict.judge).
 
-On the virtual cluster each bound first runs one seed at each rate of a small
-grid and keeps its best rate; the fastest held time there sets the
-evaluation spacing of the seeds that follow (tune_setup). Then every bound
+On the virtual cluster each bound first runs GRID_SEEDS seeds at each rate of a
+small grid and keeps its best rate; a best rate at an end of the grid gets one
+more point beyond that end (tune_caveats.rate_beyond); the fastest held time
+there sets the evaluation spacing of the seeds that follow (tune_setup). Then every bound
 runs `min_seeds` seeds, and more seeds rung by rung up to `seeds`; a bound
 stops only when judged slower than the fastest, so bounds that cannot be told
 apart advance together (tune_halving). The recommendation is the smallest
@@ -20,13 +21,17 @@ from psgd.bench.convergence import BenchResult, ModeSpec, run_matrix, target_spe
 from psgd.bench.convergence_report import outcome_of
 from psgd.bench.outcomes import best_lr, resolution_check
 from psgd.bench.stats import median_ci
+from psgd.bench.tune_caveats import TuneCaveats, grid_edge, never_bind_from, rate_beyond
 from psgd.bench.tune_halving import HalvingResult, label_of, median_time, recommend_bound, run_halving
 from psgd.bench.tune_setup import EVALS_PER_SPAN, EVALS_PER_TARGET, eval_spacing_s, rate_grid, sim_overrides
 from psgd.config import load_config
 from psgd.config.modes import Mode
 from psgd.core.sharding import Layout
 
-__all__ = ["parse_bounds", "TuneResult", "run_tune", "staleness_table", "resolution_line", "write_tune_outputs"]
+__all__ = ["parse_bounds", "TuneResult", "run_tune", "staleness_table", "resolution_line", "write_tune_outputs",
+           "GRID_SEEDS"]
+
+GRID_SEEDS = 2   # a rate is chosen on the median of this many seeds, never on one
 
 
 def parse_bounds(text: str) -> list[int]:
@@ -54,6 +59,7 @@ class TuneResult:
     shared: list[str] = field(default_factory=list)  # settings the tuner fixed for every run
     simulated: bool = False
     eval_every_s: Optional[float] = None             # the spacing set from the grid's time to target
+    caveats: TuneCaveats = field(default_factory=TuneCaveats)
 
 
 def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: int, out_dir: Path,
@@ -72,20 +78,37 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
     def spec_of(bound: int) -> ModeSpec:
         return ModeSpec(label_of(bound), Mode.SSP, bound)
 
-    # Each bound's rate: a one-seed grid on the simulator (or wherever --lr-grid is given).
+    # Each bound's rate: a grid on GRID_SEEDS seeds, on the simulator (or wherever --lr-grid is given).
     grid = rate_grid(base.optimizer.lr, lr_grid) if (simulated or lr_grid) else []
     rates = {b: base.optimizer.lr for b in bounds}
     grid_times: dict[int, dict[float, Optional[float]]] = {}
+    edges: dict[int, str] = {}
+    extended: dict[int, float] = {}
     every = None
     if grid:
-        res = run_matrix(config_path, overrides, [spec_of(b) for b in bounds], [0], Path(out_dir) / "rate-grid",
-                         lrs=grid, on_run=on_run, child_main=child_main)
-        failed += [f"rate grid: {f}" for f in res.failed]
-        outcomes = [outcome_of(r, target) for r in res.runs]
+        def run_grid(specs, lrs, name):
+            res = run_matrix(config_path, overrides, specs, list(range(GRID_SEEDS)), Path(out_dir) / name,
+                             lrs=lrs, on_run=on_run, child_main=child_main)
+            failed.extend(f"rate grid: {f}" for f in res.failed)
+            return [outcome_of(r, target) for r in res.runs]
+        outcomes = run_grid([spec_of(b) for b in bounds], grid, "rate-grid")
+        best = best_lr(outcomes, target.higher_is_better)
+        beyond: dict[float, list[int]] = {}
+        for b in bounds:
+            end = grid_edge(best.get(label_of(b), base.optimizer.lr), grid)
+            if end and label_of(b) in best:
+                extended[b] = rate_beyond(grid, end)
+                beyond.setdefault(extended[b], []).append(b)
+        for lr, bs in beyond.items():
+            outcomes += run_grid([spec_of(b) for b in bs], [lr], f"rate-grid-{lr:g}")
         best = best_lr(outcomes, target.higher_is_better)
         for b in bounds:
             rates[b] = best.get(label_of(b), base.optimizer.lr)
-            grid_times[b] = {o.lr: o.time_to_target_s for o in outcomes if o.label == label_of(b)}
+            tried = sorted({o.lr for o in outcomes if o.label == label_of(b)})
+            grid_times[b] = {lr: _median_held([o for o in outcomes if o.label == label_of(b) and o.lr == lr])
+                             for lr in tried}
+            if grid_edge(rates[b], tried):
+                edges[b] = grid_edge(rates[b], tried)
         held = [o.time_to_target_s for o in outcomes if o.time_to_target_s is not None]
         every = eval_spacing_s(min(held)) if held and base.eval.enabled else None
         if every is not None:
@@ -99,12 +122,25 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
         return [outcome_of(r, target) for r in res.runs]
 
     halving = run_halving(bounds, seeds, run_arm, min_seeds, eta)
-    bound, why = recommend_bound(halving)
+    gaps: dict[int, list[Optional[int]]] = {}
+    for r in all_runs:
+        gaps.setdefault(int(r.summary.get("staleness") or 0), []).append(r.summary.get("max_clock_gap"))
+    free_from, identical = never_bind_from(halving.outcomes, gaps)
+    caveats = TuneCaveats(free_from, identical, edges, extended)
+    bound, why = recommend_bound(halving, caveats.lines())
     bench = BenchResult(Path(out_dir), all_runs, failed, target)
     if every is not None:  # the spacing from the grid's time to target replaces the step-budget one
         shared = [s for s in shared if not s.startswith("eval.every_s=")] + [f"eval.every_s={every}"]
     return TuneResult(bench, halving, bound, why, len(bounds) * seeds, rates, grid, grid_times, shared, simulated,
-                      every)
+                      every, caveats)
+
+
+def _median_held(runs) -> Optional[float]:
+    """Median held time to target of a rate's seeds (None where it is not reached)."""
+    if not runs:
+        return None
+    t = median_ci([o.time_to_target_s if o.time_to_target_s is not None else float("inf") for o in runs]).median
+    return None if t == float("inf") else t
 
 
 def _measure(cfg) -> tuple[float, Layout]:
@@ -154,12 +190,18 @@ def rates_text(t: TuneResult) -> str:
     if not t.grid:
         return f"Learning rate: {next(iter(t.rates.values())):g} as configured, for every bound (no rate grid)."
     per = "; ".join(
-        f"s={b}: {t.rates[b]:g}" + (" (an end of the grid)" if len(t.grid) > 1 and t.rates[b] in (t.grid[0], t.grid[-1])
-                                    else "")
+        f"s={b}: {t.rates[b]:g}" + (f" (the {t.caveats.rates_at_edge[b]} end of the grid"
+                                    + (", extended by one point" if b in t.caveats.extended else "") + ")"
+                                    if b in t.caveats.rates_at_edge else "")
         + " [" + ", ".join(f"{lr:g}: " + ("n.h." if v is None else f"{v:.3g}") for lr, v in sorted(t.grid_times[b].items()))
         + "]" for b in t.rates)
-    return (f"Learning rate: each bound at its best rate of the grid {', '.join(f'{lr:g}' for lr in t.grid)} (one "
-            f"seed each, lowest held time to target): {per}.")
+    return (f"Learning rate: each bound at its best rate of the grid {', '.join(f'{lr:g}' for lr in t.grid)} "
+            f"({GRID_SEEDS} seeds each, lowest median held time to target; a best rate at an end of the grid "
+            f"tries one more point beyond it): {per}.")
+
+
+def _grid_runs(t: TuneResult) -> int:
+    return GRID_SEEDS * sum(len(v) for v in t.grid_times.values())
 
 
 def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: list[str]) -> tuple[str, str, Path]:
@@ -182,7 +224,7 @@ def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: l
     cost = (f"The seeds ran {t.halving.runs} runs (rungs: "
             + ", ".join(f"{r.arms} bounds x {r.seeds} seeds" for r in t.halving.rungs)
             + f"; a bound stops only when judged slower than the fastest) against {t.full_grid_runs} for every "
-            "bound x seed" + (f", after {len(t.grid) * len(t.rates)} rate-grid runs." if t.grid else "."))
+            "bound x seed" + (f", after {_grid_runs(t)} rate-grid runs." if t.grid else "."))
     resolution = resolution_line(t)
     fixed = [rates_text(t)]
     if t.shared:

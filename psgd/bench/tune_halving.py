@@ -5,8 +5,10 @@ together, so no bound is dropped by a tie-break. The seeds per rung grow by
 `eta` up to the full number (stats.halving_schedule's seeds).
 
 The recommendation is worded from the verdicts: the smallest bound TIED with
-the fastest (or the fastest itself), naming the bounds that are slower and
-those the seeds could not tell apart, with each bound's held counts.
+the bound of lowest median (or that bound itself), naming the bounds that are
+slower and those the seeds could not tell apart, with each bound's held
+counts. A bound is called "the fastest" only when every other finalist is
+judged SLOWER than it.
 """
 from __future__ import annotations
 
@@ -85,31 +87,35 @@ def _ev(b: int, s: ModeStats) -> str:
     return f"s={b}: {s.time.text(2, ' s')}, held {s.reached}/{s.seeds}"
 
 
-def recommend_bound(res: HalvingResult) -> tuple[Optional[int], str]:
-    """(bound or None, the recommendation in words with its evidence)."""
+def recommend_bound(res: HalvingResult, notes: Sequence[str] = ()) -> tuple[Optional[int], str]:
+    """(bound or None, the recommendation in words with its evidence). `notes`:
+    what the verdicts cannot say (tune_caveats.TuneCaveats.lines), appended."""
     finals = [b for b in res.finalists() if res.outcomes[b]]
     if not finals:
         return None, "no run finished, so there is nothing to recommend"
     stats = bound_stats(res.outcomes, finals)
     if all(s.reached == 0 for s in stats.values()):
         return None, "no bound held the target in any seed: lower the target or train longer"
-    fastest = _fastest(stats)
-    verdicts: dict[int, Judgement] = {b: stats[b].versus(stats[fastest]) for b in finals if b != fastest}
-    tied = sorted([fastest] + [b for b, j in verdicts.items() if j.outcome is Outcome.TIED])
+    low = _fastest(stats)   # the lowest median: "fastest" only once the verdicts say so
+    verdicts: dict[int, Judgement] = {b: stats[b].versus(stats[low]) for b in finals if b != low}
+    tied = sorted([low] + [b for b, j in verdicts.items() if j.outcome is Outcome.TIED])
     slower = [b for b, j in verdicts.items() if j.outcome is Outcome.SLOWER]
     unsure = [b for b, j in verdicts.items() if j.outcome is Outcome.INCONCLUSIVE]
     pick = min(tied)
     ev = "; ".join(_ev(b, stats[b]) for b in finals)
     if len(tied) == len(finals) and len(finals) > 1:
-        why = (f"every finalist is tied with the fastest (s={fastest}) within ±{TIE_MARGIN:.0%}; "
+        why = (f"every finalist is tied with s={low} (the lowest median) within ±{TIE_MARGIN:.0%}; "
                f"s={pick}, the smallest, keeps staleness lowest")
-    elif pick == fastest:
-        why = f"s={pick} is the fastest, and no smaller bound is tied with it"
+    elif pick == low and len(slower) == len(verdicts):
+        why = f"s={pick} is the fastest: every other finalist is slower"
+    elif pick == low:
+        why = f"s={pick} has the lowest median time, but is not shown faster than every other bound"
     else:
-        why = f"s={pick} is the smallest bound tied with the fastest (s={fastest}): {verdicts[pick].text()}"
+        why = f"s={pick} is the smallest bound tied with s={low} (the lowest median): {verdicts[pick].text()}"
     if slower:
-        why += "; slower than the fastest: " + ", ".join(f"s={b} ({verdicts[b].text()})" for b in slower)
+        why += f"; slower than s={low}: " + ", ".join(f"s={b} ({verdicts[b].text()})" for b in slower)
     if unsure:
-        why += ("; not told apart from the fastest with these seeds (more seeds would decide): "
+        why += (f"; not told apart from s={low} with these seeds (more seeds would decide): "
                 + ", ".join(f"s={b} ({verdicts[b].text()})" for b in unsure))
+    why += "".join(f"; {n}" for n in notes)
     return pick, f"{why} ({ev})"

@@ -1,11 +1,12 @@
 """The one rule every comparison of two modes (or bounds) is judged by, real
-runs and simulated alike, in one vocabulary (`Outcome`):
+runs and simulated alike, in one vocabulary (`Outcome`), as DESIGN.md §8 states it:
 
-- FASTER / SLOWER: the bootstrap interval of median(a) / median(b) lies wholly
-  below 1 - margin (above 1 + margin): a difference larger than the margin,
-  at both ends of the interval;
-- TIED: the interval lies inside [1 - margin, 1 + margin] (DESIGN.md §8,
-  default ±10%);
+- no decisive verdict on fewer than MIN_DECISIVE_SEEDS (3) seeds a side:
+  INCONCLUSIVE, "too few seeds" (`Judgement.too_few_seeds`);
+- FASTER / SLOWER: the 95% interval of the ratio a / b (psgd.bench.stats.ratio_ci)
+  lies wholly below 1 - margin (above 1 + margin): a difference larger than the
+  margin, at both ends of the interval;
+- TIED: the interval lies inside [1 - margin, 1 + margin] (default ±10%);
 - INCONCLUSIVE: anything else, overlapping intervals included. Overlap never
   confirms anything.
 
@@ -18,8 +19,8 @@ SLOWER, never FASTER or TIED); otherwise it is INCONCLUSIVE. A FASTER/SLOWER
 verdict that rests on censored seeds is flagged `decided_by_cap`: it holds
 whatever the censored times are, but its size is the cap's.
 
-Pairing. Where both sides ran the same seeds (Sample.seeds), the bootstrap
-draws the same seeds for both (common random numbers: the same data order and
+Pairing. Where both sides ran the same seeds (Sample.seeds), the interval is
+taken on the per-seed ratios (common random numbers: the same data order and
 delays), so two modes whose every seed gives the same time are TIED, not
 INCONCLUSIVE from each side's own spread.
 
@@ -34,7 +35,13 @@ from typing import Optional, Sequence
 
 from psgd.bench.stats import TIE_MARGIN, Interval, ratio_ci
 
-__all__ = ["Outcome", "Sample", "Judgement", "judge", "TIE_MARGIN", "Claimed", "ClaimVerdict", "claim_verdict"]
+__all__ = ["Outcome", "Sample", "Judgement", "judge", "TIE_MARGIN", "MIN_DECISIVE_SEEDS", "Claimed", "ClaimVerdict",
+           "claim_verdict"]
+
+# Fewest seeds a side needs for FASTER, SLOWER or TIED (DESIGN.md §8): at two, no
+# interval method keeps false decisions on null pairs near 5% (the percentile
+# bootstrap made them in 13.5% of trials).
+MIN_DECISIVE_SEEDS = 3
 
 
 class Outcome(str, Enum):
@@ -105,18 +112,25 @@ class Sample:
 @dataclass(frozen=True)
 class Judgement:
     outcome: Outcome
-    ratio: Interval            # median(a) / median(b), censored seeds at their caps
+    ratio: Interval            # a / b (psgd.bench.stats.ratio_ci), censored seeds at their caps
     margin: float
     decided_by_cap: bool       # FASTER/SLOWER that rests on seeds censored at their cap
     censored: tuple[int, int]  # censored seeds of a, of b
     seeds: tuple[int, int]
     higher_is_better: bool = False
-    paired: bool = False       # the two sides ran the same seeds, resampled together
+    paired: bool = False       # the two sides ran the same seeds, judged on per-seed ratios
+
+    @property
+    def too_few_seeds(self) -> bool:
+        """INCONCLUSIVE because a side has fewer than MIN_DECISIVE_SEEDS seeds."""
+        return min(self.seeds) < MIN_DECISIVE_SEEDS
 
     def text(self) -> str:
         """e.g. 'slower: ratio 1.42 [1.30, 1.55] (±10% margin, paired by seed; decided by the cap; censored
         at the cap: 3/5 and 0/5 seeds)'."""
         word = self.outcome.value
+        if self.too_few_seeds:
+            word += f": too few seeds ({self.seeds[0]} and {self.seeds[1]}; a verdict needs {MIN_DECISIVE_SEEDS} a side)"
         if self.higher_is_better and self.outcome in (Outcome.FASTER, Outcome.SLOWER):
             word = "better" if self.outcome == Outcome.FASTER else "worse"
         notes = [f"±{self.margin:.0%} margin" + (", paired by seed" if self.paired else "")]
@@ -127,10 +141,9 @@ class Judgement:
         return f"{word}: ratio {self.ratio.text(2)} ({'; '.join(notes)})"
 
 
-def judge(a: Sample, b: Sample, margin: float = TIE_MARGIN, higher_is_better: bool = False,
-          seed: int = 0) -> Judgement:
-    """How `a` compares with `b` (see the module docstring). Needs at least two
-    seeds on each side for anything but INCONCLUSIVE."""
+def judge(a: Sample, b: Sample, margin: float = TIE_MARGIN, higher_is_better: bool = False) -> Judgement:
+    """How `a` compares with `b` (see the module docstring). Needs at least
+    MIN_DECISIVE_SEEDS seeds on each side for anything but INCONCLUSIVE."""
     if not 0 < margin < 1:
         raise ValueError(f"judge: margin must be in (0, 1), got {margin}")
     if a.n == 0 or b.n == 0:
@@ -140,11 +153,11 @@ def judge(a: Sample, b: Sample, margin: float = TIE_MARGIN, higher_is_better: bo
     pair = a.paired_with(b)
     if pair is not None:
         a, b = pair
-    r = ratio_ci(a.values, b.values, seed=seed, paired=pair is not None)
+    r = ratio_ci(a.values, b.values, paired=pair is not None)
     if higher_is_better:  # b/a: a higher value of a reads as a lower ratio, as for times
         r = Interval(_inv(r.median), _inv(r.high), _inv(r.low), r.n)
     lo, hi = 1.0 - margin, 1.0 + margin
-    if r.n < 2:
+    if min(a.n, b.n) < MIN_DECISIVE_SEEDS:
         outcome = Outcome.INCONCLUSIVE
     elif r.high < lo:
         outcome = Outcome.FASTER

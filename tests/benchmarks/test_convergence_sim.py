@@ -1,15 +1,16 @@
 """benchmarks/convergence-sim: the scale study's report is computed from the
-cases' seeds.csv files with the real study's judges, and the claims it adds
-(heavy-tailed delays, the local-update claims of issue #26) are judged from
-the intervals."""
+cases' seeds.csv files with the one verdict rule, its words from the verdicts;
+and the real study's heavy-tailed claim is judged apart."""
 import csv
+import json
+import shutil
+from pathlib import Path
 
 from conftest import load_script
 
 from psgd.bench.outcomes import RunOutcome, mode_stats
 
 literature = load_script("benchmarks/convergence/literature.py")
-claims_local = load_script("benchmarks/convergence-sim/claims_local.py")
 report = load_script("benchmarks/convergence-sim/report.py")
 
 FIELDS = ["label", "lr", "seed", "chosen_lr", "time_to_target_s", "final_metric", "train_time_s", "examples",
@@ -33,95 +34,48 @@ def test_heavy_tailed_delays_are_judged_apart_and_only_when_asked():
     assert not any("heavy-tailed" in c for c in plain)
 
 
-def rows(label, times, rate, wire):
-    return [{"label": label, "lr": 0.1, "seed": s, "chosen_lr": "True", "time_to_target_s": t, "final_metric": 0.9,
-             "train_time_s": 10, "examples": 100, "examples_per_s": rate, "wire_bytes_per_example": wire}
-            for s, t in enumerate(times)]
+STUDY = Path(__file__).resolve().parents[2] / "benchmarks" / "convergence-sim"
 
 
-def write_seeds(path, all_rows):
-    path.mkdir(parents=True)
-    with open(path / "seeds.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(all_rows)
-    return path / "seeds.csv"
+def write_case(d, w, case, times_by_mode, cap):
+    for mode, times in times_by_mode.items():
+        path = d / f"w{w}-{case}" / report.dir_of(mode)
+        path.mkdir(parents=True)
+        with open(path / "seeds.csv", "w", newline="") as f:
+            wr = csv.DictWriter(f, FIELDS)
+            wr.writeheader()
+            for seed, t in enumerate(times):
+                wr.writerow({"label": mode, "lr": 0.1, "seed": seed, "chosen_lr": "True",
+                             "time_to_target_s": "" if t is None else t, "final_metric": 0.1,
+                             "train_time_s": cap if t is None else t, "examples": 100, "examples_per_s": 10,
+                             "wire_bytes_per_example": 100})
 
 
-NONE_ROWS = (rows("bsp", [10, 11, 12, 10, 11], 100, 1000)            # 1.0e6-1.2e6 B to target
-             + rows("bsp+h8", [12, 13, 14, 12, 13], 100, 125)        # 8x fewer bytes per example
-             + rows("bsp+h8+diloco", [10, 10, 10, 10, 10], 100, 125)
-             + rows("asp+h8+diloco", [20, 21, 22, 20, 21], 100, 125)  # twice the examples of sync DiLoCo
-             + rows("asp+h8+diloco+dn", [10, 10, 10, 10, 10], 100, 125)
-             + rows("asp", [10, 11, 12, 10, 11], 100, 1000)
-             + rows("asp+h8", [10, 11, 12, 10, "inf"], 150, 125))    # faster per example, one seed short
-
-
-def test_local_update_claims_from_seeds(tmp_path):
-    seeds = write_seeds(tmp_path / "w4-none", NONE_ROWS)
-    stats = report.load_case(seeds)
-    got = {c.claim.split(": ", 1)[1]: c for c in claims_local.local_update_verdicts(
-        stats, claims_local.seed_rows(seeds), "4 workers", 8)}
-    bytes_claim = got["local SGD and DiLoCo reach BSP's target with far fewer bytes"]
-    assert bytes_claim.verdict == "confirmed"
-    # 125 B/example x 100 examples/s x a median 13 s to target.
-    assert "bsp+h8 162.50 kB [150.00 kB, 175.00 kB] vs bsp 1100.00 kB" in bytes_claim.evidence
-    assert got["naive asynchronous local updates need more steps than synchronous ones (examples to target)"
-               ].verdict == "confirmed"
-    assert got["Delayed Nesterov closes that gap (examples to target tie synchronous DiLoCo's)"].verdict == "confirmed"
-    dn = got["Delayed Nesterov does better than naive asynchronous DiLoCo (final accuracy; runs stop at the target)"]
-    assert dn.verdict == "not confirmed" and "tied: ratio 1.00" in dn.evidence  # every row's final accuracy is 0.9
-    assert got["GEO-SGD takes less time per epoch than ASP (s per 1,000 examples)"].verdict == "confirmed"
-    assert got["GEO-SGD reaches ASP's quality (holds the target in as many seeds)"].verdict == "not confirmed"
-
-
-def test_report_from_two_worker_counts(tmp_path):
-    het = rows("bsp", [30, 31, 32, 30, 31], 100, 1000) + rows("bsp+b1", [12, 13, 14, 12, 13], 100, 1000)
-    for w in (4, 16):
-        write_seeds(tmp_path / f"w{w}-none", NONE_ROWS)
-        write_seeds(tmp_path / f"w{w}-straggler", het)
-        write_seeds(tmp_path / f"w{w}-lr-sync", rows("bsp", [10], 100, 1000) + [
-            dict(rows("bsp", [20], 100, 1000)[0], lr=0.3, chosen_lr="False")])
-    assert report.main([str(tmp_path)]) == 0
-    text = (tmp_path / "report.md").read_text()
-    assert "**Every time in this report is simulated**" in text
-    assert "## 4 workers" in text and "## 16 workers" in text
-    assert ("| backup workers shorten BSP's time to target under a persistent straggler | confirmed | confirmed |"
-            in text)
-    assert "- backup workers shorten BSP's time to target under a persistent straggler: confirmed at every W." in text
-    assert "sync grid 0.1,0.3: bsp 0.1 (an end of the grid)" in text
-    assert (tmp_path / "scale.png").stat().st_size > 0 and (tmp_path / "verdicts.png").stat().st_size > 0
-
-
-def test_delayed_nesterov_judged_on_final_accuracy_when_neither_async_variant_holds(tmp_path):
-    naive = [dict(r, time_to_target_s="inf", final_metric=f) for r, f in
-             zip(rows("asp+h8+diloco", [0] * 5, 100, 125), [0.70, 0.72, 0.75, 0.74, 0.73])]
-    dn = [dict(r, time_to_target_s="inf", final_metric=f) for r, f in
-          zip(rows("asp+h8+diloco+dn", [0] * 5, 100, 125), [0.88, 0.90, 0.91, 0.89, 0.90])]
-    seeds = write_seeds(tmp_path / "w4-none", naive + dn)
-    got = {c.claim.split(": ", 1)[1]: c.verdict for c in claims_local.local_update_verdicts(
-        report.load_case(seeds), claims_local.seed_rows(seeds), "4 workers", 8)}
-    assert got["Delayed Nesterov does better than naive asynchronous DiLoCo (final accuracy; runs stop at the "
-               "target)"] == "confirmed"
-    assert got["Delayed Nesterov closes that gap (examples to target tie synchronous DiLoCo's)"] == "not tested"
-
-
-def test_the_sensitivity_sweep_says_which_verdicts_hold_and_where_one_flips(tmp_path):
-    import json
-    # Stated cluster (25 Gb/s): backup workers win under the straggler. At 1 Gb/s they do not.
-    win = rows("bsp", [30, 31, 32, 30, 31], 100, 1000) + rows("bsp+b1", [12, 13, 14, 12, 13], 100, 1000)
-    lose = rows("bsp", [30, 31, 32, 30, 31], 100, 1000) + rows("bsp+b1", [33, 34, 35, 33, 34], 100, 1000)
-    write_seeds(tmp_path / "w4-straggler", win)
-    sweep = tmp_path / "sensitivity"
-    sweep.mkdir()
-    (sweep / "knobs.json").write_text(json.dumps({"bandwidth": {
-        "name": "link bandwidth", "unit": "Gb/s", "key": "sim.bandwidth_gbps", "stated": 25, "values": [1, 4, 100]}}))
-    for value, case in ((1, lose), (4, win), (100, win)):
-        write_seeds(sweep / f"bandwidth-{value}" / "w4-straggler", case)
-    assert report.main([str(tmp_path)]) == 0
-    text = (tmp_path / "report.md").read_text()
-    claim = "W=4: backup workers shorten BSP's time to target under a persistent straggler"
-    assert "## Sensitivity to the time model" in text
-    assert (f"- {claim}: confirmed at the stated cluster; depends on link bandwidth: not confirmed at 1 Gb/s, "
-            "boundary between 1 Gb/s and 4 Gb/s") in text
-    assert (tmp_path / "sensitivity.png").read_bytes().startswith(b"\x89PNG")
+def test_the_report_and_the_readme_follow_the_verdicts(tmp_path):
+    shutil.copy(STUDY / "workload.yaml", tmp_path / "workload.yaml")
+    (tmp_path / "README.md").write_text("intro\n" + "\n".join(report.README_MARKS) + "\nafter\n")
+    rates = {m: {"lr": 0.1, "grid": [0.03, 0.1, 0.3], "median_s": 2.0, "edge": "", "extended_to": None}
+             for m in ("bsp", "asp", "ssp:8")}
+    rates["asp"]["edge"] = "low"
+    design = {"modes": ["bsp", "asp", "ssp:8"], "cases": ["none", "straggler"], "grid_step": 3, "grid_seeds": 2,
+              "base_lr": 0.01, "sweep_w": 64, "sweep_seeds": 3,
+              "workers": {"4": {"pilot_cap_s": 8, "cap_s": 6, "rates": rates},
+                          "64": {"pilot_cap_s": 4, "cap_s": 6, "rates": rates}}}
+    (tmp_path / "design.json").write_text(json.dumps(design))
+    same = [2.0, 2.1, 1.9, 2.05, 1.95]
+    write_case(tmp_path, 4, "none", {"bsp": same, "asp": [x * 0.5 for x in same], "ssp:8": [x * 0.5 for x in same]}, 6)
+    write_case(tmp_path, 4, "straggler", {"bsp": [None] * 5, "asp": same, "ssp:8": [1.0, 1.0]}, 6)
+    write_case(tmp_path, 64, "none", {"bsp": same, "asp": same, "ssp:8": [x * 1.02 for x in same]}, 6)
+    text = report.main(tmp_path).read_text()
+    assert text.index("## Conclusion") < text.index("## Results")
+    assert "- no straggler: asp against bsp: faster at W = 4; tied at W = 64." in text
+    assert "- the last rank 4× slower: asp against bsp: faster (decided by the cap) at W = 4." in text
+    assert "ssp:8 against bsp: inconclusive at W = 4." in text       # two seeds: too few
+    assert "- W = 4, no straggler: asp, ssp:8 gave identical runs, seed by seed (a bound" in text
+    assert "- W = 4: cap 6 simulated s (grid runs 8 s); 1 of 4 verdicts decided by the cap." in text
+    assert "| 64 (extrapolation) | no straggler | asp | 0.1 (low end) |" in text
+    assert "| 4 | no straggler | asp | 0.1 (low end) |" in text and "no host model" in text
+    assert "- W = 16: no run" in text and "- W = 64, the last rank 4× slower: bsp" in text
+    readme = (tmp_path / "README.md").read_text()
+    assert readme.startswith("intro\n<!-- results") and readme.endswith("<!-- end of results -->\nafter\n")
+    assert "faster at W = 4; tied at W = 64." in readme and "| 64 (extrapolation) |" in readme

@@ -1,4 +1,5 @@
 """`psgd tune staleness`: bound parsing and the tuner's table on hand-made outcomes."""
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -7,6 +8,7 @@ import pytest
 from psgd.bench.convergence import BenchResult
 from psgd.bench.convergence_report import TargetSpec
 from psgd.bench.outcomes import RunOutcome
+from psgd.bench.stats import median_ci
 from psgd.bench.tune import TuneResult, parse_bounds, resolution_line, staleness_table
 from psgd.bench.tune_halving import run_halving
 from psgd.core.target import TargetHold
@@ -23,19 +25,21 @@ def test_parse_bounds_sorts():
 
 
 def test_table_shows_seeds_intervals_and_when_each_bound_stopped():
-    times = {0: [9.0, 9.5], 2: [5.0, 5.5, 6.0], 4: [5.2, None, 5.9]}
+    times = {0: [9.0, 9.5, 9.2], 2: [5.0, 5.5, 6.0, 5.2, 5.4, 5.6], 4: [5.2, None, 5.9, 5.3, 5.5, 5.7]}
 
     def run_arm(bound, offsets):
         return [RunOutcome(f"ssp:{bound}", k, 0.1, times[bound][k], 0.9, 10.0, 100) for k in offsets]
-    halving = run_halving([0, 2, 4], 3, run_arm)
-    t = TuneResult(BenchResult(Path("/x"), [], [], TargetSpec("accuracy", 0.9, TargetHold())), halving, 2, "why", 9)
+    halving = run_halving([0, 2, 4], 6, run_arm, min_seeds=3)
+    t = TuneResult(BenchResult(Path("/x"), [], [], TargetSpec("accuracy", 0.9, TargetHold())), halving, 2, "why", 18)
     lines = staleness_table(t).splitlines()
     assert lines[0].startswith("| bound s | lr | seeds run | held test accuracy 0.9 |")
-    # After two seeds s=0 takes 1.8x and 1.7x s=2's time: slower, it stops. s=4 missed the target
+    # After three seeds s=0 takes 1.7x s=2's time: slower, it stops. s=4 missed the target
     # in its second seed (censored at 10 s): not decided, it goes on.
-    assert lines[2] == "| 0 | 0.1 | 2 | 2/2 | 9.25 s [9.00 s, 9.50 s] | 9.00, 9.50 | after rung 1 |"
-    assert lines[3] == "| 2 | 0.1 | 3 | 3/3 | 5.50 s [5.00 s, 6.00 s] | 5.00, 5.50, 6.00 | finalist (rung 2) |"
-    assert lines[4] == "| 4 | 0.1 | 3 | 2/3 | 5.90 s [5.20 s, not reached] | 5.20, n.h., 5.90 | finalist (rung 2) |"
+    def iv(b):
+        return median_ci([x if x is not None else math.inf for x in times[b]]).text(2, " s")
+    assert lines[2] == f"| 0 | 0.1 | 3 | 3/3 | {iv(0)} | 9.00, 9.50, 9.20 | after rung 0 |"
+    assert lines[3] == f"| 2 | 0.1 | 6 | 6/6 | {iv(2)} | 5.00, 5.50, 6.00, 5.20, 5.40, 5.60 | finalist (rung 1) |"
+    assert lines[4] == f"| 4 | 0.1 | 6 | 5/6 | {iv(4)} | 5.20, n.h., 5.90, 5.30, 5.50, 5.70 | finalist (rung 1) |"
 
 
 def _tune_with_evals(times, eval_times):

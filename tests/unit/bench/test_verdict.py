@@ -5,7 +5,7 @@ import math
 import pytest
 
 from psgd.bench.stats import TIE_MARGIN, median_ci, ratio_ci
-from psgd.bench.verdict import Claimed, ClaimVerdict, Outcome, Sample, claim_verdict, judge
+from psgd.bench.verdict import MIN_DECISIVE_SEEDS, Claimed, ClaimVerdict, Outcome, Sample, claim_verdict, judge
 
 BASE = [10.0, 10.1, 9.9, 10.05, 9.95]   # a tight baseline: its median interval is [9.95, 10.05]
 
@@ -14,12 +14,15 @@ def scaled(k, values=BASE):
     return Sample.of([v * k for v in values])
 
 
-def test_the_ratio_interval_brackets_the_ratio_of_medians():
-    a, b = [10.0, 11.0, 12.0, 10.5, 11.5], [20.0, 22.0, 24.0, 21.0, 23.0]
+def test_the_ratio_interval_brackets_the_ratio():
+    a = [10.0, 11.0, 12.0, 10.5, 11.5]
+    b = [2 * v for v in a]                 # every seed of b takes twice as long
     r = ratio_ci(a, b)
-    assert r.median == pytest.approx(11.0 / 22.0)
-    assert 10.0 / 24.0 <= r.low <= r.median <= r.high <= 12.0 / 20.0
-    assert ratio_ci(a, b) == r  # seeded: the same sample, the same interval
+    assert r.median == pytest.approx(0.5)
+    assert 10.0 / 24.0 <= r.low < 0.5 < r.high <= 12.0 / 20.0   # unpaired: each side's spread counts
+    assert ratio_ci(a, b) == r
+    p = ratio_ci(a, b, paired=True)        # paired: the per-seed ratios are all 0.5
+    assert (p.low, p.median, p.high) == pytest.approx((0.5, 0.5, 0.5))
 
 
 def test_a_difference_beyond_the_margin_is_faster_or_slower():
@@ -62,9 +65,49 @@ def test_a_narrower_margin_turns_a_tie_into_a_difference():
     assert judge(a, Sample.of(BASE), margin=0.05).outcome is Outcome.FASTER
 
 
-def test_one_seed_is_never_decided():
+def test_fewer_than_three_seeds_a_side_are_never_decided():
     assert judge(Sample.of([5.0]), Sample.of(BASE)).outcome is Outcome.INCONCLUSIVE
     assert judge(Sample.of(BASE), Sample.of([20.0])).outcome is Outcome.INCONCLUSIVE
+    # Two seeds a side, a 2x difference with no spread: still inconclusive, and it says why.
+    two = judge(Sample.of([20.0, 20.2], seeds=[0, 1]), Sample.of([10.0, 10.1], seeds=[0, 1]))
+    assert two.outcome is Outcome.INCONCLUSIVE and two.too_few_seeds
+    assert two.text().startswith("inconclusive: too few seeds")
+    three = judge(Sample.of([20.0, 20.2, 20.1], seeds=[0, 1, 2]), Sample.of([10.0, 10.1, 10.05], seeds=[0, 1, 2]))
+    assert three.outcome is Outcome.SLOWER and not three.too_few_seeds and MIN_DECISIVE_SEEDS == 3
+
+
+def _lognormal(rng, n, cv, scale=1.0):
+    sigma = math.sqrt(math.log(1 + cv * cv))
+    return [scale * math.exp(rng.gauss(0.0, sigma)) for _ in range(n)]
+
+
+def test_null_pairs_are_decided_in_at_most_five_percent_of_trials():
+    # Both sides drawn from one log-normal (CV 0.2, the spread of issue #49's figures),
+    # judged unpaired and as if paired by seed: any FASTER or SLOWER is a false decision.
+    import random
+    rng = random.Random(49)
+    trials = 150
+    for n in range(3, 11):
+        for paired in (False, True):
+            seeds = list(range(n)) if paired else None
+            wrong = sum(judge(Sample.of(_lognormal(rng, n, 0.2), seeds=seeds),
+                              Sample.of(_lognormal(rng, n, 0.2), seeds=seeds)).outcome
+                        in (Outcome.FASTER, Outcome.SLOWER) for _ in range(trials))
+            assert wrong / trials <= 0.05, (n, paired, wrong)
+
+
+def test_a_quarter_slower_is_found_in_four_of_five_trials_at_five_seeds():
+    # a takes 25% longer than b; seed-to-seed spread CV 0.05 (at CV 0.2 five seeds a side cannot
+    # resolve 25% against a ±10% margin with any 95% interval).
+    import random
+    rng = random.Random(25)
+    trials = 200
+    for paired in (False, True):
+        seeds = list(range(5)) if paired else None
+        found = sum(judge(Sample.of(_lognormal(rng, 5, 0.05, 1.25), seeds=seeds),
+                          Sample.of(_lognormal(rng, 5, 0.05), seeds=seeds)).outcome is Outcome.SLOWER
+                    for _ in range(trials))
+        assert found / trials >= 0.8, (paired, found)
 
 
 def test_censored_seeds_can_make_their_mode_slower_and_the_verdict_says_the_cap_decided():

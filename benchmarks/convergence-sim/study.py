@@ -1,0 +1,264 @@
+"""Runs the simulated scale study (run_study.sh calls it; report.py reads what it writes).
+
+For each W in WORKERS, on the virtual cluster (`psgd bench convergence --on sim`):
+
+1. rates: case none, each family of modes over a 3-point grid (x3 apart) around
+   its scaling rule's rate, 2 seeds a point, with a pilot cap; a mode whose best
+   rate sits at an end of its grid gets one more point beyond that end (2 seeds)
+   and keeps whichever is better (lower median held time to target);
+2. the cap: 3x the slowest mode's median time at its chosen rate (the pilot);
+3. cases none and straggler (the last rank 4x slower): every mode at its rate,
+   SEEDS seeds, that cap, evaluations every cap/100.
+
+Then at W = SWEEP_W, the one-knob sensitivity sweep: both cases again with one
+knob of the time model changed (SWEEP_SEEDS seeds, the same rates and cap).
+
+Every bench is a subprocess; JOBS of them run side by side. What was chosen
+(grids, rates, edges, caps) is written to design.json; study.log gets each
+bench's wall and CPU seconds.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WORKLOAD = HERE / "workload.yaml"
+PSGD = os.environ.get("PSGD", "psgd")
+RUNS = Path(os.environ.get("STUDY_RUNS", "/tmp/psgd-simstudy"))
+WORKERS = [int(w) for w in os.environ.get("WORKERS", "4 16 64 256").split()]
+SEEDS = int(os.environ.get("SEEDS", "5"))
+GRID_SEEDS = int(os.environ.get("GRID_SEEDS", "2"))
+JOBS = int(os.environ.get("JOBS", "6"))
+SWEEP_W = int(os.environ.get("SWEEP_W", "64"))   # 0: no sweep
+SWEEP_SEEDS = int(os.environ.get("SWEEP_SEEDS", "3"))
+CASES = ["none", "straggler"]
+SWEEP_CASES = os.environ.get("SWEEP_CASES", "none straggler").split()
+CAP_FACTOR = 3.0
+GRID_STEP = 3.0
+# Rate of one worker's batch (4 examples) for plain SGD on this workload: the
+# best of a 4-worker pilot (asp 0.01 of 0.003/0.01/0.03).
+BASE_LR = 0.01
+# Families and how their rate scales with W. An asynchronous update is one worker's
+# batch whatever W is, so linear scaling keeps BASE_LR. A synchronous update averages
+# 4W examples: linear scaling would be BASE_LR x W (2.56 at W = 256), which diverged in
+# the pilot (bsp at W = 256: lr 1 diverged, 0.1 held the target), so the synchronous
+# grid is centred on square-root scaling, BASE_LR x sqrt(W) (whose x3 grid holds the
+# linear rate at W <= 16).
+FAMILIES = {"sync": ("bsp", "bsp+b1"), "async": ("ssp:2", "ssp:8", "asp")}
+MODES = [*FAMILIES["sync"], *FAMILIES["async"]]
+# Simulated seconds a grid run may take: generous (a pilot of bsp at its rate held the
+# target in 5.6 s at W = 4 and 1.9 s at W = 256).
+PILOT_CAP_S = {4: 8.0, 16: 6.0, 64: 4.0, 256: 3.0}
+# The one-knob sweep (the stated cluster is workload.yaml's sim section).
+SWEEP = {"bandwidth-x0.1": ("sim.bandwidth_gbps", 2.5), "request-x10": ("sim.request_us", 300.0),
+         "jitter-0": ("sim.compute_jitter", 0.0), "jitter-0.5": ("sim.compute_jitter", 0.5)}
+
+_slots = threading.Semaphore(JOBS)
+_log_lock = threading.Lock()
+
+
+def centre_lr(family: str, w: int) -> float:
+    return BASE_LR * math.sqrt(w) if family == "sync" else BASE_LR
+
+
+def grid(centre: float) -> list[float]:
+    return [float(f"{centre * f:.3g}") for f in (1 / GRID_STEP, 1.0, GRID_STEP)]
+
+
+def log(line: str) -> None:
+    with _log_lock, open(HERE / "study.log", "a") as f:
+        f.write(line + "\n")
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def case_sets(case: str, w: int) -> list[str]:
+    return [] if case == "none" else ["--set", f"workers.slowdown={{{w - 1}: 4.0}}"]
+
+
+def bench(name: str, modes: list[str], args: list[str]) -> Path:
+    """One `psgd bench convergence` into RUNS/name; its report and CSVs copied to HERE/name."""
+    out = RUNS / name
+    shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [PSGD, "bench", "convergence", str(WORKLOAD), "--on", "sim", "--out", str(out),
+           "--modes", ",".join(modes), *args]
+    timing = RUNS / f"{name.replace('/', '_')}.time"
+    with _slots:
+        t0 = time.time()
+        with open(RUNS / f"{name.replace('/', '_')}.out", "w") as f:
+            # /usr/bin/time: this bench's own CPU (os.times would add every bench that ended meanwhile)
+            code = subprocess.run(["/usr/bin/time", "-o", str(timing), "-f", "%U %S", *cmd],
+                                  stdout=f, stderr=subprocess.STDOUT).returncode
+    try:
+        cpu = f"{sum(float(x) for x in timing.read_text().split()[-2:]):.0f}"
+    except (OSError, ValueError):
+        cpu = "?"
+    log(f"{name}: {time.time() - t0:.0f} s wall, {cpu} s CPU, exit {code}; load average: {loadavg()}")
+    if code != 0:
+        raise RuntimeError(f"{name}: psgd bench convergence exited {code} (see {RUNS}/{name}.out)")
+    dest = HERE / name
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in ("report.md", "summary.csv", "seeds.csv"):
+        shutil.copy(out / f, dest / f)
+    return dest
+
+
+def seed_times(seeds_csv: Path) -> dict[tuple[str, float], list[float]]:
+    """(label, lr) -> per-seed held time to target (inf where not reached)."""
+    out: dict[tuple[str, float], list[float]] = {}
+    for r in csv.DictReader(open(seeds_csv)):
+        t = float(r["time_to_target_s"]) if r["time_to_target_s"] else math.inf
+        out.setdefault((r["label"], float(r["lr"])), []).append(t)
+    return out
+
+
+def median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def best_rate(times: dict[tuple[str, float], list[float]], label: str) -> tuple[float, float]:
+    """(lr, median time) of the label's best rate: the lowest median, then the lower rate."""
+    cands = sorted((median(ts), lr) for (lab, lr), ts in times.items() if lab == label)
+    return cands[0][1], cands[0][0]
+
+
+def common(w: int, cap: float) -> list[str]:
+    return ["--set", f"cluster.workers={w}", "--set", f"train.max_time_s={cap:g}",
+            "--set", f"eval.every_s={cap / 100:.4g}"]  # the resolution: 1% of the cap
+
+
+def dir_of(mode: str) -> str:
+    return mode.replace(":", "").replace("+", "-")
+
+
+def choose_rates(w: int) -> dict:
+    pilot = PILOT_CAP_S[w]
+    family = {m: fam for fam, modes in FAMILIES.items() for m in modes}
+    with ThreadPoolExecutor(len(MODES)) as pool:   # one bench a mode: JOBS of them run at once
+        futs = {m: pool.submit(bench, f"w{w}-grid/{dir_of(m)}", [m],
+                               ["--lr-grid", ",".join(f"{x:g}" for x in grid(centre_lr(family[m], w))),
+                                "--seeds", str(GRID_SEEDS),
+                                "--title", f"simulated, {w} workers, {m} over its rate grid, no straggler",
+                                *common(w, pilot)])
+                for m in MODES}
+        times = {m: seed_times(f.result() / "seeds.csv") for m, f in futs.items()}
+    rates, exts = {}, []
+    for m in MODES:
+        g = grid(centre_lr(family[m], w))
+        lr, t = best_rate(times[m], m)
+        edge = "low" if lr == g[0] else "high" if lr == g[-1] else ""
+        rates[m] = {"family": family[m], "grid": g, "lr": lr, "median_s": t, "edge": edge if math.isfinite(t) else "",
+                    "extended_to": None}
+        if edge and math.isfinite(t):
+            exts.append((m, float(f"{(lr / GRID_STEP if edge == 'low' else lr * GRID_STEP):.3g}")))
+    with ThreadPoolExecutor(max(1, len(exts))) as pool:
+        futs = {m: pool.submit(bench, f"w{w}-grid/{dir_of(m)}-ext", [m],
+                               ["--lr-grid", f"{x:g}", "--seeds", str(GRID_SEEDS),
+                                "--title", f"simulated, {w} workers, {m} one rate beyond its grid's end",
+                                *common(w, pilot)])
+                for m, x in exts}
+        for m, x in exts:
+            ts = seed_times(futs[m].result() / "seeds.csv")[(m, x)]
+            r = rates[m]
+            r["extended_to"] = x
+            if median(ts) < r["median_s"]:   # the new end is better: it is still an end
+                r["lr"], r["median_s"] = x, median(ts)
+            else:
+                r["edge"] = ""               # bracketed: the best is inside the widened grid
+    finite = [r["median_s"] for r in rates.values() if math.isfinite(r["median_s"])]
+    cap = float(f"{CAP_FACTOR * max(finite):.2g}") if finite else pilot
+    return {"pilot_cap_s": pilot, "cap_s": cap, "rates": rates}
+
+
+def lr_csv(w: int, design: dict) -> Path:
+    path = RUNS / f"w{w}-lr.csv"
+    with open(path, "w", newline="") as f:
+        wr = csv.writer(f)
+        wr.writerow(["label", "lr"])
+        for m, r in design["rates"].items():
+            wr.writerow([m, r["lr"]])
+    return path
+
+
+def run_cases(w: int, design: dict, prefix: str = "", sets: tuple[str, ...] = (), seeds: int = SEEDS,
+              cases: tuple[str, ...] = tuple(CASES)) -> None:
+    """Every (case, mode) as its own bench, so that JOBS of them run at once."""
+    lrs = lr_csv(w, design)
+    title = {"none": "no straggler", "straggler": f"rank {w - 1} slowed 4x"}
+    with ThreadPoolExecutor(len(cases) * len(MODES)) as pool:
+        futs = [pool.submit(bench, f"{prefix}w{w}-{c}/{dir_of(m)}", [m],
+                            ["--seeds", str(seeds), "--lr-from", str(lrs), "--title", f"simulated, {w} workers, {title[c]}",
+                             *common(w, design["cap_s"]), *case_sets(c, w), *sets])
+                for c in cases for m in MODES]
+        for f in futs:
+            f.result()
+
+
+def study_w(w: int, designs: dict) -> None:
+    design = choose_rates(w)
+    designs[w] = design
+    write_design(designs)
+    jobs = [threading.Thread(target=run_cases, args=(w, design))]
+    if w == SWEEP_W:
+        for knob, (key, value) in SWEEP.items():
+            jobs.append(threading.Thread(target=run_cases, args=(w, design, f"sensitivity/{knob}/",
+                                                                 ("--set", f"{key}={value}"), SWEEP_SEEDS,
+                                                                 tuple(SWEEP_CASES))))
+    for j in jobs:
+        j.start()
+    for j in jobs:
+        j.join()
+
+
+def write_design(designs: dict) -> None:
+    (HERE / "design.json").write_text(json.dumps({
+        "base_lr": BASE_LR, "grid_step": GRID_STEP, "cap_factor": CAP_FACTOR, "seeds": SEEDS,
+        "grid_seeds": GRID_SEEDS, "sweep_w": SWEEP_W, "sweep_seeds": SWEEP_SEEDS, "sweep_cases": SWEEP_CASES,
+        "sweep": {k: {"key": key, "value": v} for k, (key, v) in SWEEP.items()},
+        "modes": MODES, "cases": CASES,
+        "workers": {str(w): d for w, d in sorted(designs.items())}}, indent=1) + "\n")
+
+
+def main() -> int:
+    RUNS.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    (HERE / "study.log").write_text(
+        f"study started {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} on {os.cpu_count()} cores; "
+        f"load average: {loadavg()}; jobs {JOBS}\ncommit {commit or 'unknown'}; workers {WORKERS}; seeds {SEEDS}\n")
+    designs: dict = {}
+    failed = []
+    threads = {w: threading.Thread(target=lambda w=w: _guard(w, designs, failed)) for w in sorted(WORKERS, reverse=True)}
+    for t in threads.values():
+        t.start()
+    for t in threads.values():
+        t.join()
+    write_design(designs)
+    log(f"study runs finished {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+        + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def _guard(w: int, designs: dict, failed: list) -> None:
+    try:
+        study_w(w, designs)
+    except Exception as exc:  # one W's failure is logged; the others go on
+        failed.append(f"W={w}: {exc}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
