@@ -6,7 +6,7 @@ gradients (K = the run's workers, at most PROBE_WORKERS) each way: one by one
 (the exact path on the CPU, or one worker after another on a gradient device)
 and in one vmapped call (psgd.sim.batched), after one untimed round of each,
 and keeps each path's best round. Batched wins only when it was timed and is
-strictly faster; a model batching cannot run (psgd.sim.batched.static_fallback,
+faster by more than BATCHED_MARGIN; a model batching cannot run (psgd.sim.batched.static_fallback,
 local updates, a kill storm, vmap refusing it) runs one by one unprobed.
 
 The probe decides only which path runs: it draws no random numbers and reads
@@ -33,16 +33,20 @@ from psgd.tasks.loaders import train_loader
 from psgd.workers.model_sync import ModelSync
 from psgd.workers.step import forward_backward
 
-__all__ = ["PROBE_ROUNDS", "PROBE_WORKERS", "PathProbe", "choose_batched", "probe_paths", "resolve_batched"]
+__all__ = ["BATCHED_MARGIN", "PROBE_ROUNDS", "PROBE_WORKERS", "PathProbe", "choose_batched", "probe_paths", "resolve_batched"]
 
 PROBE_WORKERS = 16  # worker gradients per timed round: enough that vmap's per-call cost is spread as in a run
 PROBE_ROUNDS = 3    # timed rounds per path, after one untimed; the best counts (the least disturbed by others)
+# Batched must be at least this much faster per gradient: a near tie keeps the exact path (bit for bit
+# with a replay), and a run's batched steps also pay what a round does not (the first call's check).
+BATCHED_MARGIN = 0.05
 
 
 def choose_batched(serial_s: Optional[float], batched_s: Optional[float], fallback: Optional[str]) -> bool:
-    """Batched only when both paths were timed, nothing rules batching out, and it
-    took strictly less CPU per worker gradient: a tie keeps the exact path."""
-    return fallback is None and serial_s is not None and batched_s is not None and batched_s < serial_s
+    """Batched only when both paths were timed, nothing rules batching out, and it took
+    less CPU per worker gradient by more than BATCHED_MARGIN: a near tie keeps the exact path."""
+    return (fallback is None and serial_s is not None and batched_s is not None
+            and batched_s < serial_s * (1 - BATCHED_MARGIN))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from psgd.config import ConfigError, load_config
 from psgd.orchestrate.launchers.sim import SimLauncher
 from psgd.sim import path_probe
 from psgd.sim.faults import check_faults
-from psgd.sim.path_probe import PathProbe, choose_batched, probe_paths, resolve_batched
+from psgd.sim.path_probe import BATCHED_MARGIN, PathProbe, choose_batched, probe_paths, resolve_batched
 
 SETS = ["task.model=mlp", "task.dataset=digits", "task.batch_size=16", "cluster.servers=2", "cluster.workers=4",
         "consistency.mode=asp", "train.steps_per_worker=6", "eval.enabled=false", "sim.compute_ms=0.5",
@@ -19,6 +19,8 @@ SETS = ["task.model=mlp", "task.dataset=digits", "task.batch_size=16", "cluster.
     (2e-3, 1e-3, None, True),         # batched faster: batched
     (1e-3, 2e-3, None, False),        # serial faster: serial
     (1e-3, 1e-3, None, False),        # a tie keeps the exact path
+    (1e-3, 1e-3 * (1 - BATCHED_MARGIN), None, False),  # so does a near tie, up to the margin
+    (1e-3, 1e-3 * (1 - 2 * BATCHED_MARGIN), None, True),
     (2e-3, 1e-3, "dropout", False),   # ruled out, whatever the timings
     (2e-3, None, "vmap failed", False),
 ])
