@@ -161,48 +161,34 @@ def _path(text: str) -> str:
 
 
 def cmd_bench_sim(args: argparse.Namespace) -> int:
+    from psgd.bench.sim_speed import SUITE, as_json, measure_model, measure_peak, report_lines
     from psgd.config import ConfigError, load_config
-    from psgd.sim.cost import measure_cost, measure_plain_loop
+    from psgd.sim.cost import PEAK_SECONDS, PEAK_SIZE
     with expected("psgd bench sim", Fail((ConfigError, ValueError), 2)):
-        cfg = load_config(args.config, args.overrides)
+        if args.suite and args.config is not None:
+            raise ValueError("--suite measures the four reference models: give no config with it")
+        models = ([(name, load_config(None, sets + args.overrides)) for name, sets in SUITE.items()] if args.suite
+                  else [(None, load_config(args.config, args.overrides))])
         counts = [int(w) for w in args.workers.split(",")]
         if not counts or min(counts) < 1:
             raise ValueError("--workers: give positive worker counts, e.g. 4,256")
+        peak_size, peak_seconds = args.peak_size or PEAK_SIZE, args.peak_seconds or PEAK_SECONDS
+        if peak_size < 1 or peak_seconds <= 0:
+            raise ValueError("--peak-size and --peak-seconds must be > 0")
     total_steps = args.steps or 20 * max(counts)
-    points = []
-    for w in counts:
-        steps = max(1, total_steps // w)
-        points.append({"workers": w, "batched": measure_cost(cfg, w, steps, batched=True),
-                       "one_by_one": measure_cost(cfg, w, steps, batched=False)})
-    floor = measure_plain_loop(cfg, total_steps // len(counts))
-    for p in points:
-        p["per_step_over_floor"] = round(p["batched"].per_step_s / floor.per_step_s, 4)
-        p["one_by_one_per_step_over_floor"] = round(p["one_by_one"].per_step_s / floor.per_step_s, 4)
+    peak = measure_peak(peak_size, peak_seconds)
+    measured = [(name, measure_model(cfg, counts, total_steps, peak["gflops"] * 1e9)) for name, cfg in models]
     if args.json:
-        plain = {"per_step_over_floor": points[-1]["per_step_over_floor"],  # at the largest count given last
-                 "points": [{k: v.as_dict() if hasattr(v, "as_dict") else v for k, v in p.items()} for p in points],
-                 "floor": {"steps": floor.steps, "per_step_s": round(floor.per_step_s, 7), "overhead": floor.overhead,
-                           "flops_per_step": floor.flops_per_step,
-                           "gemm_peak_gflops": round(floor.gemm_peak_flops / 1e9, 2),
-                           "gemm_peak_fraction": round(floor.gemm_peak_fraction, 4)}}
-        print(json.dumps(plain, indent=2))
+        print(json.dumps({"gemm_peak": peak, "models": [as_json(name or args.config or "defaults", m)
+                                                        for name, m in measured]}, indent=2))
         return 0
     print("CPU seconds; overhead: all but forward+backward, over forward+backward; own: also less the "
-          "shards' pushes and pulls (ShardState); /floor: CPU per worker step over the plain loop's")
-    print(f"{'workers':>7} {'path':>10} {'steps':>7} {'cpu s':>8} {'grad s':>8} {'shard s':>8} {'overhead':>9} "
-          f"{'own':>7} {'/floor':>7}")
-    for p in points:
-        for name, key, ratio in (("batched", "batched", "per_step_over_floor"),
-                                 ("one-by-one", "one_by_one", "one_by_one_per_step_over_floor")):
-            c = p[key]
-            print(f"{c.workers:>7} {name:>10} {c.worker_steps:>7} {c.total_s:>8.3f} {c.gradient_s:>8.3f} "
-                  f"{c.shard_s:>8.3f} {100 * c.overhead:>8.1f}% {100 * c.own_overhead:>6.1f}% {p[ratio]:>7.3f}")
-        if p["batched"].fallback:
-            print(f"  batched fell back to one by one: {p['batched'].fallback}")
-    print(f"floor: a plain one-process loop (loader, SGD step) on the same model and batch: "
-          f"{1e3 * floor.per_step_s:.3f} ms CPU per step, {100 * floor.overhead:.1f}% of its forward+backward besides it")
-    print(f"the floor runs its FLOPs at {100 * floor.gemm_peak_fraction:.0f}% of this core's matrix-product peak "
-          f"({floor.gemm_peak_flops / 1e9:.1f} GFLOP/s): a path doing these FLOPs at that peak and nothing else would take {floor.gemm_peak_fraction:.3f} x floor")
+          "shards' pushes and pulls (ShardState); /floor: CPU per worker step over the plain loop's; "
+          "chosen: the path sim.batched: auto takes")
+    for name, m in measured:
+        print("\n".join(report_lines(name, m)))
+    print(f"peak: {peak['gflops']:.1f} GFLOP/s, the best of {peak['rounds']} rounds of {peak['seconds_per_round']:g} s "
+          f"of {peak['size']}x{peak['size']} fp32 products on one thread")
     return 0
 
 
@@ -251,8 +237,15 @@ def add_measurement_commands(sub) -> None:
     overlap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                          help="where the worker's model lives (cuda: staged through pinned buffers)")
     overlap.set_defaults(func=cmd_bench_overlap)
-    sim = bench.add_parser("sim", help="the simulator's own cost against the gradient compute it executes")
+    sim = bench.add_parser("sim", help="the simulator's own cost, serial, batched and the path sim.batched: auto "
+                                       "chooses, against a plain loop and the core's matrix-product peak")
     sim.add_argument("config", nargs="?", default=None, help="the workload (default: the built-in defaults)")
+    sim.add_argument("--suite", action="store_true", help="instead: the quickstart MLP, the MNIST-1D CNN at 32 "
+                     "and 256 channels and the character transformer (psgd.bench.sim_speed.SUITE)")
+    sim.add_argument("--peak-size", type=int, default=None,
+                     help="side of the square fp32 products timed for the peak (default 2048)")
+    sim.add_argument("--peak-seconds", type=float, default=None,
+                     help="CPU seconds per timed round of the peak (default 1; the best of 3 rounds counts)")
     sim.add_argument("--workers", default="4,256")
     sim.add_argument("--steps", type=int, default=0,
                      help="worker steps per point, split over the workers (default: 20 x the largest count)")

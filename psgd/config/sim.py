@@ -95,10 +95,12 @@ class SimConfig:
     wake_us: float = 0.0
     # Workers whose steps overlap in simulated time get their gradients in one
     # vmapped call (psgd.sim.batched): the same maths as one by one, equal up to
-    # the last bits. `psgd replay` always computes one by one, bit for bit. Off by
-    # default: it pays for small models (0.44-0.57x the CPU per step of one by one at
-    # 32 channels) and costs for wide convolutions (about 2x at the study's 256).
-    batched: bool = False
+    # the last bits. `psgd replay` always computes one by one, bit for bit. It pays
+    # for some models and costs for others (wide convolutions already near the
+    # CPU's peak), so `auto` times both paths on the model at the start
+    # (psgd.sim.path_probe) and runs the faster; the choice is written into the
+    # run's config.yaml as true or false. Off by default.
+    batched: Union[bool, Literal["auto"]] = False
     # Where the workers' gradients are computed: cpu | cuda | auto (cuda where there is one).
     # On cuda every plain step's gradient (batched, or one by one where sim.batched is off or
     # falls back) runs on the device, equal to the CPU's within psgd.sim.batched.RTOL; the

@@ -36,7 +36,8 @@ from psgd.sim.executor import Executor
 from psgd.sim.time_model import TimeModel
 from psgd.workers.step import forward_backward
 
-__all__ = ["CostPoint", "Floor", "measure_cost", "measure_gemm_peak", "measure_plain_loop"]
+__all__ = ["CostPoint", "Floor", "PEAK_ROUNDS", "PEAK_SECONDS", "PEAK_SIZE", "measure_cost", "measure_gemm_peak",
+           "measure_plain_loop"]
 
 
 @dataclass(frozen=True)
@@ -74,18 +75,26 @@ class Floor:
         return self.flops_per_step / self.per_step_s / self.gemm_peak_flops
 
 
-def measure_gemm_peak(sizes: tuple[int, ...] = (256, 512, 1024), seconds_each: float = 0.2) -> float:
-    """The best FLOPs per CPU second of square fp32 matrix products at `sizes`,
-    on the threads torch is set to: the core's practical peak for dense work."""
+PEAK_SIZE = 2048      # square fp32 products this large run at the core's peak (1024-2048 do; 256-512 did not)
+PEAK_SECONDS = 1.0    # each timed round runs products back to back for at least this much CPU time
+PEAK_ROUNDS = 3       # rounds per size; the best counts (the least disturbed by other processes)
+
+
+def measure_gemm_peak(sizes: tuple[int, ...] = (PEAK_SIZE,), seconds_each: float = PEAK_SECONDS,
+                      rounds: int = PEAK_ROUNDS) -> float:
+    """The best FLOPs per CPU second of square fp32 matrix products at `sizes`, over
+    `rounds` rounds of at least `seconds_each` each, on the threads torch is set to:
+    the core's practical peak for dense work."""
     best = 0.0
     for n in sizes:
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        a @ b  # first call: allocation and kernel choice
-        reps, t0 = 0, time.process_time()
-        while (elapsed := time.process_time() - t0) < seconds_each:
-            a @ b
-            reps += 1
-        best = max(best, 2 * n ** 3 * reps / elapsed)
+        a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+        torch.mm(a, b, out=out)  # first call: allocation and kernel choice
+        for _ in range(rounds):
+            reps, t0 = 0, time.process_time()
+            while (elapsed := time.process_time() - t0) < seconds_each:
+                torch.mm(a, b, out=out)
+                reps += 1
+            best = max(best, 2 * n ** 3 * reps / elapsed)
     return best
 
 
@@ -110,9 +119,10 @@ def measure_cost(cfg: Config, workers: int, steps_per_worker: int, batched: bool
                      ex.batcher is not None, ex.batch_fallback, round(init_s, 4))
 
 
-def measure_plain_loop(cfg: Config, steps: int) -> Floor:
+def measure_plain_loop(cfg: Config, steps: int, gemm_peak_flops: Optional[float] = None) -> Floor:
     """The floor: a plain one-process training loop on the same model and batches
-    (loader, zero_grad + forward + backward, torch.optim.SGD step), no simulator."""
+    (loader, zero_grad + forward + backward, torch.optim.SGD step), no simulator.
+    `gemm_peak_flops`: the core's peak when already measured (else measured here)."""
     from psgd.sim.flops import step_flops
     from psgd.tasks import build_model, load_task
     from psgd.tasks.loaders import train_loader
@@ -133,4 +143,5 @@ def measure_plain_loop(cfg: Config, steps: int) -> Floor:
         loss.item()
         opt.step()
     total = time.process_time() - t0
-    return Floor(steps, total / steps, round((total - gradient) / gradient, 4), flops, measure_gemm_peak())
+    return Floor(steps, total / steps, round((total - gradient) / gradient, 4), flops,
+                 gemm_peak_flops or measure_gemm_peak())

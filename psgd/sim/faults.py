@@ -84,7 +84,7 @@ def check_faults(cfg: Config) -> None:
     if cfg.local.enabled:
         raise ConfigError("sim.faults.kill_every_s", "not modelled under local updates (a restarted worker's inner "
                           "optimizer and its round in progress); leave local.steps unset")
-    if cfg.sim.batched:
+    if cfg.sim.batched is True:  # auto runs one by one under a storm (psgd.sim.path_probe)
         raise ConfigError("sim.faults.kill_every_s", "not modelled with sim.batched: true (a killed worker's "
                           "step may sit in a batch); use sim.batched: false")
     count = cfg.cluster.workers if faults.target is FaultTarget.WORKERS else cfg.cluster.num_servers

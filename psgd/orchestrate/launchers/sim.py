@@ -27,6 +27,7 @@ from psgd.sim.allreduce import AllReduceSim
 from psgd.sim.batched import gradient_device
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
+from psgd.sim.path_probe import resolve_batched
 from psgd.sim.plan import check_plan, plan_times
 from psgd.tasks import load_task
 
@@ -67,9 +68,10 @@ class SimLauncher:
         torch.set_num_threads(self.cfg.run.threads)  # one thread, as every psgd process
         allreduce = not self.cfg.consistency.mode.on_servers
         device = gradient_device(self.cfg.sim.gradient_device)
-        ex = None if allreduce else Executor(self.cfg, None, batched=self.cfg.sim.batched, device=device)
-        plan = (plan_times(self.cfg, load_task(self.cfg, None, splits=("train",)), ()) if allreduce
-                else plan_times(self.cfg, ex.task, ex.plans))
+        cfg, probe = resolve_batched(self.cfg, device)  # sim.batched: auto becomes the probe's choice
+        ex = None if allreduce else Executor(cfg, None, batched=cfg.sim.batched, device=device)
+        plan = (plan_times(cfg, load_task(cfg, None, splits=("train",)), ()) if allreduce
+                else plan_times(cfg, ex.task, ex.plans))
         compute, recorded, time_model, step_times = plan.compute, plan.recorded, plan.time_model, plan.step_times
         cfg = compute.cfg
         atomic_write(self.run_dir / "config.yaml", dump_config(cfg))
@@ -115,7 +117,8 @@ class SimLauncher:
                                   **({"step_times": recorded.describe()} if recorded is not None else {})}
         if ex is not None:  # how the workers' gradients were computed (psgd.sim.batched), and why not batched
             summary["sim_gradients"] = {"batched_steps": ex.batched_steps, "fallback": ex.batch_fallback,
-                                        "device": ex.device.type if ex.batcher is not None else "cpu"}
+                                        "device": ex.device.type if ex.batcher is not None else "cpu",
+                                        **({"path_probe": probe.describe()} if probe is not None else {})}
         unwritten = write_summary(self.run_dir / "summary.json", summary)
         if unwritten:
             return LaunchResult(1, f"summary.json not written: {unwritten}", self.run_dir, summary)

@@ -10,23 +10,30 @@ from psgd.sim.flops import step_flops
 from psgd.tasks import load_task
 
 
-def test_bench_sim_json_reports_per_step_over_floor_for_both_paths(capsys):
-    code = main(["bench", "sim", "--workers", "4", "--steps", "32", "--json"])
+def test_bench_sim_json_reports_serial_batched_and_chosen_over_the_floor(capsys):
+    code = main(["bench", "sim", "--workers", "4", "--steps", "32", "--peak-size", "64", "--peak-seconds", "0.02",
+                 "--json"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
-    (point,) = out["points"]
-    batched, exact, floor = point["batched"], point["one_by_one"], out["floor"]
-    assert batched["batched"] and batched["fallback"] is None and not exact["batched"]
-    assert batched["worker_steps"] == exact["worker_steps"] == 32
+    assert out["gemm_peak"]["size"] == 64 and out["gemm_peak"]["threads"] == 1 and out["gemm_peak"]["gflops"] > 0
+    (model,) = out["models"]
+    (point,) = model["points"]
+    batched, serial, floor = point["batched"], point["serial"], model["floor"]
+    assert batched["batched"] and batched["fallback"] is None and not serial["batched"]
+    assert batched["worker_steps"] == serial["worker_steps"] == 32
     assert batched["per_step_s"] == pytest.approx(batched["total_s"] / 32, rel=1e-3)
-    assert out["per_step_over_floor"] == point["per_step_over_floor"] == pytest.approx(
-        batched["per_step_s"] / floor["per_step_s"], rel=1e-3)
-    assert point["one_by_one_per_step_over_floor"] == pytest.approx(exact["per_step_s"] / floor["per_step_s"],
-                                                                    rel=1e-3)
+    for key in ("serial", "batched"):
+        assert point[f"{key}_over_floor"] == pytest.approx(point[key]["per_step_s"] / floor["per_step_s"], rel=1e-3)
+    # the chosen path is the one the probe chose, and its figures are that path's
+    assert point["chosen"] == point["probe"]["chosen"]
+    chosen = point[point["chosen"]]["per_step_s"]
+    assert point["chosen_over_floor"] == point[f"{point['chosen']}_over_floor"]
+    assert point["chosen_over_faster"] == pytest.approx(
+        chosen / min(serial["per_step_s"], batched["per_step_s"]), rel=1e-3)
     # the bound any batching faces: the floor's counted FLOPs per CPU second over the core's matrix-product peak
     assert floor["flops_per_step"] == step_flops(load_config(None), load_task(load_config(None), None, ("train",)))
     assert floor["gemm_peak_fraction"] == pytest.approx(
-        floor["flops_per_step"] / floor["per_step_s"] / (floor["gemm_peak_gflops"] * 1e9), rel=1e-2)
+        floor["flops_per_step"] / floor["per_step_s"] / (out["gemm_peak"]["gflops"] * 1e9), rel=1e-2)
 
 
 def test_a_floor_at_half_the_peak_bounds_any_path_at_half_of_it():
@@ -40,3 +47,9 @@ def test_bench_sim_refuses_bad_worker_counts_in_one_line(capsys):
     assert main(["bench", "sim", "--workers", "0", "--json"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--workers" in err
+
+
+def test_bench_sim_refuses_a_config_with_the_suite_in_one_line(capsys):
+    assert main(["bench", "sim", "configs/quickstart.yaml", "--suite", "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--suite" in err
