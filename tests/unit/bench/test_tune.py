@@ -33,9 +33,9 @@ def test_table_shows_seeds_intervals_and_when_each_bound_stopped():
     assert lines[0].startswith("| bound s | lr | seeds run | held test accuracy 0.9 |")
     # After two seeds s=0 takes 1.8x and 1.7x s=2's time: slower, it stops. s=4 missed the target
     # in its second seed (censored at 10 s): not decided, it goes on.
-    assert lines[2] == "| 0 | 0.1 | 2 | 2/2 | 9.25 s [9.00 s, 9.50 s] | 9.00, 9.50 | after rung 1 |"
-    assert lines[3] == "| 2 | 0.1 | 3 | 3/3 | 5.50 s [5.00 s, 6.00 s] | 5.00, 5.50, 6.00 | finalist (rung 2) |"
-    assert lines[4] == "| 4 | 0.1 | 3 | 2/3 | 5.90 s [5.20 s, not reached] | 5.20, n.h., 5.90 | finalist (rung 2) |"
+    assert lines[2] == "| 0 | 0.1 | 2 | 2/2 | 9.25 [9.00, 9.50] s | 9.00, 9.50 | after rung 1 |"
+    assert lines[3] == "| 2 | 0.1 | 3 | 3/3 | 5.50 [5.00, 6.00] s | 5.00, 5.50, 6.00 | finalist (rung 2) |"
+    assert lines[4] == "| 4 | 0.1 | 3 | 2/3 | 5.90 [5.20, not reached] s | 5.20, n.h., 5.90 | finalist (rung 2) |"
 
 
 def _tune_with_evals(times, eval_times):
@@ -49,7 +49,7 @@ def _tune_with_evals(times, eval_times):
 def test_resolution_line_warns_when_evaluations_are_as_coarse_as_the_times():
     # Every bound held the target after about 1 s, evaluated once a second: 100%, not resolved.
     coarse = _tune_with_evals({0: [1.0], 2: [2.0]}, [[1.0, 2.0, 3.0], [1.0, 2.0]])
-    assert resolution_line(coarse) == ("Time resolution: evaluations every 1.000 s (median spacing), 100.0% of the "
+    assert resolution_line(coarse) == ("Time resolution: evaluations every 1.00 s (median spacing), 100.0% of the "
                                        "fastest bound's median time to target: differences under two evaluation "
                                        "periods are not resolved; lower eval.every_s to resolve them.")
     fine = _tune_with_evals({0: [4.0], 2: [5.0]}, [[0.0, 0.1, 0.2, 0.3]])
