@@ -115,6 +115,10 @@ def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: i
                       every, never_binding(all_runs))
 
 
+def _inf(v: Optional[float]) -> float:
+    return float("inf") if v is None else v
+
+
 def _measure(cfg) -> tuple[float, Layout]:
     """(the step time in ms as a launch resolves it, and the model's layout over the shards)."""
     import torch
@@ -224,6 +228,10 @@ def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: l
                         iv.median if iv else "", iv.low if iv else "", iv.high if iv else "",
                         t.halving.stopped_at.get(b, "")])
     line = (f"recommended bound: {t.bound} — {t.why}" if t.bound is not None else f"no recommendation: {t.why}")
+    if t.halving.stopped_at:  # the verdicts that separated bounds before the last rung
+        line += "\nSlower than the fastest, so stopped: " + "; ".join(
+            f"s={b} after rung {r} ({median_ci([_inf(o.time_to_target_s) for o in t.halving.outcomes[b]]).time_text(t.unit)})"
+            for b, r in sorted(t.halving.stopped_at.items())) + "."
     cost = (f"The seeds ran {t.halving.runs} runs (rungs: "
             + ", ".join(f"{r.arms} bounds x {r.seeds} seeds" for r in t.halving.rungs)
             + f"; a bound stops only when judged slower than the fastest) against {t.full_grid_runs} for every "

@@ -57,3 +57,19 @@ def test_resolution_line_warns_when_evaluations_are_as_coarse_as_the_times():
                                           "target (within 5%).")
     never = _tune_with_evals({0: [None]}, [[0.0, 0.1]])
     assert resolution_line(never).startswith("Time resolution: not measurable")
+
+
+def test_outputs_name_the_stopped_bounds_and_draw_time_by_bound(tmp_path):
+    from psgd.bench.tune import write_tune_outputs
+    times = {0: [9.0, 9.5], 2: [5.0, 5.5, 6.0]}
+
+    def run_arm(bound, offsets):
+        return [RunOutcome(f"ssp:{bound}", k, 0.1, times[bound][k], 0.9, 10.0, 100) for k in offsets]
+    halving = run_halving([0, 2], 3, run_arm)
+    t = TuneResult(BenchResult(tmp_path, [], [], TargetSpec("accuracy", 0.9, HoldRule())), halving, 2, "why", 6,
+                   rates={0: 0.1, 2: 0.1})
+    outputs = write_tune_outputs(t, "run: {}", "psgd tune", [])
+    assert "\nSlower than the fastest, so stopped: s=0 after rung 1 (9.25 [9.00, 9.50] s).\n" in outputs.lines
+    assert [p.name for p in outputs.files[:3]] == ["tune.md", "tune.csv", "time_to_target_by_bound.png"]
+    assert all(p.is_file() for p in outputs.files)
+    assert "![held time to target by bound](time_to_target_by_bound.png)" in (tmp_path / "tune.md").read_text()
