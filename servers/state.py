@@ -6,6 +6,7 @@ methods; everything here is synchronous and single-threaded.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -18,7 +19,7 @@ from psgd.core.consistency import ClockBoard, ConsistencyPolicy, Finished, Mode,
 from psgd.core.histogram import Histogram
 from psgd.core.local_updates import server_optimizer
 from psgd.core.quorum import GraceWindow
-from psgd.core.update_rules import UpdateRule, all_finite
+from psgd.core.update_rules import UpdateRule, abs_max
 from psgd.servers.live_control import ShardLive
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
@@ -177,12 +178,13 @@ class ShardState:
         self.counters["pushes"] += 1
         self._use_lr(self.policy.pushed(rank, clock, step_s))
         staleness = max(0, self.version - read_version)
-        if not all_finite(grad[1] if isinstance(grad, tuple) else grad):
+        grad_max = abs_max(grad[1] if isinstance(grad, tuple) else grad)  # read once: the check and the bound
+        if not math.isfinite(grad_max):
             self.counters["rejected_nonfinite"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE, staleness))
         action = self.policy.push_action(staleness)
         if isinstance(grad, tuple) and (action is PushAction.AGGREGATE or not self.rule.sparse_exact):
-            grad = self._dense(*grad)
+            grad, grad_max = self._dense(*grad), None  # a repeated index sums its values
         if action is PushAction.AGGREGATE:
             return self._finish_push(rank, clock, PushResult(PushStatus.BUFFERED, staleness), grad=grad,
                                      weight=float(steps * self.cfg.task.batch_size))
@@ -192,7 +194,7 @@ class ShardState:
         if isinstance(grad, tuple):
             applied = self.rule.apply_sparse(self._writable(), grad[0], grad[1], staleness)
         else:
-            applied = self.rule.apply_if_finite(self._writable(), grad, staleness, self._read.get(rank))
+            applied = self.rule.apply_if_finite(self._writable(), grad, staleness, self._read.get(rank), grad_max)
         if not applied:
             self.counters["rejected_nonfinite_result"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE_RESULT, staleness))

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
@@ -22,6 +23,8 @@ DRY_SKIPS = {
     "overlap": "overlap on cuda at 16 MB: ran on cpu at 256 KB, one short run",
     "mnist1d": "the MNIST-1D CNN on cuda with 4 workers: ran on cpu, 2 workers, 16 channels, 1 s a mode",
     "sim-batched": "the simulator's batched gradients on cuda against the cpu: cpu against cpu, 4 workers, 16 channels",
+    "sim-scale": "256 simulated MNIST-1D CNN workers with their gradients on cuda against 16 on the cpu: "
+                 "8 against 2 on the cpu, 16 channels, 3 steps each",
     "codecs": "every push codec encoding cuda tensors against the cpu, 4M elements timed, and the quickstart on "
               "cuda with int8 pushes and replies: cpu against cpu at 64K elements, no quickstart run",
 }
@@ -85,9 +88,10 @@ def on_device(devices: list[str], device: str) -> bool:
     return bool(devices) and all(d.split(":")[0] == device for d in devices)
 
 
-def launch(work: Path, name: str, config: Path, sets: list[str]) -> tuple[subprocess.CompletedProcess, Path, dict]:
+def launch(work: Path, name: str, config: Path, sets: list[str],
+           on: Optional[str] = None) -> tuple[subprocess.CompletedProcess, Path, dict]:
     run_dir = work / name
-    args = ["launch", str(config), "--out", str(run_dir), "--quiet"]
+    args = ["launch", str(config), "--out", str(run_dir), "--quiet", *(["--on", on] if on else [])]
     for s in sets:
         args += ["--set", s]
     proc = psgd(work, *args)

@@ -47,10 +47,13 @@ from wheel_sources import dependency_specs, source_hash
 SIZES = {
     "quickstart_steps": {"cuda": None, "cpu": 20},       # None: the config's 500 per worker
     "exact_steps": {"cuda": 50, "cpu": 10},
-    "comm": {"cuda": ["--sizes", "1MB,64MB", "--repeats", "20"], "cpu": ["--sizes", "64KB", "--repeats", "3"]},
+    "comm": {"cuda": ["--sizes", "19KB,1MB,64MB", "--repeats", "20"], "cpu": ["--sizes", "64KB", "--repeats", "3"]},
     "overlap": {"cuda": ["--size", "16MB"], "cpu": ["--size", "256KB", "--runs", "1", "--rounds", "1", "--steps", "3"]},
     "mnist1d": {"cuda": [], "cpu": ["cluster.workers=2", "train.max_time_s=1", "task.model_args.channels=16",
                                     "eval.every_s=0.5"]},
+    # sim-256: (workers on the device, workers on the CPU, simulated steps each, extra settings)
+    "sim_scale": {"cuda": (256, 16, 20, []),
+                  "cpu": (8, 2, 3, ["task.model_args.channels=16", "task.dataset_args={num_samples: 400}"])},
 }
 
 
@@ -216,9 +219,40 @@ def check_sim_batched(device: str, out: Path, work: Path) -> int:
     return write(work, "sim-batched", result("sim-batched", device, not bad, detail, [command], **found))
 
 
+def check_sim_scale(device: str, out: Path, work: Path) -> int:
+    """`psgd launch --on sim` of the MNIST-1D CNN study config with many workers and their
+    gradients on `device` (sim.gradient_device, batched), against the same run with fewer
+    workers on the CPU: each run's real seconds, and the CPU's scaled to as many workers.
+    Its JSON travels in runs.tar.gz, as sim-batched's does."""
+    many, few, steps, extra = SIZES["sim_scale"][device]
+    runs, commands, why = {}, [], []
+    for name, workers, where in (("device", many, device), ("cpu", few, "cpu")):
+        sets = [f"cluster.workers={workers}", f"sim.gradient_device={where}", "sim.batched=true",
+                f"train.steps_per_worker={steps}", "train.max_time_s=3600", "checkpoint.enabled=false", *extra]
+        proc, _, summary = launch(work, f"sim-{name}", MNIST1D, sets, on="sim")
+        commands.append(command_line("launch", "benchmarks/convergence/mnist1d.yaml", "--on sim",
+                                     *[f"--set {s}" for s in sets]))
+        gradients = summary.get("sim_gradients") or {}
+        if proc.returncode != 0 or summary.get("status") != "ok":
+            why.append(f"{name}: {failed_run(proc)}")
+        elif gradients.get("device") != where or gradients.get("fallback"):
+            why.append(f"{name}: gradients on {gradients.get('device')} (fallback: {gradients.get('fallback')})")
+        runs[name] = {"workers": workers, "gradient_device": where, "real_time_s": summary.get("real_time_s"),
+                      "sim_gradients": gradients, "summary": {k: summary.get(k) for k in SUMMARY_KEYS}}
+    if why:
+        return write(work, "sim-scale", result("sim-scale", device, False, "; ".join(why), commands, runs=runs))
+    scaled_cpu_s = runs["cpu"]["real_time_s"] * many / few
+    detail = (f"{many} workers x {steps} steps on {device}: {runs['device']['real_time_s']:.1f} s real, simulated "
+              f"accuracy {num(runs['device']['summary']['final_test_accuracy'])}; cpu at {few} workers "
+              f"{runs['cpu']['real_time_s']:.1f} s, scaled to {many}: {scaled_cpu_s:.1f} s "
+              f"(x{scaled_cpu_s / runs['device']['real_time_s']:.1f} the device)")
+    return write(work, "sim-scale", result("sim-scale", device, True, detail, commands, runs=runs,
+                                          scaled_cpu_s=scaled_cpu_s))
+
+
 # ---- report ------------------------------------------------------------------------
 ARCHIVED = ("config.yaml", "metrics.jsonl", "summary.json")
-TRAVEL_IN_ARCHIVE = ("sim-batched.json", "codecs.json")  # checks' JSON beyond the 8 files a device run returns
+TRAVEL_IN_ARCHIVE = ("sim-batched.json", "codecs.json", "sim-scale.json")  # checks' JSON beyond the 8 files a device run returns
 
 
 def gpu_names(out: Path) -> str:
@@ -285,7 +319,8 @@ def report(out: Path, work: Path, steps_file: Path, dry: bool, seconds: float) -
 
 
 CHECKS = {"doctor": check_doctor, "quickstart": check_quickstart, "comm": check_comm, "overlap": check_overlap,
-          "mnist1d": check_mnist1d, "sim-batched": check_sim_batched, "codecs": check_codecs}
+          "mnist1d": check_mnist1d, "sim-batched": check_sim_batched, "codecs": check_codecs,
+          "sim-scale": check_sim_scale}
 
 
 def main() -> int:

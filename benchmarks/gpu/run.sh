@@ -9,7 +9,8 @@
 # quickstart on cuda and BSP+SGD against NCCL all-reduce; bench comm's pinned path and bench
 # overlap; the MNIST-1D CNN, ASP and BSP, calibrated for the simulator; the simulator's batched
 # path on cuda against the CPU; the push codecs on cuda tensors against the CPU, and the
-# quickstart with int8 pushes and replies. Everything lands in one folder ($OUT, else benchmarks/gpu/out):
+# quickstart with int8 pushes and replies; 256 simulated MNIST-1D workers with their gradients on
+# cuda (sim.gradient_device) against 16 on the CPU. Everything lands in one folder ($OUT, else benchmarks/gpu/out):
 # a JSON per check, checks.json, report.md and runs.tar.gz. Exits non-zero naming the first
 # check that failed.
 #
@@ -106,11 +107,11 @@ fi
 
 # 2.-6. The checks (benchmarks/gpu/checks.py says what each runs and judges). The limits add
 # up to 8 minutes with the install's 30 s and the report's 10 s (30 + 440 + 10 = 480): each at
-# least 1.4 times what the check took on the first H200 run (results/report.md); sim-batched's
-# and codecs' are estimates (neither has run on a device yet).
+# least 1.3 times what the check took on the first H200 run (results/report.md); sim-batched's,
+# codecs' and sim-scale's are estimates (none has run on a device yet).
 C=("$PY" "$ROOT/benchmarks/gpu/checks.py")
 A=(--device "$DEVICE" --out "$OUT_DIR" --work "$WORK")
-for spec in doctor:50 quickstart:70 comm:60 overlap:55 mnist1d:100 sim-batched:55 codecs:50; do
+for spec in doctor:45 quickstart:60 comm:55 overlap:50 mnist1d:90 sim-batched:45 codecs:45 sim-scale:50; do
   if [ "$FIRST_FAILED" = install ]; then  # nothing to run them with: spend no more device time
     record "${spec%%:*}" skipped 0 0 0
   else

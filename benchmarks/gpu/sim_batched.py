@@ -67,10 +67,9 @@ def measure(config: Path, device: str, work: Path) -> dict:
     model = build_model(cfg, task)
     layout = layout_for_module(model, cfg.cluster.num_servers)
 
-    def batcher(dev: str):
-        m = copy.deepcopy(model).to(dev)
-        params = [p for p in m.parameters() if p.requires_grad]
-        return BatchedGradients(m, ModelBinding(params, layout), task)
+    def batcher(dev: str):  # the path sim.gradient_device takes: the batcher copies the model to the device
+        params = [p for p in model.parameters() if p.requires_grad]
+        return BatchedGradients(model, ModelBinding(params, layout), task, torch.device(dev))
 
     host, other = batcher("cpu"), batcher(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)

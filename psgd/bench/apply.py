@@ -14,9 +14,11 @@ import time
 import torch
 
 from psgd.bench.procs import bench_config
+from psgd.core.local_updates import server_optimizer
+from psgd.core.update_rules import UpdateRule, abs_max, all_finite
 from psgd.servers.state import PushStatus, ShardState
 
-__all__ = ["apply_throughput", "run_apply_bench"]
+__all__ = ["apply_throughput", "guard_cost", "run_apply_bench"]
 
 
 def apply_throughput(size_bytes: int, optimizer: str, repeats: int = 30, warmup: int = 3) -> dict:
@@ -39,7 +41,46 @@ def apply_throughput(size_bytes: int, optimizer: str, repeats: int = 30, warmup:
             "gb_per_s": round(size_bytes / median / 1e9, 3), "repeats": repeats}
 
 
+def guard_cost(size_bytes: int, optimizer: str, repeats: int = 30, warmup: int = 3) -> dict:
+    """What the non-finite guard adds to one update, timed side by side in one loop: the
+    update alone (`UpdateRule.apply`), the update behind the gradient's finiteness check
+    alone (the check every push had before the guard), and the guarded update as a shard
+    runs it (one pass over the gradient for both the check and the bound, then
+    `apply_if_finite`). The guard's cost is the last minus the second."""
+    numel = size_bytes // 4
+    grad = torch.randn(numel) * 1e-3
+    cfg = server_optimizer(bench_config(1, optimizer))
+
+    def update(p, rule):
+        rule.apply(p, grad)
+
+    def checked(p, rule):
+        if all_finite(grad):
+            rule.apply(p, grad)
+
+    def guarded(p, rule):
+        if not rule.apply_if_finite(p, grad, grad_max=abs_max(grad)):
+            raise RuntimeError("the bench's update was refused")
+
+    variants = {"update": update, "checked": checked, "guarded": guarded}
+    setups = {name: (p, UpdateRule(cfg, p)) for name, p in ((n, torch.zeros(numel)) for n in variants)}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for i in range(warmup + repeats):
+        for name, run in variants.items():
+            t0 = time.perf_counter()
+            run(*setups[name])
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    ms = {name: statistics.median(t) * 1e3 for name, t in times.items()}
+    guard = ms["guarded"] - ms["checked"]
+    return {"optimizer": optimizer, "size_bytes": size_bytes, "update_ms": round(ms["update"], 4),
+            "checked_update_ms": round(ms["checked"], 4), "guarded_update_ms": round(ms["guarded"], 4),
+            "guard_ms": round(guard, 4), "guard_share_of_update": round(guard / ms["update"], 4),
+            "copies": setups["guarded"][1]._kept is not None, "repeats": repeats}
+
+
 def run_apply_bench(sizes: list[int], optimizers: list[str], repeats: int = 30) -> dict:
     torch.set_num_threads(1)
     return {"rows": [apply_throughput(size, opt, repeats) for opt in optimizers for size in sizes],
+            "guard": [guard_cost(size, opt, repeats) for opt in optimizers for size in sizes],
             "threads": torch.get_num_threads(), "load_avg_end": round(os.getloadavg()[0], 2)}

@@ -48,6 +48,15 @@ def write_apply_report(result: dict, out: Path, command: str) -> None:
               "| optimizer | gradient | median ms | GB/s of fp32 gradient |", "|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['optimizer']} | {_mb(r['size_bytes'])} | {r['median_ms']:.3f} | {r['gb_per_s']:.2f} |")
+    lines += ["", "The non-finite guard (`UpdateRule.apply_if_finite`), timed side by side with the update: "
+              "`update` is the rule alone, `checked` the update behind the gradient's finiteness check every push "
+              "had before the guard, `guarded` what a shard runs now; the guard's cost is guarded − checked.", "",
+              "| optimizer | gradient | update ms | checked ms | guarded ms | guard ms | guard / update | copied |",
+              "|---|---|---|---|---|---|---|---|"]
+    for g in result.get("guard", []):
+        lines.append(f"| {g['optimizer']} | {_mb(g['size_bytes'])} | {g['update_ms']:.3f} | {g['checked_update_ms']:.3f}"
+                     f" | {g['guarded_update_ms']:.3f} | {g['guard_ms']:+.3f} | {g['guard_share_of_update']:+.1%}"
+                     f" | {'yes' if g['copies'] else 'no'} |")
     fig, ax = plt.subplots(figsize=(6, 4))
     for opt in dict.fromkeys(r["optimizer"] for r in rows):
         pts = [r for r in rows if r["optimizer"] == opt]

@@ -9,6 +9,7 @@ times, and this machine is measured only when `compute_ms: measure` asks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Literal, Optional, Union
 
 from psgd.config.loader import check as _check
@@ -16,7 +17,7 @@ from psgd.config.loader import int_max
 from psgd.config.sim_devices import DEVICES, DeviceProfile
 from psgd.config.sim_faults import SimFaults
 
-__all__ = ["DeviceProfile", "SimConfig", "MAX_CV", "MAX_SIM_WORKERS"]
+__all__ = ["DeviceProfile", "GradientDevice", "SimConfig", "MAX_CV", "MAX_SIM_WORKERS"]
 
 # Largest coefficient of variation accepted for jitter and spread: a lognormal of
 # CV 10 already has its median at 1/10 of its mean; far beyond it the variance
@@ -26,6 +27,13 @@ MAX_CV = 10.0
 # (their loaders, encoders, shard registrations), and building 1,024 quickstart
 # workers and running 2 steps each took 331 s on the 2-core reference machine.
 MAX_SIM_WORKERS = 1024
+
+
+class GradientDevice(str, Enum):
+    """Where `--on sim` computes its workers' gradients (psgd.sim.batched)."""
+    CPU = "cpu"
+    CUDA = "cuda"
+    AUTO = "auto"  # cuda where torch sees one, else cpu
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,12 @@ class SimConfig:
     # default: it pays for small models (0.44-0.57x the CPU per step of one by one at
     # 32 channels) and costs for wide convolutions (about 2x at the study's 256).
     batched: bool = False
+    # Where the workers' gradients are computed: cpu | cuda | auto (cuda where there is one).
+    # On cuda every plain step's gradient (batched, or one by one where sim.batched is off or
+    # falls back) runs on the device, equal to the CPU's within psgd.sim.batched.RTOL; the
+    # choice made is in summary.json's sim_gradients. `psgd replay` always runs on the CPU,
+    # bit for bit. cuda on a machine without one is refused before the run starts.
+    gradient_device: GradientDevice = GradientDevice.CPU
 
     # ---- codecs: gigabytes/s of fp32 gradient; null: the codec's own figure (its class's `cost`) ----
     # for wire.compression (measured on one CPU thread; none: free).

@@ -16,7 +16,15 @@ import torch
 from psgd.config import OptimizerConfig, ScheduleConfig
 from psgd.core.rules import Rule, rule_named
 
-__all__ = ["UpdateRule", "all_finite", "scheduled_lr"]
+__all__ = ["UpdateRule", "abs_max", "all_finite", "scheduled_lr"]
+
+# A step runs unguarded when every value it can produce is bounded below this: float32's
+# largest value over 4, which also covers the rounding of the few ops behind each bound.
+UNGUARDED_LIMIT = torch.finfo(torch.float32).max / 4
+# Each bound is widened by this factor: a float32 op rounds by at most 2**-24 of its result, a
+# step has a handful of them. (The widening compounds over steps; when it nears the limit the
+# bounds are measured again, exactly.)
+ROUNDING = 1 + 2 ** -16
 
 
 def all_finite(t: torch.Tensor) -> bool:
@@ -24,6 +32,14 @@ def all_finite(t: torch.Tensor) -> bool:
     any NaN/Inf makes the sum non-finite; only then (or if huge finite values
     overflow it) is the exact elementwise check run."""
     return math.isfinite(t.sum().item()) or bool(torch.isfinite(t).all())
+
+
+def abs_max(t: torch.Tensor) -> float:
+    """The largest |element| (inf when an element is NaN or infinite): one pass."""
+    if t.numel() == 0:
+        return 0.0
+    lo, hi = (v.item() for v in torch.aminmax(t))
+    return max(-lo, hi) if math.isfinite(lo) and math.isfinite(hi) else math.inf
 
 
 def scheduled_lr(base_lr: float, sched: ScheduleConfig, update: int) -> float:
@@ -50,6 +66,10 @@ class UpdateRule:
         self.base: Rule = rule_named(cfg.name)(cfg, params)
         self.state = self.base.state  # the rule's flat tensors, checkpointed by name
         self._kept: Optional[dict[str, torch.Tensor]] = None  # apply_if_finite's copies, to put back a refused update
+        # Upper bounds on |params| ("") and |each state entry|, true while the tensors carry the
+        # identities and in-place versions in _bounded (anything that writes them moves those).
+        self._bounds: dict[str, float] = {}
+        self._bounded: tuple = ()
 
     def lr(self, staleness: int = 0) -> float:
         lr = scheduled_lr(self.cfg.lr, self.cfg.schedule, self.updates) * self.cfg.push_share
@@ -58,11 +78,26 @@ class UpdateRule:
         return lr
 
     def apply_if_finite(self, params: torch.Tensor, grad: torch.Tensor, staleness: int = 0,
-                        read_params: Optional[torch.Tensor] = None) -> bool:
+                        read_params: Optional[torch.Tensor] = None, grad_max: Optional[float] = None) -> bool:
         """`apply`, whole or not at all: returns False, with `params` and the state as they
         were, when the update would make a parameter or a state entry non-finite. Finite
-        inputs can overflow float32 (four deltas of 1e38 under momentum), so the result is
-        what is checked. Costs a copy of `params` and the state into reused buffers."""
+        inputs can overflow float32 (four deltas of 1e38 under momentum). Running bounds on
+        |params| and the state, and `grad_max` (abs_max(grad), computed here when not given),
+        show almost always that no value can overflow: then the step just runs. Only when
+        the bounds cannot rule it out are `params` and the state copied, the step run and
+        its result checked."""
+        if grad_max is None:
+            grad_max = abs_max(grad)
+        if not math.isfinite(grad_max):
+            return False
+        after = self._bounds_after(params, grad_max, staleness, read_params)
+        if after is None:
+            after = self._bounds_after(params, grad_max, staleness, read_params, measure=True)
+        if after is not None:
+            self.apply(params, grad, staleness, read_params)
+            self._bounds, self._bounded = after, self._identity(params)
+            return True
+        self._bounds, self._bounded = {}, ()
         kept = self._keep(params)
         self.apply(params, grad, staleness, read_params)
         if all(all_finite(t) for t in (params, *self.state.values())):
@@ -71,6 +106,33 @@ class UpdateRule:
             (params if name == "" else self.state[name]).copy_(saved)
         self.updates -= 1
         return False
+
+    def _identity(self, params: torch.Tensor) -> tuple:
+        return tuple((t.data_ptr(), t._version) for t in (params, *self.state.values()))
+
+    def _bounds_after(self, params: torch.Tensor, grad_max: float, staleness: int,
+                      read_params: Optional[torch.Tensor], measure: bool = False) -> Optional[dict[str, float]]:
+        """Bounds on |params| and the state after the step, or None when some value the step
+        computes could reach UNGUARDED_LIMIT. The bounds in force are measured (one pass over
+        each tensor) when asked, or when something other than this rule wrote the tensors."""
+        if measure or self._bounded != self._identity(params):
+            self._bounds = {name: abs_max(t) for name, t in (("", params), *self.state.items())}
+            self._bounded = self._identity(params)
+        cfg, bound = self.cfg, dict(self._bounds)
+        lr, grad = abs(self.lr(staleness)), grad_max
+        values = [grad]
+        if cfg.dc_asgd is not None and read_params is not None and cfg.dc_asgd.lambda_ > 0:
+            values.append(grad * grad)
+            grad += cfg.dc_asgd.lambda_ * grad * grad * (bound[""] + abs_max(read_params))
+        if cfg.weight_decay and self.base.decoupled_weight_decay:
+            bound[""] *= abs(1 - lr * cfg.weight_decay)
+        elif cfg.weight_decay:
+            grad += abs(cfg.weight_decay) * bound[""]
+        after = self.base.magnitudes(bound, grad, lr, self.updates)
+        values += [grad, *after.values()]
+        if not all(v < UNGUARDED_LIMIT for v in values):  # also False for a NaN
+            return None
+        return {name: after[name] * ROUNDING for name in ("", *self.state)}
 
     def _keep(self, params: torch.Tensor) -> dict[str, torch.Tensor]:
         """Copies of the parameters ("") and the state, in buffers reused from push to push."""

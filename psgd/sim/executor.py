@@ -95,7 +95,8 @@ class VirtualWorker(PushCursor):
 
 
 class Executor(BatchedSteps, FaultSteps, FragmentSteps):
-    def __init__(self, cfg: Config, run_dir=None, register: bool = True, batched: bool = False):
+    def __init__(self, cfg: Config, run_dir=None, register: bool = True, batched: bool = False,
+                 device: Optional[torch.device] = None):
         """`register`: every worker joins every shard now (a replay joins them as recorded).
         `batched`: `compute_together` may compute many workers' gradients in one
         vmapped call (psgd.sim.batched: equal to the exact path up to the last
@@ -113,11 +114,13 @@ class Executor(BatchedSteps, FaultSteps, FragmentSteps):
         self.binding = None if cfg.local.enabled else ModelBinding(self.sync.params, self.layout)
         self.batcher: Optional[BatchedGradients] = None
         self.batch_fallback: Optional[str] = None  # why a batched run computes one by one
-        if batched:
+        self.device = device or torch.device("cpu")  # where the batcher computes; the exact path stays on the CPU
+        if batched or self.device.type != "cpu":
             self.batch_fallback = ("local updates: each worker's inner optimizer steps on its own"
                                    if self.binding is None else static_fallback(self.model))
             if self.batch_fallback is None:
-                self.batcher = BatchedGradients(self.model, self.binding, self.task)
+                self.batcher = BatchedGradients(self.model, self.binding, self.task, self.device,
+                                                vectorize=batched)
         self._checked = False  # the batcher's first call is checked against the exact path
         self.batched_steps = 0  # worker steps whose gradient came from a batched call
         self._free: list[list[torch.Tensor]] = [[] for _ in range(self.num_shards)]  # fp32 gradient buffers

@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 
 from psgd.config import Config
 from psgd.core.sharding import Layout, layout_for_module
+from psgd.sim.batched import gradient_device
 from psgd.sim.compute import ResolvedCompute, resolve_compute
 from psgd.sim.faults import check_faults
 from psgd.sim.limits import check_evaluations
@@ -48,6 +49,7 @@ def check_plan(cfg: Config) -> None:
     written. A step time to be measured is checked once measured, and the push codecs' times
     once the layout is known, in the run itself."""
     check_faults(cfg)
+    gradient_device(cfg.sim.gradient_device)
     if cfg.sim.compute_ms == "measure":
         return
     from psgd.tasks import load_task

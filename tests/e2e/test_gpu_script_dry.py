@@ -13,8 +13,8 @@ from psgd.tasks.mnist1d import default_cache_dir
 from psgd.wire.codecs import CODECS
 
 SCRIPT = ROOT / "benchmarks" / "gpu" / "run.sh"
-CHECKS = ["install", "doctor", "quickstart", "comm", "overlap", "mnist1d", "sim-batched", "codecs"]
-IN_ARCHIVE = ("sim-batched", "codecs")  # their JSON travels in runs.tar.gz (a device run returns 8 files)
+CHECKS = ["install", "doctor", "quickstart", "comm", "overlap", "mnist1d", "sim-batched", "codecs", "sim-scale"]
+IN_ARCHIVE = ("sim-batched", "codecs", "sim-scale")  # their JSON travels in runs.tar.gz (a device run returns 8 files)
 
 
 def run_script(tmp_path, *args, env=None, timeout=880):
@@ -75,6 +75,15 @@ def test_dry_run_runs_every_check_on_cpu_and_says_what_it_skipped(tmp_path):
     (row,) = batched["rows"]
     assert row["workers"] == 4 and row["within_rtol"] == 4 and row["max_relative_error"] == 0.0
     assert row["worst_cpu_vs_float64"] < 1e-5  # the float64 reference agrees with fp32 here
+
+    # Many simulated workers with their gradients on the device (the cpu here) against few on the cpu.
+    with tarfile.open(out_dir / "runs.tar.gz") as tar:
+        scale = json.load(tar.extractfile("sim-scale.json"))
+    assert scale["status"] == "ok" and scale["runs"]["device"]["workers"] > scale["runs"]["cpu"]["workers"]
+    for run in scale["runs"].values():
+        assert run["sim_gradients"]["device"] == run["gradient_device"] == "cpu"
+        assert run["sim_gradients"]["batched_steps"] > 0 and run["summary"]["status"] == "ok"
+    assert scale["scaled_cpu_s"] > 0
 
     # Every push codec from tensors of every shape (cpu standing in for cuda): each round trip
     # within its codec's stated bound, the same bytes as the flat cpu encoding, error feedback

@@ -1,6 +1,8 @@
 """Adagrad as torch.optim.Adagrad (no lr_decay; the sum of squares starts at 0)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from psgd.config import OptimizerConfig
@@ -22,6 +24,13 @@ class Adagrad(Rule):
         acc = self.state["sum"]
         acc.addcmul_(grad, grad, value=1.0)
         params.addcdiv_(grad, acc.sqrt().add_(self.cfg.eps), value=-lr)
+
+    def magnitudes(self, bound: dict[str, float], grad: float, lr: float, update: int) -> dict[str, float]:
+        squared = grad * grad
+        total = bound["sum"] + squared
+        ratio = grad / self.cfg.eps if self.cfg.eps > 0 else math.inf  # the denominator is at least eps
+        return {"": bound[""] + abs(lr) * ratio, "sum": total, "grad * grad": squared,
+                "denominator": math.sqrt(total) + self.cfg.eps, "grad / denominator": ratio}
 
     @classmethod
     def from_torch(cls, group: dict) -> dict:

@@ -33,6 +33,17 @@ class Adam(Rule):
         denom = torch.sqrt(v, out=self._denom).div_(math.sqrt(1 - b2 ** t)).add_(self.cfg.eps)
         params.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))
 
+    def magnitudes(self, bound: dict[str, float], grad: float, lr: float, update: int) -> dict[str, float]:
+        b1, b2 = self.cfg.betas
+        eps, t = self.cfg.eps, update + 1
+        m = b1 * bound["exp_avg"] + (1 - b1) * grad
+        squared = grad * grad
+        v = b2 * bound["exp_avg_sq"] + (1 - b2) * squared
+        # the denominator is at least eps, so each step is at most |m| / eps
+        ratio = m / eps if eps > 0 else math.inf
+        return {"": bound[""] + abs(lr) / (1 - b1 ** t) * ratio, "exp_avg": m, "exp_avg_sq": v,
+                "grad * grad": squared, "denominator": math.sqrt(v / (1 - b2 ** t)) + eps, "exp_avg / denominator": ratio}
+
     @classmethod
     def from_torch(cls, group: dict) -> dict:
         require(group, "amsgrad", False, "the servers' Adam keeps no running maximum")

@@ -51,6 +51,14 @@ class Rule(ABC):
     def step(self, params: torch.Tensor, grad: torch.Tensor, lr: float, update: int) -> None:
         """Apply `grad` to `params` in place at rate `lr`; `update` counts the updates before it."""
 
+    @abstractmethod
+    def magnitudes(self, bound: dict[str, float], grad: float, lr: float, update: int) -> dict[str, float]:
+        """Upper bounds on the absolute values `step` can produce, from upper bounds on the
+        inputs: `bound` holds |params| (key "") and each state entry, `grad` bounds |grad|.
+        Returns the bounds after the step for "" and every state entry, plus any intermediate
+        value the step computes (under a name of its own), so that a caller can tell that no
+        value can leave float32's range without running the step (UpdateRule.apply_if_finite)."""
+
     @classmethod
     def settings(cls, cfg: OptimizerConfig) -> dict:
         """The values of `keys` in `cfg`, which decide the rule's arithmetic, under the

@@ -55,6 +55,22 @@ class SGD(Rule):
             acc.zero_()
         params.add_(grad, alpha=-lr / n)
 
+    def magnitudes(self, bound: dict[str, float], grad: float, lr: float, update: int) -> dict[str, float]:
+        lr, beta = abs(lr), abs(self.momentum)
+        if beta == 0:
+            return {"": bound[""] + lr * grad}
+        if self.cfg.momentum_period > 1:
+            n = self.cfg.momentum_period
+            summed = bound["period_sum"] + grad
+            moves = (update + 1) % n == 0
+            buf = beta * bound["momentum_buffer"] + summed / n if moves else bound["momentum_buffer"]
+            params = bound[""] + (lr * beta * buf if moves else 0.0) + lr / n * grad
+            return {"": params, "momentum_buffer": buf, "period_sum": 0.0 if moves else summed,
+                    "the period's sum": summed}
+        buf = beta * bound["momentum_buffer"] + grad
+        step = lr * grad + lr * beta * buf if self.cfg.nesterov else lr * buf
+        return {"": bound[""] + step, "momentum_buffer": buf}
+
     def sparse_exact(self) -> bool:
         return self.momentum == 0
 

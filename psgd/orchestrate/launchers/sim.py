@@ -24,6 +24,7 @@ from psgd.orchestrate.records.summary_file import write_summary
 from psgd.runtime.files import atomic_write
 from psgd.runtime.safe_io import WriteFailed, open_no_follow
 from psgd.sim.allreduce import AllReduceSim
+from psgd.sim.batched import gradient_device
 from psgd.sim.engine import Engine
 from psgd.sim.executor import Executor
 from psgd.sim.plan import check_plan, plan_times
@@ -65,7 +66,8 @@ class SimLauncher:
         started = time.perf_counter()
         torch.set_num_threads(self.cfg.run.threads)  # one thread, as every psgd process
         allreduce = not self.cfg.consistency.mode.on_servers
-        ex = None if allreduce else Executor(self.cfg, None, batched=self.cfg.sim.batched)
+        device = gradient_device(self.cfg.sim.gradient_device)
+        ex = None if allreduce else Executor(self.cfg, None, batched=self.cfg.sim.batched, device=device)
         plan = (plan_times(self.cfg, load_task(self.cfg, None, splits=("train",)), ()) if allreduce
                 else plan_times(self.cfg, ex.task, ex.plans))
         compute, recorded, time_model, step_times = plan.compute, plan.recorded, plan.time_model, plan.step_times
@@ -112,7 +114,8 @@ class SimLauncher:
         summary["sim_compute"] = {**compute.describe(),
                                   **({"step_times": recorded.describe()} if recorded is not None else {})}
         if ex is not None:  # how the workers' gradients were computed (psgd.sim.batched), and why not batched
-            summary["sim_gradients"] = {"batched_steps": ex.batched_steps, "fallback": ex.batch_fallback}
+            summary["sim_gradients"] = {"batched_steps": ex.batched_steps, "fallback": ex.batch_fallback,
+                                        "device": ex.device.type if ex.batcher is not None else "cpu"}
         unwritten = write_summary(self.run_dir / "summary.json", summary)
         if unwritten:
             return LaunchResult(1, f"summary.json not written: {unwritten}", self.run_dir, summary)

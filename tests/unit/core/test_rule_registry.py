@@ -37,12 +37,24 @@ def test_a_rule_lacking_its_step_is_refused():
         def initial_state(self, cfg, params):
             return {}
 
+        def magnitudes(self, bound, grad, lr, update):
+            return {"": bound[""] + lr * grad}
+
         @classmethod
         def from_torch(cls, group):
             return {}
     with pytest.raises(TypeError, match="lacks step"):
         rule(NoStep)
     assert "nostep" not in RULES
+
+
+def test_a_rule_that_cannot_bound_its_step_is_refused():
+    class NoBound(SGD):
+        name = "nobound"
+        magnitudes = Rule.magnitudes  # the abstract one again
+    with pytest.raises(TypeError, match="lacks magnitudes"):
+        rule(NoBound)
+    assert "nobound" not in RULES
 
 
 def test_a_rule_without_a_torch_class_needs_a_family_that_has_one():

@@ -4,7 +4,8 @@ one-pass non-finite check is exact."""
 import torch
 
 from psgd.config import load_config
-from psgd.servers.state import ShardState, all_finite
+from psgd.core.update_rules import all_finite
+from psgd.servers.state import ShardState
 
 
 class FakeTracker:
