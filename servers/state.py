@@ -292,5 +292,5 @@ class ShardState:
             "clocks": list(self.board.clocks),
             "quorum": self.board.quorum(),
             "live": self.live.describe(),
-            **({"quorum": self.grace.describe()} if self.grace is not None else {}),
+            **({"quorum_grace": self.grace.describe()} if self.grace is not None else {}),
         }

@@ -4,7 +4,7 @@ Each seed runs twice on the real local launcher (`psgd launch`, a child process
 of the bench): once fault-free and once with one process of the target role
 SIGKILLed every `every_s` seconds of training (the workers or the shards in
 turn, pids read from the run directory's processes.json, as an operator or the
-kernel's OOM killer would). The launcher restarts what died; both runs get the
+kernel's OOM killer would; a pid is killed only while it is still the launcher's child). The launcher restarts what died; both runs get the
 same supervision.max_restarts, enough for the planned kills. `--on sim` runs the
 same job on the virtual cluster instead, the storm made by its failure model
 (psgd.sim.faults, `sim.faults`: the same plan, the launcher's restart rules) at the
@@ -169,14 +169,47 @@ def _storm(proc: subprocess.Popen, run_dir: Path, plan: list[tuple[float, int]],
         if proc.poll() is not None:
             break
         pid = _pid(run_dir, role, index)
-        if pid is None:  # not running now (a restart still pending): this kill is not made
-            continue
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+        # Not running now (a restart still pending), or the pid is no longer the run's: not made.
+        if pid is None or not _kill_child(pid, proc.pid):
             continue
         kills.append(Kill(round(time.time() - t0, 4), role, index, pid))
     return kills
+
+
+def _kill_child(pid: int, parent: int) -> bool:
+    """SIGKILL `pid` if it is a live child of `parent` (the launcher the bench started):
+    processes.json may still list a process that has exited, and the kernel may have given
+    its number to another. Checked and signalled through one pidfd where Linux has them, so
+    the process checked is the one killed. False: nothing was killed."""
+    try:
+        fd: Optional[int] = os.pidfd_open(pid)
+    except (AttributeError, OSError) as exc:  # no pidfd here, or the process is gone
+        if isinstance(exc, ProcessLookupError):
+            return False
+        fd = None
+    try:
+        if _live_parent(pid) != parent:
+            return False
+        if fd is not None:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _live_parent(pid: int) -> Optional[int]:
+    """The parent pid of a process that has not exited (None: gone, or exited and unreaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+    except (OSError, ValueError):
+        return None
+    return None if state in ("Z", "X") else int(ppid)
 
 
 @dataclass

@@ -38,9 +38,19 @@ class QuorumMerge:
         self._weighted = False             # the sum holds w_i * d_i
         self._on_time: set[int] = set()    # ranks that pushed for `step` (rejected pushes too)
         self.carried = 0                   # deltas in the sum that were late for their own round
+        self._last_round: dict[int, int] = {}  # rank -> the highest round it pushed a delta for
 
     def contributed(self, rank: int) -> bool:
         return rank in self._on_time
+
+    def repeats(self, rank: int, round_: int) -> bool:
+        """`rank` already pushed for `round_` or a later one (under another seq: its successor
+        after a restart, or a shard it reached before dying): counting it again would weigh
+        the rank's round twice."""
+        return self._last_round.get(rank, -1) >= round_
+
+    def pushed(self, rank: int, round_: int) -> None:
+        self._last_round[rank] = max(self._last_round.get(rank, -1), round_)
 
     def members_in(self, quorum: Collection[int]) -> int:
         return sum(1 for r in quorum if r in self._on_time)
@@ -78,7 +88,8 @@ class QuorumMerge:
 
     def state_dict(self) -> dict:
         return {"quorum_step": self.step, "sum": self._sum.clone(), "weights": list(self._weights),
-                "weighted": self._weighted, "on_time": sorted(self._on_time), "carried": self.carried}
+                "weighted": self._weighted, "on_time": sorted(self._on_time), "carried": self.carried,
+                "last_round": sorted(self._last_round.items())}
 
     def load_state_dict(self, sd: dict) -> None:
         if "quorum_step" not in sd:
@@ -89,6 +100,7 @@ class QuorumMerge:
         self._weighted = bool(sd["weighted"])
         self._on_time = set(sd["on_time"])
         self.carried = int(sd["carried"])
+        self._last_round = {int(r): int(c) for r, c in sd.get("last_round", [])}  # older snapshots: none
 
 
 class QuorumRule(Bsp):
@@ -113,6 +125,10 @@ class QuorumRule(Bsp):
     def count(self, rank: int, clock: int, grad: Optional[torch.Tensor], staleness: int,
               weight: float = 1.0) -> Counted:
         agg = self.aggregator
+        if agg.repeats(rank, clock):  # bsp's aggregator answers the same: LATE
+            self.board.skip_to(rank, agg.step + int(agg.contributed(rank)))
+            return Counted(late=True)
+        agg.pushed(rank, clock)
         if clock < agg.step:  # its round was merged without it: it goes into this one
             agg.add(None, grad, weight)
             self.board.skip_to(rank, agg.step + int(agg.contributed(rank)))

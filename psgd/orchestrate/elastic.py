@@ -29,6 +29,7 @@ from psgd.config import ConfigError, load_config
 from psgd.config.elastic import WorkerRange
 from psgd.orchestrate.roles import CONFIG_FILE
 from psgd.runtime.files import atomic_write
+from psgd.runtime.lifeline import PROCESSES_FILE
 
 __all__ = ["WORKERS_FILE", "Change", "Cause", "ElasticPlan", "WorkersRequestFailed", "request_workers",
            "read_request"]
@@ -59,7 +60,8 @@ class WorkersRequestFailed(RuntimeError):
 
 def request_workers(run_dir: Path, count: int) -> WorkerRange:
     """Ask the launcher of the live run in `run_dir` for `count` workers (it acts within
-    a tenth of a second). Returns the run's range. Raises WorkersRequestFailed."""
+    a tenth of a second). Returns the run's range. Raises WorkersRequestFailed, also for
+    a run that has ended (no launcher would act: its processes.json is gone, as `show` says)."""
     run_dir = Path(run_dir)
     try:
         cfg = load_config(run_dir / CONFIG_FILE)
@@ -71,6 +73,8 @@ def request_workers(run_dir: Path, count: int) -> WorkerRange:
                                    "give it a range {min, max} to change it while it runs")
     if not span.min <= count <= span.max:
         raise WorkersRequestFailed(f"{count} workers is outside cluster.workers [{span.min}, {span.max}]")
+    if not (run_dir / PROCESSES_FILE).is_file():
+        raise WorkersRequestFailed(f"{run_dir / PROCESSES_FILE} not found: is the run still live?")
     try:
         atomic_write(run_dir / WORKERS_FILE, json.dumps({"workers": count}), mode=0o644)
     except OSError as exc:
@@ -99,13 +103,16 @@ class Plan:
 class ElasticPlan:
     """The target count and which ranks to start or stop to reach it (no processes here)."""
 
-    def __init__(self, span: WorkerRange, follows_room: bool = False):
+    def __init__(self, span: WorkerRange, follows_room: bool = False,
+                 earlier: Optional[tuple[int, int]] = None):
         """`follows_room`: the host reports its room (Ray): the target starts at max and
-        the room decides; else it starts at min and requests decide."""
+        the room decides; else it starts at min and requests decide. `earlier`: the request
+        file as this launch found it, asked of an earlier launch of the run directory: not
+        taken (a resumed run starts as a new one does)."""
         self.span = span
         self.follows_room = follows_room
         self.target = span.max if follows_room else span.min
-        self._seen: Optional[int] = None  # mtime of the request already taken
+        self._seen: Optional[int] = earlier[0] if earlier else None  # mtime of the request already taken
 
     def take_request(self, request: Optional[tuple[int, int]]) -> bool:
         """Adopt a new `read_request` result; True when the target changed."""
@@ -127,15 +134,17 @@ class ElasticPlan:
             self.target = max(self.span.min, min(self.target, running))
         return True
 
-    def plan(self, running: Iterable[int], room: Optional[int], ending: bool) -> Plan:
+    def plan(self, running: Iterable[int], room: Optional[int], ending: bool, busy: Iterable[int] = ()) -> Plan:
         """What to start and stop. `running`: ranks with a live process (or one booked to
         restart); `room`: how many workers the host holds now (None: no cap); `ending`:
-        a worker has finished its steps (start nobody)."""
+        a worker has finished its steps (start nobody); `busy`: ranks stopped whose process
+        has not exited yet: not started again before it has (one process per rank)."""
         running = sorted(running)
         target = self.target if room is None else max(self.span.min, min(self.target, room))
         if len(running) > target:
             return Plan([], running[target - len(running):])  # the newest ranks go first
         if ending or len(running) == target:
             return Plan([], [])
-        free = [r for r in range(self.span.max) if r not in set(running)]
+        taken = set(running) | set(busy)
+        free = [r for r in range(self.span.max) if r not in taken]
         return Plan(free[:target - len(running)], [])

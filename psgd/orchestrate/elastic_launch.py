@@ -23,28 +23,35 @@ class ElasticMembership:
         span = cfg.cluster.worker_range
         # A host that reports its room (Ray) grows to it; locally the target is what psgd ctl asked.
         grows = getattr(self.processes, "FILLS_ROOM", False)
-        self.elastic = (ElasticPlan(span, follows_room=grows)
+        earlier = read_request(self.run_dir / WORKERS_FILE)  # asked of a launch this one resumes
+        self.elastic = (ElasticPlan(span, follows_room=grows, earlier=earlier)
                         if span is not None and cfg.consistency.mode.on_servers else None)
         self._joining: set[int] = set()   # ranks started to join, until their ready event
-        self._leaving: set[int] = set()   # ranks asked to stop, until their done event
+        # Ranks asked to stop, until their process has exited (not at their done event: a
+        # process still exiting counted as live was stopped again, and its rank started twice).
+        self._leaving: set[int] = set()
         self._last_clock: dict[int, int] = {}  # each worker's clock as its events last said
         self._ending = False              # a worker finished its steps: nobody joins any more
 
+    def _worker_processes(self) -> list[RoleProcess]:
+        """Workers whose process has not exited (a crashed one has left `children` by now)."""
+        return [c for c in self.children if c.role == Role.WORKER and c.state is not ChildState.DONE]
+
     def _live_workers(self) -> list[RoleProcess]:
-        return [c for c in self.children
-                if c.role == Role.WORKER and c.state is not ChildState.DONE and c.index not in self._leaving]
+        return [c for c in self._worker_processes() if c.index not in self._leaving]
 
     def _scale(self) -> None:
         """Start or stop workers toward the elastic target."""
         self.elastic.take_request(read_request(self.run_dir / WORKERS_FILE))
+        self._leaving &= {c.index for c in self._worker_processes()}  # gone once its process has exited
         live = self._live_workers()
         running = [c.index for c in live] + [p.index for p in self._pending if p.role == Role.WORKER]
-        plan = self.elastic.plan(running, self.processes.worker_room(self.cfg), self._ending)
+        plan = self.elastic.plan(running, self.processes.worker_room(self.cfg), self._ending, busy=self._leaving)
         for c in live:
             if c.index in plan.stop and c.state is ChildState.READY:  # one still starting is stopped once ready
                 self._leaving.add(c.index)
                 c.terminate()
-        for rank in plan.start:
+        for rank in plan.start:  # its earlier process, if any, has exited (plan's `busy`)
             self.children = [c for c in self.children if not (c.role == Role.WORKER and c.index == rank)]
             self._joining.add(rank)
             self._spawn(Role.WORKER, rank)
@@ -85,8 +92,7 @@ class ElasticMembership:
             self._joining.discard(child.index)
             self._membership(Change.JOINED, child.index, e.get("clock"), Cause.SCALED_UP)
         elif kind == Event.DONE:
-            if child.index in self._leaving:
-                self._leaving.discard(child.index)
+            if child.index in self._leaving:  # it stays leaving until its process has exited
                 self.processes.release(child)
                 self._membership(Change.LEFT, child.index, e.get("clock"), Cause.SCALED_DOWN)
             else:

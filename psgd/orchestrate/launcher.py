@@ -173,10 +173,14 @@ class Launcher(ElasticMembership):
             reason, status = f"stopped by signal {signal.Signals(self._signal).name}", RunStatus.INTERRUPTED
         finally:
             try:
-                self._shutdown(interrupted=status is RunStatus.INTERRUPTED)
+                stuck = self._shutdown(interrupted=status is RunStatus.INTERRUPTED)
             finally:
                 for s, h in old.items():
                     signal.signal(s, h)
+        if stuck and status is RunStatus.OK:  # a frozen evaluator: no final evaluation, no model.pt
+            code, status = TIME_LIMIT_EXIT_CODE, RunStatus.TIME_LIMIT
+            reason = (f"stopping the run: {', '.join(c.name for c in stuck)} did not stop when asked "
+                      f"and {'was' if len(stuck) == 1 else 'were'} killed")
         wall = self._training_time or ((time.time() - self._t0) if self._t0 else self.log.prior_time)
         summary = summarize(self.cfg, self.events, wall, status=status, restarts=self.budget.total)
         summary["failure"] = reason if status in (RunStatus.FAILED, RunStatus.TIME_LIMIT) else None
@@ -257,6 +261,18 @@ class Launcher(ElasticMembership):
         raise _WorkersKilled(f"{why}: {', '.join(names)} did not stop within {STOP_WORKERS_GRACE_S:g} s "
                              f"and {'was' if len(stuck) == 1 else 'were'} killed")
 
+    def _kill_frozen(self) -> None:
+        """A running process of any role whose heartbeat is older than cluster.timeout_s is
+        frozen (SIGSTOP, a hung interpreter): kill it and end the run, naming it."""
+        limit = self.cfg.cluster.timeout_s
+        silent = self.processes.silent([c for c in self.children if c.state is ChildState.READY], limit)
+        if not silent:
+            return
+        names = [f"{c.name}{_frozen_note(c)} sent no heartbeat for {age:.1f} s" for c, age in silent]
+        self.processes.stop([c for c, _ in silent], 0.0)
+        raise _WorkersKilled(f"{'; '.join(names)} (cluster.timeout_s={limit:g}): "
+                             f"{'it was' if len(silent) == 1 else 'they were'} killed")
+
     def _poll(self, started: bool) -> None:
         if self._signal is not None:
             raise _Stopped()
@@ -268,6 +284,7 @@ class Launcher(ElasticMembership):
             self._record(None, loss.event)
             if loss.fatal is not None:
                 raise LaunchFailed(loss.fatal)
+        self._kill_frozen()
         for c in self.children:
             for e in c.read_events():
                 self._record(c, e)
@@ -328,9 +345,9 @@ class Launcher(ElasticMembership):
         if self.elastic is not None and child is not None and child.role == Role.WORKER and self._t0 is not None:
             self._follow_membership(child, e)
 
-    def _shutdown(self, interrupted: bool = False) -> None:
+    def _shutdown(self, interrupted: bool = False) -> list[RoleProcess]:
         """Stop in order: workers, then the evaluator (final eval + model.pt), then
-        servers. When interrupted, everything must be gone within INTERRUPT_BUDGET_S:
+        servers; returns those killed for not stopping within their grace. When interrupted, everything must be gone within INTERRUPT_BUDGET_S:
         workers and evaluator are stopped together and stragglers are killed."""
         if interrupted:
             stages = [(("worker", "allreduce", "evaluator"), 0.5 * INTERRUPT_BUDGET_S),
@@ -338,9 +355,10 @@ class Launcher(ElasticMembership):
         else:
             stages = [(("worker", "allreduce"), STOP_GRACE_S), (("evaluator",), 3 * STOP_GRACE_S),
                       (("server",), STOP_GRACE_S)]
+        killed: list[RoleProcess] = []
         for roles, grace in stages:
             try:
-                self.processes.stop([c for c in self.children if c.role in roles], grace)
+                killed += self.processes.stop([c for c in self.children if c.role in roles], grace) or []
             except LaunchFailed:
                 pass  # the host (Ray) is gone, and the processes with it
         try:
@@ -351,6 +369,7 @@ class Launcher(ElasticMembership):
             for e in c.read_events():
                 self._record(c, e)
         self.processes.collect(self.children)
+        return killed
 
     def _on_signal(self, signum, frame) -> None:
         self._signal = signum
@@ -361,7 +380,8 @@ class _Stopped(Exception):
 
 
 class _WorkersKilled(Exception):
-    """Workers asked to stop at the time limit (or the target) were killed after the grace."""
+    """Processes killed for not answering: workers asked to stop at the time limit (or the
+    target) still there after the grace, or a process of any role found frozen."""
 
 
 def _frozen_note(c: RoleProcess) -> str:

@@ -21,6 +21,7 @@ from psgd.config import Config, override_config
 from psgd.core.restarts import RestartBudget
 from psgd.orchestrate.spawn import kill, spawn_child
 from psgd.orchestrate.states import ChildState
+from psgd.runtime.lifeline import heartbeat_path
 from psgd.runtime.ports import free_ports
 
 __all__ = ["LocalProcesses", "LossReport", "ProcessHost", "RoleProcess"]
@@ -79,8 +80,13 @@ class ProcessHost(Protocol):
     def release(self, proc: RoleProcess) -> None:
         """An elastic worker left the run: give back what its process held."""
 
-    def stop(self, group: list[RoleProcess], grace_s: float) -> None:
-        """Stop `group`: SIGTERM, then kill what is still running after `grace_s`."""
+    def silent(self, procs: list[RoleProcess], after_s: float) -> list[tuple[RoleProcess, float]]:
+        """Those of `procs` still running whose heartbeat is older than `after_s` (frozen),
+        each with its age in seconds."""
+
+    def stop(self, group: list[RoleProcess], grace_s: float) -> Optional[list[RoleProcess]]:
+        """Stop `group`: SIGTERM, then kill what is still running after `grace_s`; returns
+        those it killed (None: the host cannot tell)."""
 
     def collect(self, procs: list[RoleProcess]) -> None:
         """Bring back what roles wrote where the run directory cannot see it."""
@@ -128,16 +134,30 @@ class LocalProcesses:
     def release(self, proc) -> None:
         pass  # its process has exited: nothing else holds a place for it
 
-    def stop(self, group, grace_s: float) -> None:
+    def silent(self, procs, after_s: float) -> list:
+        now, out = time.time(), []
+        for p in procs:
+            try:
+                age = now - heartbeat_path(self.run_dir, p.role, p.index).stat().st_mtime
+            except OSError:
+                continue  # not beating yet: it has not reached start_role
+            if age > after_s and p.poll() is None:
+                out.append((p, age))
+        return out
+
+    def stop(self, group, grace_s: float) -> list:
         running = [p for p in group if p.poll() is None]
         for p in running:
             p.terminate()
         deadline = time.monotonic() + grace_s
+        killed = []
         for p in running:
             try:
                 p.proc.wait(timeout=max(0.05, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 kill(p.proc)
+                killed.append(p)
+        return killed
 
     def collect(self, procs) -> None:
         pass  # they wrote into the run directory

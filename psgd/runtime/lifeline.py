@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 __all__ = ["LAUNCHER_PID_ENV", "PROCESSES_FILE", "EXIT_ORPHANED", "watch_parent", "set_parent_death_signal",
-           "forget_processes_file", "launcher_pid_from_env"]
+           "forget_processes_file", "launcher_pid_from_env", "heartbeat_path", "beat"]
 
 LAUNCHER_PID_ENV = "PSGD_LAUNCHER_PID"
 PROCESSES_FILE = "processes.json"
@@ -91,3 +91,27 @@ def watch_parent(parent_pid: int, on_orphan: Callable[[], None], poll_s: float =
 def launcher_pid_from_env() -> Optional[int]:
     value = os.environ.get(LAUNCHER_PID_ENV, "")
     return int(value) if value.isdigit() else None
+
+
+def heartbeat_path(run_dir: Path, role: str, index: int) -> Path:
+    """The file a supervised process touches while it runs: the launcher reads its age."""
+    return Path(run_dir) / "heartbeats" / f"{role}-{index}"
+
+
+def beat(path: Path, every_s: float) -> threading.Thread:
+    """Touch `path` every `every_s` from a thread of its own: a process frozen whole
+    (SIGSTOP, a hung interpreter) stops touching it, one busy in its main thread does not."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def touch() -> None:
+        while True:
+            try:
+                path.touch()
+            except OSError:
+                pass  # a full or read-only disk: the launcher reports that itself
+            time.sleep(every_s)
+
+    path.touch()
+    t = threading.Thread(target=touch, name="psgd-heartbeat", daemon=True)
+    t.start()
+    return t

@@ -18,7 +18,7 @@ from typing import Optional
 
 from psgd.config import Config
 from psgd.runtime.events import EventLog
-from psgd.runtime.lifeline import forget_processes_file, launcher_pid_from_env, watch_parent
+from psgd.runtime.lifeline import beat, forget_processes_file, heartbeat_path, launcher_pid_from_env, watch_parent
 
 __all__ = ["RoleContext", "RoleFailed", "start_role", "START_FILE", "EXIT_NO_RETRY"]
 
@@ -106,6 +106,8 @@ def start_role(role: str, index: int, cfg: Config, run_dir: Optional[Path] = Non
     parent = launcher_pid_from_env() or os.getppid()
     if supervised:  # never outlive the launcher, even one killed with -9
         watch_parent(parent, lambda: forget_processes_file(run_dir, os.getpid()))
+        if run_dir is not None:  # and say that it runs: a frozen process stops saying so
+            beat(heartbeat_path(run_dir, role, index), cfg.cluster.heartbeat_s)
     ctx = RoleContext(cfg, role, index, run_dir, events, stop, supervised, parent)
     ctx.poll_start()  # a restart into a started run: its first events (ready, resumed) are on the run's clock
     return ctx

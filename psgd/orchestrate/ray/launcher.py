@@ -341,6 +341,9 @@ class RayProcesses:
             raise LaunchFailed(f"a Ray actor failed while {doing}: {str(exc).splitlines()[0]}") from None
 
     # ---- stop --------------------------------------------------------------
+    def silent(self, procs: list[RayRoleProcess], after_s: float) -> list:
+        return []  # heartbeat files stay on each actor's node, out of sight here
+
     def stop(self, group: list[RayRoleProcess], grace_s: float) -> None:
         if not ray.is_initialized():
             return

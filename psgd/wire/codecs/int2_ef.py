@@ -5,8 +5,9 @@ send, acc - decode(sent), becomes the next residual, so over any number of pushe
 the sum of what was sent plus the residual is the sum of the gradients (up to
 fp32 rounding of the additions; the codec tests bound it). One residual per shard.
 A push's own error is <= amax/2 (+ rounding): the residual carries it forward.
-Non-finite elements are sent as such (the shard refuses the push) and leave
-no residual behind."""
+A gradient with a non-finite element is sent as such (the shard refuses the whole
+push, as it refuses an fp32 one) and leaves the residual as it was: the refused
+gradient is dropped whole, and what earlier pushes carried is not."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -35,6 +36,8 @@ class Int2EF(BlockCodec):
             residual = self.residuals[shard] = torch.zeros(grad.numel(), dtype=torch.float32, device=grad.device)
         elif residual.device != grad.device:
             residual = self.residuals[shard] = residual.to(grad.device)
+        if not bool(torch.isfinite(grad).all()):  # refused by the shard: nothing of it is sent
+            return quantize(residual + grad, self.bits)
         residual.add_(grad)  # acc = residual + grad
         codes, scales = quantize(residual, self.bits)
         sent = dequantize(codes, scales, self.bits, torch.empty_like(residual))

@@ -11,6 +11,7 @@ from psgd.config import ConfigError, dump_config, load_config
 from psgd.config.elastic import WorkerRange
 from psgd.orchestrate.elastic import WORKERS_FILE, ElasticPlan, read_request
 from psgd.orchestrate.records.summary import summarize
+from psgd.runtime.lifeline import PROCESSES_FILE
 
 RANGE = "cluster.workers={min: 2, max: 6}"
 
@@ -75,8 +76,14 @@ def _ctl(run_dir, *words):
     return main(["ctl", str(run_dir), "workers", *words])
 
 
+def _live(run_dir):
+    """What a launcher keeps while the run is live (and removes when it ends)."""
+    (run_dir / PROCESSES_FILE).write_text(json.dumps([{"role": "worker", "index": 0, "pid": 1}]))
+
+
 def test_psgd_ctl_workers_asks_the_launcher_within_the_range(tmp_path, capsys):
     (tmp_path / "config.yaml").write_text(dump_config(load_config(None, [RANGE])))
+    _live(tmp_path)
     assert _ctl(tmp_path, "4") == 0
     assert read_request(tmp_path / WORKERS_FILE)[1] == 4
     assert _ctl(tmp_path, "7") == 1 and "outside cluster.workers [2, 6]" in capsys.readouterr().err
@@ -85,8 +92,18 @@ def test_psgd_ctl_workers_asks_the_launcher_within_the_range(tmp_path, capsys):
     fixed = tmp_path / "fixed"
     fixed.mkdir()
     (fixed / "config.yaml").write_text(dump_config(load_config(None, ["cluster.workers=4"])))
+    _live(fixed)
     assert _ctl(fixed, "4") == 1 and "fixed count" in capsys.readouterr().err
     assert not (fixed / WORKERS_FILE).exists()
+
+
+def test_psgd_ctl_workers_on_a_finished_run_asks_whether_it_is_live(tmp_path, capsys):
+    """Like `show`: no launcher acts on a run that has ended, so nothing is asked of it."""
+    (tmp_path / "config.yaml").write_text(dump_config(load_config(None, [RANGE])))
+    assert _ctl(tmp_path, "3") == 1
+    err = capsys.readouterr().err
+    assert f"{tmp_path / PROCESSES_FILE} not found: is the run still live?" in err and "launcher" not in err
+    assert not (tmp_path / WORKERS_FILE).exists()
 
 
 def test_a_request_file_that_is_not_one_is_ignored(tmp_path):

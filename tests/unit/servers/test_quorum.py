@@ -191,3 +191,53 @@ def test_a_restarted_shard_restores_a_half_merged_round_from_its_snapshot_and_lo
     info = ShardCheckpoint(tmp_path, 0, "fp", back.state.cfg.checkpoint).resume(back.state)
     assert info["replayed"] == 2 and back.state.version == live.state.version == 2
     assert torch.equal(back.state.params, live.state.params)
+
+
+def test_a_rank_already_on_time_for_a_round_is_late_when_it_pushes_that_round_again():
+    """The same round under the next seq (not a resend): bsp answers LATE, and so must a quorum,
+    or the rank's round weighs twice: p0 - (2 d0 + d1) / 3 instead of p0 - (d0 + d1) / 2."""
+    svc = make(workers=2, size=2)
+    d0, again, d1 = [1.0, 2.0, 4.0], [5.0, -3.0, 0.5], [3.0, -2.0, 8.0]
+    assert push(svc, 0, 0, 0, d0).result.status is PushStatus.BUFFERED
+    assert push(svc, 0, 1, 0, again).result.status is PushStatus.LATE
+    push(svc, 1, 0, 0, d1)
+    assert svc.state.version == 1 and svc.state.counters["late_dropped"] == 1
+    assert torch.equal(svc.state.params.double(), -merged([(d0, 2), (d1, 2)]))
+    assert svc.state.board.clocks[0] == 1  # it continues with the round in progress
+
+
+def test_a_successor_repeating_a_round_one_shard_already_has_is_dropped_there():
+    """Two shards: rank 0's push for round 0 reaches shard 0 only, the worker dies, and its
+    successor adopts the lowest shard clock (shard 1's 0) and pushes round 0 to both again:
+    shard 0 drops it as late (PushCursor.adopt's rule), shard 1 takes it."""
+    shards = [make(workers=2, size=2, numel=2) for _ in range(2)]
+    first, successor, other = [[1.0, 2.0], [4.0, -1.0]], [[8.0, -4.0], [2.0, 6.0]], [[3.0, -2.0], [0.5, 1.0]]
+    push(shards[0], 0, 0, 0, first[0])  # shard 1 never got it
+    for svc in shards:
+        svc.register(0, 1.0)  # the successor registers again (the same session rank)
+    assert min(svc.state.board.clocks[0] for svc in shards) == 0
+    assert push(shards[0], 0, 1, 0, successor[0]).result.status is PushStatus.LATE
+    assert push(shards[1], 0, 1, 0, successor[1]).result.status is PushStatus.BUFFERED
+    for s, svc in enumerate(shards):
+        push(svc, 1, 0, 0, other[s])
+        assert svc.state.version == 1
+    assert torch.equal(shards[0].state.params.double(), -merged([(first[0], 2), (other[0], 2)]))
+    assert torch.equal(shards[1].state.params.double(), -merged([(successor[1], 2), (other[1], 2)]))
+
+
+def test_a_rank_that_pushed_a_merged_round_is_late_when_it_pushes_it_again():
+    """Round 0 merged with rank 0's delta in it: a second push for round 0 from rank 0 is a
+    duplicate, not a latecomer to carry into round 1 (a real latecomer is carried: above)."""
+    svc = make(workers=3, size=2)
+    push(svc, 0, 0, 0, [1.0, 2.0, 4.0])
+    push(svc, 1, 0, 0, [3.0, -2.0, 8.0])
+    assert svc.state.version == 1
+    assert push(svc, 0, 1, 0, [9.0, 9.0, 9.0], read=0).result.status is PushStatus.LATE
+    assert svc.state.counters["quorum_carried"] == 0
+
+
+def test_stats_keep_the_quorum_members_beside_the_grace_figures():
+    svc = make(workers=3, size=2, grace="0.5")
+    stats = svc.state.stats()
+    assert stats["quorum"] == [0, 1, 2]
+    assert stats["quorum_grace"] == svc.state.grace.describe()

@@ -26,8 +26,8 @@ def test_the_grace_window_runs_on_the_simulated_clock_deterministically():
     b, rb = simulate(cfg_for("bsp", 3, **over), 2.0)
     assert ra.end_s == rb.end_s
     assert all(torch.equal(x.params, y.params) for x, y in zip(a.shards, b.shards))
-    assert [x.stats()["quorum"] for x in a.shards] == [y.stats()["quorum"] for y in b.shards]
-    windows = [x.stats()["quorum"]["windows"] for x in a.shards]
+    assert [x.stats()["quorum_grace"] for x in a.shards] == [y.stats()["quorum_grace"] for y in b.shards]
+    windows = [x.stats()["quorum_grace"]["windows"] for x in a.shards]
     assert min(windows) > 0  # the rounds waited on the simulated clock
     sync, _ = simulate(cfg_for("bsp", 3, **DILOCO, **{"sim.compute_jitter": 0.3}), 2.0)
     assert not torch.equal(sync.shards[0].params, a.shards[0].params)  # q < W merged without someone

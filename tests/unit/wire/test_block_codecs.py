@@ -101,12 +101,29 @@ def test_error_feedback_loses_nothing_over_many_steps():
     assert float(codec.residuals[0].abs().max()) > 0  # something was carried, so the test says something
 
 
-def test_error_feedback_residual_is_dropped_where_the_input_was_not_finite():
-    enc = WireEncoder("int2ef", [10])
-    g = torch.ones(10)
-    g[4] = float("nan")
-    enc.encode(0, g)
-    assert bool(torch.isfinite(enc.codec.residuals[0]).all())
+def test_a_push_refused_as_non_finite_leaves_the_residual_as_it_was():
+    """The shard refuses the whole push (a non-finite element), as it would an fp32 one: the
+    refused gradient is dropped whole, and the residual the earlier pushes left (error
+    feedback's state) is carried on intact, not zeroed where the bad elements were nor
+    reduced by the finite part that was never applied."""
+    gen = torch.Generator().manual_seed(5)
+    n = 200
+    enc = WireEncoder("int2ef", [n])
+    enc.encode(0, torch.randn(n, generator=gen))
+    carried = enc.codec.residuals[0].clone()
+    assert float(carried.abs().max()) > 0
+    bad = torch.randn(n, generator=gen)
+    bad[7], bad[150] = float("nan"), float("inf")
+    out = enc.encode(0, bad)
+    decoded = enc.codec.decode(out.frames, n, 0, 1.0, torch.empty(n))
+    assert not bool(torch.isfinite(decoded).all())  # what the shard refuses
+    assert torch.equal(enc.codec.residuals[0], carried)
+    # And error feedback goes on from there: the next push sends residual + g.
+    g = torch.randn(n, generator=gen)
+    again = WireEncoder("int2ef", [n])
+    again.codec.residuals[0] = carried.clone()
+    assert [bytes(f) for f in enc.encode(0, g).frames] == [bytes(f) for f in again.encode(0, g).frames]
+    assert torch.equal(enc.codec.residuals[0], again.codec.residuals[0])
 
 
 def forge(name, n, codes=None, scales=None):
