@@ -27,12 +27,16 @@ def _events(run_dir: Path) -> list[dict]:
     return read_events(Path(run_dir) / "metrics.jsonl")
 
 
+def _config(run_dir: Path) -> dict:
+    path = Path(run_dir) / "config.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
 def initial_bound(run_dir: Path) -> Optional[int]:
     """The bound a run started with (staleness_min for auto; None unless ssp)."""
-    path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
+    if not (Path(run_dir) / "config.yaml").is_file():
         return None
-    c = (yaml.safe_load(path.read_text()) or {}).get("consistency", {})
+    c = _config(run_dir).get("consistency", {})
     if Mode(c.get("mode", Mode.ASP.value)) is not Mode.SSP:
         return None
     return c.get("staleness_min", 0) if c.get("staleness") == "auto" else c.get("staleness", 0)
@@ -80,7 +84,8 @@ def plot_bounds(runs: list[tuple[str, Path, Optional[int]]], path: Path, title: 
         ax.set_ylabel("clocks")
         ax.set_title(label, fontsize=9)
         ax.legend(fontsize=7, loc="upper left")
-    axes[-1, 0].set_xlabel("training time (s)")
+    simulated = all((_config(d).get("cluster") or {}).get("launcher") == "sim" for _, d, _ in runs)
+    axes[-1, 0].set_xlabel(f"{'simulated ' if simulated else ''}training time (s)")
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import csv
 import importlib.util
 import math
-import os
 import re
 import shutil
 import time
@@ -42,11 +41,10 @@ from psgd.bench.convergence_report import (
 )
 from psgd.bench.plots import plot_runs
 from psgd.bench.run_data import RunData, load_run
-from psgd.bench.target_resolution import target_resolution_line
+from psgd.bench.setting import compute_line, setting_lines
 from psgd.config import Config, Mode, load_config
 from psgd.config.modes import Overlap
 from psgd.config.operations import CODEC_WORDS
-from psgd.core.heterogeneity import delay_spec, describe, transient_specs
 from psgd.core.modes import behaviour_class
 from psgd.core.target import TargetHold
 from psgd.orchestrate.launchers import LauncherUnavailable, launcher_for
@@ -263,6 +261,10 @@ class BenchResult:
     analysis: Optional[Analysis] = None
 
 
+def _rounded(v) -> str:
+    return "—" if v is None else f"{float(v):.4f}"
+
+
 def _lr_text(lr: float) -> str:
     return f"{lr:g}".replace(".", "p")
 
@@ -325,46 +327,9 @@ def run_matrix(config_path: str, overrides: list[str], specs: list[ModeSpec], se
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         runs.append(run)
         s = run.summary
-        on_run(f"    final accuracy {s.get('final_test_accuracy')}, loss {s.get('final_test_loss')}, "
+        on_run(f"    final accuracy {_rounded(s.get('final_test_accuracy'))}, loss {_rounded(s.get('final_test_loss'))}, "
                f"{s.get('total_updates')} updates ({time.monotonic() - t:.0f} s with start-up)")
     return BenchResult(out_dir, runs, failed, target)
-
-
-def setting_lines(cfg: Config, specs: list[ModeSpec]) -> list[str]:
-    """The setting a report's conclusion holds for, in words."""
-    t, o, w = cfg.task, cfg.optimizer, cfg.workers
-    args = lambda d: f" {d}" if d else ""  # noqa: E731
-    sim = cfg.cluster.launcher == "sim"
-    unit = " simulated s" if sim else " s"
-    scaling = (f" with linear scaling: bsp and all-reduce step at lr x {cfg.cluster.workers} (x W - b with b backup "
-               "workers), the gradients one of their updates averages; ssp/asp at lr"
-               if o.lr_scaling == "linear" else ", the same learning rate in every mode")
-    return [
-        f"Workload: model `{t.model}`{args(t.model_args)} on dataset `{t.dataset}`{args(t.dataset_args)}, "
-        f"{cfg.cluster.workers} workers with batch {t.batch_size} each, {cfg.cluster.num_servers} server shards "
-        f"for the parameter-server modes.",
-        f"Heterogeneity: {describe(dict(w.slowdown), delay_spec(w), transient_specs(w))}.",
-        f"Optimizer: {o.name}{scaling}{', momentum %g' % o.effective_momentum if o.effective_momentum else ''}.",
-        f"Budget, the same for every mode: at most {cfg.train.max_time_s:g}{unit} of training and "
-        f"{cfg.train.steps_per_worker} steps per worker; evaluation every {cfg.eval.every_s:g}{unit}.",
-        target_resolution_line(cfg),
-        f"Modes: {', '.join(s.label for s in specs)}.",
-        ("Clock: simulated (the virtual cluster's time model), so the load of the machine that ran it does not "
-         "enter the times." if sim else
-         f"Machine: {os.cpu_count()} cores, 1-minute load average at the end {os.getloadavg()[0]:.1f} "
-         "(absolute times are specific to it; compare modes by their ratios, measured in one bench)."),
-    ]
-
-
-def _compute_line(runs: list[RunData]) -> str:
-    """The measured forward/backward time per worker step (the work that
-    communication is compared against)."""
-    c = sorted(float(e["compute_s"]) for r in runs for e in r.steps if e.get("compute_s") is not None)
-    if not c:
-        return "Per-step compute: not recorded."
-    return (f"Per-step compute (forward and backward of one batch, measured in every step of every run): median "
-            f"{1000 * c[len(c) // 2]:.1f} ms, 10th-90th percentile {1000 * c[len(c) // 10]:.1f}-"
-            f"{1000 * c[(9 * len(c)) // 10]:.1f} ms.")
 
 
 def write_outputs(result: BenchResult, title: str, config_text: str, command: str, setting: list[str],
@@ -381,7 +346,7 @@ def write_outputs(result: BenchResult, title: str, config_text: str, command: st
         write_summary_csv(csv_path, a)
         write_seeds_csv(out / "seeds.csv", a)
         plots = plot_runs(a.chosen_runs(result.runs), out, title, result.target.value, result.target.metric)
-        parts += (report_sections(a, setting + [_compute_line(result.runs)], baseline)
+        parts += (report_sections(a, setting + [compute_line(result.runs)], baseline)
                   + ["", "## Per mode", "", mode_table(a, baseline), ""])
         if a.grid:
             parts += ["## Learning-rate grid", "", "Median held time to target (seeds that held it) for every "

@@ -22,11 +22,12 @@ from psgd.bench.outcomes import (
     mode_stats,
     resolution_check,
 )
-from psgd.bench.stats import BOOTSTRAP_RESAMPLES, CI_LEVEL, TIE_MARGIN
+from psgd.bench.stats import BOOTSTRAP_RESAMPLES, CI_LEVEL, TIE_MARGIN, significant
 from psgd.core.target import TargetHold
 
 __all__ = ["TargetSpec", "Analysis", "analyse", "outcome_of", "write_summary_csv", "write_seeds_csv",
-           "SUMMARY_FIELDS", "SEED_FIELDS", "report_sections", "grid_table", "mode_table"]
+           "SUMMARY_FIELDS", "SEED_FIELDS", "report_sections", "grid_table", "mode_table", "caveats",
+           "resolution_sentence", "is_simulated"]
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,19 @@ class Analysis:
     resolution_s: float
     resolution_ok: bool
     baseline_at_least_s: Optional[float]  # the baseline did not hold the target: it takes longer than this
+    simulated: bool = False             # the runs' clock is the virtual cluster's
+
+    @property
+    def unit(self) -> str:
+        return " simulated s" if self.simulated else " s"
 
     def chosen_runs(self, runs: Sequence) -> list:
         return [r for r in runs if self.chosen_lr.get(r.label) == run_lr(r)]
+
+
+def is_simulated(runs: Sequence) -> bool:
+    """Whether the runs ran on the virtual cluster (their times are simulated seconds)."""
+    return bool(runs) and all((r.config.get("cluster") or {}).get("launcher") == "sim" for r in runs)
 
 
 def analyse(runs: Sequence, target: TargetSpec, baseline: str = "bsp") -> Analysis:
@@ -99,7 +110,7 @@ def analyse(runs: Sequence, target: TargetSpec, baseline: str = "bsp") -> Analys
     times = [[float(e["t"]) for e in r.training_evals] for r in runs if chosen.get(r.label) == run_lr(r)]
     at_least = censored_time_s([o for o in outcomes if o.label == baseline and chosen[o.label] == o.lr])
     spacing, ok = resolution_check(times, base.time.median if base else math.inf, baseline_at_least_s=at_least)
-    return Analysis(target, outcomes, chosen, stats, grid, spacing, ok, at_least)
+    return Analysis(target, outcomes, chosen, stats, grid, spacing, ok, at_least, is_simulated(runs))
 
 
 SUMMARY_FIELDS = ["label", "lr", "seeds", "reached", "metric", "target", "time_to_target_median_s",
@@ -165,7 +176,7 @@ def mode_table(a: Analysis, baseline: str = "bsp") -> str:
             ratio = f"{s.ratio_to_bsp:.2f}"
         final = "—" if s.final is None else s.final.text(4)
         wire = bytes_per_example(a, label)
-        lines.append(f"| {label} | {s.lr:g} | {s.seeds} | {s.reached}/{s.seeds} | {s.time.text(2, ' s')} | "
+        lines.append(f"| {label} | {s.lr:g} | {s.seeds} | {s.reached}/{s.seeds} | {s.time.time_text(a.unit)} | "
                      f"{ratio} | {tie} | {final} | {'—' if wire is None else f'{wire:.1f}'} |")
     return "\n".join(lines)
 
@@ -184,19 +195,50 @@ def grid_table(a: Analysis) -> str:
             times = sorted(o.time_to_target_s if o.time_to_target_s is not None else math.inf for o in runs)
             med = times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
             held = sum(o.time_to_target_s is not None for o in runs)
-            cell = ("not held" if math.isinf(med) else f"{med:.2f} s") + f" ({held}/{len(runs)})"
+            cell = ("not held" if math.isinf(med) else f"{significant(med)}{a.unit}") + f" ({held}/{len(runs)})"
             cells.append(f"**{cell}**" if a.chosen_lr[label] == lr else cell)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def resolution_sentence(a: Analysis, baseline: str = "bsp") -> str:
+    """How finely the evaluations time the target, against the baseline's median time to it."""
+    every = f"Time resolution: evaluations every {significant(a.resolution_s)}{a.unit} (median spacing), "
+    if baseline in a.stats and math.isfinite(a.stats[baseline].time.median):
+        against = f"{a.resolution_s / a.stats[baseline].time.median:.1%} of {baseline}'s median time to target"
+    elif a.baseline_at_least_s:
+        against = (f"at most {a.resolution_s / a.baseline_at_least_s:.1%} of {baseline}'s median time to target "
+                   f"(not reached: more than the {significant(a.baseline_at_least_s)}{a.unit} its runs lasted)")
+    else:
+        against = f"{baseline} has no finite median time to compare with"
+    if a.resolution_ok:
+        return every + against + " (within the 5% limit)."
+    return (every + against + " (NOT within 5%: differences smaller than two evaluation periods are not resolved; "
+            "lower eval.every_s).")
+
+
+def caveats(a: Analysis, baseline: str = "bsp") -> list[str]:
+    """What limits the conclusion, in the sentences both report.md and the terminal print."""
+    out = []
+    if sorted({s.seeds for s in a.stats.values()}) == [1]:
+        out.append("Only one seed per mode: the intervals are single points, so no difference above is "
+                   "statistically supported; run with --seeds 3 or more.")
+    if not a.resolution_ok:
+        out.append(resolution_sentence(a, baseline))
+    base = a.stats.get(baseline)
+    capped = [label for label, s in a.stats.items() if base is not None and s is not base and s.times
+              and base.times and s.versus(base).decided_by_cap]
+    if capped:
+        out.append(f"Decided by the cap: {', '.join(capped)} against {baseline}: the verdict rests on seeds that did "
+                   "not hold the target, censored at their run's end; a longer budget would size the difference.")
+    return out
+
+
 def report_sections(a: Analysis, setting: list[str], baseline: str = "bsp") -> list[str]:
-    """The opening of report.md: the conclusion, then the setting it holds for."""
+    """The opening of report.md: the conclusion and its caveats, then the setting it holds for."""
     seeds = sorted({s.seeds for s in a.stats.values()})
-    parts = ["## Conclusion", ""] + [f"- {line}" for line in conclusion(a.stats, a.target.text, baseline)]
-    if seeds == [1]:
-        parts.append("- Only one seed per mode: the intervals are single points, so no difference above is "
-                     "statistically supported; run with --seeds 3 or more.")
+    parts = ["## Conclusion", ""] + [f"- {line}" for line in conclusion(a.stats, a.target.text, baseline, a.unit)]
+    parts += [f"- {line}" for line in caveats(a, baseline)]
     parts += ["", "## Setting", ""] + [f"- {s}" for s in setting]
     parts += [f"- Seeds: {', '.join(map(str, seeds))} per mode; intervals are {CI_LEVEL:.0%} percentile-bootstrap "
               f"intervals of the median over seeds ({BOOTSTRAP_RESAMPLES:,} resamples, fixed seed). Verdicts rest on the "
@@ -209,13 +251,5 @@ def report_sections(a: Analysis, setting: list[str], baseline: str = "bsp") -> l
               "- Learning rates: " + ("each mode at its best rate of the grid (lowest median time to target, "
                                       "then best final metric); the whole grid is below." if a.grid else
                                       "one rate per mode, as configured (see the lr column)."),
-              f"- Time resolution: evaluations every {a.resolution_s:.3f} s (median spacing), "
-              + (f"{a.resolution_s / a.stats[baseline].time.median:.1%} of {baseline}'s median time to target"
-                 if baseline in a.stats and math.isfinite(a.stats[baseline].time.median) else
-                 f"at most {a.resolution_s / a.baseline_at_least_s:.1%} of {baseline}'s median time to target "
-                 f"(not reached: more than the {a.baseline_at_least_s:.1f} s its runs lasted)"
-                 if a.baseline_at_least_s else
-                 f"{baseline} has no finite median time to compare with")
-              + (" (within the 5% limit)." if a.resolution_ok else " (NOT within 5%: differences smaller than "
-                 "two evaluation periods are not resolved).")]
+              f"- {resolution_sentence(a, baseline)}"]
     return parts

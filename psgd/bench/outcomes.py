@@ -91,13 +91,12 @@ def mode_stats(outcomes: Sequence[RunOutcome], baseline: str = "bsp") -> dict[st
     return out
 
 
-def _t(iv: Interval) -> str:
-    return iv.text(2, " s")
-
-
-def conclusion(stats: dict[str, ModeStats], target_text: str, baseline: str = "bsp") -> list[str]:
+def conclusion(stats: dict[str, ModeStats], target_text: str, baseline: str = "bsp", unit: str = " s") -> list[str]:
     """Sentences, one per verdict of psgd.bench.verdict.judge against the
-    baseline (faster, slower, tied, inconclusive), with each mode's evidence."""
+    baseline (faster, slower, tied, inconclusive), with each mode's evidence;
+    times in `unit` (" simulated s" on the virtual cluster)."""
+    def _t(iv: Interval) -> str:
+        return iv.time_text(unit)
     if baseline not in stats:
         return [f"No {baseline} runs finished, so there is no baseline to compare with."]
     base = stats[baseline]

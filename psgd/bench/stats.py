@@ -21,11 +21,20 @@ from typing import Sequence
 import numpy as np
 from scipy.special import stdtrit
 
-__all__ = ["Interval", "median_ci", "TIE_MARGIN", "ratio_ci", "Rung", "halving_schedule", "schedule_runs",
+__all__ = ["Interval", "significant", "median_ci", "TIE_MARGIN", "ratio_ci", "Rung", "halving_schedule", "schedule_runs",
            "BOOTSTRAP_RESAMPLES", "CI_LEVEL"]
 
 BOOTSTRAP_RESAMPLES = 10_000
 CI_LEVEL = 0.95
+TIME_DIGITS = 3  # significant digits of a time: 0.0213 vs 0.0262 shows the ratio 1.23 printed beside it
+
+
+def significant(v: float, digits: int = TIME_DIGITS) -> str:
+    """`v` with `digits` significant digits, never in exponent form (0.0213, 1.08, 213)."""
+    if not math.isfinite(v) or v == 0:
+        return f"{v:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(v))))
+    return f"{v:.{decimals}f}"
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,12 @@ class Interval:
         def f(v: float) -> str:
             return "not reached" if math.isinf(v) else f"{v:.{digits}f}{unit}"
         return f"{f(self.median)} [{f(self.low)}, {f(self.high)}]"
+
+    def time_text(self, unit: str = " s") -> str:
+        """A time interval in significant digits (a ratio of two such times reads off them)."""
+        def f(v: float) -> str:
+            return "not reached" if math.isinf(v) else significant(v)
+        return f"{f(self.median)} [{f(self.low)}, {f(self.high)}]{unit}"
 
 
 def median_ci(values: Sequence[float], level: float = CI_LEVEL, resamples: int = BOOTSTRAP_RESAMPLES,

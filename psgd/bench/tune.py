@@ -20,16 +20,17 @@ from typing import Callable, Optional
 from psgd.bench.convergence import BenchResult, ModeSpec, run_matrix, target_spec, write_outputs
 from psgd.bench.convergence_report import outcome_of
 from psgd.bench.outcomes import best_lr, resolution_check
-from psgd.bench.stats import median_ci
+from psgd.bench.stats import median_ci, significant
 from psgd.bench.tune_caveats import TuneCaveats, grid_edge, never_bind_from, rate_beyond
 from psgd.bench.tune_halving import HalvingResult, label_of, median_time, recommend_bound, run_halving
+from psgd.bench.tune_plot import BY_BOUND_PLOT, plot_by_bound
 from psgd.bench.tune_setup import EVALS_PER_SPAN, EVALS_PER_TARGET, eval_spacing_s, rate_grid, sim_overrides
 from psgd.config import load_config
 from psgd.config.modes import Mode
 from psgd.core.sharding import Layout
 
 __all__ = ["parse_bounds", "TuneResult", "run_tune", "staleness_table", "resolution_line", "write_tune_outputs",
-           "GRID_SEEDS"]
+           "GRID_SEEDS", "TuneOutputs", "tune_caveats"]
 
 GRID_SEEDS = 2   # a rate is chosen on the median of this many seeds, never on one
 
@@ -60,6 +61,16 @@ class TuneResult:
     simulated: bool = False
     eval_every_s: Optional[float] = None             # the spacing set from the grid's time to target
     caveats: TuneCaveats = field(default_factory=TuneCaveats)
+
+    @property
+    def never_binding(self) -> list[int]:
+        """The bounds that never made a worker wait (tune_caveats.never_bind_from)."""
+        start = self.caveats.never_bind_from
+        return [] if start is None else sorted(b for b in self.halving.outcomes if b >= start)
+
+    @property
+    def unit(self) -> str:
+        return " simulated s" if self.simulated else " s"
 
 
 def run_tune(config_path: str, overrides: list[str], bounds: list[int], seeds: int, out_dir: Path,
@@ -143,6 +154,10 @@ def _median_held(runs) -> Optional[float]:
     return None if t == float("inf") else t
 
 
+def _inf(v: Optional[float]) -> float:
+    return float("inf") if v is None else v
+
+
 def _measure(cfg) -> tuple[float, Layout]:
     """(the step time in ms as a launch resolves it, and the model's layout over the shards)."""
     import torch
@@ -157,32 +172,52 @@ def _measure(cfg) -> tuple[float, Layout]:
 
 def staleness_table(t: TuneResult) -> str:
     target = t.bench.target
-    unit = "simulated s" if t.simulated else "s"
+    unit = t.unit.strip()
     lines = [f"| bound s | lr | seeds run | held {target.text} | time to target, median [95% CI] | per seed ({unit}) | "
              "stopped |", "|---|---|---|---|---|---|---|"]
     last = len(t.halving.rungs) - 1
     for b, outs in t.halving.outcomes.items():
         times = [o.time_to_target_s for o in outs]
         iv = median_ci([x if x is not None else float("inf") for x in times]) if outs else None
-        per = ", ".join("n.h." if x is None else f"{x:.2f}" for x in times)
+        per = ", ".join("n.h." if x is None else significant(x) for x in times)
         stopped = (f"after rung {t.halving.stopped_at[b]}" if b in t.halving.stopped_at
                    else f"finalist (rung {last})")
         lines.append(f"| {b} | {t.rates.get(b, outs[0].lr if outs else float('nan')):g} | {len(outs)} | {sum(x is not None for x in times)}/{len(outs)} | "
-                     f"{iv.text(2, ' s') if iv else '—'} | {per} | {stopped} |")
+                     f"{iv.time_text(t.unit) if iv else '—'} | {per} | {stopped} |")
     return "\n".join(lines)
 
 
-def resolution_line(t: TuneResult) -> str:
-    """Whether the evaluations are dense enough to tell the bounds apart: their
-    median spacing against the fastest bound's median time to target."""
+def _resolution(t: TuneResult) -> tuple[str, bool]:
+    """(the sentence, whether the evaluations are dense enough to tell the bounds
+    apart): their median spacing against the fastest bound's median time to target."""
     fastest = min((median_time(outs) for outs in t.halving.outcomes.values() if outs), default=float("inf"))
     spacing, ok = resolution_check([[float(e["t"]) for e in r.training_evals] for r in t.bench.runs], fastest)
     if spacing == float("inf") or fastest == float("inf"):
-        return "Time resolution: not measurable (too few evaluations, or no bound held the target)."
-    unit = " simulated s" if t.simulated else " s"
-    return (f"Time resolution: evaluations every {spacing:.3f}{unit} (median spacing), {spacing / fastest:.1%} of the "
-            f"fastest bound's median time to target" + (" (within 5%)." if ok else
-            ": differences under two evaluation periods are not resolved; lower eval.every_s to resolve them."))
+        return "Time resolution: not measurable (too few evaluations, or no bound held the target).", False
+    return (f"Time resolution: evaluations every {significant(spacing)}{t.unit} (median spacing), "
+            f"{spacing / fastest:.1%} of the fastest bound's median time to target" + (" (within 5%)." if ok else
+            ": differences under two evaluation periods are not resolved; lower eval.every_s to resolve them.")), ok
+
+
+def resolution_line(t: TuneResult) -> str:
+    return _resolution(t)[0]
+
+
+def tune_caveats(t: TuneResult) -> list[str]:
+    """What limits the recommendation, in the sentences tune.md and the terminal both print:
+    what the tuner saw (tune_caveats.TuneCaveats: bounds that never bind, rates at a grid's end),
+    then the resolution, the seeds and the cap."""
+    out = t.caveats.lines()
+    text, ok = _resolution(t)
+    if not ok:
+        out.append(text)
+    if max((len(v) for v in t.halving.outcomes.values()), default=0) == 1:
+        out.append("Only one seed per bound: the intervals are single points, so no difference is statistically "
+                   "supported; run with --seeds 3 or more.")
+    if "decided by the cap" in t.why:
+        out.append("Some verdicts are decided by the cap: they rest on seeds that did not hold the target, censored "
+                   "at their run's end.")
+    return out
 
 
 def rates_text(t: TuneResult) -> str:
@@ -193,7 +228,7 @@ def rates_text(t: TuneResult) -> str:
         f"s={b}: {t.rates[b]:g}" + (f" (the {t.caveats.rates_at_edge[b]} end of the grid"
                                     + (", extended by one point" if b in t.caveats.extended else "") + ")"
                                     if b in t.caveats.rates_at_edge else "")
-        + " [" + ", ".join(f"{lr:g}: " + ("n.h." if v is None else f"{v:.3g}") for lr, v in sorted(t.grid_times[b].items()))
+        + " [" + ", ".join(f"{lr:g}: " + ("n.h." if v is None else significant(v)) for lr, v in sorted(t.grid_times[b].items()))
         + "]" for b in t.rates)
     return (f"Learning rate: each bound at its best rate of the grid {', '.join(f'{lr:g}' for lr in t.grid)} "
             f"({GRID_SEEDS} seeds each, lowest median held time to target; a best rate at an end of the grid "
@@ -204,11 +239,22 @@ def _grid_runs(t: TuneResult) -> int:
     return GRID_SEEDS * sum(len(v) for v in t.grid_times.values())
 
 
-def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: list[str]) -> tuple[str, str, Path]:
-    """Writes tune.md and tune.csv (plus the bench report, CSVs and plots) into
-    the output directory; returns (table, recommendation line, tune.md path)."""
+@dataclass(frozen=True)
+class TuneOutputs:
+    table: str
+    lines: str              # the recommendation, its cost, the resolution and the rates
+    caveats: list[str]
+    files: list[Path]       # every file written (run directories aside)
+
+
+def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: list[str]) -> TuneOutputs:
+    """Writes tune.md, tune.csv and the by-bound chart (plus the bench report, CSVs
+    and plots) into the output directory."""
     out = t.bench.out_dir
-    write_outputs(t.bench, f"SSP staleness bounds, target {t.bench.target.text}", config_text, command, setting)
+    report, summary_csv, plots = write_outputs(t.bench, f"SSP staleness bounds, target {t.bench.target.text}",
+                                               config_text, command, setting)
+    chart = plot_by_bound(t.halving.outcomes, out / BY_BOUND_PLOT,
+                          f"Held time to {t.bench.target.text} by SSP bound", t.unit.strip(), t.never_binding)
     table = staleness_table(t)
     with open(out / "tune.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -221,6 +267,10 @@ def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: l
                         iv.median if iv else "", iv.low if iv else "", iv.high if iv else "",
                         t.halving.stopped_at.get(b, "")])
     line = (f"recommended bound: {t.bound} — {t.why}" if t.bound is not None else f"no recommendation: {t.why}")
+    if t.halving.stopped_at:  # the verdicts that separated bounds before the last rung
+        line += "\nSlower than the fastest, so stopped: " + "; ".join(
+            f"s={b} after rung {r} ({median_ci([_inf(o.time_to_target_s) for o in t.halving.outcomes[b]]).time_text(t.unit)})"
+            for b, r in sorted(t.halving.stopped_at.items())) + "."
     cost = (f"The seeds ran {t.halving.runs} runs (rungs: "
             + ", ".join(f"{r.arms} bounds x {r.seeds} seeds" for r in t.halving.rungs)
             + f"; a bound stops only when judged slower than the fastest) against {t.full_grid_runs} for every "
@@ -233,12 +283,17 @@ def write_tune_outputs(t: TuneResult, config_text: str, command: str, setting: l
         fixed.append("Every simulated run shares: " + ", ".join(f"`{s}`" for s in t.shared) + " (the step time "
                      f"measured once; runs stop once the target is held; {spacing}; an evaluation costs no "
                      "simulated time).")
-    text = [f"# Staleness tuning, target {t.bench.target.text}", "", f"Command: `{command}`", "", line, "", cost, "",
-            resolution, "", *[x for f in fixed for x in (f, "")], table, "", "Held: " + t.bench.target.rule_text + ".", ""]
+    caveats = tune_caveats(t)
+    text = [f"# Staleness tuning, target {t.bench.target.text}", "", f"Command: `{command}`", "", line, "",
+            *[x for c in caveats for x in (f"- {c}", "")], cost, "", resolution, "",
+            *[x for f in fixed for x in (f, "")], table, "", f"![held time to target by bound]({chart.name})", "",
+            "Held: " + t.bench.target.rule_text + ".", ""]
     text += [f"- {s}" for s in setting] + [""]
     if t.bench.failed:
         text += ["Failed runs:", ""] + [f"- {f}" for f in t.bench.failed] + [""]
     text += ["Per-mode details and plots: [report.md](report.md).", ""]
     md = out / "tune.md"
     md.write_text("\n".join(text))
-    return table, "\n".join([line, cost, resolution, *fixed]), md
+    seeds_csv = [out / "seeds.csv"] if (out / "seeds.csv").is_file() else []
+    return TuneOutputs(table, "\n".join([line, cost, resolution, *fixed]), caveats,
+                       [md, out / "tune.csv", chart, report, summary_csv, *seeds_csv, *plots])

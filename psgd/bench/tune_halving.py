@@ -84,7 +84,7 @@ def run_halving(bounds: Sequence[int], max_seeds: int, run_arm: Callable[[int, l
 
 
 def _ev(b: int, s: ModeStats) -> str:
-    return f"s={b}: {s.time.text(2, ' s')}, held {s.reached}/{s.seeds}"
+    return f"s={b}: {s.time.time_text()}, held {s.reached}/{s.seeds}"
 
 
 def recommend_bound(res: HalvingResult, notes: Sequence[str] = ()) -> tuple[Optional[int], str]:

@@ -12,7 +12,7 @@ from psgd.cli.ctl import add_ctl_command
 from psgd.cli.doctor import add_doctor_command
 from psgd.cli.explain import add_explain_commands
 from psgd.cli.failures import CommandFailed, Fail, expected
-from psgd.cli.launch_text import launch_result_lines
+from psgd.cli.launch_text import launch_result_lines, seconds
 from psgd.cli.replay import add_replay_command
 from psgd.cli.sim import add_sim_command
 from psgd.config import ConfigError, load_config
@@ -126,9 +126,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     from psgd.orchestrate.records.collect import collect
+    run_dir = Path(args.run_dir)
     with expected("psgd collect", Fail((ValueError, OSError), 2)):
-        s = collect(Path(args.run_dir))
-    print(json.dumps(s, indent=2))
+        if args.config is None and not (run_dir / "config.yaml").is_file():
+            raise ValueError(f"{run_dir} has no config.yaml (a hand-started role leaves one there): "
+                             "pass the run's config with --config CONFIG")
+        s = collect(run_dir, load_config(args.config) if args.config else None)
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return 0
+    acc = s.get("final_test_accuracy")
+    missing = s.get("missing_events") or []
+    print(f"collected {run_dir}: {s.get('mode')} accuracy {'—' if acc is None else f'{acc:.4f}'}, "
+          f"{s.get('total_updates')} updates, {s.get('worker_steps')} worker steps in {seconds(s.get('wall_time_s'))}, "
+          f"time to target {seconds(s.get('time_to_target_s'), 'not reached')}; "
+          + (f"no events from {', '.join(missing)}" if missing else "every process's events found")
+          + " -> metrics.jsonl, summary.json")
     return 0
 
 
@@ -218,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     collect = sub.add_parser("collect", help="merge a multi-host run's events into metrics.jsonl and summary.json")
     collect.add_argument("run_dir")
+    collect.add_argument("--config", default=None, help="the run's config (default: RUN_DIR/config.yaml)")
+    collect.add_argument("--json", action="store_true", help="print summary.json instead of one line")
     collect.set_defaults(func=cmd_collect)
     return p
 

@@ -44,11 +44,36 @@ def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _written(out: Path, files: list[Path]) -> str:
+    """Every file a command wrote, named relative to its output directory."""
+    names = [str(p.relative_to(out)) if p.is_relative_to(out) else str(p) for p in files]
+    dirs = [f"{d}/ ({n} runs)" for d in ("pilot", "rate-grid", "runs") if (n := _run_count(out / d))]
+    return f"wrote into {out}: " + ", ".join(names + dirs)
+
+
+def _run_count(folder: Path) -> int:
+    return sum(1 for p in folder.rglob("summary.json")) if folder.is_dir() else 0
+
+
+def _spacing(args, overrides: list[str], specs, cfg, out: Path):
+    """The evaluation spacing of the measured runs (psgd.bench.eval_pilot), None without evaluations."""
+    from psgd.bench.eval_pilot import Spacing, pilot_eval_spacing, user_sets_spacing
+    from psgd.bench.stats import significant
+    if not cfg.eval.enabled:
+        return None
+    if user_sets_spacing(args.overrides):
+        unit = " simulated s" if cfg.cluster.launcher == "sim" else " s"
+        return Spacing(cfg.eval.every_s, f"Evaluation spacing: every {significant(cfg.eval.every_s)}{unit}, as set "
+                                         "with --set eval.every_s (no pilot).")
+    return pilot_eval_spacing(args.config, overrides, specs, out, on_run=_progress, child_main=args.child_main)
+
+
 def cmd_bench_convergence(args: argparse.Namespace) -> int:
     from psgd.bench import convergence as bc
-    from psgd.bench.convergence_report import mode_table
+    from psgd.bench.convergence_report import caveats, mode_table
     from psgd.bench.outcomes import conclusion
-    with expected("psgd bench convergence", Fail((ConfigError, ValueError), 2)):
+    from psgd.bench.run_checks import StartupError, check_modes
+    with expected("psgd bench convergence", Fail((ConfigError, ValueError, StartupError), 2)):
         specs = bc.parse_modes(args.modes)
         if args.baseline != Mode.BSP and args.baseline not in {s.label for s in specs}:
             raise ValueError(f"--baseline {args.baseline!r} is not one of the --modes")
@@ -64,31 +89,45 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
         problem = bc.inner_rate_problem(cfg, specs) if lrs is None and lr_for is None else None
         if problem:
             raise ValueError(problem)
-    require_matplotlib()  # the report's plots: fail now, not after the runs
+        if bc.target_spec(cfg) is None:
+            raise ValueError("the config sets no target: give train.target (metric, value) or train.target_accuracy")
+        require_matplotlib()  # the report's plots: fail now, not after the runs
+        check_modes(args.config, overrides, [s.overrides for s in specs])  # model, data, every mode: before any run
     out = _out(args, "bench", cfg)
     print(f"output directory: {out}", file=sys.stderr)
     with expected("psgd bench convergence", Fail((ConfigError, ValueError), 2)):
+        spacing = _spacing(args, overrides, specs, cfg, out)
+        if spacing is not None:
+            print(spacing.text, file=sys.stderr)
+            overrides = [*overrides, spacing.override]
+            cfg = load_config(args.config, overrides)
         result = bc.run_matrix(args.config, overrides, specs, seeds, out, lrs, lr_for, on_run=_progress,
                                child_main=args.child_main)
     title = args.title or f"{cfg.task.model} on {cfg.task.dataset}, {cfg.cluster.workers} workers"
+    setting = bc.setting_lines(cfg, specs, per_mode_rates=bool(lrs or lr_for))
     report, csv_path, plots = bc.write_outputs(result, title, dump_config(cfg), _command_line(args),
-                                               bc.setting_lines(cfg, specs), baseline=args.baseline)
-    if result.analysis is not None:
-        print("\n".join(conclusion(result.analysis.stats, result.target.text, args.baseline)))
-        print(mode_table(result.analysis, args.baseline))
+                                               setting + ([spacing.text] if spacing else []), baseline=args.baseline)
+    a = result.analysis
+    if a is not None:
+        print("\n".join(conclusion(a.stats, result.target.text, args.baseline, a.unit)))
+        print(mode_table(a, args.baseline))
+        for line in caveats(a, args.baseline):
+            print(f"caveat: {line}")
     for f in result.failed:
         print(f"failed: {f}", file=sys.stderr)
-    print(f"wrote {report}, {csv_path}, seeds.csv and {len(plots)} plots", file=sys.stderr)
+    written = [report, csv_path] + ([out / "seeds.csv"] if a is not None else []) + plots
+    print(_written(out, written), file=sys.stderr)
     return 1 if result.failed else 0
 
 
 def cmd_tune_staleness(args: argparse.Namespace) -> int:
     from psgd.bench import convergence as bc
     from psgd.bench import tune
+    from psgd.bench.run_checks import StartupError, check_modes
     overrides = [*args.overrides, *_on(args)]
     if args.target_accuracy is not None:
         overrides.append(f"train.target={{metric: accuracy, value: {args.target_accuracy}}}")
-    with expected("psgd tune staleness", Fail((ConfigError, ValueError), 2)):
+    with expected("psgd tune staleness", Fail((ConfigError, ValueError, StartupError), 2)):
         bounds = tune.parse_bounds(args.bounds)
         lr_grid = bc.parse_lr_grid(args.lr_grid) if args.lr_grid else None
         cfg = load_config(args.config, overrides)
@@ -98,24 +137,32 @@ def cmd_tune_staleness(args: argparse.Namespace) -> int:
         target = bc.target_spec(cfg)
         if target is None:
             raise ValueError("give --target-accuracy, or set train.target (or train.target_accuracy) in the config")
-    require_matplotlib()  # the bench report's plots: fail now, not after the runs
+        require_matplotlib()  # the bench report's plots: fail now, not after the runs
+        specs = [bc.ModeSpec(f"ssp:{b}", Mode.SSP, b) for b in bounds]
+        check_modes(args.config, overrides, [s.overrides for s in specs])  # model, data, every bound: before any run
     source = ("--target-accuracy" if args.target_accuracy is not None
               else "train.target" if cfg.train.target is not None else "train.target_accuracy")
     print(f"target: {target.text} ({source})", file=sys.stderr)
     out = _out(args, "tune", cfg)
     print(f"output directory: {out}", file=sys.stderr)
     with expected("psgd tune staleness", Fail((ConfigError, ValueError), 2)):
+        # On the virtual cluster the tuner sets the spacing from its rate grid; elsewhere a pilot does.
+        spacing = _spacing(args, overrides, specs, cfg, out) if cfg.cluster.launcher != "sim" else None
+        if spacing is not None:
+            print(spacing.text, file=sys.stderr)
+            overrides = [*overrides, spacing.override]
         result = tune.run_tune(args.config, overrides, bounds, seeds, out, args.min_seeds, args.eta,
                                on_run=_progress, child_main=args.child_main, lr_grid=lr_grid)
-    specs = [bc.ModeSpec(f"ssp:{b}", Mode.SSP, b) for b in bounds]
     ran = load_config(args.config, [*overrides, *result.shared])  # with what the tuner fixed (eval spacing)
-    table, line, md = tune.write_tune_outputs(result, dump_config(ran), _command_line(args),
-                                              bc.setting_lines(ran, specs))
-    print(table)
-    print(line)
+    setting = bc.setting_lines(ran, specs, per_mode_rates=bool(result.grid)) + ([spacing.text] if spacing else [])
+    outputs = tune.write_tune_outputs(result, dump_config(ran), _command_line(args), setting)
+    print(outputs.table)
+    print(outputs.lines)
+    for line in outputs.caveats:
+        print(f"caveat: {line}")
     for f in result.bench.failed:
         print(f"failed: {f}", file=sys.stderr)
-    print(f"wrote {md}", file=sys.stderr)
+    print(_written(out, outputs.files), file=sys.stderr)
     return 0 if result.bound is not None else 1
 
 

@@ -12,16 +12,36 @@ def seconds(value: Optional[float], none: str = "—") -> str:
     return none if value is None else f"{value:.2f} s"
 
 
+def _value(key: str, v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _settings_text(s: dict) -> str:
+    """The mode a run ended in, with its bound in clocks, and each live change on the way."""
+    start = s.get("mode")
+    if s.get("staleness") is not None:
+        start += f" (bound {s.get('staleness')} clocks)"
+    changes = s.get("setting_changes") or []
+    if not changes:
+        return start
+    final = s.get("final_setting") or {}
+    end = final.get("mode", start) + (f" (bound {final.get('staleness')} clocks)" if final.get("mode") == "ssp" else "")
+    steps = "; ".join(f"clock {c['clock']}: {c['key']} {_value(c['key'], c['old'])} -> {_value(c['key'], c['new'])}"
+                      f" ({c['origin']})" for c in changes)
+    return f"{end}, lr {_value('', final.get('lr'))} at the end, started {start}; changes: {steps};"
+
+
 def launch_result_lines(result, run_dir: Path) -> list[str]:
     s = result.summary or {}
     if result.code == 0:
         acc = s.get("final_test_accuracy")
         clock = " simulated" if s.get("clock") == "simulated" else ""  # the virtual cluster's seconds
-        return [f"done: {s.get('mode')} accuracy {'—' if acc is None else f'{acc:.4f}'} in "
+        # Staleness counts updates between a gradient's pull and its push; the clock gap is what the bound caps.
+        return [f"done: {_settings_text(s)} accuracy {'—' if acc is None else f'{acc:.4f}'} in "
                 f"{seconds(s.get('wall_time_s'))}{clock}, {s.get('total_updates')} updates "
                 f"({s.get('updates_per_s')} updates/s), time to target "
                 f"{seconds(s.get('time_to_target_s'), 'not reached')}, staleness mean {s.get('staleness_mean')} "
-                f"max {s.get('staleness_max')}, max clock gap {s.get('max_clock_gap')} -> {run_dir}"]
+                f"max {s.get('staleness_max')} (updates), max clock gap {s.get('max_clock_gap')} (clocks) -> {run_dir}"]
     lines = [f"psgd launch: failed: {result.reason} (logs in {Path(run_dir) / 'logs'})"]
     checkpoints = Path(run_dir) / "checkpoints"
     # A deterministic start-up failure (a damaged checkpoint, user code) would fail the same way on resume.

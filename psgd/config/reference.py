@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import html
 import inspect
 import io
 import tokenize
@@ -17,7 +18,9 @@ from typing import Any, Optional, Union
 
 import yaml
 
-__all__ = ["KeyDoc", "Section", "config_sections", "field_comments", "render_markdown"]
+__all__ = ["KeyDoc", "Section", "config_sections", "field_comments", "render_markdown", "key_html", "KEY_CLASS"]
+
+KEY_CLASS = "config-key"  # docs/stylesheets/extra.css lets such a key break only at its <wbr>
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,12 @@ def _escape(text: str) -> str:
     return "`".join(p if i % 2 else p.translate(_MARKDOWN_SPECIAL) for i, p in enumerate(parts))
 
 
+def key_html(key: str) -> str:
+    """A key as inline HTML code that a narrow column may break after a dot, never
+    inside a name (run.<wbr>start_method, not run.start_m ethod)."""
+    return f'<code class="{KEY_CLASS}">' + html.escape(key).replace(".", ".<wbr>") + "</code>"
+
+
 def render_markdown(sections: Optional[list[Section]] = None) -> str:
     """The reference as Markdown: one table per section."""
     blocks = []
@@ -179,7 +188,7 @@ def render_markdown(sections: Optional[list[Section]] = None) -> str:
         if section.intro:
             blocks.append(_escape(section.intro))
         rows = ["| key | type | default | what it does |", "|---|---|---|---|"]
-        rows += [f"| `{k.key}` | {_escape(k.type)} | `{k.default}` "
+        rows += [f"| {key_html(k.key)} | {_escape(k.type)} | `{k.default}` "
                  f"| {_escape(k.comment)} |" for k in section.keys]
         blocks.append("\n".join(rows))
     return "\n\n".join(blocks) + "\n"

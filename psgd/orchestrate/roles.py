@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from psgd.config import Config
+from psgd.config import Config, dump_config
 from psgd.runtime.event_names import Event
+from psgd.runtime.files import atomic_write
 from psgd.runtime.role import RoleContext, RoleFailed, start_role
 from psgd.runtime.run_lock import RoleLock, RunDirRefused
 
@@ -69,12 +70,21 @@ def run_role(role: str, index: int, cfg: Config, run_dir: Optional[Path] = None,
         return ROLES[role].run(start_role(role, index, cfg, run_dir, supervised))
     lock = role_lock(Path(run_dir), role, index)
     try:
+        keep_config(Path(run_dir), cfg)
         ctx = start_role(role, index, cfg, run_dir, supervised)
         if not lock.held:
             ctx.events.emit(Event.RUN_DIR_UNLOCKED, reason="the run directory's filesystem has no flock")
         return ROLES[role].run(ctx)
     finally:
         lock.release()
+
+
+def keep_config(run_dir: Path, cfg: Config) -> None:
+    """A hand-started role leaves its resolved config in the run directory (the
+    first one to start writes it), so `psgd collect RUN_DIR` finds it there."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.exists():
+        atomic_write(path, dump_config(cfg))
 
 
 def role_lock(run_dir: Path, role: str, index: int) -> RoleLock:

@@ -41,7 +41,8 @@ def test_bench_convergence_on_a_user_model_with_a_straggler_and_default_seeds(sm
                        eval={"every_s": 0.1})
     out = tmp_path / "bench"
     code, stdout, stderr = run_psgd("bench", "convergence", str(cfg), "--modes", "bsp,asp", "--out", str(out),
-                                    "--set", "workers.slowdown={1: 4.0}", cwd=tmp_path, timeout=380)
+                                    "--set", "workers.slowdown={1: 4.0}", "--set", "eval.every_s=0.1", cwd=tmp_path,
+                                    timeout=380)
     assert code == 0, stderr
     assert stdout.splitlines()[0].startswith("Time to hold test accuracy 0.7, median [95% CI] over seeds; bsp: ")
 

@@ -73,6 +73,13 @@ def test_ctl_changes_bound_then_mode_at_one_clock_on_every_shard(tmp_path):
     # every shard switched at the same clocks to the same settings
     assert changes == {0: [(first, "ssp", 4, 0.1), (second, "asp", 4, 0.05)],
                        1: [(first, "ssp", 4, 0.1), (second, "asp", 4, 0.05)]}
+    # summary.json (written on the stop too) keeps the start and says what the run became, change by change.
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["mode"], summary["staleness"]) == ("ssp", 0)
+    assert summary["final_setting"] == {"mode": "asp", "staleness": 4, "lr": 0.05}
+    assert [(c["clock"], c["key"], c["old"], c["new"], c["origin"]) for c in summary["setting_changes"]] == [
+        (first, "consistency.staleness", 0, 4, "ctl"), (second, "consistency.mode", "ssp", "asp", "ctl"),
+        (second, "optimizer.lr", 0.1, 0.05, "ctl")]
     # Each worker step's gap (its pull clock minus the slowest clock the shards
     # reported) stays within the bound in force at that clock, and the fast
     # workers do run into the wider bound.

@@ -103,9 +103,10 @@ def test_shards_on_host_a_workers_on_host_b(two_hosts, tmp_path):
         for p in [*procs, evaluator, *servers]:
             kill_tree(p)
 
-    (run_dir / "config.yaml").write_text(config.read_text())
+    assert (run_dir / "config.yaml").is_file()  # the hand-started roles left the config there
     collected = subprocess.run(psgd_cmd("collect", str(run_dir)), capture_output=True, text=True, timeout=60)
     assert collected.returncode == 0, collected.stderr
+    assert collected.stdout.startswith(f"collected {run_dir}: asp accuracy ") and collected.stdout.count("\n") == 1
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["worker_steps"] == pushed and summary["total_updates"] == pushed
     assert summary["missing_events"] == []

@@ -13,7 +13,8 @@ def test_the_target_comes_from_the_config_when_the_flag_is_absent(small_config, 
                        train={"steps_per_worker": 30, "max_time_s": 30, "target_accuracy": 0.3},
                        eval={"every_s": 0.25})
     code, stdout, stderr = run_psgd("tune", "staleness", str(cfg), "--bounds", "1", "--seeds", "1",  # one run
-                                    "--out", str(tmp_path / "tune"), "--set", "optimizer.lr=0.2", cwd=tmp_path)
+                                    "--out", str(tmp_path / "tune"), "--set", "optimizer.lr=0.2",
+                                    "--set", "eval.every_s=0.25", cwd=tmp_path)  # as configured: no pilot
     assert code == 0, stderr
     target = describe_target("accuracy", 0.3)
     assert f"target: {target} (train.target_accuracy)" in stderr

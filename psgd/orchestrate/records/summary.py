@@ -8,6 +8,7 @@ from psgd.config.modes import Role
 from psgd.core.histogram import Histogram
 from psgd.core.modes import behaviour_class
 from psgd.core.target import METRICS, held_target_time, metric_series, run_target
+from psgd.orchestrate.records.setting_history import setting_history
 from psgd.orchestrate.states import RunStatus
 from psgd.runtime.event_names import Event
 from psgd.runtime.version import VERSION
@@ -63,6 +64,7 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
     pull_fp32_bytes = sum(int(e.get("pull_fp32_bytes", 0)) for e in done)
     losses = [e["loss"] for e in steps[-max(1, cfg.cluster.workers * 5):] if e.get("loss") is not None]
     span = cfg.cluster.worker_range
+    final_setting, setting_changes = setting_history(cfg, events)
     return {
         "psgd_version": VERSION,  # the psgd that ran it (`psgd --version` prints the same)
         "mode": cfg.consistency.mode.value,
@@ -86,6 +88,10 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
         "staleness_hist": staleness.as_dict(),
         "max_clock_gap": gaps.max,
         "clock_gap_hist": gaps.as_dict(),
+        # Live changes (psgd ctl, the adaptive bound): `mode` and `staleness` above are the run's start;
+        # the setting in force at the end (None: never changed) and each change, clock, key, old -> new.
+        "final_setting": final_setting,
+        "setting_changes": setting_changes,
         "rejected_updates": counters.get("rejected_nonfinite", 0) + counters.get("rejected_stale", 0),
         "late_dropped": counters.get("late_dropped", 0),
         "duplicates": counters.get("duplicates", 0),  # resent pushes, not applied again: the shard's name

@@ -118,8 +118,8 @@ def test_outputs_summary_seeds_report_and_plots(tmp_path):
     text = report.read_text()
     lines = text.splitlines()
     assert lines[4] == "## Conclusion"
-    assert lines[6] == "- Time to hold test accuracy 0.8, median [95% CI] over seeds; bsp: 2.00 s [2.00 s, 2.00 s]."
-    assert lines[7] == ("- Faster than bsp (ratio interval below 1 - margin): ssp:2 (1.00 s [1.00 s, 1.00 s]; faster: "
+    assert lines[6] == "- Time to hold test accuracy 0.8, median [95% CI] over seeds; bsp: 2.00 [2.00, 2.00] s."
+    assert lines[7] == ("- Faster than bsp (ratio interval below 1 - margin): ssp:2 (1.00 [1.00, 1.00] s; faster: "
                         "ratio 0.50 [0.50, 0.50] (±10% margin, paired by seed)).")   # half the time in every seed
     assert "- Heterogeneity: rank 3 slowed 4x." in lines and "- asp lr 0.1 seed 0: boom" in lines
     assert "Seeds: 3 per mode" in text and "(NOT within 5%" in text
@@ -204,8 +204,8 @@ def test_another_baseline_is_what_every_mode_is_compared_with(tmp_path):
     runs += [_run("asp+pipe", s, 0.1, [0.5, 0.6, 0.7, 0.8, 0.9], mode="asp") for s in range(3)]  # held at t=4
     report, _, _ = write_outputs(BenchResult(tmp_path, runs, [], TARGET), "t", "run: {}", "cmd", [], baseline="asp")
     lines = report.read_text().splitlines()
-    assert lines[6] == "- Time to hold test accuracy 0.8, median [95% CI] over seeds; asp: 2.00 s [2.00 s, 2.00 s]."
-    assert lines[7] == ("- Slower than asp (ratio interval above 1 + margin): asp+pipe (4.00 s [4.00 s, 4.00 s]; slower: "
+    assert lines[6] == "- Time to hold test accuracy 0.8, median [95% CI] over seeds; asp: 2.00 [2.00, 2.00] s."
+    assert lines[7] == ("- Slower than asp (ratio interval above 1 + margin): asp+pipe (4.00 [4.00, 4.00] s; slower: "
                         "ratio 2.00 [2.00, 2.00] (±10% margin, paired by seed)).")
     assert any(line.startswith("| mode |") and "ratio to asp" in line for line in lines)
 

@@ -66,8 +66,8 @@ def test_conclusion_groups_modes_by_the_verdict_rule():
     # censored at 10 s, under bsp's 11 s: it might be anything above, so nothing is decided
     assert want["allreduce"].outcome is Outcome.INCONCLUSIVE
     text = conclusion(st, "test accuracy 0.9")
-    assert text[0] == "Time to hold test accuracy 0.9, median [95% CI] over seeds; bsp: 11.00 s [10.00 s, 12.00 s]."
-    assert text[1] == f"Faster than bsp (ratio interval below 1 - margin): ssp:2 ({st['ssp:2'].time.text(2, ' s')}; " \
+    assert text[0] == "Time to hold test accuracy 0.9, median [95% CI] over seeds; bsp: 11.0 [10.0, 12.0] s."
+    assert text[1] == f"Faster than bsp (ratio interval below 1 - margin): ssp:2 ({st['ssp:2'].time.time_text()}; " \
                       f"{want['ssp:2'].text()})."
     assert text[2].startswith("Tied with bsp (ratio interval inside the margin): ssp:4 (")
     assert text[3].startswith("Inconclusive against bsp with these seeds: asp (") and "allreduce (" in text[3]
@@ -78,7 +78,7 @@ def test_one_seed_is_never_called_faster_or_slower():
     assert judge(Sample.of([5.0]), Sample.of([10.0, 9.0, 11.0])).outcome is Outcome.INCONCLUSIVE
     runs = [outcome("bsp", 0, 10.0), outcome("asp", 0, 5.0)]
     text = conclusion(mode_stats(runs), "test accuracy 0.9")
-    assert text[1].startswith("Inconclusive against bsp with these seeds: asp (5.00 s [5.00 s, 5.00 s]")
+    assert text[1].startswith("Inconclusive against bsp with these seeds: asp (5.00 [5.00, 5.00] s")
 
 
 def test_resolution_check():

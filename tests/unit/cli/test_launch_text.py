@@ -25,3 +25,16 @@ def test_a_stopped_run_with_checkpoints_says_how_to_resume(tmp_path):
     assert launch_result_lines(result, tmp_path)[1] == ("psgd launch: the servers' checkpoints are kept; continue "
                                                         f"this run with: psgd launch --resume {tmp_path}")
 
+
+
+def test_the_done_line_gives_the_bound_in_clocks_and_every_live_change(tmp_path):
+    ssp = {**SUMMARY, "mode": "ssp", "staleness": 2, "staleness_max": 9, "max_clock_gap": 2}
+    [line] = launch_result_lines(LaunchResult(0, "ok", tmp_path, ssp), tmp_path)
+    assert line.startswith("done: ssp (bound 2 clocks) accuracy 0.9554 in 7.11 s,")
+    assert "staleness mean 2.79 max 9 (updates), max clock gap 2 (clocks)" in line
+    changed = {**ssp, "final_setting": {"mode": "asp", "staleness": 2, "lr": 0.1},
+               "setting_changes": [{"clock": 120, "origin": "ctl", "key": "consistency.mode", "old": "ssp",
+                                    "new": "asp"}]}
+    [line] = launch_result_lines(LaunchResult(0, "ok", tmp_path, changed), tmp_path)
+    assert line.startswith("done: asp, lr 0.1 at the end, started ssp (bound 2 clocks); changes: clock 120: "
+                           "consistency.mode ssp -> asp (ctl); accuracy 0.9554")

@@ -7,7 +7,7 @@ import typing
 import pytest
 
 from psgd.config import Config, config_to_dict, load_config
-from psgd.config.reference import config_sections, field_comments, render_markdown, yaml_text
+from psgd.config.reference import config_sections, field_comments, key_html, render_markdown, yaml_text
 
 
 def accepted_keys(cls=Config, prefix="") -> set[str]:
@@ -34,7 +34,7 @@ def test_every_key_is_listed_once_with_a_comment():
     assert [k.key for k in listed if not k.comment] == [], "document every config key with a comment"
     page = render_markdown()
     for k in listed:
-        assert f"| `{k.key}` |" in page
+        assert f"| {key_html(k.key)} |" in page
 
 
 def lookup(tree: dict, key: str):
@@ -106,4 +106,4 @@ def test_comments_above_and_beside_a_field_are_its_documentation(sample):
 def test_the_page_escapes_markdown_outside_code():
     from psgd.config.reference import KeyDoc, Section
     page = render_markdown([Section("s", "", (KeyDoc("s.k", "a or b", "1", "x | y, 2**k, `a|b`"),))])
-    assert "| `s.k` | a or b | `1` | x \\| y, 2\\*\\*k, `a|b` |" in page
+    assert '| <code class="config-key">s.<wbr>k</code> | a or b | `1` | x \\| y, 2\\*\\*k, `a|b` |' in page

@@ -27,3 +27,21 @@ def test_collect_merges_by_time_and_names_missing_hosts(tmp_path):
     assert summary["final_test_accuracy"] == 0.6 and summary["time_to_target_s"] == 1.5
     assert summary["staleness_max"] == 2 and summary["max_clock_gap"] == 1
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
+
+
+def test_the_command_finds_a_hand_started_roles_config_and_prints_one_line(tmp_path, capsys):
+    from psgd.cli import main
+    from psgd.orchestrate.roles import keep_config
+    cfg = load_config(None, ["cluster.servers=1", "cluster.workers=1", "train.target_accuracy=0.5"])
+    assert main(["collect", str(tmp_path)]) == 2  # no config yet: says how to give one
+    assert "has no config.yaml" in capsys.readouterr().err
+    keep_config(tmp_path, cfg)  # what every hand-started role does first
+    keep_config(tmp_path, load_config(None, ["cluster.workers=3"]))  # a later one leaves the first's
+    _write(tmp_path, "server-0", [{"t": 2.5, "role": "server", "index": 0, "event": "server_stats", "version": 4}])
+    _write(tmp_path, "worker-0", [{"t": 1.0, "role": "worker", "index": 0, "event": "step", "clock": 1, "loss": 1.0}])
+    assert main(["collect", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out == (f"collected {tmp_path}: asp accuracy —, 4 updates, 1 worker steps in 1.00 s, time to target not "
+                   "reached; no events from evaluator-0 -> metrics.jsonl, summary.json\n")
+    assert main(["collect", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["workers"] == 1
