@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from psgd.config import Mode
+
 __all__ = ["launch_result_lines", "seconds"]
 
 
@@ -25,10 +27,16 @@ def _settings_text(s: dict) -> str:
     if not changes:
         return start
     final = s.get("final_setting") or {}
-    end = final.get("mode", start) + (f" (bound {final.get('staleness')} clocks)" if final.get("mode") == "ssp" else "")
+    end = final.get("mode", start) + (f" (bound {final.get('staleness')} clocks)" if _bounded(final.get("mode")) else "")
     steps = "; ".join(f"clock {c['clock']}: {c['key']} {_value(c['key'], c['old'])} -> {_value(c['key'], c['new'])}"
                       f" ({c['origin']})" for c in changes)
     return f"{end}, lr {_value('', final.get('lr'))} at the end, started {start}; changes: {steps};"
+
+
+def _bounded(mode: Optional[str]) -> bool:
+    """Whether the staleness setting bounds this mode's pulls (its class's BOUNDED fact)."""
+    from psgd.core.modes import behaviour_class
+    return mode is not None and behaviour_class(Mode(mode)).BOUNDED
 
 
 def launch_result_lines(result, run_dir: Path) -> list[str]:

@@ -299,9 +299,9 @@ class Config:
             _check(self.consistency.backup_workers < self.cluster.workers,
                    "consistency.backup_workers", "must be < cluster.workers")
         if self.cluster.replicas:
-            _check(self.cluster.launcher in ("local", "sim"), "cluster.replicas",
-                   f"backups bind their primary's address on the same machine: launcher local or sim, "
-                   f"not {self.cluster.launcher}")
+            _check(self.cluster.launcher != "ray", "cluster.replicas",
+                   "backups bind their primary's address on the same machine, which Ray's nodes are not: "
+                   "use the local or sim launcher")
             _check(self.checkpoint.enabled, "cluster.replicas",
                    "backups follow their primary's checkpoint log: set checkpoint.enabled: true")
             _check(self.consistency.mode.on_servers, "cluster.replicas",

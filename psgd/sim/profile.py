@@ -16,13 +16,13 @@ from typing import Callable
 
 import torch
 
+from psgd.core.rules import RULES
 from psgd.sim.host_profile import HostProfile, Linear
 
 __all__ = ["measure_host_profile", "SMALL_BYTES", "LARGE_BYTES"]
 
 SMALL_BYTES, LARGE_BYTES = 4096, 4 << 20   # the two gradient sizes every linear cost is fitted on
 MATMUL_SIZES = (16, 32, 64, 128, 256, 512, 1024)
-UPDATE_RULES = ("sgd", "momentum", "adam", "adamw", "adagrad")
 
 
 def _cpu_s(fn: Callable[[], object], min_s: float = 0.05, repeats: int = 5) -> float:
@@ -84,7 +84,7 @@ def _apply() -> dict[str, Linear]:
     from psgd.servers.service import PushFields, ShardService
     from psgd.servers.state import ShardState
     out = {}
-    for rule in UPDATE_RULES:
+    for rule in sorted(RULES):
         def make(nbytes: int, rule=rule):
             cfg = override_config(Config(), [f"optimizer.name={rule}", "optimizer.lr=1e-6"])
             numel = nbytes // 4
