@@ -82,7 +82,7 @@ def test_the_trace_of_a_real_and_a_simulated_run_is_valid(bsp_run, tmp_path):
 
 @pytest.mark.timeout(300)
 def test_what_if_backup_workers_predicts_a_shorter_time_to_target(bsp_run, tmp_path):
-    got = _explain(bsp_run, "--what-if", "consistency.backup_workers=1", "--seeds", "2", "--sim-out",
+    got = _explain(bsp_run, "--what-if", "consistency.backup_workers=1", "--seeds", "3", "--sim-out",
                    str(tmp_path), timeout=280)["what_if"]
     assert got["clock"] == "simulated"
     assert got["reproduction"]["real"]["time_to_target_s"] == json.loads(
@@ -93,8 +93,7 @@ def test_what_if_backup_workers_predicts_a_shorter_time_to_target(bsp_run, tmp_p
     assert change["simulated_median_time_to_target_s"] < base["simulated_median_time_to_target_s"]
     assert change["verdict"] == "faster", change["verdict_text"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["reproduce", "baseline-s0", "baseline-s1", "consistency.backup_workers_1-s0",
-         "consistency.backup_workers_1-s1"])
+        ["reproduce", *(f"{run}-s{seed}" for run in ("baseline", "consistency.backup_workers_1") for seed in range(3))])
 
 
 @pytest.mark.timeout(200)
