@@ -65,10 +65,10 @@ class ParamReplies:
         snap = answer.params
         enc = self.encoded(snap, answer.version)
         shared = snap if enc is None else enc.tensor
-        record = P.Params(req=pull.req, version=answer.version, clock=answer.clock, min_clock=answer.min_clock,
-                          numel=snap.numel(), shm=shared is not None and self._shm.reply(identity, pull.req, shared,
-                                                                                         pull.slot),
-                          fastest_step_s=answer.fastest_step_s)
+        record = P.build(P.Params, req=pull.req, version=answer.version, clock=answer.clock,
+                         min_clock=answer.min_clock, numel=snap.numel(),
+                         shm=shared is not None and self._shm.reply(identity, pull.req, shared, pull.slot),
+                         fastest_step_s=answer.fastest_step_s)
         if enc is None:
             self.live(identity, record, snap)
         else:

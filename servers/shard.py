@@ -130,11 +130,12 @@ class ShardServer:
                     for rank in gone.ranks:
                         self._forget(rank, Event.WORKER_TIMED_OUT)
                     self._send(gone, "timed out: no message for cluster.timeout_s; register again")
+                    self._send(self.service.expire_hold(now))  # a psgd ctl change never committed (held for seconds)
                 if now - last_sweep >= self.cfg.cluster.timeout_s:  # evaluators send no heartbeats
                     self._shm.release_idle(Role.EVALUATOR)
                     last_sweep = now
-                self._send(self.service.expire_hold(now))  # a psgd ctl change that was never committed
-                self._tick(now)
+                if self.state.grace is not None:  # a quorum's grace window may close
+                    self._tick(now)
                 if self.checkpoint is not None and self.checkpoint.due(self.state):
                     self.checkpoint.save(self.state)
                 if now - last_stats >= STATS_EVERY_S:
@@ -285,10 +286,11 @@ class ShardServer:
         fields = PushFields(rec.rank, rec.seq, rec.clock, rec.read_version, rec.numel,
                             dense_piece=piece and dense_codec(rec.encoding), scale=rec.scale, step_s=rec.step_s,
                             steps=rec.steps, ahead=rec.ahead if push_pull else 0, slot=rec.slot if push_pull else 0)
-        pull = (identity, P.Pull(req=rec.req, rank=rec.rank, clock=rec.clock + rec.ahead, slot=rec.slot)) \
+        pull = (identity, P.build(P.Pull, req=rec.req, rank=rec.rank, clock=rec.clock + rec.ahead, slot=rec.slot)) \
             if push_pull else None
         self.service.check_push(fields)  # the fields first: a bad push is refused before its payload is read
-        pushed = self.service.push(fields, self._clock(), self._gradient(identity, rec, payload, piece), pull)
+        pushed = self.service.push(fields, self._clock(), self._gradient(identity, rec, payload, piece), pull,
+                                   checked=True)
         if pushed.result is None:
             return  # a piece held: answered with the push's last message
         if pushed.result.status is not PushStatus.DUPLICATE:
@@ -296,9 +298,9 @@ class ShardServer:
                           rec.steps)  # before the ack and the pulls it released
         self._send(pushed)
         if not push_pull:
-            self._reply(identity, P.Ack(req=rec.req, version=self.state.version,
-                                        applied=pushed.result.status in _COUNTED_IN,
-                                        staleness=pushed.result.staleness))
+            self._reply(identity, P.build(P.Ack, req=rec.req, version=self.state.version,
+                                          applied=pushed.result.status in _COUNTED_IN,
+                                          staleness=pushed.result.staleness))
 
     def _gradient(self, identity: bytes, rec: P.Push, payload: list, piece: bool):
         """The push's gradient from its frames or segment; for a piece, the whole gradient

@@ -87,7 +87,7 @@ class Request:
     def make(self, s: int, req: int) -> list:
         """Shard s's message under request id `req` (a pushed shard's gradient added first)."""
         if self.kind is P.Pull:
-            return P.encode(P.Pull(req=req, rank=self.encoding.rank, clock=self.clock))
+            return P.encode(P.build(P.Pull, req=req, rank=self.encoding.rank, clock=self.clock))
         if self.kind is P.Stats:
             return P.encode(P.Stats(req=req))
         if s not in self.wire and s in self.whole:
@@ -114,6 +114,6 @@ class Request:
         if self.kind is P.PushPull:
             fields["ahead"], fields["slot"] = self.ahead, self.slot
         seq, clock = self.shard_cursors[s] if self.shard_cursors is not None else (self.seq, self.clock)
-        return self.kind(req=req, rank=self.encoding.rank, seq=seq, clock=clock,
-                         read_version=self.read_versions[s], encoding=wire.encoding, scale=wire.scale,
-                         step_s=self.step_s, steps=self.steps, **fields)
+        return P.build(self.kind, req=req, rank=self.encoding.rank, seq=seq, clock=clock,
+                       read_version=self.read_versions[s], encoding=wire.encoding, scale=wire.scale,
+                       step_s=self.step_s, steps=self.steps, **fields)

@@ -206,20 +206,21 @@ class ServerSocket:
         """The next message as (identity, frames), or None on timeout."""
         if self._rung:
             return self._rung.popleft()
-        # Under load a message is usually queued already: asking the socket is
-        # cheaper than a poll, which costs a system call and the Poller's Python.
-        queued = self._sock.get(zmq.EVENTS) & zmq.POLLIN
         if self._polled is not None:
             self._polled.sync()  # never poll a dropped bell's descriptor
         if self._polled is not None and len(self.bells):
+            # One poll over the socket and the bells; every message a bell holds is read
+            # now, and returned one per call before anything is polled again.
             ready = False
             before = len(self._rung)
-            for item, _ in self._poller.poll(0 if queued else timeout_ms):
+            for item, _ in self._poller.poll(timeout_ms):
                 ready |= not self._polled.take(item, self._rung)
             self.rung += len(self._rung) - before
-            if not (queued or ready):
+            if not ready:
                 return self._rung.popleft() if self._rung else None
-        elif not queued and not self._poller.poll(timeout_ms):
+        # Under load a message is usually queued already: asking the socket is
+        # cheaper than a poll, which costs a system call and the Poller's Python.
+        elif not self._sock.get(zmq.EVENTS) & zmq.POLLIN and not self._poller.poll(timeout_ms):
             return None
         parts = self._sock.recv_multipart(copy=False)
         identity = parts[0].bytes

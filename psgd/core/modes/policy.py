@@ -63,6 +63,8 @@ class ConsistencyPolicy:
         self.rule: ModeBehaviour = (QuorumBsp(self.board, numel, quorum) if quorum is not None
                                else behaviour_class(self.mode)(self.board, numel, backup_workers))
         self._rules: dict[Mode, ModeBehaviour] = {self.mode: self.rule}  # and the modes psgd ctl switched to
+        # The quorum-merging rule, when the shard runs one (read several times per push: worked out once).
+        self.quorum: Optional[QuorumBsp] = self.rule if isinstance(self.rule, QuorumBsp) else None
         self.settings = LiveSettings(LiveSetting(mode=self.mode, staleness=staleness_min if auto else int(staleness),
                                                  auto=auto, lr=lr))
         self.adaptive = StalenessPolicy(BoundLimits(staleness_min, staleness_max), workers) if self.mode.live else None
@@ -157,11 +159,6 @@ class ConsistencyPolicy:
         counted = self.rule.count(rank, clock, grad, staleness, weight)
         change = self.advanced(rank, clock)
         return Finished(counted.late, self.rule.due(), change, counted.carried)
-
-    @property
-    def quorum(self) -> Optional[QuorumBsp]:
-        """The quorum-merging rule, when the shard runs one."""
-        return self.rule if isinstance(self.rule, QuorumBsp) else None
 
     def close_round(self) -> Optional[Update]:
         """The quorum's grace window passed: the round merges once q are in (now, if they are)."""

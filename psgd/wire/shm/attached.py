@@ -42,6 +42,9 @@ __all__ = ["AttachedSegment", "REQUIRED_SEALS"]
 REQUIRED_SEALS = fcntl.F_SEAL_SHRINK if hasattr(fcntl, "F_SEAL_SHRINK") else 2
 
 
+MAX_SPANS = 16  # region views kept per segment
+
+
 class AttachedSegment:
     """A client's segment as the shard uses it: copies requests into its own
     buffers, writes replies. Used from one thread."""
@@ -58,6 +61,12 @@ class AttachedSegment:
         reply_at = reply_offset(request_capacity)
         self._request = whole[REQUEST_AT:REQUEST_AT + request_capacity]
         self._reply = whole[reply_at:reply_at + reply_capacity]
+        # Views reused from message to message (each costs a torch call to make): spans of the
+        # regions by (region, byte offset, bytes), and the byte views of the last buffers read
+        # into and replied from, by (object, address). Let go with the mapping.
+        self._spans: dict[tuple, torch.Tensor] = {}
+        self._into: tuple = (None, 0, None)
+        self._from: tuple = (None, 0, None)
 
     @classmethod
     def attach(cls, name: str, token_hex: str, request_bytes: int, reply_bytes: int,
@@ -130,7 +139,7 @@ class AttachedSegment:
         if not out.is_contiguous():
             raise ValueError("read_request needs a contiguous buffer")
         if nbytes:
-            out.reshape(-1).view(torch.uint8).copy_(self._request[at:at + nbytes])  # the one read of client memory
+            self._bytes_view("_into", out).copy_(self._span("request", at, nbytes))  # the one read of client memory
         # The client bumps the generation before it writes: a change means it wrote during the copy.
         return self._generation(_REQUEST_GEN_AT) == gen
 
@@ -138,20 +147,40 @@ class AttachedSegment:
         """Write a reply payload into reply slot `slot` and stamp it with request id
         `req`. Refuses (returns False: send it inline) a request id not above the last
         one answered here, or a payload that does not fit the region at that slot."""
-        src = _bytes_of(data)
+        src = self._bytes_view("_from", data) if isinstance(data, torch.Tensor) else _bytes_of(data)
         n = src.numel()
         at = reply_slot_at(slot, n) if 0 <= slot < REPLY_SLOTS else -1
         if self._mm is None or req <= self.last_reply_req or not 0 <= at <= at + n <= self.reply_capacity:
             return False
         if n:
-            self._reply[at:at + n].copy_(src)
+            self._span("reply", at, n).copy_(src)
         _GEN.pack_into(self._mm, _REPLY_GEN_AT, req)
         self.last_reply_req = req
         return True
 
+    def _span(self, region: str, at: int, nbytes: int) -> torch.Tensor:
+        key = (region, at, nbytes)
+        view = self._spans.get(key)
+        if view is None:
+            if len(self._spans) >= MAX_SPANS:  # pieces of varying offsets: keep the table small
+                self._spans.clear()
+            whole = self._request if region == "request" else self._reply
+            view = self._spans[key] = whole[at:at + nbytes]
+        return view
+
+    def _bytes_view(self, which: str, t: torch.Tensor) -> torch.Tensor:
+        """`t`'s bytes as a flat uint8 tensor (`t` contiguous), the last one's view reused."""
+        obj, ptr, view = getattr(self, which)
+        if obj is not t or t.data_ptr() != ptr:
+            view = _bytes_of(t)
+            setattr(self, which, (t, t.data_ptr(), view))
+        return view
+
     def close(self) -> None:
         """Let go of the mapping (and with it the file); the client's mapping keeps the memory. Idempotent."""
         self._request = self._reply = None
+        self._spans.clear()
+        self._into = self._from = (None, 0, None)
         if self._mm is not None:
             try:
                 self._mm.close()  # no view of it leaves this class, so none is left to fault
