@@ -229,6 +229,7 @@ def run_point(nbytes: int, mode: str, requests: int, repeats: int, profile: bool
 # ---- the driver -----------------------------------------------------------------------------------------
 def extract(rev: str, into: Path) -> Path:
     """The tree of `rev`, importable as psgd (its servers/ and workers/ linked inside psgd/)."""
+    into.mkdir(parents=True)
     tar = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=tar, check=True)
     for role in ("servers", "workers"):
@@ -266,6 +267,7 @@ def main() -> None:
     ap.add_argument("--profile-requests", type=int, default=1000, help="push+pulls of the profiled pass")
     ap.add_argument("--repeats", type=int, default=3, help="timed windows per point and side (median kept)")
     ap.add_argument("--before", default=None, help="git revision to measure beside this checkout")
+    ap.add_argument("--after", default=None, help="git revision to measure as 'after' (default: this checkout)")
     ap.add_argument("--out", default=None, help="folder for results.json and report.md")
     ap.add_argument("--point", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -274,11 +276,11 @@ def main() -> None:
         nbytes, mode, requests, repeats, profile, work = args.point.split(",")
         print(json.dumps(run_point(int(nbytes), mode, int(requests), int(repeats), profile == "1", work)))
         return
-    trees = {"after": REPO}
-    tmp = Path(tempfile.mkdtemp(prefix="psgd-before-"))
+    tmp = Path(tempfile.mkdtemp(prefix="psgd-trees-"))
     try:
+        trees = {"after": extract(args.after, tmp / "after") if args.after else REPO}
         if args.before:
-            trees = {"before": extract(args.before, tmp), "after": REPO}
+            trees = {"before": extract(args.before, tmp / "before"), **trees}
         rows = []
         for nbytes in [parse_size(s) for s in args.sizes.split(",")]:
             for mode in args.modes.split(","):
@@ -288,16 +290,20 @@ def main() -> None:
                     row.update(side=side, shard_shares=prof["shard_shares"], client_shares=prof["client_shares"])
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if not k.endswith("shares")}), flush=True)
+                    if args.out:  # after every point: an interrupted run keeps what it measured
+                        write(Path(args.out), {
+                            "before": args.before, "after": args.after or "the checkout", "requests": args.requests,
+                            "repeats": args.repeats, "profile_requests": args.profile_requests,
+                            "cores": os.cpu_count(), "rows": rows,
+                            "command": "python benchmarks/shard-cpu/shard_cpu.py " + " ".join(sys.argv[1:])})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    result = {"before": args.before, "requests": args.requests, "profile_requests": args.profile_requests,
-              "cores": os.cpu_count(), "rows": rows,
-              "command": "python benchmarks/shard-cpu/shard_cpu.py " + " ".join(sys.argv[1:])}
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
-        (out / "report.md").write_text(report(result))
+
+
+def write(out: Path, result: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "report.md").write_text(report(result))
 
 
 def report(result: dict) -> str:

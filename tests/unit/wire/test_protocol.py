@@ -75,3 +75,42 @@ def test_frame_size_must_match_header():
         frame_to_tensor(frame, "f32", 11)
     with pytest.raises(P.ProtocolError, match="bad_encoding"):
         frame_to_tensor(frame, "f64", 5)
+
+
+def test_a_shape_once_accepted_still_refuses_a_wrong_type_or_name():
+    """Decode remembers field shapes it accepted; a message with the same names but another
+    type, or one more name, is a different shape and is checked (and refused) in full."""
+    good = P.encode(P.Pull(req=1, rank=2, clock=3))
+    P.decode(good)
+    P.decode(good)  # now a known shape
+    for fields in ({"rank": "2", "clock": 3, "slot": 0}, {"rank": 2, "clock": 3.0, "slot": 0},
+                   {"rank": 2, "clock": 3, "slot": 0, "bogus": 1}):
+        with pytest.raises(P.ProtocolError) as info:
+            P.decode([header(1, int(P.MsgType.PULL), 1, fields)])
+        assert info.value.code == "bad_field"
+
+
+def test_remembered_shapes_are_bounded(monkeypatch):
+    monkeypatch.setattr(P, "_GOOD_SHAPES", set())
+    names = [n for n in P._HEADER_FIELDS[P.MsgType.PUSH_PULL] if n != "runs"]
+    defaults = P._DEFAULTS[P.MsgType.PUSH_PULL]
+    for n in range(P.MAX_GOOD_SHAPES + 50):  # each subset of the fields is a shape of its own
+        fields = {name: defaults[name] for bit, name in enumerate(names) if n >> bit & 1}
+        record, _ = P.decode([header(1, int(P.MsgType.PUSH_PULL), 1, fields)])
+        assert all(getattr(record, k) == v for k, v in fields.items())
+    assert len(P._GOOD_SHAPES) == P.MAX_GOOD_SHAPES
+
+
+@pytest.mark.parametrize("cls, fields", [
+    (P.Pull, {"req": 3, "rank": 1, "clock": 9, "slot": 1}),
+    (P.PushPull, {"req": 5, "rank": 2, "seq": 6, "clock": 6, "read_version": 41, "numel": 100, "shm": 4,
+                  "ahead": 2}),
+    (P.Params, {"req": 6, "version": 3, "clock": 2, "min_clock": 1, "numel": 10, "shm": True}),
+    (P.Ack, {"req": 7, "version": 3, "applied": False, "staleness": 2}),
+])
+def test_build_makes_the_record_its_class_makes(cls, fields):
+    built = P.build(cls, **fields)
+    assert built == cls(**fields) and type(built) is cls
+    assert P.encode(built) == P.encode(cls(**fields))
+    with pytest.raises(TypeError, match="bogus"):
+        P.build(cls, bogus=1, **fields)

@@ -220,3 +220,25 @@ def test_two_reply_slots_hold_two_replies_and_a_slot_past_the_region_is_refused(
     finally:
         shard.close()
         small.close()
+
+
+def test_reused_views_follow_the_buffer_and_the_tensor_given(pair):
+    """The shard reuses its views from message to message: one buffer read into again, the
+    same parameters replied again (changed in place), then another buffer and another tensor."""
+    client, shard = pair
+    out, params = torch.empty(1000), torch.zeros(1000)
+    for step in range(3):
+        g = torch.full((1000,), float(step))
+        gen, _ = client.put_request(g)
+        assert shard.read_request(gen, out) and torch.equal(out, g)
+        params.add_(1.0)  # an update in place: the same tensor, new values
+        assert shard.put_reply(10 + step, params)
+        assert torch.equal(client.reply_view(10 + step, 4000).view(torch.float32), params)
+    other, copied = torch.empty(1000), params.clone() * 3  # copy-on-write: a new tensor to reply from
+    gen, _ = client.put_request(torch.arange(1000.0))
+    assert shard.read_request(gen, other) and torch.equal(other, torch.arange(1000.0))
+    assert shard.put_reply(20, copied)
+    assert torch.equal(client.reply_view(20, 4000).view(torch.float32), copied)
+    half = torch.empty(500)  # a smaller read: its own span of the region
+    gen, _ = client.put_request(torch.arange(500.0))
+    assert shard.read_request(gen, half) and torch.equal(half, torch.arange(500.0))
