@@ -83,8 +83,8 @@ CLIENT_ORDER = ["header build", "encode", "payload into segment", "send (doorbel
 
 def _key(func: tuple) -> tuple[str, str]:
     filename, _line, name = func
-    for suffix in ("psgd/", "servers/", "workers/"):
-        at = filename.rfind("/" + suffix)
+    for top in ("servers/", "workers/", "psgd/"):  # a role folder first: an extracted tree has psgd/servers/
+        at = filename.rfind("/" + top)
         if at >= 0:
             return filename[at + 1:], name
     return filename, name
