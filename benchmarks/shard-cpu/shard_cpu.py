@@ -149,7 +149,8 @@ def _shard(numel: int, mode: str, profile: bool, conn, prof_file: str) -> None:
         while conn.recv() == "mark":
             mark()
 
-    threading.Thread(target=watch, daemon=True).start()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     # The profile covers the whole serve (registration and warm-up too): it gives shares, not totals.
     prof = cProfile.Profile(time.thread_time) if profile else None
     if prof is not None:
@@ -158,6 +159,7 @@ def _shard(numel: int, mode: str, profile: bool, conn, prof_file: str) -> None:
     if prof is not None:
         prof.disable()
         prof.dump_stats(prof_file)
+    watcher.join()  # the client's last mark may still be on its way when its SHUTDOWN has stopped the loop
     conn.send([{"requests": b[0] - a[0], "thread_ns": b[1] - a[1], "process_s": b[2] - a[2]}
                for a, b in zip(marks, marks[1:])])
 
@@ -312,8 +314,10 @@ def report(result: dict) -> str:
     lines = ["# CPU per small request: shard and client, by phase", "",
              "Produced by:", "", "```", result["command"], "```", "",
              f"Machine: {result['cores']} cores; 1-minute load average during the points "
-             f"{min(loads):.1f}-{max(loads):.1f} (CPU time, not wall time, is measured: load inflates it through "
-             "cache and core sharing, on both sides alike, since they ran interleaved in one run).", "",
+             f"{min(loads):.1f}-{max(loads):.1f}. CPU time, not wall time, is measured, but load still inflates it "
+             "(shared caches and cores): the two sides of a point ran back to back, each with its own load average "
+             "in the table; a ratio between sides whose load differs much says as much about the load as the code.",
+             "",
              "One shard process and one client on loopback, push+pull of an fp32 gradient with plain SGD, "
              f"{result['requests']} timed requests per window, median of the windows. 'shard us' is the serving "
              "thread's CPU per request (its loop included), 'process' adds the ZeroMQ I/O thread; 'client us' is "
