@@ -19,7 +19,7 @@ import torch
 
 from psgd.config.local_updates import MAX_LOCAL_STEPS
 from psgd.core.clocks import DeferredPulls
-from psgd.core.local_updates import StepSpeeds
+from psgd.core.local_methods.pace import StepSpeeds
 from psgd.servers.peers import check_ahead, check_slot
 from psgd.servers.pull_waits import PullWaits
 from psgd.servers.state import PushResult, PushStatus, ShardState

@@ -37,7 +37,7 @@ from torch import nn
 from psgd.config import Config, ConfigError, ConfigLike, load_config
 from psgd.config.modes import Overlap
 from psgd.core.local_methods import Schedule, method_for
-from psgd.core.local_updates import inner_torch_optimizer
+from psgd.core.local_methods.optimizers import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
 from psgd.wire.codecs.registry import DeltaCodecs

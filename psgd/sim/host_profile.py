@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from psgd.config.operations import CODEC_WORDS_BEFORE
+
 __all__ = ["HostProfile", "Linear", "load_host_profile", "PROFILES_DIR"]
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -61,7 +63,7 @@ class HostProfile:
     # One message's framing at each end (header packed, frames sent and received over TCP loopback,
     # header parsed): half the measured round trip's CPU at each end.
     message: Linear
-    # Per codec wire name: its encode (worker) and decode (shard) of an fp32 gradient.
+    # Per codec word: its encode (worker) and decode (shard) of an fp32 gradient.
     encode: dict[str, Linear]
     decode: dict[str, Linear]
     # Per update rule (optimizer.name): a shard's service of one fp32 push, its request and apply.
@@ -102,8 +104,8 @@ class HostProfile:
     def from_dict(cls, d: dict) -> "HostProfile":
         lin = lambda v: Linear(float(v["fixed_us"]), float(v["gbytes_per_s"]))  # noqa: E731
         return cls(measured_on=str(d["measured_on"]), device=str(d["device"]), message=lin(d["message"]),
-                   encode={k: lin(v) for k, v in d["encode"].items()},
-                   decode={k: lin(v) for k, v in d["decode"].items()},
+                   encode={CODEC_WORDS_BEFORE.get(k, k): lin(v) for k, v in d["encode"].items()},
+                   decode={CODEC_WORDS_BEFORE.get(k, k): lin(v) for k, v in d["decode"].items()},
                    apply={k: lin(v) for k, v in d["apply"].items()},
                    memory_gbytes_per_s=float(d["memory_gbytes_per_s"]), dispatch_us=float(d["dispatch_us"]),
                    matmul_flops=tuple(int(x) for x in d["matmul_flops"]),

@@ -1,4 +1,5 @@
-"""fp32: the gradient's own bytes, no copy (a copy to the host from a device); exact."""
+"""none: no compression, the fp32 gradient's own bytes, no copy (a copy to the host from a
+device); exact."""
 from __future__ import annotations
 
 import torch
@@ -7,9 +8,8 @@ from psgd.wire.codecs.base import CodecOptions, DenseCodec, codec
 
 
 @codec
-class F32(DenseCodec):
-    name = "f32"
-    config_name = "none"
+class NoCompression(DenseCodec):
+    name = "none"
     cost = None  # never encoded or decoded: the gradient travels as it is
     wire_dtype = torch.float32
     elementwise = True

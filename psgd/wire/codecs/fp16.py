@@ -1,4 +1,4 @@
-"""float16, scaled so the gradient's largest magnitude maps to F16_RANGE: large
+"""float16, scaled so the gradient's largest magnitude maps to FP16_RANGE: large
 gradients do not overflow fp16's range. The scale comes from the whole gradient,
 so it is not elementwise (it never travels in pieces). x / scale is rounded once to
 fp16 (nearest), so |x - decode(encode(x))| <= |x| * 2**-10 + amax * 2**-34 (the second
@@ -9,13 +9,12 @@ import torch
 
 from psgd.wire.codecs.base import REFERENCE_EPYC, CodecCost, CodecOptions, DenseCodec, codec
 
-F16_RANGE = 1024.0  # the largest magnitude of a payload
+FP16_RANGE = 1024.0  # the largest magnitude of a payload
 
 
 @codec
-class F16(DenseCodec):
-    name = "f16"
-    config_name = "fp16"
+class FP16(DenseCodec):
+    name = "fp16"
     cost = CodecCost(encode_gbytes_per_s=6.6, decode_gbytes_per_s=20.0, measured_on=REFERENCE_EPYC)
     wire_dtype = torch.float16
     elementwise = False
@@ -27,7 +26,7 @@ class F16(DenseCodec):
 
     def fill(self, grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, float]:
         amax = float(grad.abs().max()) if grad.numel() else 0.0
-        scale = amax / F16_RANGE if 0 < amax < float("inf") else 1.0
+        scale = amax / FP16_RANGE if 0 < amax < float("inf") else 1.0
         # Divided by a tensor on the gradient's device, not a Python number: CUDA multiplies by
         # the reciprocal of a number (one rounding more), a tensor it divides by as the CPU does.
         divisor = torch.tensor(scale, dtype=torch.float32, device=grad.device)
