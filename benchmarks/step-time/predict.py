@@ -4,10 +4,10 @@
     .venv/bin/python benchmarks/step-time/predict.py --profile /tmp/host.json [--steps 30] [--out DIR]
 
 For each model (the quickstart MLP, the MNIST-1D CNN at 32 and 256 channels, the charlm
-transformer), the prediction is psgd.sim.op_count's count of the step's operations and matrix
-products (one forward + backward of one batch, counted once) costed at the profile: operations x
-its cost per operation + each product at the rate it measured for that size. Nothing is fitted on
-the models. The measurement is the median CPU time of `--steps` forward + backward passes of the
+transformer), the prediction is psgd.sim.op_count's count of the step's work (one steady-state
+forward + backward of one batch, counted once) costed at the profile, term by term
+(StepWork.host_terms: the pass, the operations' dispatch, products, convolutions, attention, other
+operations' bytes). Nothing is fitted on the models. The measurement is the median CPU time of `--steps` forward + backward passes of the
 same model on its own batches, on one thread, after one untimed step (what `sim.compute_ms:
 measure` times). On a loaded machine both the profile and the measurement are unreliable: run the
 two on a quiet one. Writes DIR/step-time.md and DIR/step-time.json.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -78,8 +79,9 @@ def main(argv=None) -> int:
                      "memory_mb": round(sum(work.memory) / 1e6, 3), "terms_ms": terms,
                      "predicted_ms": round(predicted, 4), "measured_ms": round(measured, 4),
                      "ratio": round(predicted / measured, 3), "within": abs(predicted / measured - 1) <= WITHIN})
+    load = os.getloadavg()[0]
     lines = [f"Step time from the host profile alone ({profile.measured_on}), against the step measured here "
-             f"(median of {args.steps} steps, CPU time, one thread).", "",
+             f"(median of {args.steps} steps, CPU time, one thread; load average {load:.1f} at the end).", "",
              "| model | operations | MFLOP | predicted (ms) | measured (ms) | predicted / measured | within ±25% |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
