@@ -7,9 +7,9 @@ For each model (the quickstart MLP, the MNIST-1D CNN at 32 and 256 channels, the
 transformer), the prediction is psgd.sim.op_count's count of the step's work (one steady-state
 forward + backward of one batch, counted once) costed at the profile, term by term
 (StepWork.host_terms: the pass, the operations' dispatch, products, convolutions, attention, other
-operations' bytes). Nothing is fitted on the models. The measurement is the median CPU time of `--steps` forward + backward passes of the
-same model on its own batches, on one thread, after one untimed step (what `sim.compute_ms:
-measure` times). On a loaded machine both the profile and the measurement are unreliable: run the
+operations' bytes). Nothing is fitted on the models. The measurement is the median CPU time of
+`--steps` forward + backward passes of the same model on its own batches, on one thread, after one
+untimed step (what `sim.compute_ms: measure` times). On a loaded machine both the profile and the measurement are unreliable: run the
 two on a quiet one. Writes DIR/step-time.md and DIR/step-time.json.
 """
 from __future__ import annotations
