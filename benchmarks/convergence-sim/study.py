@@ -198,20 +198,24 @@ def choose_rates(w: int) -> dict:
                     "extended_to": None}
         if edge and math.isfinite(t):
             exts.append((m, float(f"{(lr / GRID_STEP if edge == 'low' else lr * GRID_STEP):.3g}")))
-    with ThreadPoolExecutor(max(1, len(exts))) as pool:
-        futs = {m: pool.submit(bench, f"w{w}-grid/{dir_of(m)}-ext", [m],
+    by_rate: dict[float, list[str]] = {}   # modes extended to one rate share a bench
+    for m, x in exts:
+        by_rate.setdefault(x, []).append(m)
+    with ThreadPoolExecutor(max(1, len(by_rate))) as pool:
+        futs = {x: pool.submit(bench, f"w{w}-grid/ext-{x:g}", ms,
                                ["--lr-grid", f"{x:g}", "--seeds", str(GRID_SEEDS),
-                                "--title", f"simulated, {w} workers, {m} one rate beyond its grid's end",
+                                "--title", f"simulated, {w} workers, {', '.join(ms)} one rate beyond the grid's end",
                                 *common(w, pilot)])
-                for m, x in exts}
-        for m, x in exts:
-            ts = seed_times(futs[m].result() / "seeds.csv")[(m, x)]
-            r = rates[m]
-            r["extended_to"] = x
-            if median(ts) < r["median_s"]:   # the new end is better: it is still an end
-                r["lr"], r["median_s"] = x, median(ts)
-            else:
-                r["edge"] = ""               # bracketed: the best is inside the widened grid
+                for x, ms in by_rate.items()}
+        ext_times = {x: seed_times(f.result() / "seeds.csv") for x, f in futs.items()}
+    for m, x in exts:
+        ts = ext_times[x][(m, x)]
+        r = rates[m]
+        r["extended_to"] = x
+        if median(ts) < r["median_s"]:   # the new end is better: it is still an end
+            r["lr"], r["median_s"] = x, median(ts)
+        else:
+            r["edge"] = ""               # bracketed: the best is inside the widened grid
     finite = [r["median_s"] for r in rates.values() if math.isfinite(r["median_s"])]
     cap = float(f"{CAP_FACTOR * max(finite):.2g}") if finite else pilot
     return {"pilot_cap_s": pilot, "cap_s": cap, "rates": rates}
@@ -273,20 +277,28 @@ def write_design(designs: dict) -> None:
 def main() -> int:
     RUNS.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    (HERE / "study.log").write_text(
+    kept = _kept_designs()
+    log_mode = "a" if kept else "w"   # W kept from an earlier run: their log lines stay
+    with open(HERE / "study.log", log_mode) as f:
+        f.write(
         f"study started {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} on {os.cpu_count()} cores; "
         f"load average: {loadavg()}; jobs {JOBS}; budget {BUDGET_S:.0f} s; order {ORDER}\n"
-        f"commit {commit or 'unknown'}; workers {WORKERS}; seeds {SEEDS}\n")
-    for stale in [*HERE.glob("w*-*"), HERE / "sensitivity"]:   # a part that does not run now leaves nothing
-        shutil.rmtree(stale, ignore_errors=True)
-    designs: dict = {}
+        f"commit {commit or 'unknown'}; workers {WORKERS}; seeds {SEEDS}"
+        + (f"; kept from the earlier run: W = {', '.join(map(str, sorted(kept)))}" if kept else "") + "\n")
+    # A part that runs now leaves nothing of its earlier run; W not run now keep theirs.
+    stale = [d for w in WORKERS for d in HERE.glob(f"w{w}-*")]
+    if SWEEP_W in WORKERS:
+        stale.append(HERE / "sensitivity")
+    for d in stale:
+        shutil.rmtree(d, ignore_errors=True)
+    designs: dict = dict(kept)
     for w in sorted(WORKERS):
         t0 = time.time()
         ok = _guard(f"W={w}", study_w, (w, designs))
         log(f"W = {w}: {'done' if ok else 'not complete'} in {time.time() - t0:.0f} s wall")
         if w == SWEEP_W and ok and ORDER == "sweep-first":
             _timed_sweep(designs)
-    if SWEEP_W in designs and ORDER != "sweep-first":
+    if SWEEP_W in WORKERS and SWEEP_W in designs and ORDER != "sweep-first":
         _timed_sweep(designs)
     write_design(designs)
     log(f"study runs finished {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
@@ -295,6 +307,15 @@ def main() -> int:
 
 
 _failed: list[str] = []
+
+
+def _kept_designs() -> dict:
+    """design.json's W that this run does not redo (WORKERS narrower than the design): kept as they are."""
+    path = HERE / "design.json"
+    if not path.is_file():
+        return {}
+    old = json.loads(path.read_text()).get("workers", {})
+    return {int(w): d for w, d in old.items() if int(w) not in WORKERS}
 
 
 def _timed_sweep(designs: dict) -> None:

@@ -12,6 +12,7 @@ from psgd.bench.outcomes import RunOutcome, mode_stats
 
 literature = load_script("benchmarks/convergence/literature.py")
 report = load_script("benchmarks/convergence-sim/report.py")
+study = load_script("benchmarks/convergence-sim/study.py")
 
 FIELDS = ["label", "lr", "seed", "chosen_lr", "time_to_target_s", "final_metric", "train_time_s", "examples",
           "examples_per_s", "wire_bytes_per_example"]
@@ -102,3 +103,16 @@ def test_seeds_censored_before_the_cap_are_counted_apart(tmp_path):
     text = report.main(tmp_path).read_text()
     assert "| 4 | no straggler | asp | 0.1 | 2/5 | 2.50 (censored) |" in text
     assert "0 of 1 verdicts decided by the cap; 3 seeds ended before the cap without holding" in text
+
+
+def test_a_run_of_some_w_keeps_the_others_and_the_grids_centre_as_stated(tmp_path, monkeypatch):
+    (tmp_path / "design.json").write_text(json.dumps({"workers": {"4": {"cap_s": 1.3}, "256": {"cap_s": 2.0}}}))
+    monkeypatch.setattr(study, "HERE", tmp_path)
+    monkeypatch.setattr(study, "WORKERS", [256])
+    assert study._kept_designs() == {4: {"cap_s": 1.3}}
+    monkeypatch.setattr(study, "WORKERS", [4, 16, 64, 256])
+    assert study._kept_designs() == {}
+    # synchronous grids on SYNC_BASE_LR x sqrt(W), asynchronous on ASYNC_BASE_LR x sqrt(4 / W), x3 apart
+    assert study.grid(study.centre_lr("sync", 256)) == [0.107, 0.32, 0.96]
+    assert study.grid(study.centre_lr("async", 4)) == [0.00333, 0.01, 0.03]
+    assert study.grid(study.centre_lr("async", 256)) == [0.000417, 0.00125, 0.00375]
