@@ -174,7 +174,8 @@ def main(study_dir: Path) -> Path:
     sweep = study_dir / "sensitivity"
     if sweep.is_dir():
         text += ["", "## Sensitivity", "", f"At W = {design['sweep_w']}, one knob of the time model changed at a time "
-                 f"({design['sweep_seeds']} seeds); each verdict against bsp beside the stated cluster's.", ""]
+                 f"({design['sweep_seeds']} seeds); each verdict against bsp beside the stated cluster's "
+                 f"({design['seeds']} seeds: with fewer seeds a verdict can be inconclusive for that alone).", ""]
         for knob in sorted(p.name for p in sweep.iterdir() if p.is_dir()):
             for c in cases:
                 s = load_case(sweep / knob / f"w{design['sweep_w']}-{c}", modes)
@@ -199,7 +200,7 @@ def main(study_dir: Path) -> Path:
 def not_run(design: dict, missing: list[str], study_dir: Path) -> list[str]:
     """What the design asks for and did not run: each W without results, each (W, case, mode)
     missing, each sensitivity knob without results, and study.log's lines about the budget."""
-    lines = [f"- W = {w}: no run" for w in DESIGN_W if str(w) not in design["workers"]]
+    lines = [f"- W = {w}: no run (README.md says why)" for w in DESIGN_W if str(w) not in design["workers"]]
     lines += [f"- {m}" for m in missing]
     sweep = study_dir / "sensitivity"
     for knob in design.get("sweep", {}):
