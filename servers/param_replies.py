@@ -68,7 +68,7 @@ class ParamReplies:
         record = P.Params(req=pull.req, version=answer.version, clock=answer.clock, min_clock=answer.min_clock,
                           numel=snap.numel(), shm=shared is not None and self._shm.reply(identity, pull.req, shared,
                                                                                          pull.slot),
-                          fastest_step_s=answer.fastest_step_s)
+                          fastest_step_s=answer.fastest_step_s, held_s=round(answer.held_s, 6))
         if enc is None:
             self.live(identity, record, snap)
         else:

@@ -61,6 +61,7 @@ class Answer:
     version: int
     params: torch.Tensor  # the live parameters (the state's copy-on-write guards them: ShardState.sending)
     fastest_step_s: float  # the fastest worker's time per step (local.dynamic)
+    held_s: float = 0.0    # how long the pull stayed parked before this answer (0: answered at once)
 
 
 @dataclass
@@ -258,7 +259,7 @@ class ShardService:
         self._released_at = readiness
         answers = [self._answer(*parked) for parked in self.parked.release(self.state.pull_ready)]
         for answer in answers:
-            self.waits.released(answer.rank, now, by)
+            answer.held_s = self.waits.released(answer.rank, now, by)
         return answers
 
     def status(self, now: float) -> dict:

@@ -80,6 +80,9 @@ class PSClient:
         self.versions = [0] * layout.num_shards  # shard versions of the parameters last read
         self.min_clocks = [0] * layout.num_shards
         self.fastest_step_s = 0.0  # the fastest worker's time per step, as the shards last reported it
+        # Seconds its pulls stayed parked (a barrier, a bound), summed over pulls; a pull waits for every
+        # shard, so each counts the shard that held it longest.
+        self.pull_wait_s = 0.0
         self.bytes_sent = 0
         self.replies = ReplyDecoder(layout.shard_sizes)  # pulled bytes; encoded replies decoded (and checked)
         self.peak_push_bytes = 0  # the most wire bytes one push (all its shards) carried
@@ -324,6 +327,7 @@ class PSClient:
             return {s: replies[s][0] for s in request.shards}
         out = {s: self._param(s, *replies[s], slot=request.slot) for s in request.shards}
         if self.role == Role.WORKER:
+            self.pull_wait_s += max(replies[s][0].held_s for s in request.shards)
             if request.shard_cursors is not None:
                 for s in request.shards:
                     self.shard_cursors[s].adopt([replies[s][0].clock])

@@ -131,27 +131,47 @@ def calibrate_from_point(row: dict, numel: int, bandwidth_gbps: float = 25.0, ap
             "bandwidth_gbps": bandwidth_gbps, "apply_gbytes_per_s": apply_gbytes_per_s}
 
 
-def calibrate_wake(base: dict, loaded: dict, numel: int, sim: dict, precision_us: float = 1e-3) -> dict:
+def calibrate_wake(base: dict, loaded: dict, numel: int, sim: dict, precision_us: float = 1e-3,
+                   tolerance: float = 1e-4) -> dict:
     """`sim` (calibrated from the 1-worker point `base`) with its shard time split
     into a per-request part and a wake part (sim.wake_us) so that the loaded
     point's simulated service per request equals the real shard CPU per request
     there. At one worker every request finds the shard idle, so request + wake
-    stays the base point's service and that point is reproduced as before; the
-    split is found by bisection on the wake (the loaded point's simulated
-    service falls as more of it is wake: fewer requests pay it), down to
+    stays the base point's service and that point is reproduced as before. The
+    loaded point's simulated service falls as more of it is wake (fewer requests
+    pay it), so the split is bracketed and found by regula falsi (the Illinois
+    variant: a few simulations rather than bisection's twenty), until the service
+    is within `tolerance` of the target or the bracket is narrower than
     `precision_us`, the resolution the result is rounded to."""
     total_us = sim["request_us"] + sim.get("wake_us", 0.0)
     target_us = 1e6 * loaded["shard_cpu_cores"] / loaded["updates_per_s"]
 
-    def service_us(wake_us: float) -> float:
+    def excess(wake_us: float) -> float:
         trial = {**sim, "request_us": total_us - wake_us, "wake_us": wake_us}
-        return simulate_scale_point(loaded["shards"], loaded["workers"], numel, trial)["service_us_mean"]
+        return simulate_scale_point(loaded["shards"], loaded["workers"], numel, trial)["service_us_mean"] - target_us
 
     lo, hi = 0.0, total_us
-    if service_us(hi) > target_us:  # even all wake cannot make it that cheap: the closest split
+    f_lo, f_hi = excess(lo), excess(hi)
+    if f_hi >= 0:  # even all wake cannot make it that cheap: the closest split
         lo = hi
+    elif f_lo <= 0:  # no wake at all is already as cheap
+        hi = lo
+    side = 0  # which end the last two steps kept (Illinois halves a stuck end's value)
     while hi - lo > precision_us:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if service_us(mid) > target_us else (lo, mid)
+        mid = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+        f_mid = excess(mid)
+        if abs(f_mid) <= tolerance * target_us:
+            lo = hi = mid
+            break
+        if f_mid > 0:
+            lo, f_lo = mid, f_mid
+            if side == -1:
+                f_hi /= 2
+            side = -1
+        else:
+            hi, f_hi = mid, f_mid
+            if side == 1:
+                f_lo /= 2
+            side = 1
     wake = round(lo, 3)
     return {**sim, "request_us": round(total_us - wake, 3), "wake_us": wake}

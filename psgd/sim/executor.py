@@ -339,7 +339,7 @@ class Executor:
     def _reply(self, s: int, answer: Answer) -> Reply:
         params, read = self._read(s)
         return Reply(answer.rank, s, params, answer.version, answer.clock, answer.min_clock,
-                     answer.fastest_step_s, read, encoding=self.reply_encoding)
+                     answer.fastest_step_s, read, encoding=self.reply_encoding, held_s=answer.held_s)
 
     def welcome(self, s: int, rank: int, clock: int) -> Reply:
         """A registration's answer: shard s's current parameters and the clock to continue from."""

@@ -87,6 +87,7 @@ class Reply:
     request: int = 0    # the worker's request it answers
     encoding: str = "f32"  # the parameters' encoding on the wire (wire.compression.replies)
     welcome: bool = False  # a registration's answer (not counted as pulled, as a real worker does not)
+    held_s: float = 0.0    # simulated seconds the pull stayed parked on the shard (a barrier, a bound)
 
     @property
     def wire_bytes(self) -> int:

@@ -148,6 +148,9 @@ class Params(Record):
     numel: int = 0
     shm: bool = False           # the parameters lie in the segment's reply region, stamped with req; no frame
     fastest_step_s: float = 0.0  # the fastest live worker's latest time per training step (0: not known)
+    # Seconds the pull stayed parked on the shard (a BSP barrier, an SSP bound); absent from the
+    # header at 0, so a worker that predates it reads every pull answered at once.
+    held_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,8 @@ def encode(record: Record, frames: Sequence[Any] = ()) -> list:
             del fields[name]
     if isinstance(record, Push) and not record.runs:
         del fields["runs"]
+    elif isinstance(record, Params) and not record.held_s:
+        del fields["held_s"]
     header = msgpack.packb([PROTOCOL_VERSION, int(record.TYPE), req, fields], use_bin_type=True)
     return [header, *frames]
 

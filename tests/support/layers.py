@@ -13,6 +13,8 @@ import ast
 from pathlib import Path
 from typing import Iterable, Optional
 
+from support.source_tree import parsed, text
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Bottom to top; one entry may hold peers that must not import each other.
@@ -52,7 +54,7 @@ def layer_of(module: str) -> Optional[str]:
 
 def imported_modules(source: str, module: str, is_package: bool) -> Iterable[tuple[int, str]]:
     """(line, absolute module name) of every import in `source`, at any depth."""
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parsed(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
@@ -90,7 +92,7 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
         edges = set()
-        for _, target in imported_modules(path.read_text(), module, path.name == "__init__.py"):
+        for _, target in imported_modules(text(path), module, path.name == "__init__.py"):
             while target and target not in files:
                 target = target.rpartition(".")[0]
             if target and target != module:

@@ -1,13 +1,14 @@
 """psgd's layers hold: no module imports a layer above its own (the order is
 written once, in tests/support/layers.py), and no import circle."""
 from support.layers import LAYERS, circles, import_graph, layer_of, module_name, sources, upward_imports
+from support.source_tree import text
 
 
 def test_no_module_imports_a_layer_above_its_own():
     files = sources()
     assert len(files) > 100  # the package was found
     assert {layer_of(module_name(p)) for p in files} == {n for names in LAYERS for n in names} | {"psgd"}
-    wrong = [line for p in files for line in upward_imports(p.read_text(), module_name(p), p.name == "__init__.py")]
+    wrong = [line for p in files for line in upward_imports(text(p), module_name(p), p.name == "__init__.py")]
     assert wrong == []
 
 

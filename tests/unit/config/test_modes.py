@@ -7,6 +7,7 @@ from pathlib import Path
 import msgpack
 import pytest
 import yaml
+from support.source_tree import tree
 
 from psgd.config import ConfigError, Mode, Role, dump_config, load_config
 
@@ -35,7 +36,7 @@ def test_no_mode_or_role_name_is_compared_as_a_string_outside_the_enums_module()
             if path == ENUM_MODULE:
                 continue
             offenders += [f"{path.relative_to(ROOT)}:{line}: {name!r}"
-                          for line, name in _compared_names(ast.parse(path.read_text()))]
+                          for line, name in _compared_names(tree(path))]
     assert offenders == [], "compare with psgd.config.Mode / Role instead:\n" + "\n".join(offenders)
 
 

@@ -5,6 +5,8 @@ import ast
 import re
 from pathlib import Path
 
+from support.source_tree import parsed, text
+
 from psgd.config import Mode
 from psgd.core.rules.registry import RULES
 from psgd.orchestrate.launchers import launcher_names
@@ -68,7 +70,7 @@ def hand_lists(source: str, rel: str, members: dict[str, set[str]]) -> list[str]
     spelled = {quoted or attr.lower() for quoted, attr in spelled}
     if not any(len(spelled & names) >= 2 for names in members.values()):
         return []  # no literal here can name two members
-    tree = ast.parse(source)
+    tree = parsed(source)
     literals = [(node, words) for node in ast.walk(tree) if isinstance(node, _LITERALS) and (words := _words(node))]
     hits = [(node, kind, sorted(words & names)) for node, words in literals for kind, names in members.items()]
     hits = [(node, kind, hit) for node, kind, hit in hits if len(hit) >= 2 and 2 * len(hit) > len(members[kind])]
@@ -80,7 +82,7 @@ def hand_lists(source: str, rel: str, members: dict[str, set[str]]) -> list[str]
 def test_no_module_writes_out_a_registry_by_hand():
     members = registries()
     found = [hit for folder in LIBRARY for path in sorted((ROOT / folder).rglob("*.py"))
-             for hit in hand_lists(path.read_text(), path.relative_to(ROOT).as_posix(), members)]
+             for hit in hand_lists(text(path), path.relative_to(ROOT).as_posix(), members)]
     assert found == []
 
 

@@ -3,6 +3,8 @@ bare string, and every emit carries the fields its kind promises (FIELDS)."""
 import ast
 from pathlib import Path
 
+from support.source_tree import tree
+
 from psgd.runtime.event_names import FIELDS, Event
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -14,7 +16,7 @@ def _sources():
     for folder in ("psgd", "servers", "workers"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             if path != DEFINITIONS:
-                yield path, ast.parse(path.read_text())
+                yield path, tree(path)
 
 
 def _mentions_event_key(node) -> bool:

@@ -2,6 +2,8 @@
 import ast
 from pathlib import Path
 
+from support.source_tree import tree
+
 from psgd.wire.protocol import ErrorCode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +32,7 @@ def offenders() -> dict[str, list[tuple[int, str]]]:
     for folder in ("psgd", "servers", "workers"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            hits = literal_codes(ast.parse(path.read_text()))
+            hits = literal_codes(tree(path))
             if hits:
                 result[rel] = hits
     return result

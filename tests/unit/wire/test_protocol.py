@@ -27,6 +27,15 @@ def test_every_record_round_trips(record):
     assert [bytes(f) for f in payload] == [b"payload"]
 
 
+def test_a_reply_carries_its_pull_s_parked_time_only_when_it_was_parked():
+    parked = P.Params(req=6, version=3, numel=10, held_s=0.25)
+    assert msgpack.unpackb(P.encode(parked)[0])[3]["held_s"] == 0.25
+    assert P.decode(P.encode(parked))[0] == parked
+    at_once = P.Params(req=6, version=3, numel=10)
+    assert "held_s" not in msgpack.unpackb(P.encode(at_once)[0])[3]  # the header a worker before it reads
+    assert P.decode(P.encode(at_once))[0].held_s == 0.0
+
+
 def test_every_message_type_has_a_record():
     assert set(P.RECORDS) == set(P.MsgType)
 

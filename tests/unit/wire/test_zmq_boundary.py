@@ -2,12 +2,14 @@
 import ast
 from pathlib import Path
 
+from support.source_tree import tree
+
 ROOT = Path(__file__).resolve().parents[3]
 MAY_IMPORT_ZMQ = {"psgd/wire/transport.py", "psgd/wire/link_watch.py", "psgd/bench/raw_zmq.py", "psgd/bench/raw_shm.py"}
 
 
 def imports_zmq(path: Path) -> bool:
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree(path)):
         if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "zmq" for a in node.names):
             return True
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "zmq":
