@@ -29,8 +29,8 @@ class ParamReplies:
         self.state, self._sock, self._shm = state, sock, shm
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
         self._frame = None
-        encoding = reply_encoding(cfg.wire)  # workers' pulls in it (f32: the live tensor as it is)
-        self._encoder = ReplyEncoder(encoding) if encoding != "f32" else None
+        encoding = reply_encoding(cfg.wire)  # workers' pulls in it (none: the live tensor as it is)
+        self._encoder = ReplyEncoder(encoding) if encoding != "none" else None
 
     def live(self, identity: bytes, record: P.Record, params: torch.Tensor) -> None:
         """Reply with the live parameters. The state keeps the send's tracker, so it does not
@@ -68,7 +68,7 @@ class ParamReplies:
         record = P.build(P.Params, req=pull.req, version=answer.version, clock=answer.clock,
                          min_clock=answer.min_clock, numel=snap.numel(),
                          shm=shared is not None and self._shm.reply(identity, pull.req, shared, pull.slot),
-                         fastest_step_s=answer.fastest_step_s)
+                         fastest_step_s=answer.fastest_step_s, held_s=round(answer.held_s, 6))
         if enc is None:
             self.live(identity, record, snap)
         else:

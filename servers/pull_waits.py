@@ -25,14 +25,16 @@ class PullWaits:
         if since is None or since[0] != clock:  # a resend of the same pull keeps its first arrival
             self._since[rank] = (clock, now)
 
-    def released(self, rank: int, now: float, by: Optional[int]) -> None:
+    def released(self, rank: int, now: float, by: Optional[int]) -> float:
+        """Seconds the rank's pull stayed parked (0.0 if none was), charged to `by`."""
         since = self._since.pop(rank, None)
         if since is None:
-            return
+            return 0.0
         held = max(0.0, now - since[1])
         self.held_s[rank] += held
         if by is not None and by != rank:
             self.waited_on_s[by] += held
+        return held
 
     def dropped(self, rank: int) -> None:
         """The rank's parked pull has no reader any more (it left, or joined again)."""

@@ -19,7 +19,7 @@ import torch
 
 from psgd.config.local_updates import MAX_LOCAL_STEPS
 from psgd.core.clocks import DeferredPulls
-from psgd.core.local_updates import StepSpeeds
+from psgd.core.local_methods.pace import StepSpeeds
 from psgd.servers.peers import check_ahead, check_slot
 from psgd.servers.pull_waits import PullWaits
 from psgd.servers.state import PushResult, PushStatus, ShardState
@@ -61,6 +61,7 @@ class Answer:
     version: int
     params: torch.Tensor  # the live parameters (the state's copy-on-write guards them: ShardState.sending)
     fastest_step_s: float  # the fastest worker's time per step (local.dynamic)
+    held_s: float = 0.0    # how long the pull stayed parked before this answer (0: answered at once)
 
 
 @dataclass
@@ -261,7 +262,7 @@ class ShardService:
         self._released_at = readiness
         answers = [self._answer(*parked) for parked in self.parked.release(self.state.pull_ready)]
         for answer in answers:
-            self.waits.released(answer.rank, now, by)
+            answer.held_s = self.waits.released(answer.rank, now, by)
         return answers
 
     def status(self, now: float) -> dict:

@@ -81,7 +81,7 @@ class ShardServer:
         self.recorder = (ShardRecorder(record_to, shard, self.state.numel, lambda: self.state.version)
                          if record_to is not None else None)
         self.fingerprint = fingerprint
-        plan = push_plan or (Run("f32", 0, self.state.numel),)
+        plan = push_plan or (Run("none", 0, self.state.numel),)
         self._register_fingerprint = plan_fingerprint(fingerprint, plan)  # a client with another plan is refused
         self.events = events or EventLog(None, "server", shard)
         # After the replay above, which must not report or journal its changes again.

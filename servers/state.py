@@ -16,7 +16,7 @@ import torch
 
 from psgd.config import Config
 from psgd.core.histogram import Histogram
-from psgd.core.local_updates import server_optimizer
+from psgd.core.local_methods.optimizers import server_optimizer
 from psgd.core.modes.policy import ClockBoard, ConsistencyPolicy, Finished, Mode, PushAction, Update
 from psgd.core.modes.quorum import GraceWindow
 from psgd.core.rules.updater import ShardUpdater, abs_max

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from support import fork_server
 
 torch.set_num_threads(1)  # the suite shares two cores with the processes it starts
 
@@ -40,12 +41,24 @@ def load_script(relpath: str):
     return module
 
 
+FORKABLE = {"stdout", "stderr", "text", "cwd", "start_new_session"}
+
+
 def spawn(cmd: list[str], **kw) -> subprocess.Popen:
-    """Start a child process that the session guard will reap if the test does not."""
+    """Start a child process that the session guard will reap if the test does not. A psgd
+    command with the suite's own environment is forked from a process that has imported
+    torch and psgd (tests/support/fork_server.py): the same `main` in a real process of its
+    own session, without seconds of imports per command; anything else is exec'd."""
     kw.setdefault("start_new_session", True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.update(kw.pop("env", {}))
-    proc = subprocess.Popen(cmd, env=env, **kw)
+    if (cmd[:3] == psgd_cmd() and set(kw) <= FORKABLE and kw["start_new_session"]
+            and not os.environ.get("PSGD_TESTS_EXEC")
+            and fork_server.environment_matches(env, fork_server.server().env)):
+        proc = fork_server.ForkedCommand(cmd, kw.get("cwd"), env, kw.get("stdout"), kw.get("stderr"),
+                                         bool(kw.get("text")))
+    else:
+        proc = subprocess.Popen(cmd, env=env, **kw)
     _SPAWNED.append(proc)
     return proc
 

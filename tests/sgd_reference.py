@@ -91,7 +91,7 @@ def reference_on_replies(cfg, steps, encoding):
     for _ in range(steps):
         read = []
         for flat in exact:
-            if encoding == "f32":  # the parameters as they are
+            if encoding == "none":  # the parameters as they are
                 read.append(flat.clone())
                 continue
             enc = ReplyEncoder(encoding).encode(flat, 0)

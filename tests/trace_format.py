@@ -8,10 +8,11 @@ _PHASES = {"X", "B", "E", "i", "I", "C", "M"}
 def trace_problems(doc) -> list[str]:
     """Every violation found ([] for a valid trace): the object form with a traceEvents
     list; each event's required fields by phase; per track (pid, tid) timestamps that
-    never go back, complete spans that do not overlap, B/E spans that balance."""
+    never go back, complete spans that either follow one another or nest (a span that
+    starts inside another ends inside it), B/E spans that balance."""
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         return ["not the JSON object format: no traceEvents list"]
-    problems, last_ts, span_end, open_spans = [], {}, {}, defaultdict(list)
+    problems, last_ts, span_ends, open_spans = [], {}, defaultdict(list), defaultdict(list)
     for n, e in enumerate(doc["traceEvents"]):
         where = f"event {n} ({e.get('name')!r})"
         for key, kind in (("name", str), ("ph", str), ("pid", int), ("tid", int)):
@@ -38,9 +39,13 @@ def trace_problems(doc) -> list[str]:
             if not isinstance(dur, (int, float)) or dur < 0:
                 problems.append(f"{where}: complete span without a dur >= 0")
                 continue
-            if ts < span_end.get(track, 0) - 1e-6:
-                problems.append(f"{where}: overlaps the track's previous span (ends {span_end[track]})")
-            span_end[track] = ts + dur
+            enclosing = span_ends[track]
+            while enclosing and enclosing[-1] <= ts + 1e-6:  # spans that ended before this one starts
+                enclosing.pop()
+            if enclosing and ts + dur > enclosing[-1] + 1e-6:
+                problems.append(f"{where}: overlaps the track's previous span (ends {enclosing[-1]}) "
+                                "without lying inside it")
+            enclosing.append(ts + dur)
         elif ph == "B":
             open_spans[track].append(e.get("name"))
         elif ph == "E":

@@ -49,7 +49,7 @@ WELCOME_SLOT = -1
 class PSClient:
     def __init__(self, addresses: Sequence[str], layout: Layout, rank: int = 0, role: str = "worker",
                  request_timeout_s: float = 30.0, max_retries: int = 5, heartbeat_s: Optional[float] = 1.0,
-                 encoding: Union[str, Sequence[str]] = "f32", max_message_bytes: int = -1,
+                 encoding: Union[str, Sequence[str]] = "none", max_message_bytes: int = -1,
                  should_stop: Optional[Callable[[], bool]] = None, curve: Optional[CurveKeys] = None,
                  topk_ratio: float = 0.01, token: Optional[str] = None, shared_memory: str = "auto",
                  shared_memory_min_bytes: int = SHARED_MEMORY_MIN_BYTES, reply_slots: int = 1,
@@ -80,6 +80,9 @@ class PSClient:
         self.versions = [0] * layout.num_shards  # shard versions of the parameters last read
         self.min_clocks = [0] * layout.num_shards
         self.fastest_step_s = 0.0  # the fastest worker's time per step, as the shards last reported it
+        # Seconds its pulls stayed parked (a barrier, a bound), summed over pulls; a pull waits for every
+        # shard, so each counts the shard that held it longest.
+        self.pull_wait_s = 0.0
         self.bytes_sent = 0
         self.replies = ReplyDecoder(layout.shard_sizes)  # pulled bytes; encoded replies decoded (and checked)
         self.peak_push_bytes = 0  # the most wire bytes one push (all its shards) carried
@@ -268,7 +271,7 @@ class PSClient:
         same-host shard), else None. Write it only between calls (no push of this
         client in flight); the views change when a shard is joined again."""
         # Other encodings: the encoder reads the fp32 gradient and writes the payload there.
-        return [self._encoding.payload_view(s, torch.float32) if e == "f32" else None
+        return [self._encoding.payload_view(s, torch.float32) if e == "none" else None
                 for s, e in enumerate(self.encoder.encodings)]
 
     @property
@@ -298,7 +301,7 @@ class PSClient:
             self._sessions[s] = welcome.session
             self.versions[s] = welcome.version
             numel = self.layout.shard_sizes[s]  # a worker's parameters come in the reply encoding from the start
-            out.append(frame_to_tensor(payload[0], "f32", numel) if welcome.encoding == "f32" else
+            out.append(frame_to_tensor(payload[0], "none", numel) if welcome.encoding == "none" else
                        self.replies.decode(s, WELCOME_SLOT, welcome.encoding, numel, welcome.scale, payload,
                                            counted=False))
         self._params_at = None  # the first step after joining is not timed (it may wait for the start)
@@ -324,6 +327,7 @@ class PSClient:
             return {s: replies[s][0] for s in request.shards}
         out = {s: self._param(s, *replies[s], slot=request.slot) for s in request.shards}
         if self.role == Role.WORKER:
+            self.pull_wait_s += max(replies[s][0].held_s for s in request.shards)
             if request.shard_cursors is not None:
                 for s in request.shards:
                     self.shard_cursors[s].adopt([replies[s][0].clock])
@@ -340,7 +344,7 @@ class PSClient:
         if not isinstance(rec, P.Params) or len(payload) != payload_frames(rec):
             raise RemoteError(s, "bad_reply", f"expected PARAMS with its frame, got {rec.TYPE.name}")
         # wire.compression.replies: decoded and checked into the client's own buffer, before anything is noted
-        decoded = None if rec.encoding == "f32" else self.replies.decode(
+        decoded = None if rec.encoding == "none" else self.replies.decode(
             s, slot, rec.encoding, rec.numel, rec.scale, payload, self._shm_params(s, rec, slot) if rec.shm else None)
         self.versions[s] = rec.version
         self.min_clocks[s] = rec.min_clock
@@ -348,7 +352,7 @@ class PSClient:
         if decoded is not None:
             self.reply_in_slot[s] = False
             return decoded
-        self.replies.count("f32", rec.numel)
+        self.replies.count("none", rec.numel)
         self.reply_in_slot[s] = rec.shm
         return self._shm_params(s, rec, slot) if rec.shm else frame_to_tensor(payload[0], rec.encoding, rec.numel)
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 
 from psgd.core.local_methods import Codecs, LocalMethod
-from psgd.core.local_updates import smoothed
+from psgd.core.local_methods.pace import smoothed
 from psgd.workers.model_sync import ModelSync
 
 __all__ = ["LocalRounds"]

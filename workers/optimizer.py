@@ -37,7 +37,7 @@ from torch import nn
 from psgd.config import Config, ConfigError, ConfigLike, load_config
 from psgd.config.modes import Overlap
 from psgd.core.local_methods import Schedule, method_for
-from psgd.core.local_updates import inner_torch_optimizer
+from psgd.core.local_methods.optimizers import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.core.torch_optim import UnsupportedOptimizer, rule_differences, rule_from_torch
 from psgd.wire.codecs.registry import DeltaCodecs
@@ -74,6 +74,7 @@ class OptimizerStats:
     pull_fp32_bytes: int  # what the same replies cost as fp32
     reply_decode_s: float  # seconds the codec spent decoding them (0 for fp32 replies)
     slowest_clock: int   # the slowest worker's clock, as the shards last reported it
+    pull_wait_s: float = 0.0  # seconds its pulls stayed parked on the shards (barrier or bound), summed
 
 
 def rank_from_env(cfg: Config) -> int:
@@ -239,7 +240,8 @@ class Optimizer:
                               fp32_bytes=c.encoder.fp32_bytes, compression_ratio=c.encoder.compression_ratio,
                               encode_s=c.encoder.encode_s,
                               slowest_clock=min(c.min_clocks), pull_bytes=c.replies.wire_bytes,
-                              pull_fp32_bytes=c.replies.fp32_bytes, reply_decode_s=c.replies.decode_s)
+                              pull_fp32_bytes=c.replies.fp32_bytes, reply_decode_s=c.replies.decode_s,
+                              pull_wait_s=c.pull_wait_s)
 
     def state_dict(self) -> dict:
         """This worker's position and the servers' rule. The optimizer state itself

@@ -136,7 +136,7 @@ class BackwardPushes:
     than of shards: with parameters spread evenly over the shards, a shard's last
     parameter comes near the end of backward). The shard applies the whole gradient
     once, when its last piece arrives. Encodings whose bytes depend on the whole
-    gradient (f16's scale, top-k's choice) send each shard whole, when it is complete.
+    gradient (fp16's scale, top-k's choice) send each shard whole, when it is complete.
     A piece is flattened and sent on a thread, in order, so backward goes on meanwhile;
     step() waits for every send before it waits for the replies."""
 

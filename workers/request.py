@@ -46,7 +46,7 @@ class PushEncoding:
     def in_segment(self, s: int, wire, grad: torch.Tensor) -> bool:
         """An fp32 piece whose gradient lies in shard s's segment: the shard copies it from there."""
         seg = self.segments.segment(s)
-        return wire.encoding == "f32" and seg is not None and seg.holds(grad)
+        return wire.encoding == "none" and seg is not None and seg.holds(grad)
 
 
 @dataclass

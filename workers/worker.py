@@ -65,12 +65,13 @@ def run_worker(ctx: RoleContext) -> int:
             compute_s = opt.hold_device(t0, ctx.stop.wait)  # the stated device time, or the real compute if longer
             if straggler.active and ctx.stop.wait(straggler.extra_s(compute_s, time.monotonic() - started)):
                 break
-            t1 = time.perf_counter()
+            t1, waited = time.perf_counter(), opt.client.pull_wait_s
             opt.step()
             steps += 1
             ctx.events.emit(Event.STEP, rank=rank, clock=opt.clock, loss=loss.item(), compute_s=round(compute_s, 6),
                             comm_s=round(time.perf_counter() - t1, 6), step_s=round(time.perf_counter() - t0, 6),
-                            gap=opt.clock - opt.stats.slowest_clock)
+                            gap=opt.clock - opt.stats.slowest_clock,
+                            wait_s=round(opt.client.pull_wait_s - waited, 6))  # parked on the shards, within comm_s
         if opt.steps_taken >= cfg.train.steps_per_worker:
             opt.flush()  # local updates: the last, shorter round still reaches the shards
     except Interrupted:

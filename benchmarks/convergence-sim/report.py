@@ -2,7 +2,8 @@
 
     python benchmarks/convergence-sim/report.py benchmarks/convergence-sim
 
-reads design.json (grids, chosen rates, caps) and w<W>-<case>/<mode>/seeds.csv,
+reads design.json (grids, chosen rates, caps) and w<W>-<case>/seeds.csv (one bench
+a case, every mode in it),
 judges every mode against bsp with the one rule (psgd.bench.verdict.judge,
 paired by seed, censored seeds at their cap) and writes report.md: the
 conclusion first, in words taken from the verdicts, then the results table,
@@ -21,26 +22,29 @@ import yaml
 
 from psgd.bench.verdict import Judgement, Outcome, Sample, judge
 
-__all__ = ["load_case", "judge_case", "identical_modes", "conclusion", "main"]
+__all__ = ["load_case", "judge_case", "identical_modes", "conclusion", "not_run", "main"]
 
 VALIDATED_W = 16   # the largest W checked against real runs (benchmarks/sim-validation)
 DESIGN_W = (4, 16, 64, 256)   # the worker counts the study is designed for (study.py's default)
 BASELINE = "bsp"
 CASE_TITLES = {"none": "no straggler", "straggler": "the last rank 4× slower"}
-
-
-def dir_of(mode: str) -> str:
-    return mode.replace(":", "").replace("+", "-")
+TIME_MODEL = ("time model: the per-link one (no `sim.hosts`): every worker and shard has a link of its own and "
+              "the only CPU charged is a shard's service; the host model was not used because it replaces the "
+              "stated link and request costs (the knobs the sensitivity sweep varies) with a host profile's "
+              "measured ones")
 
 
 def load_case(case_dir: Path, modes: list[str]) -> dict[str, Sample]:
     """mode -> its seeds' held times (censored at the run's length where not held)."""
+    path = case_dir / "seeds.csv"
+    if not path.is_file():
+        return {}
+    all_rows = list(csv.DictReader(open(path)))
     out = {}
     for m in modes:
-        path = case_dir / dir_of(m) / "seeds.csv"
-        if not path.is_file():
+        rows = [r for r in all_rows if r["label"] == m]
+        if not rows:
             continue
-        rows = [r for r in csv.DictReader(open(path)) if r["label"] == m]
         out[m] = Sample.of([float(r["time_to_target_s"]) if r["time_to_target_s"] else math.inf for r in rows],
                            caps=[float(r["train_time_s"]) for r in rows], seeds=[int(r["seed"]) for r in rows])
     return out
@@ -71,7 +75,7 @@ def _median(s: Sample) -> str:
     vals = sorted(s.values)
     n = len(vals)
     med = vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
-    return f"{med:.2f}" + (" (cap)" if s.n_censored * 2 > n else "")
+    return f"{med:.2f}" + (" (censored)" if s.n_censored * 2 > n else "")
 
 
 def _word(j: Judgement) -> str:
@@ -117,7 +121,7 @@ def main(study_dir: Path) -> Path:
             f"clock. Time model: compute {sim['compute_ms']:g} ms a step with per-step jitter (lognormal CV "
             f"{sim['compute_jitter']:g}), links {sim['bandwidth_gbps']:g} Gb/s and {sim['latency_us']:g} µs, a shard "
             f"serves a request in {sim['request_us']:g} µs plus {sim['apply_gbytes_per_s']:g} GB/s of apply; "
-            "no host model (CPU contention is not charged).", "",
+            f"{TIME_MODEL}.", "",
             "## Conclusion", "",
             f"{len(decided)} of {sum(len(v) for v in verdicts.values())} verdicts against bsp are decisive "
             f"(≥ 3 seeds a side, the ratio's 95% interval wholly outside or inside ±10%); "
@@ -147,14 +151,19 @@ def main(study_dir: Path) -> Path:
         w = int(w_text)
         by_cap = sum(j.decided_by_cap for c in cases for j in verdicts.get((w, c), {}).values())
         n = sum(len(verdicts.get((w, c), {})) for c in cases)
+        early = sum(c_ and v < 0.99 * d["cap_s"] for c in cases for smp in samples.get((w, c), {}).values()
+                    for v, c_ in zip(smp.values, smp.censored))
         text.append(f"- W = {w}: cap {d['cap_s']:g} simulated s (grid runs {d['pilot_cap_s']:g} s); "
-                    f"{by_cap} of {n} verdicts decided by the cap.")
+                    f"{by_cap} of {n} verdicts decided by the cap"
+                    + (f"; {early} seeds ended before the cap without holding the target by the bench's rule "
+                       "(the run stopped at a target its evaluator saw, which the next evaluations did not "
+                       "hold) and are censored at their end" if early else "") + ".")
     text += ["", "## Rates", "",
              f"Each mode over a 3-point grid (×{design['grid_step']:g} apart) on {design['grid_seeds']} seeds, case "
-             "no straggler; asynchronous modes centred on linear scaling (one worker's batch an update: "
-             f"{design['base_lr']:g} at every W), synchronous ones on square-root scaling ({design['base_lr']:g} × "
-             "√W; linear scaling diverged at W = 256 in the pilot); a best rate at a grid's end got one more point "
-             "beyond it.", ""]
+             f"no straggler; synchronous modes centred on {design['sync_base_lr']:g} × √W, asynchronous ones on "
+             f"{design['async_base_lr']:g} × √(4/W): linear scaling (× W synchronous, constant asynchronous) "
+             "diverged at W = 256 in the pilot (study.py says where); a best rate at a grid's end got one more "
+             "point beyond it.", ""]
     for w_text, d in design["workers"].items():
         per = ", ".join(f"{m} {r['lr']:g} of {'/'.join(f'{x:g}' for x in r['grid'])}"
                         + (f" + {r['extended_to']:g}" if r.get("extended_to") else "")
@@ -165,7 +174,8 @@ def main(study_dir: Path) -> Path:
     sweep = study_dir / "sensitivity"
     if sweep.is_dir():
         text += ["", "## Sensitivity", "", f"At W = {design['sweep_w']}, one knob of the time model changed at a time "
-                 f"({design['sweep_seeds']} seeds); each verdict against bsp beside the stated cluster's.", ""]
+                 f"({design['sweep_seeds']} seeds); each verdict against bsp beside the stated cluster's "
+                 f"({design['seeds']} seeds: with fewer seeds a verdict can be inconclusive for that alone).", ""]
         for knob in sorted(p.name for p in sweep.iterdir() if p.is_dir()):
             for c in cases:
                 s = load_case(sweep / knob / f"w{design['sweep_w']}-{c}", modes)
@@ -173,14 +183,35 @@ def main(study_dir: Path) -> Path:
                 for m, j in judge_case(s).items():
                     text.append(f"- {knob}, {CASE_TITLES[c]}: {m} {_word(j)}"
                                 + (f" (stated: {_word(stated[m])})" if m in stated else ""))
-    not_run = [w for w in DESIGN_W if str(w) not in design["workers"]]
-    if missing or not_run:
-        text += ["", "## Not run", ""]
-        text += [f"- W = {w}: no run (see README.md)" for w in not_run] + [f"- {m}" for m in missing]
+    plots = [f"![W = {w}, {CASE_TITLES[c]}](w{w}-{c}/metric_vs_time.png)" for (w, c) in samples
+             if (study_dir / f"w{w}-{c}" / "metric_vs_time.png").is_file()]
+    if plots:
+        text += ["", "## Plots", "", "Test loss against simulated time, each mode's median over seeds with its "
+                 "min–max band (each case's bench; its report.md beside it).", "", *plots]
+    gaps = not_run(design, missing, study_dir)
+    if gaps:
+        text += ["", "## Not run", "", *gaps]
     out = study_dir / "report.md"
     out.write_text("\n".join(text) + "\n")
     _readme_results(study_dir / "README.md", text)
     return out
+
+
+def not_run(design: dict, missing: list[str], study_dir: Path) -> list[str]:
+    """What the design asks for and did not run: each W without results, each (W, case, mode)
+    missing, each sensitivity knob without results, and study.log's lines about the budget."""
+    lines = [f"- W = {w}: no run (README.md says why)" for w in DESIGN_W if str(w) not in design["workers"]]
+    lines += [f"- {m}" for m in missing]
+    sweep = study_dir / "sensitivity"
+    for knob in design.get("sweep", {}):
+        for c in design.get("sweep_cases", []):
+            if not (sweep / knob / f"w{design['sweep_w']}-{c}" / "seeds.csv").is_file():
+                lines.append(f"- sensitivity {knob}, {CASE_TITLES[c]}: no run")
+    log = study_dir / "study.log"
+    if log.is_file():
+        lines += [f"- study.log: {ln}" for ln in log.read_text().splitlines() if "budget" in ln and ": " in ln
+                  and not ln.startswith("study started")]
+    return lines
 
 
 README_MARKS = ("<!-- results: written by report.py -->", "<!-- end of results -->")

@@ -49,7 +49,7 @@ QUICKSTART_SETS = ["wire.compression={default: int8, replies: int8}", "checkpoin
 
 
 def push_codecs() -> list[str]:
-    """Every codec a push may use, by wire name: all but fp32 (no encoding: the gradient itself)."""
+    """Every codec a push may use, by word: all but none (fp32, no encoding: the gradient itself)."""
     from psgd.wire.codecs import CODECS
     return sorted(name for name, c in CODECS.items() if c.cost is not None)
 

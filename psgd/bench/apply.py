@@ -14,7 +14,7 @@ import time
 import torch
 
 from psgd.bench.procs import bench_config
-from psgd.core.local_updates import server_optimizer
+from psgd.core.local_methods.optimizers import server_optimizer
 from psgd.core.rules.updater import ShardUpdater, abs_max, all_finite
 from psgd.servers.state import PushStatus, ShardState
 

@@ -42,7 +42,10 @@ class RunOutcome:
         ts, vs = metric_series(evals, metric)
         higher = METRICS[metric][1]
         ttt = held_target_time(ts, vs, target, higher, rule)
-        return cls(label, seed, lr, ttt, vs[-1] if vs else None, train_time_s, int(round(updates * per_update)),
+        final = vs[-1] if vs else None
+        if final is not None and math.isnan(final):   # a diverged run: the worst value its metric has
+            final = -math.inf if higher else math.inf
+        return cls(label, seed, lr, ttt, final, train_time_s, int(round(updates * per_update)),
                    wire_bytes_per_example)
 
 

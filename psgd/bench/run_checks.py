@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from psgd.config import Config, load_config
+from psgd.config.task_sources import check_task_sources
 from psgd.orchestrate.launchers import LauncherUnavailable, launcher_for
 from psgd.orchestrate.preflight import StartupError, preflight
 
@@ -22,6 +23,8 @@ def check_modes(config_path: str, overrides: Sequence[str], mode_overrides: Sequ
     value), ValueError (a launcher that cannot start here) or StartupError
     (the model or dataset), naming the problem in one line."""
     configs = [load_config(config_path, [*overrides, *sets]) for sets in mode_overrides]
+    for cfg in configs:  # before a launcher or torch is imported
+        check_task_sources(cfg)
     checked: set[tuple] = set()
     for cfg in configs:
         try:

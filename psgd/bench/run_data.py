@@ -69,13 +69,17 @@ class RunData:
 
     @property
     def training_evals(self) -> list[dict]:
-        """Evaluations made while training ran, plus the first one after it
-        (the final parameters). Later ones only repeat the final model, so they
-        would make a run look as if it held its last value for longer."""
+        """Evaluations made while training ran, plus those after it up to the
+        first that sees every update (the final parameters: the last steps'
+        pushes land after those steps end); without update counts, the first
+        after it. Later ones only repeat the final model, so they would make a
+        run look as if it held its last value for longer."""
         end = self.train_end_s
         inside = [e for e in self.evals if float(e["t"]) <= end]
         after = [e for e in self.evals if float(e["t"]) > end]
-        return inside + after[:1]
+        final = max((e["updates"] for e in self.evals if e.get("updates") is not None), default=None)
+        upto = next((i + 1 for i, e in enumerate(after) if final is not None and e.get("updates") == final), 1)
+        return inside + after[:upto]
 
     @property
     def examples_per_update(self) -> int:

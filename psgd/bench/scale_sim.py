@@ -50,17 +50,17 @@ class LightExecutor(Executor):
         self.binding, self._f32 = None, [True] * len(sizes)
         self.batched, self.schedule = BatchedSteps(self, None, None), Schedule.ROUNDS
         self.steps = RoundSteps(self)  # plain steps: every reply of a round starts the next
-        self.plans = single_plans(["f32"] * len(sizes), sizes)  # every push one fp32 run, as the bench's
+        self.plans = single_plans(["none"] * len(sizes), sizes)  # every push one fp32 run, as the bench's
         self._free = [[] for _ in sizes]
         self.now = 0.0
         self.gradient_s = self.evaluate_s = self.shard_s = 0.0
-        self.reply_encoding, self._pulled = "f32", None  # the bench's replies are fp32
+        self.reply_encoding, self._pulled = "none", None  # the bench's replies are fp32
         gen = torch.Generator().manual_seed(cfg.run.seed)
         self.grads = [torch.randn(n, generator=gen) * 1e-3 for n in sizes]
         self.workers = []
         for rank in range(cfg.cluster.workers):
             reads = [self._read(s) for s in range(self.num_shards)]
-            w = VirtualWorker(rank, iter(()), WireEncoder("f32", sizes), straggler_for(cfg.workers, rank, 0),
+            w = VirtualWorker(rank, iter(()), WireEncoder("none", sizes), straggler_for(cfg.workers, rank, 0),
                               [p for p, _ in reads], [0] * self.num_shards, [r for _, r in reads])
             w.adopt(self._joined(s, service.register(rank, 0.0)) for s, service in enumerate(self.services))
             self.workers.append(w)

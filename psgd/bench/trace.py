@@ -6,7 +6,13 @@ real run, simulated seconds for a simulated one, so the two lay side by side.
 Tracks (pid: a process group, tid: a track in it):
 - workers (one track per rank): a `compute` span (its own time: step_s -
   comm_s) then a `push+pull` span (the round trip, a parked pull's wait
-  included) per step, with clock and clock gap as arguments;
+  included) per step, with clock and clock gap as arguments; inside the round
+  trip, a wait span (category `wait`) where the step's pull stayed parked on
+  the shards (the step's `wait_s`: the longest any shard held it), named for
+  the rule it waited on: `barrier wait` (bsp), `staleness-bound wait` (ssp),
+  else `pull wait`; the rule in force at the step's clock (psgd ctl may switch
+  it). Its length is measured on the shard; it is drawn at the round trip's
+  end, where the release sends the reply (the reply's transfer is not split out);
 - shards (one track per shard): `busy` (share of the interval served),
   `updates/s` and `pulls parked` counters from its stats, taken every second
   (a real shard) or at each evaluation (a simulated one);
@@ -25,13 +31,17 @@ from pathlib import Path
 from typing import Optional
 
 from psgd.bench.explain import run_clock, run_events, worker_steps
-from psgd.config import Role
+from psgd.config import Config, Mode, Role, load_config
+from psgd.orchestrate.records.setting_history import SETTING_KEYS, setting_history
 from psgd.runtime.event_names import Event
 
-__all__ = ["TraceBounds", "trace", "MAX_STEPS", "WORKERS_PID", "SHARDS_PID", "EVALUATOR_PID", "RUN_PID"]
+__all__ = ["TraceBounds", "trace", "MAX_STEPS", "WORKERS_PID", "SHARDS_PID", "EVALUATOR_PID", "RUN_PID", "WAIT",
+           "wait_name"]
 
-MAX_STEPS = 100_000  # worker steps kept in a trace before it samples (each step is two spans)
+MAX_STEPS = 100_000  # worker steps kept in a trace before it samples (each step is two or three spans)
 WORKERS_PID, SHARDS_PID, EVALUATOR_PID, RUN_PID = 1, 2, 3, 4
+WAIT = "wait"  # the category (`cat`) of every wait span, whatever the rule it waited on
+_WAIT_NAMES = {Mode.BSP: "barrier wait", Mode.SSP: "staleness-bound wait"}
 _INSTANTS = (Event.MEMBERSHIP, Event.RESTART, Event.WORKER_TIMED_OUT, Event.SETTING_CHANGE, Event.LEAVE,
              Event.NODE_LOST, Event.RESUMED, Event.ERROR, Event.TARGET_REACHED)
 
@@ -61,7 +71,26 @@ def _meta(pid: int, tid: Optional[int], name: str) -> dict:
     return {"name": kind, "ph": "M", "pid": pid, "tid": 0 if tid is None else tid, "ts": 0, "args": args}
 
 
-def _worker_spans(steps: list[dict], bounds: TraceBounds) -> tuple[list[dict], str]:
+def wait_name(mode: str) -> str:
+    """The name of a wait span under consistency mode `mode` (a Mode or its value)."""
+    return _WAIT_NAMES.get(mode, "pull wait")
+
+
+def _mode_at(cfg: Config, events: list[dict]):
+    """clock -> the consistency mode in force at it (the config's, then each live change's from its clock)."""
+    _, changes = setting_history(cfg, events)
+    switches = [(c["clock"], str(c["new"])) for c in changes if c["key"] == SETTING_KEYS["mode"]]
+
+    def at(clock: int) -> str:
+        mode = cfg.consistency.mode.value
+        for since, new in switches:
+            if clock >= since:
+                mode = new
+        return mode
+    return at
+
+
+def _worker_spans(steps: list[dict], bounds: TraceBounds, mode_at) -> tuple[list[dict], str]:
     kept = [s for s in steps if bounds.holds(s["t"]) and bounds.holds(s["t"] - s["step_s"])]
     every = max(1, math.ceil(len(kept) / bounds.max_steps))
     note = "every step in the window" if every == 1 else \
@@ -83,6 +112,13 @@ def _worker_spans(steps: list[dict], bounds: TraceBounds) -> tuple[list[dict], s
                         "dur": round(pushed - start, 3), "args": args})
             out.append({"name": "push+pull", "ph": "X", "pid": WORKERS_PID, "tid": rank, "ts": pushed,
                         "dur": round(end - pushed, 3), "args": args})
+            wait = s.get("wait_s")
+            if isinstance(wait, (int, float)) and wait > 0:  # nested in the round trip, ending with it
+                waited = max(pushed, end - _us(wait))
+                mode = mode_at(s["clock"])
+                out.append({"name": wait_name(mode), "cat": WAIT, "ph": "X", "pid": WORKERS_PID, "tid": rank,
+                            "ts": round(waited, 3), "dur": round(end - waited, 3),
+                            "args": {**args, "wait_s": wait, "mode": mode}})
     return out, note
 
 
@@ -136,7 +172,8 @@ def trace(run_dir: Path, bounds: TraceBounds = TraceBounds()) -> dict:
     """The trace of a run directory (real or simulated) as a JSON-ready dict.
     Raises ConfigError for a directory that is no run."""
     events = run_events(Path(run_dir))
-    spans, note = _worker_spans(worker_steps(events), bounds)
+    mode_at = _mode_at(load_config(Path(run_dir) / "config.yaml"), events)
+    spans, note = _worker_spans(worker_steps(events), bounds, mode_at)
     shards = _shard_counters(events, bounds)
     body = spans + shards + _evaluations(events, bounds) + _instants(events, bounds)
     meta = [_meta(WORKERS_PID, None, "workers"), _meta(SHARDS_PID, None, "shards"),

@@ -97,6 +97,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    with expected("psgd run", Fail(ConfigError, 2)):
+        load_config(args.config, args.overrides)  # a bad config fails before the job's imports (torch: seconds)
     from psgd.orchestrate.cluster.run import run_job
     with expected("psgd run", Fail(ValueError, 2),  # ConfigError, ClusterEnvError
                   Fail(RoleFailed),                  # e.g. the run directory is a launcher's

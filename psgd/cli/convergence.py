@@ -11,6 +11,7 @@ from pathlib import Path
 from psgd.bench.pyplot import require_matplotlib
 from psgd.cli.failures import Fail, expected
 from psgd.config import ConfigError, Mode, dump_config, load_config
+from psgd.config.task_sources import check_task_sources
 from psgd.orchestrate.launchers import launcher_names
 
 __all__ = ["add_convergence_commands", "add_bench_convergence_command"]
@@ -55,6 +56,13 @@ def _run_count(folder: Path) -> int:
     return sum(1 for p in folder.rglob("summary.json")) if folder.is_dir() else 0
 
 
+def _check_config_first(command: str, args, overrides: list[str]) -> None:
+    """Loads the config and finds its model and dataset before the bench's own imports (scipy, torch, the
+    simulator: seconds), so a misspelled key, model or dataset fails at once, one line, exit 2."""
+    with expected(command, Fail(ConfigError, 2)):
+        check_task_sources(load_config(args.config, overrides))
+
+
 def _spacing(args, overrides: list[str], specs, cfg, out: Path):
     """The evaluation spacing of the measured runs (psgd.bench.eval_pilot), None without evaluations."""
     from psgd.bench.eval_pilot import Spacing, pilot_eval_spacing, user_sets_spacing
@@ -69,6 +77,7 @@ def _spacing(args, overrides: list[str], specs, cfg, out: Path):
 
 
 def cmd_bench_convergence(args: argparse.Namespace) -> int:
+    _check_config_first("psgd bench convergence", args, [*args.overrides, *_on(args)])
     from psgd.bench import convergence as bc
     from psgd.bench.convergence_report import caveats, mode_table
     from psgd.bench.outcomes import conclusion
@@ -121,12 +130,13 @@ def cmd_bench_convergence(args: argparse.Namespace) -> int:
 
 
 def cmd_tune_staleness(args: argparse.Namespace) -> int:
-    from psgd.bench import convergence as bc
-    from psgd.bench import tune
-    from psgd.bench.run_checks import StartupError, check_modes
     overrides = [*args.overrides, *_on(args)]
     if args.target_accuracy is not None:
         overrides.append(f"train.target={{metric: accuracy, value: {args.target_accuracy}}}")
+    _check_config_first("psgd tune staleness", args, overrides)
+    from psgd.bench import convergence as bc
+    from psgd.bench import tune
+    from psgd.bench.run_checks import StartupError, check_modes
     with expected("psgd tune staleness", Fail((ConfigError, ValueError, StartupError), 2)):
         bounds = tune.parse_bounds(args.bounds)
         lr_grid = bc.parse_lr_grid(args.lr_grid) if args.lr_grid else None

@@ -29,6 +29,19 @@ class ConfigError(ValueError):
         return ConfigError(key, self.reason)
 
 
+class RenamedWord(ConfigError):
+    """A value that was renamed: its error names the word now (and wins over a union's other readings)."""
+
+
+# Literal value sets with renamed words: the set's values -> {old word: word now} (renamed_words).
+_RENAMED: dict[tuple, dict[str, str]] = {}
+
+
+def renamed_words(literal: Any, renamed: dict[str, str]) -> None:
+    """Make `literal`'s check answer an old word with the word now (RenamedWord)."""
+    _RENAMED[typing.get_args(literal)] = dict(renamed)
+
+
 def parse_override(item: str) -> tuple[str, Any]:
     """'a.b=value' -> ('a.b', value parsed as YAML)."""
     key, sep, raw = item.partition("=")
@@ -122,6 +135,8 @@ def _convert(tp, value: Any, path: str):
                 continue
             try:
                 return _convert(arg, value, path)
+            except RenamedWord:
+                raise
             except ConfigError as exc:
                 errors.append(exc.reason)
         raise ConfigError(path, " or ".join(errors))
@@ -134,6 +149,9 @@ def _convert(tp, value: Any, path: str):
             raise ConfigError(path, f"must be one of {', '.join(m.value for m in tp)}, got {value!r}") from None
     if origin is typing.Literal:
         if value not in args:
+            now = _RENAMED.get(args, {}).get(value) if isinstance(value, str) else None
+            if now is not None:
+                raise RenamedWord(path, f"{value!r} is written {now!r}")
             raise ConfigError(path, f"must be one of {', '.join(map(str, args))}, got {value!r}")
         return value
     if origin is list:

@@ -8,7 +8,7 @@ momentum and Nesterov flag are set here; the consistency mode says when an
 outer step happens (bsp: one averaged delta per worker per round; asp: each on
 arrival, i.e. GEO-SGD; ssp: rounds bounded by the staleness). The rate is for the
 mean of the workers' deltas: a delta applied alone (ssp, asp) takes its share,
-outer_lr / workers (psgd.core.local_updates.outer_optimizer). Outer lr 1 and no
+outer_lr / workers (psgd.core.local_methods.optimizers.outer_optimizer). Outer lr 1 and no
 momentum is plain local SGD; DiLoCo (Douillard et al. 2023) uses 0.7 with
 Nesterov momentum 0.9.
 

@@ -8,26 +8,31 @@ from enum import Enum
 from typing import Literal, Optional, Sequence, Union
 
 from psgd.config.loader import check as _check
-from psgd.config.loader import int_max
+from psgd.config.loader import int_max, renamed_words
 
 # wire.shared_memory_min_bytes' default: the smallest shard `psgd bench comm` measured where
 # shared memory with its doorbell beat loopback TCP (0.79x at 4 KiB, benchmarks/comm/report.md).
 # Below it nothing was measured, and a segment reserves at least two pages anyway.
 SHARED_MEMORY_MIN_BYTES = 4 << 10
 
-__all__ = ["WireConfig", "CODEC_WORDS", "Compression", "REPLY_COMPRESSIONS", "ChooseBy", "CompressionChoice", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
+__all__ = ["WireConfig", "CODEC_WORDS", "CODEC_WORDS_BEFORE", "Compression", "REPLY_COMPRESSIONS", "ChooseBy", "CompressionChoice", "CheckpointConfig", "SupervisionConfig", "SecurityConfig", "RayRoleConfig", "RayConfig",
            "RayScheduling",
            "LoggingConfig"]
 
 
 # wire.compression's words, one per codec (psgd/wire/codecs/, one module per codec, each naming its
-# word: the registry checks at import that the two agree), each with whether the codec keeps an
-# error-feedback residual per receiver, which rules it out for replies (one reply goes to many workers).
+# word: the registry checks at import that the two agree), each with whether it is ruled out for
+# replies (one reply goes to many workers and becomes their model): it keeps an error-feedback
+# residual per receiver, or sends only some coordinates.
 CODEC_WORDS: dict[str, bool] = {"none": False, "fp16": False, "bf16": False, "topk": True, "int8": False,
-                                "int4": False, "int2_ef": True}
+                                "int4": False, "int2_ef": True, "topk_int2": True}
 Compression = Literal[tuple(CODEC_WORDS)]  # type: ignore[valid-type]  # the words above
+# What the wire called three codecs before each codec had one word: a config that writes one
+# is told the word (fp32 is `none`: nothing is compressed).
+CODEC_WORDS_BEFORE = {"f32": "none", "fp32": "none", "f16": "fp16", "int2ef": "int2_ef"}
+renamed_words(Compression, CODEC_WORDS_BEFORE)
 # The values a reply (pulled parameters) may use: the codecs that keep no state.
-REPLY_COMPRESSIONS: tuple[str, ...] = tuple(word for word, keeps_state in CODEC_WORDS.items() if not keeps_state)
+REPLY_COMPRESSIONS: tuple[str, ...] = tuple(word for word, not_for_replies in CODEC_WORDS.items() if not not_for_replies)
 
 
 class ChooseBy(str, Enum):
@@ -63,8 +68,8 @@ class CompressionChoice:
     def __post_init__(self):
         _check(self.small_below >= 0, "small_below", f"must be >= 0, got {self.small_below}")
         _check(self.replies is None or self.replies in REPLY_COMPRESSIONS, "replies",
-               f"{self.replies} keeps an error-feedback residual per receiver, which a reply to many "
-               f"workers cannot: use one of {', '.join(REPLY_COMPRESSIONS)}")
+               f"{self.replies} keeps a residual per receiver or sends only some coordinates, which a reply "
+               f"to many workers cannot: use one of {', '.join(REPLY_COMPRESSIONS)}")
 
     def for_shard(self, numel: int, local_updates: bool) -> str:
         """The `wire.compression` value for one shard's pushes."""

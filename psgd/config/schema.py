@@ -32,6 +32,7 @@ from psgd.config.operations import (  # noqa: F401 (re-exported)
 from psgd.config.optimizer import DcAsgdConfig, OptimizerConfig, ScheduleConfig  # noqa: F401 (re-exported)
 from psgd.config.quorum import QuorumConfig  # noqa: F401 (re-exported)
 from psgd.config.sim import MAX_SIM_WORKERS, SimConfig  # noqa: F401 (SimConfig re-exported)
+from psgd.config.task_sources import spec_refusal
 from psgd.config.workers import DelayConfig, LoaderConfig, TransientConfig, WorkersConfig  # noqa: F401 (re-exported)
 
 __all__ = ["Config", "ConfigError", "ConfigLike", "load_config", "override_config", "config_to_dict", "dump_config"]
@@ -171,6 +172,9 @@ class TaskConfig:
     def __post_init__(self):
         _check(bool(self.model), "model", "must not be empty")
         _check(bool(self.dataset), "dataset", "must not be empty")
+        for kind in ("model", "dataset"):  # a misspelled built-in name fails here, before torch is imported
+            refusal = spec_refusal(kind, getattr(self, kind))
+            _check(refusal is None, kind, refusal)
         _check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
 
 

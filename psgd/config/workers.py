@@ -64,7 +64,7 @@ class WorkersConfig:
     # off | pipeline (one more step of staleness: the next step's compute hides this one's push and
     # pull; not with bsp) | backward (each shard's gradients leave while backward still runs)
     overlap: Overlap = Overlap.OFF
-    # backward: a shard's gradient leaves in pieces of at least this many KiB (f32/bf16), as backward
+    # backward: a shard's gradient leaves in pieces of at least this many KiB (none/bf16), as backward
     # produces them; smaller pieces cost more in messages than they hide
     piece_kb: int = field(default=256, metadata=int_max(1 << 20))
     # A stated device time per step, in ms (null: none): every training step takes at least this

@@ -78,7 +78,7 @@ def preload(cfg: Config) -> None:
     import psgd.workers.evaluator  # noqa: F401
     import psgd.workers.worker  # noqa: F401
     if cfg.local.enabled:
-        from psgd.core.local_updates import inner_torch_optimizer
+        from psgd.core.local_methods.optimizers import inner_torch_optimizer
         inner_torch_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
 
 

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from psgd.config import Config, ConfigError
+from psgd.config.task_sources import check_task_sources
 from psgd.orchestrate.launcher import LaunchFailed, make_run_dir
 from psgd.orchestrate.launchers import LaunchResult, launcher_for
 from psgd.orchestrate.preflight import preflight, write_task_cache
 from psgd.orchestrate.records.resume_check import ResumeRefused, check_fresh, check_resumable
 from psgd.runtime.run_lock import RunDirLock, RunDirRefused
 from psgd.runtime.safe_io import describe_os_error
-from psgd.tasks.objects import save_object
 
 __all__ = ["PreparedJob", "RunDirUnusable", "prepare_job"]
 
@@ -64,6 +64,8 @@ def prepare_job(cfg: Config, *, out: Optional[str] = None, resume: Optional[Path
     ("model", "dataset") given as Python objects, saved into the run directory.
     Raises ConfigError, LauncherUnavailable, StartupError (the user's model or
     data) or RunDirUnusable, each before anything starts."""
+    # First, before torch or a launcher is imported: a model or dataset that cannot be found fails in a second.
+    check_task_sources(cfg, given=[key for key, obj in (objects or {}).items() if obj is not None])
     launcher = launcher_for(cfg)
     refuse = getattr(launcher, "check", None)  # optional: values this launcher refuses (ConfigError), checked first
     if refuse is not None:
@@ -101,6 +103,7 @@ def prepare_job(cfg: Config, *, out: Optional[str] = None, resume: Optional[Path
 
 
 def _with_objects(cfg: Config, run_dir: Path, objects: Mapping[str, Any]) -> Config:
+    from psgd.tasks.objects import save_object  # here: psgd.tasks imports torch, which a refused job never needs
     task = {key: save_object(obj, run_dir / "objects" / f"{key}.pkl") for key, obj in objects.items()
             if obj is not None}
     return dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, **task)) if task else cfg

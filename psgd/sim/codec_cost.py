@@ -15,9 +15,9 @@ __all__ = ["codec_rates"]
 
 def codec_rates(encoding: str, encode_gbytes_per_s: Optional[float],
                 decode_gbytes_per_s: Optional[float]) -> tuple[Optional[float], Optional[float]]:
-    """(encode, decode) bytes/s for the codec whose wire name is `encoding`: the
+    """(encode, decode) bytes/s for the codec whose word is `encoding`: the
     config's figure where it gives one, else the codec's own. A codec that costs
-    no CPU (f32 travels as it is) stays free, None, whatever the config says."""
+    no CPU (none: the fp32 gradient travels as it is) stays free, None, whatever the config says."""
     cost = codec_named(encoding).cost
     if cost is None:
         return None, None

@@ -170,7 +170,7 @@ class Engine:
         self.result.steps += 1
         self.emit(event(t, Role.WORKER, rank, Event.STEP, rank=rank, clock=w.round_clock, loss=w.last_loss,
                         compute_s=round(self.computed_s[rank], 9), comm_s=0.0,
-                        step_s=round(t - self.started_at[rank], 9), gap=0))
+                        step_s=round(t - self.started_at[rank], 9), gap=0, wait_s=0.0))
         self.turns.after_inner_step(rank, t)
 
     def _step_done(self, done, t: float) -> None:
@@ -345,7 +345,8 @@ class Engine:
         self.emit(event(t, Role.WORKER, r.rank, Event.STEP, rank=r.rank, clock=w.clock, loss=w.last_loss,
                          compute_s=round(self.computed_s[r.rank], 9), comm_s=round(t - self.sent_at[r.rank], 9),
                          step_s=round(t - self.started_at[r.rank], 9), gap=w.clock - min(x.min_clock for x in
-                                                                                            w.replies.values())))
+                                                                                            w.replies.values()),
+                         wait_s=round(max(x.held_s for x in w.replies.values()), 9)))  # as a real worker's
         self._start_step(r.rank, fetched)
 
     def _evaluate(self, t: float, final: bool = False) -> bool:

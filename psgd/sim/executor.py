@@ -27,7 +27,7 @@ import torch
 from psgd.config import Config, ConfigError
 from psgd.core.heterogeneity import StragglerModel, straggler_for
 from psgd.core.local_methods import Schedule, method_for
-from psgd.core.local_updates import inner_torch_optimizer
+from psgd.core.local_methods.optimizers import inner_torch_optimizer
 from psgd.core.sharding import layout_for_module
 from psgd.servers.service import Answer, Joined, PushFields, Served, ShardService
 from psgd.servers.state import ShardState
@@ -144,7 +144,7 @@ class Executor:
         self.shard_s = 0.0     # CPU seconds in the shards' pushes and pulls (the servers' rules and updates)
         # What workers read (welcomes and pulls) in wire.compression.replies; None: the live fp32 parameters.
         self.reply_encoding = reply_encoding(cfg.wire)
-        self._pulled = (None if self.reply_encoding == "f32"
+        self._pulled = (None if self.reply_encoding == "none"
                         else [PulledParams(self.reply_encoding) for _ in range(self.num_shards)])
         self._train = self.task.train_data()
         self.recycling = True  # served gradient buffers are reused (off when a push may be resent: sim.faults)
@@ -339,7 +339,7 @@ class Executor:
     def _reply(self, s: int, answer: Answer) -> Reply:
         params, read = self._read(s)
         return Reply(answer.rank, s, params, answer.version, answer.clock, answer.min_clock,
-                     answer.fastest_step_s, read, encoding=self.reply_encoding)
+                     answer.fastest_step_s, read, encoding=self.reply_encoding, held_s=answer.held_s)
 
     def welcome(self, s: int, rank: int, clock: int) -> Reply:
         """A registration's answer: shard s's current parameters and the clock to continue from."""

@@ -118,16 +118,15 @@ def host_clock_for(executor, time: TimeModel, now) -> Optional[HostClock]:
     cfg = executor.cfg
     if not cfg.sim.hosts:
         return None
-    from psgd.sim.op_count import work_of
+    from psgd.sim.op_count import training_step_work
     from psgd.tasks.loaders import train_loader
-    from psgd.workers.step import forward_backward
     work = None
     if cfg.sim.hosts[cfg.sim.worker_kind].accelerators > 0 or cfg.workers.device_ms is not None:
         batch = next(train_loader(executor.task.train_data(), 0, cfg.cluster.workers, cfg.task.batch_size,
                                   cfg.run.seed))
         from psgd.tasks import build_model
         model = build_model(cfg, executor.task)
-        work = work_of(lambda: forward_backward(executor.task, model, batch))
+        work = training_step_work(executor.task, model, batch)
     hosts = HostModel.for_run(cfg, executor.num_shards, work)
     hosts.now = now
     return HostClock(cfg, hosts, executor.plans, list(executor.layout.shard_sizes), executor.reply_encoding, time)

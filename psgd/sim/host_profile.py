@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from psgd.config.operations import CODEC_WORDS_BEFORE
+
 __all__ = ["HostProfile", "Linear", "load_host_profile", "PROFILES_DIR"]
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -39,19 +41,48 @@ class Linear:
         return cls(round(max(s0 - per_byte * b0, 0.0) * 1e6, 3), round(1 / per_byte / 1e9, 4))
 
 
-def _at_rate(flops: float, sizes: tuple[int, ...], rates: tuple[float, ...]) -> float:
-    if flops <= 0:
+def _at_rate(size: float, sizes: tuple[int, ...], rates: tuple[float, ...], hold: bool = True) -> float:
+    """Seconds of one call of `size` (FLOPs or bytes): its time interpolated linearly between the two
+    sizes measured around it (a fixed cost per call plus a rate, as each stretch between two
+    measurements is); above the largest, at the largest's rate; below the smallest, the smallest's
+    time when `hold` (a kernel's call costs no less), else at the smallest's rate."""
+    if size <= 0:
         return 0.0
-    i = bisect.bisect_left(sizes, flops)
+    i = bisect.bisect_left(sizes, size)
+    if i == len(sizes):
+        return size / rates[-1]
+    if sizes[i] == size or (i == 0 and hold):
+        return sizes[i] / rates[i]
     if i == 0:
-        rate = rates[0]
-    elif i == len(sizes):
-        rate = rates[-1]
-    else:
-        x0, x1 = math.log(sizes[i - 1]), math.log(sizes[i])
-        w = (math.log(flops) - x0) / (x1 - x0)
-        rate = rates[i - 1] * (1 - w) + rates[i] * w
-    return flops / rate
+        return size / rates[0]
+    t0, t1 = sizes[i - 1] / rates[i - 1], sizes[i] / rates[i]
+    return t0 + (size - sizes[i - 1]) * (t1 - t0) / (sizes[i] - sizes[i - 1])
+
+
+def _by_positions(flops: float, positions: float, sizes: tuple[int, ...], rates: tuple[float, ...],
+                  at: tuple[int, ...]) -> float:
+    """A convolution's seconds from probes measured at several output-position counts (`at`, one per
+    probe; empty: one count): by FLOPs (_at_rate) among the probes of each of the two counts around
+    `positions`, then linearly in log positions between them; outside the counts measured, the
+    nearest count's."""
+    if not at or positions <= 0:
+        return _at_rate(flops, sizes, rates)
+    counts = sorted(set(at))
+
+    def row(count: int) -> float:
+        pairs = sorted((f, r) for f, r, a in zip(sizes, rates, at) if a == count)
+        return _at_rate(flops, tuple(f for f, _ in pairs), tuple(r for _, r in pairs))
+    i = bisect.bisect_left(counts, positions)
+    if i == 0 or i == len(counts):
+        return row(counts[min(i, len(counts) - 1)])
+    lo, hi = counts[i - 1], counts[i]
+    w = (math.log(positions) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return row(lo) * (1 - w) + row(hi) * w
+
+
+# The rate tables measured by size beyond the products': each NAME (sizes) beside NAME_per_s (rates).
+_SIZES = ("conv_flops", "conv_gradient_flops", "attention_flops", "attention_backward_flops", "memory_bytes")
+_COUNTS = ("conv_positions", "conv_gradient_positions")
 
 
 @dataclass(frozen=True)
@@ -61,7 +92,7 @@ class HostProfile:
     # One message's framing at each end (header packed, frames sent and received over TCP loopback,
     # header parsed): half the measured round trip's CPU at each end.
     message: Linear
-    # Per codec wire name: its encode (worker) and decode (shard) of an fp32 gradient.
+    # Per codec word: its encode (worker) and decode (shard) of an fp32 gradient.
     encode: dict[str, Linear]
     decode: dict[str, Linear]
     # Per update rule (optimizer.name): a shard's service of one fp32 push, its request and apply.
@@ -72,10 +103,27 @@ class HostProfile:
     matmul_flops: tuple[int, ...]
     matmul_flops_per_s: tuple[float, ...]
     worker_loop_us: float            # the worker loop's own Python per step (its event record, its batch)
-    # Convolutions, as the matrix products: FLOPs of one (forward) and the FLOP/s achieved; () : at the
-    # matrix products' rates.
+    # Convolutions, as the matrix products: FLOPs of one (forward) and the FLOP/s achieved (() : at the
+    # matrix products' rates). A convolution's rate depends on its output positions per call (batch x
+    # output length: the rows of its inner product) as well as its FLOPs: each probe's positions beside
+    # it (() : every probe at one count).
     conv_flops: tuple[int, ...] = ()
     conv_flops_per_s: tuple[float, ...] = ()
+    conv_positions: tuple[int, ...] = ()
+    # One gradient (input's or weight's) of a convolution's backward, as the convolutions; () : at their rates.
+    conv_gradient_flops: tuple[int, ...] = ()
+    conv_gradient_flops_per_s: tuple[float, ...] = ()
+    conv_gradient_positions: tuple[int, ...] = ()
+    # Attention (scaled dot product), forward and backward, as the products; () : at the products' rates.
+    attention_flops: tuple[int, ...] = ()
+    attention_flops_per_s: tuple[float, ...] = ()
+    attention_backward_flops: tuple[int, ...] = ()
+    attention_backward_flops_per_s: tuple[float, ...] = ()
+    # Every other operation (elementwise, reductions, copies, norms): bytes read and written by one call,
+    # and the rate they stream at beyond the call's dispatch; () : not measured, costed at nothing.
+    memory_bytes: tuple[int, ...] = ()
+    memory_bytes_per_s: tuple[float, ...] = ()
+    pass_us: float = 0.0             # one training pass (forward and its backward) beyond its operations
     host_to_device_gbytes_per_s: Optional[float] = None  # cuda only
     device_to_host_gbytes_per_s: Optional[float] = None
     notes: dict = field(default_factory=dict)
@@ -85,15 +133,39 @@ class HostProfile:
         return max(self.matmul_flops_per_s)
 
     def matmul_s(self, flops: float) -> float:
-        """One matrix product of `flops` at the rate measured for products of that size
-        (interpolated in log FLOPs between the sizes measured; the ends held)."""
+        """One matrix product of `flops`, at the times measured for products around its size (_at_rate)."""
         return _at_rate(flops, self.matmul_flops, self.matmul_flops_per_s)
 
-    def conv_s(self, flops: float) -> float:
-        """One convolution of `flops`, at the convolutions' measured rates (else the products')."""
+    def conv_s(self, flops: float, positions: float = 0) -> float:
+        """One convolution of `flops` over `positions` output positions, at the convolutions' measured
+        times (_by_positions; else the products')."""
         if not self.conv_flops:
             return self.matmul_s(flops)
-        return _at_rate(flops, self.conv_flops, self.conv_flops_per_s)
+        return _by_positions(flops, positions, self.conv_flops, self.conv_flops_per_s, self.conv_positions)
+
+    def conv_gradient_s(self, flops: float, positions: float = 0) -> float:
+        """One gradient of a convolution's backward, at their measured times (else the forward's)."""
+        if not self.conv_gradient_flops:
+            return self.conv_s(flops, positions)
+        return _by_positions(flops, positions, self.conv_gradient_flops, self.conv_gradient_flops_per_s,
+                             self.conv_gradient_positions)
+
+    def attention_s(self, flops: float) -> float:
+        """One attention, forward, at its measured rates (else the products')."""
+        if not self.attention_flops:
+            return self.matmul_s(flops)
+        return _at_rate(flops, self.attention_flops, self.attention_flops_per_s)
+
+    def attention_backward_s(self, flops: float) -> float:
+        if not self.attention_backward_flops:
+            return self.attention_s(flops)
+        return _at_rate(flops, self.attention_backward_flops, self.attention_backward_flops_per_s)
+
+    def memory_s(self, nbytes: float) -> float:
+        """One operation that streams `nbytes` (read and written), beyond its dispatch."""
+        if not self.memory_bytes:
+            return 0.0
+        return _at_rate(nbytes, self.memory_bytes, self.memory_bytes_per_s, hold=False)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -102,15 +174,17 @@ class HostProfile:
     def from_dict(cls, d: dict) -> "HostProfile":
         lin = lambda v: Linear(float(v["fixed_us"]), float(v["gbytes_per_s"]))  # noqa: E731
         return cls(measured_on=str(d["measured_on"]), device=str(d["device"]), message=lin(d["message"]),
-                   encode={k: lin(v) for k, v in d["encode"].items()},
-                   decode={k: lin(v) for k, v in d["decode"].items()},
+                   encode={CODEC_WORDS_BEFORE.get(k, k): lin(v) for k, v in d["encode"].items()},
+                   decode={CODEC_WORDS_BEFORE.get(k, k): lin(v) for k, v in d["decode"].items()},
                    apply={k: lin(v) for k, v in d["apply"].items()},
                    memory_gbytes_per_s=float(d["memory_gbytes_per_s"]), dispatch_us=float(d["dispatch_us"]),
                    matmul_flops=tuple(int(x) for x in d["matmul_flops"]),
                    matmul_flops_per_s=tuple(float(x) for x in d["matmul_flops_per_s"]),
                    worker_loop_us=float(d["worker_loop_us"]),
-                   conv_flops=tuple(int(x) for x in d.get("conv_flops", ())),
-                   conv_flops_per_s=tuple(float(x) for x in d.get("conv_flops_per_s", ())),
+                   **{k: tuple(int(x) for x in d.get(k, ())) for k in _SIZES},
+                   **{k + "_per_s": tuple(float(x) for x in d.get(k + "_per_s", ())) for k in _SIZES},
+                   **{k: tuple(int(x) for x in d.get(k, ())) for k in _COUNTS},
+                   pass_us=float(d.get("pass_us", 0.0)),
                    host_to_device_gbytes_per_s=d.get("host_to_device_gbytes_per_s"),
                    device_to_host_gbytes_per_s=d.get("device_to_host_gbytes_per_s"), notes=d.get("notes", {}))
 

@@ -147,7 +147,7 @@ class HostModel:
         return table[encoding]
 
     def reply_out_s(self, encoding: str, numel: int, wire_bytes: int) -> float:
-        """A shard's reply: its parameters encoded (f32: as they are), framed and sent."""
+        """A shard's reply: its parameters encoded (none: as they are), framed and sent."""
         return self.codec(self.profile.encode, encoding).seconds(4 * numel) + self.profile.message.seconds(wire_bytes)
 
     def reply_in_s(self, encoding: str, numel: int, wire_bytes: int) -> float:

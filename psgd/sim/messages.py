@@ -85,8 +85,9 @@ class Reply:
     gen: int = 0        # the worker incarnation it answers (psgd.sim.faults)
     shard_gen: int = 0  # the shard incarnation that sent it
     request: int = 0    # the worker's request it answers
-    encoding: str = "f32"  # the parameters' encoding on the wire (wire.compression.replies)
+    encoding: str = "none"  # the parameters' encoding on the wire (wire.compression.replies)
     welcome: bool = False  # a registration's answer (not counted as pulled, as a real worker does not)
+    held_s: float = 0.0    # simulated seconds the pull stayed parked on the shard (a barrier, a bound)
 
     @property
     def wire_bytes(self) -> int:

@@ -18,11 +18,11 @@ import torch
 
 from psgd.core.rules import RULES
 from psgd.sim.host_profile import HostProfile, Linear
+from psgd.sim.profile_compute import measure_compute
 
 __all__ = ["measure_host_profile", "SMALL_BYTES", "LARGE_BYTES"]
 
 SMALL_BYTES, LARGE_BYTES = 4096, 4 << 20   # the two gradient sizes every linear cost is fitted on
-MATMUL_SIZES = (16, 32, 64, 128, 256, 512, 1024)
 
 
 def _cpu_s(fn: Callable[[], object], min_s: float = 0.05, repeats: int = 5) -> float:
@@ -94,37 +94,10 @@ def _apply() -> dict[str, Linear]:
 
             def once():
                 seq[0] += 1
-                service.push(PushFields(0, seq[0], seq[0] - 1, 0, numel), 0.0, lambda: grad)
+                service.push(PushFields(0, seq[0], seq[0] - 1, 0, numel), 0.0, grad)
             return once
         out[rule] = _linear(make)
     return out
-
-
-def _matmul(device: torch.device) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    flops, rates = [], []
-    for n in MATMUL_SIZES:
-        a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-        product = lambda a=a, b=b: a @ b  # noqa: E731
-        s = _cuda_s(product) if device.type == "cuda" else _cpu_s(product, min_s=0.03)
-        flops.append(2 * n ** 3)
-        rates.append(round(2 * n ** 3 / s, 1))
-    return tuple(flops), tuple(rates)
-
-
-CONV_CHANNELS = (8, 32, 128, 256)  # Conv1d(c, c, 3) on a batch of 32 x 128 positions
-
-
-def _conv(device: torch.device) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """One-dimensional convolutions, forward, at widths CONV_CHANNELS: FLOPs and FLOP/s achieved."""
-    flops, rates = [], []
-    for c in CONV_CHANNELS:
-        x, w = torch.randn(32, c, 128, device=device), torch.randn(c, c, 3, device=device)
-        conv = lambda x=x, w=w: torch.nn.functional.conv1d(x, w, padding=1)  # noqa: E731
-        s = _cuda_s(conv) if device.type == "cuda" else _cpu_s(conv, min_s=0.03)
-        f = 2 * 32 * 128 * c * c * 3
-        flops.append(f)
-        rates.append(round(f / s, 1))
-    return tuple(flops), tuple(rates)
 
 
 def _cuda_s(fn: Callable[[], object], calls: int = 200) -> float:
@@ -136,24 +109,6 @@ def _cuda_s(fn: Callable[[], object], calls: int = 200) -> float:
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) / calls
-
-
-def _dispatch_us(device: torch.device) -> float:
-    """One counted operation of a training step whose products are negligible: a probe of eight
-    Linear(4, 4) + ReLU layers, forward and backward, its time over its operations as
-    psgd.sim.op_count counts them (autograd's bookkeeping and the views it does not count included;
-    cuda: wall time, synchronized: a kernel's launch)."""
-    from psgd.sim.op_count import work_of
-    layers = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
-                                   for _ in range(8)]).to(device)
-    x = torch.randn(2, 4, device=device)
-
-    def step():
-        layers.zero_grad(set_to_none=False)
-        layers(x).sum().backward()
-    ops = work_of(step).ops
-    seconds = _cuda_s(step, calls=200) if device.type == "cuda" else _cpu_s(step)
-    return round(seconds / ops * 1e6, 3)
 
 
 def _worker_loop_us() -> float:
@@ -199,14 +154,11 @@ def measure_host_profile(device: str = "cpu") -> HostProfile:
     copy = big.clone()
     memory = round(big.numel() / _cpu_s(lambda: copy.copy_(big), min_s=0.05) / 1e9, 3)
     encode, decode = _codecs()
-    flops, rates = _matmul(dev)
-    conv_flops, conv_rates = _conv(dev)
+    compute = measure_compute(device)
     h2d, d2h = _copies() if dev.type == "cuda" else (None, None)
     name = torch.cuda.get_device_name(0) if dev.type == "cuda" else (platform.processor() or platform.machine())
     measured_on = (f"{name}, {platform.node()}, torch {torch.__version__}, one thread, "
                    f"{time.strftime('%Y-%m-%d', time.gmtime())} (psgd sim profile --device {device})")
     return HostProfile(measured_on=measured_on, device=device, message=_message(), encode=encode, decode=decode,
-                       apply=_apply(), memory_gbytes_per_s=memory, dispatch_us=_dispatch_us(dev),
-                       matmul_flops=flops, matmul_flops_per_s=rates, worker_loop_us=_worker_loop_us(),
-                       conv_flops=conv_flops, conv_flops_per_s=conv_rates,
-                       host_to_device_gbytes_per_s=h2d, device_to_host_gbytes_per_s=d2h)
+                       apply=_apply(), memory_gbytes_per_s=memory, worker_loop_us=_worker_loop_us(),
+                       host_to_device_gbytes_per_s=h2d, device_to_host_gbytes_per_s=d2h, **compute)

@@ -124,8 +124,8 @@ class TimeModel:
         return cls.from_config(cfg.sim, compute_ms, reply=reply_encoding(cfg.wire)).for_plans(plans, cfg.sim)
 
     @classmethod
-    def from_config(cls, sim: SimConfig, compute_ms: float, encoding: str = "f32",
-                    reply: str = "f32") -> "TimeModel":
+    def from_config(cls, sim: SimConfig, compute_ms: float, encoding: str = "none",
+                    reply: str = "none") -> "TimeModel":
         """`compute_ms`: the step time before sim.speedup (psgd.sim.compute resolves it);
         `encoding`: one push encoding for every shard (a run's own: `for_run`); `reply`: its
         replies' (psgd.wire.replies.reply_encoding: decoded at the codec's own rate, as

@@ -11,11 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from psgd.config.task_sources import OBJECT_PREFIX
 from psgd.runtime.files import atomic_write
 
 __all__ = ["OBJECT_PREFIX", "is_object_spec", "save_object", "load_object"]
-
-OBJECT_PREFIX = "object:"
 
 
 def is_object_spec(spec: str) -> bool:

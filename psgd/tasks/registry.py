@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from psgd.config import Config
+from psgd.config.task_sources import BUILTIN_DATASET_NAMES, BUILTIN_MODEL_NAMES
 from psgd.tasks.cache import TaskShape, load_shape, load_split
 from psgd.tasks.contract import (
     DatasetContractError,
@@ -238,6 +239,10 @@ def _char_transformer(in_features: int, num_outputs: int, **kwargs):
 
 BUILTIN_MODELS = {"mlp": MLP, "cnn": SmallCNN, "linear": _linear, "cnn1d": _cnn1d,
                   "char_transformer": _char_transformer}
+# The config refuses other names before torch loads (psgd/config/task_sources.py): the two lists are one.
+if tuple(BUILTIN_MODELS) != BUILTIN_MODEL_NAMES or tuple(BUILTIN_DATASETS) != BUILTIN_DATASET_NAMES:
+    raise ImportError(f"psgd.tasks builds models {tuple(BUILTIN_MODELS)} and datasets {tuple(BUILTIN_DATASETS)}, "
+                      f"but the config accepts {BUILTIN_MODEL_NAMES} and {BUILTIN_DATASET_NAMES}")
 
 
 # Seeding and building share torch's global generator: shards, clients and tests

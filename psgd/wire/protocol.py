@@ -87,7 +87,7 @@ class Welcome(Record):
     session: str = ""           # workers: heartbeats for the rank must carry this
     shm: bool = False           # the offered segment is attached: payloads may travel through it
     bell: bool = False          # the offered doorbell is open: header-only messages may ring it
-    encoding: str = "f32"       # the parameters' encoding, as in PARAMS (a worker's: wire.compression.replies)
+    encoding: str = "none"      # the parameters' encoding, as in PARAMS (a worker's: wire.compression.replies)
     scale: float = 1.0          # dense encodings: value = wire * scale
 
 
@@ -106,7 +106,7 @@ class Push(Record):
     seq: int = 0                # per-worker sequence number; a resend reuses it
     clock: int = 0              # worker clock this gradient belongs to
     read_version: int = 0       # shard version of the parameters the gradient was computed on
-    encoding: str = "f32"       # a codec's wire name (psgd.wire.codecs): its frames follow
+    encoding: str = "none"      # a codec's word (psgd.wire.codecs): its frames follow
     scale: float = 1.0
     numel: int = 0              # elements of the (dense) gradient
     nnz: int = 0                # sparse encodings: coordinates carried
@@ -143,11 +143,14 @@ class Params(Record):
     version: int = 0
     clock: int = 0              # the requester's clock as the shard sees it
     min_clock: int = 0          # slowest live worker's clock when answered
-    encoding: str = "f32"       # a codec's wire name (wire.compression.replies; psgd.wire.replies): its frames follow
+    encoding: str = "none"      # a codec's word (wire.compression.replies; psgd.wire.replies): its frames follow
     scale: float = 1.0          # dense encodings: value = wire * scale
     numel: int = 0
     shm: bool = False           # the parameters lie in the segment's reply region, stamped with req; no frame
     fastest_step_s: float = 0.0  # the fastest live worker's latest time per training step (0: not known)
+    # Seconds the pull stayed parked on the shard (a BSP barrier, an SSP bound); absent from the
+    # header at 0, so a worker that predates it reads every pull answered at once.
+    held_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -276,6 +279,8 @@ def encode(record: Record, frames: Sequence[Any] = ()) -> list:
             del fields[name]
     if isinstance(record, Push) and not record.runs:
         del fields["runs"]
+    elif isinstance(record, Params) and not record.held_s:
+        del fields["held_s"]
     header = msgpack.packb([PROTOCOL_VERSION, int(record.TYPE), req, fields], use_bin_type=True)
     return [header, *frames]
 

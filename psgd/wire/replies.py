@@ -26,7 +26,7 @@ __all__ = ["ReplyEncoder", "ReplyDecoder", "decode_reply", "reply_encoding", "re
 
 
 def reply_encoding(wire: WireConfig) -> str:
-    """The wire name of the codec the parameters in replies to workers' pulls travel in."""
+    """The word of the codec the parameters in replies to workers' pulls travel in."""
     return codec_for_compression(wire.reply_compression).name
 
 

@@ -2,7 +2,7 @@
 BSP with a 4x slower rank 3 explain names rank 3 as the one the others wait on and gives
 their wait share, under ASP it names no barrier; --what-if backup_workers=1 predicts a
 shorter time to target on the calibrated run; the trace of a real and of a simulated run
-is valid Chrome trace; the live view names a SIGSTOPped worker within 2 s and changes nothing."""
+is valid Chrome trace and shows the fast workers' barrier waits; the live view names a SIGSTOPped worker within 2 s and changes nothing."""
 import json
 import os
 import signal
@@ -78,6 +78,11 @@ def test_the_trace_of_a_real_and_a_simulated_run_is_valid(bsp_run, tmp_path):
         assert doc["otherData"]["clock"] == clock
         tracks = {e["tid"] for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 1}
         assert tracks == {0, 1, 2, 3}  # a track per worker, the same on both
+        # Where each worker waited: the fast ranks at the barrier for the slow one, far longer than it.
+        waits = [e for e in doc["traceEvents"] if e.get("cat") == "wait"]
+        assert {e["name"] for e in waits} == {"barrier wait"}
+        waited = {r: sum(e["dur"] for e in waits if e["tid"] == r) for r in range(4)}
+        assert all(waited[r] > 2 * waited[SLOW] for r in range(4) if r != SLOW), (clock, waited)
 
 
 @pytest.mark.timeout(300)

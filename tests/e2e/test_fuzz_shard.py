@@ -1,5 +1,5 @@
 """Hostile input at a live shard: 10,000 malformed or random messages (seeded
-generator, every wire encoding: f32, f16, bf16, top-k) interleaved with a real
+generator, every wire encoding: none, fp16, bf16, top-k) interleaved with a real
 client's training pushes. Every bad message
 gets an ERROR reply and is counted, the real client is still served, and the
 parameters stay bit-identical to a control shard that saw only the real pushes.
@@ -53,7 +53,7 @@ class BadMessages:
         return self._bytes(((self.numel if n is None else n) * itemsize))
 
     def _push(self, **over):
-        fields = dict(rank=FUZZER, seq=10**6, clock=0, read_version=0, encoding="f32", scale=1.0, numel=self.numel)
+        fields = dict(rank=FUZZER, seq=10**6, clock=0, read_version=0, encoding="none", scale=1.0, numel=self.numel)
         fields.update(over)
         return fields
 
@@ -113,7 +113,7 @@ class BadMessages:
         return True, [head(P.MsgType.PUSH_PULL, self._push()), self._bytes(self.numel * 4 + extra)]
 
     def k_push_bad_dtype(self):
-        enc = self.rng.choice(["f64", "int8", "", "F32", "pickle"])
+        enc = self.rng.choice(["f64", "int8", "", "F32", "f32", "pickle"])  # f32: the word before "none"
         return True, [head(P.MsgType.PUSH, self._push(encoding=enc)), self._grad()]
 
     def k_push_frame_count(self):
@@ -156,7 +156,7 @@ class BadMessages:
         return True, [head(P.MsgType.LEAVE, {"rank": WORKER})]
 
     def k_push_half_bad(self):  # the scaled 16-bit encodings
-        enc = self.rng.choice(["f16", "bf16"])
+        enc = self.rng.choice(["fp16", "bf16"])
         if self.rng.random() < 0.5:
             return True, [head(P.MsgType.PUSH, self._push(encoding=enc)), self._grad(itemsize=4)]
         return True, [head(P.MsgType.PUSH_PULL, self._push(encoding=enc, scale=self.rng.choice([0.0, -2.0]))),

@@ -126,7 +126,7 @@ def test_second_connection_cannot_act_for_a_rank_and_the_run_is_unaffected(tmp_p
             def absurd(raw, numel):
                 bad = {}
                 for field, value in (("seq", 2**63), ("clock", 10**12)):
-                    fields = {"rank": 2, "seq": 0, "clock": 0, "read_version": 0, "encoding": "f32", "numel": numel}
+                    fields = {"rank": 2, "seq": 0, "clock": 0, "read_version": 0, "encoding": "none", "numel": numel}
                     fields[field] = value
                     bad[field] = raw.ask(P.MsgType.PUSH, fields, torch.zeros(numel).numpy().tobytes())
                 bad["pull_clock"] = raw.ask(P.MsgType.PULL, {"rank": 2, "clock": 10**12})
@@ -143,7 +143,7 @@ def test_second_connection_cannot_act_for_a_rank_and_the_run_is_unaffected(tmp_p
                 out = {}
                 for s, raw in enumerate(raws):
                     m = layout.shard_sizes[s]
-                    push = {"rank": 0, "seq": 10**3, "clock": 4, "read_version": 0, "encoding": "f32", "numel": m}
+                    push = {"rank": 0, "seq": 10**3, "clock": 4, "read_version": 0, "encoding": "none", "numel": m}
                     zeros = torch.zeros(m).numpy().tobytes()
                     r = {}
                     r["mismatch"] = raw.ask(P.MsgType.REGISTER, {"rank": 0, "role": "worker", "fingerprint": "x"})

@@ -22,7 +22,7 @@ BUILD_AFTER_PRELOAD = """
 import json, sys
 import torch
 from psgd.config import load_config
-from psgd.core.local_updates import inner_torch_optimizer
+from psgd.core.local_methods.optimizers import inner_torch_optimizer
 from psgd.orchestrate.fork import preload
 cfg = load_config(None, sys.argv[1:])
 preload(cfg)

@@ -60,7 +60,7 @@ def params(raw: Raw, clock: int, numel: int) -> torch.Tensor:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("encoding", ["int8", "int4", "int2ef"])
+@pytest.mark.parametrize("encoding", ["int8", "int4", "int2_ef"])
 def test_forged_quantized_pushes_are_refused_and_a_resent_delta_applies_once(tmp_path, encoding):
     address = f"127.0.0.1:{free_ports('127.0.0.1', 1)[0]}"
     # Plain local SGD (outer lr 1, no momentum), one worker: a delta d moves the shard to p - d.

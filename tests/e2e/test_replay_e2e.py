@@ -86,16 +86,16 @@ def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides, req
     assert len(summary["staleness_hist"]) > 1, summary["staleness_hist"]
     layout = make_layout([(k, tuple(v.shape)) for k, v in saved.items()], shards)  # the mlp: parameters only
     sizes = layout.shard_sizes
-    encoding = "int8" if "replies" in overrides[-1] else "f32"
+    encoding = "int8" if "replies" in overrides[-1] else "none"
     assert summary["pull_compression_ratio"] == round(sum(reply_nbytes(encoding, n) for n in sizes)
                                                       / (4 * sum(sizes)), 6)
     if "{" in overrides[-1] and "replies" not in overrides[-1]:  # bytes per example: every run's encoded bytes
         plans = push_plans(load_config(None, [overrides[-1]]).wire, layout, local_updates=False)
-        expected = [["int8"], ["int8", "f32"]] if BY_TENSOR in overrides[-1] else [["int8"], ["int8"], ["f32"]]
+        expected = [["int8"], ["int8", "none"]] if BY_TENSOR in overrides[-1] else [["int8"], ["int8"], ["none"]]
         assert [[r.encoding for r in plan] for plan in plans] == expected
         assert summary["compression_ratio"] == round(sum(wire_nbytes(r.encoding, r.numel) for plan in plans
                                                          for r in plan) / (4 * sum(sizes)), 6)
-    assert (summary["codec_reply_encode_s"] is None) is (encoding == "f32")
+    assert (summary["codec_reply_encode_s"] is None) is (encoding == "none")
 
 
 @pytest.mark.timeout(200)
@@ -157,7 +157,7 @@ def test_local_updates_replay_exactly_and_the_simulator_runs_the_same_rounds(tmp
 
 
 SPARSELOCO = [*DILOCO, "local.method=sparseloco", "local.outer_nesterov=false", "local.outer_momentum=0.95",
-              "local.outer_lr=1.0", "wire.compression=topk", "wire.topk_ratio=0.03"]
+              "local.outer_lr=1.0", "wire.compression=topk_int2", "wire.topk_ratio=0.03"]
 
 
 @pytest.mark.timeout(200)
@@ -167,12 +167,12 @@ def test_sparseloco_runs_for_real_replays_exactly_and_the_simulator_sends_the_sa
     assert code == 0, output
     code, result, err = _replay(real)
     assert code == 0 and result["identical"], (result, err)
-    # Every delta push carries k = 3% of each shard's coordinates (an int32 index and an fp32 value
-    # each): 8 rounds of 8 steps per worker (60 steps, the last round flushed), 4 workers.
+    # Every delta push carries k = 3% of each shard's coordinates (an int32 index and a 2-bit code
+    # each, one fp32 scale per 64): 8 rounds of 8 steps per worker (60 steps, the last round flushed), 4 workers.
     cfg = load_config(real / "config.yaml")
     saved = torch.load(real / "model.pt", weights_only=True)
     sizes = make_layout([(k, tuple(v.shape)) for k, v in saved.items()], cfg.cluster.num_servers).shard_sizes
-    per_push = sum(wire_nbytes("topk", n, topk_count(n, 0.03)) for n in sizes)
+    per_push = sum(wire_nbytes("topk_int2", n, topk_count(n, 0.03)) for n in sizes)
     assert summary["wire_bytes_sent"] == 4 * 8 * per_push
     code, output, simulated = launch(real / "config.yaml", tmp_path / "sim", "cluster.launcher=sim", timeout=100)
     assert code == 0, output

@@ -26,7 +26,7 @@ class Flat(nn.Module):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("encoding", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("encoding", ["none", "fp16", "bf16"])
 def test_gradients_go_from_the_segment_they_were_made_in(encoding, monkeypatch):
     numel = 30_000
     with BenchShards(numel, 1) as a, BenchShards(numel, 1) as b:
@@ -52,7 +52,7 @@ def test_gradients_go_from_the_segment_they_were_made_in(encoding, monkeypatch):
                 for m in models:
                     m.w.grad = g.clone()
                 grads = [sync.gradients() for sync in syncs]
-                if encoding == "f32":  # flattened straight into the request region
+                if encoding == "none":  # flattened straight into the request region
                     assert grads[0][0].data_ptr() == seg.request_tensor(torch.float32, numel).data_ptr()
                 else:                  # the fp32 gradient stays private; its encoding goes into the region
                     assert grads[0][0].data_ptr() == syncs[0].host_grads[0].data_ptr()

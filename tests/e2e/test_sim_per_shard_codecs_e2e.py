@@ -28,7 +28,7 @@ def test_the_simulated_quickstart_pushes_each_shard_in_its_own_codec(tmp_path):
     saved = torch.load(run_dir / "model.pt", weights_only=True)
     layout = make_layout([(k, tuple(v.shape)) for k, v in saved.items()], 3)
     plans = push_plans(load_config(run_dir / "config.yaml").wire, layout, local_updates=False)
-    assert [[r.encoding for r in plan] for plan in plans] == [["int8"], ["int8"], ["f32"]]
+    assert [[r.encoding for r in plan] for plan in plans] == [["int8"], ["int8"], ["none"]]
     per_push = sum(wire_nbytes(plan[0].encoding, n) for plan, n in zip(plans, layout.shard_sizes))
     done = [e for e in read_events(run_dir) if e.get("event") == "done" and e.get("role") == "worker"]
     assert len(done) == 4

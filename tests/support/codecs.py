@@ -5,7 +5,7 @@ import torch
 from psgd.wire.codecs import CodecCost, DenseCodec
 
 
-def half_codec(name: str = "half", config_name: str = "half") -> type[DenseCodec]:
+def half_codec(name: str = "half") -> type[DenseCodec]:
     class Half(DenseCodec):
         wire_dtype = torch.float16
         elementwise = True
@@ -18,5 +18,5 @@ def half_codec(name: str = "half", config_name: str = "half") -> type[DenseCodec
         def fill(self, grad, out):
             out.copy_(grad)
             return out, 1.0
-    Half.name, Half.config_name = name, config_name
+    Half.name = name
     return Half

@@ -25,5 +25,5 @@ def method_for(cfg: Config) -> LocalMethod:
     return LOCAL_METHODS[cfg.local.method](cfg)
 
 
-import_members("psgd.core.local_methods", ("base", "registry"), LOCAL_METHODS.values)
+import_members("psgd.core.local_methods", ("base", "registry", "optimizers", "pace"), LOCAL_METHODS.values)
 check_local_methods(LOCAL_METHODS, typing.get_args(LocalMethodWord))

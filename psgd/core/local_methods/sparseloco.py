@@ -7,10 +7,10 @@ place of the outer momentum:
     e <- e - sent
 
 and the shards step the mean of what was sent with SGD at local.outer_lr, without momentum.
-The top-k and the 2-bit quantizer are the wire's own codecs (`wire.compression: topk`,
-`int2_ef`), applied by round trip through what the worker hands `outgoing`; the push then
-travels in the run's top-k codec, which sends exactly the k coordinates chosen here, so its
-own residual stays zero."""
+The push travels in the wire's `topk_int2` codec (the top-k codec's choice of coordinates,
+int2_ef's 2-bit values: psgd/wire/codecs/topk_int2.py), which keeps no residual: this method
+hands it e and learns `sent` from the same codec's round trip, so the wire carries exactly
+the indices and 2-bit codes that the shards apply."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,8 +20,7 @@ import torch
 from psgd.config import Config, ConfigError, OptimizerConfig
 from psgd.core.local_methods.base import Codecs, LocalMethod, local_method
 
-SPARSE = "topk"     # the wire.compression word whose round trip keeps the k largest magnitudes
-QUANTIZED = "int2_ef"  # and the one whose round trip quantizes values to 2 bits (a fresh residual)
+SENT = "topk_int2"  # the wire.compression word of what a delta travels as
 
 
 @local_method
@@ -40,17 +39,15 @@ class SparseLoCo(LocalMethod):
         return dataclasses.replace(super().outer_rule(optimizer, live), momentum=0.0, nesterov=False)
 
     def outgoing(self, deltas: list[torch.Tensor], codecs: Codecs) -> list[torch.Tensor]:
-        if any(word != SPARSE for word in codecs.pushes):
-            raise ConfigError("wire.compression", f"local.method sparseloco sends top-k coordinates: set {SPARSE} "
-                              f"for deltas (got {', '.join(sorted(set(codecs.pushes)))})")
+        if any(word != SENT for word in codecs.pushes):
+            raise ConfigError("wire.compression", f"local.method sparseloco sends top-k coordinates in 2 bits: set "
+                              f"{SENT} for deltas (got {', '.join(sorted(set(codecs.pushes)))})")
         if not self.errors:
             self.errors = [torch.zeros_like(d) for d in deltas]
         for error, delta in zip(self.errors, deltas):
             error.mul_(self.local.outer_momentum).add_(delta)
-            kept = codecs.round_trip(SPARSE, error)
-            index = kept.nonzero().flatten()
-            delta.zero_().index_copy_(0, index, codecs.round_trip(QUANTIZED, kept[index]))
-            error.sub_(delta)
+            delta.copy_(error)  # what the push encodes: the codec sends int2(topk(e)) of it
+            error.sub_(codecs.round_trip(SENT, error))
         return deltas
 
     def state_dict(self) -> dict:

@@ -122,7 +122,9 @@ class MetricsExport:
         for tag, hist in (("staleness", staleness), ("clock_gap", gaps)):
             if hist.total:
                 _add_histogram(tb, tag, hist, step, wall)
-        tb.flush()
+
+
+TENSORBOARD_FLUSH_S = 5  # how stale a live TensorBoard view of a running job may be
 
 
 def _tensorboard_writer(log_dir: Path):
@@ -131,7 +133,9 @@ def _tensorboard_writer(log_dir: Path):
     except ImportError:
         raise RuntimeError("logging.tensorboard needs the tensorboard package: "
                            "pip install 'psgd[tensorboard]'") from None
-    return SummaryWriter(log_dir=str(log_dir))
+    # Flushed on a timer and at close, not per evaluation: a flush waits for the writer's
+    # thread, and a bench matrix evaluates hundreds of times a run.
+    return SummaryWriter(log_dir=str(log_dir), flush_secs=TENSORBOARD_FLUSH_S)
 
 
 def _add_histogram(tb, tag: str, hist: Histogram, step: int, wall: float) -> None:

@@ -26,7 +26,7 @@ def state_shape(cfg: Config) -> dict[str, Any]:
     """The state-shaping keys of `cfg`, as JSON values (what a later --resume must still match)."""
     import torch
 
-    from psgd.core.local_updates import server_optimizer
+    from psgd.core.local_methods.optimizers import server_optimizer
     from psgd.core.rules.updater import ShardUpdater
     shape = {"task.model": cfg.task.model, "task.dataset": cfg.task.dataset,
              # the layout (a model's width) and what its outputs mean follow from these

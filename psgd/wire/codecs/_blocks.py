@@ -33,7 +33,8 @@ from psgd.wire.codecs.base import Codec, CodecOptions, Encoded, Gradient
 from psgd.wire.frames import tensor_frame, view_frame
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
-__all__ = ["BLOCK", "BlockCodec", "block_amax", "error_bound", "pack", "unpack", "quantize", "dequantize"]
+__all__ = ["BLOCK", "BlockCodec", "block_amax", "error_bound", "pack", "unpack", "quantize", "dequantize",
+           "decode_blocks", "blocks_nbytes"]
 
 BLOCK = 64  # elements per scale: 4 / 64 = 0.0625 bytes of scale per element
 
@@ -125,6 +126,11 @@ def packed_nbytes(numel: int, bits: int) -> int:
     return math.ceil(numel * bits / 8)
 
 
+def blocks_nbytes(numel: int, bits: int) -> int:
+    """Payload bytes of `numel` values in `bits`-bit codes: the packed codes and one fp32 scale a block."""
+    return packed_nbytes(numel, bits) + 4 * _blocks(numel)
+
+
 class BlockCodec(Codec):
     """A block-scaled integer codec of `bits` bits (see the module docstring)."""
 
@@ -145,7 +151,7 @@ class BlockCodec(Codec):
 
     @classmethod
     def wire_nbytes(cls, numel: int, nnz: int = 0) -> int:
-        return packed_nbytes(numel, cls.bits) + 4 * _blocks(numel)
+        return blocks_nbytes(numel, cls.bits)
 
     def encode(self, shard: int, grad: torch.Tensor, out: Optional[torch.Tensor] = None) -> Encoded:
         if out is not None:
@@ -168,12 +174,19 @@ class BlockCodec(Codec):
         if len(frames) != 2:
             raise ProtocolError(ErrorCode.BAD_FRAMES,
                                 f"{cls.name} gradient needs a code and a scale frame, got {len(frames)}")
-        if scale != 1.0:
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"{cls.name} carries its scales in its frame: header scale must be 1")
-        packed = view_frame(frames[0], torch.uint8, packed_nbytes(numel, cls.bits), "code")
-        scales = view_frame(frames[1], torch.float32, _blocks(numel), "scale")
-        if scales.numel() and not bool(((scales >= 0) & (scales <= max_scale(cls.bits))).all()):  # NaN fails too
-            raise ProtocolError(ErrorCode.BAD_VALUE, f"{cls.name} block scales must be finite and >= 0, "
-                                f"at most {float(max_scale(cls.bits)):.6g}")
-        out = torch.empty(numel) if out is None else out[:numel]  # the simulator passes none for a non-dense codec
-        return dequantize(unpack(packed, cls.bits, numel), scales, cls.bits, out)
+        return decode_blocks(cls.name, cls.bits, frames, numel, scale, out)
+
+
+def decode_blocks(name: str, bits: int, frames: Sequence[Any], numel: int, scale: float,
+                  out: Optional[torch.Tensor]) -> torch.Tensor:
+    """`numel` fp32 values from a code frame and a scale frame (frames[0], frames[1]) of
+    `bits`-bit block codes, into `out` (or a new tensor), checked as BlockCodec.decode says."""
+    if scale != 1.0:
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"{name} carries its scales in its frame: header scale must be 1")
+    packed = view_frame(frames[0], torch.uint8, packed_nbytes(numel, bits), "code")
+    scales = view_frame(frames[1], torch.float32, _blocks(numel), "scale")
+    if scales.numel() and not bool(((scales >= 0) & (scales <= max_scale(bits))).all()):  # NaN fails too
+        raise ProtocolError(ErrorCode.BAD_VALUE, f"{name} block scales must be finite and >= 0, "
+                            f"at most {float(max_scale(bits)):.6g}")
+    out = torch.empty(numel) if out is None else out[:numel]  # the simulator passes none for a non-dense codec
+    return dequantize(unpack(packed, bits, numel), scales, bits, out)

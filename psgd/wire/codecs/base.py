@@ -2,8 +2,8 @@
 that holds every codec, checked as each one is added.
 
 A codec is one class in one module of this package, decorated with `@codec`:
-its wire name (the protocol's `encoding` field), the `wire.compression` value
-that selects it, its payload's frames and dtype, whether it encodes element by
+its one word (`name`: the `wire.compression` value that selects it, the protocol's
+`encoding` field, the bench's `+` suffix), its payload's frames and dtype, whether it encodes element by
 element, what it costs on the wire (bytes per gradient element) and on a CPU
 thread (`cost`: encode and decode rates, stated with where they were measured;
 the simulator's time model reads both), and `encode` / `decode`. `@codec`
@@ -61,7 +61,7 @@ class CodecCost:
 @dataclass(frozen=True)
 class Encoded:
     frames: list            # payload frames for this shard's push
-    encoding: str           # the codec's wire name
+    encoding: str           # the codec's word
     scale: float = 1.0      # value = wire * scale (scaled codecs)
     nnz: int = 0            # sparse codecs: coordinates sent
     tensor: Optional[torch.Tensor] = None  # dense codecs: the payload the frame views
@@ -72,13 +72,13 @@ class Codec(ABC):
     """One gradient encoding. Subclasses set every class attribute below and
     implement the abstract methods; `@codec` checks both."""
 
-    name: ClassVar[str]               # the protocol's `encoding` value, on the wire
-    config_name: ClassVar[str]        # the `wire.compression` value that selects it
+    name: ClassVar[str]               # its word: the `wire.compression` value and the protocol's `encoding`
     frames: ClassVar[int]             # payload frames after a push's header
     wire_dtype: ClassVar[torch.dtype]  # dtype of the values it sends
     dense: ClassVar[bool]             # one frame of `numel` values (may travel through shared memory)
     elementwise: ClassVar[bool]       # an element's bytes depend on it alone: a gradient may go in pieces
     error_feedback: ClassVar[bool]    # keeps a residual per receiver (never for replies, sent to many workers)
+    sparse: ClassVar[bool] = False    # decodes to (indices, values) of some coordinates (never for replies either)
     cost: ClassVar[Optional[CodecCost]]  # CPU time to encode and decode; None: free (the gradient travels as it is)
 
     def __init__(self, sizes: Sequence[int], options: CodecOptions):
@@ -199,11 +199,11 @@ def _flat(grad: torch.Tensor) -> torch.Tensor:
     return grad if grad.dim() == 1 else grad.reshape(-1)
 
 
-# Wire name -> codec class; filled by @codec as each member module is imported.
+# Word -> codec class; filled by @codec as each member module is imported.
 CODECS: dict[str, type[Codec]] = {}
 
-_ATTRIBUTES = {"name": str, "config_name": str, "frames": int, "wire_dtype": torch.dtype, "dense": bool,
-               "elementwise": bool, "error_feedback": bool}
+_ATTRIBUTES = {"name": str, "frames": int, "wire_dtype": torch.dtype, "dense": bool,
+               "elementwise": bool, "error_feedback": bool, "sparse": bool}
 
 
 def codec(cls: type[Codec]) -> type[Codec]:
@@ -221,11 +221,12 @@ def codec(cls: type[Codec]) -> type[Codec]:
         raise TypeError(f"codec {cls.__name__} lacks {', '.join(missing)}")
     if cls.frames < 1 or (cls.dense and cls.frames != 1):
         raise TypeError(f"codec {cls.__name__}: frames must be >= 1, and 1 for a dense codec")
+    if cls.sparse and cls.dense:
+        raise TypeError(f"codec {cls.__name__}: a sparse codec cannot be dense")
     if cls.elementwise and not cls.dense:
         raise TypeError(f"codec {cls.__name__}: only a dense codec can be elementwise")
     for other in CODECS.values():
-        if other is not cls and (other.name == cls.name or other.config_name == cls.config_name):
-            raise TypeError(f"codec {cls.__name__} reuses the name of {other.__name__} "
-                            f"({cls.name!r} / {cls.config_name!r})")
+        if other is not cls and other.name == cls.name:
+            raise TypeError(f"codec {cls.__name__} reuses the name of {other.__name__} ({cls.name!r})")
     CODECS[cls.name] = cls
     return cls

@@ -10,7 +10,6 @@ from psgd.wire.codecs.base import REFERENCE_EPYC, CodecCost, CodecOptions, Dense
 @codec
 class BF16(DenseCodec):
     name = "bf16"
-    config_name = "bf16"
     cost = CodecCost(encode_gbytes_per_s=36.0, decode_gbytes_per_s=28.0, measured_on=REFERENCE_EPYC)
     wire_dtype = torch.bfloat16
     elementwise = True

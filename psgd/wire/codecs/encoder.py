@@ -23,7 +23,7 @@ __all__ = ["WireEncoder"]
 class WireEncoder:
     def __init__(self, encoding: Union[str, Sequence[str]], shard_sizes: Sequence[int], topk_ratio: float = 0.01,
                  plans: Optional[Sequence[Plan]] = None):
-        """`encoding`: one wire name for every shard, or one per shard; `plans`: instead, each
+        """`encoding`: one codec word for every shard, or one per shard; `plans`: instead, each
         shard's runs (psgd.wire.codecs.runs.push_plans)."""
         self.sizes = list(shard_sizes)
         if plans is None:

@@ -20,8 +20,7 @@ from psgd.wire.codecs.base import DEV_MACHINE, CodecCost, CodecOptions, codec
 
 @codec
 class Int2EF(BlockCodec):
-    name = "int2ef"
-    config_name = "int2_ef"
+    name = "int2_ef"
     bits = 2
     error_feedback = True
     cost = CodecCost(encode_gbytes_per_s=0.30, decode_gbytes_per_s=0.86, measured_on=DEV_MACHINE)

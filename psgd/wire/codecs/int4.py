@@ -11,6 +11,5 @@ from psgd.wire.codecs.base import DEV_MACHINE, CodecCost, codec
 @codec
 class Int4(BlockCodec):
     name = "int4"
-    config_name = "int4"
     bits = 4
     cost = CodecCost(encode_gbytes_per_s=0.40, decode_gbytes_per_s=1.0, measured_on=DEV_MACHINE)

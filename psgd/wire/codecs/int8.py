@@ -11,6 +11,5 @@ from psgd.wire.codecs.base import DEV_MACHINE, CodecCost, codec
 @codec
 class Int8(BlockCodec):
     name = "int8"
-    config_name = "int8"
     bits = 8
     cost = CodecCost(encode_gbytes_per_s=0.52, decode_gbytes_per_s=1.2, measured_on=DEV_MACHINE)

@@ -1,11 +1,12 @@
 """Every codec, found by importing each member module of this package once
 (psgd.core.members), and checked against the config's `wire.compression`
-values: a codec module that registers nothing, a codec the config cannot
-select, or a config value with no codec fails at import, naming it.
+words: a codec module that registers nothing, a codec the config cannot
+select, or a config word with no codec fails at import, naming it.
 
-The config is the lowest layer and cannot import the wire, so it spells the
-values users may write (`WireConfig.compression`); everything else (the
-protocol's encodings, their frames, the decoders, the wire cost) comes from here.
+A codec has one word: the `wire.compression` value, the protocol's `encoding`
+and the bench's `+` suffix. The config is the lowest layer and cannot import the
+wire, so it spells the words users may write (`CODEC_WORDS`); everything else
+(frames, decoders, the wire cost) comes from here.
 """
 from __future__ import annotations
 
@@ -24,14 +25,14 @@ __all__ = ["CODECS", "codec_named", "dense_codec", "codec_for_compression", "enc
 
 
 def check_codecs(codecs: dict[str, type[Codec]], compression_values: tuple[str, ...]) -> None:
-    """Raise unless each config value selects exactly one codec and each codec one value
-    (@codec already refuses two codecs with one config_name)."""
-    check_words("wire.compression", compression_values, {c.config_name: c for c in codecs.values()}, "codec",
+    """Raise unless each config word names exactly one codec and each codec's word is one of them
+    (@codec already refuses two codecs with one name)."""
+    check_words("wire.compression", compression_values, {c.name: c for c in codecs.values()}, "codec",
                 "psgd.config.operations.Compression")
 
 
 def codec_named(encoding: str) -> type[Codec]:
-    """The codec whose wire name is `encoding` (ProtocolError BAD_ENCODING if none)."""
+    """The codec whose word is `encoding`, as a message names it (ProtocolError BAD_ENCODING if none)."""
     try:
         return CODECS[encoding]
     except (KeyError, TypeError):
@@ -45,15 +46,15 @@ def dense_codec(encoding: str) -> Optional[type[Codec]]:
 
 
 def codec_for_compression(compression: str) -> type[Codec]:
-    """The codec a `wire.compression` value selects."""
-    for c in CODECS.values():
-        if c.config_name == compression:
-            return c
-    raise ValueError(f"wire.compression {compression!r} selects no codec")
+    """The codec a `wire.compression` word selects (ValueError if none)."""
+    found = CODECS.get(compression)
+    if found is None:
+        raise ValueError(f"wire.compression {compression!r} selects no codec")
+    return found
 
 
 def encodings_for(wire: WireConfig, shard_sizes: Sequence[int], local_updates: bool) -> list[str]:
-    """Each shard's push encoding (a codec's wire name), as `wire.compression` chooses it."""
+    """Each shard's push encoding (a codec's word), as `wire.compression` chooses it."""
     return [codec_for_compression(c).name for c in wire.compression_for(shard_sizes, local_updates)]
 
 
@@ -75,11 +76,13 @@ class DeltaCodecs:
 
 
 def check_reply_codecs(codecs: dict[str, type[Codec]], reply_values: tuple[str, ...]) -> None:
-    """Raise unless the config's reply values are exactly the codecs without error feedback."""
-    stateless = sorted(c.config_name for c in codecs.values() if not c.error_feedback)
-    if stateless != sorted(reply_values):
+    """Raise unless the config's reply values are exactly the codecs that keep no residual and
+    send every coordinate (a reply goes to many workers and becomes their whole model)."""
+    whole = sorted(c.name for c in codecs.values() if not (c.error_feedback or c.sparse))
+    if whole != sorted(reply_values):
         raise ImportError(f"wire.compression.replies allows {sorted(reply_values)}, but the codecs that keep no "
-                          f"residual are {stateless}: update its keeps-state flag in psgd.config.operations.CODEC_WORDS")
+                          f"residual and send every coordinate are {whole}: update its not-for-replies flag in "
+                          f"psgd.config.operations.CODEC_WORDS")
 
 
 import_members("psgd.wire.codecs", ("base", "encoder", "registry", "runs"), CODECS.values)

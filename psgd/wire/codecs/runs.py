@@ -33,7 +33,7 @@ RUNS = "runs"  # a push's `encoding` when its frames are several runs'
 
 @dataclass(frozen=True)
 class Run:
-    encoding: str   # the codec's wire name
+    encoding: str   # the codec's word
     offset: int     # first element within the shard's flat tensor
     numel: int
 

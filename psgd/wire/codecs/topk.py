@@ -19,7 +19,7 @@ from psgd.wire.codecs.base import REFERENCE_EPYC, Codec, CodecCost, CodecOptions
 from psgd.wire.frames import tensor_frame, view_frame
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
-__all__ = ["TopK", "topk_count"]
+__all__ = ["TopK", "topk_count", "largest", "check_indices"]
 
 
 def topk_count(numel: int, ratio: float) -> int:
@@ -27,16 +27,31 @@ def topk_count(numel: int, ratio: float) -> int:
     return min(numel, max(1, math.ceil(ratio * numel))) if numel else 0
 
 
+def largest(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The indices of flat `x`'s k largest magnitudes, ascending (on x's device)."""
+    return x.abs().topk(k, sorted=False).indices.sort().values
+
+
+def check_indices(name: str, frame: Any, numel: int, nnz: int) -> torch.Tensor:
+    """A sparse payload's index frame (int32, `nnz` of them, each in [0, numel)) as a tensor."""
+    if not 0 <= nnz <= numel:
+        raise ProtocolError(ErrorCode.BAD_SIZE, f"nnz {nnz} outside 0..{numel}")
+    indices = view_frame(frame, torch.int32, nnz, "index")
+    if nnz and (int(indices.min()) < 0 or int(indices.max()) >= numel):
+        raise ProtocolError(ErrorCode.BAD_INDEX, f"{name} index outside 0..{numel - 1}")
+    return indices
+
+
 @codec
 class TopK(Codec):
     name = "topk"
-    config_name = "topk"
     cost = CodecCost(encode_gbytes_per_s=0.42, decode_gbytes_per_s=29.0, measured_on=REFERENCE_EPYC)
     frames = 2
     wire_dtype = torch.float32
     dense = False
     elementwise = False
     error_feedback = True
+    sparse = True
 
     def __init__(self, sizes: Sequence[int], options: CodecOptions):
         if not 0 < options.topk_ratio <= 1:
@@ -74,7 +89,7 @@ class TopK(Codec):
         k = self.k[shard]
         if k == 0:
             return torch.empty(0, dtype=torch.int32, device=g.device), torch.empty(0, device=g.device)
-        idx = acc.abs().topk(k, sorted=False).indices.sort().values
+        idx = largest(acc, k)
         values = acc[idx]
         acc.index_fill_(0, idx, 0.0)
         return idx.to(torch.int32), values
@@ -86,10 +101,5 @@ class TopK(Codec):
         if len(frames) != 2:
             raise ProtocolError(ErrorCode.BAD_FRAMES,
                                 f"{cls.name} gradient needs an index and a value frame, got {len(frames)}")
-        if not 0 <= nnz <= numel:
-            raise ProtocolError(ErrorCode.BAD_SIZE, f"nnz {nnz} outside 0..{numel}")
-        indices = view_frame(frames[0], torch.int32, nnz, "index")
-        values = view_frame(frames[1], cls.wire_dtype, nnz, "value")
-        if nnz and (int(indices.min()) < 0 or int(indices.max()) >= numel):
-            raise ProtocolError(ErrorCode.BAD_INDEX, f"{cls.name} index outside 0..{numel - 1}")
-        return indices, values
+        indices = check_indices(cls.name, frames[0], numel, nnz)
+        return indices, view_frame(frames[1], cls.wire_dtype, nnz, "value")

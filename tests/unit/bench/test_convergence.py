@@ -101,6 +101,15 @@ def test_evaluations_after_training_do_not_count():
     assert analyse([r], TargetSpec("accuracy", 0.85, TargetHold(2, 0.0))).stats["bsp"].time.median == 3.0
 
 
+def test_evaluations_until_the_last_pushes_land_count():
+    # the last step ends at 2.5; its pushes land by 4.0, which the evaluations' update counts show
+    r = _run("ssp:2", 0, 0.1, [0.5, 0.7, 0.6, 0.9, 0.9, 0.9], step_end=2.5)
+    for e, updates in zip(r.evals, [10, 20, 25, 30, 30, 30]):
+        e["updates"] = updates
+    assert [e["t"] for e in r.training_evals] == [1.0, 2.0, 3.0, 4.0]
+    assert analyse([r], TargetSpec("accuracy", 0.85, TargetHold(2, 0.0))).stats["ssp:2"].time.median == 4.0
+
+
 def test_outputs_summary_seeds_report_and_plots(tmp_path):
     runs = [_run("bsp", s, 0.1, [0.5, 0.8, 0.85, 0.9 + 0.01 * s]) for s in range(3)]
     runs += [_run("ssp:2", s, 0.1, [0.8, 0.9, 0.9], mode="ssp") for s in range(3)]

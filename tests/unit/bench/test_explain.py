@@ -8,7 +8,7 @@ from trace_format import trace_problems
 
 from psgd.bench.explain import breakdown
 from psgd.bench.explain_words import findings, waited_on
-from psgd.bench.trace import WORKERS_PID, TraceBounds, trace
+from psgd.bench.trace import WAIT, WORKERS_PID, TraceBounds, trace
 from psgd.config import dump_config, load_config
 
 COMPUTE_S = {0: 0.01, 1: 0.01, 2: 0.04}  # rank 2 is four times slower
@@ -16,9 +16,10 @@ ROUND_TRIP_S = 0.002                      # a round trip nobody waits in
 CLOCKS = 20
 
 
-def _write_run(path, mode, held, waited_on_s, staleness_hist=None):
+def _write_run(path, mode, held, waited_on_s, staleness_hist=None, extra_events=()):
     """A BSP-like run: every clock, each rank computes its COMPUTE_S, then its pull is
-    answered when the slowest rank's push arrives (plus ROUND_TRIP_S)."""
+    answered when the slowest rank's push arrives (plus ROUND_TRIP_S); a worker's step
+    records that wait (wait_s), an all-reduce rank's does not."""
     path.mkdir()
     (path / "config.yaml").write_text(dump_config(load_config(None, [
         f"consistency.mode={mode}", "cluster.workers=3", "cluster.servers=2"])))
@@ -31,7 +32,7 @@ def _write_run(path, mode, held, waited_on_s, staleness_hist=None):
             role = "allreduce" if mode == "allreduce" else "worker"
             events.append({"t": t + compute + comm, "role": role, "index": rank, "event": "step", "rank": rank,
                            "clock": clock, "loss": 1.0, "compute_s": compute, "comm_s": comm,
-                           "step_s": compute + comm, "gap": 0})
+                           "step_s": compute + comm, "gap": 0, **({"wait_s": wait} if role == "worker" else {})})
         t += slowest + ROUND_TRIP_S if mode != "asp" else 0.0
     end = max(e["t"] for e in events)
     for shard in range(2 if mode != "allreduce" else 0):
@@ -39,6 +40,7 @@ def _write_run(path, mode, held, waited_on_s, staleness_hist=None):
                        "counters": {"pulls_deferred": 2 * CLOCKS if mode == "bsp" else 0}, "busy_s": end * 0.9,
                        "requests": 3 * CLOCKS, "staleness_hist": staleness_hist or {"0": 3 * CLOCKS},
                        "waits": {"held_s": held[shard], "waited_on_s": waited_on_s[shard]}})
+    events += extra_events
     events.sort(key=lambda e: e["t"])
     (path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (path / "summary.json").write_text(json.dumps({"wall_time_s": end, "time_to_target_s": None}))
@@ -97,7 +99,7 @@ def test_the_trace_is_valid_and_its_spans_are_the_steps(tmp_path):
     run, _ = _bsp_run(tmp_path)
     doc = trace(run)
     assert trace_problems(doc) == []
-    spans = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == WORKERS_PID]
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == WORKERS_PID and "cat" not in e]
     assert len(spans) == 2 * 3 * CLOCKS
     rank2 = [e["dur"] for e in spans if e["tid"] == 2 and e["name"] == "compute"]
     assert rank2 == pytest.approx([COMPUTE_S[2] * 1e6] * CLOCKS)
@@ -107,7 +109,7 @@ def test_the_trace_is_valid_and_its_spans_are_the_steps(tmp_path):
 def test_a_large_trace_is_sampled_and_says_so(tmp_path):
     run, _ = _bsp_run(tmp_path)
     doc = trace(run, TraceBounds(max_steps=15))
-    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X" and "cat" not in e]
     every = -(-3 * CLOCKS // 15)
     assert len(spans) == 2 * 3 * len(range(0, CLOCKS, every))
     assert doc["otherData"]["steps"] == f"every {every}th step of each worker ({-(-3 * CLOCKS // every)} of {3 * CLOCKS} in the window)"
@@ -117,10 +119,43 @@ def test_a_large_trace_is_sampled_and_says_so(tmp_path):
     assert window["otherData"]["window"] == "0.2 s to 0.5 s"
 
 
+def _waits(doc) -> list[dict]:
+    return [e for e in doc["traceEvents"] if e.get("cat") == WAIT]
+
+
+def test_each_parked_pull_is_a_wait_span_inside_its_round_trip_named_for_its_rule(tmp_path):
+    run, _ = _bsp_run(tmp_path)
+    doc = trace(run)
+    assert trace_problems(doc) == []
+    waits = _waits(doc)
+    # Ranks 0 and 1 wait for rank 2 at every clock; rank 2, the last, never waits.
+    assert sorted({(e["tid"], e["name"]) for e in waits}) == [(0, "barrier wait"), (1, "barrier wait")]
+    assert len(waits) == 2 * CLOCKS
+    trips = {(e["tid"], e["args"]["clock"]): e for e in doc["traceEvents"] if e["name"] == "push+pull"}
+    for e in waits:
+        trip = trips[e["tid"], e["args"]["clock"]]
+        assert e["dur"] == pytest.approx((COMPUTE_S[2] - COMPUTE_S[e["tid"]]) * 1e6)
+        assert e["args"]["wait_s"] == pytest.approx(COMPUTE_S[2] - COMPUTE_S[e["tid"]])
+        assert trip["ts"] <= e["ts"] and e["ts"] + e["dur"] == pytest.approx(trip["ts"] + trip["dur"])
+
+
+def test_a_live_switch_renames_the_waits_from_its_clock_and_asp_has_none(tmp_path):
+    switch = {"t": 0.0, "role": "server", "index": 0, "event": "setting_change", "origin": "ctl",
+              "effective_clock": 11, "changes": {"mode": "ssp"}, "setting": {"mode": "ssp", "staleness": 0}}
+    waits = [CLOCKS * (COMPUTE_S[2] - COMPUTE_S[r]) for r in range(3)]
+    run = _write_run(tmp_path / "switched", "bsp", [waits, waits], [[0.0] * 3] * 2, extra_events=[switch])
+    names = {e["args"]["clock"]: e["name"] for e in _waits(trace(run))}
+    assert names == {c: "barrier wait" if c < 11 else "staleness-bound wait" for c in range(1, CLOCKS + 1)}
+    zero = [[0.0] * 3, [0.0] * 3]
+    assert _waits(trace(_write_run(tmp_path / "asp", "asp", zero, zero))) == []
+
+
 def test_the_checker_catches_what_a_viewer_would_reject():
     good = {"name": "compute", "ph": "X", "pid": 1, "tid": 0, "ts": 10.0, "dur": 5.0}
     assert trace_problems({"traceEvents": [good]}) == []
     assert trace_problems({"traceEvents": [good, {**good, "ts": 12.0}]})  # overlapping spans
+    assert trace_problems({"traceEvents": [good, {**good, "ts": 12.0, "dur": 3.0}]}) == []  # nested: it ends inside
+    assert trace_problems({"traceEvents": [good, {**good, "ts": 12.0, "dur": 1.0}, {**good, "ts": 14.0}]})
     assert trace_problems({"traceEvents": [good, {**good, "ts": 5.0, "dur": 1.0}]})  # time going back
     assert trace_problems({"traceEvents": [{**good, "ph": "B"}]})  # never ended
     assert trace_problems({"traceEvents": [{k: v for k, v in good.items() if k != "pid"}]})

@@ -38,6 +38,17 @@ def test_outcome_uses_the_held_rule_and_the_chosen_metric():
     assert lo.time_to_target_s == 3.0 and lo.final_metric == 0.8
 
 
+def test_a_diverged_runs_final_metric_is_its_worst_value_and_the_stats_take_it():
+    evals = [{"t": 0.0, "accuracy": 0.1, "test_loss": 3.0}, {"t": 1.0, "accuracy": 0.0, "test_loss": math.nan}]
+    lo = RunOutcome.from_evals("asp", 0, 0.1, evals, "loss", 1.0, TargetHold(2, 0.0), 1.0, 10, 4)
+    assert lo.time_to_target_s is None and lo.final_metric == math.inf
+    evals[-1]["accuracy"] = math.nan
+    acc = RunOutcome.from_evals("asp", 0, 0.1, evals, "accuracy", 0.9, TargetHold(2, 0.0), 1.0, 10, 4)
+    assert acc.final_metric == -math.inf
+    fine = RunOutcome.from_evals("asp", 1, 0.1, evals[:1], "loss", 1.0, TargetHold(2, 0.0), 1.0, 10, 4)
+    assert mode_stats([lo, fine])["asp"].final.high == math.inf   # no NaN reaches median_ci
+
+
 def test_mode_stats_medians_intervals_and_ratio_to_bsp():
     runs = [outcome("bsp", s, t) for s, t in enumerate([10.0, 12.0, 11.0])]
     runs += [outcome("ssp:2", s, t) for s, t in enumerate([5.0, 6.0, 5.5])]

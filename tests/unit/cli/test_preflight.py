@@ -21,13 +21,14 @@ def user_dir(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("task, words", [
-    ({"model": "user_tsk:Net"}, ["model 'user_tsk:Net'", "cannot import 'user_tsk'"]),
+    ({"model": "user_tsk:Net"}, ["task.model: cannot find module 'user_tsk' for 'user_tsk:Net'"]),
+    ({"model": "user_task:Nett"}, ["model 'user_task:Nett'", "user_task has no callable 'Nett'"]),
     ({"dataset": "user_task:numpy_data"}, ["train x must be a torch.Tensor, got numpy.ndarray"]),
     ({"dataset": "user_task:short_labels"}, ["train: x has 48 examples but y has 40"]),
     ({"dataset": "user_task:float_labels"}, ["train y has dtype torch.float32 but the task is classification"]),
     ({"model": "user_task:Exploding"}, ["one forward/backward", "RuntimeError: forward exploded",
                                         f"user_task.py:{FORWARD_LINE} in forward"]),
-], ids=["model-typo", "numpy", "lengths", "float-labels", "forward-raises"])
+], ids=["module-typo", "callable-typo", "numpy", "lengths", "float-labels", "forward-raises"])
 def test_user_code_mistakes_fail_in_the_parent_before_any_spawn(user_dir, capsys, task, words):
     config = write_config(user_dir / "config.yaml",
                           task={"model": "user_task:Net", "dataset": "user_task:good", "batch_size": 16, **task})

@@ -32,7 +32,7 @@ def test_the_older_flags_still_select_the_method_they_did(flags, method):
 @pytest.mark.parametrize("word", typing.get_args(LocalMethodWord))
 def test_local_method_selects_the_method_with_that_word(word):
     needs = {"async_diloco": ["local.outer_momentum=0.9", *ASP], "streaming_diloco": ["local.fragments=1"],
-             "sparseloco": ["wire.compression=topk"]}
+             "sparseloco": ["wire.compression=topk_int2"]}
     cfg = load_config(None, ["local.steps=4", f"local.method={word}", *needs.get(word, [])])
     assert method_for(cfg).word == word
     assert load_config(cfg).local == cfg.local  # the resolved config loads back as itself

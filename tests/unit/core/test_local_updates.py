@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from psgd.config import ConfigError, load_config
-from psgd.core.local_updates import inner_torch_optimizer, outer_optimizer, server_optimizer
+from psgd.core.local_methods.optimizers import inner_torch_optimizer, outer_optimizer, server_optimizer
 from psgd.core.rules.updater import ShardUpdater
 from psgd.servers.state import PushStatus, ShardState
 
@@ -163,7 +163,7 @@ def test_dylu_shortens_a_slow_workers_round_in_proportion_to_its_speed():
 
 
 def test_a_shard_reports_the_fastest_workers_time_per_step_and_forgets_departed_ones():
-    from psgd.core.local_updates import SPEED_SMOOTHING, StepSpeeds
+    from psgd.core.local_methods.pace import SPEED_SMOOTHING, StepSpeeds
     speeds = StepSpeeds()
     assert speeds.fastest() == 0.0
     speeds.observe(0, step_s=0.8, steps=8)   # 0.1 s a step

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from psgd.config import load_config
-from psgd.core.local_updates import server_optimizer
+from psgd.core.local_methods.optimizers import server_optimizer
 from psgd.core.rules.updater import ShardUpdater, abs_max
 
 SETTINGS = {

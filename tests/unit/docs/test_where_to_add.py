@@ -24,7 +24,7 @@ NOT_AN_ENUMERATION = {("psgd/cli/faults.py", "choices")}
 
 
 def registries() -> dict[str, set[str]]:
-    codecs = {c.name for c in CODECS.values()} | {c.config_name for c in CODECS.values()}
+    codecs = set(CODECS)
     return {"codec": codecs, "mode": {m.value for m in Mode}, "update rule": set(RULES),
             "launcher": set(launcher_names())}
 

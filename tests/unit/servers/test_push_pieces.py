@@ -8,7 +8,7 @@ from psgd.wire.codecs import CODECS
 from psgd.wire.payload import tensor_frame
 
 
-def piece(seq, values, offset, encoding="f32", scale=1.0, held=True):
+def piece(seq, values, offset, encoding="none", scale=1.0, held=True):
     t = torch.tensor(values, dtype=CODECS[encoding].wire_dtype)
     return P.Push(rank=0, seq=seq, numel=t.numel(), offset=offset, held=held, encoding=encoding,
                   scale=scale), [bytes(tensor_frame(t))]
@@ -24,8 +24,8 @@ def test_pieces_in_any_order_give_the_whole_gradient_once_they_tile_it():
 
 def test_a_scaled_piece_is_decoded_to_fp32_and_a_repeated_piece_counts_once():
     d = PushDecoder(4, segments=None)
-    assert d.piece(0, *piece(7, [1.0, 2.0], 0, encoding="f16", scale=0.5)) is None
-    assert d.piece(0, *piece(7, [1.0, 2.0], 0, encoding="f16", scale=0.5)) is None
+    assert d.piece(0, *piece(7, [1.0, 2.0], 0, encoding="fp16", scale=0.5)) is None
+    assert d.piece(0, *piece(7, [1.0, 2.0], 0, encoding="fp16", scale=0.5)) is None
     assert torch.equal(d.piece(0, *piece(7, [8.0, 9.0], 2)), torch.tensor([0.5, 1.0, 8.0, 9.0]))
 
 
@@ -60,7 +60,7 @@ def test_pieces_in_a_segment_are_copied_to_their_place_and_a_stale_one_is_refuse
         region[4:].copy_(torch.tensor([5.0, 6.0]))
         gen, _ = client.put_request(region)  # published once: later pieces land beside it
         def in_segment(offset, held=True):
-            return P.Push(rank=0, seq=1, numel=2, offset=offset, held=held, encoding="f32", shm=gen)
+            return P.Push(rank=0, seq=1, numel=2, offset=offset, held=held, encoding="none", shm=gen)
         assert d.piece(0, in_segment(4), [], b"w0") is None
         region[:2].copy_(torch.tensor([1.0, 2.0]))
         assert d.piece(0, in_segment(0), [], b"w0") is None
@@ -72,7 +72,7 @@ def test_pieces_in_a_segment_are_copied_to_their_place_and_a_stale_one_is_refuse
         got = d.piece(0, *piece(1, [1.0, 2.0], 0, held=False))
         assert torch.equal(got, torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]))
         with pytest.raises(P.ProtocolError) as exc:  # only fp32 travels in a segment
-            d.piece(0, P.Push(rank=0, seq=2, numel=2, offset=0, encoding="f16", shm=gen), [], b"w0")
+            d.piece(0, P.Push(rank=0, seq=2, numel=2, offset=0, encoding="fp16", shm=gen), [], b"w0")
         assert exc.value.code == "bad_encoding"
     finally:
         segments.release(b"w0")

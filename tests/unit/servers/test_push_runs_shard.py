@@ -15,7 +15,7 @@ from psgd.wire.codecs import WireEncoder
 from psgd.wire.codecs._blocks import max_scale
 from psgd.wire.codecs.runs import RUNS, decode_runs, plan_fingerprint, push_plans
 
-SHAPES = [("w1", (20, 10)), ("b1", (10,)), ("w2", (15, 10)), ("b2", (5,))]  # runs: int8 [0, 350), f16 [350, 365)
+SHAPES = [("w1", (20, 10)), ("b1", (10,)), ("w2", (15, 10)), ("b2", (5,))]  # runs: int8 [0, 350), fp16 [350, 365)
 COMPRESSION = "{default: int8, small: fp16, small_below: 100, choose_by: tensor}"
 
 
@@ -67,7 +67,7 @@ def test_pushes_off_the_plan_or_with_a_forged_scale_are_refused_and_leave_the_sh
     shard.ask(P.Register(rank=0, fingerprint=plan_fingerprint(shard.layout.fingerprint, shard.plan)))
     grad = torch.randn(365, generator=torch.Generator().manual_seed(2))
     good = WireEncoder.from_plans([shard.plan]).encode(0, grad)
-    codes, scales, half = (bytes(f) for f in good.frames)  # int8 run: codes, block scales; f16 run: values
+    codes, scales, half = (bytes(f) for f in good.frames)  # int8 run: codes, block scales; fp16 run: values
     (int8_run, f16_run) = good.runs
 
     def block_scales(value):
@@ -78,18 +78,18 @@ def test_pushes_off_the_plan_or_with_a_forged_scale_are_refused_and_leave_the_sh
     hostile = {
         "one run announced": (push(good, runs=[int8_run]), [codes, scales], "bad_frames"),
         "runs swapped": (push(good, runs=[f16_run, int8_run]), [half, codes, scales], "bad_field"),
-        "a run's encoding changed": (push(good, runs=[int8_run, ["f32", 1.0, 0]]), [codes, scales, half], "bad_field"),
+        "a run's encoding changed": (push(good, runs=[int8_run, ["none", 1.0, 0]]), [codes, scales, half], "bad_field"),
         "a frame missing": (push(good), [codes, scales], "bad_frames"),
         "short code frame": (push(good), [codes[:-1], scales, half], "bad_size"),
-        "long f16 frame": (push(good), [codes, scales, half + bytes(2)], "bad_size"),
+        "long fp16 frame": (push(good), [codes, scales, half + bytes(2)], "bad_size"),
         "nan block scale": (push(good), [codes, block_scales(float("nan")), half], "bad_value"),
         "block scale past the cap": (push(good), [codes, block_scales(float(max_scale(8)) * 2), half], "bad_value"),
-        "inf run scale": (push(good, runs=[int8_run, ["f16", float("inf"), 0]]), [codes, scales, half], "bad_value"),
-        "nan run scale": (push(good, runs=[int8_run, ["f16", float("nan"), 0]]), [codes, scales, half], "bad_value"),
+        "inf run scale": (push(good, runs=[int8_run, ["fp16", float("inf"), 0]]), [codes, scales, half], "bad_value"),
+        "nan run scale": (push(good, runs=[int8_run, ["fp16", float("nan"), 0]]), [codes, scales, half], "bad_value"),
         "int8 header scale": (push(good, runs=[["int8", 2.0, 0], f16_run]), [codes, scales, half], "bad_field"),
         "one encoding for the shard": (push(good, encoding="int8", runs=[]), [codes, scales], "bad_encoding"),
         "runs in shared memory": (push(good, shm=1), [], "bad_encoding"),
-        "a run that is not a list": (push(good, runs=[int8_run, "f16"]), [codes, scales, half], "bad_field"),
+        "a run that is not a list": (push(good, runs=[int8_run, "fp16"]), [codes, scales, half], "bad_field"),
     }
     for what, (record, frames, code) in hostile.items():
         reply = shard.ask(record, frames)

@@ -156,6 +156,7 @@ def test_the_barrier_wait_is_charged_to_the_last_pusher_to_the_second():
     assert [w["waiting_s"] for w in svc.waits.open(now=3.0)] == [2.0, 0.5]
     released = _push(svc, 2, 0, 0, now=4.0)              # rank 2 arrives last: the barrier opens
     assert sorted(a.rank for a in released.answers) == [0, 1, 2]
+    assert {a.rank: a.held_s for a in released.answers} == {0: 3.0, 1: 1.5, 2: 0.0}  # what each reply says
     totals = svc.waits.totals()
     assert totals["held_s"] == [3.0, 1.5, 0.0]          # its own pull was answered at once
     assert totals["waited_on_s"] == [0.0, 0.0, 4.5]

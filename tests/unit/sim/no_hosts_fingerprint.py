@@ -4,8 +4,9 @@
 commit before hosts existed (PYTHONPATH at that checkout), wrote the expected figures; the test
 (test_hosts_off.py) recomputes them on this code. Each fingerprint is the sha256 of every event the
 run emitted (times to the last bit, as repr) and of its final parameters' bytes. Fields that
-server_stats gained after that commit (ADDED_LATER: the shards' pull waits and busy time, which
-report the run and do not steer it) are left out, so the fingerprint still speaks of the run.
+events gained after that commit (ADDED_LATER: the shards' pull waits and busy time in server_stats,
+each step's parked wait, which report the run and do not steer it) are left out, so the fingerprint
+still speaks of the run.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ MODES = {
 }
 
 
-ADDED_LATER = ("waits", "busy_s")
+ADDED_LATER = ("waits", "busy_s", "wait_s")
 
 
 def config(mode: str):

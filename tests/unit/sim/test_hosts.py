@@ -176,18 +176,3 @@ def test_sim_profile_on_cuda_without_a_gpu_refuses_in_one_line(capsys):
     assert main(["sim", "profile", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no CUDA device" in err
-
-
-def test_convolutions_are_costed_at_the_convolutions_rates():
-    import torch
-    conv = torch.nn.Conv1d(4, 8, 3)
-    x = torch.randn(2, 4, 16)
-    work = work_of(lambda: conv(x).sum().backward())
-    assert work.products == () and sum(work.convolutions) == work.flops > 0
-    profile = load_host_profile("cpu-reference")
-    measured = replace(profile, conv_flops=(10**3, 10**9), conv_flops_per_s=(1e9, 1e10))
-    assert work.host_s(measured) == pytest.approx(work.ops * profile.dispatch_us / 1e6
-                                                  + sum(measured.conv_s(f) for f in work.convolutions))
-    assert measured.conv_s(10**9) == pytest.approx(0.1)
-    unmeasured = replace(profile, conv_flops=(), conv_flops_per_s=())
-    assert unmeasured.conv_s(10**6) == unmeasured.matmul_s(10**6)

@@ -57,7 +57,7 @@ def test_a_mapping_that_chooses_per_shard_pushes_and_charges_each_shard_its_own_
     cfg = cfg_for("asp", 1, **{"cluster.servers": 3, "wire.compression": PER_SHARD})
     ex = Executor(cfg)
     sizes = ex.layout.shard_sizes
-    assert [[r.encoding for r in plan] for plan in ex.plans] == [["int8"], ["int8"], ["f32"]]
+    assert [[r.encoding for r in plan] for plan in ex.plans] == [["int8"], ["int8"], ["none"]]
     encoded = [wire_nbytes(plan[0].encoding, n) for plan, n in zip(ex.plans, sizes)]
     assert [(p.shard, p.wire_bytes) for p in ex.compute(0)] == list(enumerate(encoded))  # as a real client counts
     ex, _, events, engine = run_virtual(cfg)

@@ -35,7 +35,7 @@ def test_a_push_in_runs_costs_its_runs_bytes_and_each_run_its_own_codec_time():
     ex, _, events, engine = run(cfg)
     # The digits MLP on 2 shards: the big weight split over both (int8), the small tensors with its tail (fp32).
     assert [[(r.encoding, r.numel) for r in plan] for plan in ex.plans] == [[("int8", 2405)],
-                                                                          [("int8", 1691), ("f32", 714)]]
+                                                                          [("int8", 1691), ("none", 714)]]
     done = [e for e in events if e["event"] == Event.DONE]
     per_push = sum(codec_named(r.encoding).wire_nbytes(r.numel) for plan in ex.plans for r in plan)
     assert done[0]["bytes_sent"] == STEPS * per_push

@@ -28,7 +28,7 @@ def run(workers, servers=1, mode="asp", extra=(), engine_out=None, **sim):
 
 def test_one_worker_step_is_compute_plus_both_transfers_plus_service():
     ex, tm, result, _ = run(1, compute_ms=2.0, latency_us=50, bandwidth_gbps=0.01, request_us=40, apply_gbytes_per_s=1)
-    nbytes = 4 * ex.layout.shard_sizes[0]  # f32 both ways
+    nbytes = 4 * ex.layout.shard_sizes[0]  # none (fp32) both ways
     step = tm.compute_s + 2 * (tm.transfer_s(nbytes) + tm.latency_s) + tm.service_s(ex.layout.shard_sizes[0])
     assert result.end_s == pytest.approx(STEPS * step, rel=1e-12)
 

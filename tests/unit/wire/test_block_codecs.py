@@ -14,7 +14,7 @@ from psgd.wire.codecs import CODECS, CodecOptions, WireEncoder, codec_named
 from psgd.wire.codecs._blocks import BLOCK, levels, max_scale
 from psgd.wire.protocol import ProtocolError
 
-BLOCK_CODECS = ["int8", "int4", "int2ef"]
+BLOCK_CODECS = ["int8", "int4", "int2_ef"]
 FINITE = st.floats(width=32, allow_nan=False, allow_infinity=False)
 # Any length: empty, shorter than a block, not a multiple of it, several blocks.
 GRADIENTS = st.integers(0, 5 * BLOCK + 3).flatmap(lambda n: arrays(np.float32, n, elements=FINITE))
@@ -86,7 +86,7 @@ def test_error_feedback_loses_nothing_over_many_steps():
     # which the test accumulates as it goes; the sums themselves are taken in float64.
     gen = torch.Generator().manual_seed(3)
     n, steps = 1000, 300
-    enc = WireEncoder("int2ef", [n])
+    enc = WireEncoder("int2_ef", [n])
     codec = enc.codec
     total, sent, slack = (torch.zeros(n, dtype=torch.float64) for _ in range(3))
     for _ in range(steps):
@@ -108,7 +108,7 @@ def test_a_push_refused_as_non_finite_leaves_the_residual_as_it_was():
     reduced by the finite part that was never applied."""
     gen = torch.Generator().manual_seed(5)
     n = 200
-    enc = WireEncoder("int2ef", [n])
+    enc = WireEncoder("int2_ef", [n])
     enc.encode(0, torch.randn(n, generator=gen))
     carried = enc.codec.residuals[0].clone()
     assert float(carried.abs().max()) > 0
@@ -120,7 +120,7 @@ def test_a_push_refused_as_non_finite_leaves_the_residual_as_it_was():
     assert torch.equal(enc.codec.residuals[0], carried)
     # And error feedback goes on from there: the next push sends residual + g.
     g = torch.randn(n, generator=gen)
-    again = WireEncoder("int2ef", [n])
+    again = WireEncoder("int2_ef", [n])
     again.codec.residuals[0] = carried.clone()
     assert [bytes(f) for f in enc.encode(0, g).frames] == [bytes(f) for f in again.encode(0, g).frames]
     assert torch.equal(enc.codec.residuals[0], again.codec.residuals[0])

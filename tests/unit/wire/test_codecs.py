@@ -6,7 +6,7 @@ import torch
 
 from psgd.config import ConfigError, load_config
 from psgd.servers.state import PushStatus, ShardState
-from psgd.wire.codecs import CODECS, F16_RANGE, CodecOptions, WireEncoder, codec_for_compression, topk_count
+from psgd.wire.codecs import CODECS, FP16_RANGE, CodecOptions, WireEncoder, codec_for_compression, topk_count
 from psgd.wire.payload import frame_to_tensor, wire_nbytes
 
 
@@ -43,7 +43,7 @@ def test_topk_sent_plus_residual_equals_sum_of_gradients():
     assert torch.equal(sent + enc.codec.residuals[0], total)
 
 
-@pytest.mark.parametrize("encoding,per_elem", [("f32", 4), ("f16", 2), ("bf16", 2)])
+@pytest.mark.parametrize("encoding,per_elem", [("none", 4), ("fp16", 2), ("bf16", 2)])
 def test_dense_wire_bytes_are_exact(encoding, per_elem):
     sizes = [1000, 999]
     enc = WireEncoder(encoding, sizes)
@@ -71,9 +71,9 @@ def test_topk_wire_bytes_are_exact():
 
 def test_f16_scaling_keeps_large_gradients_finite():
     g = torch.tensor([1e6, -3e5, 2.0, 0.0])
-    out = WireEncoder("f16", [4]).encode(0, g)
-    wire = frame_to_tensor(out.frames[0], "f16", 4)
-    assert out.scale == 1e6 / F16_RANGE
+    out = WireEncoder("fp16", [4]).encode(0, g)
+    wire = frame_to_tensor(out.frames[0], "fp16", 4)
+    assert out.scale == 1e6 / FP16_RANGE
     decoded = wire.float() * out.scale
     assert torch.isfinite(decoded).all()
     torch.testing.assert_close(decoded, g, rtol=1e-3, atol=out.scale * 1e-3)
@@ -104,7 +104,7 @@ def test_topk_ratio_is_validated():
     assert codec_for_compression(load_config(None, ["wire.compression=topk"]).wire.compression).name == "topk"
 
 
-@pytest.mark.parametrize("encoding", ["f16", "bf16"])
+@pytest.mark.parametrize("encoding", ["fp16", "bf16"])
 def test_a_dense_encoding_into_a_given_tensor_equals_the_encoders_own(encoding):
     g = torch.randn(500) * 3
     own = WireEncoder(encoding, [500]).encode(0, g)
@@ -116,12 +116,12 @@ def test_a_dense_encoding_into_a_given_tensor_equals_the_encoders_own(encoding):
 
 def test_encoding_into_a_tensor_of_the_wrong_kind_is_refused():
     with pytest.raises(ValueError, match="cannot be encoded"):
-        WireEncoder("f16", [10]).encode(0, torch.ones(10), out=torch.empty(10, dtype=torch.bfloat16))
+        WireEncoder("fp16", [10]).encode(0, torch.ones(10), out=torch.empty(10, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="cannot be encoded"):
-        WireEncoder("f16", [10]).encode(0, torch.ones(10), out=torch.empty(9, dtype=torch.float16))
+        WireEncoder("fp16", [10]).encode(0, torch.ones(10), out=torch.empty(9, dtype=torch.float16))
     with pytest.raises(ValueError, match="cannot be encoded"):
-        WireEncoder("f32", [10]).encode(0, torch.ones(10), out=torch.empty(10))
-    assert WireEncoder("topk", [10]).wire_dtype(0) is None and WireEncoder("f32", [10]).wire_dtype(0) is torch.float32
+        WireEncoder("none", [10]).encode(0, torch.ones(10), out=torch.empty(10))
+    assert WireEncoder("topk", [10]).wire_dtype(0) is None and WireEncoder("none", [10]).wire_dtype(0) is torch.float32
 
 
 def decoded(name: str, encoded, numel: int) -> torch.Tensor:

@@ -12,7 +12,7 @@ from psgd.wire.payload import frame_to_tensor, tensor_frame
     P.Register(req=1, rank=3, role="evaluator", fingerprint="abc"),
     P.Welcome(req=2, shard=1, version=10, clock=4, last_seq=7),
     P.Pull(req=3, rank=1, clock=9),
-    P.Push(req=4, rank=2, seq=5, clock=5, read_version=40, encoding="f16", scale=0.5, numel=100),
+    P.Push(req=4, rank=2, seq=5, clock=5, read_version=40, encoding="fp16", scale=0.5, numel=100),
     P.PushPull(req=5, rank=2, seq=6, clock=6, read_version=41, numel=100),
     P.Params(req=6, version=3, clock=2, min_clock=1, numel=10),
     P.Ack(req=7, version=3, applied=False, staleness=2),
@@ -25,6 +25,15 @@ def test_every_record_round_trips(record):
     back, payload = P.decode(frames)
     assert back == record and type(back) is type(record)
     assert [bytes(f) for f in payload] == [b"payload"]
+
+
+def test_a_reply_carries_its_pull_s_parked_time_only_when_it_was_parked():
+    parked = P.Params(req=6, version=3, numel=10, held_s=0.25)
+    assert msgpack.unpackb(P.encode(parked)[0])[3]["held_s"] == 0.25
+    assert P.decode(P.encode(parked))[0] == parked
+    at_once = P.Params(req=6, version=3, numel=10)
+    assert "held_s" not in msgpack.unpackb(P.encode(at_once)[0])[3]  # the header a worker before it reads
+    assert P.decode(P.encode(at_once))[0].held_s == 0.0
 
 
 def test_every_message_type_has_a_record():
@@ -58,7 +67,7 @@ def test_malformed_headers_are_refused(frames, code):
     assert info.value.code == code
 
 
-@pytest.mark.parametrize("encoding", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("encoding", ["none", "fp16", "bf16"])
 def test_tensor_frames_round_trip_without_copy(encoding):
     dtype = CODECS[encoding].wire_dtype
     t = torch.arange(1000, dtype=torch.float32).to(dtype)
@@ -72,7 +81,7 @@ def test_tensor_frames_round_trip_without_copy(encoding):
 def test_frame_size_must_match_header():
     frame = tensor_frame(torch.zeros(10))
     with pytest.raises(P.ProtocolError, match="bad_size"):
-        frame_to_tensor(frame, "f32", 11)
+        frame_to_tensor(frame, "none", 11)
     with pytest.raises(P.ProtocolError, match="bad_encoding"):
         frame_to_tensor(frame, "f64", 5)
 

@@ -28,12 +28,12 @@ def plans_for(text, shards=1, local_updates=False):
 
 def test_each_tensor_takes_its_own_codec_and_consecutive_tensors_with_one_share_a_run():
     layout, plans = plans_for("{default: int8, small: fp16, small_below: 100, choose_by: tensor}")
-    assert plans == [(Run("int8", 0, 350), Run("f16", 350, 15))]
+    assert plans == [(Run("int8", 0, 350), Run("fp16", 350, 15))]
     _, deltas = plans_for("{default: int8, small: none, small_below: 100, deltas: int4, choose_by: tensor}",
                           local_updates=True)
-    assert deltas == [(Run("int4", 0, 350), Run("f32", 350, 15))]
+    assert deltas == [(Run("int4", 0, 350), Run("none", 350, 15))]
     # A shard is measured by its tensors, not its own size: by shard, all 365 elements are "small".
-    assert push_plans(wire("{default: int8, small: fp16, small_below: 400}"), layout, False) == [(Run("f16", 0, 365),)]
+    assert push_plans(wire("{default: int8, small: fp16, small_below: 400}"), layout, False) == [(Run("fp16", 0, 365),)]
 
 
 def test_choose_by_shard_plans_one_run_per_shard_in_the_encodings_of_before():
@@ -114,4 +114,4 @@ def test_error_feedback_keeps_a_residual_per_run_and_loses_nothing_over_many_pus
 
 def test_an_encoder_refuses_plans_that_do_not_cover_its_shards():
     with pytest.raises(ValueError, match="do not cover"):
-        WireEncoder((), [10], plans=[(Run("f32", 0, 4), Run("int8", 4, 5))])
+        WireEncoder((), [10], plans=[(Run("none", 0, 4), Run("int8", 4, 5))])

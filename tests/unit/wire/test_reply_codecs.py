@@ -18,7 +18,7 @@ from psgd.wire.protocol import ProtocolError
 from psgd.wire.replies import ReplyDecoder, ReplyEncoder, decode_reply, reply_encoding, reply_nbytes
 from psgd.workers.client import PSClient, RemoteError
 
-REPLY_CODECS = ["f16", "bf16", "int8", "int4"]
+REPLY_CODECS = ["fp16", "bf16", "int8", "int4"]
 SHAPES = [1, 7, BLOCK - 1, BLOCK, BLOCK + 1, 1000]
 
 
@@ -50,7 +50,7 @@ def test_reply_bytes_are_what_the_codec_puts_on_the_wire(encoding):
     for numel in SHAPES:
         enc = ReplyEncoder(encoding).encode(torch.randn(numel), 0)
         assert sum(memoryview(f).nbytes for f in enc.frames) == reply_nbytes(encoding, numel)
-    assert reply_nbytes("f32", 10) == 40 and reply_nbytes("int8", 64) == 64 + 4
+    assert reply_nbytes("none", 10) == 40 and reply_nbytes("int8", 64) == 64 + 4
 
 
 def test_each_version_is_encoded_once_and_into_tensors_of_its_own():
@@ -66,19 +66,22 @@ def test_each_version_is_encoded_once_and_into_tensors_of_its_own():
     with pytest.raises(ValueError, match="residual per receiver"):
         ReplyEncoder("topk")
     with pytest.raises(ValueError, match="nothing to encode"):
-        ReplyEncoder("f32")
+        ReplyEncoder("none")
 
 
 def test_the_config_chooses_the_reply_encoding_and_the_plain_string_keeps_fp32():
-    assert reply_encoding(load_config(None, []).wire) == "f32"
-    assert reply_encoding(load_config(None, ["wire.compression=int8"]).wire) == "f32"  # pushes only
+    assert reply_encoding(load_config(None, []).wire) == "none"
+    assert reply_encoding(load_config(None, ["wire.compression=int8"]).wire) == "none"  # pushes only
     assert reply_encoding(load_config(None, ["wire.compression={replies: int4}"]).wire) == "int4"
-    assert reply_encoding(load_config(None, ["wire.compression={replies: none}"]).wire) == "f32"
+    assert reply_encoding(load_config(None, ["wire.compression={replies: none}"]).wire) == "none"
 
 
-def test_the_reply_values_are_exactly_the_codecs_without_error_feedback():
-    assert sorted(REPLY_COMPRESSIONS) == sorted(c.config_name for c in CODECS.values() if not c.error_feedback)
-    assert all(codec_for_compression(v).error_feedback is False for v in REPLY_COMPRESSIONS)
+def test_the_reply_values_are_exactly_the_codecs_without_error_feedback_that_send_every_coordinate():
+    assert sorted(REPLY_COMPRESSIONS) == sorted(c.name for c in CODECS.values()
+                                                if not (c.error_feedback or c.sparse))
+    assert all(not (codec_for_compression(v).error_feedback or codec_for_compression(v).sparse)
+               for v in REPLY_COMPRESSIONS)
+    assert "topk_int2" not in REPLY_COMPRESSIONS  # keeps no residual, but sends some coordinates only
     with pytest.raises(ImportError, match="CODEC_WORDS"):
         check_reply_codecs(CODECS, (*REPLY_COMPRESSIONS, "topk"))
 
@@ -91,7 +94,7 @@ def test_the_decoder_counts_pulled_bytes_and_reuses_one_buffer_per_shard_and_slo
     assert a.data_ptr() != b.data_ptr() and torch.equal(a, b)
     assert dec.decode(0, 0, "int8", 100, 1.0, enc.frames).data_ptr() == a.data_ptr()
     dec.decode(0, 0, "int8", 100, 1.0, enc.frames, counted=False)  # a registration's parameters
-    dec.count("f32", 50)
+    dec.count("none", 50)
     assert dec.wire_bytes == 3 * reply_nbytes("int8", 100) + 200
     assert dec.fp32_bytes == 3 * 400 + 200
     assert dec.decode_s > 0
@@ -129,20 +132,20 @@ def forged(what: str, numel: int = 200):
         frames = frames[:1]
     elif what == "header scale on a block codec":
         return "int8", numel, 2.0, frames
-    elif what.startswith("f16"):
-        f16 = ReplyEncoder("f16").encode(torch.randn(numel), 0)
-        scale = {"f16 NaN scale": float("nan"), "f16 infinite scale": float("inf"), "f16 zero scale": 0.0,
-                 "f16 negative scale": -f16.scale, "f16 overflowing scale": 1e38}[what]
-        return "f16", numel, scale, list(f16.frames)
-    elif what in ("topk", "int2ef", "f32", "zstd"):
+    elif what.startswith("fp16"):
+        f16 = ReplyEncoder("fp16").encode(torch.randn(numel), 0)
+        scale = {"fp16 NaN scale": float("nan"), "fp16 infinite scale": float("inf"), "fp16 zero scale": 0.0,
+                 "fp16 negative scale": -f16.scale, "fp16 overflowing scale": 1e38}[what]
+        return "fp16", numel, scale, list(f16.frames)
+    elif what in ("topk", "int2_ef", "none", "zstd"):
         return what, numel, 1.0, frames
     return "int8", numel, 1.0, frames
 
 
 HOSTILE = ["short codes", "long scales", "NaN block scale", "infinite block scale", "forged block scale",
            "negative block scale", "non-finite code", "one frame", "header scale on a block codec",
-           "f16 NaN scale", "f16 infinite scale", "f16 zero scale", "f16 negative scale", "f16 overflowing scale",
-           "topk", "int2ef", "f32", "zstd"]
+           "fp16 NaN scale", "fp16 infinite scale", "fp16 zero scale", "fp16 negative scale", "fp16 overflowing scale",
+           "topk", "int2_ef", "none", "zstd"]
 
 
 @pytest.mark.parametrize("what", HOSTILE)
@@ -156,11 +159,11 @@ def test_a_malformed_reply_is_refused(what):
 def test_a_shared_memory_payload_of_the_wrong_dtype_or_size_is_refused():
     wire = torch.randn(200).to(torch.float16)
     with pytest.raises(ProtocolError, match="shared memory"):
-        decode_reply("f16", 200, 1.0, torch.empty(200), wire=wire.to(torch.bfloat16))
+        decode_reply("fp16", 200, 1.0, torch.empty(200), wire=wire.to(torch.bfloat16))
     with pytest.raises(ProtocolError, match="shared memory"):
-        decode_reply("f16", 200, 1.0, torch.empty(200), wire=wire[:199])
+        decode_reply("fp16", 200, 1.0, torch.empty(200), wire=wire[:199])
     with pytest.raises(ProtocolError, match="for a shard of"):
-        decode_reply("f16", 199, 1.0, torch.empty(200), wire=wire[:199])
+        decode_reply("fp16", 199, 1.0, torch.empty(200), wire=wire[:199])
 
 
 @pytest.fixture
@@ -173,7 +176,7 @@ def client():
 
 
 @pytest.mark.parametrize("what", ["short codes", "NaN block scale", "forged block scale", "non-finite code",
-                                  "f16 infinite scale", "topk"])
+                                  "fp16 infinite scale", "topk"])
 def test_the_client_refuses_a_malformed_reply_with_a_clear_error_and_loads_nothing(client, what):
     encoding, numel, scale, frames = forged(what, client.layout.shard_sizes[0])
     with pytest.raises(RemoteError, match=r"bad_reply") as info:

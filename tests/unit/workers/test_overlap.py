@@ -81,7 +81,7 @@ def test_pieces_sent_during_backward_apply_what_a_blocking_push_applies(job, com
         in_shm[overlap] = sum(s.state.counters["push_pieces_shm"] for s in served.servers)
     assert all(torch.equal(a, b) for a, b in zip(results["off"], results["backward"]))
     assert sent["off"] == sent["backward"]
-    # f32 and bf16 are encoded element by element: sent in pieces. f16's scale and top-k's
+    # none and bf16 are encoded element by element: sent in pieces. fp16's scale and top-k's
     # choice depend on the whole gradient: each shard leaves whole.
     assert pieces["off"] == 0 and (pieces["backward"] > 12 * 2) == (compression in ("none", "bf16"))
     # fp32 pieces are flattened into a same-host shard's segment and read from there, the others inline.

@@ -36,7 +36,7 @@ def train(cfg, shards, steps):
 
 
 @pytest.mark.parametrize("compression, encoding, shared_memory", [("int8", "int8", "off"), ("int4", "int4", "off"),
-                                                                  ("fp16", "f16", "auto"), ("bf16", "bf16", "auto")])
+                                                                  ("fp16", "fp16", "auto"), ("bf16", "bf16", "auto")])
 def test_a_worker_trains_on_exactly_the_decoded_replies(shards, compression, encoding, shared_memory):
     cfg = cfg_for("asp", 1, **{"wire.compression": f"{{replies: {compression}}}", "checkpoint.enabled": "false",
                                "workers.device": "cpu", "wire.shared_memory": shared_memory,
@@ -60,7 +60,7 @@ def test_a_worker_trains_on_exactly_the_decoded_replies(shards, compression, enc
 def test_fp32_replies_are_unchanged_and_the_evaluator_reads_fp32_in_any_reply_encoding(shards):
     cfg = cfg_for("asp", 1, **{"checkpoint.enabled": "false", "workers.device": "cpu"})
     stats, served, _, _ = train(cfg, shards, STEPS)
-    for server, flat in zip(served.servers, reference_on_replies(cfg, STEPS, "f32")):
+    for server, flat in zip(served.servers, reference_on_replies(cfg, STEPS, "none")):
         assert torch.equal(server.state.params, flat)
     assert "reply_encode_us" not in served.servers[0].state.counters and stats.reply_decode_s == 0.0
 

@@ -1,0 +1,254 @@
+"""Start `python -m psgd.cli ...` children of the test suite by forking a process that
+has imported torch and psgd already, as the launcher starts its own roles
+(`run.start_method: fork`, psgd/orchestrate/fork.py).
+
+A fresh interpreter spends about 3 s of CPU importing torch before `main` runs, and
+the suite starts a few hundred psgd commands on two cores. The forked child is still
+a real process in its own session, with its own stdin/stdout/stderr, working
+directory, environment and arguments, and it runs the same `main` that
+`python -m psgd.cli` runs; only the imports are done once.
+
+The server (run as a script) listens on a Unix socket. A client sends the command's
+arguments, directory and environment, and its three standard descriptors (SCM_RIGHTS);
+the server forks, answers the child's pid, and later its exit code. `ForkedCommand`
+is the part of subprocess.Popen the tests use. A command whose environment differs
+from the server's (something torch or psgd may read at import) is exec'd instead
+(`conftest.spawn` decides), and PSGD_TESTS_EXEC=1 execs every command.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from typing import Optional
+
+VOLATILE = {"PYTEST_CURRENT_TEST"}  # pytest rewrites it per test; nothing imports it
+START_ENV = dict(os.environ, PYTHONUNBUFFERED="1")  # the suite's, before any test changes it
+
+
+def environment_matches(env: dict[str, str], server_env: dict[str, str]) -> bool:
+    strip = lambda e: {k: v for k, v in e.items() if k not in VOLATILE}  # noqa: E731
+    return strip(env) == strip(server_env)
+
+
+# ---- the server ------------------------------------------------------------------------------
+
+def _child(request: dict, fds: list[int], listener: socket.socket, conn: socket.socket) -> None:
+    code = 1
+    try:
+        listener.close()
+        conn.close()
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in set(fds):
+            if fd > 2:
+                os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.path[0] = os.getcwd()  # what `python -m` puts first: a user's model module in the cwd imports
+        sys.argv = ["psgd", *request["args"]]
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(s, signal.SIG_DFL if s != signal.SIGINT else signal.default_int_handler)
+        from psgd.cli import main
+        code = main(request["args"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - an uncaught exception, as the interpreter reports it
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code if isinstance(code, int) else 1)
+
+
+def serve(path: str) -> None:
+    import torch  # noqa: F401 - the imports every child would otherwise repeat
+    torch.set_num_threads(1)
+    import psgd.cli  # noqa: F401
+    import psgd.servers.shard  # noqa: F401
+    import psgd.workers.evaluator  # noqa: F401
+    import psgd.workers.worker  # noqa: F401
+
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    waiting: dict[int, socket.socket] = {}  # child pid -> the client's connection
+    while os.getppid() == parent:  # the test process is gone: so is its server
+        ready, _, _ = select.select([listener], [], [], 0.02)
+        if ready:
+            conn, _ = listener.accept()
+            payload, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+            request = json.loads(payload)
+            pid = os.fork()
+            if pid == 0:
+                _child(request, fds, listener, conn)
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(f"{pid}\n".encode())
+            waiting[pid] = conn
+        while waiting:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = waiting.pop(pid, None)
+            if conn is not None:
+                try:
+                    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                except OSError:
+                    pass
+                conn.close()
+
+
+# ---- the client ------------------------------------------------------------------------------
+
+class _Server:
+    def __init__(self) -> None:
+        self.path = os.path.join(tempfile.mkdtemp(prefix="psgd-forks-"), "sock")
+        self.env = START_ENV
+        self.proc = subprocess.Popen([sys.executable, __file__, self.path], env=self.env,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def connect(self, timeout: float = 120.0) -> socket.socket:
+        deadline = time.monotonic() + timeout
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self.path)
+                return sock
+            except (FileNotFoundError, ConnectionRefusedError):
+                sock.close()
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the test fork server did not start (exit {self.proc.poll()})") from None
+                time.sleep(0.05)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_server: Optional[_Server] = None
+
+
+def server() -> _Server:
+    global _server
+    if _server is None or _server.proc.poll() is not None:
+        _server = _Server()
+        atexit.register(_server.close)
+    return _server
+
+
+class _Reader(threading.Thread):
+    def __init__(self, stream) -> None:
+        super().__init__(daemon=True)
+        self.stream, self.parts = stream, []
+
+    def run(self) -> None:
+        for part in iter(lambda: self.stream.read(65536), "" if hasattr(self.stream, "encoding") else b""):
+            self.parts.append(part)
+
+    def text(self):
+        return ("" if hasattr(self.stream, "encoding") else b"").join(self.parts)
+
+
+class ForkedCommand:
+    """A psgd command forked by the server, with the pid/poll/wait/communicate/signals
+    of subprocess.Popen and its stdout/stderr pipes."""
+
+    def __init__(self, args: list[str], cwd: Optional[str], env: dict[str, str], stdout=None, stderr=None,
+                 text: bool = False) -> None:
+        self.args, self.returncode = args, None
+        self.stdout = self.stderr = None
+        keep, send = [], [os.open(os.devnull, os.O_RDONLY)]
+        for which, spec in (("stdout", stdout), ("stderr", stderr)):
+            if spec == subprocess.PIPE:
+                read, write = os.pipe()
+                setattr(self, which, open(read, "r" if text else "rb", **({"encoding": "utf-8"} if text else {})))
+                send.append(write)
+                keep.append(write)
+            elif spec == subprocess.STDOUT:
+                send.append(send[1])
+            elif spec == subprocess.DEVNULL:
+                fd = os.open(os.devnull, os.O_WRONLY)
+                send.append(fd)
+                keep.append(fd)
+            elif spec is None:
+                send.append(1 if which == "stdout" else 2)
+            else:
+                send.append(spec if isinstance(spec, int) else spec.fileno())
+        self._sock = server().connect()
+        request = {"args": args[3:], "cwd": cwd or os.getcwd(), "env": env}
+        socket.send_fds(self._sock, [json.dumps(request).encode()], send)
+        os.close(send[0])
+        for fd in keep:
+            os.close(fd)
+        self._lines = self._sock.makefile("r")
+        self.pid = int(self._lines.readline())
+        self._readers = [_Reader(s) for s in (self.stdout, self.stderr) if s is not None]
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            ready, _, _ = select.select([self._sock], [], [], 0)
+            if ready:
+                self._finish()
+        return self.returncode
+
+    def _finish(self) -> None:
+        line = self._lines.readline()
+        self.returncode = int(line) if line.strip() else -signal.SIGKILL  # the server died with it
+        self._lines.close()
+        self._sock.close()
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if self.returncode is None:
+            ready, _, _ = select.select([self._sock], [], [], timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._finish()
+        return self.returncode
+
+    def communicate(self, input=None, timeout: Optional[float] = None):  # noqa: A002 - Popen's name
+        for reader in self._readers:
+            if not reader.is_alive() and reader.ident is None:
+                reader.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.wait(timeout)
+        for reader in self._readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        out = {id(r.stream): r.text() for r in self._readers}
+        return (out.get(id(self.stdout)) if self.stdout else None, out.get(id(self.stderr)) if self.stderr else None)
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

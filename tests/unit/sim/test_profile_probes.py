@@ -1,0 +1,36 @@
+"""`psgd sim profile` end to end on tiny sizes, its timers replaced by a fixed cost per call: every
+probe runs against today's code (the shard's service, the codecs, the kernels) and fills its keys."""
+import pytest
+
+from psgd.sim import profile, profile_compute
+from psgd.sim.host_profile import HostProfile
+
+CALL_S = 1e-3
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    def once(fn, *args, **kwargs):
+        fn()
+        return CALL_S
+    monkeypatch.setattr(profile, "_cpu_s", once)
+    monkeypatch.setattr(profile.platform, "processor", lambda: "probe")  # not `uname -p`: no process
+    monkeypatch.setattr(profile, "LARGE_BYTES", 1 << 16)
+    monkeypatch.setattr(profile_compute, "_call_s", lambda dev, fn, min_s=0.0: once(fn))
+    for name, value in (("ROTATE_BYTES", 1), ("MATMUL_SIZES", (4, 8)), ("CONV_WIDTHS", (2, 4)),
+                        ("CONV_LENGTHS", (4, 8)), ("ATTENTION_LENGTHS", (4, 8)), ("MEMORY_NUMELS", (256, 1024))):
+        monkeypatch.setattr(profile_compute, name, value)
+
+
+def test_every_probe_runs_and_a_constant_step_time_is_all_pass_cost_and_no_dispatch(tiny):
+    measured = profile.measure_host_profile("cpu")
+    assert isinstance(measured, HostProfile) and measured.device == "cpu"
+    assert set(measured.apply) and set(measured.encode) == set(measured.decode)
+    # every depth of the dispatch probe took the same time: no cost per operation, all of it the pass's
+    assert measured.dispatch_us == 0.0 and measured.pass_us == pytest.approx(CALL_S * 1e6)
+    assert measured.matmul_flops == (2 * 4 ** 3, 2 * 8 ** 3)
+    assert len(measured.conv_flops) == len(measured.conv_positions) == 4
+    assert sorted(set(measured.conv_positions)) == [32 * 4, 32 * 8]
+    assert len(measured.attention_flops) == len(measured.attention_backward_flops) == 2
+    assert len(measured.memory_bytes) == 2 and measured.memory_bytes[0] < measured.memory_bytes[1]
+    assert HostProfile.from_dict(__import__("json").loads(measured.to_json())) == measured
