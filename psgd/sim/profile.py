@@ -8,7 +8,6 @@ per byte (psgd.sim.host_profile.Linear). Nothing here reads a run.
 from __future__ import annotations
 
 import platform
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 
 from psgd.core.rules import RULES
 from psgd.sim.host_profile import HostProfile, Linear
-from psgd.sim.profile_compute import measure_compute
+from psgd.sim.profile_compute import cpu_seconds, measure_compute
 
 __all__ = ["measure_host_profile", "SMALL_BYTES", "LARGE_BYTES"]
 
@@ -26,16 +25,8 @@ SMALL_BYTES, LARGE_BYTES = 4096, 4 << 20   # the two gradient sizes every linear
 
 
 def _cpu_s(fn: Callable[[], object], min_s: float = 0.05, repeats: int = 5) -> float:
-    """Median over `repeats` of the CPU seconds one call takes (each repeat loops for at least `min_s`)."""
-    fn()  # first call: allocations, kernel choice
-    out = []
-    for _ in range(repeats):
-        n, t0 = 0, time.process_time()
-        while (elapsed := time.process_time() - t0) < min_s:
-            fn()
-            n += 1
-        out.append(elapsed / n)
-    return statistics.median(out)
+    """CPU seconds one call takes, on the whole process's clock (profile_compute.cpu_seconds)."""
+    return cpu_seconds(fn, min_s, repeats, clock=time.process_time)
 
 
 def _linear(make: Callable[[int], Callable[[], object]], scale: float = 1.0) -> Linear:

@@ -36,13 +36,14 @@ MEMORY_NUMELS = (1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
 DEPTHS = (1, 2, 4, 8, 16)           # the dispatch probe's layers
 
 
-def _cpu_s(fn: Callable[[], object], min_s: float, repeats: int = 5) -> float:
-    """Median over `repeats` of the thread CPU seconds one call takes (each repeat loops >= `min_s`)."""
-    fn()
+def cpu_seconds(fn: Callable[[], object], min_s: float, repeats: int = 5,
+                clock: Callable[[], float] = time.thread_time) -> float:
+    """Median over `repeats` of the CPU seconds one call takes on `clock` (each repeat loops >= `min_s`)."""
+    fn()  # first call: allocations, kernel choice
     out = []
     for _ in range(repeats):
-        n, t0 = 0, time.thread_time()
-        while (elapsed := time.thread_time() - t0) < min_s:
+        n, t0 = 0, clock()
+        while (elapsed := clock() - t0) < min_s:
             fn()
             n += 1
         out.append(elapsed / n)
@@ -60,7 +61,7 @@ def _cuda_s(fn: Callable[[], object], calls: int = 100) -> float:
 
 
 def _call_s(device: torch.device, fn: Callable[[], object], min_s: float = 0.03) -> float:
-    return _cuda_s(fn) if device.type == "cuda" else _cpu_s(fn, min_s)
+    return _cuda_s(fn) if device.type == "cuda" else cpu_seconds(fn, min_s)
 
 
 def _cold_s(device: torch.device, make: Callable[[], tuple], call: Callable, min_s: float = 0.03) -> float:
