@@ -18,6 +18,7 @@
 #   SEEDS=5 CASES="shards-detect-sim shards-replicas1-sim" benchmarks/faults/run.sh
 . "$(dirname "$0")/../study_env.sh"  # strict mode, HERE, the repository root, PSGD, PYTHON
 SEEDS="${SEEDS:-5}"
+MAX_TIME_S="${MAX_TIME_S:-120}"  # seconds of training per run
 SCRATCH="${SCRATCH:-/tmp/psgd-fault-study}"
 for case in ${CASES:-workers shards shards-retry1s}; do
   target="${case%%-*}"
@@ -39,7 +40,7 @@ for case in ${CASES:-workers shards shards-retry1s}; do
   mkdir -p "$HERE/$case"
   # The time bound ends every run: far more steps than two minutes allow, no early stop at a target.
   "$PSGD" bench faults configs/quickstart.yaml --target "$target" --kill-every-s 10 --seeds "$SEEDS" \
-    --out "$out" --set train.max_time_s=120 --set train.steps_per_worker=1000000 \
+    --out "$out" --set train.max_time_s="$MAX_TIME_S" --set train.steps_per_worker=1000000 \
     --set train.target_accuracy=null "${extra[@]}" | tee "$HERE/$case/table.txt"
   cp "$out/report.md" "$out/faults.json" "$HERE/$case/"
 done
