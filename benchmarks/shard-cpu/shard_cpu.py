@@ -124,20 +124,20 @@ def phase_shares(stats: pstats.Stats, table: dict, fallback: str) -> dict[str, f
 
 
 # ---- one point, in a fresh interpreter importing the tree under test ---------------------------------
-def _config(mode: str):
+def _config(mode: str, workers: int):
     from psgd.config import load_config
-    over = ["cluster.workers=1", f"consistency.mode={mode}", "optimizer.name=sgd", "optimizer.lr=0.000001",
+    over = [f"cluster.workers={workers}", f"consistency.mode={mode}", "optimizer.name=sgd", "optimizer.lr=0.000001",
             "cluster.timeout_s=600", "cluster.heartbeat_s=100"]
     return load_config(None, over + (["consistency.staleness=2"] if mode == "ssp" else []))
 
 
-def _shard(numel: int, mode: str, profile: bool, conn, prof_file: str) -> None:
+def _shard(numel: int, mode: str, workers: int, profile: bool, conn, prof_file: str) -> None:
     import torch
     torch.set_num_threads(1)
     from psgd.bench.procs import bench_layout, process_cpu_s
     from psgd.servers.shard import ShardServer
-    server = ShardServer(_config(mode), 0, "127.0.0.1:0", torch.zeros(numel), bench_layout(numel, 1).fingerprint,
-                         run_token="profile")
+    server = ShardServer(_config(mode, workers), 0, "127.0.0.1:0", torch.zeros(numel),
+                         bench_layout(numel, 1).fingerprint, run_token="profile")
     conn.send(server.address.replace("tcp://", ""))
     serving = time.pthread_getcpuclockid(threading.main_thread().ident)
     marks = []
@@ -169,8 +169,12 @@ def copy_into_model(model, params) -> None:
     model.copy_(params)
 
 
-def run_point(nbytes: int, mode: str, requests: int, repeats: int, profile: bool, workdir: str) -> dict:
-    """`repeats` windows of `requests` push+pulls against one shard: the medians of their per-request CPU."""
+def run_point(nbytes: int, mode: str, requests: int, repeats: int, profile: bool, workdir: str,
+              pace_ms: float = 0.0, workers: int = 1) -> dict:
+    """`repeats` windows of `requests` push+pulls against one shard: the medians of their per-request CPU.
+    `pace_ms`: the client sleeps this long before each request (a light worker's simulated compute: the
+    shard's idle loop between requests is then in its CPU per request); `workers`: cluster.workers of the
+    shard's config (psgd bench scale's shard is configured for its largest point)."""
     import torch
     torch.set_num_threads(1)
     from psgd.bench.procs import bench_layout, process_cpu_s
@@ -179,7 +183,7 @@ def run_point(nbytes: int, mode: str, requests: int, repeats: int, profile: bool
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     prof_file = os.path.join(workdir, "shard.prof")
-    proc = ctx.Process(target=_shard, args=(numel, mode, profile, child, prof_file), daemon=True)
+    proc = ctx.Process(target=_shard, args=(numel, mode, workers, profile, child, prof_file), daemon=True)
     proc.start()
     address = parent.recv()
     layout = bench_layout(numel, 1)
@@ -198,6 +202,8 @@ def run_point(nbytes: int, mode: str, requests: int, repeats: int, profile: bool
             if prof is not None:
                 prof.enable()
             for _ in range(requests):
+                if pace_ms:
+                    time.sleep(pace_ms / 1e3)
                 copy_into_model(model, client.push_pull(grads)[0])
             if prof is not None:
                 prof.disable()
@@ -239,10 +245,12 @@ def extract(rev: str, into: Path) -> Path:
     return into
 
 
-def measure(tree: Path, nbytes: int, mode: str, requests: int, repeats: int, profile: bool) -> dict:
+def measure(tree: Path, nbytes: int, mode: str, requests: int, repeats: int, profile: bool, pace_ms: float = 0.0,
+            workers: int = 1) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     with tempfile.TemporaryDirectory(prefix="psgd-shard-cpu-") as work:
-        args = [sys.executable, __file__, "--point", f"{nbytes},{mode},{requests},{repeats},{int(profile)},{work}"]
+        point = f"{nbytes},{mode},{requests},{repeats},{int(profile)},{work},{pace_ms},{workers}"
+        args = [sys.executable, __file__, "--point", point]
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900, cwd=work)
         if done.returncode != 0:
             raise RuntimeError(f"point {nbytes} {mode} failed:\n{done.stderr[-3000:]}")
@@ -270,13 +278,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="timed windows per point and side (median kept)")
     ap.add_argument("--before", default=None, help="git revision to measure beside this checkout")
     ap.add_argument("--after", default=None, help="git revision to measure as 'after' (default: this checkout)")
+    ap.add_argument("--pace-ms", type=float, default=0.0,
+                    help="the client sleeps this long before each request (psgd bench scale's light worker: 20)")
+    ap.add_argument("--workers", type=int, default=1, help="cluster.workers of the shard's config")
     ap.add_argument("--out", default=None, help="folder for results.json and report.md")
     ap.add_argument("--point", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.point:
         faulthandler.dump_traceback_later(600, exit=True)  # a point that hangs says where
-        nbytes, mode, requests, repeats, profile, work = args.point.split(",")
-        print(json.dumps(run_point(int(nbytes), mode, int(requests), int(repeats), profile == "1", work)))
+        nbytes, mode, requests, repeats, profile, work, pace_ms, workers = args.point.split(",")
+        print(json.dumps(run_point(int(nbytes), mode, int(requests), int(repeats), profile == "1", work,
+                                   float(pace_ms), int(workers))))
         return
     tmp = Path(tempfile.mkdtemp(prefix="psgd-trees-"))
     try:
@@ -287,8 +299,8 @@ def main() -> None:
         for nbytes in [parse_size(s) for s in args.sizes.split(",")]:
             for mode in args.modes.split(","):
                 for side, tree in trees.items():
-                    row = measure(tree, nbytes, mode, args.requests, args.repeats, False)
-                    prof = measure(tree, nbytes, mode, args.profile_requests, 1, True)
+                    row = measure(tree, nbytes, mode, args.requests, args.repeats, False, args.pace_ms, args.workers)
+                    prof = measure(tree, nbytes, mode, args.profile_requests, 1, True, args.pace_ms, args.workers)
                     row.update(side=side, shard_shares=prof["shard_shares"], client_shares=prof["client_shares"])
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if not k.endswith("shares")}), flush=True)

@@ -162,6 +162,10 @@ REPLY_COPY_MAX_BYTES = 16 << 20
 PEER_SEND_HWM = 8
 PEER_RECV_HWM = 64
 
+# The most messages a server takes per wake-up (ServerSocket.recv_batch): enough that a shard
+# serving many workers polls once per burst, few enough that its housekeeping still runs often.
+RECV_BATCH_MAX = 64
+
 
 class ServerSocket:
     """A bound ROUTER socket. `recv` returns (identity, frames) or None on timeout."""
@@ -204,29 +208,44 @@ class ServerSocket:
 
     def recv(self, timeout_ms: int) -> Optional[tuple[bytes, list]]:
         """The next message as (identity, frames), or None on timeout."""
-        if self._rung:
-            return self._rung.popleft()
+        got = self.recv_batch(timeout_ms, limit=1)
+        return got[0] if got else None
+
+    def recv_batch(self, timeout_ms: int, limit: int = RECV_BATCH_MAX) -> list[tuple[bytes, list]]:
+        """Every message queued once one is (waiting up to `timeout_ms` for the first), at most
+        `limit`, as (identity, frames) in the order read; [] on timeout. One poll covers the
+        socket and the bells; what is left over is returned first by the next call. Under
+        CurveZMQ one message per call: `peer_key` is the sender of the last one returned."""
+        limit = 1 if self._curve else limit
+        out: list = []
+        while self._rung and len(out) < limit:
+            out.append(self._rung.popleft())
+        if len(out) == limit:
+            return out
+        wait_ms = 0 if out else timeout_ms
         if self._polled is not None:
             self._polled.sync()  # never poll a dropped bell's descriptor
         if self._polled is not None and len(self.bells):
-            # One poll over the socket and the bells; every message a bell holds is read
-            # now, and returned one per call before anything is polled again.
             ready = False
             before = len(self._rung)
-            for item, _ in self._poller.poll(timeout_ms):
+            for item, _ in self._poller.poll(wait_ms):
                 ready |= not self._polled.take(item, self._rung)
             self.rung += len(self._rung) - before
-            if not ready:
-                return self._rung.popleft() if self._rung else None
+            while self._rung and len(out) < limit:
+                out.append(self._rung.popleft())
         # Under load a message is usually queued already: asking the socket is
         # cheaper than a poll, which costs a system call and the Poller's Python.
-        elif not self._sock.get(zmq.EVENTS) & zmq.POLLIN and not self._poller.poll(timeout_ms):
-            return None
-        parts = self._sock.recv_multipart(copy=False)
-        identity = parts[0].bytes
-        if self._curve:
-            self.peer_key = parts[0].get("User-Id")  # set by the ZAP handler: the client's public key
-        return identity, [p.buffer for p in parts[1:]]
+        else:
+            ready = bool(self._sock.get(zmq.EVENTS) & zmq.POLLIN) or bool(self._poller.poll(wait_ms))
+        while ready and len(out) < limit:
+            try:
+                parts = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            if self._curve:
+                self.peer_key = parts[0].get("User-Id")  # set by the ZAP handler: the client's public key
+            out.append((parts[0].bytes, [p.buffer for p in parts[1:]]))
+        return out
 
     def send(self, identity: bytes, frames: Sequence) -> bool:
         """Send a reply without blocking; returns False if the peer is gone or

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from psgd.wire.shm.doorbell import Bells, ClientBell, ShardBell
 from psgd.wire.transport import ServerSocket, ShardConnections, TransportError
 
 
@@ -75,3 +76,54 @@ def test_recv_times_out_with_none(server):
 def test_binding_a_taken_address_is_a_transport_error(server):
     with pytest.raises(TransportError, match="cannot bind"):
         ServerSocket(server.address)
+
+
+
+def test_recv_batch_takes_every_queued_message_in_each_senders_order_up_to_its_limit(server):
+    senders = [ShardConnections([server.address]) for _ in range(3)]
+    try:
+        for i, conns in enumerate(senders):
+            for k in range(4):
+                assert conns.send(0, [f"{i}:{k}".encode()])
+        got = []
+        while len(got) < 12:
+            more = server.recv_batch(5000, limit=5)
+            assert 1 <= len(more) <= 5
+            got += more
+        assert server.recv_batch(10) == []
+        assert _by_sender(got) == {f"{i}": [f"{i}:{k}" for k in range(4)] for i in range(3)}
+    finally:
+        for conns in senders:
+            conns.close()
+
+
+def test_one_wake_up_reads_every_rung_bell_and_hands_out_at_most_the_limit_per_call():
+    server_bells = Bells()
+    server = ServerSocket("127.0.0.1:0", bells=server_bells)
+    clients = []
+    try:
+        for i in range(3):
+            bell = ClientBell.create()
+            server_bells.add(f"client{i}".encode(), ShardBell.open(bell.name))
+            bell.settle()
+            clients.append(bell)
+        for i, bell in enumerate(clients):
+            for k in range(4):
+                assert bell.ring(f"{i}:{k}".encode())  # in the pipe once ring returns
+        batches = [server.recv_batch(5000, limit=5) for _ in range(3)]
+        assert [len(b) for b in batches] == [5, 5, 2] and server.rung == 12
+        assert server.recv_batch(10) == []
+        assert _by_sender([m for b in batches for m in b]) == {f"{i}": [f"{i}:{k}" for k in range(4)] for i in range(3)}
+    finally:
+        for bell in clients:
+            bell.close()
+        server.close()
+
+
+def _by_sender(messages) -> dict:
+    """The messages' texts ("sender:k") by the sender each names, in the order received."""
+    seen: dict = {}
+    for _identity, frames in messages:
+        text = bytes(frames[0]).decode()
+        seen.setdefault(text.split(":")[0], []).append(text)
+    return seen
