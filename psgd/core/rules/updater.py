@@ -38,7 +38,8 @@ def abs_max(t: torch.Tensor) -> float:
     """The largest |element| (inf when an element is NaN or infinite): one pass."""
     if t.numel() == 0:
         return 0.0
-    lo, hi = (v.item() for v in torch.aminmax(t))
+    lo, hi = torch.aminmax(t)
+    lo, hi = lo.item(), hi.item()
     return max(-lo, hi) if math.isfinite(lo) and math.isfinite(hi) else math.inf
 
 
@@ -90,16 +91,17 @@ class ShardUpdater:
             grad_max = abs_max(grad)
         if not math.isfinite(grad_max):
             return False
-        after = self._bounds_after(params, grad_max, staleness, read_params)
+        lr = self.lr(staleness)
+        after = self._bounds_after(params, grad_max, lr, read_params)
         if after is None:
-            after = self._bounds_after(params, grad_max, staleness, read_params, measure=True)
+            after = self._bounds_after(params, grad_max, lr, read_params, measure=True)
         if after is not None:
-            self.apply(params, grad, staleness, read_params)
+            self._step(params, grad, lr, read_params)
             self._bounds, self._bounded = after, self._identity(params)
             return True
         self._bounds, self._bounded = {}, ()
         kept = self._keep(params)
-        self.apply(params, grad, staleness, read_params)
+        self._step(params, grad, lr, read_params)
         if all(all_finite(t) for t in (params, *self.state.values())):
             return True
         for name, saved in kept.items():
@@ -110,7 +112,7 @@ class ShardUpdater:
     def _identity(self, params: torch.Tensor) -> tuple:
         return tuple((t.data_ptr(), t._version) for t in (params, *self.state.values()))
 
-    def _bounds_after(self, params: torch.Tensor, grad_max: float, staleness: int,
+    def _bounds_after(self, params: torch.Tensor, grad_max: float, lr: float,
                       read_params: Optional[torch.Tensor], measure: bool = False) -> Optional[dict[str, float]]:
         """Bounds on |params| and the state after the step, or None when some value the step
         computes could reach UNGUARDED_LIMIT. The bounds in force are measured (one pass over
@@ -119,7 +121,7 @@ class ShardUpdater:
             self._bounds = {name: abs_max(t) for name, t in (("", params), *self.state.items())}
             self._bounded = self._identity(params)
         cfg, bound = self.cfg, dict(self._bounds)
-        lr, grad = abs(self.lr(staleness)), grad_max
+        lr, grad = abs(lr), grad_max
         values = [grad]
         if cfg.dc_asgd is not None and read_params is not None and cfg.dc_asgd.lambda_ > 0:
             values.append(grad * grad)
@@ -146,8 +148,10 @@ class ShardUpdater:
               read_params: Optional[torch.Tensor] = None) -> None:
         """One update. `grad` is not modified. `read_params` (the parameters the
         gradient was computed on) enables DC-ASGD compensation when configured."""
+        self._step(params, grad, self.lr(staleness), read_params)
+
+    def _step(self, params: torch.Tensor, grad: torch.Tensor, lr: float, read_params: Optional[torch.Tensor]) -> None:
         cfg = self.cfg
-        lr = self.lr(staleness)
         if cfg.dc_asgd is not None and read_params is not None and cfg.dc_asgd.lambda_ > 0:
             # g + lambda * g * g * (w_now - w_read), Zheng et al. 2017
             diff = params - read_params
