@@ -46,7 +46,9 @@ def guard_cost(size_bytes: int, optimizer: str, repeats: int = 30, warmup: int =
     update alone (`ShardUpdater.apply`), the update behind the gradient's finiteness check
     alone (the check every push had before the guard), and the guarded update as a shard
     runs it (one pass over the gradient for both the check and the bound, then
-    `apply_if_finite`). The guard's cost is the last minus the second."""
+    `apply_if_finite`). The guard's cost is the last minus the second. Timed in the thread's
+    CPU time (the updates run on this one thread): other processes on the machine then
+    inflate it far less than they would wall time."""
     numel = size_bytes // 4
     grad = torch.randn(numel) * 1e-3
     cfg = server_optimizer(bench_config(1, optimizer))
@@ -67,10 +69,10 @@ def guard_cost(size_bytes: int, optimizer: str, repeats: int = 30, warmup: int =
     times: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(warmup + repeats):
         for name, run in variants.items():
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             run(*setups[name])
             if i >= warmup:
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(time.thread_time() - t0)
     ms = {name: statistics.median(t) * 1e3 for name, t in times.items()}
     guard = ms["guarded"] - ms["checked"]
     return {"optimizer": optimizer, "size_bytes": size_bytes, "update_ms": round(ms["update"], 4),

@@ -48,7 +48,8 @@ def write_apply_report(result: dict, out: Path, command: str) -> None:
               "| optimizer | gradient | median ms | GB/s of fp32 gradient |", "|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['optimizer']} | {_mb(r['size_bytes'])} | {r['median_ms']:.3f} | {r['gb_per_s']:.2f} |")
-    lines += ["", "The non-finite guard (`ShardUpdater.apply_if_finite`), timed side by side with the update: "
+    lines += ["", "The non-finite guard (`ShardUpdater.apply_if_finite`), timed side by side with the update in the "
+              "thread's CPU time: "
               "`update` is the rule alone, `checked` the update behind the gradient's finiteness check every push "
               "had before the guard, `guarded` what a shard runs now; the guard's cost is guarded − checked.", "",
               "| optimizer | gradient | update ms | checked ms | guarded ms | guard ms | guard / update | copied |",
