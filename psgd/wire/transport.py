@@ -165,6 +165,9 @@ PEER_RECV_HWM = 64
 # The most messages a server takes per wake-up (ServerSocket.recv_batch): enough that a shard
 # serving many workers polls once per burst, few enough that its housekeeping still runs often.
 RECV_BATCH_MAX = 64
+# ... and stops taking the socket's messages past this many bytes: a batch of large inline pushes
+# holds at most about this much beyond what the peers' queues (PEER_RECV_HWM) already bound.
+RECV_BATCH_MAX_BYTES = 16 << 20
 
 
 class ServerSocket:
@@ -237,13 +240,15 @@ class ServerSocket:
         # cheaper than a poll, which costs a system call and the Poller's Python.
         else:
             ready = bool(self._sock.get(zmq.EVENTS) & zmq.POLLIN) or bool(self._poller.poll(wait_ms))
-        while ready and len(out) < limit:
+        taken = 0  # bytes of the socket's messages taken: what ZeroMQ no longer holds back from the peers
+        while ready and len(out) < limit and taken < RECV_BATCH_MAX_BYTES:
             try:
                 parts = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
             if self._curve:
                 self.peer_key = parts[0].get("User-Id")  # set by the ZAP handler: the client's public key
+            taken += sum(map(len, parts))
             out.append((parts[0].bytes, [p.buffer for p in parts[1:]]))
         return out
 

@@ -127,3 +127,21 @@ def _by_sender(messages) -> dict:
         text = bytes(frames[0]).decode()
         seen.setdefault(text.split(":")[0], []).append(text)
     return seen
+
+
+def test_recv_batch_stops_taking_large_messages_past_its_byte_cap(server, monkeypatch):
+    import psgd.wire.transport as transport
+    monkeypatch.setattr(transport, "RECV_BATCH_MAX_BYTES", 150_000)
+    conns = ShardConnections([server.address])
+    try:
+        payload = b"x" * 100_000
+        for k in range(3):
+            assert conns.send(0, [f"{k}".encode(), payload])
+        got = []
+        while len(got) < 3:
+            batch = server.recv_batch(5000)
+            assert 1 <= len(batch) <= 2  # the second message passes the cap: the batch ends with it
+            got += batch
+        assert [bytes(frames[0]) for _, frames in got] == [b"0", b"1", b"2"]
+    finally:
+        conns.close()
