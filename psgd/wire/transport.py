@@ -165,6 +165,7 @@ PEER_RECV_HWM = 64
 # The most messages a server takes per wake-up (ServerSocket.recv_batch): enough that a shard
 # serving many workers polls once per burst, few enough that its housekeeping still runs often.
 RECV_BATCH_MAX = 64
+_POLLIN = int(zmq.POLLIN)  # a plain int: `&` on pyzmq's flag enum runs Python code, on every wake-up
 # ... and stops taking the socket's messages past this many bytes: a batch of large inline pushes
 # holds at most about this much beyond what the peers' queues (PEER_RECV_HWM) already bound.
 RECV_BATCH_MAX_BYTES = 16 << 20
@@ -239,7 +240,7 @@ class ServerSocket:
         # Under load a message is usually queued already: asking the socket is
         # cheaper than a poll, which costs a system call and the Poller's Python.
         else:
-            ready = bool(self._sock.get(zmq.EVENTS) & zmq.POLLIN) or bool(self._poller.poll(wait_ms))
+            ready = bool(int(self._sock.get(zmq.EVENTS)) & _POLLIN) or bool(self._poller.poll(wait_ms))
         taken = 0  # bytes of the socket's messages taken: what ZeroMQ no longer holds back from the peers
         while ready and len(out) < limit and taken < RECV_BATCH_MAX_BYTES:
             try:
