@@ -61,14 +61,14 @@ class Complete:
 
 
 def test_each_launcher_is_a_module_of_the_folder_and_keeps_the_contract():
-    from psgd.orchestrate.launcher import Launcher
     from psgd.orchestrate.launchers.sim import SimLauncher
     from psgd.orchestrate.ray.launcher import RayLauncher
+    from psgd.orchestrate.supervisor import Supervisor
     assert launcher_names() == ("local", "ray", "sim")
-    assert [load_launcher(n) for n in launcher_names()] == [Launcher, RayLauncher, SimLauncher]
-    assert launcher_for(load_config(None)) is Launcher
+    assert [load_launcher(n) for n in launcher_names()] == [Supervisor, RayLauncher, SimLauncher]
+    assert launcher_for(load_config(None)) is Supervisor
     assert launcher_for(load_config(None, ["cluster.launcher=sim"])) is SimLauncher
-    assert (Launcher.resumable, RayLauncher.resumable, SimLauncher.resumable) == (True, True, False)
+    assert (Supervisor.resumable, RayLauncher.resumable, SimLauncher.resumable) == (True, True, False)
 
 
 def test_the_cli_offers_and_the_config_check_accepts_exactly_the_folders_launchers(capsys):
