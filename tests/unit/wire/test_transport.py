@@ -130,8 +130,8 @@ def _by_sender(messages) -> dict:
 
 
 def test_recv_batch_stops_taking_large_messages_past_its_byte_cap(server, monkeypatch):
-    import psgd.wire.transport as transport
-    monkeypatch.setattr(transport, "RECV_BATCH_MAX_BYTES", 150_000)
+    import psgd.wire.transport.sockets as sockets
+    monkeypatch.setattr(sockets, "RECV_BATCH_MAX_BYTES", 150_000)
     conns = ShardConnections([server.address])
     try:
         payload = b"x" * 100_000
