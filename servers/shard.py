@@ -48,9 +48,7 @@ _COUNTED_IN = (PushStatus.APPLIED, PushStatus.BUFFERED, PushStatus.CARRIED)
 
 STATS_EVERY_S = 1.0
 EVALUATOR_RANKS = 4  # the run's evaluator is rank 0; a few more for observers. Bounds their segments.
-# The loop looks for silent workers every this share of cluster.timeout_s (0.2 s at the default 10 s; it
-# was every 10 ms, most of an idle shard's wake-ups): a silent worker leaves within 1.02x its timeout.
-EXPIRE_SHARE = 0.02
+EXPIRE_SHARE = 0.02  # look for silent workers every 2% of cluster.timeout_s: they leave within 1.02x of it
 
 def bind_shard(cfg: Config, address: str, curve: Optional[CurveKeys] = None) -> ServerSocket:
     """A shard's ROUTER socket bound to `address` (TransportError if it is taken)."""
