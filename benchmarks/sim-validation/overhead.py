@@ -85,6 +85,14 @@ def measure(run_dir: Path, workers: int) -> dict:
     out = {"wall_s": wall, "device_s": stated_device_s(run_dir), "pull_wait_s": waits[len(waits) // 2] if waits
            else None}
     out["overhead_s"] = wall - out["device_s"]
+    # CPU per worker step and per shard request (user + system, every thread; sim: what it charged)
+    cpu, system = summary.get("role_cpu_s") or {}, summary.get("role_sys_s") or {}
+    steps, requests = summary["worker_steps"], summary["worker_steps"] * summary["servers"]
+    for role, per in (("worker", steps), ("server", requests)):
+        if role in cpu and per:
+            out[f"{role}_cpu_ms"] = 1e3 * cpu[role] / per
+        if role in system and per:
+            out[f"{role}_sys_ms"] = 1e3 * system[role] / per
     if summary.get("staleness_hist"):
         from psgd.core.histogram import Histogram
         out["staleness_p50"] = Histogram.of(summary["staleness_hist"]).quantile(0.5)
@@ -138,7 +146,8 @@ def report(records: list[dict], cells: list[Cell], profile: dict) -> str:
         real = [by["real", cell.name, s] for s in seeds]
         sim = [by["sim", cell.name, s] for s in seeds]
         row = {"cell": cell.name, "seeds": len(seeds)}
-        for key in ("wall_s", "overhead_s", "pull_wait_s", "staleness_p50"):
+        for key in ("wall_s", "overhead_s", "pull_wait_s", "staleness_p50", "worker_cpu_ms", "server_cpu_ms",
+                    "worker_sys_ms", "server_sys_ms"):
             row[key] = (_median(r.get(key) for r in real), _median(r.get(key) for r in sim))
         row["share"] = row["overhead_s"][0] / row["wall_s"][0]
         row["headline"] = row["share"] >= HEADLINE_SHARE
@@ -187,7 +196,28 @@ def report(records: list[dict], cells: list[Cell], profile: dict) -> str:
     for r in rows:
         if "-asp-none" in r["cell"] and r["staleness_p50"][0] is not None:
             lines.append(f"| {r['cell']} | {r['staleness_p50'][0]:g} / {r['staleness_p50'][1]:g} |")
+    lines += cpu_table(rows)
     return "\n".join(lines) + "\n"
+
+
+def cpu_table(rows: list[dict]) -> list[str]:
+    """Each role's CPU per worker step and per shard request, real against charged: CPU time does not
+    depend on the machine's load the way wall time does, so it says which side of the model is short."""
+    rows = [r for r in rows if r["worker_cpu_ms"][0] is not None and r["worker_cpu_ms"][1] is not None]
+    if not rows:
+        return []
+    ms = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+    err = lambda a, b: f"{(b / a - 1) * 100:+.0f}%" if a and b is not None else "n/a"  # noqa: E731
+    lines = ["", "## CPU per worker step and per shard request (user + system, every thread)", "",
+             "Real: the processes' own CPU while they trained (summary role_cpu_s); sim: what the time model "
+             "charged each role's cores. Medians over the seeds.", "",
+             "| cell | worker ms/step real / sim | error | of it system (real) | shard ms/request real / sim | error "
+             "| of it system (real) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        (rw, sw), (rs, ss) = r["worker_cpu_ms"], r["server_cpu_ms"]
+        lines.append(f"| {r['cell']} | {ms(rw)} / {ms(sw)} | {err(rw, sw)} | {ms(r['worker_sys_ms'][0])} | "
+                     f"{ms(rs)} / {ms(ss)} | {err(rs, ss)} | {ms(r['server_sys_ms'][0])} |")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -195,6 +225,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", type=Path, required=True, help="psgd sim profile --out FILE, run before and apart")
     ap.add_argument("--quick", action="store_true", help="2 cells (W=2, bsp and asp): a smoke test")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--cells", default="", help="only these cells, by name (comma-separated), e.g. w2-s1-bsp-none")
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--runs", type=Path, default=Path("/tmp/psgd-overhead"))
     ap.add_argument("--report-only", action="store_true", help="the report from --out's overhead-results.jsonl")
@@ -202,6 +233,11 @@ def main(argv=None) -> int:
     from psgd.sim.host_profile import load_host_profile
     profile = load_host_profile(str(args.profile.resolve()))
     cells = QUICK if args.quick else FULL
+    if args.cells:
+        names = args.cells.split(",")
+        cells = [c for c in FULL if c.name in names]
+        if len(cells) != len(names):
+            ap.error(f"--cells: unknown cell in {args.cells!r} (cells: {', '.join(c.name for c in FULL)})")
     args.out.mkdir(parents=True, exist_ok=True)
     store = args.out / "overhead-results.jsonl"
     records = [json.loads(line) for line in store.read_text().splitlines()] if store.exists() else []
