@@ -1,7 +1,7 @@
 """The simulator's validation on what it predicts: a run's overhead beyond its stated device time, and its pull wait.
 
     .venv/bin/psgd sim profile --out /tmp/host.json                       # first, apart from the matrix
-    .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json [--quick] [--seeds 5]
+    .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json [--quick] [--seeds 5] [--cells A,B]
     .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json --report-only
 
 Every cell runs overhead.yaml (a 2.6 MB MLP, 5 ms of stated device time a step) for real on this
@@ -16,8 +16,12 @@ scored there: overhead within ±20%, pull wait within ±25% (medians over the se
 mode ends sooner", bsp against asp in each group) are decisive when every seed agrees on the sign and
 the medians differ by more than 5%, tied within 5%, inconclusive otherwise; decisive ones are
 counted apart. Quantities true by construction (ASP staleness p50 = W−1 with equal workers) are
-listed as sanity checks, not counted. Writes DIR/overhead-results.jsonl (appended, resumable) and
-DIR/overhead-report.md. Real runs need a quiet machine.
+listed as sanity checks, not counted. Beside them, each role's CPU per worker step and per shard
+request, real (the processes' own, summary role_cpu_s) against what the simulation charged: CPU time
+barely depends on the machine's load, so that table says which side of the model is short even
+where the wall times cannot be trusted (`--cells` runs a few cells for it). Writes
+DIR/overhead-results.jsonl (appended, resumable) and DIR/overhead-report.md. Real runs need a quiet
+machine.
 """
 from __future__ import annotations
 
