@@ -103,7 +103,7 @@ def cmd_sim_profile(args: argparse.Namespace) -> int:
         c, s = profile.request_client, profile.request_shard
         print(f"request      beyond its parts: worker {c.fixed_us:.1f} us + {c.gbytes_per_s:g} GB/s "
               f"({profile.request_client_send_share:.0%} before it leaves), shard {s.fixed_us:.1f} us + "
-              f"{s.gbytes_per_s:g} GB/s")
+              f"{s.gbytes_per_s:g} GB/s, {profile.request_shard_wake_us:.1f} us more when it was asleep")
     if profile.host_to_device_gbytes_per_s:
         print(f"copies       host->device {profile.host_to_device_gbytes_per_s:g} GB/s, "
               f"device->host {profile.device_to_host_gbytes_per_s:g} GB/s")

@@ -17,7 +17,7 @@ import torch
 
 from psgd.core.rules import RULES
 from psgd.sim.host_profile import HostProfile, Linear
-from psgd.sim.profile_compute import cpu_seconds, measure_compute
+from psgd.sim.profile_compute import cpu_seconds, cuda_seconds, measure_compute
 from psgd.sim.profile_requests import measure_requests
 
 __all__ = ["measure_host_profile", "SMALL_BYTES", "LARGE_BYTES"]
@@ -92,17 +92,6 @@ def _apply() -> dict[str, Linear]:
     return out
 
 
-def _cuda_s(fn: Callable[[], object], calls: int = 200) -> float:
-    """Wall seconds per call of a kernel issued `calls` times, synchronized at the end."""
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls
-
-
 def _worker_loop_us() -> float:
     """The worker loop's own Python around one step: a step event written to its file, its
     timers read and one batch drawn from a tiny loader (no model, no network)."""
@@ -132,8 +121,8 @@ def _copies() -> tuple[float, float]:
     n = LARGE_BYTES * 4 // 4
     host = torch.empty(n, pin_memory=True)
     dev = torch.empty(n, device="cuda")
-    h2d = _cuda_s(lambda: dev.copy_(host, non_blocking=True), calls=50)
-    d2h = _cuda_s(lambda: host.copy_(dev, non_blocking=True), calls=50)
+    h2d = cuda_seconds(lambda: dev.copy_(host, non_blocking=True), calls=50)
+    d2h = cuda_seconds(lambda: host.copy_(dev, non_blocking=True), calls=50)
     return round(4 * n / h2d / 1e9, 3), round(4 * n / d2h / 1e9, 3)
 
 
@@ -160,5 +149,6 @@ def measure_host_profile(device: str = "cpu", note: Optional[str] = None) -> Hos
     return HostProfile(measured_on=measured_on, device=device, message=message, encode=encode, decode=decode,
                        apply=apply, memory_gbytes_per_s=memory, worker_loop_us=_worker_loop_us(),
                        request_client=requests.client, request_client_send_share=requests.client_send_share,
-                       request_shard=requests.shard, request_shard_wake_us=requests.shard_wake_us, notes={"machine": note} if note else {},
+                       request_shard=requests.shard, request_shard_wake_us=requests.shard_wake_us,
+                       notes={"machine": note} if note else {},
                        host_to_device_gbytes_per_s=h2d, device_to_host_gbytes_per_s=d2h, **compute)
