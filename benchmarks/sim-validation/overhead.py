@@ -1,7 +1,7 @@
 """The simulator's validation on what it predicts: a run's overhead beyond its stated device time, and its pull wait.
 
     .venv/bin/psgd sim profile --out /tmp/host.json                       # first, apart from the matrix
-    .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json [--quick] [--seeds 5] [--cells A,B]
+    .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json --fresh [--quick] [--seeds 5] [--cells A,B]
     .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json --report-only
 
 Every cell runs overhead.yaml (a 2.6 MB MLP, 5 ms of stated device time a step) for real on this
@@ -233,6 +233,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--runs", type=Path, default=Path("/tmp/psgd-overhead"))
     ap.add_argument("--report-only", action="store_true", help="the report from --out's overhead-results.jsonl")
+    ap.add_argument("--fresh", action="store_true", help="start --out's overhead-results.jsonl again (else a rerun "
+                    "resumes it, keeping every cell and seed it holds, whatever profile its sim runs used)")
     args = ap.parse_args(argv)
     from psgd.sim.host_profile import load_host_profile
     profile = load_host_profile(str(args.profile.resolve()))
@@ -244,6 +246,8 @@ def main(argv=None) -> int:
             ap.error(f"--cells: unknown cell in {args.cells!r} (cells: {', '.join(c.name for c in FULL)})")
     args.out.mkdir(parents=True, exist_ok=True)
     store = args.out / "overhead-results.jsonl"
+    if args.fresh and store.exists():
+        store.unlink()
     records = [json.loads(line) for line in store.read_text().splitlines()] if store.exists() else []
     if not args.report_only:
         done = {(r["side"], r["cell"], r["seed"]) for r in records}
