@@ -53,19 +53,22 @@ def _layout(numel: int):
     return make_layout([("w", (numel,))], 1)
 
 
-def _shard(numel: int, conn) -> None:
-    """The shard process: serves until the client's SHUTDOWN; answers each "mark" with its CPU so far."""
+def _shards(numels: list[int], conn) -> None:
+    """The shard process: one shard per size, each serving in its own thread until the client's SHUTDOWN
+    (an idle one wakes every 50 ms: nothing per request); answers each "mark" with the requests each has
+    served and the process's CPU so far."""
     torch.set_num_threads(1)
     from psgd.servers.shard import ShardServer
-    server = ShardServer(_config(), 0, "127.0.0.1:0", torch.zeros(numel), _layout(numel).fingerprint,
-                         run_token="probe")
-    conn.send(server.address.replace("tcp://", ""))
-
-    def marks() -> None:
-        while conn.recv() == "mark":
-            conn.send((server._served, _cpu_s()))
-    threading.Thread(target=marks, daemon=True).start()
-    server.serve(threading.Event())
+    servers = [ShardServer(_config(), 0, "127.0.0.1:0", torch.zeros(n), _layout(n).fingerprint, run_token="probe")
+               for n in numels]
+    threads = [threading.Thread(target=s.serve, args=(threading.Event(),), daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+    conn.send([s.address.replace("tcp://", "") for s in servers])
+    while conn.recv() == "mark":
+        conn.send(([s._served for s in servers], _cpu_s()))
+    for t in threads:
+        t.join(timeout=10)
 
 
 @dataclass(frozen=True)
@@ -105,34 +108,26 @@ def _queued(clients: list, grad: torch.Tensor, rounds: int) -> None:
             c.wait(r)
 
 
-def _measure_size(nbytes: int, requests: int, repeats: int) -> EndCosts:
+def _measure_size(address: str, numel: int, mark: Callable[[], tuple[int, float]], requests: int,
+                  repeats: int) -> EndCosts:
+    """One size against its shard at `address`; `mark()`: the requests that shard has served and the
+    shard process's CPU so far."""
     from psgd.workers.client import PSClient
-    numel = nbytes // 4
-    ctx = mp.get_context("spawn")
-    here, there = ctx.Pipe()
-    proc = ctx.Process(target=_shard, args=(numel, there), daemon=True)
-    proc.start()
-    clients: list = []
 
     def shard_window(run: Callable[[], object]) -> float:
-        here.send("mark")
-        served0, cpu0 = here.recv()
+        served0, cpu0 = mark()
         run()
-        here.send("mark")
-        served1, cpu1 = here.recv()
+        served1, cpu1 = mark()
         return (cpu1 - cpu0) / max(served1 - served0, 1)
+    clients = [PSClient([address], _layout(numel), rank=r, heartbeat_s=None, token="probe", request_timeout_s=60,
+                        max_retries=0) for r in range(QUEUED)]
     try:
-        if not here.poll(120):
-            raise RuntimeError("the probe's shard process did not start within 120 s")
-        address = here.recv()
-        clients = [PSClient([address], _layout(numel), rank=r, heartbeat_s=None, token="probe", request_timeout_s=60,
-                            max_retries=0) for r in range(QUEUED)]
-        windows = []
         for c in clients:
             c.register()
         grad, model = torch.full((numel,), 1e-9), torch.zeros(numel)
         _alone(clients[0], grad, model, WARMUP)
         _queued(clients, grad, WARMUP // QUEUED)
+        windows = []
         alone: list[tuple[float, float]] = []  # each window's client (CPU, share before it leaves)
         for _ in range(repeats):
             shard_s = shard_window(lambda: alone.append(_alone(clients[0], grad, model, requests)))
@@ -140,13 +135,34 @@ def _measure_size(nbytes: int, requests: int, repeats: int) -> EndCosts:
             windows.append(EndCosts(alone[-1][0] / requests, alone[-1][1], shard_s, queued_s))
         clients[0].shutdown_servers(token="probe")
     finally:
-        here.send("end")
         for c in clients:
             c.close()
+    return sorted(windows, key=lambda w: w.client_s + w.shard_s)[len(windows) // 2]
+
+
+def _measure_sizes(sizes: tuple[int, ...], requests: int, repeats: int) -> dict[int, EndCosts]:
+    """Every size against its own shard, all in one spawned process."""
+    ctx = mp.get_context("spawn")
+    here, there = ctx.Pipe()
+    proc = ctx.Process(target=_shards, args=([n // 4 for n in sizes], there), daemon=True)
+    proc.start()
+    try:
+        if not here.poll(120):
+            raise RuntimeError("the probe's shard process did not start within 120 s")
+        addresses = here.recv()
+        out = {}
+        for i, (n, address) in enumerate(zip(sizes, addresses)):
+            def mark(i=i) -> tuple[int, float]:
+                here.send("mark")
+                served, cpu = here.recv()
+                return served[i], cpu
+            out[n] = _measure_size(address, n // 4, mark, requests, repeats)
+        return out
+    finally:
+        here.send("end")
         proc.join(timeout=30)
         if proc.is_alive():
             proc.kill()
-    return sorted(windows, key=lambda w: w.client_s + w.shard_s)[len(windows) // 2]
 
 
 @dataclass(frozen=True)
@@ -165,7 +181,7 @@ def measure_requests(parts_client: Callable[[int], float], parts_shard: Callable
     shard's wake-up is its cost alone over its cost queued, per request, scaled to a whole wake-up
     (QUEUED requests queued share one), averaged over the sizes."""
     torch.set_num_threads(1)  # as every psgd process runs (more threads spin on a shared core)
-    points = {n: _measure_size(n, requests, repeats) for n in sizes}
+    points = _measure_sizes(sizes, requests, repeats)
     beyond = lambda spent, parts: max(spent - parts, 0.0)  # noqa: E731
     wake = {n: max(p.shard_s - p.shard_queued_s, 0.0) * QUEUED / (QUEUED - 1) for n, p in points.items()}
     client = Linear.fit(*[(n, beyond(p.client_s, parts_client(n))) for n, p in points.items()])

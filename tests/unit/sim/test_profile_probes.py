@@ -24,7 +24,8 @@ def tiny(monkeypatch):
     monkeypatch.setattr(profile.platform, "processor", lambda: "probe")  # not `uname -p`: no process
     monkeypatch.setattr(profile, "LARGE_BYTES", 1 << 16)
     monkeypatch.setattr(profile_compute, "_call_s", lambda dev, fn, min_s=0.0: once(fn))
-    monkeypatch.setattr(profile_requests, "_measure_size", probed_ends)
+    monkeypatch.setattr(profile_requests, "_measure_sizes",
+                        lambda sizes, requests, repeats: {n: probed_ends(n, requests, repeats) for n in sizes})
     for name, value in (("ROTATE_BYTES", 1), ("MATMUL_SIZES", (4, 8)), ("CONV_WIDTHS", (2, 4)),
                         ("CONV_LENGTHS", (4, 8)), ("ATTENTION_LENGTHS", (4, 8)), ("MEMORY_NUMELS", (256, 1024))):
         monkeypatch.setattr(profile_compute, name, value)
