@@ -36,8 +36,8 @@ def test_each_role_reports_the_cpu_charged_to_it_and_the_charges_are_the_cores_w
     for rank in (0, 1):
         assert done[rank]["cpu_s"] == pytest.approx(STEPS * per_step, rel=1e-6)
     for shard in (0, 1):  # every push served and every reply sent, one per worker step, and the final evaluation's
-        assert stats[shard]["cpu_s"] == pytest.approx(2 * STEPS * (clock.push_in_s[shard] + clock.reply_out_s[shard])
-                                                      + clock.reply_out_s[shard], rel=1e-6)
+        served = 2 * STEPS * (clock.push_in_s[shard] + clock.reply_out_s[shard]) + clock.reply_out_s[shard]
+        assert stats[shard]["cpu_s"] == pytest.approx(served + engine.wakes[shard] * clock.wake_s, rel=1e-6)
     assert sum(model.charged.values()) == pytest.approx(sum(c.busy_s for c in model.cores))
     summary = summarize(cfg, events, wall_time_s=1.0, clock="simulated")
     assert summary["role_cpu_s"] == pytest.approx({str(Role.WORKER): sum(d["cpu_s"] for d in done.values()),
@@ -55,20 +55,22 @@ def test_a_run_without_hosts_reports_no_cpu():
     assert summarize(cfg, events, wall_time_s=1.0)["role_cpu_s"] is None
 
 
-def _probed(tmp_path):
-    probed = replace(load_host_profile("cpu-reference"), request_client=Linear(300.0, 2.0),
-                     request_client_send_share=0.25, request_shard=Linear(150.0, 4.0), request_shard_wake_us=500.0)
-    path = tmp_path / "probed.json"
-    path.write_text(probed.to_json())
-    return probed, path
+def _profiles(tmp_path):
+    """The shipped profile without the request probe's keys (a profile measured before it), and with them."""
+    plain = replace(load_host_profile("cpu-reference"), request_client=None, request_shard=None,
+                    request_shard_wake_us=0.0)
+    probed = replace(plain, request_client=Linear(300.0, 2.0), request_client_send_share=0.25,
+                     request_shard=Linear(150.0, 4.0), request_shard_wake_us=500.0)
+    paths = tmp_path / "plain.json", tmp_path / "probed.json"
+    for profile, path in zip((plain, probed), paths):
+        path.write_text(profile.to_json())
+    return probed, paths
 
 
 def test_a_requests_cost_beyond_its_parts_is_charged_at_each_end_where_it_is_spent(tmp_path):
-    base = load_host_profile("cpu-reference")
-    assert base.request_client is None and base.request_shard is None  # measured before the request probe
-    probed, path = _probed(tmp_path)
+    probed, (plain_path, path) = _profiles(tmp_path)
     client, shard = probed.request_client, probed.request_shard
-    _, plain, plain_events = _run()
+    _, plain, plain_events = _run(f"sim.host_profile={plain_path}")
     _, extra, events = _run(f"sim.host_profile={path}")
     model = 4 * extra.hosts.total  # the worker's part: once per step, over the whole model
     assert extra.hosts.push_out_s == pytest.approx(plain.hosts.push_out_s + 0.25 * client.seconds(model))
@@ -83,5 +85,5 @@ def test_a_requests_cost_beyond_its_parts_is_charged_at_each_end_where_it_is_spe
 
 
 def test_a_profile_file_keeps_the_request_costs(tmp_path):
-    probed, path = _probed(tmp_path)
+    probed, (_, path) = _profiles(tmp_path)
     assert load_host_profile(str(path)) == probed
