@@ -67,7 +67,8 @@ def test_a_kernels_time_is_interpolated_between_the_two_sizes_measured_around_it
 
 
 def test_a_convolution_is_timed_among_the_probes_of_the_output_positions_around_its_own():
-    profile = replace(PROFILE, conv_flops=(10**6, 10**6), conv_flops_per_s=(1e9, 1e8), conv_positions=(100, 10000))
+    profile = replace(PROFILE, conv_flops=(10**6, 10**6), conv_flops_per_s=(1e9, 1e8), conv_positions=(100, 10000),
+                      conv_gradient_flops=(), conv_gradient_flops_per_s=(), conv_gradient_positions=())
     assert profile.conv_s(10**6, 100) == pytest.approx(1e-3)
     assert profile.conv_s(10**6, 1000) == pytest.approx((1e-3 + 1e-2) / 2)   # halfway in log positions
     assert profile.conv_s(10**6, 10) == pytest.approx(1e-3) and profile.conv_s(10**6, 10**6) == pytest.approx(1e-2)
