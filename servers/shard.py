@@ -242,9 +242,6 @@ class ShardServer:
         self.events.emit(Event.PEER_CUT_OFF, role=role[0] if role else None, rank=role[1] if role else None)
 
     # ---- handlers ---------------------------------------------------------
-    def _peer(self, identity: bytes, rank: int) -> None:
-        self._peers.check_worker(identity, rank)
-
     def _on_register(self, identity: bytes, rec: P.Register, payload: list) -> None:
         if payload:
             raise ProtocolError(P.ErrorCode.BAD_FRAMES, "REGISTER carries no frames")
@@ -290,11 +287,11 @@ class ShardServer:
             self._reply_params(identity, P.Params(req=rec.req, version=self.state.version, numel=snap.numel(),
                                                   shm=self._shm.reply(identity, rec.req, snap, rec.slot)), snap)
             return
-        self._peer(identity, rec.rank)
+        self._peers.check_worker(identity, rec.rank)
         self._send(self.service.pull(rec.rank, rec.clock, (identity, rec), self._clock()))
 
     def _on_push(self, identity: bytes, rec: P.Push, payload: list) -> None:
-        self._peer(identity, rec.rank)
+        self._peers.check_worker(identity, rec.rank)
         piece = P.is_piece(rec, self.state.numel)
         push_pull = rec.TYPE is MsgType.PUSH_PULL
         fields = PushFields(rec.rank, rec.seq, rec.clock, rec.read_version, rec.numel,
@@ -355,7 +352,7 @@ class ShardServer:
             self._peers.forget(identity)
             self._reply(identity, P.Ack(req=rec.req, version=self.state.version))
             return
-        self._peer(identity, rec.rank)
+        self._peers.check_worker(identity, rec.rank)
         left = self.service.leave(rec.rank, self._clock())
         self._forget(rec.rank, Event.LEAVE)
         self._send(left, "worker left")

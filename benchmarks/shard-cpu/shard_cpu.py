@@ -44,7 +44,8 @@ SHARD_PHASES = {
     ("psgd/wire/transport/sockets.py", "recv"): "receive",
     ("psgd/wire/protocol.py", "decode"): "header decode",
     ("servers/shard.py", "handle"): "validation",
-    ("servers/shard.py", "_peer"): "validation",
+    ("servers/shard.py", "_peer"): "validation",  # older trees: the peer check's wrapper
+    ("servers/peers.py", "check_worker"): "validation",
     ("servers/service.py", "check_push"): "validation",
     ("servers/state.py", "check_push"): "validation",
     ("psgd/wire/protocol.py", "is_piece"): "validation",
