@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -62,24 +61,25 @@ def _at_rate(size: float, sizes: tuple[int, ...], rates: tuple[float, ...], hold
 def _by_positions(flops: float, positions: float, sizes: tuple[int, ...], rates: tuple[float, ...],
                   at: tuple[int, ...]) -> float:
     """A convolution's seconds from probes measured at several output-position counts (`at`, one per
-    probe; empty: one count). Each count's probes give the rate achieved at this convolution's FLOPs
-    per output position (its width, which is then inside the widths probed: _at_rate on the FLOPs
-    that width costs at that count); the rate is interpolated linearly in log positions between the
-    two counts around `positions` (outside them, the nearest count's) and the FLOPs are costed at it."""
+    probe; empty: one count). At each count, the time a convolution of this one's width (its FLOPs per
+    output position, so within the widths probed) takes there (_at_rate); between the two counts
+    around `positions`, interpolated linearly in positions (a fixed cost plus a cost per position, as
+    each stretch is); below the smallest count, its time (a call costs no less); above the largest,
+    at its rate."""
     if not at or positions <= 0:
         return _at_rate(flops, sizes, rates)
     counts = sorted(set(at))
 
-    def rate(count: int) -> float:
+    def at_count(count: int) -> float:
         pairs = sorted((f, r) for f, r, a in zip(sizes, rates, at) if a == count)
-        same_width = flops * count / positions
-        return same_width / _at_rate(same_width, tuple(f for f, _ in pairs), tuple(r for _, r in pairs))
+        return _at_rate(flops * count / positions, tuple(f for f, _ in pairs), tuple(r for _, r in pairs))
     i = bisect.bisect_left(counts, positions)
-    if i == 0 or i == len(counts):
-        return flops / rate(counts[min(i, len(counts) - 1)])
+    if i == 0:
+        return at_count(counts[0])
+    if i == len(counts):
+        return at_count(counts[-1]) * positions / counts[-1]
     lo, hi = counts[i - 1], counts[i]
-    w = (math.log(positions) - math.log(lo)) / (math.log(hi) - math.log(lo))
-    return flops / (rate(lo) * (1 - w) + rate(hi) * w)
+    return at_count(lo) + (positions - lo) * (at_count(hi) - at_count(lo)) / (hi - lo)
 
 
 # The rate tables measured by size beyond the products': each NAME (sizes) beside NAME_per_s (rates).

@@ -67,16 +67,17 @@ def test_a_kernels_time_is_interpolated_between_the_two_sizes_measured_around_it
     assert replace(PROFILE, memory_bytes=(), memory_bytes_per_s=()).memory_s(10**6) == 0.0
 
 
-def test_a_convolution_is_costed_at_the_rate_its_width_achieves_at_the_output_positions_around_its_own():
+def test_a_convolution_is_costed_at_the_time_its_width_takes_at_the_output_positions_around_its_own():
     # two widths (FLOPs per position 10**3 and 10**4) probed at 100 and at 10000 output positions
     rates = {100: (1e8, 1e9), 10000: (5e8, 5e9)}
     profile = replace(PROFILE, conv_flops=(10**5, 10**6, 10**7, 10**8), conv_flops_per_s=rates[100] + rates[10000],
                       conv_positions=(100, 100, 10000, 10000))
     assert profile.conv_s(10**6, 100) == pytest.approx(10**6 / 1e9)
-    # width 10**4 at 1000 positions: halfway in log positions, the rate between that width's two
-    assert profile.conv_s(10**7, 1000) == pytest.approx(10**7 / ((1e9 + 5e9) / 2))
-    assert profile.conv_s(10**4, 10) == pytest.approx(10**4 / 1e8)       # below the counts: the nearest's rate
-    assert profile.conv_s(10**9, 10**5) == pytest.approx(10**9 / 5e9)    # above them, the same
+    # width 10**4 at 1000 positions: between that width's times at 100 and 10000, linearly in positions
+    at_100, at_10000 = 10**6 / 1e9, 10**8 / 5e9
+    assert profile.conv_s(10**7, 1000) == pytest.approx(at_100 + (1000 - 100) / (10000 - 100) * (at_10000 - at_100))
+    assert profile.conv_s(10**4, 10) == pytest.approx(10**5 / 1e8)       # below the counts: the smallest's time
+    assert profile.conv_s(10**9, 10**5) == pytest.approx(10**9 / 5e9)    # above them: the largest's rate
     for gradient in (profile.conv_input_gradient_s, profile.conv_weight_gradient_s):  # unmeasured: the forward's
         assert gradient(10**7, 1000) == profile.conv_s(10**7, 1000)
     weight = replace(profile, conv_weight_gradient_flops=profile.conv_flops,
