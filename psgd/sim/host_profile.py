@@ -135,6 +135,15 @@ class HostProfile:
     memory_bytes: tuple[int, ...] = ()
     memory_bytes_per_s: tuple[float, ...] = ()
     pass_us: float = 0.0             # one training pass (forward and its backward) beyond its operations
+    # A real request beyond its parts above (psgd.sim.profile_requests): what one push+pull costs the
+    # worker's and the shard's processes besides framing, codec and update rule (waking on each message,
+    # ZeroMQ's I/O thread, the client's Python, the gradient's and parameters' copies), fixed + per fp32
+    # byte; the worker's share spent before its request leaves; the shard's more when it was asleep.
+    # None (and 0): not measured.
+    request_client: Optional[Linear] = None
+    request_client_send_share: float = 0.5
+    request_shard: Optional[Linear] = None
+    request_shard_wake_us: float = 0.0
     host_to_device_gbytes_per_s: Optional[float] = None  # cuda only
     device_to_host_gbytes_per_s: Optional[float] = None
     notes: dict = field(default_factory=dict)
@@ -204,6 +213,10 @@ class HostProfile:
                    **{k + "_per_s": tuple(float(x) for x in d.get(k + "_per_s", ())) for k in _SIZES},
                    conv_positions=tuple(int(x) for x in d.get("conv_positions", ())),
                    pass_us=float(d.get("pass_us", 0.0)),
+                   request_client=lin(d["request_client"]) if d.get("request_client") else None,
+                   request_client_send_share=float(d.get("request_client_send_share", 0.5)),
+                   request_shard=lin(d["request_shard"]) if d.get("request_shard") else None,
+                   request_shard_wake_us=float(d.get("request_shard_wake_us", 0.0)),
                    host_to_device_gbytes_per_s=d.get("host_to_device_gbytes_per_s"),
                    device_to_host_gbytes_per_s=d.get("device_to_host_gbytes_per_s"), notes=d.get("notes", {}))
 
