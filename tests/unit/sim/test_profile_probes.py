@@ -39,6 +39,7 @@ def test_every_probe_runs_and_a_constant_step_time_is_all_pass_cost_and_no_dispa
     assert measured.dispatch_us == 0.0 and measured.pass_us == pytest.approx(CALL_S * 1e6)
     assert measured.matmul_flops == (2 * 4 ** 3, 2 * 8 ** 3)
     assert len(measured.conv_flops) == len(measured.conv_positions) == 4
+    assert measured.conv_input_gradient_flops == measured.conv_weight_gradient_flops == measured.conv_flops
     assert sorted(set(measured.conv_positions)) == [32 * 4, 32 * 8]
     assert len(measured.attention_flops) == len(measured.attention_backward_flops) == 2
     assert len(measured.memory_bytes) == 2 and measured.memory_bytes[0] < measured.memory_bytes[1]
