@@ -31,6 +31,13 @@ import time
 import traceback
 from typing import Optional
 
+# Compiled bytecode is cached and reused, by this process and every interpreter the suite starts
+# (roles exec'd, Ray actors, torchrun ranks, spawned benchmark children), not compiled again in
+# each: where PYTHONDONTWRITEBYTECODE is set (some containers set it) that costs about 1 s of CPU
+# a start, and each xdist worker's collection about 7 s. Before START_ENV: the children's.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 VOLATILE = {"PYTEST_CURRENT_TEST"}  # pytest rewrites it per test; nothing imports it
 START_ENV = dict(os.environ, PYTHONUNBUFFERED="1")  # the suite's, before any test changes it
 
