@@ -86,6 +86,11 @@ def _child(request: dict, fds: list[int], listener: socket.socket, conn: socket.
 def serve(path: str) -> None:
     import torch  # noqa: F401 - the imports every child would otherwise repeat
     torch.set_num_threads(1)
+    # A run on the simulator counts its step's FLOPs under a torch dispatch mode, whose first
+    # use imports torch._dynamo (about 2.5 s of CPU): once here, not in every forked `--on sim`.
+    # The import starts no thread, so forking after it stays safe.
+    import torch._dynamo  # noqa: F401
+
     import psgd.cli  # noqa: F401
     import psgd.servers.shard  # noqa: F401
     import psgd.workers.evaluator  # noqa: F401
