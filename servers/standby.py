@@ -13,7 +13,7 @@ When the primary dies the kernel closes its listening socket, and the backup
 that binds the address first (it tries every PROBE_S) becomes the primary: it
 reads the log's last records (the dead primary's last acknowledged pushes),
 takes over the shard's checkpoint files and serves. Workers' connections to the
-address come back at once (psgd.wire.link_watch), they resend what was
+address come back at once (psgd.wire.transport.link_watch), they resend what was
 outstanding with the same seq, and the state's exactly-once table, rebuilt
 from the same log, applies none twice. The launcher restarts the dead process,
 which finds the address taken and becomes a backup. The binding itself is the

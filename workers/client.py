@@ -70,7 +70,7 @@ class PSClient:
         self._shm = ClientSegments([4 * n for n in layout.shard_sizes],
                                    shared_memory_wanted(shared_memory, curve is not None), shared_memory_min_bytes,
                                    reply_slots)
-        # watch_links: a shard's restart or failover is seen the moment it happens (psgd.wire.link_watch)
+        # watch_links: a shard's restart or failover is seen the moment it happens (psgd.wire.transport.link_watch)
         self._conns = ShardConnections(addresses, max_message_bytes, curve=curve, bells=self._shm.bells,
                                        watch_links=True)
         self._rpc = RequestTracker(self._conns, request_timeout_s, max_retries, should_stop)

@@ -40,7 +40,8 @@ REPO = Path(__file__).resolve().parents[2]
 # (file suffix, function name) -> phase. A function not named here counts toward the phase of
 # the nearest function above it that is (through its callers).
 SHARD_PHASES = {
-    ("psgd/wire/transport.py", "recv"): "receive",
+    ("psgd/wire/transport.py", "recv"): "receive",  # before the transport became a package
+    ("psgd/wire/transport/sockets.py", "recv"): "receive",
     ("psgd/wire/protocol.py", "decode"): "header decode",
     ("servers/shard.py", "handle"): "validation",
     ("servers/shard.py", "_peer"): "validation",
@@ -65,8 +66,10 @@ CLIENT_PHASES = {
     ("workers/request.py", "encode"): "encode",
     ("psgd/wire/protocol.py", "encode"): "header build",
     ("psgd/wire/shm/links.py", "generation"): "payload into segment",
-    ("psgd/wire/transport.py", "send"): "send (doorbell)",
+    ("psgd/wire/transport.py", "send"): "send (doorbell)",  # before the transport became a package
     ("psgd/wire/transport.py", "recv"): "wait and receive",
+    ("psgd/wire/transport/sockets.py", "send"): "send (doorbell)",
+    ("psgd/wire/transport/sockets.py", "recv"): "wait and receive",
     ("psgd/wire/protocol.py", "decode"): "reply decode",
     ("psgd/wire/requests.py", "wait"): "reply decode",
     ("workers/client.py", "_param"): "reply decode",

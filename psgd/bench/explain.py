@@ -3,8 +3,10 @@
 Per worker, from its `step` events (t is the step's end; step_s its length;
 comm_s the push to parameters in hand): its own time (step_s - comm_s: the
 forward and backward, loading the batch, an emulated slowdown), the pulls that
-stayed parked on the shards (each shard's `waits.held_s` in `server_stats`; a
-worker waits for every shard, so the shard that held it longest), the rest of
+stayed parked on the shards (each step's `wait_s`: the longest any shard held
+that step's pull, as the worker and the simulator record it; a run recorded
+before steps carried it falls back on each shard's `waits.held_s` total in
+`server_stats`, at the shard that held the worker longest), the rest of
 the round trips (transfers, the shards' service and queues), of which its
 encode and reply decode (its `done` event), and what its span leaves over
 (start-up, restarts). Per shard: its busy share (`busy_s` over the time it
@@ -25,8 +27,12 @@ from psgd.core.histogram import Histogram
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import read_events
 
-__all__ = ["WorkerTime", "ShardLoad", "Breakdown", "breakdown", "run_clock", "run_summary", "run_events", "worker_steps",
+__all__ = ["WorkerTime", "ShardLoad", "Breakdown", "STEP_WAITS", "SHARD_WAITS", "breakdown", "run_clock", "run_summary", "run_events", "worker_steps",
            "last_pushers", "release_spreads_s", "shard_busy_per_clock_s"]
+
+
+STEP_WAITS = "step events (wait_s)"
+SHARD_WAITS = "server_stats waits (held_s: the run's steps carry no wait_s)"
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,7 @@ class WorkerTime:
     steps: int
     span_s: float      # its first step's start to its last step's end
     compute_s: float   # its own time per step, summed (step_s - comm_s)
-    wait_s: float      # its pulls parked on a shard (a barrier or a bound), at the shard that held them longest
+    wait_s: float      # its pulls parked on the shards (a barrier or a bound): its steps' wait_s, summed
     transfer_s: float  # the rest of its round trips: encoding, transfers, the shards' queues and service
     codec_s: float     # of transfer_s: encoding its pushes and decoding the replies
     other_s: float     # the span less the above: start-up, gaps, restarts
@@ -73,6 +79,7 @@ class Breakdown:
     wall_time_s: Optional[float]
     time_to_target_s: Optional[float]
     restarts: dict[str, int] = field(default_factory=dict)  # "role index" -> restarts by the launcher
+    wait_source: str = STEP_WAITS   # where the workers' wait_s came from (STEP_WAITS, or SHARD_WAITS for older runs)
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -154,6 +161,7 @@ def breakdown(run_dir: Path) -> Breakdown:
     workers = cfg.cluster.workers
     stats = _last_stats(events)
     held = [_rank_list(s, "held_s", workers) for s in stats.values()]
+    per_step = any(isinstance(s.get("wait_s"), (int, float)) for s in steps)
     dones = {e.get("rank"): e for e in events if e.get("event") == Event.DONE and e.get("role") == Role.WORKER}
     by_rank: dict[int, list[dict]] = defaultdict(list)
     for s in steps:
@@ -161,7 +169,8 @@ def breakdown(run_dir: Path) -> Breakdown:
     times = []
     for rank, mine in sorted(by_rank.items()):
         comm = sum(s["comm_s"] for s in mine)
-        wait = min(comm, max((h[rank] for h in held if rank < len(h)), default=0.0))
+        wait = min(comm, sum(float(s.get("wait_s") or 0.0) for s in mine) if per_step
+                   else max((h[rank] for h in held if rank < len(h)), default=0.0))
         done = dones.get(rank, {})
         codec = sum(float(done.get(k) or 0.0) for k in ("encode_s", "reply_decode_s"))
         span = max(s["t"] for s in mine) - min(s["t"] - s["step_s"] for s in mine)
@@ -183,7 +192,8 @@ def breakdown(run_dir: Path) -> Breakdown:
                      cfg.consistency.mode, int(cfg.consistency.staleness) if str(cfg.consistency.staleness).isdigit()
                      else 0, cfg.consistency.backup_workers, times, shards, waited_on, last, compared,
                      hist.quantile(0.95) if hist.total else None, hist.max if hist.total else None,
-                     summary.get("wall_time_s"), summary.get("time_to_target_s"), dict(restarts))
+                     summary.get("wall_time_s"), summary.get("time_to_target_s"), dict(restarts),
+                     STEP_WAITS if per_step else SHARD_WAITS)
 
 
 def run_clock(run_dir: Path) -> str:

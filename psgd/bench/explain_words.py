@@ -80,14 +80,14 @@ def findings(b: Breakdown) -> list[Finding]:
                                f"{b.clocks_compared} clocks; the others wait {who.others_wait_share:.0%} of their time "
                                "for it",
                                "server_stats waits (parked pulls, whose push released them); step events "
-                               "(the last push of each clock)"))
+                               f"(the last push of each clock); the others' wait: {b.wait_source}"))
         elif wait > 0:
             out.append(Finding(f"{label}: the workers wait {share(wait):.0%} of their time at the "
                                f"{'barrier' if b.mode is Mode.BSP else 'bound'}, spread over the ranks "
-                               "(no one rank is waited on)", "server_stats waits"))
+                               "(no one rank is waited on)", b.wait_source))
         else:
             out.append(Finding(f"{label}: no pull waited at the {'barrier' if b.mode is Mode.BSP else 'bound'}",
-                               "server_stats waits"))
+                               b.wait_source))
     busiest = max((s for s in b.shards if s.busy_share is not None), key=lambda s: s.busy_share, default=None)
     if busiest is not None:
         verdict = "it is the bottleneck: more shards (cluster.servers) or a cheaper update help" \
@@ -101,7 +101,7 @@ def findings(b: Breakdown) -> list[Finding]:
     top = max(parts, key=parts.get)
     out.append(Finding(f"the workers spend most of their time {top} ({share(parts[top]):.0%}): "
                        + ", ".join(f"{k} {share(v):.0%}" for k, v in parts.items()),
-                       "step events (step_s, comm_s), server_stats waits"))
+                       f"step events (step_s, comm_s); {b.wait_source}"))
     if b.restarts:
         out.append(Finding("restarted: " + ", ".join(f"{k} x{n}" for k, n in sorted(b.restarts.items())),
                            "restart events (the launcher)"))

@@ -60,7 +60,8 @@ def _with_notices(update, bar):
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from psgd.orchestrate.launcher import LaunchFailed, resume_config
+    from psgd.orchestrate.job import resume_config
+    from psgd.orchestrate.launchers import LaunchFailed
     if args.resume:
         if args.config is not None or args.overrides or args.out or args.on or args.address:
             print("psgd launch: --resume RUN_DIR takes no CONFIG, --set, --out, --on or --address: "

@@ -14,11 +14,12 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
 import yaml
 
-from psgd.config.elastic import MAX_WORKERS, WorkerRange, elastic_refusal
+from psgd.config.cross_section import check_across_sections
+from psgd.config.elastic import MAX_WORKERS, WorkerRange
 from psgd.config.loader import ConfigError, build, int_max, parse_override, set_path
 from psgd.config.loader import check as _check
 from psgd.config.local_updates import LocalConfig
-from psgd.config.modes import MODES, PS_MODES, Mode, Overlap  # noqa: F401 (re-exported)
+from psgd.config.modes import MODES, PS_MODES, Mode  # noqa: F401 (re-exported)
 from psgd.config.operations import (  # noqa: F401 (re-exported)
     CheckpointConfig,
     LoggingConfig,
@@ -31,7 +32,7 @@ from psgd.config.operations import (  # noqa: F401 (re-exported)
 )
 from psgd.config.optimizer import DcAsgdConfig, OptimizerConfig, ScheduleConfig  # noqa: F401 (re-exported)
 from psgd.config.quorum import QuorumConfig  # noqa: F401 (re-exported)
-from psgd.config.sim import MAX_SIM_WORKERS, SimConfig  # noqa: F401 (SimConfig re-exported)
+from psgd.config.sim import SimConfig  # noqa: F401 (re-exported)
 from psgd.config.task_sources import spec_refusal
 from psgd.config.workers import DelayConfig, LoaderConfig, TransientConfig, WorkersConfig  # noqa: F401 (re-exported)
 
@@ -244,75 +245,7 @@ class Config:
     base_dir: str = field(default=".", metadata={"internal": True})
 
     def __post_init__(self):
-        if self.cluster.launcher == "sim":
-            _check(self.cluster.workers <= MAX_SIM_WORKERS, "cluster.workers",
-                   f"at most {MAX_SIM_WORKERS} on the virtual cluster (--on sim executes every worker in one "
-                   f"process), got {self.cluster.workers}")
-            # Overlap changes which parameters each step reads and when its pushes leave:
-            # the virtual cluster's executor steps on the parameters of the last reply only.
-            _check(self.workers.overlap is Overlap.OFF, "workers.overlap",
-                   f"{self.workers.overlap} is not modelled on the virtual cluster (--on sim): its steps would "
-                   "be timed and trained as overlap off; run it with --on local, or set workers.overlap: off")
-        for rank in self.workers.slowdown:
-            _check(rank < self.cluster.workers, f"workers.slowdown[{rank}]",
-                   f"no such worker rank (cluster.workers is {self.cluster.workers})")
-        for rank in self.workers.delay.ranks if self.workers.delay else []:
-            _check(rank < self.cluster.workers, "workers.delay.ranks",
-                   f"no worker rank {rank} (cluster.workers is {self.cluster.workers})")
-        for i, kill in enumerate(self.sim.faults.kills):
-            _check(kill.rank < self.cluster.workers, f"sim.faults.kills[{i}].rank",
-                   f"no worker rank {kill.rank} (cluster.workers is {self.cluster.workers})")
-        _check(not (self.sim.hosts and not self.consistency.mode.on_servers), "sim.hosts",
-               "are not modelled for allreduce (its ring has no hosts in the time model): leave sim.hosts out")
-        slots = self.sim.worker_slots() if self.sim.hosts else None
-        if slots is not None:
-            _check(slots >= self.cluster.workers, "sim.placement.workers_per_host",
-                   f"places {slots} workers on the {self.sim.worker_kind} hosts, fewer than cluster.workers "
-                   f"({self.cluster.workers})")
-        for i, tr in enumerate(self.workers.transient):
-            _check(tr.rank < self.cluster.workers, f"workers.transient[{i}].rank",
-                   f"no worker rank {tr.rank} (cluster.workers is {self.cluster.workers})")
-        if self.workers.overlap is Overlap.PIPELINE:
-            _check(self.consistency.mode.live, "workers.overlap",
-                   f"pipeline computes each step on parameters one clock older than {self.consistency.mode} "
-                   "allows: use ssp or asp (or overlap: backward, which keeps every step's parameters)")
-        if self.workers.overlap is not Overlap.OFF:
-            _check(not self.local.enabled, "workers.overlap", "local updates already push once per round")
-        if self.local.enabled:
-            _check(self.consistency.mode.on_servers, "local.steps",
-                   f"local updates run on the parameter servers (bsp, ssp, asp), not {self.consistency.mode}")
-            _check(self.optimizer.dc_asgd is None, "optimizer.dc_asgd",
-                   "delay compensation corrects gradients, not the deltas of local updates")
-            _check(self.optimizer.lr_scaling == "none", "optimizer.lr_scaling",
-                   "the shards average deltas under local updates: set local.outer_lr instead")
-            _check(self.optimizer.schedule.name == "constant" and not self.optimizer.schedule.warmup_updates,
-                   "optimizer.schedule", "is keyed to the servers' updates; under local updates the "
-                   "optimizer section is the workers' inner optimizer")
-        _check(self.local.fragments <= self.cluster.num_servers, "local.fragments",
-               f"a fragment is one or more shards: at most cluster.servers ({self.cluster.num_servers})")
-        _check(not self.local.delayed_nesterov or self.consistency.mode.live, "local.delayed_nesterov",
-               "is for the asynchronous modes (ssp, asp); bsp averages every worker's delta already")
-        if self.consistency.quorum is not None:
-            _check(self.local.enabled, "consistency.quorum", "merges the deltas of local updates: set local.steps")
-            _check(self.consistency.quorum.size <= self.cluster.workers, "consistency.quorum.size",
-                   f"must be <= cluster.workers ({self.cluster.workers}), got {self.consistency.quorum.size}")
-        if self.local.eager:
-            _check(self.cluster.launcher != "sim", "local.eager",
-                   "is not modelled on the virtual cluster (--on sim): run it with --on local")
-        if self.consistency.backup_workers:
-            _check(self.consistency.backup_workers < self.cluster.workers,
-                   "consistency.backup_workers", "must be < cluster.workers")
-        if self.cluster.replicas:
-            _check(self.cluster.launcher != "ray", "cluster.replicas",
-                   "backups bind their primary's address on the same machine, which Ray's nodes are not: "
-                   "use the local or sim launcher")
-            _check(self.checkpoint.enabled, "cluster.replicas",
-                   "backups follow their primary's checkpoint log: set checkpoint.enabled: true")
-            _check(self.consistency.mode.on_servers, "cluster.replicas",
-                   f"replicates parameter-server shards; {self.consistency.mode} has none")
-        refusal = elastic_refusal(self)
-        if refusal is not None:
-            raise ConfigError(*refusal)
+        check_across_sections(self)
 
 
 # Every way a user hands psgd a config.

@@ -241,7 +241,7 @@ def bsp_matches_allreduce(job: Callable[[Mode], Any], workdir: Path, child_main:
     plain SGD) under `workdir` and compares their final parameters at EXACT_ATOL of their device."""
     import torch
 
-    from psgd.orchestrate.launcher import Launcher
+    from psgd.orchestrate.supervisor import Supervisor
     from psgd.runtime.devices import dist_backend
     from psgd.workers.model_sync import select_device
     configs = {mode: job(mode) for mode in (Mode.BSP, Mode.ALLREDUCE)}
@@ -253,7 +253,7 @@ def bsp_matches_allreduce(job: Callable[[Mode], Any], workdir: Path, child_main:
     for mode, mode_cfg in configs.items():
         run_dir = workdir / f"{device}-{mode}"
         run_dir.mkdir(parents=True)
-        result = Launcher(mode_cfg, run_dir, child_main=child_main).run()
+        result = Supervisor(mode_cfg, run_dir, child_main=child_main).run()
         if result.code != 0:
             return Finding(name, Status.FAILED, f"the {mode} run failed: {result.reason} (logs in {run_dir / 'logs'})")
         models[mode] = torch.load(run_dir / "model.pt", weights_only=True)

@@ -1,6 +1,6 @@
 """The launcher's part in elastic workers (cluster.workers: {min, max}): which workers
 to start or stop toward the target psgd.orchestrate.elastic computes, which lost worker
-to let go, and the `membership` events. psgd.orchestrate.launcher.Launcher holds one and
+to let go, and the `membership` events. psgd.orchestrate.supervisor.Supervisor holds one and
 hands it the children and pending restarts it decides over; the launcher starts, removes
 and lists the processes."""
 from __future__ import annotations

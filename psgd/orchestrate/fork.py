@@ -14,6 +14,7 @@ before it runs any tensor code, so no OpenMP thread pool exists at fork time.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
@@ -21,11 +22,11 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, NoReturn, Optional
 
 from psgd.config import Config
 
-__all__ = ["ForkedProcess", "fork_child", "preload"]
+__all__ = ["ForkedProcess", "exit_status", "fork_child", "preload", "run_forked"]
 
 
 class ForkedProcess:
@@ -92,28 +93,54 @@ def fork_child(main: Callable[[list[str]], int], argv: list[str], log: Path, env
     if pid:
         os.close(log_fd)
         return ForkedProcess(pid, argv)
-    code = 1
-    try:  # the child: never returns into the launcher
+
+    def prepare() -> None:  # in the child, which never returns into the launcher
         os.setsid()
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)
         os.environ.update(env)
-        sys.argv = ["psgd", *argv]  # what a user's code inspecting argv sees in an exec'd child too
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, signal.SIG_DFL)  # not the launcher's handlers; the role installs its own
         sys.stdout.reconfigure(line_buffering=True)
         sys.stderr.reconfigure(line_buffering=True)
+
+    run_forked(main, argv, prepare)
+
+
+def run_forked(main: Callable[[list[str]], int], argv: list[str], prepare: Callable[[], None],
+               exit_handlers: bool = False) -> NoReturn:
+    """The body of a forked child: `prepare()` (its session, descriptors, environment,
+    signals), then `main(argv)` as `psgd ARGV`, and the process ends with main's exit
+    code as an exec'd interpreter's would (SystemExit's code; 1 and the traceback on
+    stderr for an uncaught exception). Never returns into the parent's code.
+    `exit_handlers`: run the atexit handlers first, as an interpreter exiting does (the
+    launcher's children skip them: they would run the launcher's own)."""
+    code = 1
+    try:
+        prepare()
+        sys.argv = ["psgd", *argv]  # what a user's code inspecting argv sees in an exec'd child too
         code = main(argv)
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - reported in the log, like an uncaught exception
+        code = exit_status(exc)
+    except BaseException:  # noqa: BLE001 - reported on stderr, like an uncaught exception
         traceback.print_exc()
         code = 1
     finally:
         try:
+            if exit_handlers:
+                atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
             os._exit(code if isinstance(code, int) else 1)
+
+
+def exit_status(exc: SystemExit) -> int:
+    """The status an interpreter exits with for `exc`: its code, 0 for None, and 1 (the
+    message on stderr) for anything else."""
+    if exc.code is None or isinstance(exc.code, int):
+        return exc.code or 0
+    print(exc.code, file=sys.stderr)
+    return 1

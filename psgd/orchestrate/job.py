@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from psgd.config import Config, ConfigError
+from psgd.config import Config, ConfigError, load_config
 from psgd.config.task_sources import check_task_sources
-from psgd.orchestrate.launcher import LaunchFailed, make_run_dir
-from psgd.orchestrate.launchers import LaunchResult, launcher_for
+from psgd.orchestrate.launchers import LaunchFailed, LaunchResult, launcher_for
 from psgd.orchestrate.preflight import preflight, write_task_cache
 from psgd.orchestrate.records.resume_check import ResumeRefused, check_fresh, check_resumable
+from psgd.orchestrate.roles import CONFIG_FILE
 from psgd.runtime.run_lock import RunDirLock, RunDirRefused
 from psgd.runtime.safe_io import describe_os_error
 
-__all__ = ["PreparedJob", "RunDirUnusable", "prepare_job"]
+__all__ = ["PreparedJob", "RunDirUnusable", "make_run_dir", "prepare_job", "resume_config"]
 
 
 class RunDirUnusable(RuntimeError):
@@ -36,6 +37,29 @@ class RunDirUnusable(RuntimeError):
     def __init__(self, reason: str, run_dir: Optional[Path]):
         super().__init__(reason)
         self.run_dir = run_dir
+
+
+def resume_config(run_dir: Path) -> Config:
+    """The resolved config of a run to resume. Raises LaunchFailed."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise LaunchFailed(f"{run_dir} is not a psgd run directory (no {CONFIG_FILE})")
+    return load_config(path)
+
+
+def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
+    """`out`, or a fresh RUN.OUT_DIR/NAME-STAMP[-k]; made if missing."""
+    if out:
+        path = Path(out)
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = Path(cfg.run.out_dir) / f"{cfg.run.name}-{stamp}"
+        k = 1
+        while path.exists():
+            path = Path(cfg.run.out_dir) / f"{cfg.run.name}-{stamp}-{k}"
+            k += 1
+    path.mkdir(mode=0o755, parents=True, exist_ok=True)  # never group-writable: see run_lock.check_ownership
+    return path
 
 
 @dataclass

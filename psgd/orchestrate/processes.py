@@ -1,6 +1,6 @@
 """Where a run's processes live: the interface the launcher supervises them through.
 
-The launcher (launcher.py) owns the run: its directory, the event stream, the
+The supervisor (supervisor.py) owns the run: its directory, the event stream, the
 training clock, restarts and the order in which the job stops. A ProcessHost
 owns the processes: where each role starts, how its status and events are
 read, how a group is stopped, and what comes back from a node of its own.

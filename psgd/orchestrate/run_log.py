@@ -2,7 +2,7 @@
 into metrics.jsonl (and metrics.csv / TensorBoard), the progress they imply, and,
 for a resumed run, the events and training time of the runs before it.
 
-The launcher (launcher.py) decides what happens to the processes; this is the
+The supervisor (supervisor.py) decides what happens to the processes; this is the
 run's record of it. A write that fails (a full disk) is kept, not raised: the
 launcher ends the run at its next poll with the file's name, and the events
 stay in memory for summary.json.

@@ -27,8 +27,9 @@ from psgd.sim.host_clock import host_clock_for
 from psgd.sim.jitter import SendOrder
 from psgd.sim.limits import evaluations_exceeded
 from psgd.sim.messages import Push, Reply
+from psgd.sim.network import Network
 from psgd.sim.step_times import StepTimes
-from psgd.sim.time_model import Fifo, TimeModel, stream, stream_together
+from psgd.sim.time_model import Fifo, TimeModel
 from psgd.wire.protocol import ProtocolError
 
 __all__ = ["Engine"]
@@ -52,19 +53,10 @@ class Engine:
         self.stop = stop or (lambda record: False)
         self.emit = emit
         n, w = executor.num_shards, len(executor.workers)
-        self.shard_in = [Fifo() for _ in range(n)]    # each shard's link, towards it
-        self.shard_out = [Fifo() for _ in range(n)]   # and from it
-        self.worker_up = [Fifo() for _ in range(w)]   # each worker's link, from it
-        self.worker_down = [Fifo() for _ in range(w)]  # and towards it
-        self.servers = [Fifo() for _ in range(n)]
+        self.servers = [Fifo() for _ in range(n)]  # each shard's thread
         # Hosts (sim.hosts): CPU jobs on their cores, one NIC per host; None: every role its own link.
         self.hosts = host_clock_for(executor, self.time, lambda: self.now)
-        if self.hosts is not None:
-            model = self.hosts.model
-            self.shard_in = [model.nic_down[h] for h in model.shard_host]
-            self.shard_out = [model.nic_up[h] for h in model.shard_host]
-            self.worker_up = [model.nic_up[h] for h in model.worker_host]
-            self.worker_down = [model.nic_down[h] for h in model.worker_host]
+        self.net = Network(n, w, self.time, self.hosts)
         self.serving = [False] * n  # whether each shard is serving a push now
         # Pushes waiting for their busy shard: (seeded priority, rank, push). The real shard's
         # ZMQ ROUTER reads its peers' queued messages in turn, not by arrival time.
@@ -206,29 +198,12 @@ class Engine:
         """One worker's pushes leave together; each arrives at its shard's queue."""
         if not pushes:
             return
-        rank = pushes[0].rank
-        if self.hosts is not None:
-            arrivals = self.hosts.push_arrivals(rank, [p.shard for p in pushes], [p.wire_bytes for p in pushes],
-                                                self.worker_up[rank], [self.shard_in[p.shard] for p in pushes], t,
-                                                stream_together)
-            for p, arrive in zip(pushes, arrivals):
-                self.q.put(arrive, Kind.ARRIVE, p)
-            return
-        arrivals = stream_together(self.worker_up[rank], self.time.worker_link,
-                                   [(self.shard_in[p.shard], self.time.shard_link) for p in pushes], t,
-                                   [p.wire_bytes for p in pushes])
-        for p, arrive in zip(pushes, arrivals):
+        for p, arrive in zip(pushes, self.net.push_arrivals(pushes, t)):
             self.q.put(arrive, Kind.ARRIVE, p)
 
     def resend(self, p: Push, t: float) -> None:
         """A push sent again (or released from the worker's queue when its shard is back)."""
-        if self.hosts is not None:
-            arrive = self.hosts.message(p.rank, p.shard, self.worker_up[p.rank], self.shard_in[p.shard], t,
-                                        p.wire_bytes, to_shard=True)
-        else:
-            arrive = stream(self.worker_up[p.rank], self.time.worker_link, self.shard_in[p.shard],
-                            self.time.shard_link, t, p.wire_bytes)
-        self.q.put(arrive, Kind.ARRIVE, p)
+        self.q.put(self.net.push_arrival(p, t), Kind.ARRIVE, p)
 
     def _arrive(self, p: Push, t: float) -> None:
         if self.faults is not None and not self.faults.arrives(p, t):
@@ -294,14 +269,9 @@ class Engine:
         if self.faults is not None and not self.faults.replying(
                 reply, self.faults.request[reply.rank] if request is None else request):
             return
-        if self.hosts is not None:  # encoded by the shard's thread on a core of its host, then sent
-            leaves = self.hosts.reply_leaves(reply.shard, self.servers[reply.shard], t)
-            arrive = self.hosts.message(reply.rank, reply.shard, self.shard_out[reply.shard],
-                                        self.worker_down[reply.rank], leaves, reply.wire_bytes, to_shard=False)
-        else:
-            arrive = stream(self.shard_out[reply.shard], self.time.shard_link, self.worker_down[reply.rank],
-                            self.time.worker_link, t, reply.wire_bytes)
-        self.q.put(arrive, Kind.REPLY, reply)
+        # With hosts, encoded by the shard's thread on a core of its host before it leaves.
+        leaves = t if self.hosts is None else self.hosts.reply_leaves(reply.shard, self.servers[reply.shard], t)
+        self.q.put(self.net.reply_arrival(reply, leaves), Kind.REPLY, reply)
 
     send_reply = _send_reply
 

@@ -12,7 +12,7 @@ launcher and shards:
 - Messages: one whose sender or receiver dies before it has arrived is lost (the
   dead process's socket buffers go with it); a request sent to a shard that is
   down is lost too. A worker sees a shard's connection drop and come back
-  (psgd.wire.link_watch): it resends what it was waiting for the moment the shard
+  (psgd.wire.transport.link_watch): it resends what it was waiting for the moment the shard
   is back, and waits without using up its attempts while the shard is down; a
   restarted worker's registration with a shard that is down is made once the
   shard is back.
@@ -56,7 +56,6 @@ from psgd.config.sim_faults import FaultTarget
 from psgd.core.fault_plan import kill_schedule
 from psgd.core.restarts import RestartBudget, after_training
 from psgd.runtime.event_names import Event
-from psgd.sim.time_model import stream
 
 __all__ = ["FailureModel", "PlannedKill", "check_faults"]
 
@@ -383,8 +382,7 @@ class FailureModel:
             return
         at = t + self.e.time.worker_link.latency_s + self.e.time.shard_link.latency_s
         self._join(rank, s, at, welcome=False)
-        welcome = stream(self.e.shard_out[s], self.e.time.shard_link, self.e.worker_down[rank],
-                         self.e.time.worker_link, at, 4 * self.ex.layout.shard_sizes[s])
+        welcome = self.e.net.downlink_arrival(s, rank, at, 4 * self.ex.layout.shard_sizes[s])
         self.e.q.put(welcome, self.K.REPEAT, (rank, gen, request))
 
     def _repeat(self, what: tuple, t: float) -> None:

@@ -17,7 +17,7 @@ import torch
 
 from psgd.core.rules import RULES
 from psgd.sim.host_profile import HostProfile, Linear
-from psgd.sim.profile_compute import cpu_seconds, measure_compute
+from psgd.sim.profile_compute import cpu_seconds, cuda_seconds, measure_compute
 
 __all__ = ["measure_host_profile", "SMALL_BYTES", "LARGE_BYTES"]
 
@@ -91,17 +91,6 @@ def _apply() -> dict[str, Linear]:
     return out
 
 
-def _cuda_s(fn: Callable[[], object], calls: int = 200) -> float:
-    """Wall seconds per call of a kernel issued `calls` times, synchronized at the end."""
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls
-
-
 def _worker_loop_us() -> float:
     """The worker loop's own Python around one step: a step event written to its file, its
     timers read and one batch drawn from a tiny loader (no model, no network)."""
@@ -131,8 +120,8 @@ def _copies() -> tuple[float, float]:
     n = LARGE_BYTES * 4 // 4
     host = torch.empty(n, pin_memory=True)
     dev = torch.empty(n, device="cuda")
-    h2d = _cuda_s(lambda: dev.copy_(host, non_blocking=True), calls=50)
-    d2h = _cuda_s(lambda: host.copy_(dev, non_blocking=True), calls=50)
+    h2d = cuda_seconds(lambda: dev.copy_(host, non_blocking=True), calls=50)
+    d2h = cuda_seconds(lambda: host.copy_(dev, non_blocking=True), calls=50)
     return round(4 * n / h2d / 1e9, 3), round(4 * n / d2h / 1e9, 3)
 
 

@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["measure_compute"]
+__all__ = ["cpu_seconds", "cuda_seconds", "measure_compute"]
 
 ROTATE_BYTES = 64 << 20  # operands cycled through per probe: more than a CPU's caches hold
 MATMUL_SIZES = (16, 32, 64, 128, 256, 512, 1024)
@@ -50,7 +50,8 @@ def cpu_seconds(fn: Callable[[], object], min_s: float, repeats: int = 5,
     return statistics.median(out)
 
 
-def _cuda_s(fn: Callable[[], object], calls: int = 100) -> float:
+def cuda_seconds(fn: Callable[[], object], calls: int = 100) -> float:
+    """Wall seconds per call of a kernel issued `calls` times, synchronized at the end."""
     fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -61,7 +62,7 @@ def _cuda_s(fn: Callable[[], object], calls: int = 100) -> float:
 
 
 def _call_s(device: torch.device, fn: Callable[[], object], min_s: float = 0.03) -> float:
-    return _cuda_s(fn) if device.type == "cuda" else cpu_seconds(fn, min_s)
+    return cuda_seconds(fn) if device.type == "cuda" else cpu_seconds(fn, min_s)
 
 
 def _cold_s(device: torch.device, make: Callable[[], tuple], call: Callable, min_s: float = 0.03) -> float:

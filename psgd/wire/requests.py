@@ -4,7 +4,7 @@
 waiting for any reply, then collects the replies, matching them by request
 id. A shard that has not answered within the timeout is sent the same bytes
 again (same request id, same push seq, so the shard recognises the resend).
-Where the connections watch their links (psgd.wire.link_watch), a shard whose
+Where the connections watch their links (psgd.wire.transport.link_watch), a shard whose
 connection comes back (restarted, or a backup promoted onto its address) is
 resent its request at once, and a patient call does not count attempts while
 a shard's connection is down: the launcher is restarting it. Replies to
@@ -17,8 +17,8 @@ import time
 from typing import Callable, Optional
 
 from psgd.wire import protocol as P
-from psgd.wire.link_watch import Link
 from psgd.wire.transport import ShardConnections
+from psgd.wire.transport.link_watch import Link
 
 __all__ = ["RequestTracker", "Pending", "RemoteError", "RequestFailed", "Interrupted"]
 

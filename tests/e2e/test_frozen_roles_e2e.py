@@ -11,7 +11,7 @@ import time
 import pytest
 from conftest import finish, pid_of, start_launch, wait_for, worker_clock, write_config
 
-from psgd.orchestrate.launcher import TIME_LIMIT_EXIT_CODE
+from psgd.orchestrate.stopping import TIME_LIMIT_EXIT_CODE
 
 pytestmark = pytest.mark.e2e
 

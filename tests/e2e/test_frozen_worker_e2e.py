@@ -8,7 +8,7 @@ import signal
 import pytest
 from conftest import finish, pid_of, start_launch, wait_for, write_config
 
-from psgd.orchestrate.launcher import STOP_WORKERS_GRACE_S, TIME_LIMIT_EXIT_CODE
+from psgd.orchestrate.stopping import STOP_WORKERS_GRACE_S, TIME_LIMIT_EXIT_CODE
 
 pytestmark = pytest.mark.e2e
 

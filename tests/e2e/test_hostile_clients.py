@@ -8,11 +8,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import msgpack
 import pytest
 import torch
-import zmq
 from conftest import kill_tree, spawn, wait_for, write_config
+from support.raw_client import Raw
 
 from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
@@ -24,34 +23,6 @@ from psgd.workers.client import PSClient
 
 pytestmark = pytest.mark.e2e
 STEPS = 12
-
-
-class Raw:
-    """A bare DEALER connection that speaks the wire format directly."""
-
-    def __init__(self, address: str):
-        self.sock = zmq.Context.instance().socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(f"tcp://{address}")
-        self.req = 100
-
-    def send(self, mtype, fields: dict, *frames, version=P.PROTOCOL_VERSION):
-        self.req += 1
-        self.sock.send_multipart([msgpack.packb([version, int(mtype), self.req, fields], use_bin_type=True),
-                                  *frames])
-
-    def reply(self, timeout_ms=5000):
-        if not self.sock.poll(timeout_ms):
-            return None
-        rec, _ = P.decode(self.sock.recv_multipart())
-        return rec
-
-    def ask(self, mtype, fields: dict, *frames, **kw):
-        self.send(mtype, fields, *frames, **kw)
-        return self.reply()
-
-    def close(self):
-        self.sock.close(0)
 
 
 def start_shards(config, run_dir, addresses):

@@ -7,11 +7,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import msgpack
 import pytest
 import torch
-import zmq
 from conftest import kill_tree, spawn, wait_for, write_config
+from support.raw_client import Raw
 
 from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
@@ -25,36 +24,13 @@ from psgd.wire.frames import view_frame
 pytestmark = pytest.mark.e2e
 
 
-class Raw:
-    """A bare DEALER connection speaking the wire format: replies with their frames."""
-
-    def __init__(self, address: str):
-        self.sock = zmq.Context.instance().socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(f"tcp://{address}")
-        self.req = 100
-
-    def ask(self, mtype, fields: dict, *frames):
-        self.req += 1
-        self.sock.send_multipart([msgpack.packb([P.PROTOCOL_VERSION, int(mtype), self.req, fields],
-                                                use_bin_type=True), *frames])
-        while True:  # replies to earlier requests (a register repeated while the shard started) are skipped
-            assert self.sock.poll(10_000), f"no reply to {mtype.name}"
-            rec, payload = P.decode(self.sock.recv_multipart(copy=False))
-            if rec.req == self.req:
-                return rec, payload
-
-    def close(self):
-        self.sock.close(0)
-
-
 def push_fields(encoding: str, size: int, **over) -> dict:
     return {"rank": 0, "seq": 0, "clock": 0, "read_version": 0, "encoding": encoding, "numel": size, "steps": 8,
             **over}
 
 
 def params(raw: Raw, clock: int, numel: int) -> torch.Tensor:
-    rec, payload = raw.ask(P.MsgType.PULL, {"rank": 0, "clock": clock})
+    rec, payload = raw.exchange(P.MsgType.PULL, {"rank": 0, "clock": clock})
     assert isinstance(rec, P.Params), rec
     return view_frame(payload[0], torch.float32, numel, "params").clone()
 
@@ -79,7 +55,7 @@ def test_forged_quantized_pushes_are_refused_and_a_resent_delta_applies_once(tmp
         events = run / "events" / "server-0.jsonl"
         assert wait_for(lambda: (events.exists() and '"ready"' in events.read_text()) or proc.poll() is not None,
                         timeout=60) and proc.poll() is None
-        welcome, payload = raw.ask(P.MsgType.REGISTER, {"rank": 0, "role": "worker",
+        welcome, payload = raw.exchange(P.MsgType.REGISTER, {"rank": 0, "role": "worker",
                                                         "fingerprint": layout.fingerprint})
         assert isinstance(welcome, P.Welcome), welcome
         start = view_frame(payload[0], torch.float32, n, "params").clone()
@@ -108,19 +84,19 @@ def test_forged_quantized_pushes_are_refused_and_a_resent_delta_applies_once(tmp
             "one frame": ([codes], {}),
         }
         for what, (frames, over) in hostile.items():
-            rec, _ = raw.ask(P.MsgType.PUSH, push_fields(encoding, n, **over), *frames)
+            rec, _ = raw.exchange(P.MsgType.PUSH, push_fields(encoding, n, **over), *frames)
             assert isinstance(rec, P.Error), (what, rec)
         assert torch.equal(params(raw, 0, n), start)  # nothing of any refused push reached the parameters
-        rec, _ = raw.ask(P.MsgType.STATS, {})
+        rec, _ = raw.exchange(P.MsgType.STATS, {})
         assert rec.stats["version"] == 0 and rec.stats["counters"]["bad_requests"] == len(hostile)
 
-        first, _ = raw.ask(P.MsgType.PUSH, push_fields(encoding, n), codes, scales)
-        again, _ = raw.ask(P.MsgType.PUSH, push_fields(encoding, n), codes, scales)  # the resend: same seq
+        first, _ = raw.exchange(P.MsgType.PUSH, push_fields(encoding, n), codes, scales)
+        again, _ = raw.exchange(P.MsgType.PUSH, push_fields(encoding, n), codes, scales)  # the resend: same seq
         assert isinstance(first, P.Ack) and first.applied and first.version == 1
         assert isinstance(again, P.Ack) and again.version == 1
         sent = codec.decode(encoded.frames, n, 0, 1.0, torch.empty(n))
         assert torch.equal(params(raw, 1, n), start - sent)  # applied once, exactly the decoded delta
-        rec, _ = raw.ask(P.MsgType.STATS, {})
+        rec, _ = raw.exchange(P.MsgType.STATS, {})
         assert rec.stats["version"] == 1 and rec.stats["counters"]["duplicates"] == 1
     finally:
         raw.close()

@@ -21,7 +21,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_package_and_the_bench_modules_import_without_it():
-    done = _python("import psgd, psgd.cli, psgd.orchestrate.launcher, psgd.bench.convergence, psgd.bench.tune, "
+    done = _python("import psgd, psgd.cli, psgd.orchestrate.supervisor, psgd.bench.convergence, psgd.bench.tune, "
                    "psgd.bench.plots, psgd.bench.report, psgd.bench.comm_report, psgd.bench.explain, "
                    "psgd.bench.trace, psgd.bench.what_if, psgd.bench.timeline_plot; print('imported')")
     assert done.returncode == 0, done.stderr

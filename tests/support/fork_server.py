@@ -28,8 +28,9 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from typing import Optional
+
+from psgd.orchestrate.fork import ForkedProcess
 
 # Compiled bytecode is cached and reused, by this process and every interpreter the suite starts
 # (roles exec'd, Ray actors, torchrun ranks, spawned benchmark children), not compiled again in
@@ -50,8 +51,10 @@ def environment_matches(env: dict[str, str], server_env: dict[str, str]) -> bool
 # ---- the server ------------------------------------------------------------------------------
 
 def _child(request: dict, fds: list[int], listener: socket.socket, conn: socket.socket) -> None:
-    code = 1
-    try:
+    from psgd.cli import main
+    from psgd.orchestrate.fork import run_forked
+
+    def prepare() -> None:
         listener.close()
         conn.close()
         os.setsid()
@@ -64,23 +67,10 @@ def _child(request: dict, fds: list[int], listener: socket.socket, conn: socket.
         os.environ.clear()
         os.environ.update(request["env"])
         sys.path[0] = os.getcwd()  # what `python -m` puts first: a user's model module in the cwd imports
-        sys.argv = ["psgd", *request["args"]]
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(s, signal.SIG_DFL if s != signal.SIGINT else signal.default_int_handler)
-        from psgd.cli import main
-        code = main(request["args"])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001 - an uncaught exception, as the interpreter reports it
-        traceback.print_exc()
-        code = 1
-    finally:
-        try:
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code if isinstance(code, int) else 1)
+
+    run_forked(main, request["args"], prepare, exit_handlers=True)
 
 
 def serve(path: str) -> None:
@@ -92,6 +82,7 @@ def serve(path: str) -> None:
     import torch._dynamo  # noqa: F401
 
     import psgd.cli  # noqa: F401
+    import psgd.orchestrate.fork  # noqa: F401 - what every child runs in (_child)
     import psgd.servers.shard  # noqa: F401
     import psgd.workers.evaluator  # noqa: F401
     import psgd.workers.worker  # noqa: F401
@@ -182,13 +173,13 @@ class _Reader(threading.Thread):
         return ("" if hasattr(self.stream, "encoding") else b"").join(self.parts)
 
 
-class ForkedCommand:
+class ForkedCommand(ForkedProcess):
     """A psgd command forked by the server, with the pid/poll/wait/communicate/signals
-    of subprocess.Popen and its stdout/stderr pipes."""
+    of subprocess.Popen and its stdout/stderr pipes: the launcher's ForkedProcess whose
+    status comes from the server (the child is the server's, not ours to wait for)."""
 
     def __init__(self, args: list[str], cwd: Optional[str], env: dict[str, str], stdout=None, stderr=None,
                  text: bool = False) -> None:
-        self.args, self.returncode = args, None
         self.stdout = self.stderr = None
         keep, send = [], [os.open(os.devnull, os.O_RDONLY)]
         for which, spec in (("stdout", stdout), ("stderr", stderr)):
@@ -214,7 +205,7 @@ class ForkedCommand:
         for fd in keep:
             os.close(fd)
         self._lines = self._sock.makefile("r")
-        self.pid = int(self._lines.readline())
+        super().__init__(int(self._lines.readline()), args)
         self._readers = [_Reader(s) for s in (self.stdout, self.stderr) if s is not None]
 
     def poll(self) -> Optional[int]:
@@ -250,16 +241,6 @@ class ForkedCommand:
                 raise subprocess.TimeoutExpired(self.args, timeout)
         out = {id(r.stream): r.text() for r in self._readers}
         return (out.get(id(self.stdout)) if self.stdout else None, out.get(id(self.stderr)) if self.stderr else None)
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
 
 if __name__ == "__main__":

@@ -37,13 +37,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from psgd.config import Config, dump_config, override_config
 from psgd.config.modes import Role
 from psgd.core.restarts import RestartBudget
-from psgd.orchestrate.launcher import Launcher, LaunchFailed
+from psgd.orchestrate.launchers import LaunchFailed
 from psgd.orchestrate.processes import LossReport
 from psgd.orchestrate.ray.actor import TOKEN_FILE, RoleHost
 from psgd.orchestrate.ray.nodes import LOST_EXIT, NodeLoss, alive_nodes, cannot_restart, loss_event
 from psgd.orchestrate.ray.placement import check_resources, role_request, role_requests, room_for, spread_nodes
 from psgd.orchestrate.roles import child_command
 from psgd.orchestrate.states import ChildState
+from psgd.orchestrate.supervisor import Supervisor
 from psgd.runtime.event_names import Event
 from psgd.runtime.files import atomic_write
 
@@ -383,8 +384,8 @@ class RayProcesses:
             ray.shutdown()  # our actors are not detached: they go with the driver
 
 
-class RayLauncher(Launcher):
-    """The launcher with its processes in Ray actors (RayProcesses); `address` as there."""
+class RayLauncher(Supervisor):
+    """The supervisor with its processes in Ray actors (RayProcesses); `address` as there."""
 
     def __init__(self, cfg: Config, run_dir: Path, *args, address: Optional[str] = None, **kw):
         super().__init__(cfg, run_dir, *args, processes=RayProcesses(cfg, Path(run_dir), address), **kw)

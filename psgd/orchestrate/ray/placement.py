@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
 from psgd.config import Config, RayScheduling
-from psgd.orchestrate.launcher import LaunchFailed
+from psgd.orchestrate.launchers import LaunchFailed
 
 __all__ = ["RoleRequest", "role_request", "role_requests", "check_resources", "nodes_that_fit", "room_for",
            "spread_nodes", "NodeView"]

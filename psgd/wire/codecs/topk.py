@@ -10,55 +10,29 @@ unsorted top-k returns them in an order of its own); where magnitudes tie at the
 k-th, which of them is sent is the device's choice."""
 from __future__ import annotations
 
-import math
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from psgd.wire.codecs.base import REFERENCE_EPYC, Codec, CodecCost, CodecOptions, Encoded, Gradient, codec
+from psgd.wire.codecs._sparse import SparseCodec, largest, topk_count
+from psgd.wire.codecs.base import REFERENCE_EPYC, CodecCost, CodecOptions, Encoded, codec
 from psgd.wire.frames import tensor_frame, view_frame
-from psgd.wire.protocol import ErrorCode, ProtocolError
 
-__all__ = ["TopK", "topk_count", "largest", "check_indices"]
-
-
-def topk_count(numel: int, ratio: float) -> int:
-    """Coordinates kept per step: ceil(ratio * numel), at least one (if any)."""
-    return min(numel, max(1, math.ceil(ratio * numel))) if numel else 0
-
-
-def largest(x: torch.Tensor, k: int) -> torch.Tensor:
-    """The indices of flat `x`'s k largest magnitudes, ascending (on x's device)."""
-    return x.abs().topk(k, sorted=False).indices.sort().values
-
-
-def check_indices(name: str, frame: Any, numel: int, nnz: int) -> torch.Tensor:
-    """A sparse payload's index frame (int32, `nnz` of them, each in [0, numel)) as a tensor."""
-    if not 0 <= nnz <= numel:
-        raise ProtocolError(ErrorCode.BAD_SIZE, f"nnz {nnz} outside 0..{numel}")
-    indices = view_frame(frame, torch.int32, nnz, "index")
-    if nnz and (int(indices.min()) < 0 or int(indices.max()) >= numel):
-        raise ProtocolError(ErrorCode.BAD_INDEX, f"{name} index outside 0..{numel - 1}")
-    return indices
+__all__ = ["TopK", "topk_count"]
 
 
 @codec
-class TopK(Codec):
+class TopK(SparseCodec):
     name = "topk"
     cost = CodecCost(encode_gbytes_per_s=0.42, decode_gbytes_per_s=29.0, measured_on=REFERENCE_EPYC)
     frames = 2
+    frame_words = "an index and a value frame"
     wire_dtype = torch.float32
-    dense = False
-    elementwise = False
     error_feedback = True
-    sparse = True
 
     def __init__(self, sizes: Sequence[int], options: CodecOptions):
-        if not 0 < options.topk_ratio <= 1:
-            raise ValueError(f"topk_ratio must be in (0, 1], got {options.topk_ratio}")
         super().__init__(sizes, options)
         self.residuals = [torch.zeros(n) for n in self.sizes]  # moved to a gradient's device at its first push
-        self.k = [topk_count(n, options.topk_ratio) for n in self.sizes]
 
     @classmethod
     def bytes_per_element(cls, options: CodecOptions) -> float:
@@ -71,10 +45,8 @@ class TopK(Codec):
         kth = magnitudes.topk(k).values[-1] if k else torch.zeros((), dtype=torch.float64, device=x.device)
         return kth.expand(magnitudes.numel())
 
-    def encode(self, shard: int, grad: torch.Tensor, out: Optional[torch.Tensor] = None) -> Encoded:
-        if out is not None:
-            raise ValueError(f"a {self.name} payload cannot be encoded into a {out.dtype} tensor of {out.numel()}")
-        indices, values = self.select(shard, grad.reshape(-1))
+    def encode_sparse(self, shard: int, flat: torch.Tensor) -> Encoded:
+        indices, values = self.select(shard, flat)
         indices, values = indices.cpu(), values.cpu()
         return Encoded([tensor_frame(indices), tensor_frame(values)], self.name, nnz=indices.numel())
 
@@ -95,11 +67,5 @@ class TopK(Codec):
         return idx.to(torch.int32), values
 
     @classmethod
-    def decode(cls, frames: Sequence[Any], numel: int, nnz: int, scale: float,
-               out: torch.Tensor) -> Gradient:
-        """(indices, values) viewing the two frames; every index lies in [0, numel)."""
-        if len(frames) != 2:
-            raise ProtocolError(ErrorCode.BAD_FRAMES,
-                                f"{cls.name} gradient needs an index and a value frame, got {len(frames)}")
-        indices = check_indices(cls.name, frames[0], numel, nnz)
-        return indices, view_frame(frames[1], cls.wire_dtype, nnz, "value")
+    def decode_values(cls, frames: Sequence[Any], nnz: int, scale: float) -> torch.Tensor:
+        return view_frame(frames[0], cls.wire_dtype, nnz, "value")

@@ -11,16 +11,15 @@ shard will decode. One push's error: the coordinates left out are whole (none la
 than the k-th largest magnitude); a sent one is off by at most int2_ef's bound for its block."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from psgd.wire.codecs._blocks import block_amax, blocks_nbytes, decode_blocks, error_bound, pack, quantize
-from psgd.wire.codecs.base import DEV_MACHINE, Codec, CodecCost, CodecOptions, Encoded, Gradient, codec
+from psgd.wire.codecs._sparse import SparseCodec, largest, topk_count
+from psgd.wire.codecs.base import DEV_MACHINE, CodecCost, CodecOptions, Encoded, codec
 from psgd.wire.codecs.int2_ef import Int2EF
-from psgd.wire.codecs.topk import check_indices, largest, topk_count
 from psgd.wire.frames import tensor_frame
-from psgd.wire.protocol import ErrorCode, ProtocolError
 
 __all__ = ["TopKInt2"]
 
@@ -28,23 +27,15 @@ BITS = Int2EF.bits
 
 
 @codec
-class TopKInt2(Codec):
+class TopKInt2(SparseCodec):
     name = "topk_int2"
     # at topk_ratio 0.01; measured while the machine ran other jobs (the top-k codec's encode
     # measured there and then at 0.22, against its 0.42 on the reference machine)
     cost = CodecCost(encode_gbytes_per_s=0.24, decode_gbytes_per_s=8.5, measured_on=DEV_MACHINE + ", under load")
     frames = 3
+    frame_words = "an index, a code and a scale frame"
     wire_dtype = torch.uint8
-    dense = False
-    elementwise = False
     error_feedback = False
-    sparse = True
-
-    def __init__(self, sizes: Sequence[int], options: CodecOptions):
-        if not 0 < options.topk_ratio <= 1:
-            raise ValueError(f"topk_ratio must be in (0, 1], got {options.topk_ratio}")
-        super().__init__(sizes, options)
-        self.k = [topk_count(n, options.topk_ratio) for n in self.sizes]
 
     @classmethod
     def bytes_per_element(cls, options: CodecOptions) -> float:
@@ -65,10 +56,7 @@ class TopKInt2(Codec):
         bound[sent] = error_bound(block_amax(flat[sent]), BITS)
         return bound
 
-    def encode(self, shard: int, grad: torch.Tensor, out: Optional[torch.Tensor] = None) -> Encoded:
-        if out is not None:
-            raise ValueError(f"a {self.name} payload cannot be encoded into a {out.dtype} tensor of {out.numel()}")
-        flat = grad.reshape(-1)
+    def encode_sparse(self, shard: int, flat: torch.Tensor) -> Encoded:
         k = self.k[shard]
         indices = largest(flat, k) if k else torch.empty(0, dtype=torch.long, device=flat.device)
         codes, scales = quantize(flat[indices], BITS)
@@ -77,11 +65,6 @@ class TopKInt2(Codec):
         return Encoded(frames, self.name, nnz=k)
 
     @classmethod
-    def decode(cls, frames: Sequence[Any], numel: int, nnz: int, scale: float,
-               out: torch.Tensor) -> Gradient:
-        """(indices, values): every index in [0, numel), the values checked as int2_ef's are."""
-        if len(frames) != 3:
-            raise ProtocolError(ErrorCode.BAD_FRAMES,
-                                f"{cls.name} gradient needs an index, a code and a scale frame, got {len(frames)}")
-        indices = check_indices(cls.name, frames[0], numel, nnz)
-        return indices, decode_blocks(cls.name, BITS, frames[1:], nnz, scale, None)
+    def decode_values(cls, frames: Sequence[Any], nnz: int, scale: float) -> torch.Tensor:
+        """int2_ef's ternary codes and block scales, checked as int2_ef's are."""
+        return decode_blocks(cls.name, BITS, frames, nnz, scale, None)

@@ -13,7 +13,7 @@ def test_every_public_name_resolves():
 
 
 def test_launch_is_the_function_after_the_orchestration_package_was_imported():
-    import psgd.orchestrate.launcher  # noqa: F401  a submodule import binds only psgd.orchestrate
+    import psgd.orchestrate.supervisor  # noqa: F401  a submodule import binds only psgd.orchestrate
     from psgd.orchestrate.api import launch
     assert psgd.launch is launch
 

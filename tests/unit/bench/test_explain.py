@@ -6,7 +6,7 @@ import json
 import pytest
 from trace_format import trace_problems
 
-from psgd.bench.explain import breakdown
+from psgd.bench.explain import SHARD_WAITS, STEP_WAITS, breakdown
 from psgd.bench.explain_words import findings, waited_on
 from psgd.bench.trace import WAIT, WORKERS_PID, TraceBounds, trace
 from psgd.config import dump_config, load_config
@@ -16,10 +16,10 @@ ROUND_TRIP_S = 0.002                      # a round trip nobody waits in
 CLOCKS = 20
 
 
-def _write_run(path, mode, held, waited_on_s, staleness_hist=None, extra_events=()):
+def _write_run(path, mode, held, waited_on_s, staleness_hist=None, extra_events=(), step_waits=True):
     """A BSP-like run: every clock, each rank computes its COMPUTE_S, then its pull is
     answered when the slowest rank's push arrives (plus ROUND_TRIP_S); a worker's step
-    records that wait (wait_s), an all-reduce rank's does not."""
+    records that wait (wait_s; not before psgd recorded it: `step_waits` false), an all-reduce rank's does not."""
     path.mkdir()
     (path / "config.yaml").write_text(dump_config(load_config(None, [
         f"consistency.mode={mode}", "cluster.workers=3", "cluster.servers=2"])))
@@ -32,7 +32,7 @@ def _write_run(path, mode, held, waited_on_s, staleness_hist=None, extra_events=
             role = "allreduce" if mode == "allreduce" else "worker"
             events.append({"t": t + compute + comm, "role": role, "index": rank, "event": "step", "rank": rank,
                            "clock": clock, "loss": 1.0, "compute_s": compute, "comm_s": comm,
-                           "step_s": compute + comm, "gap": 0, **({"wait_s": wait} if role == "worker" else {})})
+                           "step_s": compute + comm, "gap": 0, **({"wait_s": wait} if role == "worker" and step_waits else {})})
         t += slowest + ROUND_TRIP_S if mode != "asp" else 0.0
     end = max(e["t"] for e in events)
     for shard in range(2 if mode != "allreduce" else 0):
@@ -60,11 +60,42 @@ def test_each_worker_s_time_is_the_sum_its_events_imply(tmp_path):
     for w in b.workers:
         assert w.steps == CLOCKS
         assert w.compute_s == pytest.approx(CLOCKS * COMPUTE_S[w.rank])
-        assert w.wait_s == pytest.approx(waits[w.rank])       # the shard that held it longest
+        assert w.wait_s == pytest.approx(waits[w.rank])       # its steps' wait_s, summed
         assert w.transfer_s == pytest.approx(CLOCKS * ROUND_TRIP_S)
         assert w.compute_s + w.wait_s + w.transfer_s + w.other_s == pytest.approx(w.span_s)
     assert b.last_at_clock == {2: CLOCKS} and b.clocks_compared == CLOCKS
     assert [s.busy_share for s in b.shards] == pytest.approx([0.9, 0.9])
+
+
+def test_a_worker_s_wait_is_its_own_steps_waits_and_an_older_run_falls_back_on_the_shards_totals(tmp_path):
+    waits = [CLOCKS * (COMPUTE_S[2] - COMPUTE_S[r]) for r in range(3)]  # what the steps recorded
+    held = [[w * 0.5 for w in waits], [w * 0.25 for w in waits]]       # the shards' totals: other figures
+    released = [[0.0, 0.0, sum(h)] for h in held]
+    b = breakdown(_write_run(tmp_path / "steps", "bsp", held, released))
+    assert [w.wait_s for w in b.workers] == pytest.approx(waits) and b.wait_source == STEP_WAITS
+    assert all(STEP_WAITS in f.source for f in findings(b) if "wait" in f.text and "busy" not in f.text)
+    old = breakdown(_write_run(tmp_path / "old", "bsp", held, released, step_waits=False))
+    assert [w.wait_s for w in old.workers] == pytest.approx(held[0]) and old.wait_source == SHARD_WAITS
+    assert any(SHARD_WAITS in f.source for f in findings(old))
+
+
+def test_a_simulated_run_s_waits_are_each_worker_s_steps_and_the_slow_one_waits_least(tmp_path):
+    from psgd.orchestrate.launchers.sim import SimLauncher
+    run = tmp_path / "sim"
+    run.mkdir()
+    cfg = load_config(None, ["consistency.mode=bsp", "cluster.workers=3", "cluster.servers=2", "task.model=mlp",
+                             "task.dataset=digits", "task.batch_size=16", "train.steps_per_worker=15",
+                             "eval.enabled=false", "sim.compute_ms=1", "workers.slowdown={2: 4.0}",
+                             "cluster.launcher=sim"])
+    assert SimLauncher(cfg, run).run().code == 0
+    b = breakdown(run)
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    recorded = {r: sum(e["wait_s"] for e in steps if e.get("event") == "step" and e.get("rank") == r)
+                for r in range(3)}
+    assert b.wait_source == STEP_WAITS
+    assert {w.rank: w.wait_s for w in b.workers} == pytest.approx(recorded)
+    assert min(recorded[0], recorded[1]) > recorded[2]  # the fast ranks wait at the barrier for the slow one
+    assert waited_on(b).rank == 2
 
 
 def test_under_bsp_the_slow_rank_is_named_with_the_others_wait_share(tmp_path):

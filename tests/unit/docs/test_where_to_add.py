@@ -1,6 +1,6 @@
 """The architecture page's "where to add" table and worked example name real files, and no
 module outside a registry's own declaration writes out the registry's members by hand: a
-new mode, codec, update rule or launcher touches only the files the table lists."""
+new mode, codec, update rule, local method or launcher touches only the files the table lists."""
 import ast
 import re
 from pathlib import Path
@@ -8,6 +8,7 @@ from pathlib import Path
 from support.source_tree import parsed, text
 
 from psgd.config import Mode
+from psgd.core.local_methods.registry import LOCAL_METHODS
 from psgd.core.rules.registry import RULES
 from psgd.orchestrate.launchers import launcher_names
 from psgd.wire.codecs import CODECS
@@ -18,7 +19,10 @@ LIBRARY = ("psgd", "servers", "workers")
 # Where the members' words are declared (the config is the bottom layer and cannot read the
 # registries: docs/architecture.md, "Why a mode, codec or rule still needs its word"):
 # (file, the name the literal is assigned to).
-DECLARED = {("psgd/config/operations.py", "CODEC_WORDS"), ("psgd/config/optimizer.py", "name")}
+# A local method's fact the config's own check needs at load time (which methods may step with
+# Delayed Nesterov) is declared beside its word, as a mode's facts are beside the Mode enum's.
+DECLARED = {("psgd/config/operations.py", "CODEC_WORDS"), ("psgd/config/optimizer.py", "name"),
+            ("psgd/config/local_updates.py", "LocalMethodWord"), ("psgd/config/local_updates.py", "_DELAYED")}
 # The fault bench runs on real processes or the simulator only (its Where enum), not on any launcher.
 NOT_AN_ENUMERATION = {("psgd/cli/faults.py", "choices")}
 
@@ -26,7 +30,7 @@ NOT_AN_ENUMERATION = {("psgd/cli/faults.py", "choices")}
 def registries() -> dict[str, set[str]]:
     codecs = set(CODECS)
     return {"codec": codecs, "mode": {m.value for m in Mode}, "update rule": set(RULES),
-            "launcher": set(launcher_names())}
+            "launcher": set(launcher_names()), "local method": set(LOCAL_METHODS)}
 
 
 _LITERALS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Subscript)

@@ -7,8 +7,8 @@ import json
 from psgd.config import load_config
 from psgd.config.modes import Role
 from psgd.orchestrate.elastic import WORKERS_FILE
-from psgd.orchestrate.launcher import Launcher
 from psgd.orchestrate.states import ChildState
+from psgd.orchestrate.supervisor import Supervisor
 from psgd.runtime.event_names import Event
 
 RANGE = "cluster.workers={min: 2, max: 5}"
@@ -78,7 +78,7 @@ class Host:
 
 def _launcher(tmp_path):
     host = Host()
-    launcher = Launcher(load_config(None, [RANGE, "consistency.mode=ssp"]), tmp_path, processes=host)
+    launcher = Supervisor(load_config(None, [RANGE, "consistency.mode=ssp"]), tmp_path, processes=host)
     launcher.log.open(False)
     launcher._t0 = 0.0
     for rank in range(2):

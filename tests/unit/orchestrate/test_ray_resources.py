@@ -3,7 +3,7 @@ import pytest
 
 from psgd.config import ConfigError, RayScheduling, load_config
 from psgd.core.restarts import RestartBudget
-from psgd.orchestrate.launcher import LaunchFailed
+from psgd.orchestrate.launchers import LaunchFailed
 from psgd.orchestrate.ray.nodes import NodeLoss, cannot_restart
 from psgd.orchestrate.ray.placement import (
     NodeView,

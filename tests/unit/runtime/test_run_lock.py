@@ -64,7 +64,7 @@ def test_a_group_is_personal_only_when_it_is_the_owners_own_and_lists_nobody_els
 
 def test_a_run_directory_psgd_makes_is_never_group_writable(tmp_path):
     from psgd.config import load_config
-    from psgd.orchestrate.launcher import make_run_dir
+    from psgd.orchestrate.job import make_run_dir
     old = os.umask(0o002)
     try:
         made = make_run_dir(load_config(None, []), str(tmp_path / "out"))

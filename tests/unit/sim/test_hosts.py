@@ -101,7 +101,7 @@ def test_a_message_between_roles_of_one_host_is_copied_at_the_memory_rate():
     engine, _, _ = _run(_testbed(2, "sim.hosts={box: {cores: 2}}", "train.steps_per_worker=1"))
     hosts = engine.hosts
     assert hosts.model.same_host(0, 0)
-    assert hosts.message(0, 0, engine.worker_up[0], engine.shard_in[0], 1.0, 10**6, to_shard=True) == \
+    assert hosts.message(0, 0, engine.net.worker_up[0], engine.net.shard_in[0], 1.0, 10**6, to_shard=True) == \
         1.0 + 10**6 / (hosts.model.profile.memory_gbytes_per_s * 1e9)
 
 
@@ -111,8 +111,8 @@ def test_workers_of_one_host_share_its_nic_and_shards_on_their_own_hosts_are_rea
     engine, result, _ = _run(cfg)
     model = engine.hosts.model
     assert model.worker_host == [0, 0, 1, 1] and model.shard_host == [2]
-    assert engine.worker_up[0] is engine.worker_up[1] is model.nic_up[0]
-    assert engine.worker_up[2] is model.nic_up[1] and engine.shard_in[0] is model.nic_down[2]
+    assert engine.net.worker_up[0] is engine.net.worker_up[1] is model.nic_up[0]
+    assert engine.net.worker_up[2] is model.nic_up[1] and engine.net.shard_in[0] is model.nic_down[2]
     assert not model.same_host(0, 0) and result.steps == 4
 
 

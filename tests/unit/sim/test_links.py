@@ -79,5 +79,5 @@ def test_the_workers_links_are_their_own():
     from psgd.sim.engine import Engine
     engine = Engine(ex, TimeModel.from_config(cfg.sim, 1.0), steps_per_worker=3, max_time_s=1e9, eval_every_s=None)
     engine.run()
-    assert len(engine.worker_up) == len(engine.worker_down) == 2 and len(engine.shard_in) == 1
-    assert all(link.free_at > 0 for link in engine.worker_up + engine.worker_down)
+    assert len(engine.net.worker_up) == len(engine.net.worker_down) == 2 and len(engine.net.shard_in) == 1
+    assert all(link.free_at > 0 for link in engine.net.worker_up + engine.net.worker_down)

@@ -6,8 +6,8 @@ only collaborator), so each rule is checked without sockets or timing races.
 import pytest
 
 from psgd.wire import protocol as P
-from psgd.wire.link_watch import Link
 from psgd.wire.requests import Interrupted, RemoteError, RequestFailed, RequestTracker
+from psgd.wire.transport.link_watch import Link
 
 
 class ScriptedShards:

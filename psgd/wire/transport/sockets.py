@@ -1,149 +1,25 @@
-"""ZeroMQ sockets and CurveZMQ keys: with link_watch (their connection events), the only
-runtime modules that import zmq
-(the bench's raw-ZeroMQ baselines import it to measure it).
-
-A shard serves on one ROUTER socket; a client holds one DEALER socket per
-shard so it can send to every shard before waiting for any reply. Frames are
-sent with copy=False (pyzmq copies frames below its copy threshold itself,
-which is cheaper for small headers) and received as zero-copy memoryviews.
+"""The sockets: a shard's bound ROUTER socket (ServerSocket) and a client's DEALER socket
+per shard (ShardConnections), so a client sends to every shard before waiting for any
+reply. Frames are sent with copy=False (pyzmq copies frames below its copy threshold
+itself, which is cheaper for small headers) and received as zero-copy memoryviews.
 Sockets are not thread-safe: use each from one thread.
-
-CurveZMQ (optional): key pairs are made by `generate_keys`; a server socket
-encrypts and admits only clients whose public key is in its authorised
-directory, checked by a ZAP authenticator thread (one per process).
 """
 from __future__ import annotations
 
-import os
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import zmq
-import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
 
-from psgd.wire.keys.files import AUTHORIZED_DIR, SERVER_KEY, KeyFileExists, generate_key_files
-from psgd.wire.link_watch import LinkWatch
 from psgd.wire.shm.doorbell import Bells, PolledBells, ring
+from psgd.wire.transport.context import TransportError, tcp_address, zmq_context
+from psgd.wire.transport.curve import CurveKeys, authenticate_clients
+from psgd.wire.transport.link_watch import LinkWatch
 
-__all__ = ["zmq_versions", "loopback_pipe", "curve_round_trip", "ServerSocket", "ShardConnections", "SendTracker", "TransportError", "tcp_address", "CurveKeys",
-           "generate_keys", "KeyFileExists", "PEER_SEND_HWM", "server_keys", "client_keys", "zmq_context"]
-
+__all__ = ["PEER_SEND_HWM", "RECONNECT_MAX_MS", "SendTracker", "ServerSocket", "ShardConnections", "loopback_pipe"]
 
 RECONNECT_MAX_MS = 250
-
-
-class TransportError(RuntimeError):
-    pass
-
-
-@dataclass(frozen=True)
-class CurveKeys:
-    """One side's CurveZMQ keys (Z85 bytes). A server also names the directory
-    of authorised client public keys; a client names the server's public key."""
-    public: bytes
-    secret: bytes
-    server_public: bytes
-    authorized_dir: Optional[Path] = None
-
-
-
-
-def generate_keys(directory, clients: int = 1, force: bool = False) -> list[Path]:
-    """Make DIR/server.key(_secret), `clients` client key pairs DIR/client[-k].key(_secret)
-    and copy their public keys into DIR/authorized/. Returns the files written.
-    Refuses to replace existing keys unless `force` (see keys/files.py)."""
-    return generate_key_files(directory, zmq.curve_keypair, clients, force)
-
-
-def _load(path: Path, need_secret: bool) -> tuple[bytes, bytes]:
-    if not Path(path).is_file():
-        raise TransportError(f"key file not found: {path} (make keys with `psgd keys generate DIR`)")
-    try:
-        public, secret = zmq.auth.load_certificate(path)
-    except (ValueError, OSError) as exc:
-        raise TransportError(f"cannot read key file {path}: {exc}") from None
-    if need_secret and secret is None:
-        raise TransportError(f"{path} holds no secret key (use the *.key_secret file)")
-    return public, secret
-
-
-def server_keys(directory) -> CurveKeys:
-    d = Path(directory)
-    public, secret = _load(d / f"{SERVER_KEY}.key_secret", need_secret=True)
-    if not (d / AUTHORIZED_DIR).is_dir():
-        raise TransportError(f"no authorised client keys: {d / AUTHORIZED_DIR} is missing")
-    return CurveKeys(public, secret, public, d / AUTHORIZED_DIR)
-
-
-def client_keys(directory, key_file=None) -> CurveKeys:
-    d = Path(directory)
-    server_public, _ = _load(d / f"{SERVER_KEY}.key", need_secret=False)
-    public, secret = _load(Path(key_file) if key_file else d / "client.key_secret", need_secret=True)
-    return CurveKeys(public, secret, server_public)
-
-
-_AUTH: dict[int, ThreadAuthenticator] = {}
-
-
-def _authenticator(authorized_dir: Path) -> None:
-    """Start (once per process) the ZAP handler that admits only authorised client keys."""
-    auth = _AUTH.get(os.getpid())
-    if auth is None:
-        auth = _AUTH[os.getpid()] = ThreadAuthenticator(zmq_context())
-        auth.start()
-    auth.configure_curve(domain="*", location=str(authorized_dir))
-
-
-def zmq_versions() -> dict:
-    """pyzmq's and the linked libzmq's versions (for `psgd doctor`)."""
-    return {"pyzmq": zmq.pyzmq_version(), "libzmq": zmq.zmq_version()}
-
-
-def curve_round_trip(timeout_ms: int = 5000) -> str:
-    """An encrypted, authenticated request and reply on loopback with fresh key pairs;
-    returns "" when it worked, else why not (libzmq without CURVE, or the error)."""
-    if not zmq.has("curve"):
-        return "libzmq was built without CURVE"
-    server_public, server_secret = zmq.curve_keypair()
-    client_public, client_secret = zmq.curve_keypair()
-    ctx = zmq.Context()
-    try:
-        rep, req = ctx.socket(zmq.REP), ctx.socket(zmq.REQ)
-        for sock in (rep, req):
-            sock.linger = 0
-            sock.rcvtimeo = sock.sndtimeo = timeout_ms
-        rep.curve_server, rep.curve_secretkey, rep.curve_publickey = True, server_secret, server_public
-        port = rep.bind_to_random_port("tcp://127.0.0.1")
-        req.curve_serverkey, req.curve_publickey, req.curve_secretkey = server_public, client_public, client_secret
-        req.connect(f"tcp://127.0.0.1:{port}")
-        req.send(b"ping")
-        rep.send(rep.recv()[::-1])
-        return "" if req.recv() == b"gnip" else "the encrypted reply was wrong"
-    except zmq.ZMQError as exc:
-        return f"an encrypted round trip failed: {exc}"
-    finally:
-        ctx.destroy(linger=0)
-
-
-def tcp_address(hostport: str) -> str:
-    return hostport if hostport.startswith(("tcp://", "ipc://", "inproc://")) else f"tcp://{hostport}"
-
-
-def zmq_context() -> zmq.Context:
-    # One context per process; zmq.Context.instance() is fork-unsafe, so key it by pid.
-    global _CTX, _CTX_PID
-    if _CTX is None or _CTX_PID != os.getpid():
-        _CTX, _CTX_PID = zmq.Context(), os.getpid()
-    return _CTX
-
-
-_CTX: Optional[zmq.Context] = None
-_CTX_PID = -1
-
 
 # Frames below this size are copied when sent instead of tracked (pyzmq copies
 # below its own copy threshold, 64 KiB, even when asked not to).
@@ -175,7 +51,7 @@ class ServerSocket:
         self._sock = zmq_context().socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
         if curve is not None:
-            _authenticator(curve.authorized_dir)
+            authenticate_clients(curve.authorized_dir)
             self._sock.curve_secretkey = curve.secret
             self._sock.curve_publickey = curve.public
             self._sock.curve_server = True
@@ -311,7 +187,7 @@ class ShardConnections:
     def __init__(self, addresses: Sequence[str], max_message_bytes: int = -1, curve: Optional[CurveKeys] = None,
                  bells: Optional[Bells] = None, watch_links: bool = False):
         """`watch_links`: follow each connection's drops and reconnections (`links`,
-        psgd.wire.link_watch), so requests can be resent the moment a shard is back."""
+        psgd.wire.transport.link_watch), so requests can be resent the moment a shard is back."""
         self.addresses = list(addresses)
         self.bells = bells  # doorbells of same-host shards (psgd.wire.shm.doorbell), by shard index
         self._socks = []

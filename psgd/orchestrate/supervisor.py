@@ -1,12 +1,14 @@
-"""`psgd launch`: start every process of a run on this machine and supervise it.
+"""The supervisor of one run: start every process of it and see the job through.
 
-Servers, workers and the evaluator are started from the role table
+`psgd launch` runs it with the processes on this machine (LocalProcesses: the local
+launcher, launchers/local.py); the Ray launcher hands it Ray actors instead
+(ray/launcher.py). Servers, workers and the evaluator are started from the role table
 (roles.py) on the run's resolved config.yaml. Each child writes its own events file; the
 launcher merges them into metrics.jsonl as they arrive, reports progress
 through a callback, starts the common training clock once every child is
 ready, and stops everything in order: workers finish (or are stopped at
 max_time_s), the evaluator takes its final measurement and saves model.pt,
-then the servers stop. A server, worker or evaluator that crashes is
+then the servers stop (stopping.py). A server, worker or evaluator that crashes is
 restarted (bounded retries with backoff, see psgd/core/restarts.py); once its retries
 are spent the run fails with the crash's cause. `resume=True` continues a
 stopped run in its own directory: shards reload their checkpoints, workers
@@ -20,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from psgd.config import Config, dump_config, load_config
+from psgd.config import Config, dump_config
 from psgd.config.modes import Role
 from psgd.core.restarts import PendingRestart, RestartBudget, after_training
 from psgd.orchestrate.elastic_launch import ElasticMembership
@@ -33,6 +35,14 @@ from psgd.orchestrate.records.summary_file import reserve_summary, write_summary
 from psgd.orchestrate.roles import CONFIG_FILE
 from psgd.orchestrate.run_log import SUMMARY_FILE, RunLog
 from psgd.orchestrate.states import ChildState, RunStatus
+from psgd.orchestrate.stopping import (
+    STOP_WORKERS_GRACE_S,
+    TIME_LIMIT_EXIT_CODE,
+    ProcessesKilled,
+    kill_frozen,
+    kill_stuck_workers,
+    stop_in_order,
+)
 from psgd.runtime.event_names import Event
 from psgd.runtime.files import atomic_write
 from psgd.runtime.lifeline import PROCESSES_FILE
@@ -41,41 +51,12 @@ from psgd.runtime.run_lock import RunDirLock, RunDirRefused
 from psgd.runtime.safe_io import WriteFailed, describe_os_error
 from psgd.runtime.token import new_run_token
 
-__all__ = ["Launcher", "LaunchFailed", "LaunchResult", "Progress", "make_run_dir", "resume_config"]
+__all__ = ["Supervisor"]
 
 READY_TIMEOUT_S = 180.0
-STOP_GRACE_S = 10.0
-INTERRUPT_BUDGET_S = 4.0  # after SIGTERM/SIGINT, every child is gone within this
-# Workers asked to stop at train.max_time_s (or at the target) that are still there this
-# much later are killed (a frozen or hung worker), and the run ends with this exit code
-# (timeout(1)'s) and status TIME_LIMIT: max_time_s bounds the run on every path.
-STOP_WORKERS_GRACE_S = STOP_GRACE_S
-TIME_LIMIT_EXIT_CODE = 124
 
 
-def resume_config(run_dir: Path) -> Config:
-    """The resolved config of a run to resume. Raises LaunchFailed."""
-    path = Path(run_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise LaunchFailed(f"{run_dir} is not a psgd run directory (no {CONFIG_FILE})")
-    return load_config(path)
-
-
-def make_run_dir(cfg: Config, out: Optional[str]) -> Path:
-    if out:
-        path = Path(out)
-    else:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = Path(cfg.run.out_dir) / f"{cfg.run.name}-{stamp}"
-        k = 1
-        while path.exists():
-            path = Path(cfg.run.out_dir) / f"{cfg.run.name}-{stamp}-{k}"
-            k += 1
-    path.mkdir(mode=0o755, parents=True, exist_ok=True)  # never group-writable: see run_lock.check_ownership
-    return path
-
-
-class Launcher:
+class Supervisor:
     """Runs one training job. `run` blocks until it ends and never raises for a
     child's failure: the result carries the exit code and a one-line reason."""
     resumable = True  # --resume continues a stopped run from the servers' checkpoints
@@ -162,7 +143,7 @@ class Launcher:
             self.progress.started = True
             self.on_progress(self.progress)
             self._supervise()
-        except _WorkersKilled as exc:
+        except ProcessesKilled as exc:
             code, reason, status = TIME_LIMIT_EXIT_CODE, str(exc), RunStatus.TIME_LIMIT
         except LaunchFailed as exc:
             code, reason, status = 1, str(exc), RunStatus.FAILED
@@ -246,36 +227,14 @@ class Launcher:
                 for c in workers:
                     c.terminate()
             elif stop_by is not None and time.monotonic() > stop_by:
-                self._kill_workers([c for c in workers if c.state is not ChildState.DONE], why)
+                self._pending = [p for p in self._pending if p.role != Role.WORKER]  # no restarts after the limit
+                kill_stuck_workers(self.processes, [c for c in workers if c.state is not ChildState.DONE], why)
             if self.elastic is not None and stop_by is None:
                 self._scale()
             time.sleep(0.1)
         # Training ends with the last worker's last step, not when its process has exited.
         done = [e["t"] for e in self.events if e.get("event") == Event.DONE and e.get("role") in (Role.WORKER, Role.ALLREDUCE)]
         self._training_time = max(done) if done else time.time() - self._t0
-
-    def _kill_workers(self, stuck: list[RoleProcess], why: str) -> None:
-        """Kill workers that did not stop when asked (SIGKILL ends a stopped process too)
-        and end the run, naming them."""
-        self._pending = [p for p in self._pending if p.role != Role.WORKER]  # no restarts after the limit
-        if not stuck:
-            return
-        names = [f"{c.name}{_frozen_note(c)}" for c in stuck]
-        self.processes.stop(stuck, 0.0)
-        raise _WorkersKilled(f"{why}: {', '.join(names)} did not stop within {STOP_WORKERS_GRACE_S:g} s "
-                             f"and {'was' if len(stuck) == 1 else 'were'} killed")
-
-    def _kill_frozen(self) -> None:
-        """A running process of any role whose heartbeat is older than cluster.timeout_s is
-        frozen (SIGSTOP, a hung interpreter): kill it and end the run, naming it."""
-        limit = self.cfg.cluster.timeout_s
-        silent = self.processes.silent([c for c in self.children if c.state is ChildState.READY], limit)
-        if not silent:
-            return
-        names = [f"{c.name}{_frozen_note(c)} sent no heartbeat for {age:.1f} s" for c, age in silent]
-        self.processes.stop([c for c, _ in silent], 0.0)
-        raise _WorkersKilled(f"{'; '.join(names)} (cluster.timeout_s={limit:g}): "
-                             f"{'it was' if len(silent) == 1 else 'they were'} killed")
 
     def _poll(self, started: bool) -> None:
         if self._signal is not None:
@@ -288,7 +247,8 @@ class Launcher:
             self._record(None, loss.event)
             if loss.fatal is not None:
                 raise LaunchFailed(loss.fatal)
-        self._kill_frozen()
+        kill_frozen(self.processes, [c for c in self.children if c.state is ChildState.READY],
+                    self.cfg.cluster.timeout_s)
         for c in self.children:
             for e in c.read_events():
                 self._record(c, e)
@@ -364,30 +324,8 @@ class Launcher:
             self._write_processes()
 
     def _shutdown(self, interrupted: bool = False) -> list[RoleProcess]:
-        """Stop in order: workers, then the evaluator (final eval + model.pt), then
-        servers; returns those killed for not stopping within their grace. When interrupted, everything must be gone within INTERRUPT_BUDGET_S:
-        workers and evaluator are stopped together and stragglers are killed."""
-        if interrupted:
-            stages = [(("worker", "allreduce", "evaluator"), 0.5 * INTERRUPT_BUDGET_S),
-                      (("server",), 0.3 * INTERRUPT_BUDGET_S)]
-        else:
-            stages = [(("worker", "allreduce"), STOP_GRACE_S), (("evaluator",), 3 * STOP_GRACE_S),
-                      (("server",), STOP_GRACE_S)]
-        killed: list[RoleProcess] = []
-        for roles, grace in stages:
-            try:
-                killed += self.processes.stop([c for c in self.children if c.role in roles], grace) or []
-            except LaunchFailed:
-                pass  # the host (Ray) is gone, and the processes with it
-        try:
-            self.processes.refresh(self.children)
-        except LaunchFailed:
-            pass
-        for c in self.children:
-            for e in c.read_events():
-                self._record(c, e)
-        self.processes.collect(self.children)
-        return killed
+        """Every process stopped in order (stopping.stop_in_order); returns those killed."""
+        return stop_in_order(self.processes, self.children, interrupted, self._record)
 
     def _on_signal(self, signum, frame) -> None:
         self._signal = signum
@@ -395,19 +333,3 @@ class Launcher:
 
 class _Stopped(Exception):
     pass
-
-
-class _WorkersKilled(Exception):
-    """Processes killed for not answering: workers asked to stop at the time limit (or the
-    target) still there after the grace, or a process of any role found frozen."""
-
-
-def _frozen_note(c: RoleProcess) -> str:
-    """ ", frozen (stopped by a signal)" for a local child in state T: what the user will look for."""
-    pid = getattr(getattr(c, "proc", None), "pid", None)
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError, TypeError):
-        return ""
-    return ", frozen (stopped by a signal)" if state in ("T", "t") else ""
