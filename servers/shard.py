@@ -20,6 +20,7 @@ import torch
 from psgd.config import Config, Role
 from psgd.runtime.event_names import Event
 from psgd.runtime.events import EventLog
+from psgd.runtime.host import CpuMeter
 from psgd.runtime.safe_io import WriteFailed
 from psgd.wire import protocol as P
 from psgd.wire.codecs import dense_codec
@@ -95,6 +96,7 @@ class ShardServer:
         self._peers = PeerTable(run_token)  # who may act for which rank (peers.py)
         self._running = False
         self._busy_s, self._served = 0.0, 0  # time spent handling requests, and how many
+        self._cpu = CpuMeter()  # the process's CPU from serve() on (every thread's), in its stats
         # Same-host clients' shared-memory segments (psgd.wire.shm.segment).
         self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None),
                                   self._bells)
@@ -112,6 +114,7 @@ class ShardServer:
         """Raises WriteFailed (naming the file) when a checkpoint write fails:
         nothing more can be acknowledged durably, so the shard stops."""
         self._running = True
+        self._cpu.restart()
         last_stats = last_expire = last_sweep = self._clock()
         failed = crashed = False
         try:
@@ -374,7 +377,7 @@ class ShardServer:
     def emit_stats(self, final: bool = False) -> None:
         self._bell_counters()
         self.events.emit(Event.SERVER_STATS, final=final, busy_s=round(self._busy_s, 6), requests=self._served,
-                         waits=self.service.waits.totals(), **self.state.stats())
+                         **self._cpu.fields(), waits=self.service.waits.totals(), **self.state.stats())
 
 
 # Request type -> handler. Replies (WELCOME, PARAMS, ...) are not requests

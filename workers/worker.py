@@ -14,7 +14,7 @@ from psgd.config import ConfigError
 from psgd.core.heterogeneity import straggler_for
 from psgd.runtime.devices import wait_for_device
 from psgd.runtime.event_names import Event
-from psgd.runtime.host import host_fields
+from psgd.runtime.host import CpuMeter, host_fields
 from psgd.runtime.role import RoleContext
 from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
@@ -48,14 +48,14 @@ def run_worker(ctx: RoleContext) -> int:
                         token=read_run_token(ctx.run_dir))  # joins and loads the parameters
     except Interrupted:
         return 0  # stopped before the shards answered
-    steps = 0
+    steps, cpu = 0, None
     try:
         # A restarted worker under local updates cannot recover its inner optimizer's state: it says so.
         inner = {"inner_state": "fresh"} if opt.rounds is not None else {}
         ctx.events.emit(Event.READY, clock=opt.clock, device=str(device), **inner, **host_fields())
         if not ctx.wait_for_start():
             return 0
-        started = time.monotonic()
+        started, cpu = time.monotonic(), CpuMeter()
         while opt.steps_taken < cfg.train.steps_per_worker and not ctx.should_stop():
             t0 = time.perf_counter()
             batch = next(batches)
@@ -84,7 +84,7 @@ def run_worker(ctx: RoleContext) -> int:
                     bytes_sent=sent.bytes_sent, peak_push_bytes=sent.peak_push_bytes, fp32_bytes=sent.fp32_bytes,
                     compression_ratio=round(sent.compression_ratio, 6), encode_s=round(sent.encode_s, 6),
                     pull_bytes=sent.pull_bytes, pull_fp32_bytes=sent.pull_fp32_bytes,
-                    reply_decode_s=round(sent.reply_decode_s, 6),
+                    reply_decode_s=round(sent.reply_decode_s, 6), **(cpu.fields() if cpu is not None else {}),
                     **(opt.rounds.done_fields() if opt.rounds is not None else {}))
     return 0
 

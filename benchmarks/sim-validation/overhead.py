@@ -1,7 +1,7 @@
 """The simulator's validation on what it predicts: a run's overhead beyond its stated device time, and its pull wait.
 
     .venv/bin/psgd sim profile --out /tmp/host.json                       # first, apart from the matrix
-    .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json [--quick] [--seeds 5]
+    .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json --fresh [--quick] [--seeds 5] [--cells A,B]
     .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json --report-only
 
 Every cell runs overhead.yaml (a 2.6 MB MLP, 5 ms of stated device time a step) for real on this
@@ -16,8 +16,12 @@ scored there: overhead within ±20%, pull wait within ±25% (medians over the se
 mode ends sooner", bsp against asp in each group) are decisive when every seed agrees on the sign and
 the medians differ by more than 5%, tied within 5%, inconclusive otherwise; decisive ones are
 counted apart. Quantities true by construction (ASP staleness p50 = W−1 with equal workers) are
-listed as sanity checks, not counted. Writes DIR/overhead-results.jsonl (appended, resumable) and
-DIR/overhead-report.md. Real runs need a quiet machine.
+listed as sanity checks, not counted. Beside them, each role's CPU per worker step and per shard
+request, real (the processes' own, summary role_cpu_s) against what the simulation charged: CPU time
+barely depends on the machine's load, so that table says which side of the model is short even
+where the wall times cannot be trusted (`--cells` runs a few cells for it). Writes
+DIR/overhead-results.jsonl (appended, resumable) and DIR/overhead-report.md. Real runs need a quiet
+machine.
 """
 from __future__ import annotations
 
@@ -85,6 +89,14 @@ def measure(run_dir: Path, workers: int) -> dict:
     out = {"wall_s": wall, "device_s": stated_device_s(run_dir), "pull_wait_s": waits[len(waits) // 2] if waits
            else None}
     out["overhead_s"] = wall - out["device_s"]
+    # CPU per worker step and per shard request (user + system, every thread; sim: what it charged)
+    cpu, system = summary.get("role_cpu_s") or {}, summary.get("role_sys_s") or {}
+    steps, requests = summary["worker_steps"], summary["worker_steps"] * summary["servers"]
+    for role, per in (("worker", steps), ("server", requests)):
+        if role in cpu and per:
+            out[f"{role}_cpu_ms"] = 1e3 * cpu[role] / per
+        if role in system and per:
+            out[f"{role}_sys_ms"] = 1e3 * system[role] / per
     if summary.get("staleness_hist"):
         from psgd.core.histogram import Histogram
         out["staleness_p50"] = Histogram.of(summary["staleness_hist"]).quantile(0.5)
@@ -138,7 +150,8 @@ def report(records: list[dict], cells: list[Cell], profile: dict) -> str:
         real = [by["real", cell.name, s] for s in seeds]
         sim = [by["sim", cell.name, s] for s in seeds]
         row = {"cell": cell.name, "seeds": len(seeds)}
-        for key in ("wall_s", "overhead_s", "pull_wait_s", "staleness_p50"):
+        for key in ("wall_s", "overhead_s", "pull_wait_s", "staleness_p50", "worker_cpu_ms", "server_cpu_ms",
+                    "worker_sys_ms", "server_sys_ms"):
             row[key] = (_median(r.get(key) for r in real), _median(r.get(key) for r in sim))
         row["share"] = row["overhead_s"][0] / row["wall_s"][0]
         row["headline"] = row["share"] >= HEADLINE_SHARE
@@ -187,7 +200,28 @@ def report(records: list[dict], cells: list[Cell], profile: dict) -> str:
     for r in rows:
         if "-asp-none" in r["cell"] and r["staleness_p50"][0] is not None:
             lines.append(f"| {r['cell']} | {r['staleness_p50'][0]:g} / {r['staleness_p50'][1]:g} |")
+    lines += cpu_table(rows)
     return "\n".join(lines) + "\n"
+
+
+def cpu_table(rows: list[dict]) -> list[str]:
+    """Each role's CPU per worker step and per shard request, real against charged: CPU time does not
+    depend on the machine's load the way wall time does, so it says which side of the model is short."""
+    rows = [r for r in rows if r["worker_cpu_ms"][0] is not None and r["worker_cpu_ms"][1] is not None]
+    if not rows:
+        return []
+    ms = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+    err = lambda a, b: f"{(b / a - 1) * 100:+.0f}%" if a and b is not None else "n/a"  # noqa: E731
+    lines = ["", "## CPU per worker step and per shard request (user + system, every thread)", "",
+             "Real: the processes' own CPU while they trained (summary role_cpu_s); sim: what the time model "
+             "charged each role's cores. Medians over the seeds.", "",
+             "| cell | worker ms/step real / sim | error | of it system (real) | shard ms/request real / sim | error "
+             "| of it system (real) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        (rw, sw), (rs, ss) = r["worker_cpu_ms"], r["server_cpu_ms"]
+        lines.append(f"| {r['cell']} | {ms(rw)} / {ms(sw)} | {err(rw, sw)} | {ms(r['worker_sys_ms'][0])} | "
+                     f"{ms(rs)} / {ms(ss)} | {err(rs, ss)} | {ms(r['server_sys_ms'][0])} |")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -195,15 +229,25 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", type=Path, required=True, help="psgd sim profile --out FILE, run before and apart")
     ap.add_argument("--quick", action="store_true", help="2 cells (W=2, bsp and asp): a smoke test")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--cells", default="", help="only these cells, by name (comma-separated), e.g. w2-s1-bsp-none")
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--runs", type=Path, default=Path("/tmp/psgd-overhead"))
     ap.add_argument("--report-only", action="store_true", help="the report from --out's overhead-results.jsonl")
+    ap.add_argument("--fresh", action="store_true", help="start --out's overhead-results.jsonl again (else a rerun "
+                    "resumes it, keeping every cell and seed it holds, whatever profile its sim runs used)")
     args = ap.parse_args(argv)
     from psgd.sim.host_profile import load_host_profile
     profile = load_host_profile(str(args.profile.resolve()))
     cells = QUICK if args.quick else FULL
+    if args.cells:
+        names = args.cells.split(",")
+        cells = [c for c in FULL if c.name in names]
+        if len(cells) != len(names):
+            ap.error(f"--cells: unknown cell in {args.cells!r} (cells: {', '.join(c.name for c in FULL)})")
     args.out.mkdir(parents=True, exist_ok=True)
     store = args.out / "overhead-results.jsonl"
+    if args.fresh and store.exists():
+        store.unlink()
     records = [json.loads(line) for line in store.read_text().splitlines()] if store.exists() else []
     if not args.report_only:
         done = {(r["side"], r["cell"], r["seed"]) for r in records}

@@ -71,7 +71,7 @@ def cmd_sim_profile(args: argparse.Namespace) -> int:
         print(f"psgd sim profile: {problem}", file=sys.stderr)
         return 2
     from psgd.sim.profile import measure_host_profile
-    profile = measure_host_profile(args.device)
+    profile = measure_host_profile(args.device, args.note)
     text = profile.to_json()
     if out is not None:
         try:
@@ -99,6 +99,11 @@ def cmd_sim_profile(args: argparse.Namespace) -> int:
     print(f"dispatch     {profile.dispatch_us:.2f} us per operation ({'kernel launch' if args.device == 'cuda' else 'cpu'})")
     print(f"memory       {profile.memory_gbytes_per_s:g} GB/s (same-host messages)")
     print(f"worker loop  {profile.worker_loop_us:.1f} us per step")
+    if profile.request_client is not None and profile.request_shard is not None:
+        c, s = profile.request_client, profile.request_shard
+        print(f"request      beyond its parts: worker {c.fixed_us:.1f} us + {c.gbytes_per_s:g} GB/s "
+              f"({profile.request_client_send_share:.0%} before it leaves), shard {s.fixed_us:.1f} us + "
+              f"{s.gbytes_per_s:g} GB/s, {profile.request_shard_wake_us:.1f} us more when it was asleep")
     if profile.host_to_device_gbytes_per_s:
         print(f"copies       host->device {profile.host_to_device_gbytes_per_s:g} GB/s, "
               f"device->host {profile.device_to_host_gbytes_per_s:g} GB/s")
@@ -121,4 +126,7 @@ def add_sim_command(sub) -> None:
                       help="where the matrix products and launches are timed (cuda: the first GPU)")
     prof.add_argument("--json", action="store_true", help="the profile as JSON on stdout")
     prof.add_argument("--out", help="write the profile (JSON) here")
+    prof.add_argument("--note", default=None, help="what the machine is and how it was loaded, kept in the "
+                      "profile's notes (the shipped cpu-reference: psgd sim profile --out "
+                      "psgd/sim/profiles/cpu-reference.json --note '...')")
     prof.set_defaults(func=cmd_sim_profile)

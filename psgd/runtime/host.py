@@ -1,12 +1,15 @@
-"""Which host a process runs on and how many cores it may use: a run records both in its
-roles' ready events, so a later reader (psgd sim calibrate, on another machine) judges the
-run's CPU load against the run's own hosts, not its own."""
+"""Which host a process runs on, how many cores it may use and the CPU it has spent: a run
+records the first two in its roles' ready events, so a later reader (psgd sim calibrate, on
+another machine) judges the run's CPU load against the run's own hosts, not its own; and each
+role's CPU while it trained in its last event, which the simulator's charges are checked against."""
 from __future__ import annotations
 
 import os
+import resource
 import socket
+from dataclasses import dataclass, field
 
-__all__ = ["host_fields", "usable_cores"]
+__all__ = ["host_fields", "usable_cores", "CpuMeter"]
 
 
 def usable_cores() -> int:
@@ -19,3 +22,23 @@ def usable_cores() -> int:
 def host_fields() -> dict:
     """The fields a role's ready event carries about its host."""
     return {"host": socket.gethostname(), "cores": usable_cores()}
+
+
+def _cpu() -> tuple[float, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread's (ZeroMQ's I/O, the heartbeats)
+    return usage.ru_utime, usage.ru_stime
+
+
+@dataclass
+class CpuMeter:
+    """The CPU this process spends from its creation (or `restart`): user and system seconds,
+    every thread's. Wall time would count other processes' turns on shared cores; CPU time does not."""
+    start: tuple[float, float] = field(default_factory=_cpu)
+
+    def restart(self) -> None:
+        self.start = _cpu()
+
+    def fields(self) -> dict:
+        """`cpu_s` (user + system) and `sys_s` (system: the kernel's sockets, wake-ups, copies) since the start."""
+        user, system = (now - then for now, then in zip(_cpu(), self.start))
+        return {"cpu_s": round(user + system, 4), "sys_s": round(system, 4)}

@@ -217,7 +217,7 @@ class Engine:
     def _serve(self, p: Push, t: float, idle: bool) -> None:
         if self.hosts is not None:  # on a core of its host, the wake-up included
             service_s, end = self.hosts.service_end(p.shard, self.servers[p.shard], t,
-                                                    self.time.wake_s if idle else 0.0)
+                                                    self.time.wake_s if idle else 0.0, idle)
         else:
             service_s = self.time.service_s(self.ex.layout.shard_sizes[p.shard], idle, p.shard)
             end = self.servers[p.shard].occupy(t, service_s)
@@ -327,8 +327,9 @@ class Engine:
         if self.hosts is not None:  # its pulls and its scoring take the shards' threads and its host's cores
             self.hosts.evaluation(t, self.servers, self.ex)
         for shard, service in zip(self.ex.shards, self.ex.services):
+            cpu = self.hosts.cpu_fields(Role.SERVER, shard.shard) if self.hosts is not None else {}
             self.emit(event(t, Role.SERVER, shard.shard, Event.SERVER_STATS, busy_s=round(self.served_s[shard.shard], 9),
-                            waits=service.waits.totals(), **shard.stats()))
+                            waits=service.waits.totals(), **cpu, **shard.stats()))
         record = event(t, Role.EVALUATOR, 0, Event.EVAL, **({"final": True} if final else {}), **self.ex.evaluate())
         self.result.evals.append(record)
         self.emit(record)
@@ -347,7 +348,8 @@ class Engine:
                          bytes_sent=w.encoder.wire_bytes - (open_bytes or 0), peak_push_bytes=w.peak_push_bytes,
                          fp32_bytes=w.encoder.fp32_bytes,
                          compression_ratio=round(w.encoder.compression_ratio, 6),
-                         pull_bytes=w.pulled.wire_bytes, pull_fp32_bytes=w.pulled.fp32_bytes))
+                         pull_bytes=w.pulled.wire_bytes, pull_fp32_bytes=w.pulled.fp32_bytes,
+                         **(self.hosts.cpu_fields(Role.WORKER, rank) if self.hosts is not None else {})))
 
     # ---- the loop ---------------------------------------------------------
     def run(self) -> SimResult:

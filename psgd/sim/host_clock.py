@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from psgd.config import Config
+from psgd.config import Config, Role
 from psgd.sim.hosts import HostModel
 from psgd.sim.time_model import Fifo, TimeModel, stream
 from psgd.wire.codecs import CodecOptions, codec_named
@@ -27,6 +27,7 @@ class HostClock:
     def __init__(self, cfg: Config, model: HostModel, plans: list[Plan], shard_sizes: list[int],
                  reply_encoding: str, time: TimeModel):
         self.model, self.time = model, time
+        self.total = sum(shard_sizes)
         options = CodecOptions(topk_ratio=cfg.wire.topk_ratio)
         wire = [_wire_bytes(plan, options) for plan in plans]
         self.push_out_s = sum(sum(model.codec(model.profile.encode, r.encoding).seconds(4 * r.numel) for r in plan)
@@ -37,7 +38,12 @@ class HostClock:
         reply_wire = [_wire_bytes((type(plans[0][0])(reply_encoding, 0, n),), options) for n in shard_sizes]
         self.reply_out_s = [model.reply_out_s(reply_encoding, n, b) for n, b in zip(shard_sizes, reply_wire)]
         self.reply_in_s = [model.reply_in_s(reply_encoding, n, b) for n, b in zip(shard_sizes, reply_wire)]
-        self.total = sum(shard_sizes)
+        # A request's cost beyond its parts, by fp32 bytes (the copies are of those): the worker's once per
+        # step, over the whole model, after its last reply; each shard's by its own part.
+        before, self.after_replies_s, _ = model.request_s(4 * self.total)
+        self.push_out_s += before
+        self.push_in_s = [s + model.request_s(4 * n)[2] for s, n in zip(self.push_in_s, shard_sizes)]
+        self.wake_s = model.profile.request_shard_wake_us / 1e6
         self.taken_at: dict[int, float] = {}  # rank: when its replies so far were decoded
         self.evaluate_s: Optional[float] = None  # one evaluation on the evaluator's host, once counted
 
@@ -47,32 +53,33 @@ class HostClock:
         cores or beside the device, copied to the host, encoded and framed on a core)."""
         end = self.model.step_end(rank, start, device_s)
         copy_s = 4 * self.total / self.time.host_bytes_per_s if self.time.host_bytes_per_s else 0.0
-        return self.model.run(self.model.worker_host[rank], end + copy_s, self.push_out_s)
+        return self.model.run(Role.WORKER, rank, end + copy_s, self.push_out_s)
 
     def reply_taken(self, rank: int, shard: int, t: float) -> None:
         """A reply reached worker `rank` at `t`: it is received and decoded on a core."""
-        end = self.model.run(self.model.worker_host[rank], t, self.reply_in_s[shard])
+        end = self.model.run(Role.WORKER, rank, t, self.reply_in_s[shard])
         self.taken_at[rank] = max(end, self.taken_at.get(rank, 0.0))
 
     def params_in_hand(self, rank: int) -> float:
         """Every reply taken: the worker loop's own Python on a core; returns when the step is recorded."""
         taken = self.taken_at.pop(rank)
-        return self.model.run(self.model.worker_host[rank], taken, self.model.loop_s)
+        return self.model.run(Role.WORKER, rank, taken, self.after_replies_s + self.model.loop_s)
 
     def params_on_device(self, t: float) -> float:
         return t + (4 * self.total / self.time.host_bytes_per_s if self.time.host_bytes_per_s else 0.0)
 
     # ---- a shard -----------------------------------------------------------------
-    def service_end(self, shard: int, server: Fifo, t: float, extra_s: float) -> tuple[float, float]:
-        """A push starting service when its shard's thread is free: (its service time, its end)."""
-        busy = self.push_in_s[shard] + extra_s
-        end = self.model.run(self.model.shard_host[shard], max(t, server.free_at), busy)
+    def service_end(self, shard: int, server: Fifo, t: float, extra_s: float, idle: bool) -> tuple[float, float]:
+        """A push starting service when its shard's thread is free (`idle`: it found the shard asleep,
+        which wakes at the profile's cost): (its service time, its end)."""
+        busy = self.push_in_s[shard] + extra_s + (self.wake_s if idle else 0.0)
+        end = self.model.run(Role.SERVER, shard, max(t, server.free_at), busy)
         server.free_at = end
         return busy, end
 
     def reply_leaves(self, shard: int, server: Fifo, t: float) -> float:
         """A reply encoded and framed by its shard's thread, on a core of its host: when it leaves."""
-        end = self.model.run(self.model.shard_host[shard], max(t, server.free_at), self.reply_out_s[shard])
+        end = self.model.run(Role.SERVER, shard, max(t, server.free_at), self.reply_out_s[shard])
         server.free_at = end
         return end
 
@@ -85,8 +92,11 @@ class HostClock:
             from psgd.sim.op_count import work_of
             self.evaluate_s = work_of(lambda: executor.task.evaluate(executor.model)).host_s(self.model.profile)
         pulled = max(self.reply_leaves(s, server, t) for s, server in enumerate(servers))
-        host = self.model.evaluator_host
-        return self.model.run(host, pulled, sum(self.reply_in_s) + self.evaluate_s)
+        return self.model.run(Role.EVALUATOR, 0, pulled, sum(self.reply_in_s) + self.evaluate_s)
+
+    def cpu_fields(self, role: Role, index: int) -> dict:
+        """What a real role's last event says of its CPU (cpu_s), as charged here."""
+        return {"cpu_s": round(self.model.charged.get((role, index), 0.0), 9)}
 
     # ---- messages ----------------------------------------------------------------
     def push_arrivals(self, rank: int, shards: list[int], sizes: list[int], out: Fifo, intos: list[Fifo],

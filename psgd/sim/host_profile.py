@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -62,27 +61,37 @@ def _at_rate(size: float, sizes: tuple[int, ...], rates: tuple[float, ...], hold
 def _by_positions(flops: float, positions: float, sizes: tuple[int, ...], rates: tuple[float, ...],
                   at: tuple[int, ...]) -> float:
     """A convolution's seconds from probes measured at several output-position counts (`at`, one per
-    probe; empty: one count): by FLOPs (_at_rate) among the probes of each of the two counts around
-    `positions`, then linearly in log positions between them; outside the counts measured, the
-    nearest count's."""
+    probe; empty: one count). At each count, the time a convolution of this one's width (its FLOPs per
+    output position, so within the widths probed) takes there (_at_rate); between the two counts
+    around `positions`, interpolated linearly in positions (a fixed cost plus a cost per position, as
+    each stretch is); below the smallest count, its time (a call costs no less); above the largest,
+    at its rate."""
     if not at or positions <= 0:
         return _at_rate(flops, sizes, rates)
     counts = sorted(set(at))
 
-    def row(count: int) -> float:
+    def at_count(count: int) -> float:
         pairs = sorted((f, r) for f, r, a in zip(sizes, rates, at) if a == count)
-        return _at_rate(flops, tuple(f for f, _ in pairs), tuple(r for _, r in pairs))
+        return _at_rate(flops * count / positions, tuple(f for f, _ in pairs), tuple(r for _, r in pairs))
     i = bisect.bisect_left(counts, positions)
-    if i == 0 or i == len(counts):
-        return row(counts[min(i, len(counts) - 1)])
+    if i == 0:
+        return at_count(counts[0])
+    if i == len(counts):
+        return at_count(counts[-1]) * positions / counts[-1]
     lo, hi = counts[i - 1], counts[i]
-    w = (math.log(positions) - math.log(lo)) / (math.log(hi) - math.log(lo))
-    return row(lo) * (1 - w) + row(hi) * w
+    return at_count(lo) + (positions - lo) * (at_count(hi) - at_count(lo)) / (hi - lo)
 
 
 # The rate tables measured by size beyond the products': each NAME (sizes) beside NAME_per_s (rates).
-_SIZES = ("conv_flops", "conv_gradient_flops", "attention_flops", "attention_backward_flops", "memory_bytes")
-_COUNTS = ("conv_positions", "conv_gradient_positions")
+_SIZES = ("conv_flops", "conv_input_gradient_flops", "conv_weight_gradient_flops", "attention_flops",
+          "attention_backward_flops", "memory_bytes")
+# Keys an earlier profile wrote, as read now: its one gradient table was the weight's.
+_RENAMED = {"conv_gradient_flops": "conv_weight_gradient_flops", "conv_gradient_positions": "conv_positions"}
+
+
+def _current_key(key: str) -> str:
+    base = key.removesuffix("_per_s")
+    return _RENAMED.get(base, base) + key[len(base):]
 
 
 @dataclass(frozen=True)
@@ -105,15 +114,17 @@ class HostProfile:
     worker_loop_us: float            # the worker loop's own Python per step (its event record, its batch)
     # Convolutions, as the matrix products: FLOPs of one (forward) and the FLOP/s achieved (() : at the
     # matrix products' rates). A convolution's rate depends on its output positions per call (batch x
-    # output length: the rows of its inner product) as well as its FLOPs: each probe's positions beside
+    # output length: the rows of its inner product) as well as its width: each probe's positions beside
     # it (() : every probe at one count).
     conv_flops: tuple[int, ...] = ()
     conv_flops_per_s: tuple[float, ...] = ()
     conv_positions: tuple[int, ...] = ()
-    # One gradient (input's or weight's) of a convolution's backward, as the convolutions; () : at their rates.
-    conv_gradient_flops: tuple[int, ...] = ()
-    conv_gradient_flops_per_s: tuple[float, ...] = ()
-    conv_gradient_positions: tuple[int, ...] = ()
+    # The input's and the weight's gradient of a convolution's backward, probed at the forward's shapes
+    # (conv_positions); () : at the forward's rates.
+    conv_input_gradient_flops: tuple[int, ...] = ()
+    conv_input_gradient_flops_per_s: tuple[float, ...] = ()
+    conv_weight_gradient_flops: tuple[int, ...] = ()
+    conv_weight_gradient_flops_per_s: tuple[float, ...] = ()
     # Attention (scaled dot product), forward and backward, as the products; () : at the products' rates.
     attention_flops: tuple[int, ...] = ()
     attention_flops_per_s: tuple[float, ...] = ()
@@ -124,6 +135,15 @@ class HostProfile:
     memory_bytes: tuple[int, ...] = ()
     memory_bytes_per_s: tuple[float, ...] = ()
     pass_us: float = 0.0             # one training pass (forward and its backward) beyond its operations
+    # A real request beyond its parts above (psgd.sim.profile_requests): what one push+pull costs the
+    # worker's and the shard's processes besides framing, codec and update rule (waking on each message,
+    # ZeroMQ's I/O thread, the client's Python, the gradient's and parameters' copies), fixed + per fp32
+    # byte; the worker's share spent before its request leaves; the shard's more when it was asleep.
+    # None (and 0): not measured.
+    request_client: Optional[Linear] = None
+    request_client_send_share: float = 0.5
+    request_shard: Optional[Linear] = None
+    request_shard_wake_us: float = 0.0
     host_to_device_gbytes_per_s: Optional[float] = None  # cuda only
     device_to_host_gbytes_per_s: Optional[float] = None
     notes: dict = field(default_factory=dict)
@@ -143,12 +163,19 @@ class HostProfile:
             return self.matmul_s(flops)
         return _by_positions(flops, positions, self.conv_flops, self.conv_flops_per_s, self.conv_positions)
 
-    def conv_gradient_s(self, flops: float, positions: float = 0) -> float:
-        """One gradient of a convolution's backward, at their measured times (else the forward's)."""
-        if not self.conv_gradient_flops:
+    def conv_input_gradient_s(self, flops: float, positions: float = 0) -> float:
+        """The input's gradient of a convolution's backward, at its measured times (else the forward's)."""
+        if not self.conv_input_gradient_flops:
             return self.conv_s(flops, positions)
-        return _by_positions(flops, positions, self.conv_gradient_flops, self.conv_gradient_flops_per_s,
-                             self.conv_gradient_positions)
+        return _by_positions(flops, positions, self.conv_input_gradient_flops,
+                             self.conv_input_gradient_flops_per_s, self.conv_positions)
+
+    def conv_weight_gradient_s(self, flops: float, positions: float = 0) -> float:
+        """The weight's gradient of a convolution's backward, at its measured times (else the forward's)."""
+        if not self.conv_weight_gradient_flops:
+            return self.conv_s(flops, positions)
+        return _by_positions(flops, positions, self.conv_weight_gradient_flops,
+                             self.conv_weight_gradient_flops_per_s, self.conv_positions)
 
     def attention_s(self, flops: float) -> float:
         """One attention, forward, at its measured rates (else the products')."""
@@ -172,6 +199,7 @@ class HostProfile:
 
     @classmethod
     def from_dict(cls, d: dict) -> "HostProfile":
+        d = {_current_key(k): v for k, v in d.items()}
         lin = lambda v: Linear(float(v["fixed_us"]), float(v["gbytes_per_s"]))  # noqa: E731
         return cls(measured_on=str(d["measured_on"]), device=str(d["device"]), message=lin(d["message"]),
                    encode={CODEC_WORDS_BEFORE.get(k, k): lin(v) for k, v in d["encode"].items()},
@@ -183,8 +211,12 @@ class HostProfile:
                    worker_loop_us=float(d["worker_loop_us"]),
                    **{k: tuple(int(x) for x in d.get(k, ())) for k in _SIZES},
                    **{k + "_per_s": tuple(float(x) for x in d.get(k + "_per_s", ())) for k in _SIZES},
-                   **{k: tuple(int(x) for x in d.get(k, ())) for k in _COUNTS},
+                   conv_positions=tuple(int(x) for x in d.get("conv_positions", ())),
                    pass_us=float(d.get("pass_us", 0.0)),
+                   request_client=lin(d["request_client"]) if d.get("request_client") else None,
+                   request_client_send_share=float(d.get("request_client_send_share", 0.5)),
+                   request_shard=lin(d["request_shard"]) if d.get("request_shard") else None,
+                   request_shard_wake_us=float(d.get("request_shard_wake_us", 0.0)),
                    host_to_device_gbytes_per_s=d.get("host_to_device_gbytes_per_s"),
                    device_to_host_gbytes_per_s=d.get("device_to_host_gbytes_per_s"), notes=d.get("notes", {}))
 

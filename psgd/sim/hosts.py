@@ -10,6 +10,11 @@ of one host crosses no NIC: it is copied at the profile's memory rate.
 
 Costs come from the host profile (psgd.sim.host_profile), never from the run:
 - a message, at each end: the profile's framing (fixed + per byte);
+- a request, at each end: what the profile's request probe found it costs beyond its parts (ZeroMQ's
+  I/O thread, the processes' Python, the copies, waking): the worker's once per push+pull (the
+  probe's client sent to one shard; a worker's pushes to all its shards leave and return together),
+  part before its pushes leave and the rest after its replies; the shard's in its service, with
+  its wake-up when the push finds it asleep;
 - a push: its codec's encode on the worker, its decode on the shard;
 - a shard's service: the update rule's fixed cost per request + apply per byte;
 - a worker's step: the worker loop's own Python, then its compute's host part:
@@ -25,7 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from psgd.config import Config, ConfigError
+from psgd.config import Config, ConfigError, Role
 from psgd.config.sim_hosts import COLOCATED
 from psgd.sim.host_profile import HostProfile, Linear, load_host_profile
 from psgd.sim.op_count import StepWork
@@ -116,6 +121,8 @@ class HostModel:
         self.apply = profile.apply[rule]
         # The simulated instant being handled: no job is issued for an earlier one (set by the engine).
         self.now: Callable[[], float] = lambda: 0.0
+        # CPU seconds charged so far to each role, (role, index): what a real run's cpu_s is checked against.
+        self.charged: dict[tuple[Role, int], float] = {}
 
     @classmethod
     def for_run(cls, cfg: Config, shards: int, work: Optional[StepWork], base_dir: str = ".") -> "HostModel":
@@ -146,6 +153,14 @@ class HostModel:
                               f"{', '.join(sorted(table))}): measure it again with this psgd")
         return table[encoding]
 
+    def request_s(self, nbytes: int) -> tuple[float, float, float]:
+        """A push+pull of `nbytes` fp32 bytes beyond its parts (profile.request_*, 0 where not measured):
+        the worker's before its push leaves and after its replies arrive, and each shard's (awake)."""
+        p = self.profile
+        client = p.request_client.seconds(nbytes) if p.request_client is not None else 0.0
+        shard = p.request_shard.seconds(nbytes) if p.request_shard is not None else 0.0
+        return client * p.request_client_send_share, client * (1 - p.request_client_send_share), shard
+
     def reply_out_s(self, encoding: str, numel: int, wire_bytes: int) -> float:
         """A shard's reply: its parameters encoded (none: as they are), framed and sent."""
         return self.codec(self.profile.encode, encoding).seconds(4 * numel) + self.profile.message.seconds(wire_bytes)
@@ -158,11 +173,16 @@ class HostModel:
     def step_end(self, rank: int, start: float, device_s: float) -> float:
         """A step beginning at `start` whose device time is `device_s`: on the cores (no device), or its
         host part on the cores beside the device time; returns when both are done."""
-        cores = self.cores[self.worker_host[rank]]
         if not self.on_device:
-            return cores.run(start, device_s, self.now())
-        return max(start + device_s, cores.run(start, self.host_part_s, self.now()))
+            return self.run(Role.WORKER, rank, start, device_s)
+        return max(start + device_s, self.run(Role.WORKER, rank, start, self.host_part_s))
 
-    def run(self, host: int, ready: float, busy_s: float) -> float:
-        """A job of `busy_s` on a core of `host`, ready at `ready`: returns its end."""
-        return self.cores[host].run(ready, busy_s, self.now())
+    def host_of(self, role: Role, index: int) -> int:
+        if role is Role.WORKER:
+            return self.worker_host[index]
+        return self.shard_host[index] if role is Role.SERVER else self.evaluator_host
+
+    def run(self, role: Role, index: int, ready: float, busy_s: float) -> float:
+        """A job of `busy_s` of `role` number `index`, ready at `ready`, on a core of its host: returns its end."""
+        self.charged[role, index] = self.charged.get((role, index), 0.0) + busy_s
+        return self.cores[self.host_of(role, index)].run(ready, busy_s, self.now())

@@ -8,7 +8,8 @@ step after the first runs them). Every operation that reaches the dispatcher is
 one operation (one kernel launch on an accelerator, one dispatch on a CPU),
 except views and metadata, which launch nothing. The kernels a host profile
 times by size record their FLOPs (matrix products; forward convolutions; each
-gradient a convolution's backward computes; attention, forward and backward);
+gradient a convolution's backward computes, the input's and the weight's apart; attention, forward
+and backward);
 every other operation records the bytes it reads and writes, which a CPU
 streams from memory (a step's activations were written long before they are
 read). A pure function of the config, never of this machine.
@@ -35,10 +36,11 @@ class StepWork:
     ops: int                       # operations dispatched (views excluded)
     flops: int                     # FLOPs of every kernel below
     products: tuple[int, ...]      # each matrix product's FLOPs, in call order
-    # Each forward convolution's (FLOPs, output positions: batch x output length), and each gradient
-    # (input's, weight's) a convolution's backward computes, the same.
+    # Each forward convolution's (FLOPs, output positions: batch x output length), and each input's and
+    # weight's gradient a convolution's backward computes, the same (the two run different kernels).
     convolutions: tuple[tuple[int, int], ...] = ()
-    conv_gradients: tuple[tuple[int, int], ...] = ()
+    conv_input_gradients: tuple[tuple[int, int], ...] = ()
+    conv_weight_gradients: tuple[tuple[int, int], ...] = ()
     attention: tuple[int, ...] = ()       # each attention's FLOPs, forward
     attention_backward: tuple[int, ...] = ()
     memory: tuple[int, ...] = ()          # every other operation's bytes read and written
@@ -51,7 +53,8 @@ class StepWork:
         return {"pass": self.passes * profile.pass_us / 1e6, "dispatch": self.ops * profile.dispatch_us / 1e6,
                 "products": sum(profile.matmul_s(f) for f in self.products),
                 "convolutions": sum(profile.conv_s(f, p) for f, p in self.convolutions)
-                + sum(profile.conv_gradient_s(f, p) for f, p in self.conv_gradients),
+                + sum(profile.conv_input_gradient_s(f, p) for f, p in self.conv_input_gradients)
+                + sum(profile.conv_weight_gradient_s(f, p) for f, p in self.conv_weight_gradients),
                 "attention": sum(profile.attention_s(f) for f in self.attention)
                 + sum(profile.attention_backward_s(f) for f in self.attention_backward),
                 "memory": sum(profile.memory_s(b) for b in self.memory)}
@@ -84,8 +87,8 @@ def work_of(fn, passes: int = 0) -> StepWork:
         def __init__(self):
             super().__init__(display=False)
             self.ops = 0
-            self.kinds = {k: [] for k in ("products", "convolutions", "conv_gradients", "attention",
-                                          "attention_backward", "memory")}
+            self.kinds = {k: [] for k in ("products", "convolutions", "conv_input_gradients",
+                                          "conv_weight_gradients", "attention", "attention_backward", "memory")}
 
         def _count_flops(self, func_packet, out, args, kwargs):
             name = func_packet.__name__
@@ -100,8 +103,10 @@ def work_of(fn, passes: int = 0) -> StepWork:
             elif func_packet in self.flop_registry:
                 flops = int(self.flop_registry[func_packet](*args, **kwargs, out_val=out))
                 if name == "convolution_backward":
-                    grads = max(1, sum(bool(m) for m in args[-1][:2]))  # output_mask: input's, weight's
-                    self.kinds["conv_gradients"] += [(flops // grads, _positions(args[0]))] * grads
+                    wanted = [bool(m) for m in args[-1][:2]]  # output_mask: the input's, the weight's
+                    each = (flops // max(1, sum(wanted)), _positions(args[0]))
+                    for kind, want in zip(("conv_input_gradients", "conv_weight_gradients"), wanted):
+                        self.kinds[kind] += [each] * want
                 elif "convolution" in name:
                     self.kinds["convolutions"].append((flops, _positions(out)))
                 elif "attention" in name:
@@ -117,7 +122,7 @@ def work_of(fn, passes: int = 0) -> StepWork:
         fn()
     k = {name: tuple(values) for name, values in counter.kinds.items()}
     flops = (sum(k["products"]) + sum(k["attention"]) + sum(k["attention_backward"])
-             + sum(f for f, _ in k["convolutions"] + k["conv_gradients"]))
+             + sum(f for f, _ in k["convolutions"] + k["conv_input_gradients"] + k["conv_weight_gradients"]))
     return StepWork(counter.ops, flops, passes=passes, **k)
 
 

@@ -11,13 +11,14 @@ import platform
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
 from psgd.core.rules import RULES
 from psgd.sim.host_profile import HostProfile, Linear
 from psgd.sim.profile_compute import cpu_seconds, cuda_seconds, measure_compute
+from psgd.sim.profile_requests import measure_requests
 
 __all__ = ["measure_host_profile", "SMALL_BYTES", "LARGE_BYTES"]
 
@@ -125,9 +126,10 @@ def _copies() -> tuple[float, float]:
     return round(4 * n / h2d / 1e9, 3), round(4 * n / d2h / 1e9, 3)
 
 
-def measure_host_profile(device: str = "cpu") -> HostProfile:
+def measure_host_profile(device: str = "cpu", note: Optional[str] = None) -> HostProfile:
     """Every figure of a HostProfile, measured here on one thread (as every psgd process runs);
-    `device` cuda times the matrix products, launches and copies on the first GPU."""
+    `device` cuda times the matrix products, launches and copies on the first GPU; `note`: what
+    the machine is, kept in the profile's notes. The request probe runs a shard in a child process."""
     torch.set_num_threads(1)
     dev = torch.device(device)
     big = torch.empty(16 << 20, dtype=torch.uint8)
@@ -139,6 +141,14 @@ def measure_host_profile(device: str = "cpu") -> HostProfile:
     name = torch.cuda.get_device_name(0) if dev.type == "cuda" else (platform.processor() or platform.machine())
     measured_on = (f"{name}, {platform.node()}, torch {torch.__version__}, one thread, "
                    f"{time.strftime('%Y-%m-%d', time.gmtime())} (psgd sim profile --device {device})")
-    return HostProfile(measured_on=measured_on, device=device, message=_message(), encode=encode, decode=decode,
-                       apply=_apply(), memory_gbytes_per_s=memory, worker_loop_us=_worker_loop_us(),
+    message, apply = _message(), _apply()
+    requests = measure_requests(
+        lambda n: encode["none"].seconds(n) + 2 * message.seconds(n) + decode["none"].seconds(n),
+        lambda n: 2 * message.seconds(n) + decode["none"].seconds(n) + apply["sgd"].seconds(n) + encode["none"].seconds(n),
+        (SMALL_BYTES, LARGE_BYTES))
+    return HostProfile(measured_on=measured_on, device=device, message=message, encode=encode, decode=decode,
+                       apply=apply, memory_gbytes_per_s=memory, worker_loop_us=_worker_loop_us(),
+                       request_client=requests.client, request_client_send_share=requests.client_send_share,
+                       request_shard=requests.shard, request_shard_wake_us=requests.shard_wake_us,
+                       notes={"machine": note} if note else {},
                        host_to_device_gbytes_per_s=h2d, device_to_host_gbytes_per_s=d2h, **compute)

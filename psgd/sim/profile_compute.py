@@ -6,8 +6,9 @@ on cold operands: each call takes the next of several copies of its inputs,
 together larger than the caches (ROTATE_BYTES). Each probe is a generic
 shape of its kind, never a user's model:
 - matrix products, square, by size;
-- one-dimensional convolutions by width and by length, forward, and one
-  gradient of their backward (the weight's; the input's is the same product);
+- one-dimensional convolutions by width and by length, forward, and each
+  gradient of their backward apart (the input's and the weight's run
+  different kernels: at equal FLOPs the input's takes about half the time);
 - attention (scaled dot product), forward and backward, by sequence length;
 - a fixed mix of the other operations a step runs (elementwise arithmetic,
   activations, a reduction, a transposing copy, softmax, layer norm, zeroing)
@@ -30,7 +31,7 @@ __all__ = ["cpu_seconds", "cuda_seconds", "measure_compute"]
 ROTATE_BYTES = 64 << 20  # operands cycled through per probe: more than a CPU's caches hold
 MATMUL_SIZES = (16, 32, 64, 128, 256, 512, 1024)
 CONV_WIDTHS = (4, 16, 64, 256)      # channels in and out
-CONV_LENGTHS = (4, 16, 64)          # output positions per signal, batch 32
+CONV_LENGTHS = (4, 8, 16, 64)       # output positions per signal, batch 32
 ATTENTION_LENGTHS = (16, 64, 256)   # batch x heads 32, head width 32
 MEMORY_NUMELS = (1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
 DEPTHS = (1, 2, 4, 8, 16)           # the dispatch probe's layers
@@ -65,19 +66,25 @@ def _call_s(device: torch.device, fn: Callable[[], object], min_s: float = 0.03)
     return cuda_seconds(fn) if device.type == "cuda" else cpu_seconds(fn, min_s)
 
 
-def _cold_s(device: torch.device, make: Callable[[], tuple], call: Callable, min_s: float = 0.03) -> float:
-    """Seconds of `call(*operands)`, each call on the next of enough copies of `make()`'s operands
-    that together they exceed ROTATE_BYTES."""
+def _rotating(make: Callable[[], tuple]) -> Callable[[], tuple]:
+    """Each call, the next of enough copies of `make()`'s operands that together they exceed
+    ROTATE_BYTES."""
     first = make()
     size = max(sum(t.numel() * t.element_size() for t in first if isinstance(t, torch.Tensor)), 1)
     sets = [first] + [tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in first)
                       for _ in range(max(1, ROTATE_BYTES // size) - 1)]
     at = [0]
 
-    def once():
+    def next_set() -> tuple:
         at[0] = (at[0] + 1) % len(sets)
-        return call(*sets[at[0]])
-    return _call_s(device, once, min_s)
+        return sets[at[0]]
+    return next_set
+
+
+def _cold_s(device: torch.device, make: Callable[[], tuple], call: Callable, min_s: float = 0.03) -> float:
+    """Seconds of `call(*operands)` on cold operands (_rotating)."""
+    operands = _rotating(make)
+    return _call_s(device, lambda: call(*operands()), min_s)
 
 
 Table = tuple[tuple[int, ...], tuple[float, ...]]
@@ -94,22 +101,30 @@ def _matmul(dev: torch.device) -> Table:
                                         torch.mm)) for n in MATMUL_SIZES])
 
 
-def _conv(dev: torch.device) -> tuple[Table, Table, tuple[int, ...]]:
-    """Conv1d(c, c, 3) on a batch of 32 signals, at every width and length: the forward's and one
-    gradient's tables, each probe's output positions beside them (in the same order)."""
-    forward, gradient = [], []
+def _conv(dev: torch.device) -> tuple[Table, Table, Table, tuple[int, ...]]:
+    """Conv1d(c, c, 3) on a batch of 32 signals, at every width and length: the forward's, the input
+    gradient's and the weight gradient's tables, each probe's output positions beside them (in the
+    same order). The three are timed on one set of cold operands."""
+    forward, input_gradient, weight_gradient = [], [], []
     for length in CONV_LENGTHS:
         for c in CONV_WIDTHS:
             def make(c=c, length=length):
                 return (torch.randn(32, c, length, device=dev), torch.randn(32, c, length, device=dev),
                         torch.randn(c, c, 3, device=dev))
+
+            def backward(mask):
+                return lambda g, x, w: torch.ops.aten.convolution_backward(
+                    g, x, w, None, [1], [1], [1], False, [0], 1, mask)
             flops, positions = 2 * 32 * length * c * c * 3, 32 * length
-            forward.append((positions, flops, _cold_s(
-                dev, make, lambda g, x, w: torch.nn.functional.conv1d(x, w, padding=1))))
-            gradient.append((positions, flops, _cold_s(dev, make, lambda g, x, w: torch.ops.aten.convolution_backward(
-                g, x, w, None, [1], [1], [1], False, [0], 1, [False, True, False]))))
+            operands = _rotating(make)
+            for probes, call in ((forward, lambda g, x, w: torch.nn.functional.conv1d(x, w, padding=1)),
+                                 (input_gradient, backward([True, False, False])),
+                                 (weight_gradient, backward([False, True, False]))):
+                # three probes a shape: shorter loops than other kernels' keep the profile's time
+                seconds = _call_s(dev, lambda call=call, operands=operands: call(*operands()), min_s=0.02)
+                probes.append((positions, flops, seconds))
     positions = tuple(p for p, _, _ in forward)
-    return (_rates(forward), _rates(gradient), positions)
+    return _rates(forward), _rates(input_gradient), _rates(weight_gradient), positions
 
 
 def _rates(probes: list[tuple[int, int, float]]) -> Table:
@@ -195,12 +210,12 @@ def measure_compute(device: str = "cpu") -> dict:
     """The HostProfile fields the compute probes fill, by name."""
     dev = torch.device(device)
     per_op, per_pass = _dispatch(dev)
-    mm, (conv, conv_gradient, positions), (att, att_back), memory = (_matmul(dev), _conv(dev), _attention(dev),
-                                                                    _memory(dev))
-    out = dict(dispatch_us=round(per_op * 1e6, 3), pass_us=round(per_pass * 1e6, 3), conv_positions=positions,
-               conv_gradient_positions=positions)
-    for name, (sizes, rates) in (("matmul_flops", mm), ("conv_flops", conv), ("conv_gradient_flops", conv_gradient),
-                                 ("attention_flops", att), ("attention_backward_flops", att_back),
-                                 ("memory_bytes", memory)):
+    mm, (conv, input_gradient, weight_gradient, positions), (att, att_back), memory = (
+        _matmul(dev), _conv(dev), _attention(dev), _memory(dev))
+    out = dict(dispatch_us=round(per_op * 1e6, 3), pass_us=round(per_pass * 1e6, 3), conv_positions=positions)
+    for name, (sizes, rates) in (("matmul_flops", mm), ("conv_flops", conv),
+                                 ("conv_input_gradient_flops", input_gradient),
+                                 ("conv_weight_gradient_flops", weight_gradient), ("attention_flops", att),
+                                 ("attention_backward_flops", att_back), ("memory_bytes", memory)):
         out[name], out[name + "_per_s"] = sizes, rates
     return out

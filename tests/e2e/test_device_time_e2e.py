@@ -44,6 +44,10 @@ def test_each_worker_step_computes_for_at_least_its_drawn_device_time(tmp_path):
     assert max(_device_times(config, 0)) > 1.3 * DEVICE_MS / 1e3
     for e in (e for e in steps if e["rank"] == 1):  # slowed 3x: it waited 2x its padded compute more
         assert e["step_s"] - e["comm_s"] >= 3 * e["compute_s"] - 1e-5
+    # Each role's CPU while it trained, as its processes measured it (user + system, every thread).
+    cpu, system = summary["role_cpu_s"], summary["role_sys_s"]
+    assert set(cpu) == set(system) == {"worker", "server"}
+    assert all(0 <= system[role] <= cpu[role] for role in cpu) and cpu["worker"] > 0 and cpu["server"] > 0
 
 
 @pytest.mark.timeout(120)

@@ -127,7 +127,19 @@ def summarize(cfg: Config, events: Iterable[dict], wall_time_s: float, status: R
         "codec_reply_decode_s": round(sum(float(e["reply_decode_s"]) for e in done if "reply_decode_s" in e), 6)
         if "reply_encode_us" in counters else None,
         **(_quorum(counters) if cfg.consistency.quorum is not None else {}),
+        # Each role's CPU while it trained (user + system, every thread; simulated: what the time model
+        # charged its host's cores), summed over its processes; None where no process measured it.
+        "role_cpu_s": _role_cpu(done, latest, "cpu_s"),
+        "role_sys_s": _role_cpu(done, latest, "sys_s"),
     }
+
+
+def _role_cpu(done: list[dict], latest: dict[tuple[str, int], dict], key: str) -> Optional[dict[str, float]]:
+    out: dict[str, float] = {}
+    for e in [*done, *(st for (role, _), st in latest.items() if role == Role.SERVER)]:
+        if key in e:
+            out[str(e["role"])] = round(out.get(str(e["role"]), 0.0) + float(e[key]), 4)
+    return out or None
 
 
 def _quorum(counters: dict[str, int]) -> dict:

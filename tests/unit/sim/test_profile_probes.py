@@ -2,10 +2,17 @@
 probe runs against today's code (the shard's service, the codecs, the kernels) and fills its keys."""
 import pytest
 
-from psgd.sim import profile, profile_compute
+from psgd.sim import profile, profile_compute, profile_requests
 from psgd.sim.host_profile import HostProfile
 
 CALL_S = 1e-3
+
+
+def probed_ends(nbytes: int, requests: int, repeats: int) -> profile_requests.EndCosts:
+    """The request probe's two processes (tests/e2e/test_request_probe_e2e.py runs them), made up:
+    10 ms + 1 ns a byte at the worker, 20 ms + 2 ns a byte at the shard alone, 3 ms less queued."""
+    return profile_requests.EndCosts(client_s=1e-2 + nbytes * 1e-9, client_send_share=0.3, shard_s=2e-2 + nbytes * 2e-9,
+                                     shard_queued_s=1.7e-2 + nbytes * 2e-9)
 
 
 @pytest.fixture
@@ -17,6 +24,8 @@ def tiny(monkeypatch):
     monkeypatch.setattr(profile.platform, "processor", lambda: "probe")  # not `uname -p`: no process
     monkeypatch.setattr(profile, "LARGE_BYTES", 1 << 16)
     monkeypatch.setattr(profile_compute, "_call_s", lambda dev, fn, min_s=0.0: once(fn))
+    monkeypatch.setattr(profile_requests, "_measure_sizes",
+                        lambda sizes, requests, repeats: {n: probed_ends(n, requests, repeats) for n in sizes})
     for name, value in (("ROTATE_BYTES", 1), ("MATMUL_SIZES", (4, 8)), ("CONV_WIDTHS", (2, 4)),
                         ("CONV_LENGTHS", (4, 8)), ("ATTENTION_LENGTHS", (4, 8)), ("MEMORY_NUMELS", (256, 1024))):
         monkeypatch.setattr(profile_compute, name, value)
@@ -30,7 +39,21 @@ def test_every_probe_runs_and_a_constant_step_time_is_all_pass_cost_and_no_dispa
     assert measured.dispatch_us == 0.0 and measured.pass_us == pytest.approx(CALL_S * 1e6)
     assert measured.matmul_flops == (2 * 4 ** 3, 2 * 8 ** 3)
     assert len(measured.conv_flops) == len(measured.conv_positions) == 4
+    assert measured.conv_input_gradient_flops == measured.conv_weight_gradient_flops == measured.conv_flops
     assert sorted(set(measured.conv_positions)) == [32 * 4, 32 * 8]
     assert len(measured.attention_flops) == len(measured.attention_backward_flops) == 2
     assert len(measured.memory_bytes) == 2 and measured.memory_bytes[0] < measured.memory_bytes[1]
     assert HostProfile.from_dict(__import__("json").loads(measured.to_json())) == measured
+
+
+def test_the_request_probe_keeps_what_each_end_spends_beyond_the_parts_measured_in_one_process(tiny):
+    measured = profile.measure_host_profile("cpu")
+    m, none, sgd = measured.message, (measured.encode["none"], measured.decode["none"]), measured.apply["sgd"]
+    for n in (profile.SMALL_BYTES, profile.LARGE_BYTES):
+        ends = probed_ends(n, 0, 0)
+        parts_client = none[0].seconds(n) + 2 * m.seconds(n) + none[1].seconds(n)
+        parts_shard = 2 * m.seconds(n) + none[1].seconds(n) + sgd.seconds(n) + none[0].seconds(n)
+        assert measured.request_client.seconds(n) == pytest.approx(ends.client_s - parts_client, rel=1e-3)
+        wake = 3e-3 * profile_requests.QUEUED / (profile_requests.QUEUED - 1)  # QUEUED requests share one wake-up
+        assert measured.request_shard.seconds(n) == pytest.approx(ends.shard_s - wake - parts_shard, rel=1e-3)
+    assert measured.request_client_send_share == 0.3 and measured.request_shard_wake_us == pytest.approx(4000.0)
