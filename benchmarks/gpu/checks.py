@@ -40,7 +40,6 @@ from check_kit import (
     worker_devices,
     write,
 )
-from codecs_check import check_codecs
 from wheel_sources import dependency_specs, source_hash
 
 # Per device: what each check runs. cuda is the real check; cpu the dry run's stand-in.
@@ -195,6 +194,13 @@ def check_mnist1d(device: str, out: Path, work: Path) -> int:
                                         simulator_reads="each run directory in runs.tar.gz (config.yaml, "
                                         "metrics.jsonl: every step's compute_s) through `psgd sim calibrate DIR`; "
                                         "modes.*.sim is the sim: section it gives"))
+
+
+def check_codecs(device: str, out: Path, work: Path) -> int:
+    """The push codecs on `device` against the CPU (codecs_check.py), imported only here: it
+    needs torch, which the report and the checks that only run psgd commands do without."""
+    from codecs_check import check_codecs as run
+    return run(device, out, work)
 
 
 def check_sim_batched(device: str, out: Path, work: Path) -> int:

@@ -1,11 +1,13 @@
-"""`psgd bench faults` on real launches: a 20 s ASP run with a worker SIGKILLed at 7 s and
-another at 14 s, beside the same run fault-free. The kills happen (the launcher restarts
+"""`psgd bench faults` on real launches: a 12 s ASP run with a worker SIGKILLed at 3 s and
+another at 6 s, beside the same run fault-free. The kills happen (the launcher restarts
 exactly those pids), both runs finish, acked = applied on every shard, and every figure
 of the report is the run's own."""
 import json
 
 import pytest
 from conftest import read_events, run_psgd, write_config
+
+from psgd.core.fault_plan import RESTART_MARGIN_S
 
 pytestmark = pytest.mark.e2e
 
@@ -18,16 +20,21 @@ def final_stats(events):
     return latest
 
 
+KILL_EVERY_S = 3
+# Two kills: the second leaves its restart RESTART_MARGIN_S before the end, a third would not.
+MAX_TIME_S = 2 * KILL_EVERY_S + RESTART_MARGIN_S + 1
+
+
 @pytest.mark.timeout(240)
-def test_two_worker_kills_in_a_20s_run_are_survived_and_measured(tmp_path):
+def test_two_worker_kills_in_a_12s_run_are_survived_and_measured(tmp_path):
     cfg = write_config(tmp_path / "c.yaml", cluster={"servers": 2, "workers": 2, "timeout_s": 5.0, "heartbeat_s": 0.5,
                                                      "request_timeout_s": 1.0, "max_retries": 60},
-                       train={"steps_per_worker": 1_000_000, "max_time_s": 20, "target_accuracy": None},
+                       train={"steps_per_worker": 1_000_000, "max_time_s": MAX_TIME_S, "target_accuracy": None},
                        eval={"every_s": 1.0}, supervision={"max_restarts": 0, "backoff_s": 0.2},
                        workers={"device_ms": 20})  # steps wait as on a device: the runs leave the cores to other tests
     out = tmp_path / "bench"
-    code, stdout, stderr = run_psgd("bench", "faults", str(cfg), "--kill-every-s", "7", "--seeds", "1", "--out",
-                                    str(out), "--json", cwd=tmp_path, timeout=220)
+    code, stdout, stderr = run_psgd("bench", "faults", str(cfg), "--kill-every-s", str(KILL_EVERY_S), "--seeds", "1",
+                                    "--out", str(out), "--json", cwd=tmp_path, timeout=220)
     assert code == 0, stderr
     result = json.loads(stdout)
     assert json.loads((out / "faults.json").read_text()) == result
@@ -61,9 +68,9 @@ def test_two_worker_kills_in_a_20s_run_are_survived_and_measured(tmp_path):
         if label == "fault-free":
             assert r["kills"] == [] and restarts == [] and summary["restarts"] == 0
             continue
-        # The kills happened: workers 0 and 1, at 7 s and 14 s of training, and the launcher restarted those pids.
+        # The kills happened: workers 0 and 1, at 3 s and 6 s of training, and the launcher restarted those pids.
         assert [(k["role"], k["index"]) for k in r["kills"]] == [("worker", 0), ("worker", 1)]
-        assert [round(k["t"]) for k in r["kills"]] == [7, 14]
+        assert [round(k["t"]) for k in r["kills"]] == [KILL_EVERY_S, 2 * KILL_EVERY_S]
         assert summary["restarts"] == 2
         assert [(e["process"], e["process_index"]) for e in restarts] == [("worker", 0), ("worker", 1)]
         for k, e in zip(r["kills"], restarts):

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import ROOT, launch, psgd_cmd, spawn, stop
+from conftest import ROOT, launch, psgd_cmd, run_psgd, spawn, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -62,10 +62,9 @@ def test_a_plain_adamw_loop_trains_under_diloco_with_torchrun(tmp_path):
                              cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
         assert run.returncode == 0, run.stderr[-3000:]
         assert len(re.findall(r"test accuracy ([0-9.]+)", run.stdout)) == 4
-        evaluated = subprocess.run(psgd_cmd("eval", str(config), "--json"), cwd=str(tmp_path),
-                                   capture_output=True, text=True, timeout=120)
-        assert evaluated.returncode == 0, evaluated.stderr
-        served = json.loads(evaluated.stdout)
+        code, stdout, stderr = run_psgd("eval", str(config), "--json", cwd=tmp_path, timeout=120)
+        assert code == 0, stderr
+        served = json.loads(stdout)
     finally:
         for s in servers:
             stop(s)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, launch, psgd_cmd, spawn, stop
+from conftest import ROOT, launch, psgd_cmd, run_psgd, spawn, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -43,10 +43,9 @@ def test_plain_script_under_torchrun_reaches_the_builtin_workers_accuracy(tmp_pa
         assert run.returncode == 0, run.stderr[-3000:]
         scripts = [float(a) for a in re.findall(r"test accuracy ([0-9.]+)", run.stdout)]
         assert len(scripts) == 4
-        evaluated = subprocess.run(psgd_cmd("eval", str(config), "--json"), cwd=str(tmp_path),
-                                   capture_output=True, text=True, timeout=120)
-        assert evaluated.returncode == 0, evaluated.stderr
-        served = json.loads(evaluated.stdout)
+        code, stdout, stderr = run_psgd("eval", str(config), "--json", cwd=tmp_path, timeout=120)
+        assert code == 0, stderr
+        served = json.loads(stdout)
         assert served["updates"] == 4 * 45 * EPOCHS  # every push of every rank (the updates the run applied)
     finally:
         for s in servers:

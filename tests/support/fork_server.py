@@ -32,6 +32,13 @@ from typing import Optional
 
 from psgd.orchestrate.fork import ForkedProcess
 
+# Compiled bytecode is cached and reused, by this process and every interpreter the suite starts
+# (roles exec'd, Ray actors, torchrun ranks, spawned benchmark children), not compiled again in
+# each: where PYTHONDONTWRITEBYTECODE is set (some containers set it) that costs about 1 s of CPU
+# a start, and each xdist worker's collection about 7 s. Before START_ENV: the children's.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 VOLATILE = {"PYTEST_CURRENT_TEST"}  # pytest rewrites it per test; nothing imports it
 START_ENV = dict(os.environ, PYTHONUNBUFFERED="1")  # the suite's, before any test changes it
 
@@ -69,6 +76,11 @@ def _child(request: dict, fds: list[int], listener: socket.socket, conn: socket.
 def serve(path: str) -> None:
     import torch  # noqa: F401 - the imports every child would otherwise repeat
     torch.set_num_threads(1)
+    # A run on the simulator counts its step's FLOPs under a torch dispatch mode, whose first
+    # use imports torch._dynamo (about 2.5 s of CPU): once here, not in every forked `--on sim`.
+    # The import starts no thread, so forking after it stays safe.
+    import torch._dynamo  # noqa: F401
+
     import psgd.cli  # noqa: F401
     import psgd.orchestrate.fork  # noqa: F401 - what every child runs in (_child)
     import psgd.servers.shard  # noqa: F401

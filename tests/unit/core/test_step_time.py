@@ -97,7 +97,8 @@ def test_a_worker_spread_is_one_persistent_factor_per_rank_of_mean_one():
     j = ComputeJitter(0.2, seed=5)
     for rank in range(4):
         assert [v.factor(rank, k) / j.factor(rank, k) for k in range(100)] == pytest.approx([v.speed(rank)] * 100)
-    speeds = np.array([StepVariability(0.0, 0.3, seed=5).speed(r) for r in range(20000)])
+    spread = StepVariability(0.0, 0.3, seed=5)
+    speeds = np.array([spread.speed(r) for r in range(20000)])
     assert speeds.mean() == pytest.approx(1.0, abs=0.01) and speeds.std() == pytest.approx(0.3, rel=0.05)
     assert StepVariability(0.0, 0.3, seed=6).speed(0) != speeds[0]
     assert {StepVariability(0.0, 0.0, seed=5).factor(r, 3) for r in range(10)} == {1.0}
