@@ -3,6 +3,7 @@
     .venv/bin/psgd sim profile --out /tmp/host.json                       # first, apart from the matrix
     .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json --fresh [--quick] [--seeds 5] [--cells A,B]
     .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json --report-only
+    .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json --sim-only
 
 Every cell runs overhead.yaml (a 2.6 MB MLP, 5 ms of stated device time a step) for real on this
 machine and on the simulator, which is told this file, one host of 2 cores with every role on it
@@ -21,7 +22,8 @@ request, real (the processes' own, summary role_cpu_s) against what the simulati
 barely depends on the machine's load, so that table says which side of the model is short even
 where the wall times cannot be trusted (`--cells` runs a few cells for it). Writes
 DIR/overhead-results.jsonl (appended, resumable) and DIR/overhead-report.md. Real runs need a quiet
-machine.
+machine; `--sim-only` keeps the store's real rows and simulates their cells and seeds again with
+--profile (simulated figures do not depend on the machine's load).
 """
 from __future__ import annotations
 
@@ -235,7 +237,11 @@ def main(argv=None) -> int:
     ap.add_argument("--report-only", action="store_true", help="the report from --out's overhead-results.jsonl")
     ap.add_argument("--fresh", action="store_true", help="start --out's overhead-results.jsonl again (else a rerun "
                     "resumes it, keeping every cell and seed it holds, whatever profile its sim runs used)")
+    ap.add_argument("--sim-only", action="store_true", help="keep --out's real rows and simulate their cells and "
+                    "seeds again with --profile (the real side is not run)")
     args = ap.parse_args(argv)
+    if args.sim_only and (args.fresh or args.report_only):
+        ap.error("--sim-only keeps the store's real rows: not with --fresh or --report-only")
     from psgd.sim.host_profile import load_host_profile
     profile = load_host_profile(str(args.profile.resolve()))
     cells = QUICK if args.quick else FULL
@@ -249,10 +255,15 @@ def main(argv=None) -> int:
     if args.fresh and store.exists():
         store.unlink()
     records = [json.loads(line) for line in store.read_text().splitlines()] if store.exists() else []
+    if args.sim_only:
+        records = [r for r in records if r["side"] == "real"]
+        store.write_text("".join(json.dumps(r) + "\n" for r in records))
+        real = {(r["cell"], r["seed"]) for r in records}
+        cells = [c for c in cells if any(name == c.name for name, _ in real)]
     if not args.report_only:
         done = {(r["side"], r["cell"], r["seed"]) for r in records}
         for side, cell, seed in itertools.product(("real", "sim"), cells, range(args.seeds)):
-            if (side, cell.name, seed) in done:
+            if (side, cell.name, seed) in done or (args.sim_only and (cell.name, seed) not in real):
                 continue
             record = run(side, cell, seed, args.profile.resolve(), args.runs)
             records.append(record)

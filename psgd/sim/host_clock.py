@@ -137,6 +137,6 @@ def host_clock_for(executor, time: TimeModel, now) -> Optional[HostClock]:
         from psgd.tasks import build_model
         model = build_model(cfg, executor.task)
         work = training_step_work(executor.task, model, batch)
-    hosts = HostModel.for_run(cfg, executor.num_shards, work)
+    hosts = HostModel.for_run(cfg, executor.num_shards, work, 4 * sum(executor.layout.shard_sizes))
     hosts.now = now
     return HostClock(cfg, hosts, executor.plans, list(executor.layout.shard_sizes), executor.reply_encoding, time)

@@ -82,7 +82,9 @@ class Host:
 class HostModel:
     """The hosts of one run: where each role is, their cores and NICs, and each role's CPU costs."""
 
-    def __init__(self, cfg: Config, profile: HostProfile, shards: int, work: Optional[StepWork]):
+    def __init__(self, cfg: Config, profile: HostProfile, shards: int, work: Optional[StepWork], model_bytes: int):
+        """`work`: a worker step's (None: no device, its step is the compute model's time); `model_bytes`:
+        the model's fp32 bytes."""
         sim = cfg.sim
         self.profile = profile
         self.hosts: list[Host] = []
@@ -110,8 +112,12 @@ class HostModel:
         self.on_device = spec.accelerators > 0 or cfg.workers.device_ms is not None
         if self.on_device and work is None:
             raise ValueError("a worker on a device needs its step's work (psgd.sim.op_count) for its host part")
-        self.host_part_s = work.host_s(profile) if self.on_device and spec.accelerators == 0 else (
-            work.ops * profile.dispatch_us / 1e6 if self.on_device else 0.0)
+        # A CPU worker's step beside a stated device time also pays what the profile's worker-loop probe
+        # found such a step costs beyond its counted work (it starts after a wait, its caches cold).
+        extra = profile.worker_step_extra
+        self.host_part_s = (work.host_s(profile) + (extra.seconds(model_bytes) if extra else 0.0)
+                            if self.on_device and spec.accelerators == 0 else
+                            work.ops * profile.dispatch_us / 1e6 if self.on_device else 0.0)
         self.loop_s = profile.worker_loop_us / 1e6
         self.memory_bytes_per_s = profile.memory_gbytes_per_s * 1e9
         rule = cfg.optimizer.name
@@ -125,12 +131,13 @@ class HostModel:
         self.charged: dict[tuple[Role, int], float] = {}
 
     @classmethod
-    def for_run(cls, cfg: Config, shards: int, work: Optional[StepWork], base_dir: str = ".") -> "HostModel":
+    def for_run(cls, cfg: Config, shards: int, work: Optional[StepWork], model_bytes: int,
+                base_dir: str = ".") -> "HostModel":
         try:
             profile = load_host_profile(cfg.sim.host_profile, base_dir)
         except ValueError as exc:
             raise ConfigError("sim.host_profile", str(exc)) from None
-        return cls(cfg, profile, shards, work)
+        return cls(cfg, profile, shards, work, model_bytes)
 
     # ---- where ----------------------------------------------------------------
     def same_host(self, rank: int, shard: int) -> bool:
@@ -154,10 +161,11 @@ class HostModel:
         return table[encoding]
 
     def request_s(self, nbytes: int) -> tuple[float, float, float]:
-        """A push+pull of `nbytes` fp32 bytes beyond its parts (profile.request_*, 0 where not measured):
-        the worker's before its push leaves and after its replies arrive, and each shard's (awake)."""
+        """A push+pull of `nbytes` fp32 bytes beyond its parts (profile.request_*, the worker-loop probe's
+        exchange extra; 0 where not measured): the worker's before its push leaves and after its replies
+        arrive (split as the request probe found), and each shard's (awake)."""
         p = self.profile
-        client = p.request_client.seconds(nbytes) if p.request_client is not None else 0.0
+        client = sum(cost.seconds(nbytes) for cost in (p.request_client, p.worker_exchange_extra) if cost is not None)
         shard = p.request_shard.seconds(nbytes) if p.request_shard is not None else 0.0
         return client * p.request_client_send_share, client * (1 - p.request_client_send_share), shard
 

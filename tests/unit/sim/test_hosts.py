@@ -150,7 +150,7 @@ def test_a_profile_that_lacks_the_runs_update_rule_is_named():
     profile = load_host_profile("cpu-reference")
     cfg = _testbed(2, "sim.hosts={box: {cores: 2}}")
     with pytest.raises(ConfigError, match="measures no shard apply for optimizer 'sgd'"):
-        HostModel(cfg, replace(profile, apply={}), 1, StepWork(1, 0, ()))
+        HostModel(cfg, replace(profile, apply={}), 1, StepWork(1, 0, ()), 4)
 
 
 def test_an_evaluator_on_the_workers_host_takes_their_cores_and_on_its_own_host_does_not():
