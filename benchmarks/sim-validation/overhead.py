@@ -105,7 +105,7 @@ def measure(run_dir: Path, workers: int) -> dict:
     return out
 
 
-def run(side: str, cell: Cell, seed: int, profile: Path, runs: Path) -> dict:
+def run(side: str, cell: Cell, seed: int, profile: Path, runs: Path, sim_sets: tuple[str, ...] = ()) -> dict:
     out = runs / side / f"{cell.name}-s{seed}"
     if out.exists():
         subprocess.run(["rm", "-rf", str(out)], check=True)
@@ -116,7 +116,7 @@ def run(side: str, cell: Cell, seed: int, profile: Path, runs: Path) -> dict:
     else:
         from psgd.cli import main
         argv = ["launch", str(CONFIG), "--on", "sim", "--out", str(out), "--quiet",
-                *bed._sets(sets + [HOST, f"sim.host_profile={profile}"])]
+                *bed._sets(sets + [HOST, f"sim.host_profile={profile}", *sim_sets])]
         if main(argv) != 0:
             raise RuntimeError(f"psgd {' '.join(argv)} failed")
     return {"side": side, "cell": cell.name, "seed": seed, "run_s": round(time.monotonic() - t0, 1),
@@ -141,7 +141,7 @@ def verdict(bsp: list[float], asp: list[float]) -> str:
     return ("bsp" if mb < ma else "asp") if len(signs) == 1 else "inconclusive"
 
 
-def report(records: list[dict], cells: list[Cell], profile: dict) -> str:
+def report(records: list[dict], cells: list[Cell], profile: dict, sim_sets: tuple[str, ...] = ()) -> str:
     by = {(r["side"], r["cell"], r["seed"]): r for r in records}
     rows, headline = [], []
     for cell in cells:
@@ -164,7 +164,8 @@ def report(records: list[dict], cells: list[Cell], profile: dict) -> str:
             headline.append(row)
     lines = ["# The simulator against real runs: overhead and pull wait", "",
              f"Host profile (the only measured input, taken apart from the matrix): {profile['measured_on']}.",
-             "Stated: overhead.yaml, `sim.hosts: {box: {cores: 2}}` (every role on it). Fitted on the matrix: nothing.",
+             "Stated: overhead.yaml, `sim.hosts: {box: {cores: 2}}` (every role on it)"
+             + "".join(f", `{s}`" for s in sim_sets) + ". Fitted on the matrix: nothing.",
              "Simulated figures are labelled sim; real ones real; medians over the seeds.", "",
              "| cell | seeds | overhead share of wall (real) | overhead real / sim (s) | error | pull wait real / sim (ms) "
              "| error | headline |", "|---|---|---|---|---|---|---|---|"]
@@ -237,6 +238,8 @@ def main(argv=None) -> int:
     ap.add_argument("--report-only", action="store_true", help="the report from --out's overhead-results.jsonl")
     ap.add_argument("--fresh", action="store_true", help="start --out's overhead-results.jsonl again (else a rerun "
                     "resumes it, keeping every cell and seed it holds, whatever profile its sim runs used)")
+    ap.add_argument("--sim-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config key for the simulated side only (repeatable), e.g. sim.sharing=ps")
     ap.add_argument("--sim-only", action="store_true", help="keep --out's real rows and simulate their cells and "
                     "seeds again with --profile (the real side is not run)")
     args = ap.parse_args(argv)
@@ -265,13 +268,13 @@ def main(argv=None) -> int:
         for side, cell, seed in itertools.product(("real", "sim"), cells, range(args.seeds)):
             if (side, cell.name, seed) in done or (args.sim_only and (cell.name, seed) not in real):
                 continue
-            record = run(side, cell, seed, args.profile.resolve(), args.runs)
+            record = run(side, cell, seed, args.profile.resolve(), args.runs, tuple(args.sim_set))
             records.append(record)
             with open(store, "a") as f:
                 f.write(json.dumps(record) + "\n")
             print(f"{side} {cell.name} seed {seed}: wall {record['wall_s']:.3f} s, overhead {record['overhead_s']:.3f} s, "
                   f"run {record['run_s']} s, load {record['load_avg']:.1f}", flush=True)
-    text = report(records, cells, {"measured_on": profile.measured_on})
+    text = report(records, cells, {"measured_on": profile.measured_on}, tuple(args.sim_set))
     (args.out / "overhead-report.md").write_text(text)
     print(text)
     return 0
