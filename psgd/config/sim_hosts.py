@@ -59,5 +59,6 @@ class Placement:
 # How a host's cores take their jobs (psgd.sim.cores): fcfs, first come first served over `cores`
 # servers (a job waits for the earliest free core, in the order the simulation issues them); ps,
 # processor sharing as Linux's scheduler approaches it (k runnable jobs each progress at
-# min(1, cores / k) of a core; each role's jobs in turn).
-Sharing = Literal["fcfs", "ps"]
+# min(1, cores / k) of a core; each role's jobs in turn); rr, in turns of Linux's default slice
+# (0.75 ms x (1 + log2(min(cores, 8)))): a job shorter than a slice runs to its end, longer ones share.
+Sharing = Literal["fcfs", "ps", "rr"]

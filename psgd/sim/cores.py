@@ -15,7 +15,7 @@ import bisect
 import math
 from typing import Hashable, Optional
 
-__all__ = ["Cores", "SharedCores", "Job", "Due", "cores_for"]
+__all__ = ["Cores", "SharedCores", "TurnCores", "Job", "Due", "cores_for", "linux_slice_s"]
 
 _DONE = 1e-12  # seconds of work below which a job has finished (the fluid steps' rounding)
 
@@ -125,9 +125,95 @@ class SharedCores:
                 j.left = left[id(j)]
 
 
+def linux_slice_s(n: int) -> float:
+    """Linux's default time slice on `n` cores (EEVDF's base_slice, CFS's min_granularity): 0.75 ms x
+    (1 + log2(min(n, 8)))."""
+    return 0.75e-3 * (1 + int(math.log2(min(n, 8))))
+
+
+class _Turns:
+    """Round robin's state at an instant: the jobs on the cores (with their slice left), the queue of
+    runnable jobs waiting for a core, and each job's work left."""
+
+    def __init__(self, left: dict, running: list, queue: list, back: list):
+        self.left, self.running, self.queue, self.back = left, running, queue, back  # back: slices just ended
+
+    def copy(self) -> "_Turns":
+        return _Turns(dict(self.left), [list(r) for r in self.running], list(self.queue), list(self.back))
+
+
+class TurnCores:
+    """`n` cores shared in turns (sim.sharing: rr): a runnable job takes a free core, or waits at the
+    back of the queue; it runs for at most a slice (linux_slice_s), then goes to the back of the queue
+    if others wait. A job shorter than a slice runs to its end as under first come first served; longer
+    ones share the cores as under processor sharing. Each role's jobs run in turn; ends move later as
+    jobs are issued after them (the module's docstring). Not thread-safe."""
+
+    def __init__(self, n: int, slice_s: Optional[float] = None):
+        self.n, self.slice_s = n, linux_slice_s(n) if slice_s is None else slice_s
+        self.jobs: list[Job] = []  # unfinished at `self.at`, in the order issued
+        self.state = _Turns({}, [], [], [])
+        self.at = 0.0
+        self.busy_s = 0.0
+
+    def book(self, ready: float, busy_s: float, now: float, key: Hashable) -> Job:
+        """As SharedCores.book, in turns."""
+        if now > self.at:
+            self._turns(self.state, now)
+            self.at = now
+            self.jobs = [j for j in self.jobs if self.state.left[id(j)] > _DONE]
+            self.state.left = {id(j): self.state.left[id(j)] for j in self.jobs}
+        job = Job(key, max(ready, self.at), busy_s)
+        self.jobs.append(job)
+        self.state.left[id(job)] = busy_s
+        self.busy_s += busy_s
+        self._turns(self.state.copy(), math.inf)
+        return job
+
+    def run(self, ready: float, busy_s: float, now: float = 0.0, key: Optional[Hashable] = None) -> float:
+        return self.book(ready, busy_s, now, object() if key is None else key).end
+
+    def _turns(self, state: _Turns, until: float) -> None:
+        """Runs `state` from `self.at` to `until` (inf: until every job ends, their ends written). A job
+        woken at an instant queues before one whose slice ended then."""
+        t, left = self.at, state.left
+        while True:
+            if t >= until:
+                return
+            placed = {id(r[0]) for r in state.running} | {id(j) for j in state.queue} | {id(j) for j in state.back}
+            heads, seen = [], set()
+            for j in self.jobs:  # each role's first unfinished job; its later ones wait for it
+                if left[id(j)] > _DONE and j.key not in seen:
+                    seen.add(j.key)
+                    heads.append(j)
+            state.queue += [j for j in heads if j.ready <= t and id(j) not in placed] + state.back
+            state.back = []
+            while state.queue and len(state.running) < self.n:
+                state.running.append([state.queue.pop(0), self.slice_s])
+            later = min((j.ready for j in heads if j.ready > t), default=math.inf)
+            if not state.running:
+                if later == math.inf:
+                    return
+                t = min(later, until)
+                continue
+            dt = min(min(min(left[id(j)], s) for j, s in state.running), later - t, until - t)
+            t += dt
+            keep = []
+            for r in state.running:
+                left[id(r[0])] -= dt
+                r[1] -= dt
+                if left[id(r[0])] <= _DONE:
+                    r[0].end = t
+                elif r[1] <= _DONE:
+                    state.back.append(r[0])  # its slice is over: behind whoever is waiting (alone, it runs again)
+                else:
+                    keep.append(r)
+            state.running = keep
+
+
 def cores_for(sharing: str, n: int):
     """A host's cores under `sim.sharing`."""
-    return SharedCores(n) if sharing == "ps" else Cores(n)
+    return {"ps": SharedCores, "rr": TurnCores}.get(sharing, Cores)(n)
 
 
 class Due:

@@ -177,3 +177,12 @@ def test_sim_profile_on_cuda_without_a_gpu_refuses_in_one_line(capsys):
     assert main(["sim", "profile", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no CUDA device" in err
+
+
+def test_processor_sharing_runs_every_step_and_its_cores_do_the_work_charged():
+    engine, result, events = _run(_testbed(8, "sim.hosts={box: {cores: 2}}", "sim.sharing=ps"))
+    assert result.steps == 8 * 4
+    model = engine.hosts.model
+    assert sum(model.charged.values()) == pytest.approx(sum(c.busy_s for c in model.cores))
+    steps = [e for e in events if e["event"] == "step"]
+    assert all(e["comm_s"] >= 0 and e["step_s"] >= e["comm_s"] for e in steps)
