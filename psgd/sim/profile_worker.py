@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from psgd.runtime.event_names import Event
 from psgd.sim.host_profile import HostProfile, Linear
 
 __all__ = ["WorkerLoopCosts", "measure_worker_loop", "PROBE_WIDTHS", "PROBE_DEVICE_MS"]
@@ -97,7 +98,7 @@ def _run_roles(path: Path, out: Path) -> dict:
             server.kill()
             server.wait()
     events = (out / "worker" / "events" / "worker-0.jsonl").read_text().splitlines()
-    return next(e for e in map(json.loads, reversed(events)) if e.get("event") == "done")
+    return next(e for e in map(json.loads, reversed(events)) if e.get("event") == Event.DONE)
 
 
 def _point(width: int, profile: HostProfile, tmp: Path) -> LoopPoint:
