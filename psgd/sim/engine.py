@@ -127,14 +127,18 @@ class Engine:
             raise ConfigError("sim", f"worker {rank}'s step {step} would take {compute_s} s: check compute_ms, "
                               "speedup, compute_jitter and worker_spread")
         self.computed_s[rank] = compute_s
-        busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active else 0.0)
+        # With hosts a straggler waits a multiple of its step's compute as it came out on the cores, as a real
+        # one waits a multiple of the compute it measured (workers/worker.py); the host clock draws it.
+        hosted = self.hosts is not None and w.local is None and w.straggler.active
+        delay = (lambda c: w.straggler.extra_s(c, t)) if hosted else None
+        busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active and not hosted else 0.0)
         self.ex.now = t + busy  # a local round's pace is read when its last step ends
         self.started_at[rank] = t
         ready = (t + busy + self.time.before_push_s(self.ex.layout.shard_sizes,  # to the host and encoded
                                                     range(self.ex.num_shards)) if self.hosts is None else None)
         if self.ex.batcher is not None and w.local is None:  # computed with the others at the first step end
             self.pending[rank] = t + busy - self.round_at[rank]
-            due = None if self.hosts is None else self.hosts.step_ready(rank, t, busy)
+            due = None if self.hosts is None else self.hosts.step_ready(rank, t, busy, delay)
             self.q.put(ready if due is None else due.at, Kind.STEP_DONE, rank, tie=self.send_order.priority(rank, step),
                        due=due)
             return
@@ -147,16 +151,11 @@ class Engine:
             due = None if self.hosts is None else self.hosts.model.step_end(rank, t, busy)
             self.q.put(t + busy if due is None else due.at, Kind.LOCAL_DONE, rank, due=due)
         else:  # the gradient to the host and encoded, then it leaves
-            due = None if self.hosts is None else self.hosts.step_ready(rank, t, busy)
+            due = None if self.hosts is None else self.hosts.step_ready(rank, t, busy, delay)
             self.q.put(ready if due is None else due.at, Kind.STEP_DONE, pushes,
                        tie=self.send_order.priority(rank, step), due=due)
 
     start_step = _start_step
-
-    def _exchange_began(self, rank: int) -> float:
-        """Where a step's comm_s starts: as a real worker's, before its gradients are flattened and encoded
-        (with hosts: when its compute and device time ended); without hosts, when its pushes left."""
-        return self.sent_at[rank] if self.hosts is None else self.hosts.exchange_began[rank].at
 
     def step_done_at(self, t: float, pushes: list[Push], tie: float) -> None:
         """`pushes` leave at `t`, ordered among sends at that instant by `tie` (a streaming fragment's)."""
@@ -329,9 +328,10 @@ class Engine:
         if self.faults is not None and self.faults.finish_join(r.rank):  # a restarted worker's welcomes
             self._start_step(r.rank, fetched)
             return
-        self.result.steps += 1
+        self.result.steps += 1  # comm_s from where a real worker's starts (with hosts: before it encodes)
+        began = self.sent_at[r.rank] if self.hosts is None else self.hosts.exchange_began[r.rank].at
         self.emit(event(t, Role.WORKER, r.rank, Event.STEP, rank=r.rank, clock=w.clock, loss=w.last_loss,
-                         compute_s=round(self.computed_s[r.rank], 9), comm_s=round(t - self._exchange_began(r.rank), 9),
+                         compute_s=round(self.computed_s[r.rank], 9), comm_s=round(t - began, 9),
                          step_s=round(t - self.started_at[r.rank], 9), gap=w.clock - min(x.min_clock for x in
                                                                                             w.replies.values()),
                          wait_s=round(max(x.held_s for x in w.replies.values()), 9)))  # as a real worker's

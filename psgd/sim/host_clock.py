@@ -8,7 +8,7 @@ at the instants it reaches them; none of them is called without hosts.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from psgd.config import Config, Role
 from psgd.sim.cores import Due
@@ -51,10 +51,14 @@ class HostClock:
         self.evaluate_s: Optional[float] = None  # one evaluation on the evaluator's host, once counted
 
     # ---- a worker ----------------------------------------------------------------
-    def step_ready(self, rank: int, start: float, device_s: float) -> Due:
+    def step_ready(self, rank: int, start: float, device_s: float,
+                   delay: Optional[Callable[[float], float]] = None) -> Due:
         """A step beginning at `start` of device time `device_s`: when its pushes leave (computed on the
-        cores or beside the device, copied to the host, encoded and framed on a core)."""
+        cores or beside the device, copied to the host, encoded and framed on a core). `delay(c)`: a
+        straggler's wait after a step whose compute took `c` seconds (as its cores gave it)."""
         end = self.model.step_end(rank, start, device_s)
+        if delay is not None:
+            end = Due(end.job, end.offset + delay(end.at - start), end.floor)
         self.exchange_began[rank] = end
         copy_s = 4 * self.total / self.time.host_bytes_per_s if self.time.host_bytes_per_s else 0.0
         return Due(self.model.run(Role.WORKER, rank, end.at + copy_s, self.push_out_s))

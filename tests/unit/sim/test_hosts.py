@@ -186,3 +186,13 @@ def test_processor_sharing_runs_every_step_and_its_cores_do_the_work_charged():
     assert sum(model.charged.values()) == pytest.approx(sum(c.busy_s for c in model.cores))
     steps = [e for e in events if e["event"] == "step"]
     assert all(e["comm_s"] >= 0 and e["step_s"] >= e["comm_s"] for e in steps)
+
+
+def test_with_hosts_a_straggler_waits_a_multiple_of_its_compute_as_its_cores_gave_it():
+    cfg = _testbed(2, "sim.hosts={box: {cores: 2}}", "workers.device_ms=0.01", "workers.slowdown={1: 4.0}",
+                   "train.steps_per_worker=1")
+    engine, _, events = _run(cfg)
+    host_part = engine.hosts.model.host_part_s  # above the stated device time: the compute is the cores'
+    first = {e["rank"]: e for e in events if e["event"] == "step"}
+    assert first[0]["step_s"] - first[0]["comm_s"] == pytest.approx(host_part)
+    assert first[1]["step_s"] - first[1]["comm_s"] == pytest.approx(4 * host_part)  # 3x more after it, as a real one
