@@ -2,7 +2,7 @@
 
 Each host has `cores` CPU cores, shared by the CPU jobs of its roles (a worker's
 loop, its encode and decode, a shard's service, the evaluator) under `sim.sharing`
-(psgd.sim.cores: first come first served, or processor sharing). Each host has
+(psgd.sim.cores: in turns of Linux's slice, processor sharing, or first come first served). Each host has
 one NIC, full duplex, shared by every role on it: the Fifos the engine streams
 messages through are the host's, not the role's. A message between two roles
 of one host crosses no NIC: it is copied at the profile's memory rate.
