@@ -25,21 +25,21 @@ MODES = {
 ADDED_LATER = ("waits", "busy_s", "wait_s")
 
 
-def config(mode: str):
+def config(mode: str, extra: tuple[str, ...] = ()):
     from psgd.config import load_config
     sets = ["task.model=linear", "task.dataset=synthetic", "task.batch_size=8", "cluster.servers=2",
             "cluster.workers=4", "train.steps_per_worker=12", "eval.every_s=0.05", "sim.compute_ms=2",
             "sim.compute_jitter=0.2", "sim.worker_spread=0.3", "workers.slowdown={1: 3.0}",
             "train.max_time_s=1e9", "train.target_accuracy=null", "sim.request_us=200",
             "sim.bandwidth_gbps=0.1"]
-    return load_config(None, sets + MODES[mode])
+    return load_config(None, sets + MODES[mode] + list(extra))
 
 
-def fingerprint(mode: str) -> str:
+def fingerprint(mode: str, extra: tuple[str, ...] = ()) -> str:
     import torch
 
     from psgd.sim import Engine, Executor, TimeModel
-    cfg = config(mode)
+    cfg = config(mode, tuple(extra))
     events: list[dict] = []
     ex = Executor(cfg)
     engine = Engine(ex, TimeModel.for_run(cfg, cfg.sim.compute_ms, ex.plans),
