@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import bisect
+import collections
+import heapq
 import math
 from typing import Hashable, Optional
 
@@ -100,29 +102,64 @@ class SharedCores:
         """Runs the jobs from `self.at`: up to `until`, their work left written back; to the end
         (`until` inf), their ends written."""
         left = {id(j): j.left for j in self.jobs}
-        t, pending = self.at, [j for j in self.jobs if left[id(j)] > _DONE]
-        while pending and t < until:
-            heads, seen = [], set()
-            for j in pending:  # each role's first unfinished job; its later ones wait for it
-                if j.key not in seen:
-                    seen.add(j.key)
-                    heads.append(j)
-            running = [j for j in heads if j.ready <= t]
-            later = min((j.ready for j in heads if j.ready > t), default=math.inf)
+        t, (roles, waiting) = self.at, _Roles.of(self.jobs, left, set())
+        running: list[Job] = []  # the roles' first unfinished jobs that are ready
+        while (running or waiting) and t < until:
+            while waiting and waiting[0][0] <= t:
+                running.append(heapq.heappop(waiting)[2])
+            later = waiting[0][0] if waiting else math.inf
             if not running:
                 t = min(later, until)
                 continue
             rate = min(1.0, self.n / len(running))
-            dt = min(min(left[id(j)] for j in running) / rate, later - t, until - t)
+            dt = min(min([left[id(j)] for j in running]) / rate, later - t, until - t)
             t += dt
+            still, done = [], rate * dt
             for j in running:
-                left[id(j)] -= rate * dt
+                left[id(j)] -= done
                 if left[id(j)] <= _DONE:
                     j.end = t
-            pending = [j for j in pending if left[id(j)] > _DONE]
+                    roles.next_after(j, waiting)
+                else:
+                    still.append(j)
+            running = still
         if until != math.inf:
             for j in self.jobs:
                 j.left = left[id(j)]
+
+
+class _Roles:
+    """Each role's unfinished jobs after its first, in the order issued: only a role's first
+    unfinished job can run, so a sharing rule steps through the roles' first jobs alone, and a role's
+    next job joins them when its first ends (this keeps re-timing a host linear in its jobs)."""
+
+    def __init__(self, rest: dict, order: dict):
+        self.rest, self.order = rest, order
+
+    @staticmethod
+    def of(jobs: list[Job], left: dict, placed: set) -> tuple["_Roles", list]:
+        """The roles of `jobs` (unfinished: work left in `left`), and a heap (ready, issue order, job)
+        of the roles' first jobs not in `placed` (ids)."""
+        rest: dict = {}
+        order = {id(j): i for i, j in enumerate(jobs)}
+        waiting = []
+        for j in jobs:
+            if left[id(j)] > _DONE:
+                if j.key in rest:
+                    rest[j.key].append(j)
+                else:
+                    rest[j.key] = collections.deque()
+                    if id(j) not in placed:
+                        waiting.append((j.ready, order[id(j)], j))
+        heapq.heapify(waiting)
+        return _Roles(rest, order), waiting
+
+    def next_after(self, job: Job, waiting: list) -> None:
+        """`job` ended: its role's next job, if any, joins `waiting`."""
+        rest = self.rest[job.key]
+        if rest:
+            j = rest.popleft()
+            heapq.heappush(waiting, (j.ready, self.order[id(j)], j))
 
 
 def linux_slice_s(n: int) -> float:
@@ -177,38 +214,49 @@ class TurnCores:
         """Runs `state` from `self.at` to `until` (inf: until every job ends, their ends written). A job
         woken at an instant queues before one whose slice ended then."""
         t, left = self.at, state.left
-        while True:
-            if t >= until:
-                return
-            placed = {id(r[0]) for r in state.running} | {id(j) for j in state.queue} | {id(j) for j in state.back}
-            heads, seen = [], set()
-            for j in self.jobs:  # each role's first unfinished job; its later ones wait for it
-                if left[id(j)] > _DONE and j.key not in seen:
-                    seen.add(j.key)
-                    heads.append(j)
-            state.queue += [j for j in heads if j.ready <= t and id(j) not in placed] + state.back
-            state.back = []
-            while state.queue and len(state.running) < self.n:
-                state.running.append([state.queue.pop(0), self.slice_s])
-            later = min((j.ready for j in heads if j.ready > t), default=math.inf)
-            if not state.running:
+        placed = {id(r[0]) for r in state.running} | {id(j) for j in state.queue} | {id(j) for j in state.back}
+        roles, waiting = _Roles.of(self.jobs, left, placed)
+        running, queue, back = state.running, state.queue, state.back
+        while t < until:
+            if waiting and waiting[0][0] <= t:
+                woken = []
+                while waiting and waiting[0][0] <= t:
+                    woken.append(heapq.heappop(waiting))
+                woken.sort(key=_issued)
+                queue += [j for _, _, j in woken]
+            if back:
+                queue += back
+                back = []
+            while queue and len(running) < self.n:
+                running.append([queue.pop(0), self.slice_s])
+            later = waiting[0][0] if waiting else math.inf
+            if not running:
                 if later == math.inf:
-                    return
+                    break
                 t = min(later, until)
                 continue
-            dt = min(min(min(left[id(j)], s) for j, s in state.running), later - t, until - t)
+            dt = min(later - t, until - t)
+            for j, s in running:
+                dt = min(dt, left[id(j)], s)
             t += dt
             keep = []
-            for r in state.running:
-                left[id(r[0])] -= dt
+            for r in running:
+                j = r[0]
+                left[id(j)] -= dt
                 r[1] -= dt
-                if left[id(r[0])] <= _DONE:
-                    r[0].end = t
+                if left[id(j)] <= _DONE:
+                    j.end = t
+                    roles.next_after(j, waiting)
                 elif r[1] <= _DONE:
-                    state.back.append(r[0])  # its slice is over: behind whoever is waiting (alone, it runs again)
+                    back.append(j)  # its slice is over: behind whoever is waiting (alone, it runs again)
                 else:
                     keep.append(r)
-            state.running = keep
+            running = keep
+        state.running, state.queue, state.back = running, queue, back
+
+
+def _issued(entry: tuple) -> int:
+    return entry[1]
 
 
 def cores_for(sharing: str, n: int):
