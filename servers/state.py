@@ -56,6 +56,7 @@ class ShardState:
         self.mode = Mode(cfg.consistency.mode)
         self.workers = cfg.cluster.workers
         self.params = params.detach().clone().float().contiguous()
+        self._numel = self.params.numel()  # fixed: copy-on-write replaces the tensor, never its size
         self.rule = ShardUpdater(server_optimizer(cfg), self.params)
         # The one rule for pulls and pushes; it owns the mode's behaviour, the clocks and the live settings.
         self.policy = ConsistencyPolicy.from_config(cfg, lr=self.rule.cfg.lr, numel=self.params.numel())
@@ -77,7 +78,7 @@ class ShardState:
 
     @property
     def numel(self) -> int:
-        return self.params.numel()
+        return self._numel
 
     def report_to(self, emit: Callable[..., None],
                   journal: Callable[[int, str, dict], None] = lambda clock, origin, fields: None) -> None:
