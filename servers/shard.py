@@ -304,7 +304,7 @@ class ShardServer:
                                    checked=True)
         if pushed.result is None:
             return  # a piece held: answered with the push's last message
-        if pushed.result.status is not PushStatus.DUPLICATE:
+        if pushed.result.status is not PushStatus.DUPLICATE and (self.checkpoint or self.recorder) is not None:
             self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, pushed.grad, rec.step_s,
                           rec.steps)  # before the ack and the pulls it released
         self._send(pushed)

@@ -7,6 +7,7 @@ Sockets are not thread-safe: use each from one thread.
 from __future__ import annotations
 
 import select
+import time
 from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Optional, Sequence
@@ -123,20 +124,27 @@ class ServerSocket:
 
     def _wait(self, timeout_ms: int) -> bool:
         """Wait up to `timeout_ms` for the socket or a bell; the bells' messages go to `_rung`.
-        True when the socket has a message. ZeroMQ's descriptor signals a change, not a level:
-        the socket's own flags are read before sleeping (a message already queued means no
-        sleep) and after waking."""
+        True when the socket has a message. ZeroMQ's descriptor signals a change, not a level
+        (and wakes for its own commands too): the socket's own flags are read before sleeping
+        (a message already queued means no sleep) and after each wake-up."""
         if self._polled is not None:
             self._polled.sync()  # never poll a dropped bell's descriptor
-        ready = bool(int(self._sock.get(zmq.EVENTS)) & _POLLIN)
-        events = self._epoll.poll(0 if ready else timeout_ms / 1e3)
-        if events and self._polled is not None:
-            before = len(self._rung)
-            for fd, _ in events:
-                if fd != self._sock_fd:
-                    self._polled.take(fd, self._rung)
-            self.rung += len(self._rung) - before
-        return ready or (bool(events) and bool(int(self._sock.get(zmq.EVENTS)) & _POLLIN))
+        deadline = time.monotonic() + timeout_ms / 1e3
+        while True:
+            ready = bool(int(self._sock.get(zmq.EVENTS)) & _POLLIN)
+            events = self._epoll.poll(0.0 if ready or self._rung else max(0.0, deadline - time.monotonic()))
+            if events and self._polled is not None:
+                before = len(self._rung)
+                for fd, _ in events:
+                    if fd != self._sock_fd:
+                        self._polled.take(fd, self._rung)
+                self.rung += len(self._rung) - before
+            if ready or self._rung or not events:
+                return ready
+            if int(self._sock.get(zmq.EVENTS)) & _POLLIN:
+                return True
+            if time.monotonic() >= deadline:  # else woken by ZeroMQ's own commands only: wait out the rest
+                return False
 
     def send(self, identity: bytes, frames: Sequence) -> bool:
         """Send a reply without blocking; returns False if the peer is gone or
