@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[2]
 SHARD_PHASES = {
     ("psgd/wire/transport.py", "recv"): "receive",  # before the transport became a package
     ("psgd/wire/transport/sockets.py", "recv"): "receive",
+    ("psgd/wire/transport/sockets.py", "recv_batch"): "receive",  # the shard's loop since it drains in batches
     ("psgd/wire/protocol.py", "decode"): "header decode",
     ("servers/shard.py", "handle"): "validation",
     ("servers/shard.py", "_peer"): "validation",  # older trees: the peer check's wrapper
