@@ -199,7 +199,7 @@ class ShardState:
         if not applied:
             self.counters["rejected_nonfinite_result"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE_RESULT, staleness))
-        self._applied(self.numel, [staleness])
+        self._applied(self._numel, [staleness])
         return self._finish_push(rank, clock, PushResult(PushStatus.APPLIED, staleness))
 
     def _dense(self, indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -281,7 +281,7 @@ class ShardState:
         self.counters["pulls"] += 1
         if self.cfg.optimizer.dc_asgd is not None:
             self._read[rank] = self._frozen_copy()
-        return self.live_params(), clock, low
+        return self.params, clock, low  # live_params(): the live tensor, under copy-on-write
 
     def stats(self) -> dict:
         return {
