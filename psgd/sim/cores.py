@@ -131,7 +131,7 @@ class SharedCores:
 class _Roles:
     """Each role's unfinished jobs after its first, in the order issued: only a role's first
     unfinished job can run, so a sharing rule steps through the roles' first jobs alone, and a role's
-    next job joins them when its first ends (this keeps re-timing a host linear in its jobs)."""
+    next job joins them when its first ends (a step costs its running jobs, not every outstanding one)."""
 
     def __init__(self, rest: dict, order: dict):
         self.rest, self.order = rest, order
