@@ -34,7 +34,9 @@ SMALL_ROLES = ["server-0", "worker-0", "evaluator-0"]
 
 @pytest.fixture(scope="module")
 def ray_address():
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    # No idle workers started ahead of use (each an interpreter importing Ray): every role is an actor of its own.
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False,
+             _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False})
     try:
         yield ray.get_runtime_context().gcs_address
     finally:

@@ -45,8 +45,11 @@ OBJECT_STORE_BYTES = 80 * 1024 * 1024
 # each node's monitor is one more Python process polling on two shared cores.
 NODE_FLAGS = [f"--num-cpus={NODE_CPUS}", f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats",
               "--include-log-monitor=false"]
+# No idle Python workers started ahead of use, at a node's start or a driver's: each is an
+# interpreter importing Ray (about 1 s of CPU), and every psgd role is an actor of its own anyway.
+NODE_ENV = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
 # A killed node is declared dead after about period x threshold (Ray's default is about 15 s).
-HEAD_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
+HEAD_ENV = {**NODE_ENV, "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
             "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
 
 
@@ -178,7 +181,7 @@ class TwoNodeRay:
     def start_node_b(self) -> None:
         """Node B joins the head (again, after kill_node_b: a fresh node with an empty /tmp)."""
         _run(self.on_b([str(BIN / "ray"), "start", f"--address={self.address}", f"--node-ip-address={self.ip_b}",
-                        '--resources={"node_b": 8}', "--temp-dir=/tmp/psgd-rt", *NODE_FLAGS]), timeout=60)
+                        '--resources={"node_b": 8}', "--temp-dir=/tmp/psgd-rt", *NODE_FLAGS]), timeout=60, env=NODE_ENV)
 
     def _start_reaper(self) -> None:
         """Removes what this cluster made if this process dies before close()."""
