@@ -86,10 +86,11 @@ def test_the_two_nodes_are_two_hosts_to_ray(two_nodes):
 
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 # The quickstart job (2 shards, the evaluator, target 0.93) with 2 workers, not 4, in half-CPU
-# actors, with fewer steps: every role is an actor and a process importing torch (about 6 s of CPU)
-# on two cores shared with the two Ray nodes. Two of each role still put one on either node; the
-# full quickstart on Ray is tests/e2e/test_ray_launch.py's.
-WORKERS, STEPS = 2, 300
+# actors: every role is an actor and a process importing torch (about 6 s of CPU) on two cores
+# shared with the two Ray nodes. Two of each role still put one on either node; the full quickstart
+# on Ray is tests/e2e/test_ray_launch.py's. 600 steps each: the 1200 updates the 4 x 300 had (at
+# 600 updates, one local seed of three ended at 0.933).
+WORKERS, STEPS = 2, 600
 SMALL = ["--set", "ray.server.num_cpus=0.5", "--set", "ray.worker.num_cpus=0.5",
          "--set", "ray.evaluator.num_cpus=0.5", "--set", f"train.steps_per_worker={STEPS}",
          "--set", f"cluster.workers={WORKERS}"]
