@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from psgd.config.modes import Role
 from psgd.orchestrate.launchers import LaunchFailed
 from psgd.orchestrate.processes import ProcessHost, RoleProcess
 
@@ -57,15 +58,19 @@ def stop_in_order(processes: ProcessHost, children: list[RoleProcess], interrupt
     """Stop in order: workers, then the evaluator (final eval + model.pt), then servers;
     `record` receives the events they wrote on the way out. Returns those killed for not
     stopping within their grace. When interrupted, everything must be gone within
-    INTERRUPT_BUDGET_S: workers and evaluator are stopped together and stragglers are killed."""
+    INTERRUPT_BUDGET_S: workers and evaluator are stopped together and stragglers are killed.
+    When a shard is gone (killed as frozen, out of restarts), the final evaluation cannot
+    read the model: the evaluator gets the interrupted grace, not three times STOP_GRACE_S."""
     if interrupted:
-        stages = [(("worker", "allreduce", "evaluator"), 0.5 * INTERRUPT_BUDGET_S),
-                  (("server",), 0.3 * INTERRUPT_BUDGET_S)]
+        stages = [((Role.WORKER, Role.ALLREDUCE, Role.EVALUATOR), 0.5 * INTERRUPT_BUDGET_S),
+                  ((Role.SERVER,), 0.3 * INTERRUPT_BUDGET_S)]
     else:
-        stages = [(("worker", "allreduce"), STOP_GRACE_S), (("evaluator",), 3 * STOP_GRACE_S),
-                  (("server",), STOP_GRACE_S)]
+        stages = [((Role.WORKER, Role.ALLREDUCE), STOP_GRACE_S), ((Role.EVALUATOR,), 3 * STOP_GRACE_S),
+                  ((Role.SERVER,), STOP_GRACE_S)]
     killed: list[RoleProcess] = []
     for roles, grace in stages:
+        if roles == (Role.EVALUATOR,) and _a_shard_is_gone(children):
+            grace = 0.5 * INTERRUPT_BUDGET_S
         try:
             killed += processes.stop([c for c in children if c.role in roles], grace) or []
         except LaunchFailed:
@@ -79,6 +84,13 @@ def stop_in_order(processes: ProcessHost, children: list[RoleProcess], interrupt
             record(c, e)
     processes.collect(children)
     return killed
+
+
+def _a_shard_is_gone(children: list[RoleProcess]) -> bool:
+    try:
+        return any(c.role == Role.SERVER and c.poll() is not None for c in children)
+    except LaunchFailed:
+        return True  # the host (Ray) is gone, and the shards with it
 
 
 def frozen_note(c: RoleProcess) -> str:
