@@ -238,8 +238,17 @@ class Engine:
         if self.faults is not None and not self.faults.in_service(p):
             return  # its shard was killed while serving it: not applied
         self.serving[p.shard] = False
-        if self.waiting[p.shard]:  # the next request, back to back: which of those waiting is a seeded draw
-            self._serve(heapq.heappop(self.waiting[p.shard])[2], t, idle=False)
+        if self.hosts is None:  # replies cost its thread nothing: the order before hosts
+            self._serve_next(p.shard, t)
+        self._apply_and_reply(p, t)
+        if self.hosts is not None:  # as a real shard's thread: a request's replies sent, then the next one
+            self._serve_next(p.shard, t)
+
+    def _serve_next(self, shard: int, t: float) -> None:
+        if self.waiting[shard]:  # the next request, back to back: which of those waiting is a seeded draw
+            self._serve(heapq.heappop(self.waiting[shard])[2], t, idle=False)
+
+    def _apply_and_reply(self, p: Push, t: float) -> None:
         self.ex.now = t  # the shard's clock: a quorum's grace window opens at the push that completes it
         if self.faults is not None:  # a shard restarted without checkpoints may refuse a resent push
             try:

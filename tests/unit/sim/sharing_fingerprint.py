@@ -1,9 +1,10 @@
 """Fingerprints of simulated runs on one shared 2-core host, to hold the sharing rules' bookkeeping to its results.
 
-`python tests/unit/sim/sharing_fingerprint.py > tests/unit/sim/data/sharing.json`, run on the commit
-before the rules `ps` and `rr` re-timed their jobs incrementally (each booking re-simulated every
-outstanding job from scratch), wrote the expected figures; test_sharing_exact.py recomputes them on
-this code. A fingerprint is no_hosts_fingerprint's (every event, times to the last bit, and the final
+`python tests/unit/sim/sharing_fingerprint.py > tests/unit/sim/data/sharing.json` wrote the expected
+figures on the commit before the rules `ps` and `rr` stepped through each role's first job alone
+(06cded5; the new bookkeeping matched them all); the runs were recorded again when a shard's thread
+came to send a request's replies before taking the next (the bookings did not change).
+test_sharing_exact.py recomputes them on this code. A fingerprint is no_hosts_fingerprint's (every event, times to the last bit, and the final
 parameters) of a run with every role on one host of 2 cores.
 """
 from __future__ import annotations

@@ -104,3 +104,26 @@ def test_the_worker_loop_probes_extras_are_charged_in_the_step_beside_the_device
     exchange = probed.worker_exchange_extra.seconds(model)
     assert after.hosts.push_out_s == pytest.approx(before.hosts.push_out_s + share * exchange)
     assert after.hosts.after_replies_s == pytest.approx(before.hosts.after_replies_s + (1 - share) * exchange)
+
+
+def test_a_shards_thread_sends_a_requests_reply_before_it_takes_the_next_waiting_request():
+    # two equal ASP workers push together: the second waits; a real shard answers the first, then serves it
+    cfg = load_config(TESTBED,
+                      ["cluster.workers=2", "cluster.servers=1", "consistency.mode=asp", "train.steps_per_worker=4",
+                       "eval.enabled=false", "train.target_accuracy=null", "sim.hosts={box: {cores: 2}}",
+                       "sim.compute_jitter=0"])
+    ex = Executor(cfg)
+    engine = Engine(ex, TimeModel.for_run(cfg, resolve_compute(cfg, ex.task).compute_ms, ex.plans),
+                    steps_per_worker=4, max_time_s=cfg.train.max_time_s, eval_every_s=None, emit=lambda e: None)
+    model, booked = engine.hosts.model, []
+    book = model.run
+
+    def recorded(role, index, ready, busy_s):
+        if role is Role.SERVER:
+            booked.append("reply" if busy_s == engine.hosts.reply_out_s[index] else "serve")
+        return book(role, index, ready, busy_s)
+
+    model.run = recorded
+    engine.run()
+    assert engine.arrivals[0] - engine.wakes[0] > 0  # some pushes found the shard busy and waited
+    assert booked[:-1] == ["serve", "reply"] * (len(booked) // 2)  # the last: the final evaluation's reply
