@@ -63,7 +63,7 @@ class ParamReplies:
         client's segment where it offered one (a dense payload only)."""
         identity, pull = answer.token
         snap = answer.params
-        enc = self.encoded(snap, answer.version)
+        enc = self.encoded(snap, answer.version) if self._encoder is not None else None
         shared = snap if enc is None else enc.tensor
         record = P.build(P.Params, req=pull.req, version=answer.version, clock=answer.clock,
                          min_clock=answer.min_clock, numel=snap.numel(),

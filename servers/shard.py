@@ -49,6 +49,7 @@ _COUNTED_IN = (PushStatus.APPLIED, PushStatus.BUFFERED, PushStatus.CARRIED)
 
 STATS_EVERY_S = 1.0
 EVALUATOR_RANKS = 4  # the run's evaluator is rank 0; a few more for observers. Bounds their segments.
+IDLE_WAIT_MS = 50  # the longest a wait for requests lasts: the loop's timers run at least this often
 EXPIRE_SHARE = 0.02  # look for silent workers every 2% of cluster.timeout_s: they leave within 1.02x of it
 
 def bind_shard(cfg: Config, address: str, curve: Optional[CurveKeys] = None) -> ServerSocket:
@@ -121,7 +122,7 @@ class ShardServer:
             while self._running and not stop.is_set() and not should_stop():
                 # Every request queued at a wake-up is served (each whole, in the order read) before the
                 # housekeeping below: under many workers one poll and one round of timers cover a burst.
-                batch = self._sock.recv_batch(self._wait_ms())
+                batch = self._sock.recv_batch(self._wait_ms() if self.state.grace is not None else IDLE_WAIT_MS)
                 if batch:
                     started = time.perf_counter()
                     self._served += self._handle_batch(batch)
@@ -176,8 +177,8 @@ class ShardServer:
         """How long the loop may wait for a request: until a quorum's grace window closes, at most 50 ms."""
         deadline = self.service.deadline()
         if deadline is None:
-            return 50
-        return max(0, min(50, math.ceil(1000 * (deadline - self._clock()))))
+            return IDLE_WAIT_MS
+        return max(0, min(IDLE_WAIT_MS, math.ceil(1000 * (deadline - self._clock()))))
 
     def _tick(self, now: float) -> None:
         """A quorum's grace window that has passed closes (journaled: a replay closes it there too)."""
@@ -304,7 +305,7 @@ class ShardServer:
                                    checked=True)
         if pushed.result is None:
             return  # a piece held: answered with the push's last message
-        if pushed.result.status is not PushStatus.DUPLICATE:
+        if pushed.result.status is not PushStatus.DUPLICATE and (self.checkpoint or self.recorder) is not None:
             self._journal("log_push", rec.rank, rec.seq, rec.clock, rec.read_version, pushed.grad, rec.step_s,
                           rec.steps)  # before the ack and the pulls it released
         self._send(pushed)

@@ -56,6 +56,7 @@ class ShardState:
         self.mode = Mode(cfg.consistency.mode)
         self.workers = cfg.cluster.workers
         self.params = params.detach().clone().float().contiguous()
+        self._numel = self.params.numel()  # fixed: copy-on-write replaces the tensor, never its size
         self.rule = ShardUpdater(server_optimizer(cfg), self.params)
         # The one rule for pulls and pushes; it owns the mode's behaviour, the clocks and the live settings.
         self.policy = ConsistencyPolicy.from_config(cfg, lr=self.rule.cfg.lr, numel=self.params.numel())
@@ -77,7 +78,7 @@ class ShardState:
 
     @property
     def numel(self) -> int:
-        return self.params.numel()
+        return self._numel
 
     def report_to(self, emit: Callable[..., None],
                   journal: Callable[[int, str, dict], None] = lambda clock, origin, fields: None) -> None:
@@ -198,7 +199,7 @@ class ShardState:
         if not applied:
             self.counters["rejected_nonfinite_result"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE_RESULT, staleness))
-        self._applied(self.numel, [staleness])
+        self._applied(self._numel, [staleness])
         return self._finish_push(rank, clock, PushResult(PushStatus.APPLIED, staleness))
 
     def _dense(self, indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -280,7 +281,7 @@ class ShardState:
         self.counters["pulls"] += 1
         if self.cfg.optimizer.dc_asgd is not None:
             self._read[rank] = self._frozen_copy()
-        return self.live_params(), clock, low
+        return self.params, clock, low  # live_params(): the live tensor, under copy-on-write
 
     def stats(self) -> dict:
         return {

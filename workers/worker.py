@@ -14,7 +14,7 @@ from psgd.config import ConfigError
 from psgd.core.heterogeneity import straggler_for
 from psgd.runtime.devices import wait_for_device
 from psgd.runtime.event_names import Event
-from psgd.runtime.host import CpuMeter, host_fields
+from psgd.runtime.host import CpuMeter, LoopCpu, host_fields
 from psgd.runtime.role import RoleContext
 from psgd.runtime.token import read_run_token
 from psgd.runtime.user_errors import user_code
@@ -48,15 +48,16 @@ def run_worker(ctx: RoleContext) -> int:
                         token=read_run_token(ctx.run_dir))  # joins and loads the parameters
     except Interrupted:
         return 0  # stopped before the shards answered
-    steps, cpu = 0, None
+    steps, cpu, phases = 0, None, None
     try:
         # A restarted worker under local updates cannot recover its inner optimizer's state: it says so.
         inner = {"inner_state": "fresh"} if opt.rounds is not None else {}
         ctx.events.emit(Event.READY, clock=opt.clock, device=str(device), **inner, **host_fields())
         if not ctx.wait_for_start():
             return 0
-        started, cpu = time.monotonic(), CpuMeter()
+        started, cpu, phases = time.monotonic(), CpuMeter(), LoopCpu()
         while opt.steps_taken < cfg.train.steps_per_worker and not ctx.should_stop():
+            phases.mark("loop")
             t0 = time.perf_counter()
             batch = next(batches)
             opt.zero_grad(set_to_none=False)
@@ -65,13 +66,16 @@ def run_worker(ctx: RoleContext) -> int:
             compute_s = opt.hold_device(t0, ctx.stop.wait)  # the stated device time, or the real compute if longer
             if straggler.active and ctx.stop.wait(straggler.extra_s(compute_s, time.monotonic() - started)):
                 break
+            phases.mark("step")
             t1, waited = time.perf_counter(), opt.client.pull_wait_s
             opt.step()
+            phases.mark("exchange")
             steps += 1
             ctx.events.emit(Event.STEP, rank=rank, clock=opt.clock, loss=loss.item(), compute_s=round(compute_s, 6),
                             comm_s=round(time.perf_counter() - t1, 6), step_s=round(time.perf_counter() - t0, 6),
                             gap=opt.clock - opt.stats.slowest_clock,
                             wait_s=round(opt.client.pull_wait_s - waited, 6))  # parked on the shards, within comm_s
+        phases.mark("loop")
         if opt.steps_taken >= cfg.train.steps_per_worker:
             opt.flush()  # local updates: the last, shorter round still reaches the shards
     except Interrupted:
@@ -85,6 +89,7 @@ def run_worker(ctx: RoleContext) -> int:
                     compression_ratio=round(sent.compression_ratio, 6), encode_s=round(sent.encode_s, 6),
                     pull_bytes=sent.pull_bytes, pull_fp32_bytes=sent.pull_fp32_bytes,
                     reply_decode_s=round(sent.reply_decode_s, 6), **(cpu.fields() if cpu is not None else {}),
+                    **(phases.fields() if phases is not None else {}),
                     **(opt.rounds.done_fields() if opt.rounds is not None else {}))
     return 0
 

@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[2]
 SHARD_PHASES = {
     ("psgd/wire/transport.py", "recv"): "receive",  # before the transport became a package
     ("psgd/wire/transport/sockets.py", "recv"): "receive",
+    ("psgd/wire/transport/sockets.py", "recv_batch"): "receive",  # the shard's loop since it drains in batches
     ("psgd/wire/protocol.py", "decode"): "header decode",
     ("servers/shard.py", "handle"): "validation",
     ("servers/shard.py", "_peer"): "validation",  # older trees: the peer check's wrapper
@@ -164,8 +165,8 @@ def _shard(numel: int, mode: str, workers: int, profile: bool, conn, prof_file: 
         prof.disable()
         prof.dump_stats(prof_file)
     watcher.join()  # the client's last mark may still be on its way when its SHUTDOWN has stopped the loop
-    conn.send([{"requests": b[0] - a[0], "thread_ns": b[1] - a[1], "process_s": b[2] - a[2]}
-               for a, b in zip(marks, marks[1:])])
+    conn.send({"windows": [{"requests": b[0] - a[0], "thread_ns": b[1] - a[1], "process_s": b[2] - a[2]}
+                           for a, b in zip(marks, marks[1:])], "served": server._served})
 
 
 def copy_into_model(model, params) -> None:
@@ -219,7 +220,8 @@ def run_point(nbytes: int, mode: str, requests: int, repeats: int, profile: bool
         parent.send("end")
     finally:
         client.close()
-    shard = parent.recv()
+    got = parent.recv()
+    shard, served = got["windows"], got["served"]
     proc.join(timeout=30)
 
     def median(values):
@@ -233,8 +235,13 @@ def run_point(nbytes: int, mode: str, requests: int, repeats: int, profile: bool
            "client_process_us_per_request": round(median(w["client_process_s"] * 1e6 / requests for w in windows), 2),
            "load_avg_1m": round(os.getloadavg()[0], 2)}
     if profile:
-        out["shard_shares"] = phase_shares(pstats.Stats(prof_file), SHARD_PHASES, "bookkeeping")
-        out["client_shares"] = phase_shares(pstats.Stats(prof), CLIENT_PHASES, "bookkeeping")
+        shard_stats, client_stats = pstats.Stats(prof_file), pstats.Stats(prof)
+        out["shard_shares"] = phase_shares(shard_stats, SHARD_PHASES, "bookkeeping")
+        out["client_shares"] = phase_shares(client_stats, CLIENT_PHASES, "bookkeeping")
+        # Python function calls per request: what the interpreter runs, whatever the machine's load.
+        # The shard's profile covers its whole serve (registration and warm-up too), so over every request.
+        out["shard_calls_per_request"] = round(shard_stats.total_calls / served, 1)
+        out["client_calls_per_request"] = round(client_stats.total_calls / (requests * repeats), 1)
     return out
 
 
@@ -305,7 +312,9 @@ def main() -> None:
                 for side, tree in trees.items():
                     row = measure(tree, nbytes, mode, args.requests, args.repeats, False, args.pace_ms, args.workers)
                     prof = measure(tree, nbytes, mode, args.profile_requests, 1, True, args.pace_ms, args.workers)
-                    row.update(side=side, shard_shares=prof["shard_shares"], client_shares=prof["client_shares"])
+                    row.update(side=side, shard_shares=prof["shard_shares"], client_shares=prof["client_shares"],
+                               shard_calls_per_request=prof["shard_calls_per_request"],
+                               client_calls_per_request=prof["client_calls_per_request"])
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if not k.endswith("shares")}), flush=True)
                     if args.out:  # after every point: an interrupted run keeps what it measured
@@ -344,12 +353,18 @@ def report(result: dict) -> str:
              "phases.", ""]
     sides = sorted({r["side"] for r in rows}, reverse=True)
     lines += ["## Totals", "",
-              "| size | mode | side | shared memory | shard us/request | shard process us | client us/request | "
-              "client process us | load avg |", "|---|---|---|---|---|---|---|---|---|"]
+              "'calls' are Python function calls per request from the profiled pass (the shard's over every "
+              "request it served, its idle loop included): unlike the times, the machine's load does not move them.",
+              "",
+              "| size | mode | side | shared memory | shard us/request | shard process us | shard calls | "
+              "client us/request | client process us | client calls | load avg |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {label(r['bytes'])} | {r['mode']} | {r['side']} | {r['shared_memory']} | "
                      f"{r['shard_us_per_request']} | {r['shard_process_us_per_request']} | "
-                     f"{r['client_us_per_request']} | {r['client_process_us_per_request']} | {r['load_avg_1m']} |")
+                     f"{r.get('shard_calls_per_request', '')} | {r['client_us_per_request']} | "
+                     f"{r['client_process_us_per_request']} | {r.get('client_calls_per_request', '')} | "
+                     f"{r['load_avg_1m']} |")
     for who, order, key, total in (("Shard", SHARD_ORDER, "shard_shares", "shard_us_per_request"),
                                    ("Client", CLIENT_ORDER, "client_shares", "client_us_per_request")):
         lines += ["", f"## {who}: us of CPU per request by phase", "",
@@ -358,14 +373,20 @@ def report(result: dict) -> str:
             cells = [f"{r[key].get(p, 0.0) * r[total]:.1f}" for p in order]
             lines.append(f"| {label(r['bytes'])} | {r['mode']} | {r['side']} | " + " | ".join(cells) + " |")
     if len(sides) == 2:
-        lines += ["", "## After over before", "", "| size | mode | shard | client |", "|---|---|---|---|"]
+        lines += ["", "## After over before", "", "| size | mode | shard CPU | client CPU | shard calls | client calls |",
+                  "|---|---|---|---|---|---|"]
         for r in rows:
             if r["side"] != "after":
                 continue
-            b = next(x for x in rows if x["side"] == "before" and x["bytes"] == r["bytes"] and x["mode"] == r["mode"])
+            b = next((x for x in rows if x["side"] == "before" and x["bytes"] == r["bytes"] and x["mode"] == r["mode"]),
+                     None)
+            if b is None:  # a run cut short before this point's other side
+                continue
+            calls = [f"{r[k] / b[k]:.2f}" if r.get(k) and b.get(k) else "" for k in
+                     ("shard_calls_per_request", "client_calls_per_request")]
             lines.append(f"| {label(r['bytes'])} | {r['mode']} | "
                          f"{r['shard_us_per_request'] / b['shard_us_per_request']:.2f} | "
-                         f"{r['client_us_per_request'] / b['client_us_per_request']:.2f} |")
+                         f"{r['client_us_per_request'] / b['client_us_per_request']:.2f} | " + " | ".join(calls) + " |")
     return "\n".join(lines) + "\n"
 
 

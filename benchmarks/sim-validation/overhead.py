@@ -3,6 +3,7 @@
     .venv/bin/psgd sim profile --out /tmp/host.json                       # first, apart from the matrix
     .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json --fresh [--quick] [--seeds 5] [--cells A,B]
     .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json --report-only
+    .venv/bin/python benchmarks/sim-validation/overhead.py --profile /tmp/host.json --sim-only
 
 Every cell runs overhead.yaml (a 2.6 MB MLP, 5 ms of stated device time a step) for real on this
 machine and on the simulator, which is told this file, one host of 2 cores with every role on it
@@ -21,7 +22,8 @@ request, real (the processes' own, summary role_cpu_s) against what the simulati
 barely depends on the machine's load, so that table says which side of the model is short even
 where the wall times cannot be trusted (`--cells` runs a few cells for it). Writes
 DIR/overhead-results.jsonl (appended, resumable) and DIR/overhead-report.md. Real runs need a quiet
-machine.
+machine; `--sim-only` keeps the store's real rows and simulates their cells and seeds again with
+--profile (simulated figures do not depend on the machine's load).
 """
 from __future__ import annotations
 
@@ -103,7 +105,7 @@ def measure(run_dir: Path, workers: int) -> dict:
     return out
 
 
-def run(side: str, cell: Cell, seed: int, profile: Path, runs: Path) -> dict:
+def run(side: str, cell: Cell, seed: int, profile: Path, runs: Path, sim_sets: tuple[str, ...] = ()) -> dict:
     out = runs / side / f"{cell.name}-s{seed}"
     if out.exists():
         subprocess.run(["rm", "-rf", str(out)], check=True)
@@ -114,7 +116,7 @@ def run(side: str, cell: Cell, seed: int, profile: Path, runs: Path) -> dict:
     else:
         from psgd.cli import main
         argv = ["launch", str(CONFIG), "--on", "sim", "--out", str(out), "--quiet",
-                *bed._sets(sets + [HOST, f"sim.host_profile={profile}"])]
+                *bed._sets(sets + [HOST, f"sim.host_profile={profile}", *sim_sets])]
         if main(argv) != 0:
             raise RuntimeError(f"psgd {' '.join(argv)} failed")
     return {"side": side, "cell": cell.name, "seed": seed, "run_s": round(time.monotonic() - t0, 1),
@@ -139,7 +141,7 @@ def verdict(bsp: list[float], asp: list[float]) -> str:
     return ("bsp" if mb < ma else "asp") if len(signs) == 1 else "inconclusive"
 
 
-def report(records: list[dict], cells: list[Cell], profile: dict) -> str:
+def report(records: list[dict], cells: list[Cell], profile: dict, sim_sets: tuple[str, ...] = ()) -> str:
     by = {(r["side"], r["cell"], r["seed"]): r for r in records}
     rows, headline = [], []
     for cell in cells:
@@ -162,7 +164,8 @@ def report(records: list[dict], cells: list[Cell], profile: dict) -> str:
             headline.append(row)
     lines = ["# The simulator against real runs: overhead and pull wait", "",
              f"Host profile (the only measured input, taken apart from the matrix): {profile['measured_on']}.",
-             "Stated: overhead.yaml, `sim.hosts: {box: {cores: 2}}` (every role on it). Fitted on the matrix: nothing.",
+             "Stated: overhead.yaml, `sim.hosts: {box: {cores: 2}}` (every role on it)"
+             + "".join(f", `{s}`" for s in sim_sets) + ". Fitted on the matrix: nothing.",
              "Simulated figures are labelled sim; real ones real; medians over the seeds.", "",
              "| cell | seeds | overhead share of wall (real) | overhead real / sim (s) | error | pull wait real / sim (ms) "
              "| error | headline |", "|---|---|---|---|---|---|---|---|"]
@@ -235,7 +238,13 @@ def main(argv=None) -> int:
     ap.add_argument("--report-only", action="store_true", help="the report from --out's overhead-results.jsonl")
     ap.add_argument("--fresh", action="store_true", help="start --out's overhead-results.jsonl again (else a rerun "
                     "resumes it, keeping every cell and seed it holds, whatever profile its sim runs used)")
+    ap.add_argument("--sim-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config key for the simulated side only (repeatable), e.g. sim.sharing=ps")
+    ap.add_argument("--sim-only", action="store_true", help="keep --out's real rows and simulate their cells and "
+                    "seeds again with --profile (the real side is not run)")
     args = ap.parse_args(argv)
+    if args.sim_only and (args.fresh or args.report_only):
+        ap.error("--sim-only keeps the store's real rows: not with --fresh or --report-only")
     from psgd.sim.host_profile import load_host_profile
     profile = load_host_profile(str(args.profile.resolve()))
     cells = QUICK if args.quick else FULL
@@ -249,18 +258,23 @@ def main(argv=None) -> int:
     if args.fresh and store.exists():
         store.unlink()
     records = [json.loads(line) for line in store.read_text().splitlines()] if store.exists() else []
+    if args.sim_only:
+        records = [r for r in records if r["side"] == "real"]
+        store.write_text("".join(json.dumps(r) + "\n" for r in records))
+        real = {(r["cell"], r["seed"]) for r in records}
+        cells = [c for c in cells if any(name == c.name for name, _ in real)]
     if not args.report_only:
         done = {(r["side"], r["cell"], r["seed"]) for r in records}
         for side, cell, seed in itertools.product(("real", "sim"), cells, range(args.seeds)):
-            if (side, cell.name, seed) in done:
+            if (side, cell.name, seed) in done or (args.sim_only and (cell.name, seed) not in real):
                 continue
-            record = run(side, cell, seed, args.profile.resolve(), args.runs)
+            record = run(side, cell, seed, args.profile.resolve(), args.runs, tuple(args.sim_set))
             records.append(record)
             with open(store, "a") as f:
                 f.write(json.dumps(record) + "\n")
             print(f"{side} {cell.name} seed {seed}: wall {record['wall_s']:.3f} s, overhead {record['overhead_s']:.3f} s, "
                   f"run {record['run_s']} s, load {record['load_avg']:.1f}", flush=True)
-    text = report(records, cells, {"measured_on": profile.measured_on})
+    text = report(records, cells, {"measured_on": profile.measured_on}, tuple(args.sim_set))
     (args.out / "overhead-report.md").write_text(text)
     print(text)
     return 0

@@ -1,6 +1,6 @@
 """The BSP release spread after a barrier, simulated on one stated 2-core host, against the testbed's.
 
-    .venv/bin/python benchmarks/sim-validation/spread.py [--profile cpu-reference] [--runs DIR]
+    .venv/bin/python benchmarks/sim-validation/spread.py [--profile cpu-reference] [--runs DIR] [--sim-set sim.sharing=ps]
 
 Runs testbed.yaml under BSP at W = 4, 8, 16 with loopback links on the simulator, every role on one
 host of 2 cores (`sim.hosts: {box: {cores: 2}}`, costs from `--profile`), and measures each run's
@@ -36,15 +36,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="cpu-reference", help="sim.host_profile (a shipped name or a file)")
     ap.add_argument("--runs", type=Path, default=Path("/tmp/psgd-spread"))
+    ap.add_argument("--sim-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="another config key for the simulated runs (repeatable), e.g. sim.sharing=ps")
     args = ap.parse_args(argv)
     from psgd.cli import main as psgd
     real = real_spreads()
-    print(f"| W | real spread (ms, misses.md) | simulated spread (ms, 2-core host, {args.profile}) | sim / real | within ±30% |")
+    stated = "".join(f", {s}" for s in args.sim_set)
+    print(f"| W | real spread (ms, misses.md) | simulated spread (ms, 2-core host, {args.profile}{stated}) | sim / real "
+          "| within ±30% |")
     print("|---|---|---|---|---|")
     for workers in (4, 8, 16):
         out = args.runs / f"w{workers}"
         sets = [f"cluster.workers={workers}", "consistency.mode=bsp", "sim.hosts={box: {cores: 2}}",
-                f"sim.host_profile={args.profile}", "eval.enabled=false", "train.target_accuracy=null"]
+                f"sim.host_profile={args.profile}", "eval.enabled=false", "train.target_accuracy=null", *args.sim_set]
         if psgd(["launch", str(HERE / "testbed.yaml"), "--on", "sim", "--out", str(out), "--quiet",
                  *[a for s in sets for a in ("--set", s)]]) != 0:
             return 1

@@ -99,6 +99,9 @@ def cmd_sim_profile(args: argparse.Namespace) -> int:
     print(f"dispatch     {profile.dispatch_us:.2f} us per operation ({'kernel launch' if args.device == 'cuda' else 'cpu'})")
     print(f"memory       {profile.memory_gbytes_per_s:g} GB/s (same-host messages)")
     print(f"worker loop  {profile.worker_loop_us:.1f} us per step")
+    for label, cost in (("worker step", profile.worker_step_extra), ("worker exch", profile.worker_exchange_extra)):
+        if cost is not None:
+            print(f"{label}  {cost.fixed_us:9.1f} us + {cost.gbytes_per_s:g} GB/s of the model, beyond its parts")
     if profile.request_client is not None and profile.request_shard is not None:
         c, s = profile.request_client, profile.request_shard
         print(f"request      beyond its parts: worker {c.fixed_us:.1f} us + {c.gbytes_per_s:g} GB/s "

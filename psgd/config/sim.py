@@ -119,7 +119,7 @@ class SimConfig:
     # roles on a host share its NIC (the per-link keys above then stand for nothing but its defaults).
     hosts: dict[str, HostKind] = field(default_factory=dict)
     placement: Placement = field(default_factory=Placement)  # which hosts run the workers, shards, evaluator
-    sharing: Sharing = "fcfs"    # how a host's cores take jobs: first come first served over `cores` servers
+    sharing: Sharing = "rr"      # how a host's cores take jobs: in turns of Linux's slice (psgd.sim.cores; fcfs, ps)
     # The measured host costs hosts are charged with (`psgd sim profile --out FILE`): a shipped name
     # (psgd/sim/profiles: cpu-reference) or a JSON file, relative to the working directory. Also read by
     # device: profile.

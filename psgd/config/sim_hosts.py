@@ -56,6 +56,9 @@ class Placement:
                f"must be >= 1 (or null), got {self.workers_per_host}")
 
 
-# How a host's cores take their jobs: fcfs, first come first served over `cores` servers (a job
-# waits for the earliest free core, in the order the simulation issues them).
-Sharing = Literal["fcfs"]
+# How a host's cores take their jobs (psgd.sim.cores): fcfs, first come first served over `cores`
+# servers (a job waits for the earliest free core, in the order the simulation issues them); ps,
+# processor sharing as Linux's scheduler approaches it (k runnable jobs each progress at
+# min(1, cores / k) of a core; each role's jobs in turn); rr, in turns of Linux's default slice
+# (0.75 ms x (1 + log2(min(cores, 8)))): a job shorter than a slice runs to its end, longer ones share.
+Sharing = Literal["fcfs", "ps", "rr"]

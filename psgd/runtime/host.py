@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 import resource
 import socket
+import time
 from dataclasses import dataclass, field
 
-__all__ = ["host_fields", "usable_cores", "CpuMeter"]
+__all__ = ["host_fields", "usable_cores", "CpuMeter", "LoopCpu", "LOOP_PHASES"]
 
 
 def usable_cores() -> int:
@@ -42,3 +43,28 @@ class CpuMeter:
         """`cpu_s` (user + system) and `sys_s` (system: the kernel's sockets, wake-ups, copies) since the start."""
         user, system = (now - then for now, then in zip(_cpu(), self.start))
         return {"cpu_s": round(user + system, 4), "sys_s": round(system, 4)}
+
+
+# A worker step's phases, in order: the step (its batch, zero_grad, forward and backward, the device
+# wait), its exchange (the gradients flattened, pushed and the parameters loaded: psgd.Optimizer.step)
+# and the loop around them (the step's event, the loop's checks).
+LOOP_PHASES = ("step", "exchange", "loop")
+
+
+class LoopCpu:
+    """The training thread's CPU (time.thread_time) by phase of its loop: `mark(phase)` ends the span
+    since the previous mark and charges it to `phase`. Other threads' CPU (ZeroMQ's I/O, heartbeats)
+    is the process's (CpuMeter) less these. Not thread-safe: the loop's own thread calls it."""
+
+    def __init__(self):
+        self.spent = dict.fromkeys(LOOP_PHASES, 0.0)
+        self.last = time.thread_time()
+
+    def mark(self, phase: str) -> None:
+        now = time.thread_time()
+        self.spent[phase] += now - self.last
+        self.last = now
+
+    def fields(self) -> dict:
+        """`step_cpu_s`, `exchange_cpu_s`, `loop_cpu_s`: the training thread's CPU in each phase."""
+        return {f"{phase}_cpu_s": round(s, 6) for phase, s in self.spent.items()}

@@ -127,15 +127,20 @@ class Engine:
             raise ConfigError("sim", f"worker {rank}'s step {step} would take {compute_s} s: check compute_ms, "
                               "speedup, compute_jitter and worker_spread")
         self.computed_s[rank] = compute_s
-        busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active else 0.0)
+        # With hosts a straggler waits a multiple of its step's compute as it came out on the cores, as a real
+        # one waits a multiple of the compute it measured (workers/worker.py); the host clock draws it.
+        hosted = self.hosts is not None and w.local is None and w.straggler.active
+        delay = (lambda c: w.straggler.extra_s(c, t)) if hosted else None
+        busy = compute_s + (w.straggler.extra_s(compute_s, t) if w.straggler.active and not hosted else 0.0)
         self.ex.now = t + busy  # a local round's pace is read when its last step ends
         self.started_at[rank] = t
         ready = (t + busy + self.time.before_push_s(self.ex.layout.shard_sizes,  # to the host and encoded
                                                     range(self.ex.num_shards)) if self.hosts is None else None)
         if self.ex.batcher is not None and w.local is None:  # computed with the others at the first step end
             self.pending[rank] = t + busy - self.round_at[rank]
-            ready = ready if self.hosts is None else self.hosts.step_ready(rank, t, busy)
-            self.q.put(ready, Kind.STEP_DONE, rank, tie=self.send_order.priority(rank, step))
+            due = None if self.hosts is None else self.hosts.step_ready(rank, t, busy, delay)
+            self.q.put(ready if due is None else due.at, Kind.STEP_DONE, rank, tie=self.send_order.priority(rank, step),
+                       due=due)
             return
         pushes = self.ex.compute(rank, step_s=t + busy - self.round_at[rank])
         if pushes is not None:
@@ -143,11 +148,12 @@ class Engine:
             if self.faults is not None:
                 self.faults.stamp(rank, pushes)
         if pushes is None:  # an inner step of a local round (with hosts: on its cores, or beside its device)
-            self.q.put(t + busy if self.hosts is None else self.hosts.model.step_end(rank, t, busy),
-                       Kind.LOCAL_DONE, rank)
+            due = None if self.hosts is None else self.hosts.model.step_end(rank, t, busy)
+            self.q.put(t + busy if due is None else due.at, Kind.LOCAL_DONE, rank, due=due)
         else:  # the gradient to the host and encoded, then it leaves
-            ready = ready if self.hosts is None else self.hosts.step_ready(rank, t, busy)
-            self.q.put(ready, Kind.STEP_DONE, pushes, tie=self.send_order.priority(rank, step))
+            due = None if self.hosts is None else self.hosts.step_ready(rank, t, busy, delay)
+            self.q.put(ready if due is None else due.at, Kind.STEP_DONE, pushes,
+                       tie=self.send_order.priority(rank, step), due=due)
 
     start_step = _start_step
 
@@ -215,16 +221,18 @@ class Engine:
         self._serve(p, t, self.time.finds_idle(self.servers[p.shard].free_at, t))
 
     def _serve(self, p: Push, t: float, idle: bool) -> None:
+        due = None
         if self.hosts is not None:  # on a core of its host, the wake-up included
-            service_s, end = self.hosts.service_end(p.shard, self.servers[p.shard], t,
+            service_s, due = self.hosts.service_end(p.shard, self.servers[p.shard], t,
                                                     self.time.wake_s if idle else 0.0, idle)
+            end = due.at
         else:
             service_s = self.time.service_s(self.ex.layout.shard_sizes[p.shard], idle, p.shard)
             end = self.servers[p.shard].occupy(t, service_s)
         self.wakes[p.shard] += idle
         self.served_s[p.shard] += service_s
         self.serving[p.shard] = True
-        self.q.put(end, Kind.SERVED, p)
+        self.q.put(end, Kind.SERVED, p, due=due)
 
     def _served(self, p: Push, t: float) -> None:
         if self.faults is not None and not self.faults.in_service(p):
@@ -270,8 +278,9 @@ class Engine:
                 reply, self.faults.request[reply.rank] if request is None else request):
             return
         # With hosts, encoded by the shard's thread on a core of its host before it leaves.
-        leaves = t if self.hosts is None else self.hosts.reply_leaves(reply.shard, self.servers[reply.shard], t)
-        self.q.put(self.net.reply_arrival(reply, leaves), Kind.REPLY, reply)
+        due = None if self.hosts is None else self.hosts.reply_leaves(reply.shard, self.servers[reply.shard], t)
+        arrival = self.net.reply_arrival(reply, t if due is None else due.at)
+        self.q.put(arrival, Kind.REPLY, reply, due=None if due is None else due.then(arrival))
 
     send_reply = _send_reply
 
@@ -296,7 +305,15 @@ class Engine:
         if self.faults is not None:
             self.faults.answered(r.rank)
         if self.hosts is not None:  # the worker decoded every reply and its loop recorded the step
-            t = self.hosts.params_in_hand(r.rank)
+            due = self.hosts.params_in_hand(r.rank)
+            if due.moves:  # its end is known once it comes (the cores are shared)
+                self.q.put(due.at, Kind.IN_HAND, r, due=due)
+                return
+            t = due.at
+        self._in_hand(r, t)
+
+    def _in_hand(self, r: Reply, t: float) -> None:
+        """Worker `r.rank` holds its parameters at `t`: its step is recorded and the next one starts."""
         self.open_push.pop(r.rank, None)
         if self.turns.replied(r.rank, t):
             return
@@ -311,9 +328,10 @@ class Engine:
         if self.faults is not None and self.faults.finish_join(r.rank):  # a restarted worker's welcomes
             self._start_step(r.rank, fetched)
             return
-        self.result.steps += 1
+        self.result.steps += 1  # comm_s from where a real worker's starts (with hosts: before it encodes)
+        began = self.sent_at[r.rank] if self.hosts is None else self.hosts.exchange_began[r.rank].at
         self.emit(event(t, Role.WORKER, r.rank, Event.STEP, rank=r.rank, clock=w.clock, loss=w.last_loss,
-                         compute_s=round(self.computed_s[r.rank], 9), comm_s=round(t - self.sent_at[r.rank], 9),
+                         compute_s=round(self.computed_s[r.rank], 9), comm_s=round(t - began, 9),
                          step_s=round(t - self.started_at[r.rank], 9), gap=w.clock - min(x.min_clock for x in
                                                                                             w.replies.values()),
                          wait_s=round(max(x.held_s for x in w.replies.values()), 9)))  # as a real worker's
@@ -358,7 +376,8 @@ class Engine:
         if self.eval_every_s:
             self.q.put(0.0, Kind.EVALUATE, None)
         handlers = {Kind.STEP_DONE: self._step_done, Kind.ARRIVE: self._arrive, Kind.SERVED: self._served,
-                    Kind.REPLY: self._reply, Kind.LOCAL_DONE: self._local_done, Kind.DEADLINE: self._deadline}
+                    Kind.REPLY: self._reply, Kind.LOCAL_DONE: self._local_done, Kind.DEADLINE: self._deadline,
+                    Kind.IN_HAND: self._in_hand}
         if self.faults is not None:
             self.faults.start()
             handlers.update(self.faults.handlers())

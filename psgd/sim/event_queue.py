@@ -6,10 +6,11 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, Optional
 
 from psgd.config import Role
 from psgd.runtime.event_names import Event
+from psgd.sim.cores import Due
 
 __all__ = ["EventQueue", "Kind", "SimResult", "event"]
 
@@ -28,6 +29,7 @@ class Kind(IntEnum):
     RESEND = 10       # a worker's request to a shard timed out (cluster.request_timeout_s)
     REJOIN = 11       # a shard's not_registered reached the worker: it registers again
     REPEAT = 12       # the re-registered worker repeats its request to every shard
+    IN_HAND = 13      # hosts sharing their cores: a worker decoded its replies and recorded its step
 
 
 class EventQueue:
@@ -35,14 +37,19 @@ class EventQueue:
         self._heap: list = []
         self._n = 0
 
-    def put(self, t: float, kind: Kind, data: Any, tie: float = 0.0) -> None:
-        """`tie`: the order among events at the same `t` (lower first; equal: as scheduled)."""
-        heapq.heappush(self._heap, (t, tie, self._n, kind, data))
+    def put(self, t: float, kind: Kind, data: Any, tie: float = 0.0, due: Optional[Due] = None) -> None:
+        """`tie`: the order among events at the same `t` (lower first; equal: as scheduled); `due`: the
+        CPU job the event follows when its end may still move later (psgd.sim.cores, processor sharing)."""
+        heapq.heappush(self._heap, (t, tie, self._n, kind, data, due if due is not None and due.moves else None))
         self._n += 1
 
     def pop(self) -> tuple[float, Kind, Any]:
-        t, _, _, kind, data = heapq.heappop(self._heap)
-        return t, kind, data
+        """The next event; one whose job was slowed by jobs issued after it goes back, to its new time."""
+        while True:
+            t, tie, _, kind, data, due = heapq.heappop(self._heap)
+            if due is None or due.at <= t:
+                return t, kind, data
+            self.put(due.at, kind, data, tie, due)
 
     def __len__(self) -> int:
         return len(self._heap)

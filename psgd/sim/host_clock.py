@@ -8,9 +8,10 @@ at the instants it reaches them; none of them is called without hosts.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from psgd.config import Config, Role
+from psgd.sim.cores import Due
 from psgd.sim.hosts import HostModel
 from psgd.sim.time_model import Fifo, TimeModel, stream
 from psgd.wire.codecs import CodecOptions, codec_named
@@ -45,43 +46,50 @@ class HostClock:
         self.push_in_s = [s + model.request_s(4 * n)[2] for s, n in zip(self.push_in_s, shard_sizes)]
         self.wake_s = model.profile.request_shard_wake_us / 1e6
         self.taken_at: dict[int, float] = {}  # rank: when its replies so far were decoded
+        # rank: when its last pushing step's compute and device time ended (a real worker's comm_s starts there)
+        self.exchange_began: dict[int, Due] = {}
         self.evaluate_s: Optional[float] = None  # one evaluation on the evaluator's host, once counted
 
     # ---- a worker ----------------------------------------------------------------
-    def step_ready(self, rank: int, start: float, device_s: float) -> float:
+    def step_ready(self, rank: int, start: float, device_s: float,
+                   delay: Optional[Callable[[float], float]] = None) -> Due:
         """A step beginning at `start` of device time `device_s`: when its pushes leave (computed on the
-        cores or beside the device, copied to the host, encoded and framed on a core)."""
+        cores or beside the device, copied to the host, encoded and framed on a core). `delay(c)`: a
+        straggler's wait after a step whose compute took `c` seconds (as its cores gave it)."""
         end = self.model.step_end(rank, start, device_s)
+        if delay is not None:
+            end = Due(end.job, end.offset + delay(end.at - start), end.floor)
+        self.exchange_began[rank] = end
         copy_s = 4 * self.total / self.time.host_bytes_per_s if self.time.host_bytes_per_s else 0.0
-        return self.model.run(Role.WORKER, rank, end + copy_s, self.push_out_s)
+        return Due(self.model.run(Role.WORKER, rank, end.at + copy_s, self.push_out_s))
 
     def reply_taken(self, rank: int, shard: int, t: float) -> None:
         """A reply reached worker `rank` at `t`: it is received and decoded on a core."""
-        end = self.model.run(Role.WORKER, rank, t, self.reply_in_s[shard])
+        end = self.model.run(Role.WORKER, rank, t, self.reply_in_s[shard]).end
         self.taken_at[rank] = max(end, self.taken_at.get(rank, 0.0))
 
-    def params_in_hand(self, rank: int) -> float:
-        """Every reply taken: the worker loop's own Python on a core; returns when the step is recorded."""
+    def params_in_hand(self, rank: int) -> Due:
+        """Every reply taken: the worker loop's own Python on a core; when the step is recorded."""
         taken = self.taken_at.pop(rank)
-        return self.model.run(Role.WORKER, rank, taken, self.after_replies_s + self.model.loop_s)
+        return Due(self.model.run(Role.WORKER, rank, taken, self.after_replies_s + self.model.loop_s))
 
     def params_on_device(self, t: float) -> float:
         return t + (4 * self.total / self.time.host_bytes_per_s if self.time.host_bytes_per_s else 0.0)
 
     # ---- a shard -----------------------------------------------------------------
-    def service_end(self, shard: int, server: Fifo, t: float, extra_s: float, idle: bool) -> tuple[float, float]:
+    def service_end(self, shard: int, server: Fifo, t: float, extra_s: float, idle: bool) -> tuple[float, Due]:
         """A push starting service when its shard's thread is free (`idle`: it found the shard asleep,
         which wakes at the profile's cost): (its service time, its end)."""
         busy = self.push_in_s[shard] + extra_s + (self.wake_s if idle else 0.0)
-        end = self.model.run(Role.SERVER, shard, max(t, server.free_at), busy)
-        server.free_at = end
-        return busy, end
+        job = self.model.run(Role.SERVER, shard, max(t, server.free_at), busy)
+        server.free_at = job.end
+        return busy, Due(job)
 
-    def reply_leaves(self, shard: int, server: Fifo, t: float) -> float:
+    def reply_leaves(self, shard: int, server: Fifo, t: float) -> Due:
         """A reply encoded and framed by its shard's thread, on a core of its host: when it leaves."""
-        end = self.model.run(Role.SERVER, shard, max(t, server.free_at), self.reply_out_s[shard])
-        server.free_at = end
-        return end
+        job = self.model.run(Role.SERVER, shard, max(t, server.free_at), self.reply_out_s[shard])
+        server.free_at = job.end
+        return Due(job)
 
     # ---- the evaluator ---------------------------------------------------------------
     def evaluation(self, t: float, servers: list[Fifo], executor) -> float:
@@ -91,8 +99,8 @@ class HostClock:
         if self.evaluate_s is None:
             from psgd.sim.op_count import work_of
             self.evaluate_s = work_of(lambda: executor.task.evaluate(executor.model)).host_s(self.model.profile)
-        pulled = max(self.reply_leaves(s, server, t) for s, server in enumerate(servers))
-        return self.model.run(Role.EVALUATOR, 0, pulled, sum(self.reply_in_s) + self.evaluate_s)
+        pulled = max(self.reply_leaves(s, server, t).at for s, server in enumerate(servers))
+        return self.model.run(Role.EVALUATOR, 0, pulled, sum(self.reply_in_s) + self.evaluate_s).end
 
     def cpu_fields(self, role: Role, index: int) -> dict:
         """What a real role's last event says of its CPU (cpu_s), as charged here."""
@@ -137,6 +145,6 @@ def host_clock_for(executor, time: TimeModel, now) -> Optional[HostClock]:
         from psgd.tasks import build_model
         model = build_model(cfg, executor.task)
         work = training_step_work(executor.task, model, batch)
-    hosts = HostModel.for_run(cfg, executor.num_shards, work)
+    hosts = HostModel.for_run(cfg, executor.num_shards, work, 4 * sum(executor.layout.shard_sizes))
     hosts.now = now
     return HostClock(cfg, hosts, executor.plans, list(executor.layout.shard_sizes), executor.reply_encoding, time)

@@ -144,6 +144,12 @@ class HostProfile:
     request_client_send_share: float = 0.5
     request_shard: Optional[Linear] = None
     request_shard_wake_us: float = 0.0
+    # The real worker loop (psgd.sim.profile_worker: the worker role run against a real shard, each step
+    # waiting out a stated device time) beyond what the parts above charge it, per fp32 byte of its model:
+    # in its step (beside the device time: the batch, a step's start after the wait, its caches cold) and
+    # in its exchange (flattening the gradients, loading the parameters). None: not measured (nothing).
+    worker_step_extra: Optional[Linear] = None
+    worker_exchange_extra: Optional[Linear] = None
     host_to_device_gbytes_per_s: Optional[float] = None  # cuda only
     device_to_host_gbytes_per_s: Optional[float] = None
     notes: dict = field(default_factory=dict)
@@ -188,6 +194,13 @@ class HostProfile:
             return self.attention_s(flops)
         return _at_rate(flops, self.attention_backward_flops, self.attention_backward_flops_per_s)
 
+    def worker_exchange_s(self, nbytes: float) -> float:
+        """A worker's CPU for one fp32 push+pull of `nbytes` with one shard, as the time model charges its
+        parts (psgd.sim.host_clock: the push encoded and framed, the request, the reply framed and decoded)."""
+        request = self.request_client.seconds(nbytes) if self.request_client is not None else 0.0
+        return (self.encode["none"].seconds(nbytes) + 2 * self.message.seconds(nbytes) + request
+                + self.decode["none"].seconds(nbytes))
+
     def memory_s(self, nbytes: float) -> float:
         """One operation that streams `nbytes` (read and written), beyond its dispatch."""
         if not self.memory_bytes:
@@ -217,6 +230,8 @@ class HostProfile:
                    request_client_send_share=float(d.get("request_client_send_share", 0.5)),
                    request_shard=lin(d["request_shard"]) if d.get("request_shard") else None,
                    request_shard_wake_us=float(d.get("request_shard_wake_us", 0.0)),
+                   worker_step_extra=lin(d["worker_step_extra"]) if d.get("worker_step_extra") else None,
+                   worker_exchange_extra=lin(d["worker_exchange_extra"]) if d.get("worker_exchange_extra") else None,
                    host_to_device_gbytes_per_s=d.get("host_to_device_gbytes_per_s"),
                    device_to_host_gbytes_per_s=d.get("device_to_host_gbytes_per_s"), notes=d.get("notes", {}))
 

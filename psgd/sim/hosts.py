@@ -1,9 +1,8 @@
 """Hosts in the time model (`sim.hosts`, `sim.placement`): cores, NICs, and what each role costs them.
 
-Each host has `cores` CPU cores shared first come first served: a CPU job
-(a worker's loop, its encode and decode, a shard's service, the evaluator)
-takes the core that can start it soonest once it is ready, for its whole
-duration (Cores: no preemption, no time slicing). Each host has
+Each host has `cores` CPU cores, shared by the CPU jobs of its roles (a worker's
+loop, its encode and decode, a shard's service, the evaluator) under `sim.sharing`
+(psgd.sim.cores: in turns of Linux's slice, processor sharing, or first come first served). Each host has
 one NIC, full duplex, shared by every role on it: the Fifos the engine streams
 messages through are the host's, not the role's. A message between two roles
 of one host crosses no NIC: it is copied at the profile's memory rate.
@@ -20,55 +19,27 @@ Costs come from the host profile (psgd.sim.host_profile), never from the run:
 - a worker's step: the worker loop's own Python, then its compute's host part:
   the whole step on the cores when the worker has no accelerator and no stated
   device time (workers.device_ms), else the step's work (psgd.sim.op_count) on
-  the host (a stated device time runs the real model too; an accelerator's
-  host only dispatches: operations x dispatch cost), beside the device time.
+  the host (a stated device time runs the real model too, and pays the profile's
+  worker_step_extra: the worker-loop probe's step beyond its counted work; an
+  accelerator's host only dispatches: operations x dispatch cost), beside the
+  device time;
+- a worker's exchange beyond its parts (the worker-loop probe's worker_exchange_extra),
+  with the request's own cost.
 """
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from psgd.config import Config, ConfigError, Role
 from psgd.config.sim_hosts import COLOCATED
+from psgd.sim.cores import Cores, Due, Job, cores_for
 from psgd.sim.host_profile import HostProfile, Linear, load_host_profile
 from psgd.sim.op_count import StepWork
 from psgd.sim.time_model import Fifo, Link
 
-__all__ = ["Cores", "HostModel"]
-
-
-class Cores:
-    """`n` cores. A job takes the core that can start it soonest at or after it is ready and hold it for
-    its whole duration without preemption; a job booked for a later instant does not hold a core
-    before it (a job ready sooner runs in the gap before it when it fits). Among jobs ready at
-    once, the one issued first is booked first: first come, first served."""
-
-    def __init__(self, n: int):
-        self.booked: list[list[tuple[float, float]]] = [[] for _ in range(n)]  # per core: (start, end), sorted
-        self.busy_s = 0.0
-
-    def run(self, ready: float, busy_s: float, now: float = 0.0) -> float:
-        """A job ready at `ready` taking `busy_s` of one core: returns its end. `now`: no job is
-        issued for an instant before it any more (bookings that ended are forgotten)."""
-        best, best_core, best_at = math.inf, 0, 0
-        for c, spans in enumerate(self.booked):
-            while spans and spans[0][1] <= now:
-                spans.pop(0)
-            start, at = ready, 0
-            i = bisect.bisect_right(spans, (ready, math.inf))
-            if i and spans[i - 1][1] > start:
-                start = spans[i - 1][1]
-            at = i
-            while at < len(spans) and spans[at][0] < start + busy_s:
-                start = max(start, spans[at][1])
-                at += 1
-            if start < best:
-                best, best_core, best_at = start, c, at
-        self.booked[best_core].insert(best_at, (best, best + busy_s))
-        self.busy_s += busy_s
-        return best + busy_s
+__all__ = ["Cores", "HostModel"]  # Cores: psgd.sim.cores's, named here too
 
 
 @dataclass(frozen=True)
@@ -82,7 +53,9 @@ class Host:
 class HostModel:
     """The hosts of one run: where each role is, their cores and NICs, and each role's CPU costs."""
 
-    def __init__(self, cfg: Config, profile: HostProfile, shards: int, work: Optional[StepWork]):
+    def __init__(self, cfg: Config, profile: HostProfile, shards: int, work: Optional[StepWork], model_bytes: int):
+        """`work`: a worker step's (None: no device, its step is the compute model's time); `model_bytes`:
+        the model's fp32 bytes."""
         sim = cfg.sim
         self.profile = profile
         self.hosts: list[Host] = []
@@ -93,7 +66,7 @@ class HostModel:
             first[kind] = len(self.hosts)
             self.hosts += [Host(len(self.hosts), kind, spec.accelerators, Link(latency / 1e6, gbps * 1e9 / 8))
                            for _ in range(spec.count)]
-        self.cores = [Cores(sim.hosts[h.kind].cores) for h in self.hosts]
+        self.cores = [cores_for(sim.sharing, sim.hosts[h.kind].cores) for h in self.hosts]
         self.nic_up = [Fifo() for _ in self.hosts]    # from the host
         self.nic_down = [Fifo() for _ in self.hosts]  # towards it
         workers = cfg.cluster.workers
@@ -110,8 +83,12 @@ class HostModel:
         self.on_device = spec.accelerators > 0 or cfg.workers.device_ms is not None
         if self.on_device and work is None:
             raise ValueError("a worker on a device needs its step's work (psgd.sim.op_count) for its host part")
-        self.host_part_s = work.host_s(profile) if self.on_device and spec.accelerators == 0 else (
-            work.ops * profile.dispatch_us / 1e6 if self.on_device else 0.0)
+        # A CPU worker's step beside a stated device time also pays what the profile's worker-loop probe
+        # found such a step costs beyond its counted work (it starts after a wait, its caches cold).
+        extra = profile.worker_step_extra
+        self.host_part_s = (work.host_s(profile) + (extra.seconds(model_bytes) if extra else 0.0)
+                            if self.on_device and spec.accelerators == 0 else
+                            work.ops * profile.dispatch_us / 1e6 if self.on_device else 0.0)
         self.loop_s = profile.worker_loop_us / 1e6
         self.memory_bytes_per_s = profile.memory_gbytes_per_s * 1e9
         rule = cfg.optimizer.name
@@ -125,12 +102,13 @@ class HostModel:
         self.charged: dict[tuple[Role, int], float] = {}
 
     @classmethod
-    def for_run(cls, cfg: Config, shards: int, work: Optional[StepWork], base_dir: str = ".") -> "HostModel":
+    def for_run(cls, cfg: Config, shards: int, work: Optional[StepWork], model_bytes: int,
+                base_dir: str = ".") -> "HostModel":
         try:
             profile = load_host_profile(cfg.sim.host_profile, base_dir)
         except ValueError as exc:
             raise ConfigError("sim.host_profile", str(exc)) from None
-        return cls(cfg, profile, shards, work)
+        return cls(cfg, profile, shards, work, model_bytes)
 
     # ---- where ----------------------------------------------------------------
     def same_host(self, rank: int, shard: int) -> bool:
@@ -154,10 +132,11 @@ class HostModel:
         return table[encoding]
 
     def request_s(self, nbytes: int) -> tuple[float, float, float]:
-        """A push+pull of `nbytes` fp32 bytes beyond its parts (profile.request_*, 0 where not measured):
-        the worker's before its push leaves and after its replies arrive, and each shard's (awake)."""
+        """A push+pull of `nbytes` fp32 bytes beyond its parts (profile.request_*, the worker-loop probe's
+        exchange extra; 0 where not measured): the worker's before its push leaves and after its replies
+        arrive (split as the request probe found), and each shard's (awake)."""
         p = self.profile
-        client = p.request_client.seconds(nbytes) if p.request_client is not None else 0.0
+        client = sum(cost.seconds(nbytes) for cost in (p.request_client, p.worker_exchange_extra) if cost is not None)
         shard = p.request_shard.seconds(nbytes) if p.request_shard is not None else 0.0
         return client * p.request_client_send_share, client * (1 - p.request_client_send_share), shard
 
@@ -170,19 +149,20 @@ class HostModel:
         return self.profile.message.seconds(wire_bytes) + self.codec(self.profile.decode, encoding).seconds(4 * numel)
 
     # ---- a worker's step ----------------------------------------------------------
-    def step_end(self, rank: int, start: float, device_s: float) -> float:
+    def step_end(self, rank: int, start: float, device_s: float) -> Due:
         """A step beginning at `start` whose device time is `device_s`: on the cores (no device), or its
-        host part on the cores beside the device time; returns when both are done."""
+        host part on the cores beside the device time; when both are done."""
         if not self.on_device:
-            return self.run(Role.WORKER, rank, start, device_s)
-        return max(start + device_s, self.run(Role.WORKER, rank, start, self.host_part_s))
+            return Due(self.run(Role.WORKER, rank, start, device_s))
+        return Due(self.run(Role.WORKER, rank, start, self.host_part_s), floor=start + device_s)
 
     def host_of(self, role: Role, index: int) -> int:
         if role is Role.WORKER:
             return self.worker_host[index]
         return self.shard_host[index] if role is Role.SERVER else self.evaluator_host
 
-    def run(self, role: Role, index: int, ready: float, busy_s: float) -> float:
-        """A job of `busy_s` of `role` number `index`, ready at `ready`, on a core of its host: returns its end."""
+    def run(self, role: Role, index: int, ready: float, busy_s: float) -> Job:
+        """A job of `busy_s` of `role` number `index`, ready at `ready` (and, sharing the cores, after the
+        role's earlier jobs), on its host's cores."""
         self.charged[role, index] = self.charged.get((role, index), 0.0) + busy_s
-        return self.cores[self.host_of(role, index)].run(ready, busy_s, self.now())
+        return self.cores[self.host_of(role, index)].book(ready, busy_s, self.now(), (role, index))

@@ -7,10 +7,9 @@ per byte (psgd.sim.host_profile.Linear). Nothing here reads a run.
 """
 from __future__ import annotations
 
+import dataclasses
 import platform
-import tempfile
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
 import torch
@@ -19,6 +18,7 @@ from psgd.core.rules import RULES
 from psgd.sim.host_profile import HostProfile, Linear
 from psgd.sim.profile_compute import cpu_seconds, cuda_seconds, measure_compute
 from psgd.sim.profile_requests import measure_requests
+from psgd.sim.profile_worker import measure_worker_loop
 
 __all__ = ["measure_host_profile", "SMALL_BYTES", "LARGE_BYTES"]
 
@@ -92,31 +92,6 @@ def _apply() -> dict[str, Linear]:
     return out
 
 
-def _worker_loop_us() -> float:
-    """The worker loop's own Python around one step: a step event written to its file, its
-    timers read and one batch drawn from a tiny loader (no model, no network)."""
-    from psgd.runtime.event_names import Event
-    from psgd.runtime.events import EventLog
-    data = torch.utils.data.TensorDataset(torch.zeros(256, 8), torch.zeros(256, dtype=torch.long))
-    with tempfile.TemporaryDirectory() as tmp:
-        log = EventLog(Path(tmp, "metrics.jsonl"), "worker", 0)
-        log.t0 = time.time()
-        loader = iter(torch.utils.data.DataLoader(data, batch_size=32, shuffle=True))
-
-        def once():
-            nonlocal loader
-            t0 = time.perf_counter()
-            try:
-                next(loader)
-            except StopIteration:
-                loader = iter(torch.utils.data.DataLoader(data, batch_size=32, shuffle=True))
-            log.emit(Event.STEP, rank=0, clock=1, loss=0.5, compute_s=0.001, comm_s=round(time.perf_counter() - t0, 6),
-                     step_s=0.002, gap=0)
-        us = _cpu_s(once) * 1e6
-        log.close()
-    return round(us, 3)
-
-
 def _copies() -> tuple[float, float]:
     n = LARGE_BYTES * 4 // 4
     host = torch.empty(n, pin_memory=True)
@@ -129,7 +104,8 @@ def _copies() -> tuple[float, float]:
 def measure_host_profile(device: str = "cpu", note: Optional[str] = None) -> HostProfile:
     """Every figure of a HostProfile, measured here on one thread (as every psgd process runs);
     `device` cuda times the matrix products, launches and copies on the first GPU; `note`: what
-    the machine is, kept in the profile's notes. The request probe runs a shard in a child process."""
+    the machine is, kept in the profile's notes. The request probe runs a shard in a child process; the
+    worker-loop probe (psgd.sim.profile_worker) a real worker and shard, each in its own."""
     torch.set_num_threads(1)
     dev = torch.device(device)
     big = torch.empty(16 << 20, dtype=torch.uint8)
@@ -146,9 +122,12 @@ def measure_host_profile(device: str = "cpu", note: Optional[str] = None) -> Hos
         lambda n: encode["none"].seconds(n) + 2 * message.seconds(n) + decode["none"].seconds(n),
         lambda n: 2 * message.seconds(n) + decode["none"].seconds(n) + apply["sgd"].seconds(n) + encode["none"].seconds(n),
         (SMALL_BYTES, LARGE_BYTES))
-    return HostProfile(measured_on=measured_on, device=device, message=message, encode=encode, decode=decode,
-                       apply=apply, memory_gbytes_per_s=memory, worker_loop_us=_worker_loop_us(),
+    parts = HostProfile(measured_on=measured_on, device=device, message=message, encode=encode, decode=decode,
+                       apply=apply, memory_gbytes_per_s=memory, worker_loop_us=0.0,
                        request_client=requests.client, request_client_send_share=requests.client_send_share,
                        request_shard=requests.shard, request_shard_wake_us=requests.shard_wake_us,
                        notes={"machine": note} if note else {},
                        host_to_device_gbytes_per_s=h2d, device_to_host_gbytes_per_s=d2h, **compute)
+    loop = measure_worker_loop(parts)
+    return dataclasses.replace(parts, worker_loop_us=loop.loop_us, worker_step_extra=loop.step_extra,
+                               worker_exchange_extra=loop.exchange_extra)

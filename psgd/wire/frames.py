@@ -29,8 +29,7 @@ def view_frame(frame: Any, dtype: torch.dtype, numel: int, what: str) -> torch.T
     before modifying or keeping it past the frame's lifetime. `what` names the
     frame in the error a wrong size raises."""
     buf = memoryview(frame)
-    itemsize = torch.empty(0, dtype=dtype).element_size()
-    if numel < 0 or buf.nbytes != numel * itemsize:
+    if numel < 0 or buf.nbytes != numel * dtype.itemsize:
         raise ProtocolError(ErrorCode.BAD_SIZE, f"{what} frame has {buf.nbytes} bytes, header says {numel} x {dtype}")
     if numel == 0:
         return torch.empty(0, dtype=dtype)

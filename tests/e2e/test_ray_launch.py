@@ -25,13 +25,18 @@ QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 # Seven processes on a 2-CPU Ray instance: each role asks for a quarter of a CPU.
 QUARTER_CPU = ["--set", "ray.server.num_cpus=0.25", "--set", "ray.worker.num_cpus=0.25",
                "--set", "ray.evaluator.num_cpus=0.25"]
-# Four processes (one shard, two workers, the evaluator) where the quickstart job is not the point.
-SMALL_JOB = ["--set", "cluster.servers=1", "--set", "cluster.workers=2", "--set", "train.steps_per_worker=50"]
+# Three roles (one shard, one worker, the evaluator) where the quickstart job is not the point: each
+# is an actor and a process that imports torch, about 6 s of CPU on two cores.
+SMALL_STEPS = 50
+SMALL_JOB = ["--set", "cluster.servers=1", "--set", "cluster.workers=1", "--set", f"train.steps_per_worker={SMALL_STEPS}"]
+SMALL_ROLES = ["server-0", "worker-0", "evaluator-0"]
 
 
 @pytest.fixture(scope="module")
 def ray_address():
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    # No idle workers started ahead of use (each an interpreter importing Ray): every role is an actor of its own.
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False,
+             _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False})
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
@@ -135,7 +140,7 @@ def test_ctrl_c_stops_every_role_and_says_how_to_resume(ray_address, tmp_path):
     try:
         assert wait_for(lambda: (out / "start.json").exists() and any((out / "checkpoints").glob("*")), timeout=100)
         pids = [e["pid"] for e in json.loads((out / "processes.json").read_text())]
-        assert len(pids) == 4 and all(_alive(p) for p in pids)
+        assert len(pids) == len(SMALL_ROLES) and all(_alive(p) for p in pids)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole foreground group
         t = time.monotonic()
         output, _ = proc.communicate(timeout=60)
@@ -174,15 +179,15 @@ def test_without_a_shared_directory_events_logs_and_model_come_back_through_ray(
             kill_tree(proc)
         assert proc.returncode == 0, output
         private = set(Path(tempfile.gettempdir()).glob("psgd-ray-*")) - before
-        assert len(private) == 4  # one directory per actor: the run directory was not shared
+        assert len(private) == len(SMALL_ROLES)  # one directory per actor: the run directory was not shared
     finally:
         for d in set(Path(tempfile.gettempdir()).glob("psgd-ray-*")) - before:
             shutil.rmtree(d, ignore_errors=True)
-    names = ["server-0", "worker-0", "worker-1", "evaluator-0"]
+    names = SMALL_ROLES
     assert sorted(p.stem for p in (out / "events").glob("*.jsonl")) == sorted(names)
     assert sorted(p.stem for p in (out / "logs").glob("*.log")) == sorted(names)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["total_updates"] == 100 and summary["worker_steps"] == 100
+    assert summary["status"] == "ok" and summary["total_updates"] == summary["worker_steps"] == SMALL_STEPS
     events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     mirrored = [json.loads(line) for name in names
                 for line in (out / "events" / f"{name}.jsonl").read_text().splitlines()]

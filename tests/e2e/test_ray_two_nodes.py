@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
-from conftest import ROOT, kill_tree, psgd_cmd, run_psgd, spawn, wait_for
+from conftest import ROOT, kill_tree, run_psgd, wait_for
 from support.ray_cluster import SetupFailed, TwoNodeRay, leftovers, lent_past_tmp, unsupported
 
 from psgd.config import load_config
@@ -85,18 +85,23 @@ def test_the_two_nodes_are_two_hosts_to_ray(two_nodes):
 
 
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
-# The quickstart job (2 shards, 4 workers, the evaluator, target 0.93) in half-CPU actors,
-# with fewer steps: seven processes share two cores with the two Ray nodes.
+# The quickstart job (2 shards, the evaluator, target 0.93) with 2 workers, not 4, in half-CPU
+# actors: every role is an actor and a process importing torch (about 6 s of CPU) on two cores
+# shared with the two Ray nodes. Two of each role still put one on either node; the full quickstart
+# on Ray is tests/e2e/test_ray_launch.py's. 600 steps each: the 1200 updates the 4 x 300 had (at
+# 600 updates, one local seed of three ended at 0.933).
+WORKERS, STEPS = 2, 600
 SMALL = ["--set", "ray.server.num_cpus=0.5", "--set", "ray.worker.num_cpus=0.5",
-         "--set", "ray.evaluator.num_cpus=0.5", "--set", "train.steps_per_worker=300"]
+         "--set", "ray.evaluator.num_cpus=0.5", "--set", f"train.steps_per_worker={STEPS}",
+         "--set", f"cluster.workers={WORKERS}"]
 
 
 def _launch(cluster: TwoNodeRay, out: Path, *sets: str, timeout: float = 100, address=True, env=None):
     """`psgd launch --on ray` from node A; (exit code, output)."""
     where = ["--address", cluster.address] if address else []
-    proc = spawn(cluster.on_a(psgd_cmd("launch", str(QUICKSTART), "--on", "ray", *where, "--out", str(out),
-                                       "--quiet", *SMALL, *sets)),
-                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(out.parent), env=env or {})
+    proc = cluster.psgd_on_a(["launch", str(QUICKSTART), "--on", "ray", *where, "--out", str(out), "--quiet",
+                              *SMALL, *sets], out.parent, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
     try:
         output, _ = proc.communicate(timeout=timeout)
     finally:
@@ -116,13 +121,13 @@ def _nodes(events: list[dict]) -> dict[str, str]:
 def _check_complete(out: Path, summary: dict, names: list[str]) -> None:
     """The usual run directory on the launching node, whatever node each role ran on."""
     assert summary["status"] == "ok" and summary["final_test_accuracy"] >= 0.93, summary
-    assert summary["total_updates"] == summary["worker_steps"] == 4 * 300  # every acknowledged push applied
+    assert summary["total_updates"] == summary["worker_steps"] == WORKERS * STEPS  # every acknowledged push applied
     assert sorted(p.stem for p in (out / "logs").glob("*.log")) == sorted(names)  # node B's came through Ray
     assert (out / "model.pt").stat().st_size > 0 and (out / "metrics.csv").is_file()
     assert not (out / "processes.json").exists()
 
 
-ALL = ["server-0", "server-1", "worker-0", "worker-1", "worker-2", "worker-3", "evaluator-0"]
+ALL = ["server-0", "server-1", *(f"worker-{r}" for r in range(WORKERS)), "evaluator-0"]
 
 
 @pytest.mark.timeout(120)
@@ -174,10 +179,9 @@ def _launch_and_kill_node_b(cluster: TwoNodeRay, out: Path, *sets: str, after_st
     """Start the job, SIGKILL everything on node B once `after_steps` steps are in
     metrics.jsonl; `once_lost` runs once the launcher has recorded the loss (and
     so decided what to do about it), while the job stops. (exit code, output)."""
-    where = ["--address", cluster.address]
-    proc = spawn(cluster.on_a(psgd_cmd("launch", str(QUICKSTART), "--on", "ray", *where, "--out", str(out),
-                                       "--quiet", *SMALL, *KEEP_RANKS, *sets)),
-                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(out.parent))
+    proc = cluster.psgd_on_a(["launch", str(QUICKSTART), "--on", "ray", "--address", cluster.address, "--out",
+                              str(out), "--quiet", *SMALL, *KEEP_RANKS, *sets], out.parent,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         metrics = out / "metrics.jsonl"
         assert wait_for(lambda: metrics.exists() and metrics.read_text().count('"event": "step"') >= after_steps,
@@ -217,7 +221,7 @@ def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes
     cluster, out = two_nodes, tmp_path / "run"
     # Two workers, both on node B: the fewest processes that show it (this test starts the job twice).
     code, output = _launch_and_kill_node_b(
-        cluster, out, "--set", "cluster.workers=2", "--set", "train.steps_per_worker=200",
+        cluster, out, "--set", "train.steps_per_worker=200",
         "--set", "ray.server.resources={node_a: 1}", "--set", "ray.evaluator.resources={node_a: 1}",
         "--set", "ray.worker.resources={node_b: 1}", "--set", "checkpoint.every_s=0.5", after_steps=60,
         once_lost=cluster.start_node_b)  # node B rejoins while the job stops: it has decided by then
@@ -233,8 +237,8 @@ def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes
     n_before = len(_events(out))
 
     # Node B is back: the printed command finishes the run, every push applied once.
-    proc = spawn(cluster.on_a(psgd_cmd("launch", "--resume", str(out), "--quiet")), stdout=subprocess.PIPE,
-                 stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+    proc = cluster.psgd_on_a(["launch", "--resume", str(out), "--quiet"], tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
     try:
         output, _ = proc.communicate(timeout=80)
     finally:
@@ -268,16 +272,17 @@ def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(two_nodes,
     assert _nodes(events) == {n: cluster.ip_a for n in ALL}  # every role ended on node A
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["restarts"] == len(on_b)
-    _check_applied_once(events, summary, workers=4, steps=300)  # SMALL's steps_per_worker
+    _check_applied_once(events, summary, workers=WORKERS, steps=STEPS)
     assert summary["final_test_accuracy"] >= 0.93
 
 
 @pytest.mark.timeout(300)
 def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
-    """cluster.workers {min: 1, max: 4} with 1.5-CPU workers: node A (4 CPUs, two 1-CPU shards)
-    holds worker 0, node B (4 CPUs) two more. The run grows onto node B, loses those two with
-    it and goes on, then grows again when node B joins the cluster anew; once the new workers
-    have trained, Ctrl-C ends it (a time limit would only add waiting)."""
+    """cluster.workers {min: 1, max: 4} with 2.5-CPU workers: node A (4 CPUs, two half-CPU
+    shards) holds worker 0, node B (4 CPUs) one more. The run grows onto node B, loses that
+    worker with it and goes on, then grows again when node B joins the cluster anew; once the
+    new worker has trained, Ctrl-C ends it (a time limit would only add waiting). (Losing
+    several roles with one node: the no-room test above.)"""
     cluster, out = two_nodes, tmp_path / "run"
     metrics = out / "metrics.jsonl"
 
@@ -289,24 +294,24 @@ def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
     def trained_since_the_last_join():
         events = _events(out)
         joins = [i for i, e in enumerate(events) if e.get("event") == "membership" and e["change"] == "joined"]
-        newest = {events[i]["rank"] for i in joins[2:]}
-        return len(joins) == 4 and newest <= {e["rank"] for e in events[joins[-1]:] if e.get("event") == "step"}
+        return len(joins) == 2 and events[joins[-1]]["rank"] in {
+            e["rank"] for e in events[joins[-1]:] if e.get("event") == "step"}
 
-    proc = spawn(cluster.on_a(psgd_cmd(
+    proc = cluster.psgd_on_a([
         "launch", str(QUICKSTART), "--on", "ray", "--address", cluster.address, "--out", str(out), "--quiet",
         "--set", "cluster.workers={min: 1, max: 4}", "--set", "consistency.mode=ssp",
         "--set", "consistency.staleness=2", "--set", "cluster.timeout_s=2", "--set", "cluster.heartbeat_s=0.5",
-        "--set", "ray.server.num_cpus=1", "--set", "ray.server.resources={node_a: 1}",
-        "--set", "ray.worker.num_cpus=1.5", "--set", "eval.enabled=false",
-        "--set", "workers.device_ms=20", "--set", "train.steps_per_worker=100000")),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+        "--set", "ray.server.num_cpus=0.5", "--set", "ray.server.resources={node_a: 1}",
+        "--set", "ray.worker.num_cpus=2.5", "--set", "eval.enabled=false",
+        "--set", "workers.device_ms=20", "--set", "train.steps_per_worker=100000"], tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert wait_for(lambda: len(changes("joined")) == 2, timeout=90, interval=0.2), "no worker joined on node B"
+        assert wait_for(lambda: len(changes("joined")) == 1, timeout=90, interval=0.2), "no worker joined on node B"
         assert cluster.kill_node_b(), "nothing was running on node B"
-        assert wait_for(lambda: len(changes("left")) == 2, timeout=60, interval=0.2), "node B's workers stayed"
+        assert wait_for(lambda: len(changes("left")) == 1, timeout=60, interval=0.2), "node B's worker stayed"
         cluster.start_node_b()
-        assert wait_for(lambda: len(changes("joined")) == 4, timeout=60, interval=0.2), "node B's return added none"
-        assert wait_for(trained_since_the_last_join, timeout=60, interval=0.2), "the new workers did not train"
+        assert wait_for(lambda: len(changes("joined")) == 2, timeout=60, interval=0.2), "node B's return added none"
+        assert wait_for(trained_since_the_last_join, timeout=60, interval=0.2), "the new worker did not train"
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: every role stops cleanly and reports
         output, _ = proc.communicate(timeout=60)
     finally:
@@ -316,13 +321,11 @@ def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["restarts"] == 0
     order = [(c["change"], c["rank"], c["cause"]) for c in summary["membership_changes"]]
-    assert sorted(order[:2]) == [("joined", 1, "scaled_up"), ("joined", 2, "scaled_up")]
-    assert sorted(order[2:4]) == [("left", 1, "lost"), ("left", 2, "lost")]
-    assert sorted(order[4:]) == [("joined", 1, "scaled_up"), ("joined", 2, "scaled_up")]
+    assert order == [("joined", 1, "scaled_up"), ("left", 1, "lost"), ("joined", 1, "scaled_up")]
     lost = [e for e in events if e.get("event") == "node_lost"]
-    assert len(lost) == 1 and "the run goes on without worker 1, worker 2" in lost[0]["line"]
+    assert len(lost) == 1 and "the run goes on without worker 1" in lost[0]["line"]
     nodes = [(e["index"], e["node"]) for e in events if e.get("event") == "ready" and e["role"] == "worker"]
-    assert nodes[0] == (0, cluster.ip_a) and {ip for _, ip in nodes[1:]} == {cluster.ip_b}
+    assert nodes == [(0, cluster.ip_a), (1, cluster.ip_b), (1, cluster.ip_b)]
     finals = {e["index"]: e for e in events if e.get("event") == "server_stats" and e.get("final")}
     assert sorted(finals) == [0, 1] and all(f["live"]["max_gap_over_bound"] <= 0 for f in finals.values())
     assert all(f["counters"]["pushes"] == f["version"] for f in finals.values())  # each push applied once

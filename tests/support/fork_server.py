@@ -179,7 +179,7 @@ class ForkedCommand(ForkedProcess):
     status comes from the server (the child is the server's, not ours to wait for)."""
 
     def __init__(self, args: list[str], cwd: Optional[str], env: dict[str, str], stdout=None, stderr=None,
-                 text: bool = False) -> None:
+                 text: bool = False, via: Optional[_Server] = None) -> None:
         self.stdout = self.stderr = None
         keep, send = [], [os.open(os.devnull, os.O_RDONLY)]
         for which, spec in (("stdout", stdout), ("stderr", stderr)):
@@ -198,7 +198,7 @@ class ForkedCommand(ForkedProcess):
                 send.append(1 if which == "stdout" else 2)
             else:
                 send.append(spec if isinstance(spec, int) else spec.fileno())
-        self._sock = server().connect()
+        self._sock = (via or server()).connect()  # `via`: a server of the caller's (one in a namespace)
         request = {"args": args[3:], "cwd": cwd or os.getcwd(), "env": env}
         socket.send_fds(self._sock, [json.dumps(request).encode()], send)
         os.close(send[0])

@@ -9,6 +9,10 @@ through Ray. Node A shares the filesystem with the test, so the launcher (which
 must run in a namespace to reach both nodes: `cluster.on_a(argv)`) and its run
 directory live there.
 
+A launcher on node A is forked (`psgd_on_a`) from the suite's fork server run there
+(tests/support/fork_server.py) with Ray imported too: not a fresh interpreter that
+imports torch, psgd and Ray again, about 5 s of CPU a launch on two shared cores.
+
 Everything is created by `start()` and removed by `close()`: every process in
 either namespace is SIGKILLed by pid (`ip netns pids`; never `ray stop`, which
 matches process names machine-wide and would stop other people's Ray), then
@@ -28,6 +32,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from support import fork_server
+
 from psgd.bench.netns_reaper import REAPER, kill_all, ns_pids, remove
 
 BIN = Path(sys.executable).parent
@@ -39,8 +45,11 @@ OBJECT_STORE_BYTES = 80 * 1024 * 1024
 # each node's monitor is one more Python process polling on two shared cores.
 NODE_FLAGS = [f"--num-cpus={NODE_CPUS}", f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats",
               "--include-log-monitor=false"]
+# No idle Python workers started ahead of use, at a node's start or a driver's: each is an
+# interpreter importing Ray (about 1 s of CPU), and every psgd role is an actor of its own anyway.
+NODE_ENV = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
 # A killed node is declared dead after about period x threshold (Ray's default is about 15 s).
-HEAD_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
+HEAD_ENV = {**NODE_ENV, "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
             "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
 
 
@@ -69,6 +78,28 @@ class SetupFailed(RuntimeError):
     pass
 
 
+# The fork server with the Ray launcher imported as well (importing Ray starts no thread).
+FORKS_ON_A = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import fork_server
+import psgd.orchestrate.ray.launcher
+fork_server.serve(sys.argv[2])
+"""
+
+
+class _ForksOnA(fork_server._Server):
+    """The suite's fork server, run on node A (its network and the cluster's HOME)."""
+
+    def __init__(self, cluster: "TwoNodeRay"):
+        self.path = str(cluster.home / "forks.sock")
+        self.env = {**fork_server.START_ENV, "HOME": str(cluster.home)}
+        # From the cluster's home: from the checkout's root, `-c` would import the psgd/ source folder.
+        self.proc = subprocess.Popen(
+            cluster.on_a([sys.executable, "-c", FORKS_ON_A, str(Path(fork_server.__file__).parent), self.path]),
+            env=fork_server.START_ENV, cwd=str(cluster.home), stdin=subprocess.DEVNULL, start_new_session=True)
+
+
 def _run(argv: Sequence[str], timeout: float = 30, env: Optional[dict] = None) -> subprocess.CompletedProcess:
     res = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
                          env=None if env is None else {**os.environ, **env})
@@ -94,6 +125,7 @@ class TwoNodeRay:
         self.home = Path(f"/tmp/psgd-rh-{self.token}")
         self._made: list[str] = []
         self._reaper: Optional[subprocess.Popen] = None
+        self._forks: Optional[_ForksOnA] = None
 
     # ---- commands on a node ------------------------------------------------
     def on_a(self, argv: Sequence[str]) -> list[str]:
@@ -114,6 +146,14 @@ class TwoNodeRay:
         return ["ip", "netns", "exec", self.ns_b, "env", f"HOME={self.home}", "unshare", "--mount",
                 "--propagation", "private", "sh", "-c", script, "sh", *argv]
 
+    def psgd_on_a(self, args: Sequence[str], cwd: Path, env: Optional[dict] = None,
+                  **pipes) -> fork_server.ForkedCommand:
+        """`psgd ARGS` on node A, forked from the fork server there (its own session, as
+        `conftest.spawn` starts one); `pipes`: stdout, stderr and text, as for Popen."""
+        full = {**fork_server.START_ENV, **(env or {}), "HOME": str(self.home)}
+        return fork_server.ForkedCommand([sys.executable, "-m", "psgd.cli", *args], str(cwd), full, via=self._forks,
+                                         **pipes)
+
     def pids(self, ns: str) -> list[int]:
         return ns_pids(ns)
 
@@ -127,6 +167,7 @@ class TwoNodeRay:
             self.home.mkdir(mode=0o700)
             self._start_reaper()
             self._network()
+            self._forks = _ForksOnA(self)  # its imports overlap the nodes' start
             ray = str(BIN / "ray")
             _run(self.on_a([ray, "start", "--head", f"--node-ip-address={self.ip_a}", f"--port={RAY_PORT}",
                             '--resources={"node_a": 8}', "--include-dashboard=false",
@@ -140,7 +181,7 @@ class TwoNodeRay:
     def start_node_b(self) -> None:
         """Node B joins the head (again, after kill_node_b: a fresh node with an empty /tmp)."""
         _run(self.on_b([str(BIN / "ray"), "start", f"--address={self.address}", f"--node-ip-address={self.ip_b}",
-                        '--resources={"node_b": 8}', "--temp-dir=/tmp/psgd-rt", *NODE_FLAGS]), timeout=60)
+                        '--resources={"node_b": 8}', "--temp-dir=/tmp/psgd-rt", *NODE_FLAGS]), timeout=60, env=NODE_ENV)
 
     def _start_reaper(self) -> None:
         """Removes what this cluster made if this process dies before close()."""
@@ -170,7 +211,10 @@ class TwoNodeRay:
         """Stop everything; returns what is left behind (empty when all is gone)."""
         made, self._made = list(reversed(self._made)), []
         for ns in made:
-            kill_all(ns)
+            kill_all(ns)  # the fork server on node A among them
+        if self._forks is not None:
+            self._forks.close()  # reaps it
+            self._forks = None
         left = [f"processes {self.pids(ns)} in {ns}" for ns in made if self.pids(ns)]
         remove(made, [str(self.temp_a), str(self.home)])
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout

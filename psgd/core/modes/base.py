@@ -137,7 +137,10 @@ class ApplyOnArrival(ModeBehaviour):
 
     def count(self, rank: int, clock: int, grad: Optional[torch.Tensor], staleness: int,
               weight: float = 1.0) -> Counted:
-        return Counted()
+        return _COUNTED  # frozen: one shared instance, not one built per push
+
+
+_COUNTED = Counted()
 
 
 def uncovered(modes) -> list[str]:

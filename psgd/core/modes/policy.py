@@ -44,6 +44,9 @@ class Finished:
     carried: bool = False                    # its round was already merged: it goes into the next (quorum)
 
 
+_NOTHING_MORE = Finished()
+
+
 class ConsistencyPolicy:
     """`numel`, `backup_workers`: what a mode that aggregates (bsp) sums, and how many
     of a clock's pushes it may go without. `members`: the ranks in the first quorum
@@ -158,7 +161,10 @@ class ConsistencyPolicy:
         on and says what follows."""
         counted = self.rule.count(rank, clock, grad, staleness, weight)
         change = self.advanced(rank, clock)
-        return Finished(counted.late, self.rule.due(), change, counted.carried)
+        update = self.rule.due()
+        if not counted.late and update is None and change is None and not counted.carried:
+            return _NOTHING_MORE  # the common case, one per push: no frozen dataclass built
+        return Finished(counted.late, update, change, counted.carried)
 
     def close_round(self) -> Optional[Update]:
         """The quorum's grace window passed: the round merges once q are in (now, if they are)."""

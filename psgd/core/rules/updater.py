@@ -110,6 +110,8 @@ class ShardUpdater:
         return False
 
     def _identity(self, params: torch.Tensor) -> tuple:
+        if not self.state:  # plain SGD: no state to follow (the common case, checked twice per update)
+            return params.data_ptr(), params._version
         return tuple((t.data_ptr(), t._version) for t in (params, *self.state.values()))
 
     def _bounds_after(self, params: torch.Tensor, grad_max: float, lr: float,
@@ -120,19 +122,19 @@ class ShardUpdater:
         if measure or self._bounded != self._identity(params):
             self._bounds = {name: abs_max(t) for name, t in (("", params), *self.state.items())}
             self._bounded = self._identity(params)
-        cfg, bound = self.cfg, dict(self._bounds)
+        cfg, bound = self.cfg, self._bounds
         lr, grad = abs(lr), grad_max
-        values = [grad]
+        largest = grad  # of every value the step computes (NaN: it stays NaN, and fails the test below)
         if cfg.dc_asgd is not None and read_params is not None and cfg.dc_asgd.lambda_ > 0:
-            values.append(grad * grad)
+            largest = max(largest, grad * grad)
             grad += cfg.dc_asgd.lambda_ * grad * grad * (bound[""] + abs_max(read_params))
         if cfg.weight_decay and self.base.decoupled_weight_decay:
-            bound[""] *= abs(1 - lr * cfg.weight_decay)
+            bound = {**bound, "": bound[""] * abs(1 - lr * cfg.weight_decay)}
         elif cfg.weight_decay:
             grad += abs(cfg.weight_decay) * bound[""]
         after = self.base.magnitudes(bound, grad, lr, self.updates)
-        values += [grad, *after.values()]
-        if not all(v < UNGUARDED_LIMIT for v in values):  # also False for a NaN
+        if not (largest < UNGUARDED_LIMIT and grad < UNGUARDED_LIMIT
+                and all(v < UNGUARDED_LIMIT for v in after.values())):  # also False for a NaN
             return None
         return {name: after[name] * ROUNDING for name in ("", *self.state)}
 

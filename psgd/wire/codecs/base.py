@@ -129,7 +129,7 @@ class Codec(ABC):
     @classmethod
     def wire_nbytes(cls, numel: int, nnz: int = 0) -> int:
         """Payload bytes of one gradient (headers excluded)."""
-        itemsize = torch.empty(0, dtype=cls.wire_dtype).element_size()
+        itemsize = cls.wire_dtype.itemsize
         return itemsize * numel if cls.dense else (4 + itemsize) * nnz
 
 
@@ -151,7 +151,7 @@ class DenseCodec(Codec):
 
     @classmethod
     def bytes_per_element(cls, options: CodecOptions) -> float:
-        return torch.empty(0, dtype=cls.wire_dtype).element_size()
+        return cls.wire_dtype.itemsize
 
     @abstractmethod
     def fill(self, grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, float]:

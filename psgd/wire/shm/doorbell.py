@@ -243,11 +243,11 @@ def ring(bells: Optional[Bells], key, frames) -> bool:
 
 
 class PolledBells:
-    """Keeps a zmq.Poller's registrations in step with a Bells table, and reads
+    """Keeps a poller's registrations in step with a Bells table, and reads
     the bells a poll reports."""
 
     def __init__(self, poller, bells: Bells, pollin: int):
-        """`poller`: a zmq.Poller (register/unregister/poll over sockets and descriptors);
+        """`poller`: a zmq.Poller or a select.epoll (register/unregister over descriptors);
         `pollin`: its flag for readable."""
         self._poller, self._bells, self._pollin = poller, bells, pollin
         self._seen = -1
@@ -257,7 +257,10 @@ class PolledBells:
         if self._seen == self._bells.version:
             return
         for fd in self._keys:
-            self._poller.unregister(fd)
+            try:
+                self._poller.unregister(fd)
+            except (OSError, KeyError):  # an epoll set forgot a closed descriptor by itself
+                pass
         self._keys = {bell.fileno(): key for key, bell in self._bells.items()}
         for fd in self._keys:
             self._poller.register(fd, self._pollin)

@@ -6,6 +6,8 @@ Sockets are not thread-safe: use each from one thread.
 """
 from __future__ import annotations
 
+import select
+import time
 from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Optional, Sequence
@@ -82,9 +84,12 @@ class ServerSocket:
             self._sock.close(0)
             raise TransportError(f"cannot bind {address}: {exc}") from None
         self.address = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self._poller = zmq.Poller()
-        self._poller.register(self._sock, zmq.POLLIN)
-        self._polled = PolledBells(self._poller, bells, zmq.POLLIN) if bells is not None else None
+        # One epoll set over the socket's notification descriptor and the bells: a wait costs the same
+        # with 1 bell or 128 (zmq.Poller hands every registered item to the kernel on each call).
+        self._epoll = select.epoll()
+        self._sock_fd = self._sock.get(zmq.FD)
+        self._epoll.register(self._sock_fd, select.EPOLLIN)
+        self._polled = PolledBells(self._epoll, bells, select.EPOLLIN) if bells is not None else None
 
     def recv(self, timeout_ms: int) -> Optional[tuple[bytes, list]]:
         """The next message as (identity, frames), or None on timeout."""
@@ -102,21 +107,9 @@ class ServerSocket:
             out.append(self._rung.popleft())
         if len(out) == limit:
             return out
-        wait_ms = 0 if out else timeout_ms
-        if self._polled is not None:
-            self._polled.sync()  # never poll a dropped bell's descriptor
-        if self._polled is not None and len(self.bells):
-            ready = False
-            before = len(self._rung)
-            for item, _ in self._poller.poll(wait_ms):
-                ready |= not self._polled.take(item, self._rung)
-            self.rung += len(self._rung) - before
-            while self._rung and len(out) < limit:
-                out.append(self._rung.popleft())
-        # Under load a message is usually queued already: asking the socket is
-        # cheaper than a poll, which costs a system call and the Poller's Python.
-        else:
-            ready = bool(int(self._sock.get(zmq.EVENTS)) & _POLLIN) or bool(self._poller.poll(wait_ms))
+        ready = self._wait(0 if out else timeout_ms)
+        while self._rung and len(out) < limit:
+            out.append(self._rung.popleft())
         taken = 0  # bytes of the socket's messages taken: what ZeroMQ no longer holds back from the peers
         while ready and len(out) < limit and taken < RECV_BATCH_MAX_BYTES:
             try:
@@ -128,6 +121,30 @@ class ServerSocket:
             taken += sum(map(len, parts))
             out.append((parts[0].bytes, [p.buffer for p in parts[1:]]))
         return out
+
+    def _wait(self, timeout_ms: int) -> bool:
+        """Wait up to `timeout_ms` for the socket or a bell; the bells' messages go to `_rung`.
+        True when the socket has a message. ZeroMQ's descriptor signals a change, not a level
+        (and wakes for its own commands too): the socket's own flags are read before sleeping
+        (a message already queued means no sleep) and after each wake-up."""
+        if self._polled is not None:
+            self._polled.sync()  # never poll a dropped bell's descriptor
+        deadline = time.monotonic() + timeout_ms / 1e3
+        while True:
+            ready = bool(int(self._sock.get(zmq.EVENTS)) & _POLLIN)
+            events = self._epoll.poll(0.0 if ready or self._rung else max(0.0, deadline - time.monotonic()))
+            if events and self._polled is not None:
+                before = len(self._rung)
+                for fd, _ in events:
+                    if fd != self._sock_fd:
+                        self._polled.take(fd, self._rung)
+                self.rung += len(self._rung) - before
+            if ready or self._rung or not events:
+                return ready
+            if int(self._sock.get(zmq.EVENTS)) & _POLLIN:
+                return True
+            if time.monotonic() >= deadline:  # else woken by ZeroMQ's own commands only: wait out the rest
+                return False
 
     def send(self, identity: bytes, frames: Sequence) -> bool:
         """Send a reply without blocking; returns False if the peer is gone or
@@ -182,6 +199,7 @@ class ServerSocket:
             raise
 
     def close(self) -> None:
+        self._epoll.close()
         self._sock.close(0)
         if self.bells is not None:
             self.bells.close()

@@ -87,3 +87,20 @@ def test_a_requests_cost_beyond_its_parts_is_charged_at_each_end_where_it_is_spe
 def test_a_profile_file_keeps_the_request_costs(tmp_path):
     probed, (_, path) = _profiles(tmp_path)
     assert load_host_profile(str(path)) == probed
+
+
+def test_the_worker_loop_probes_extras_are_charged_in_the_step_beside_the_device_and_in_the_exchange(tmp_path):
+    plain = replace(load_host_profile("cpu-reference"), worker_step_extra=None, worker_exchange_extra=None)
+    probed = replace(plain, worker_step_extra=Linear(500.0, 2.0), worker_exchange_extra=Linear(200.0, 4.0))
+    paths = tmp_path / "plain.json", tmp_path / "probed.json"
+    for profile, path in zip((plain, probed), paths):
+        path.write_text(profile.to_json())
+    _, before, _ = _run(f"sim.host_profile={paths[0]}", "workers.device_ms=5")
+    _, after, _ = _run(f"sim.host_profile={paths[1]}", "workers.device_ms=5")
+    model = 4 * after.hosts.total
+    share = plain.request_client_send_share
+    assert after.hosts.model.host_part_s == pytest.approx(before.hosts.model.host_part_s
+                                                          + probed.worker_step_extra.seconds(model))
+    exchange = probed.worker_exchange_extra.seconds(model)
+    assert after.hosts.push_out_s == pytest.approx(before.hosts.push_out_s + share * exchange)
+    assert after.hosts.after_replies_s == pytest.approx(before.hosts.after_replies_s + (1 - share) * exchange)

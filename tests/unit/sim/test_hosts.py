@@ -150,7 +150,7 @@ def test_a_profile_that_lacks_the_runs_update_rule_is_named():
     profile = load_host_profile("cpu-reference")
     cfg = _testbed(2, "sim.hosts={box: {cores: 2}}")
     with pytest.raises(ConfigError, match="measures no shard apply for optimizer 'sgd'"):
-        HostModel(cfg, replace(profile, apply={}), 1, StepWork(1, 0, ()))
+        HostModel(cfg, replace(profile, apply={}), 1, StepWork(1, 0, ()), 4)
 
 
 def test_an_evaluator_on_the_workers_host_takes_their_cores_and_on_its_own_host_does_not():
@@ -177,3 +177,22 @@ def test_sim_profile_on_cuda_without_a_gpu_refuses_in_one_line(capsys):
     assert main(["sim", "profile", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no CUDA device" in err
+
+
+def test_processor_sharing_runs_every_step_and_its_cores_do_the_work_charged():
+    engine, result, events = _run(_testbed(8, "sim.hosts={box: {cores: 2}}", "sim.sharing=ps"))
+    assert result.steps == 8 * 4
+    model = engine.hosts.model
+    assert sum(model.charged.values()) == pytest.approx(sum(c.busy_s for c in model.cores))
+    steps = [e for e in events if e["event"] == "step"]
+    assert all(e["comm_s"] >= 0 and e["step_s"] >= e["comm_s"] for e in steps)
+
+
+def test_with_hosts_a_straggler_waits_a_multiple_of_its_compute_as_its_cores_gave_it():
+    cfg = _testbed(2, "sim.hosts={box: {cores: 2}}", "workers.device_ms=0.01", "workers.slowdown={1: 4.0}",
+                   "train.steps_per_worker=1")
+    engine, _, events = _run(cfg)
+    host_part = engine.hosts.model.host_part_s  # above the stated device time: the compute is the cores'
+    first = {e["rank"]: e for e in events if e["event"] == "step"}
+    assert first[0]["step_s"] - first[0]["comm_s"] == pytest.approx(host_part)
+    assert first[1]["step_s"] - first[1]["comm_s"] == pytest.approx(4 * host_part)  # 3x more after it, as a real one
