@@ -16,8 +16,6 @@ import math
 import statistics
 from pathlib import Path
 
-from scipy.stats import binomtest
-
 from psgd.bench.shaped_net import LinkShape
 from psgd.bench.verdict import Sample, judge
 
@@ -115,6 +113,8 @@ def _verdicts(cells, runs) -> list[dict]:
 
 
 def _score(rows, verdicts, side: str) -> dict:
+    from scipy.stats import binomtest  # seconds to import: only the score needs it, not every importer
+
     within, agree = ("within", "agree") if side == "sim" else ("stated_within", "stated_agree")
     hits = sum(r[within] == "yes" for r in rows)
     counted = sum(r[within] in ("yes", "no") for r in rows)

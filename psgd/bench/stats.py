@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy.special import stdtrit
 
 __all__ = ["Interval", "significant", "median_ci", "TIE_MARGIN", "ratio_ci", "Rung", "halving_schedule", "schedule_runs",
            "BOOTSTRAP_RESAMPLES", "CI_LEVEL"]
@@ -134,6 +133,8 @@ def ratio_ci(a: Sequence[float], b: Sequence[float], level: float = CI_LEVEL, pa
             if vx + vy > 0 else n - 1
     if n < 2:
         return Interval(math.exp(mean), 0.0, math.inf, n)
+    from scipy.special import stdtrit  # scipy takes seconds to import: only the interval needs it
+
     half = float(stdtrit(df, 0.5 + level / 2)) * se
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
 

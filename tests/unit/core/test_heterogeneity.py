@@ -2,7 +2,6 @@
 with the requested distribution."""
 import numpy as np
 import pytest
-from scipy import stats
 
 from psgd.core.heterogeneity import DelaySpec, StragglerModel, TransientSpec, describe
 
@@ -36,7 +35,15 @@ def test_random_delays_are_reproducible_per_seed_and_rank():
     assert seq(0, 7) != seq(1, 7) and seq(0, 7) != seq(0, 8)
 
 
-def test_exponential_delays_have_the_requested_distribution():
+@pytest.fixture(scope="module")
+def stats():
+    """scipy.stats, imported by the tests that use it: imported at the top, every xdist worker
+    paid its seconds at collection."""
+    from scipy import stats
+    return stats
+
+
+def test_exponential_delays_have_the_requested_distribution(stats):
     m = StragglerModel.for_rank(0, seed=1, delay=DelaySpec("exponential", mean=0.5))
     x = np.array([m.draw() for _ in range(4000)])
     assert stats.kstest(x, "expon", args=(0, 0.5)).pvalue > 0.01
@@ -44,7 +51,7 @@ def test_exponential_delays_have_the_requested_distribution():
     assert np.mean(x) == pytest.approx(0.5, rel=0.08)
 
 
-def test_pareto_delays_are_heavy_tailed_with_the_requested_mean():
+def test_pareto_delays_are_heavy_tailed_with_the_requested_mean(stats):
     m = StragglerModel.for_rank(0, seed=2, delay=DelaySpec("pareto", mean=0.5, shape=3.0))
     x = np.array([m.draw() for _ in range(4000)])
     # Lomax(c=shape, scale) with scale chosen so the mean is 0.5: scale = 0.5 * (shape - 1)

@@ -1,6 +1,8 @@
 """Per-step compute jitter (psgd.core.step_time): a pure function of (seed, rank, step),
 lognormal of mean 1 and the given CV, and on the engine it multiplies each step's
 compute, composes with a straggler, and spreads ASP's clocks."""
+import functools
+
 import numpy as np
 import pytest
 
@@ -63,8 +65,13 @@ def run(jitter, workers=4, extra=(), seed=0):
     return ex, [e for e in events if e["event"] == "step"]
 
 
+# One simulated run per argument list for the tests that only read it (each costs ~0.5 s of
+# torch steps); the same spelling (seed by keyword) shares one. The repeat below calls `run`.
+shared_run = functools.cache(run)
+
+
 def test_each_step_computes_for_compute_ms_times_its_factor_and_runs_repeat_exactly():
-    ex, steps = run(0.5)
+    ex, steps = shared_run(0.5, seed=0)  # the staleness test reads this run too
     j = ComputeJitter(0.5, seed=0)
     for rank in range(4):
         mine = [e for e in steps if e["rank"] == rank]
@@ -85,7 +92,7 @@ def _staleness_max(ex) -> int:
 
 
 def test_asp_staleness_max_grows_with_jitter():
-    maxima = {cv: [_staleness_max(run(cv, seed=s)[0]) for s in range(2)] for cv in (0.0, 0.2, 0.5)}
+    maxima = {cv: [_staleness_max(shared_run(cv, seed=s)[0]) for s in range(2)] for cv in (0.0, 0.2, 0.5)}
     # Without jitter 4 ASP workers stay in lock step: each push is 3 versions stale at most.
     assert maxima[0.0] == [3, 3]
     # With it the clocks drift apart, more the larger the spread (here 5-6 at CV 0.2, 10-11 at 0.5).

@@ -2,7 +2,6 @@
 import csv
 
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from psgd.config import load_config
 from psgd.orchestrate.records.metrics_export import (
@@ -83,6 +82,8 @@ def test_tensorboard_scalars_and_histograms_are_readable(tmp_path):
     export = MetricsExport(tmp_path, _cfg("logging.tensorboard=true"), t0=1000.0)
     export.add_all(EVENTS)
     export.close()
+    # imported here, not at the top, where every xdist worker paid for it at collection
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     acc = EventAccumulator(str(tmp_path / "tensorboard"))
     acc.Reload()
     tags = acc.Tags()
