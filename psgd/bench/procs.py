@@ -1,5 +1,5 @@
 """Child processes shared by the benchmarks: shard servers on synthetic flat
-parameters, started from multiprocessing's fork server (a clean interpreter:
+parameters, started with multiprocessing's spawn method (a clean interpreter:
 no inherited sockets, threads or torch state), each child at one torch thread.
 
 It imports the real shard (psgd.servers.shard): the benchmarks measure the server users run.
@@ -28,17 +28,9 @@ __all__ = ["BenchShards", "bench_context", "bench_layout", "bench_config", "proc
 START_TIMEOUT_S = 120.0
 
 
-# What every benchmark child imports: the fork server imports it once, not each child (3 s of CPU apiece).
-PRELOAD = ["torch", "psgd.servers.shard"]
-
-
 def bench_context():
-    """The multiprocessing context every benchmark child is started with: forked from a
-    fork server, itself a clean interpreter (no inherited sockets, threads or torch state)
-    that has imported torch and the shard once."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    return ctx
+    """The multiprocessing context every benchmark child is started with."""
+    return mp.get_context("spawn")
 
 
 def parse_size(text: str) -> int:
