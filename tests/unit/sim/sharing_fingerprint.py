@@ -16,7 +16,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from no_hosts_fingerprint import fingerprint  # noqa: E402
 
-HOST = ["sim.hosts={box: {cores: 2}}", "sim.host_profile=cpu-reference"]
+# A frozen copy of a shipped profile: measuring cpu-reference again must not move what these runs check.
+PROFILE = Path(__file__).resolve().parent / "data" / "cpu-reference-2026-11-29.json"
+HOST = ["sim.hosts={box: {cores: 2}}", f"sim.host_profile={PROFILE}"]
 CASES = {f"{mode}-{sharing}": [*HOST, f"sim.sharing={sharing}"]
          for mode in ("bsp", "asp", "ssp") for sharing in ("ps", "rr")}
 

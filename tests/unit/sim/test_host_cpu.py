@@ -58,7 +58,7 @@ def test_a_run_without_hosts_reports_no_cpu():
 def _profiles(tmp_path):
     """The shipped profile without the request probe's keys (a profile measured before it), and with them."""
     plain = replace(load_host_profile("cpu-reference"), request_client=None, request_shard=None,
-                    request_shard_wake_us=0.0)
+                    request_shard_wake_us=0.0, worker_step_extra=None, worker_exchange_extra=None)
     probed = replace(plain, request_client=Linear(300.0, 2.0), request_client_send_share=0.25,
                      request_shard=Linear(150.0, 4.0), request_shard_wake_us=500.0)
     paths = tmp_path / "plain.json", tmp_path / "probed.json"
