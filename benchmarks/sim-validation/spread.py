@@ -1,12 +1,15 @@
 """The BSP release spread after a barrier, simulated on one stated 2-core host, against the testbed's.
 
     .venv/bin/python benchmarks/sim-validation/spread.py [--profile cpu-reference] [--runs DIR] [--sim-set sim.sharing=ps]
+    .venv/bin/python benchmarks/sim-validation/spread.py --real-seeds 3   # also runs the testbed for real (quiet machine)
 
 Runs testbed.yaml under BSP at W = 4, 8, 16 with loopback links on the simulator, every role on one
 host of 2 cores (`sim.hosts: {box: {cores: 2}}`, costs from `--profile`), and measures each run's
 release spread as explain.py measures a real one (per clock, the first worker's step to the last
 one's, median over clocks). The real figures are read from misses.md (explain.py's table of the
-testbed's runs): their cells w{W}-bsp-none-loopback. Simulated figures are labelled so.
+testbed's runs): their cells w{W}-bsp-none-loopback. With --real-seeds N the real side is measured
+again instead: the same cells run for real now (`psgd launch`, loopback, as validate.py runs them), seeds
+0..N-1, the median over seeds; the simulated side then runs the same seeds. Simulated figures are labelled so.
 """
 from __future__ import annotations
 
@@ -32,27 +35,54 @@ def real_spreads() -> dict[int, float]:
     return out
 
 
+def measured_spreads(runs: Path, seeds: int) -> dict[int, float]:
+    """W: the median over seeds of the real release spread (ms), each run now on this machine."""
+    import statistics
+
+    import testbed_runs as bed
+
+    from psgd.bench.shaped_net import LinkShape
+    out = {}
+    for workers in (4, 8, 16):
+        cell = bed.Cell(workers, "bsp", "none", "loopback")
+        spreads = [release_spread_ms(bed.run_real(HERE / "testbed.yaml", cell, seed, LinkShape(100.0),
+                                                  runs / "real" / f"w{workers}-s{seed}"), workers)
+                   for seed in range(seeds)]
+        out[workers] = statistics.median(spreads)
+    return out
+
+
+def simulated_spread_ms(out: Path, workers: int, seed: int, profile: str, sim_sets: list[str]) -> float:
+    from psgd.cli import main as psgd
+    sets = [f"cluster.workers={workers}", "consistency.mode=bsp", f"run.seed={seed}", "sim.hosts={box: {cores: 2}}",
+            f"sim.host_profile={profile}", "eval.enabled=false", "train.target_accuracy=null", *sim_sets]
+    if psgd(["launch", str(HERE / "testbed.yaml"), "--on", "sim", "--out", str(out), "--quiet",
+             *[a for s in sets for a in ("--set", s)]]) != 0:
+        raise RuntimeError(f"the simulated run into {out} failed")
+    return release_spread_ms(out, workers)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="cpu-reference", help="sim.host_profile (a shipped name or a file)")
     ap.add_argument("--runs", type=Path, default=Path("/tmp/psgd-spread"))
     ap.add_argument("--sim-set", action="append", default=[], metavar="KEY=VALUE",
                     help="another config key for the simulated runs (repeatable), e.g. sim.sharing=ps")
+    ap.add_argument("--real-seeds", type=int, default=0,
+                    help="run the real cells again now with this many seeds (needs a quiet machine) instead of "
+                         "reading misses.md")
     args = ap.parse_args(argv)
-    from psgd.cli import main as psgd
-    real = real_spreads()
+    import statistics
+    seeds = list(range(args.real_seeds)) if args.real_seeds else [0]
+    real = measured_spreads(args.runs, args.real_seeds) if args.real_seeds else real_spreads()
+    source = f"measured now, median of {args.real_seeds} seeds" if args.real_seeds else "misses.md"
     stated = "".join(f", {s}" for s in args.sim_set)
-    print(f"| W | real spread (ms, misses.md) | simulated spread (ms, 2-core host, {args.profile}{stated}) | sim / real "
+    print(f"| W | real spread (ms, {source}) | simulated spread (ms, 2-core host, {args.profile}{stated}) | sim / real "
           "| within ±30% |")
     print("|---|---|---|---|---|")
     for workers in (4, 8, 16):
-        out = args.runs / f"w{workers}"
-        sets = [f"cluster.workers={workers}", "consistency.mode=bsp", "sim.hosts={box: {cores: 2}}",
-                f"sim.host_profile={args.profile}", "eval.enabled=false", "train.target_accuracy=null", *args.sim_set]
-        if psgd(["launch", str(HERE / "testbed.yaml"), "--on", "sim", "--out", str(out), "--quiet",
-                 *[a for s in sets for a in ("--set", s)]]) != 0:
-            return 1
-        sim = release_spread_ms(out, workers)
+        sim = statistics.median(simulated_spread_ms(args.runs / f"w{workers}-s{seed}", workers, seed, args.profile,
+                                                    args.sim_set) for seed in seeds)
         ratio = sim / real[workers]
         print(f"| {workers} | {real[workers]:.1f} | {sim:.2f} | {ratio:.2f} | {'yes' if abs(ratio - 1) <= WITHIN else 'no'} |")
     return 0
