@@ -194,7 +194,7 @@ class PSClient:
         (it restarted, or timed this worker out) is joined again, up to REJOINS_PER_SHARD
         times in one request, and the request repeated: a push keeps its seq, so none
         applies twice, and a push sent in pieces goes whole."""
-        if request.pending is None or set(request.pending.requests) != set(request.shards):
+        if request.pending is None or request.pending.requests.keys() != set(request.shards):
             raise ValueError("every shard's gradient must be sent before the push can finish")
         rejoins: dict[int, int] = {}
         while True:

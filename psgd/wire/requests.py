@@ -80,7 +80,8 @@ class RequestTracker:
         attempts, deadline = pending.attempts, pending.deadline
         links = self.conns.links
         should_stop = self.should_stop if pending.interruptible else None
-        while len(replies) < len(requests):
+        need = len(requests)
+        while len(replies) < need:
             if should_stop is not None and should_stop():
                 raise Interrupted("stopped while waiting for shards")
             for shard, frames in self.conns.recv(timeout_ms=100):
