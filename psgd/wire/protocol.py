@@ -20,6 +20,7 @@ layout (sizes, shard) belong to the server.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, ClassVar, Sequence
@@ -271,9 +272,11 @@ def _check_fields(mtype: int, fields: dict) -> None:
 
 
 # One packer, reused for push headers: msgpack.packb builds a Packer per call. Safe from any
-# thread because a push header holds only exact builtin values (packing them runs no Python
-# code, so the GIL is never given up inside one pack), and autoreset leaves no state behind.
-_pack_push = msgpack.Packer(use_bin_type=True).pack
+# thread with msgpack's C packer because a push header holds only exact builtin values (packing
+# them runs no Python code, so the GIL is never given up inside one pack), and autoreset leaves
+# no state behind; msgpack's pure-Python fallback packs in Python, so there each call gets its own.
+_pack_push = (msgpack.Packer(use_bin_type=True).pack if msgpack.Packer.__module__ == "msgpack._cmsgpack"
+              else functools.partial(msgpack.packb, use_bin_type=True))
 _PUSH, _PUSH_PULL = int(MsgType.PUSH), int(MsgType.PUSH_PULL)  # plain ints: an enum's .value is two Python calls
 
 

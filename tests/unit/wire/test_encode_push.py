@@ -39,3 +39,24 @@ def test_encode_of_a_push_record_is_encode_push():
 def test_encode_push_refuses_other_records():
     with pytest.raises(TypeError, match="PUSH and PUSH_PULL"):
         P.encode_push(P.Pull, [], req=1, rank=0, seq=0, clock=0, read_version=0, encoding="none", scale=1.0, numel=1)
+
+
+def test_encode_push_from_several_threads_at_once_keeps_each_header_whole():
+    import threading
+
+    bad = []
+
+    def sender(rank):
+        for seq in range(500):
+            frames = P.encode_push(P.Push, [], req=seq, rank=rank, seq=seq, clock=seq, read_version=rank,
+                                   encoding="none", scale=1.0, numel=seq + rank)
+            rec, _ = P.decode(frames)
+            if (rec.rank, rec.seq, rec.numel) != (rank, seq, seq + rank):
+                bad.append((rank, seq))
+
+    threads = [threading.Thread(target=sender, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []
