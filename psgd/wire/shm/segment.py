@@ -223,7 +223,14 @@ class Segment:
     def put_request(self, data: Union[torch.Tensor, memoryview, bytes]) -> tuple[int, int]:
         """Copy one request payload into the request region (nothing to copy when
         it was made there); returns (generation, bytes) for the request's descriptor."""
-        if self.holds(data):
+        obj, ptr, view = self._src
+        if obj is data and type(data) is torch.Tensor and data.data_ptr() == ptr:
+            # The buffer copied in last time, where it was then (so not made in the region, and its
+            # size checked): copy it again, as _bytes' cached view would.
+            n = view.numel()
+            self._next_generation()
+            self._typed("request", self._request, n, torch.uint8).copy_(view)
+        elif self.holds(data):
             n = data.numel() * data.element_size()
         else:
             src = self._bytes(data)
