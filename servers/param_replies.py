@@ -35,7 +35,7 @@ class ParamReplies:
     def live(self, identity: bytes, record: P.Record, params: torch.Tensor) -> None:
         """Reply with the live parameters. The state keeps the send's tracker, so it does not
         update them in place while a zero-copy send still reads them."""
-        if isinstance(record, P.Params) and record.shm:  # already copied into the client's segment
+        if record.TYPE is P.MsgType.PARAMS and record.shm:  # already copied into the client's segment
             self._sock.send(identity, P.encode(record))
             return
         if self._frame_of is not params:  # the live tensor changes only on copy-on-write
@@ -68,7 +68,7 @@ class ParamReplies:
         record = P.build(P.Params, req=pull.req, version=answer.version, clock=answer.clock,
                          min_clock=answer.min_clock, numel=snap.numel(),
                          shm=shared is not None and self._shm.reply(identity, pull.req, shared, pull.slot),
-                         fastest_step_s=answer.fastest_step_s, held_s=round(answer.held_s, 6))
+                         fastest_step_s=answer.fastest_step_s, held_s=round(answer.held_s, 6) if answer.held_s else 0.0)
         if enc is None:
             self.live(identity, record, snap)
         else:

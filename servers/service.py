@@ -101,6 +101,7 @@ class ShardService:
         self.speeds = StepSpeeds()     # local.dynamic: workers size their rounds by the fastest one's speed
         self._released_at: Optional[tuple] = None  # the policy's readiness when parked pulls were last looked at
         self.waits = PullWaits(state.workers)  # how long pulls stayed parked, and whose request released them
+        self._numel = state.numel  # fixed for the state's life; read on every push
 
     # ---- requests -----------------------------------------------------------
     def register(self, rank: int, now: float) -> Joined:
@@ -221,8 +222,8 @@ class ShardService:
     def check_push(self, p: PushFields) -> None:
         """Refuse (ProtocolError) a push whose fields this shard cannot take."""
         st = self.state
-        if p.numel != st.numel and not p.dense_piece:
-            raise ProtocolError(ErrorCode.BAD_SIZE, f"gradient has {p.numel} elements, shard holds {st.numel}")
+        if p.numel != self._numel and not p.dense_piece:
+            raise ProtocolError(ErrorCode.BAD_SIZE, f"gradient has {p.numel} elements, shard holds {self._numel}")
         if p.clock < 0 or p.seq < 0 or p.read_version < 0:
             raise ProtocolError(ErrorCode.BAD_FIELD, "clock, seq and read_version must be >= 0")
         if not (p.scale > 0 and p.scale < math.inf):

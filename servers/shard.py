@@ -97,6 +97,10 @@ class ShardServer:
         self._peers = PeerTable(run_token)  # who may act for which rank (peers.py)
         self._running = False
         self._busy_s, self._served = 0.0, 0  # time spent handling requests, and how many
+        self._numel = self.state.numel  # read on every push: an attribute, not the property
+        # The codec's own time decoding whole gradients; None before the first. Summed here and
+        # rounded into the counters when stats are read, not rounded once per push.
+        self._decode_s: Optional[float] = None
         self._cpu = CpuMeter()  # the process's CPU from serve() on (every thread's), in its stats
         # Same-host clients' shared-memory segments (psgd.wire.shm.segment).
         self._shm = ShardSegments(4 * self.state.numel, shared_memory_wanted(cfg.wire.shared_memory, curve is not None),
@@ -293,7 +297,7 @@ class ShardServer:
 
     def _on_push(self, identity: bytes, rec: P.Push, payload: list) -> None:
         self._peers.check_worker(identity, rec.rank)
-        piece = P.is_piece(rec, self.state.numel)
+        piece = P.is_piece(rec, self._numel)
         push_pull = rec.TYPE is MsgType.PUSH_PULL
         fields = PushFields(rec.rank, rec.seq, rec.clock, rec.read_version, rec.numel,
                             dense_piece=piece and dense_codec(rec.encoding), scale=rec.scale, step_s=rec.step_s,
@@ -320,7 +324,7 @@ class ShardServer:
         if not piece:
             started = time.perf_counter()
             grad = self._decode.gradient(identity, rec, payload)
-            self.state.counters["decode_us"] += round(1e6 * (time.perf_counter() - started))  # the codec's own time
+            self._decode_s = (self._decode_s or 0.0) + (time.perf_counter() - started)  # the codec's own time
             return grad
         if rec.seq <= self.state.last_seq[rec.rank]:  # a piece of a push already applied: nothing to add
             return None if rec.held else torch.empty(0)  # state.push recognises the duplicate before reading it
@@ -364,9 +368,12 @@ class ShardServer:
         self._reply(identity, P.StatsReply(req=rec.req, stats=self.state.stats()))
 
     def _bell_counters(self) -> None:
-        """The socket's doorbell counts, as counters: requests that rang, bells whose client went away."""
+        """The counters kept outside the state, before its stats are read: requests that
+        rang a doorbell, bells whose client went away, the codec's decode time."""
         self.state.counters["bell_requests"] = self._sock.rung
         self.state.counters["bells_lost"] = self._bells.dropped
+        if self._decode_s is not None:
+            self.state.counters["decode_us"] = round(1e6 * self._decode_s)
 
     def _on_shutdown(self, identity: bytes, rec: P.Shutdown, payload: list) -> None:
         if not self._peers.may_shut_down(identity, rec.token):

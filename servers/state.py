@@ -179,20 +179,21 @@ class ShardState:
         self.counters["pushes"] += 1
         self._use_lr(self.policy.pushed(rank, clock, step_s))
         staleness = max(0, self.version - read_version)
-        grad_max = abs_bound(grad[1] if isinstance(grad, tuple) else grad)  # read once: the check and the bound
+        sparse = isinstance(grad, tuple)  # (indices, values); asked once
+        grad_max = abs_bound(grad[1] if sparse else grad)  # read once: the check and the bound
         if not math.isfinite(grad_max):
             self.counters["rejected_nonfinite"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE, staleness))
         action = self.policy.push_action(staleness)
-        if isinstance(grad, tuple) and (action is PushAction.AGGREGATE or not self.rule.sparse_exact):
-            grad, grad_max = self._dense(*grad), None  # a repeated index sums its values
+        if sparse and (action is PushAction.AGGREGATE or not self.rule.sparse_exact):
+            grad, grad_max, sparse = self._dense(*grad), None, False  # a repeated index sums its values
         if action is PushAction.AGGREGATE:
             return self._finish_push(rank, clock, PushResult(PushStatus.BUFFERED, staleness), grad=grad,
                                      weight=float(steps * self.cfg.task.batch_size))
         if action is PushAction.DROP_STALE:
             self.counters["rejected_stale"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.TOO_STALE, staleness))
-        if isinstance(grad, tuple):
+        if sparse:
             applied = self.rule.apply_sparse(self._writable(), grad[0], grad[1], staleness)
         else:
             applied = self.rule.apply_if_finite(self._writable(), grad, staleness, self._read.get(rank), grad_max)

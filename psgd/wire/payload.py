@@ -25,20 +25,24 @@ def frame_to_tensor(frame: Any, encoding: str, numel: int) -> torch.Tensor:
     return codec.view(frame, numel)
 
 
+_PARAMS, _PUSH, _PUSH_PULL, _WELCOME = P.MsgType.PARAMS, P.MsgType.PUSH, P.MsgType.PUSH_PULL, P.MsgType.WELCOME
+
+
 def payload_frames(record: P.Record) -> int:
     """How many tensor frames follow the header of `record` (an unknown
     encoding counts one: its decoder refuses it)."""
-    if isinstance(record, P.Params):  # first: a client reads one per pull
+    kind = record.TYPE  # a class attribute: no isinstance calls on every message's path
+    if kind is _PARAMS:  # first: a client reads one per pull
         if record.shm:
             return 0
         codec = CODECS.get(record.encoding)
         return codec.frames if codec is not None else 1
-    if isinstance(record, P.Push):
+    if kind is _PUSH or kind is _PUSH_PULL:
         if record.encoding == RUNS and not record.shm:
             return plan_frames(record.runs)
         codec = CODECS.get(record.encoding)
         return 0 if record.shm else codec.frames if codec is not None else 1
-    if isinstance(record, P.Welcome):
+    if kind is _WELCOME:
         codec = CODECS.get(record.encoding)
         return codec.frames if codec is not None else 1
     return 0

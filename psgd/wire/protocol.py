@@ -249,9 +249,7 @@ def build(cls: type[Record], **fields: Any):
     if not _NAMES[cls.TYPE].issuperset(fields):
         raise TypeError(f"{cls.__name__} has no field {sorted(set(fields) - _NAMES[cls.TYPE])[0]!r}")
     record = object.__new__(cls)
-    state = record.__dict__
-    state.update(_DEFAULTS[cls.TYPE])
-    state.update(fields)
+    object.__setattr__(record, "__dict__", {**_DEFAULTS[cls.TYPE], **fields})  # one call: the fields in order
     return record
 
 
@@ -282,11 +280,12 @@ _PUSH, _PUSH_PULL = int(MsgType.PUSH), int(MsgType.PUSH_PULL)  # plain ints: an 
 
 def encode(record: Record, frames: Sequence[Any] = ()) -> list:
     """Header bytes followed by the given payload frames (buffers, not copied)."""
-    if isinstance(record, Push):
+    kind = record.TYPE  # a class attribute: no isinstance calls on every reply's path
+    if kind is MsgType.PUSH or kind is MsgType.PUSH_PULL:
         return encode_push(type(record), frames, **record.__dict__)
     fields = record.__dict__.copy()  # the dataclass fields, in order
     req = fields.pop("req")
-    if isinstance(record, Params) and not record.held_s:
+    if kind is MsgType.PARAMS and not record.held_s:
         del fields["held_s"]
     header = msgpack.packb([PROTOCOL_VERSION, int(record.TYPE), req, fields], use_bin_type=True)
     return [header, *frames]
@@ -350,10 +349,7 @@ def decode(frames: Sequence[Any]) -> tuple[Record, list]:
     if defaults is None:
         return RECORDS[mtype](req=req, **fields), list(frames[1:])
     record = object.__new__(RECORDS[mtype])
-    state = record.__dict__
-    state.update(defaults)
-    state.update(fields)
-    state["req"] = req
+    object.__setattr__(record, "__dict__", {**defaults, **fields, "req": req})  # one call, defaults' order kept
     return record, list(frames[1:])
 
 
