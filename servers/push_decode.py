@@ -49,16 +49,16 @@ class PushDecoder:
         codec = dense_codec(rec.encoding)
         if codec is None:
             raise ProtocolError(P.ErrorCode.BAD_ENCODING, f"{rec.encoding!r} cannot travel through shared memory")
-        dtype = codec.wire_dtype
+        dtype, f32 = codec.wire_dtype, self._f32_buffer
         if dtype == torch.float32:
-            out = self._f32_buffer  # fp32: copied straight into the decode buffer
+            out = f32  # fp32: copied straight into the decode buffer
         else:
             out = self._wire.get(dtype)
             if out is None:
                 out = self._wire[dtype] = torch.empty(self.numel, dtype=dtype)
         if rec.numel != out.numel() or not self._shm.request(identity, rec.shm, out):
             raise ProtocolError(P.ErrorCode.BAD_SHM, f"no shared-memory payload at generation {rec.shm} for this connection")
-        return codec.to_f32(out, rec.scale, self._f32_buffer)
+        return codec.to_f32(out, rec.scale, f32)
 
     @property
     def _f32_buffer(self) -> torch.Tensor:

@@ -178,7 +178,7 @@ class ShardState:
         self.last_seq[rank] = seq
         self.counters["pushes"] += 1
         self._use_lr(self.policy.pushed(rank, clock, step_s))
-        staleness = max(0, self.version - read_version)
+        staleness = self.version - read_version  # >= 0: check_push refused a read_version ahead of the shard
         sparse = isinstance(grad, tuple)  # (indices, values); asked once
         grad_max = abs_bound(grad[1] if sparse else grad)  # read once: the check and the bound
         if not math.isfinite(grad_max):
@@ -196,7 +196,7 @@ class ShardState:
         if sparse:
             applied = self.rule.apply_sparse(self._writable(), grad[0], grad[1], staleness)
         else:
-            applied = self.rule.apply_if_finite(self._writable(), grad, staleness, self._read.get(rank), grad_max)
+            applied = self.rule.apply_if_finite(self._writable(), grad, staleness, self._read.get(rank) if self._read else None, grad_max)
         if not applied:
             self.counters["rejected_nonfinite_result"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE_RESULT, staleness))
@@ -278,7 +278,7 @@ class ShardState:
     def answer_pull(self, rank: int, clock: int) -> tuple[torch.Tensor, int, int]:
         """(parameters, clock, slowest quorum clock) for a worker's ready pull; records the gap."""
         clock, low = self.policy.answered(rank, clock)
-        self.clock_gaps.add(max(0, clock - low))
+        self.clock_gaps.add(clock - low if clock > low else 0)
         self.counters["pulls"] += 1
         if self.cfg.optimizer.dc_asgd is not None:
             self._read[rank] = self._frozen_copy()

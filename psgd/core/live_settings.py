@@ -121,6 +121,8 @@ class LiveSettings:
 
     # ---- reading -----------------------------------------------------------
     def at(self, clock: int) -> LiveSetting:
+        if not self._clocks:  # no change scheduled (the common case): asked a few times per request
+            return self.initial
         i = bisect_right(self._clocks, clock)
         return self._settings[i - 1] if i else self.initial
 
@@ -146,7 +148,8 @@ class LiveSettings:
         return self.hold is not None and clock >= self.hold.clock
 
     def note_answered(self, clock: int) -> None:
-        self.answered = max(self.answered, clock)
+        if clock > self.answered:
+            self.answered = clock
 
     # ---- changing ----------------------------------------------------------
     def schedule(self, clock: int, fields: dict, origin: str) -> LiveSetting:

@@ -94,7 +94,8 @@ class ConsistencyPolicy:
     # ---- pulls ------------------------------------------------------------
     def pull_clock(self, rank: int, clock: int) -> int:
         """A client may not claim to be behind its own pushes (that would dodge the bound)."""
-        return max(clock, self.board.clocks[rank])
+        own = self.board.clocks[rank]
+        return clock if clock > own else own
 
     def pull_ready(self, rank: int, clock: int) -> bool:
         """May a pull from `rank` at `clock` be answered now? The mode in force at that

@@ -37,7 +37,7 @@ import re
 import select
 import stat
 import struct
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from psgd.wire.shm import PROC
 
@@ -198,6 +198,9 @@ class Bells:
 
     def __init__(self):
         self._by_key: dict = {}
+        # get(key): the bell or None. The table's own dict.get, not a method around it: every
+        # send and every wake-up looks one up. The table is never replaced, so it stays bound.
+        self.get: Callable[[Any], Optional[_Pipes]] = self._by_key.get
         self.version = 0
         self.dropped = 0   # bells dropped because the other side went away or broke the framing
 
@@ -212,9 +215,6 @@ class Bells:
             bell.close()
             self.version += 1
             self.dropped += lost
-
-    def get(self, key) -> Optional[_Pipes]:
-        return self._by_key.get(key)
 
     def items(self) -> list:
         return list(self._by_key.items())
@@ -269,7 +269,7 @@ class PolledBells:
     def take(self, item, out: list) -> bool:
         """If poll reported `item` for a bell: append its messages to `out` as
         (key, [header]) and return True (a bell whose peer is gone is dropped)."""
-        key = self._keys.get(item) if isinstance(item, int) else None
+        key = self._keys.get(item) if type(item) is int else None  # a descriptor (a zmq.Poller also reports sockets)
         if key is None:
             return False
         bell = self._bells.get(key)
