@@ -27,6 +27,7 @@ __all__ = ["ParamReplies"]
 class ParamReplies:
     def __init__(self, cfg: Config, state: ShardState, sock: ServerSocket, shm: ShardSegments):
         self.state, self._sock, self._shm = state, sock, shm
+        self._numel = state.numel  # a pull's answer carries the whole shard: read on every one
         self._frame_of: Optional[torch.Tensor] = None  # the tensor `_frame` views (a reply frame)
         self._frame = None
         encoding = reply_encoding(cfg.wire)  # workers' pulls in it (none: the live tensor as it is)
@@ -66,7 +67,7 @@ class ParamReplies:
         enc = self.encoded(snap, answer.version) if self._encoder is not None else None
         shared = snap if enc is None else enc.tensor
         record = P.build(P.Params, req=pull.req, version=answer.version, clock=answer.clock,
-                         min_clock=answer.min_clock, numel=snap.numel(),
+                         min_clock=answer.min_clock, numel=self._numel,
                          shm=shared is not None and self._shm.reply(identity, pull.req, shared, pull.slot),
                          fastest_step_s=answer.fastest_step_s, held_s=round(answer.held_s, 6) if answer.held_s else 0.0)
         if enc is None:

@@ -24,6 +24,7 @@ class PushDecoder:
         """`plan`: the runs this shard's pushes come in (one run, or none given: any single encoding)."""
         self.numel = numel
         self.plan = plan
+        self._in_runs = len(plan) > 1  # several runs: every push comes inline in encoding 'runs'
         self._shm = segments
         self._f32: Optional[torch.Tensor] = None  # decoded fp16/bf16 and shared-memory gradients
         self._wire: dict[torch.dtype, torch.Tensor] = {}  # fp16/bf16 copied out of shared memory
@@ -32,8 +33,8 @@ class PushDecoder:
     def gradient(self, identity: bytes, rec: P.Push,
                  payload: list) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Dense fp32, or (indices, values) for a sparse push. Valid until the next call."""
-        if rec.encoding == RUNS or len(self.plan) > 1:
-            if len(self.plan) > 1 and (rec.encoding != RUNS or rec.shm):
+        if rec.encoding == RUNS or self._in_runs:
+            if self._in_runs and (rec.encoding != RUNS or rec.shm):
                 raise ProtocolError(P.ErrorCode.BAD_ENCODING, f"this shard's pushes come in {len(self.plan)} runs "
                                     "inline (encoding 'runs'), as wire.compression.choose_by: tensor plans them")
             return decode_runs(self.plan, rec.runs, payload, self._f32_buffer)
@@ -73,7 +74,7 @@ class PushDecoder:
         A piece inline is checked before anything is kept; an fp32 piece in `identity`'s segment
         (`rec.shm`) is copied straight to its place, and forgotten if the copy fails."""
         codec = dense_codec(rec.encoding)
-        if codec is None or (rec.shm and codec.wire_dtype != torch.float32) or len(self.plan) > 1:
+        if codec is None or (rec.shm and codec.wire_dtype != torch.float32) or self._in_runs:
             raise ProtocolError(P.ErrorCode.BAD_ENCODING, "pieces are dense, fp32 in shared memory, and never "
                                 "for a shard pushed in runs")
         if rec.offset < 0 or rec.numel < 1 or rec.offset + rec.numel > self.numel:

@@ -226,7 +226,8 @@ class ShardSegments:
         seg = self._by_identity.get(identity)
         if seg is None:
             return False
-        self._used.add(identity)
+        if identity not in self._used:  # once per sweep, not a set.add per request
+            self._used.add(identity)
         return seg.read_request(gen, out, at)
 
     def reply(self, identity: bytes, req: int, data: torch.Tensor, slot: int = 0) -> bool:
@@ -235,7 +236,8 @@ class ShardSegments:
         seg = self._by_identity.get(identity)
         if seg is None:
             return False
-        self._used.add(identity)
+        if identity not in self._used:  # once per sweep, not a set.add per request
+            self._used.add(identity)
         return seg.put_reply(req, data, slot)
 
     def release(self, identity: bytes) -> None:

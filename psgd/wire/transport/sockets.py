@@ -129,10 +129,11 @@ class ServerSocket:
         (a message already queued means no sleep) and after each wake-up."""
         if self._polled is not None:
             self._polled.sync()  # never poll a dropped bell's descriptor
-        deadline = time.monotonic() + timeout_ms / 1e3
+        wait_s = timeout_ms / 1e3
+        deadline = time.monotonic() + wait_s
         while True:
             ready = bool(int(self._sock.get(zmq.EVENTS)) & _POLLIN)
-            events = self._epoll.poll(0.0 if ready or self._rung else max(0.0, deadline - time.monotonic()))
+            events = self._epoll.poll(0.0 if ready or self._rung else wait_s)
             if events and self._polled is not None:
                 before = len(self._rung)
                 for fd, _ in events:
@@ -143,7 +144,8 @@ class ServerSocket:
                 return ready
             if int(self._sock.get(zmq.EVENTS)) & _POLLIN:
                 return True
-            if time.monotonic() >= deadline:  # else woken by ZeroMQ's own commands only: wait out the rest
+            wait_s = deadline - time.monotonic()  # else woken by ZeroMQ's own commands only: wait out the rest
+            if wait_s <= 0:
                 return False
 
     def send(self, identity: bytes, frames: Sequence) -> bool:
