@@ -257,7 +257,7 @@ class ShardService:
         """Answer the parked pulls that became ready, in arrival order. Skips the look
         while the policy says nothing a parked pull waits on has moved. `by`: the rank
         whose request (a push, a join, a leave) moved it, charged with the wait it ended."""
-        if not len(self.parked):
+        if not self.parked:  # its __len__, without a len() call around it
             return []
         readiness = self.state.policy.readiness()
         if readiness is not None and readiness == self._released_at:

@@ -65,8 +65,10 @@ class AttachedSegment:
         # regions by (region, byte offset, bytes), and the byte views of the last buffers read
         # into and replied from, by (object, address). Let go with the mapping.
         self._spans: dict[tuple, torch.Tensor] = {}
-        self._into: tuple = (None, 0, None)
-        self._from: tuple = (None, 0, None)
+        # The last tensor copied into / out of (it, its address, its bytes' view): lists, so
+        # _bytes_view updates them in place without a getattr/setattr by name per request.
+        self._into: list = [None, 0, None]
+        self._from: list = [None, 0, None]
 
     @classmethod
     def attach(cls, name: str, token_hex: str, request_bytes: int, reply_bytes: int,
@@ -134,20 +136,20 @@ class AttachedSegment:
         another payload before the copy ended, or the bytes exceed the region."""
         nbytes = out.numel() * out.element_size()
         if (self._mm is None or at < 0 or not 0 <= at + nbytes <= self.request_capacity
-                or self._generation(_REQUEST_GEN_AT) != gen):
+                or _GEN.unpack_from(self._mm, _REQUEST_GEN_AT)[0] != gen):
             return False
         if not out.is_contiguous():
             raise ValueError("read_request needs a contiguous buffer")
         if nbytes:
-            self._bytes_view("_into", out).copy_(self._span("request", at, nbytes))  # the one read of client memory
+            self._bytes_view(self._into, out).copy_(self._span("request", at, nbytes))  # the one read of client memory
         # The client bumps the generation before it writes: a change means it wrote during the copy.
-        return self._generation(_REQUEST_GEN_AT) == gen
+        return _GEN.unpack_from(self._mm, _REQUEST_GEN_AT)[0] == gen
 
     def put_reply(self, req: int, data: Union[torch.Tensor, memoryview, bytes], slot: int = 0) -> bool:
         """Write a reply payload into reply slot `slot` and stamp it with request id
         `req`. Refuses (returns False: send it inline) a request id not above the last
         one answered here, or a payload that does not fit the region at that slot."""
-        src = self._bytes_view("_from", data) if isinstance(data, torch.Tensor) else _bytes_of(data)
+        src = self._bytes_view(self._from, data) if isinstance(data, torch.Tensor) else _bytes_of(data)
         n = src.numel()
         at = reply_slot_at(slot, n) if 0 <= slot < REPLY_SLOTS else -1
         if self._mm is None or req <= self.last_reply_req or not 0 <= at <= at + n <= self.reply_capacity:
@@ -168,26 +170,25 @@ class AttachedSegment:
             view = self._spans[key] = whole[at:at + nbytes]
         return view
 
-    def _bytes_view(self, which: str, t: torch.Tensor) -> torch.Tensor:
-        """`t`'s bytes as a flat uint8 tensor (`t` contiguous), the last one's view reused."""
-        obj, ptr, view = getattr(self, which)
+    @staticmethod
+    def _bytes_view(last: list, t: torch.Tensor) -> torch.Tensor:
+        """`t`'s bytes as a flat uint8 tensor (`t` contiguous), the view of `last` (the
+        previous tensor's [tensor, address, view], updated here) reused."""
+        obj, ptr, view = last
         if obj is not t or t.data_ptr() != ptr:
             view = _bytes_of(t)
-            setattr(self, which, (t, t.data_ptr(), view))
+            last[:] = (t, t.data_ptr(), view)
         return view
 
     def close(self) -> None:
         """Let go of the mapping (and with it the file); the client's mapping keeps the memory. Idempotent."""
         self._request = self._reply = None
         self._spans.clear()
-        self._into = self._from = (None, 0, None)
+        self._into, self._from = [None, 0, None], [None, 0, None]
         if self._mm is not None:
             try:
                 self._mm.close()  # no view of it leaves this class, so none is left to fault
             except BufferError:  # a view is still alive after all: unmapped when it goes
                 pass
             self._mm = None
-
-    def _generation(self, at: int) -> int:
-        return _GEN.unpack_from(self._mm, at)[0]
 

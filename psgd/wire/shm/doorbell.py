@@ -109,16 +109,17 @@ class _Pipes:
         if not data:
             self.dead = True
             return None
-        buf, out, at = self._pending + data, [], 0
-        while len(buf) - at >= _LENGTH.size:
+        buf, out, at, head = self._pending + data, [], 0, _LENGTH.size
+        end = len(buf)
+        while end - at >= head:
             (n,) = _LENGTH.unpack_from(buf, at)
             if n > MAX_MESSAGE_BYTES:
                 self.dead = True
                 return None
-            if len(buf) - at - _LENGTH.size < n:
+            if end - at - head < n:
                 break
-            out.append(buf[at + _LENGTH.size:at + _LENGTH.size + n])
-            at += _LENGTH.size + n
+            out.append(buf[at + head:at + head + n])
+            at += head + n
         self._pending = buf[at:]
         return out
 
