@@ -9,6 +9,7 @@ Socket-free and time-free: callers pass clocks and `now`.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -72,7 +73,7 @@ class ConsistencyPolicy:
                                                  auto=auto, lr=lr))
         self.adaptive = StalenessPolicy(BoundLimits(staleness_min, staleness_max), workers) if self.mode.live else None
         self.max_staleness_drop = max_staleness_drop
-        self.pulls_by_bound: dict[str, int] = {}       # bound in force -> answered pulls
+        self.pulls_by_bound: Counter[str] = Counter()  # bound in force -> answered pulls
         self.max_gap_over_bound: Optional[int] = None  # max(gap - bound) over answered SSP pulls
 
     @classmethod
@@ -133,7 +134,7 @@ class ConsistencyPolicy:
         self.settings.note_answered(clock)
         bound = self.settings.at(clock).bound
         key = "none" if bound is None else str(bound)
-        self.pulls_by_bound[key] = self.pulls_by_bound.get(key, 0) + 1
+        self.pulls_by_bound[key] += 1
         if bound is not None:
             over = max(0, clock - low) - bound
             self.max_gap_over_bound = over if self.max_gap_over_bound is None else max(self.max_gap_over_bound, over)
