@@ -232,8 +232,9 @@ class ShardState:
             self.counters["quorum_carried"] += 1
             if result.status is PushStatus.BUFFERED:
                 result = PushResult(PushStatus.CARRIED, result.staleness)
-        self.live.bound_changed(done.bound_change)
-        if not self._apply_update(done.update):  # this push completed a round whose step was refused
+        if done.bound_change is not None:  # rare: most pushes change no bound and complete no round
+            self.live.bound_changed(done.bound_change)
+        if done.update is not None and not self._apply_update(done.update):  # a completed round's step refused
             result = PushResult(PushStatus.NON_FINITE_RESULT, result.staleness)
         return result
 
