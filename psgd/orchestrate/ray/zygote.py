@@ -33,7 +33,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:
+    from psgd.orchestrate.fork import ForkedProcess
 
 __all__ = ["ZygoteChild", "zygote_socket", "fork_role"]
 
@@ -155,8 +158,8 @@ def serve(path: Path) -> None:
     from psgd.config import load_config
     from psgd.orchestrate.fork import fork_child, preload
     from psgd.orchestrate.spawn import fork_allowed
-    mains: dict[str, object] = {}
-    children: dict[int, object] = {}
+    mains: dict[str, Callable[[list[str]], int]] = {}
+    children: dict[int, "ForkedProcess"] = {}
     host_of: dict[int, int] = {}  # a child's pid -> its RoleHost's
     hosts: set[int] = set()
     started = time.monotonic()
