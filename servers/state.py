@@ -19,7 +19,7 @@ from psgd.core.histogram import Histogram
 from psgd.core.local_methods.optimizers import server_optimizer
 from psgd.core.modes.policy import ClockBoard, ConsistencyPolicy, Finished, Mode, PushAction, Update
 from psgd.core.modes.quorum import GraceWindow
-from psgd.core.rules.updater import ShardUpdater, abs_max
+from psgd.core.rules.updater import ShardUpdater, abs_bound
 from psgd.servers.live_control import ShardLive
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
@@ -179,7 +179,7 @@ class ShardState:
         self.counters["pushes"] += 1
         self._use_lr(self.policy.pushed(rank, clock, step_s))
         staleness = max(0, self.version - read_version)
-        grad_max = abs_max(grad[1] if isinstance(grad, tuple) else grad)  # read once: the check and the bound
+        grad_max = abs_bound(grad[1] if isinstance(grad, tuple) else grad)  # read once: the check and the bound
         if not math.isfinite(grad_max):
             self.counters["rejected_nonfinite"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE, staleness))

@@ -15,7 +15,7 @@ import torch
 
 from psgd.bench.procs import bench_config
 from psgd.core.local_methods.optimizers import server_optimizer
-from psgd.core.rules.updater import ShardUpdater, abs_max, all_finite
+from psgd.core.rules.updater import ShardUpdater, abs_bound, all_finite
 from psgd.servers.state import PushStatus, ShardState
 
 __all__ = ["apply_throughput", "guard_cost", "run_apply_bench"]
@@ -61,7 +61,7 @@ def guard_cost(size_bytes: int, optimizer: str, repeats: int = 30, warmup: int =
             rule.apply(p, grad)
 
     def guarded(p, rule):
-        if not rule.apply_if_finite(p, grad, grad_max=abs_max(grad)):
+        if not rule.apply_if_finite(p, grad, grad_max=abs_bound(grad)):
             raise RuntimeError("the bench's update was refused")
 
     variants = {"update": update, "checked": checked, "guarded": guarded}

@@ -9,7 +9,7 @@ import torch
 
 from psgd.config import load_config
 from psgd.core.local_methods.optimizers import server_optimizer
-from psgd.core.rules.updater import ShardUpdater, abs_max
+from psgd.core.rules.updater import ShardUpdater, abs_bound, abs_max
 
 SETTINGS = {
     "sgd": ["optimizer.name=sgd"],
@@ -124,3 +124,27 @@ def test_a_non_finite_gradient_is_refused_before_anything_runs():
     grad[3] = math.nan
     refused_untouched(rule, params, grad)
     assert abs_max(grad) == math.inf and abs_max(torch.tensor([-5.0, 2.0])) == 5.0
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-3, 1.0, 1e6, 1e17, 1e30])
+@pytest.mark.parametrize("numel", [1, 7, 4096, 100_003, 300_007])
+def test_the_gradient_bound_is_never_below_its_largest_element(scale, numel):
+    gen = torch.Generator().manual_seed(numel)
+    grad = torch.randn(numel, generator=gen) * scale
+    grad[numel // 2] = -3 * scale  # the largest |element|, negative
+    exact = abs_max(grad)
+    bound = abs_bound(grad)
+    assert exact <= bound <= exact * math.sqrt(numel) * 1.01 + 1e-17
+    if float((grad.double() ** 2).sum()) > 2 * torch.finfo(torch.float32).max:  # squares overflow: measured exactly
+        assert bound == exact
+
+
+def test_the_gradient_bound_is_infinite_for_a_non_finite_element_and_exact_where_it_cannot_use_squares():
+    for bad in (math.nan, math.inf, -math.inf):
+        grad = torch.ones(1000)
+        grad[999] = bad
+        assert abs_bound(grad) == math.inf
+    strided = torch.arange(-10.0, 10.0)[::3]
+    assert abs_bound(strided) == abs_max(strided) == 10.0
+    assert abs_bound(torch.tensor([-5.0, 2.0], dtype=torch.float64)) == 5.0
+    assert abs_bound(torch.zeros(0)) == 0.0
