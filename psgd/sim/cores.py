@@ -8,6 +8,8 @@
   after another in the order issued. A job's end depends on jobs issued after it (they slow it), so
   `Job.end` is its end as far as the jobs issued so far decide; it only moves later, and the engine
   checks an event due at a job's end again when it comes (psgd.sim.event_queue).
+- `rr` (TurnCores): Linux's EEVDF in turns of its slice, a used slice noticed at the kernel's tick; ends
+  move as under `ps`.
 """
 from __future__ import annotations
 
@@ -154,12 +156,16 @@ class _Roles:
         heapq.heapify(waiting)
         return _Roles(rest, order), waiting
 
-    def next_after(self, job: Job, waiting: list) -> None:
-        """`job` ended: its role's next job, if any, joins `waiting`."""
+    def next_after(self, job: Job, waiting: list, at: Optional[float] = None) -> Optional[Job]:
+        """`job` ended: its role's next job, if any, joins `waiting`; with `at` (the instant it ended), a
+        next job already ready then is returned instead, to go on without waiting."""
         rest = self.rest[job.key]
         if rest:
             j = rest.popleft()
+            if at is not None and j.ready <= at:
+                return j
             heapq.heappush(waiting, (j.ready, self.order[id(j)], j))
+        return None
 
 
 def linux_slice_s(n: int) -> float:
@@ -169,25 +175,34 @@ def linux_slice_s(n: int) -> float:
 
 
 class _Turns:
-    """Round robin's state at an instant: the jobs on the cores (with their slice left), the queue of
-    runnable jobs waiting for a core, and each job's work left."""
+    """Round robin's state at an instant: the jobs on the cores (with when their turn ends), the woken jobs
+    waiting for a core, the jobs waiting after their slice ran out, each job's work left, and the roles
+    whose job ended at `ended`'s instant within their turn (their next job, issued then, keeps the core)."""
 
-    def __init__(self, left: dict, running: list, queue: list, back: list):
-        self.left, self.running, self.queue, self.back = left, running, queue, back  # back: slices just ended
+    def __init__(self, left: dict, running: list, queue: list, back: list, ended: Optional[dict] = None):
+        self.left, self.running, self.queue, self.back = left, running, queue, back
+        self.ended = ended or {}  # role: (when its job ended, when its turn ends)
 
     def copy(self) -> "_Turns":
-        return _Turns(dict(self.left), [list(r) for r in self.running], list(self.queue), list(self.back))
+        return _Turns(dict(self.left), [list(r) for r in self.running], list(self.queue), list(self.back),
+                      dict(self.ended))
 
 
 class TurnCores:
-    """`n` cores shared in turns (sim.sharing: rr): a runnable job takes a free core, or waits at the
-    back of the queue; it runs for at most a slice (linux_slice_s), then goes to the back of the queue
-    if others wait. A job shorter than a slice runs to its end as under first come first served; longer
-    ones share the cores as under processor sharing. Each role's jobs run in turn; ends move later as
-    jobs are issued after them (the module's docstring). Not thread-safe."""
+    """`n` cores shared in turns (sim.sharing: rr), as Linux's scheduler (EEVDF) shares them among
+    threads of equal weight: a role runs for at most a slice (linux_slice_s) each time it is picked; a
+    role whose next job is ready when its job ends has not blocked and keeps its core for the rest of
+    that slice; a role that wakes (its job ready after its last one ended) waits behind the roles woken
+    before it but ahead of those whose slice ran out (EEVDF places a woken thread at the runqueue's
+    average virtual runtime, where a thread that has just used its slice is not eligible again);
+    a role whose slice ran out goes behind every waiting role (alone, it runs again). A job shorter than
+    a slice runs to its end as under first come first served; longer ones share the cores as under
+    processor sharing. Ends move later as jobs are issued after them (the module's docstring). Not
+    thread-safe."""
 
-    def __init__(self, n: int, slice_s: Optional[float] = None):
+    def __init__(self, n: int, slice_s: Optional[float] = None, tick_s: float = 0.0):
         self.n, self.slice_s = n, linux_slice_s(n) if slice_s is None else slice_s
+        self.tick_s = tick_s
         self.jobs: list[Job] = []  # unfinished at `self.at`, in the order issued
         self.state = _Turns({}, [], [], [])
         self.at = 0.0
@@ -200,23 +215,32 @@ class TurnCores:
             self.at = now
             self.jobs = [j for j in self.jobs if self.state.left[id(j)] > _DONE]
             self.state.left = {id(j): self.state.left[id(j)] for j in self.jobs}
+            self.state.ended = {k: e for k, e in self.state.ended.items() if e[0] >= self.at}
         job = Job(key, max(ready, self.at), busy_s)
         self.jobs.append(job)
         self.state.left[id(job)] = busy_s
         self.busy_s += busy_s
+        ended = self.state.ended.pop(key, None)
+        if (ended is not None and ended[0] == self.at and job.ready <= self.at
+                and len(self.state.running) < self.n):  # issued as its last job ended: it never blocked
+            self.state.running.append([job, ended[1]])
         self._turns(self.state.copy(), math.inf)
         return job
 
     def run(self, ready: float, busy_s: float, now: float = 0.0, key: Optional[Hashable] = None) -> float:
         return self.book(ready, busy_s, now, object() if key is None else key).end
 
+    def _preempt_at(self, t: float) -> float:
+        """A role picked at `t` runs until its slice is used, checked at the first tick after (no tick: then)."""
+        end = t + self.slice_s
+        return math.ceil(end / self.tick_s - 1e-9) * self.tick_s if self.tick_s else end
+
     def _turns(self, state: _Turns, until: float) -> None:
-        """Runs `state` from `self.at` to `until` (inf: until every job ends, their ends written). A job
-        woken at an instant queues before one whose slice ended then."""
+        """Runs `state` from `self.at` to `until` (inf: until every job ends, their ends written)."""
         t, left = self.at, state.left
         placed = {id(r[0]) for r in state.running} | {id(j) for j in state.queue} | {id(j) for j in state.back}
         roles, waiting = _Roles.of(self.jobs, left, placed)
-        running, queue, back = state.running, state.queue, state.back
+        running, queue, back, ended = state.running, state.queue, state.back, state.ended
         while t < until:
             if waiting and waiting[0][0] <= t:
                 woken = []
@@ -224,11 +248,8 @@ class TurnCores:
                     woken.append(heapq.heappop(waiting))
                 woken.sort(key=_issued)
                 queue += [j for _, _, j in woken]
-            if back:
-                queue += back
-                back = []
-            while queue and len(running) < self.n:
-                running.append([queue.pop(0), self.slice_s])
+            while (queue or back) and len(running) < self.n:
+                running.append([(queue or back).pop(0), self._preempt_at(t)])
             later = waiting[0][0] if waiting else math.inf
             if not running:
                 if later == math.inf:
@@ -236,18 +257,23 @@ class TurnCores:
                 t = min(later, until)
                 continue
             dt = min(later - t, until - t)
-            for j, s in running:
-                dt = min(dt, left[id(j)], s)
+            for j, at in running:
+                dt = min(dt, left[id(j)], at - t)
             t += dt
             keep = []
             for r in running:
                 j = r[0]
                 left[id(j)] -= dt
-                r[1] -= dt
                 if left[id(j)] <= _DONE:
                     j.end = t
-                    roles.next_after(j, waiting)
-                elif r[1] <= _DONE:
+                    following = roles.next_after(j, waiting, t)
+                    if following is not None and r[1] - t > _DONE:
+                        keep.append([following, r[1]])  # its role goes on in the same slice
+                    elif following is not None:
+                        back.append(following)
+                    elif r[1] - t > _DONE:
+                        ended[j.key] = (t, r[1])
+                elif r[1] - t <= _DONE:
                     back.append(j)  # its slice is over: behind whoever is waiting (alone, it runs again)
                 else:
                     keep.append(r)
@@ -259,9 +285,11 @@ def _issued(entry: tuple) -> int:
     return entry[1]
 
 
-def cores_for(sharing: str, n: int):
-    """A host's cores under `sim.sharing`."""
-    return {"ps": SharedCores, "rr": TurnCores}.get(sharing, Cores)(n)
+def cores_for(sharing: str, n: int, tick_s: float = 0.0):
+    """A host's cores under `sim.sharing`; `tick_s`: its kernel's scheduler tick (rr; 0: none)."""
+    if sharing == "rr":
+        return TurnCores(n, tick_s=tick_s)
+    return {"ps": SharedCores}.get(sharing, Cores)(n)
 
 
 class Due:

@@ -152,6 +152,9 @@ class HostProfile:
     worker_exchange_extra: Optional[Linear] = None
     host_to_device_gbytes_per_s: Optional[float] = None  # cuda only
     device_to_host_gbytes_per_s: Optional[float] = None
+    # The kernel's scheduler tick (CONFIG_HZ): a thread that has used its slice is preempted at the next
+    # tick (sim.sharing: rr). None: not known (preempted as its slice ends).
+    tick_hz: Optional[float] = None
     notes: dict = field(default_factory=dict)
 
     @property
@@ -233,7 +236,8 @@ class HostProfile:
                    worker_step_extra=lin(d["worker_step_extra"]) if d.get("worker_step_extra") else None,
                    worker_exchange_extra=lin(d["worker_exchange_extra"]) if d.get("worker_exchange_extra") else None,
                    host_to_device_gbytes_per_s=d.get("host_to_device_gbytes_per_s"),
-                   device_to_host_gbytes_per_s=d.get("device_to_host_gbytes_per_s"), notes=d.get("notes", {}))
+                   device_to_host_gbytes_per_s=d.get("device_to_host_gbytes_per_s"),
+                   tick_hz=float(d["tick_hz"]) if d.get("tick_hz") else None, notes=d.get("notes", {}))
 
 
 def load_host_profile(name_or_path: str, base_dir: str = ".") -> HostProfile:

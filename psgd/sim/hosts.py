@@ -66,7 +66,8 @@ class HostModel:
             first[kind] = len(self.hosts)
             self.hosts += [Host(len(self.hosts), kind, spec.accelerators, Link(latency / 1e6, gbps * 1e9 / 8))
                            for _ in range(spec.count)]
-        self.cores = [cores_for(sim.sharing, sim.hosts[h.kind].cores) for h in self.hosts]
+        tick_s = 1 / profile.tick_hz if profile.tick_hz else 0.0
+        self.cores = [cores_for(sim.sharing, sim.hosts[h.kind].cores, tick_s) for h in self.hosts]
         self.nic_up = [Fifo() for _ in self.hosts]    # from the host
         self.nic_down = [Fifo() for _ in self.hosts]  # towards it
         workers = cfg.cluster.workers

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import platform
 import time
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
@@ -20,7 +21,7 @@ from psgd.sim.profile_compute import cpu_seconds, cuda_seconds, measure_compute
 from psgd.sim.profile_requests import measure_requests
 from psgd.sim.profile_worker import measure_worker_loop
 
-__all__ = ["measure_host_profile", "SMALL_BYTES", "LARGE_BYTES"]
+__all__ = ["measure_host_profile", "kernel_tick_hz", "SMALL_BYTES", "LARGE_BYTES"]
 
 SMALL_BYTES, LARGE_BYTES = 4096, 4 << 20   # the two gradient sizes every linear cost is fitted on
 
@@ -92,6 +93,24 @@ def _apply() -> dict[str, Linear]:
     return out
 
 
+def kernel_tick_hz(sources: Optional[list] = None) -> Optional[float]:
+    """The kernel's scheduler tick (CONFIG_HZ), from its configuration (`sources`: (path, opener); by default
+    /proc/config.gz, else /boot/config-RELEASE); None where none is readable (not Linux, or not kept)."""
+    import gzip
+    import re
+    if sources is None:
+        sources = [(Path("/proc/config.gz"), gzip.open), (Path(f"/boot/config-{platform.release()}"), open)]
+    for path, opener in sources:
+        try:
+            with opener(path, "rt") as f:
+                found = re.search(r"^CONFIG_HZ=(\d+)$", f.read(), re.MULTILINE)
+        except OSError:
+            continue
+        if found:
+            return float(found.group(1))
+    return None
+
+
 def _copies() -> tuple[float, float]:
     n = LARGE_BYTES * 4 // 4
     host = torch.empty(n, pin_memory=True)
@@ -126,7 +145,7 @@ def measure_host_profile(device: str = "cpu", note: Optional[str] = None) -> Hos
                        apply=apply, memory_gbytes_per_s=memory, worker_loop_us=0.0,
                        request_client=requests.client, request_client_send_share=requests.client_send_share,
                        request_shard=requests.shard, request_shard_wake_us=requests.shard_wake_us,
-                       notes={"machine": note} if note else {},
+                       notes={"machine": note} if note else {}, tick_hz=kernel_tick_hz(),
                        host_to_device_gbytes_per_s=h2d, device_to_host_gbytes_per_s=d2h, **compute)
     loop = measure_worker_loop(parts)
     return dataclasses.replace(parts, worker_loop_us=loop.loop_us, worker_step_extra=loop.step_extra,

@@ -3,7 +3,9 @@
 `python tests/unit/sim/sharing_fingerprint.py > tests/unit/sim/data/sharing.json` wrote the expected
 figures on the commit before the rules `ps` and `rr` stepped through each role's first job alone
 (06cded5; the new bookkeeping matched them all); the runs were recorded again when a shard's thread
-came to send a request's replies before taking the next (the bookings did not change).
+came to send a request's replies before taking the next (the bookings did not change), and `rr`'s again
+when it came to follow EEVDF (a role that never blocked keeps its slice, a woken one waits ahead of those
+whose slice ran out, a used slice ends at the tick; `ps` unchanged).
 test_sharing_exact.py recomputes them on this code. A fingerprint is no_hosts_fingerprint's (every event, times to the last bit, and the final
 parameters) of a run with every role on one host of 2 cores.
 """

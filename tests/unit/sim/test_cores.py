@@ -75,3 +75,34 @@ def test_in_turns_a_woken_job_goes_before_the_one_whose_slice_just_ended():
 def test_the_slice_is_linuxs_default_for_the_hosts_cores():
     assert [linux_slice_s(n) for n in (1, 2, 4, 8, 64)] == pytest.approx([0.75e-3, 1.5e-3, 2.25e-3, 3e-3, 3e-3])
     assert TurnCores(2).slice_s == 1.5e-3 and isinstance(cores_for("rr", 2), TurnCores)
+
+
+def test_in_turns_a_role_that_never_blocked_keeps_its_core_for_the_rest_of_its_slice():
+    cores = TurnCores(1, slice_s=1.0)
+    first, second = cores.book(0.0, 0.25, 0.0, "a"), cores.book(0.0, 0.25, 0.0, "a")  # a's next job ready at once
+    other = cores.book(0.0, 0.5, 0.0, "b")
+    assert (first.end, second.end, other.end) == (0.25, 0.5, 1.0)
+    cores = TurnCores(1, slice_s=1.0)
+    cores.book(0.0, 0.25, 0.0, "a")
+    other = cores.book(0.0, 0.5, 0.0, "b")
+    following = cores.book(0.25, 0.25, 0.25, "a")  # issued the instant a's first job ended: it goes on
+    assert (following.end, other.end) == (0.5, 1.0)
+    later = cores.book(0.75, 0.25, 0.75, "a")  # a slept in between: it woke, and waits for b
+    assert (other.end, later.end) == (1.0, 1.25)
+
+
+def test_in_turns_a_woken_role_goes_ahead_of_those_whose_slice_ran_out_but_behind_those_woken_before():
+    cores = TurnCores(1, slice_s=0.5)
+    a, b = cores.book(0.0, 2.0, 0.0, "a"), cores.book(0.0, 1.0, 0.0, "b")
+    c = cores.book(1.2, 0.25, 1.2, "c")  # b's slice ran out at 1.0 and it waits; c wakes while a runs
+    d = cores.book(1.3, 0.25, 1.3, "d")
+    assert (c.end, d.end, b.end, a.end) == (1.75, 2.0, 2.5, 3.5)
+
+
+def test_in_turns_a_used_slice_is_noticed_at_the_next_tick():
+    cores = TurnCores(1, slice_s=0.5, tick_s=2.0)
+    a, b = cores.book(0.0, 1.5, 0.0, "a"), cores.book(0.0, 1.0, 0.0, "b")
+    assert (a.end, b.end) == (1.5, 2.5)  # no tick before a's end: it runs on
+    cores = TurnCores(1, slice_s=0.5, tick_s=2.0)
+    a, b = cores.book(0.0, 3.0, 0.0, "a"), cores.book(0.0, 1.0, 0.0, "b")
+    assert (b.end, a.end) == (3.0, 4.0)  # a preempted at the tick at 2; picked at 3, it ends before the tick at 4

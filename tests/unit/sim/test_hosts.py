@@ -153,6 +153,14 @@ def test_a_profile_that_lacks_the_runs_update_rule_is_named():
         HostModel(cfg, replace(profile, apply={}), 1, StepWork(1, 0, ()), 4)
 
 
+def test_a_hosts_turns_end_at_its_profiles_kernel_tick():
+    from psgd.sim.hosts import HostModel
+    profile = load_host_profile("cpu-reference")
+    cfg = _testbed(2, "sim.hosts={box: {cores: 2}}")
+    assert HostModel(cfg, replace(profile, tick_hz=250.0), 1, StepWork(1, 0, ()), 4).cores[0].tick_s == 1 / 250
+    assert HostModel(cfg, replace(profile, tick_hz=None), 1, StepWork(1, 0, ()), 4).cores[0].tick_s == 0.0
+
+
 def test_an_evaluator_on_the_workers_host_takes_their_cores_and_on_its_own_host_does_not():
     def run(evaluator: str):
         cfg = _testbed(2, "sim.hosts={box: {cores: 1}, ev: {cores: 1}}", f"sim.placement.evaluator={evaluator}",

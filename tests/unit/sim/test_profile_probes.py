@@ -94,3 +94,14 @@ def test_the_profile_keeps_the_worker_loop_probe_and_reads_back_without_it(tiny)
     older = {k: v for k, v in json.loads(measured.to_json()).items()
              if k not in ("worker_step_extra", "worker_exchange_extra")}
     assert HostProfile.from_dict(older).worker_step_extra is None  # a profile from before the probe: nothing extra
+
+
+def test_the_kernels_tick_is_read_from_its_configuration(tmp_path):
+    import gzip
+    kept = tmp_path / "config.gz"
+    with gzip.open(kept, "wt") as f:
+        f.write("CONFIG_HZ_250=y\nCONFIG_HZ=250\n")
+    missing, other = tmp_path / "absent", tmp_path / "config"
+    other.write_text("# CONFIG_HZ_1000 is not set\nCONFIG_HZ=1000\n")
+    assert profile.kernel_tick_hz([(missing, open), (kept, gzip.open), (other, open)]) == 250.0
+    assert profile.kernel_tick_hz([(missing, open)]) is None
