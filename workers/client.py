@@ -59,6 +59,7 @@ class PSClient:
             raise ValueError(f"{len(addresses)} addresses for a layout of {layout.num_shards} shards")
         self.encoder = WireEncoder(encoding, layout.shard_sizes, topk_ratio, plans=plans)  # plans: push_plans' runs
         self.layout = layout
+        self._shards = tuple(range(layout.num_shards))  # every shard: the shards of a whole request
         self.rank = rank
         self.role = role
         self._curve = curve  # CurveZMQ keys, also for the heartbeat sockets
@@ -148,20 +149,22 @@ class PSClient:
         computes on older parameters than the last reply); `ahead`: the pull is for
         clock + ahead; `slot`: the reply slot a same-host shard writes the parameters into
         (with reply_slots=2). One request in flight at a time."""
-        shards = range(self.layout.num_shards)
+        shards = self._shards
         if grads is None:
-            return self._send_first(Request(P.Pull, tuple(shards), self._encoding, clock=self.clock), shards)
-        fragment = isinstance(grads, Mapping)  # collections.abc's: typing's alias costs several calls per push
+            return self._send_first(Request(P.Pull, shards, self._encoding, clock=self.cursor.clock), shards)
+        # A list or tuple is never a mapping: the abc check (several calls) only for other types.
+        fragment = type(grads) is not list and type(grads) is not tuple and isinstance(grads, Mapping)
         if fragment and (not grads or any(s not in shards for s in grads)):
             raise ValueError(f"a fragment push names shards in 0..{self.layout.num_shards - 1}, got {sorted(grads)}")
         if not fragment and len(grads) != self.layout.num_shards:
             raise ValueError(f"expected {self.layout.num_shards} gradient tensors, got {len(grads)}")
         given = dict(grads) if fragment else {s: g for s, g in enumerate(grads) if g is not None}
         cursors = {s: (self.shard_cursors[s].seq, self.shard_cursors[s].clock) for s in given} if fragment else None
-        request = Request(P.PushPull if pull or fragment else P.Push, tuple(sorted(given) if fragment else shards),
-                          self._encoding, self.seq, self.clock, steps, ahead,
-                          list(self.versions if read_versions is None else read_versions), slot, self.step_s(),
-                          shard_cursors=cursors)
+        params_at = self._params_at  # step_s(), inline: one call fewer per request
+        request = Request(P.PushPull if pull or fragment else P.Push, tuple(sorted(given)) if fragment else shards,
+                          self._encoding, self.cursor.seq, self.cursor.clock, steps, ahead,
+                          list(self.versions if read_versions is None else read_versions), slot,
+                          time.monotonic() - params_at if params_at is not None else 0.0, cursors)
         for s, g in given.items():
             request.add_shard(s, g)
         return self._send_first(request, given)
@@ -191,16 +194,16 @@ class PSClient:
         (it restarted, or timed this worker out) is joined again, up to REJOINS_PER_SHARD
         times in one request, and the request repeated: a push keeps its seq, so none
         applies twice, and a push sent in pieces goes whole."""
-        if request.pending is None or set(request.pending.requests) != set(request.shards):
+        if request.pending is None or request.pending.requests.keys() != set(request.shards):
             raise ValueError("every shard's gradient must be sent before the push can finish")
-        rejoins = dict.fromkeys(request.shards, 0)
+        rejoins: dict[int, int] = {}
         while True:
             try:
                 replies = self._rpc.wait(request.pending)
                 break
             except RemoteError as exc:
-                if exc.code == P.ErrorCode.NOT_REGISTERED and rejoins[exc.shard] < REJOINS_PER_SHARD:
-                    rejoins[exc.shard] += 1
+                if exc.code == P.ErrorCode.NOT_REGISTERED and rejoins.get(exc.shard, 0) < REJOINS_PER_SHARD:
+                    rejoins[exc.shard] = rejoins.get(exc.shard, 0) + 1
                     self._register_shards([exc.shard])
                 elif exc.code != P.ErrorCode.MISSING_PIECES or not request.whole:
                     raise
@@ -318,27 +321,37 @@ class PSClient:
         if request.pushes:
             if request.shard_cursors is None:
                 self.cursor.pushed(request.seq, request.clock)
-            for s, (seq, clock) in (request.shard_cursors or {}).items():
-                self.shard_cursors[s].pushed(seq, clock)
+            else:
+                for s, (seq, clock) in request.shard_cursors.items():
+                    self.shard_cursors[s].pushed(seq, clock)
             self.pushes += 1
             sent = self.encoder.wire_bytes - request.bytes_before
             self.bytes_sent += sent
-            self.peak_push_bytes = max(self.peak_push_bytes, sent)
+            if sent > self.peak_push_bytes:
+                self.peak_push_bytes = sent
         if not request.pulls:
             return {s: replies[s][0] for s in request.shards}
-        out = {s: self._param(s, *replies[s], slot=request.slot) for s in request.shards}
+        # One pass over the shards: each reply checked and read, the longest hold and the lowest clock noted.
+        out, held, lowest = {}, None, None
+        for s in request.shards:
+            rec, payload = replies[s]
+            out[s] = self._param(s, rec, payload, request.slot)
+            if held is None or rec.held_s > held:
+                held = rec.held_s
+            if lowest is None or rec.clock < lowest:
+                lowest = rec.clock
         if self.role == Role.WORKER:
-            self.pull_wait_s += max(replies[s][0].held_s for s in request.shards)
+            self.pull_wait_s += held
             if request.shard_cursors is not None:
                 for s in request.shards:
-                    self.shard_cursors[s].adopt([replies[s][0].clock])
+                    self.shard_cursors[s].adopt((replies[s][0].clock,))
             else:  # the pull was for clock + ahead; the worker's own clock is one past its push
-                self.cursor.adopt(replies[s][0].clock - (request.ahead - 1) for s in replies)
+                self.cursor.adopt((lowest - (request.ahead - 1),))
         self._params_at = time.monotonic()
         return out
 
     def _in_order(self, answers: dict[int, Any]) -> list:
-        return [answers[s] for s in range(self.layout.num_shards)]
+        return [answers[s] for s in self._shards]
 
     def _param(self, s: int, rec, payload: list, slot: int = 0) -> torch.Tensor:
         """Shard s's parameters from its PARAMS reply; notes its version and clocks."""

@@ -5,7 +5,7 @@ clock), or a stats call. It knows how to build each shard's message, again after
 re-registration (a push keeps its seq: a shard applies it once)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
@@ -49,37 +49,28 @@ class PushEncoding:
         return wire.encoding == "none" and seg is not None and seg.holds(grad)
 
 
-@dataclass
 class Request:
     """A request in flight. `kind`: P.Pull, P.Push, P.PushPull or P.Stats; `shards`: the
     shards it addresses; `shard_cursors`: a fragment push's (seq, clock) per shard (None:
-    `seq` and `clock` for all); `ahead`: a pull for clock + ahead; `slot`: the reply slot."""
-    kind: type
-    shards: tuple[int, ...]
-    encoding: PushEncoding
-    seq: int = 0
-    clock: int = 0
-    steps: int = 1
-    ahead: int = 1
-    read_versions: Sequence[int] = ()
-    slot: int = 0
-    step_s: float = 0.0
-    shard_cursors: Optional[dict[int, tuple[int, int]]] = None
-    pending: Optional[Pending] = None
-    wire: dict[int, Any] = field(default_factory=dict)  # shard -> its encoded gradient
-    whole: dict[int, torch.Tensor] = field(default_factory=dict)  # sent in pieces: encoded whole on a repeat
+    `seq` and `clock` for all); `ahead`: a pull for clock + ahead; `slot`: the reply slot.
+    A plain class with slots, its kind's answers worked out once: one is made per request."""
 
-    def __post_init__(self) -> None:
-        self.bytes_before = self.encoding.encoder.wire_bytes
-        self.in_shm = PayloadCache(self.encoding.segments)  # dense payloads go to a same-host shard's segment, once
+    __slots__ = ("kind", "shards", "encoding", "seq", "clock", "steps", "ahead", "read_versions", "slot", "step_s",
+                 "shard_cursors", "pending", "wire", "whole", "pushes", "pulls", "bytes_before", "in_shm")
 
-    @property
-    def pushes(self) -> bool:
-        return self.kind in (P.Push, P.PushPull)
-
-    @property
-    def pulls(self) -> bool:
-        return self.kind in (P.Pull, P.PushPull)
+    def __init__(self, kind: type, shards: tuple[int, ...], encoding: PushEncoding, seq: int = 0, clock: int = 0,
+                 steps: int = 1, ahead: int = 1, read_versions: Sequence[int] = (), slot: int = 0,
+                 step_s: float = 0.0, shard_cursors: Optional[dict[int, tuple[int, int]]] = None):
+        self.kind, self.shards, self.encoding = kind, shards, encoding
+        self.seq, self.clock, self.steps, self.ahead = seq, clock, steps, ahead
+        self.read_versions, self.slot, self.step_s, self.shard_cursors = read_versions, slot, step_s, shard_cursors
+        self.pending: Optional[Pending] = None
+        self.wire: dict[int, Any] = {}  # shard -> its encoded gradient
+        self.whole: dict[int, torch.Tensor] = {}  # sent in pieces: encoded whole on a repeat
+        self.pushes = kind is P.Push or kind is P.PushPull
+        self.pulls = kind is P.Pull or kind is P.PushPull
+        self.bytes_before = encoding.encoder.wire_bytes
+        self.in_shm = PayloadCache(encoding.segments)  # dense payloads go to a same-host shard's segment, once
 
     def add_shard(self, s: int, grad: torch.Tensor) -> None:
         self.wire[s] = self.encoding.encode(s, grad)
@@ -94,8 +85,7 @@ class Request:
             self.add_shard(s, self.whole[s])
         wire = self.wire[s]
         gen = self.in_shm.generation(s, wire.tensor) if wire.tensor is not None else 0
-        return P.encode(self._record(s, req, wire, numel=self.encoding.shard_sizes[s], nnz=wire.nnz, shm=gen),
-                        () if gen else wire.frames)
+        return self._encode(s, req, wire, () if gen else wire.frames, self.encoding.shard_sizes[s], gen, wire.nnz)
 
     def piece(self, s: int, req: int, grad: torch.Tensor, offset: int, numel: int, last: bool) -> list:
         """The message of elements [offset, offset + numel) of shard s's gradient: its frame
@@ -105,15 +95,11 @@ class Request:
         gen = self.in_shm.generation(s, grad) if self.encoding.in_segment(s, wire, grad) else 0
         if last:
             self.whole[s] = grad  # a repeat after the shard restarted sends it in one message
-        return P.encode(self._record(s, req, wire, numel=numel, offset=offset, held=not last, shm=gen),
-                        () if gen else wire.frames)
+        return self._encode(s, req, wire, () if gen else wire.frames, numel, gen, 0, offset, not last)
 
-    def _record(self, s: int, req: int, wire, **fields) -> P.Push:
-        if wire.runs:
-            fields["runs"] = wire.runs
-        if self.kind is P.PushPull:
-            fields["ahead"], fields["slot"] = self.ahead, self.slot
+    def _encode(self, s: int, req: int, wire, frames, numel: int, shm: int, nnz: int, offset: int = 0,
+                held: bool = False) -> list:
         seq, clock = self.shard_cursors[s] if self.shard_cursors is not None else (self.seq, self.clock)
-        return P.build(self.kind, req=req, rank=self.encoding.rank, seq=seq, clock=clock,
-                       read_version=self.read_versions[s], encoding=wire.encoding, scale=wire.scale,
-                       step_s=self.step_s, steps=self.steps, **fields)
+        return P.encode_push(self.kind, frames, req, self.encoding.rank, seq, clock, self.read_versions[s],
+                             wire.encoding, wire.scale, numel, nnz, shm, self.step_s, self.steps, offset, held,
+                             wire.runs, self.ahead, self.slot)

@@ -64,7 +64,9 @@ SHARD_PHASES = {
 }
 CLIENT_PHASES = {
     ("workers/client.py", "start"): "header build",
-    ("workers/request.py", "_record"): "header build",
+    ("workers/request.py", "_record"): "header build",  # before push headers were packed from their values
+    ("workers/request.py", "_encode"): "header build",
+    ("psgd/wire/protocol.py", "encode_push"): "header build",
     ("workers/request.py", "encode"): "encode",
     ("psgd/wire/protocol.py", "encode"): "header build",
     ("psgd/wire/shm/links.py", "generation"): "payload into segment",

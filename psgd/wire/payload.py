@@ -28,14 +28,19 @@ def frame_to_tensor(frame: Any, encoding: str, numel: int) -> torch.Tensor:
 def payload_frames(record: P.Record) -> int:
     """How many tensor frames follow the header of `record` (an unknown
     encoding counts one: its decoder refuses it)."""
+    if isinstance(record, P.Params):  # first: a client reads one per pull
+        if record.shm:
+            return 0
+        codec = CODECS.get(record.encoding)
+        return codec.frames if codec is not None else 1
     if isinstance(record, P.Push):
         if record.encoding == RUNS and not record.shm:
             return plan_frames(record.runs)
         codec = CODECS.get(record.encoding)
         return 0 if record.shm else codec.frames if codec is not None else 1
-    if isinstance(record, (P.Params, P.Welcome)):
+    if isinstance(record, P.Welcome):
         codec = CODECS.get(record.encoding)
-        return 0 if isinstance(record, P.Params) and record.shm else codec.frames if codec is not None else 1
+        return codec.frames if codec is not None else 1
     return 0
 
 

@@ -20,6 +20,7 @@ layout (sizes, shard) belong to the server.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, ClassVar, Sequence
@@ -270,19 +271,49 @@ def _check_fields(mtype: int, fields: dict) -> None:
             raise ProtocolError(ErrorCode.BAD_FIELD, f"field {name!r} must be {_FIELDS[mtype][name]}")
 
 
+# One packer, reused for push headers: msgpack.packb builds a Packer per call. Safe from any
+# thread with msgpack's C packer because a push header holds only exact builtin values (packing
+# them runs no Python code, so the GIL is never given up inside one pack), and autoreset leaves
+# no state behind; msgpack's pure-Python fallback packs in Python, so there each call gets its own.
+_pack_push = (msgpack.Packer(use_bin_type=True).pack if msgpack.Packer.__module__ == "msgpack._cmsgpack"
+              else functools.partial(msgpack.packb, use_bin_type=True))
+_PUSH, _PUSH_PULL = int(MsgType.PUSH), int(MsgType.PUSH_PULL)  # plain ints: an enum's .value is two Python calls
+
+
 def encode(record: Record, frames: Sequence[Any] = ()) -> list:
     """Header bytes followed by the given payload frames (buffers, not copied)."""
+    if isinstance(record, Push):
+        return encode_push(type(record), frames, **record.__dict__)
     fields = record.__dict__.copy()  # the dataclass fields, in order
     req = fields.pop("req")
-    if isinstance(record, Push) and not (record.held or record.offset):
-        for name in PIECE_FIELDS:  # a whole gradient: the header an older shard knows
-            del fields[name]
-    if isinstance(record, Push) and not record.runs:
-        del fields["runs"]
-    elif isinstance(record, Params) and not record.held_s:
+    if isinstance(record, Params) and not record.held_s:
         del fields["held_s"]
     header = msgpack.packb([PROTOCOL_VERSION, int(record.TYPE), req, fields], use_bin_type=True)
     return [header, *frames]
+
+
+def encode_push(kind: type[Push], frames: Sequence[Any], req: int, rank: int, seq: int, clock: int,
+                read_version: int, encoding: str, scale: float, numel: int, nnz: int = 0, shm: int = 0,
+                step_s: float = 0.0, steps: int = 1, offset: int = 0, held: bool = False, runs: list = (),
+                ahead: int = 1, slot: int = 0) -> list:
+    """`encode(kind(req=req, ...), frames)` without making the record: a worker's push header,
+    built straight from its values (a push's hot path). `kind`: Push or PushPull (`ahead`
+    and `slot` are PushPull's). The header's fields in the record's order; a whole gradient's
+    leaves out the piece fields, and one not in runs `runs` (the header an older shard knows)."""
+    fields = {"rank": rank, "seq": seq, "clock": clock, "read_version": read_version, "encoding": encoding,
+              "scale": scale, "numel": numel, "nnz": nnz, "shm": shm, "step_s": step_s, "steps": steps}
+    if held or offset:
+        fields["offset"], fields["held"] = offset, held
+    if runs:
+        fields["runs"] = runs
+    if kind is PushPull:
+        fields["ahead"], fields["slot"] = ahead, slot
+        mtype = _PUSH_PULL
+    elif kind is Push:
+        mtype = _PUSH
+    else:
+        raise TypeError(f"encode_push encodes PUSH and PUSH_PULL, not {kind.__name__}")
+    return [_pack_push([PROTOCOL_VERSION, mtype, req, fields]), *frames]
 
 
 def decode(frames: Sequence[Any]) -> tuple[Record, list]:
@@ -296,16 +327,17 @@ def decode(frames: Sequence[Any]) -> tuple[Record, list]:
         obj = msgpack.unpackb(head, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types for garbage input
         raise ProtocolError(ErrorCode.BAD_HEADER, f"header is not msgpack: {type(exc).__name__}") from None
-    if not (isinstance(obj, list) and len(obj) == 4):
+    # msgpack yields exact builtin types (a bool is never an int here): exact type tests, no isinstance calls.
+    if type(obj) is not list or len(obj) != 4:
         raise ProtocolError(ErrorCode.BAD_HEADER, "header must be [version, type, request_id, fields]")
     version, mtype, req, fields = obj
     if type(version) is not int or version != PROTOCOL_VERSION:  # True == 1, but is not a version
         raise ProtocolError(ErrorCode.BAD_VERSION, f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
-    if not isinstance(mtype, int) or isinstance(mtype, bool) or mtype not in RECORDS:
+    if type(mtype) is not int or mtype not in RECORDS:
         raise ProtocolError(ErrorCode.BAD_TYPE, f"unknown message type {mtype!r}")
-    if not isinstance(req, int) or isinstance(req, bool) or not (0 <= req < 2**63):
+    if type(req) is not int or not (0 <= req < 2**63):
         raise ProtocolError(ErrorCode.BAD_HEADER, "request id must be a non-negative integer")
-    if not isinstance(fields, dict):
+    if type(fields) is not dict:
         raise ProtocolError(ErrorCode.BAD_HEADER, "fields must be a mapping")
     # A sender repeats the same field names and types message after message: a shape checked
     # once is known good (two tuples built in C and one lookup instead of a loop over the fields).

@@ -106,9 +106,13 @@ class ReplyDecoder:
         self.wire_bytes = 0    # parameter bytes received, as encoded
         self.fp32_bytes = 0    # what the same replies cost as fp32
         self.decode_s = 0.0    # seconds spent decoding (the codec's own time, this side of the wire)
+        self._nbytes: dict[tuple[str, int], int] = {}  # (encoding, numel) -> reply_nbytes: counted per pull
 
     def count(self, encoding: str, numel: int) -> None:
-        self.wire_bytes += reply_nbytes(encoding, numel)
+        nbytes = self._nbytes.get((encoding, numel))
+        if nbytes is None:
+            nbytes = self._nbytes[encoding, numel] = reply_nbytes(encoding, numel)
+        self.wire_bytes += nbytes
         self.fp32_bytes += 4 * numel
 
     def decode(self, shard: int, slot: int, encoding: str, numel: int, scale: float,

@@ -45,7 +45,7 @@ class RequestTracker:
         self.conns = conns
         self.timeout_s = timeout_s
         self.max_retries = max_retries
-        self.should_stop = should_stop or (lambda: False)
+        self.should_stop = should_stop  # None: never stop waiting
         self._ids = itertools.count(1)
         self.resends = 0
         self.failovers = 0  # requests resent because their shard's connection came back
@@ -71,17 +71,18 @@ class RequestTracker:
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         for shard, frames in requests.items():
             self.conns.send(shard, frames)
-        now = time.monotonic()
         return Pending(requests, {shard: P.request_id(frames) for shard, frames in requests.items()},
-                       {shard: now + timeout_s for shard in requests}, timeout_s,
+                       dict.fromkeys(requests, time.monotonic() + timeout_s), timeout_s,
                        self.max_retries if max_retries is None else max_retries, interruptible, patient)
 
     def wait(self, pending: "Pending") -> dict[int, tuple[P.Record, list]]:
         requests, want, replies = pending.requests, pending.want, pending.replies
         attempts, deadline = pending.attempts, pending.deadline
         links = self.conns.links
-        while len(replies) < len(requests):
-            if pending.interruptible and self.should_stop():
+        should_stop = self.should_stop if pending.interruptible else None
+        need = len(requests)
+        while len(replies) < need:
+            if should_stop is not None and should_stop():
                 raise Interrupted("stopped while waiting for shards")
             for shard, frames in self.conns.recv(timeout_ms=100):
                 try:
@@ -94,7 +95,8 @@ class RequestTracker:
                     raise RemoteError(shard, record.code, record.reason)
                 replies[shard] = (record, payload)
             now = time.monotonic()
-            self._follow_links(pending, now)
+            if links is not None and links.unread:
+                self._follow_links(pending, now)
             for shard in requests:
                 if shard in replies or now < deadline[shard]:
                     continue
@@ -132,7 +134,7 @@ class Pending:
         self.timeout_s, self.max_retries, self.interruptible = timeout_s, max_retries, interruptible
         self.patient = patient
         self.replies: dict[int, tuple[P.Record, list]] = {}
-        self.attempts = {shard: 0 for shard in requests}
+        self.attempts = dict.fromkeys(requests, 0)
 
     def merged(self, other: "Pending") -> "Pending":
         """This call and `other` (to other shards) as one, to wait for together."""

@@ -163,7 +163,7 @@ class DenseCodec(Codec):
         if out is not None and (self.wire_dtype == torch.float32 or out.dtype != self.wire_dtype
                                 or out.numel() != grad.numel()):
             raise ValueError(f"an {self.name} payload cannot be encoded into a {out.dtype} tensor of {out.numel()}")
-        grad = _flat(grad)
+        grad = grad if grad.dim() == 1 else grad.reshape(-1)  # _flat, inline: every push runs it
         payload, scale = self.fill(grad, self._buffers[shard] if out is None and self._buffers else out)
         return Encoded([self._frame(shard, payload)], self.name, scale=scale, tensor=payload)
 

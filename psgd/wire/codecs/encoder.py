@@ -94,7 +94,8 @@ class WireEncoder:
             raise ValueError(f"shard {shard} is pushed in runs: its payload cannot be encoded into one tensor")
         encoded = self.codecs[shard].encode(shard, grad, out) if slots is None else self._encode_runs(shard, slots, grad)
         self.encode_s += time.perf_counter() - start
-        self.wire_bytes += sum(memoryview(f).nbytes for f in encoded.frames)
+        for frame in encoded.frames:  # a loop, not sum() over a generator: most pushes carry one frame
+            self.wire_bytes += memoryview(frame).nbytes
         self.fp32_bytes += 4 * grad.numel()
         return encoded
 

@@ -277,5 +277,6 @@ class PolledBells:
         if got is None:
             self._bells.drop(key, lost=True)
         else:
-            out.extend((key, [m]) for m in got)
+            for message in got:  # a loop, not extend() over a generator: a wake-up reads one message or two
+                out.append((key, [message]))
         return True

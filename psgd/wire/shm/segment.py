@@ -149,6 +149,7 @@ class Segment:
         self._request_gen = 0
         self._src: tuple = (None, 0, None)   # the last payload copied in: (object, data_ptr, its byte view)
         self._views: dict = {}          # (region, nbytes, dtype) -> typed view, made once
+        self._replies: dict = {}        # (slot, numel, dtype) -> reply_tensor's view, bounds checked once
 
     @property
     def token_hex(self) -> str:
@@ -173,7 +174,7 @@ class Segment:
         closing it under them would leave them pointing at unmapped memory."""
         self.unlink()
         self._request = self._reply = None
-        self._src, self._views = (None, 0, None), {}
+        self._src, self._views, self._replies = (None, 0, None), {}, {}
         self._mm = None
 
     # ---- client side ------------------------------------------------------
@@ -222,7 +223,14 @@ class Segment:
     def put_request(self, data: Union[torch.Tensor, memoryview, bytes]) -> tuple[int, int]:
         """Copy one request payload into the request region (nothing to copy when
         it was made there); returns (generation, bytes) for the request's descriptor."""
-        if self.holds(data):
+        obj, ptr, view = self._src
+        if obj is data and type(data) is torch.Tensor and data.data_ptr() == ptr:
+            # The buffer copied in last time, where it was then (so not made in the region, and its
+            # size checked): copy it again, as _bytes' cached view would.
+            n = view.numel()
+            self._next_generation()
+            self._typed("request", self._request, n, torch.uint8).copy_(view)
+        elif self.holds(data):
             n = data.numel() * data.element_size()
         else:
             src = self._bytes(data)
@@ -250,12 +258,14 @@ class Segment:
         """`reply_view` as a `numel`-element tensor of `dtype`, in reply slot `slot`
         (the same tensor object every time for the same shape and slot: it aliases
         the region)."""
-        nbytes = numel * dtype.itemsize
-        at = reply_slot_at(slot, nbytes)
-        if (not 0 <= slot < REPLY_SLOTS or not 0 <= at + nbytes <= self.reply_capacity
-                or _GEN.unpack_from(self._mm, _REPLY_GEN_AT)[0] != req):
-            return None
-        return self._typed("reply", self._reply, nbytes, dtype, at)
+        view = self._replies.get((slot, numel, dtype))  # a shape read before: its bounds were checked then
+        if view is None:
+            nbytes = numel * dtype.itemsize
+            at = reply_slot_at(slot, nbytes)
+            if not 0 <= slot < REPLY_SLOTS or not 0 <= at + nbytes <= self.reply_capacity:
+                return None
+            view = self._replies[slot, numel, dtype] = self._typed("reply", self._reply, nbytes, dtype, at)
+        return view if _GEN.unpack_from(self._mm, _REPLY_GEN_AT)[0] == req else None
 
     def _typed(self, region: str, whole: torch.Tensor, nbytes: int, dtype: torch.dtype, at: int = 0) -> torch.Tensor:
         key = (region, at, nbytes, dtype)

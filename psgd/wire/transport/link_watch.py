@@ -44,6 +44,7 @@ class LinkWatch:
         self._up = [False] * len(socks)
         self._down = [False] * len(socks)  # was up, then dropped: being restarted or failed over
         self._changes: list[tuple[int, Link]] = []
+        self.unread = 0  # changes not yet taken by `changes` (a waiting client checks this between polls)
         self.drops = [0] * len(socks)  # connections lost, per shard
 
     def owns(self, sock) -> bool:
@@ -59,10 +60,12 @@ class LinkWatch:
                 self._up[shard], self._down[shard] = True, False
                 if back:
                     self._changes.append((shard, Link.UP))
+                    self.unread += 1
             elif event == zmq.EVENT_DISCONNECTED and self._up[shard]:
                 self._up[shard], self._down[shard] = False, True
                 self.drops[shard] += 1
                 self._changes.append((shard, Link.DOWN))
+                self.unread += 1
 
     def down(self, shard: int) -> bool:
         """Shard's connection was up and has dropped, and is not back yet."""
@@ -70,7 +73,7 @@ class LinkWatch:
 
     def changes(self) -> list[tuple[int, Link]]:
         """The reconnections (UP after a drop) and drops since the last call, in order."""
-        out, self._changes = self._changes, []
+        out, self._changes, self.unread = self._changes, [], 0
         return out
 
     def close(self, socks: Sequence[zmq.Socket]) -> None:

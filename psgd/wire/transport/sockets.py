@@ -294,7 +294,8 @@ class ShardConnections:
         """Every message ready within `timeout_ms`, as (shard, frames)."""
         if self._polled is not None:
             self._polled.sync()
-        ready = self._poller.poll(timeout_ms)
+        # zmq_poll over the poller's items: what Poller.poll does for an int timeout, less its Python
+        ready = zmq.zmq_poll(self._poller.sockets, timeout_ms)
         out: list = []
         for sock, _ in ready:
             if self._polled is not None and self._polled.take(sock, out):

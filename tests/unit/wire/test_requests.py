@@ -121,6 +121,10 @@ class RestartedShard:
     def down(self, shard):
         return self._down_polls > 0
 
+    @property
+    def unread(self):  # LinkWatch's count of changes not yet taken
+        return len(self._changes)
+
     def changes(self):
         out, self._changes = self._changes, []
         return out

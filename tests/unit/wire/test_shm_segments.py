@@ -50,6 +50,16 @@ def test_gradient_and_parameters_cross_the_segment_bit_for_bit(pair):
     assert torch.equal(seen, g)
 
 
+def test_a_buffer_pushed_again_is_copied_again_with_what_it_holds_now(pair):
+    client, shard = pair
+    g = torch.randn(1000)  # a gradient buffer a worker reuses step after step
+    gen, nbytes = client.put_request(g)
+    g.copy_(torch.randn(1000))
+    gen2, nbytes2 = client.put_request(g)
+    assert (gen2, nbytes2) == (gen + 2, nbytes) and torch.equal(read(shard, gen2, nbytes, torch.float32), g)
+    assert read(shard, gen, nbytes) is None  # the first descriptor is stale
+
+
 def test_a_payload_of_a_smaller_encoding_uses_the_region_front(pair):
     client, shard = pair
     h = torch.randn(1000).to(torch.float16)
