@@ -38,11 +38,9 @@ def real_spreads() -> dict[int, float]:
     return out
 
 
-def measured_spreads(runs: Path, seeds: int, made: Optional[Path] = None) -> dict[int, float]:
-    """W: the median over seeds of the real release spread (ms), each run now on this machine (`made`: read
+def measured_spreads(runs: Path, seeds: int, made: Optional[Path] = None) -> dict[int, list[float]]:
+    """W: the real release spread (ms) of each seed, each run now on this machine (`made`: read
     from the runs already in that directory instead)."""
-    import statistics
-
     import testbed_runs as bed
 
     from psgd.bench.shaped_net import LinkShape
@@ -53,7 +51,7 @@ def measured_spreads(runs: Path, seeds: int, made: Optional[Path] = None) -> dic
                                      bed.run_real(HERE / "testbed.yaml", cell, seed, LinkShape(100.0),
                                                   runs / "real" / f"w{workers}-s{seed}"), workers)
                    for seed in range(seeds)]
-        out[workers] = statistics.median(spreads)
+        out[workers] = spreads
     return out
 
 
@@ -78,23 +76,39 @@ def main(argv=None) -> int:
                          "reading misses.md")
     ap.add_argument("--real-from", type=Path, default=None, metavar="DIR",
                     help="with --real-seeds: read the real runs an earlier --real-seeds made (its RUNS/real)")
+    ap.add_argument("--out", type=Path, default=None, metavar="DIR",
+                    help="also write spread-report.md (the table) and spread-results.json (every seed's figures) here")
     args = ap.parse_args(argv)
     if args.real_from is not None and not args.real_seeds:
         ap.error("--real-from needs --real-seeds N (the seeds to read)")
+    import json
     import statistics
     seeds = list(range(args.real_seeds)) if args.real_seeds else [0]
-    real = measured_spreads(args.runs, args.real_seeds, args.real_from) if args.real_seeds else real_spreads()
+    real = (measured_spreads(args.runs, args.real_seeds, args.real_from) if args.real_seeds
+            else {w: [v] for w, v in real_spreads().items()})
     source = ("misses.md" if not args.real_seeds else f"median of {args.real_seeds} seeds, "
               + (f"runs in {args.real_from}" if args.real_from is not None else "measured now"))
     stated = "".join(f", {s}" for s in args.sim_set)
-    print(f"| W | real spread (ms, {source}) | simulated spread (ms, 2-core host, {args.profile}{stated}) | sim / real "
-          "| within ±30% |")
-    print("|---|---|---|---|---|")
+    lines = [f"| W | real spread (ms, {source}) | simulated spread (ms, 2-core host, {args.profile}{stated}) "
+             "| sim / real | within ±30% |", "|---|---|---|---|---|"]
+    print("\n".join(lines))
+    results = []
     for workers in (4, 8, 16):
-        sim = statistics.median(simulated_spread_ms(args.runs / f"w{workers}-s{seed}", workers, seed, args.profile,
-                                                    args.sim_set) for seed in seeds)
-        ratio = sim / real[workers]
-        print(f"| {workers} | {real[workers]:.1f} | {sim:.2f} | {ratio:.2f} | {'yes' if abs(ratio - 1) <= WITHIN else 'no'} |")
+        sims = [simulated_spread_ms(args.runs / f"w{workers}-s{seed}", workers, seed, args.profile, args.sim_set)
+                for seed in seeds]
+        real_ms, sim_ms = statistics.median(real[workers]), statistics.median(sims)
+        ratio = sim_ms / real_ms
+        results.append({"workers": workers, "seeds": seeds, "real_ms": real[workers], "simulated_ms": sims,
+                        "ratio_of_medians": round(ratio, 4), "within": abs(ratio - 1) <= WITHIN})
+        lines.append(f"| {workers} | {real_ms:.1f} | {sim_ms:.2f} | {ratio:.2f} | {'yes' if results[-1]['within'] else 'no'} |")
+        print(lines[-1])
+    if args.out is not None:
+        command = "python benchmarks/sim-validation/spread.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        (args.out / "spread-report.md").write_text(
+            "# The BSP release spread, real against simulated (simulated figures labelled so)\n\n"
+            f"Produced by `{command}`.\n\n" + "\n".join(lines) + "\n")
+        (args.out / "spread-results.json").write_text(json.dumps(
+            {"profile": args.profile, "sim_set": args.sim_set, "real_source": source, "cells": results}, indent=1) + "\n")
     return 0
 
 

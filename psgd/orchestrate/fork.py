@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, NoReturn, Optional
+from typing import Callable, NoReturn, Optional, Sequence
 
 from psgd.config import Config
 
@@ -83,9 +83,11 @@ def preload(cfg: Config) -> None:
         inner_torch_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
 
 
-def fork_child(main: Callable[[list[str]], int], argv: list[str], log: Path, env: dict[str, str]) -> ForkedProcess:
+def fork_child(main: Callable[[list[str]], int], argv: list[str], log: Path, env: dict[str, str],
+               close_fds: Sequence[int] = ()) -> ForkedProcess:
     """Fork a child that runs `main(argv)` (the `psgd` command's entry) with
-    stdout/stderr appended to `log`."""
+    stdout/stderr appended to `log`; `close_fds`: the parent's descriptors the child
+    must not hold (a server's listening socket)."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -100,6 +102,8 @@ def fork_child(main: Callable[[list[str]], int], argv: list[str], log: Path, env
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)
+        for fd in close_fds:
+            os.close(fd)
         os.environ.update(env)
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, signal.SIG_DFL)  # not the launcher's handlers; the role installs its own

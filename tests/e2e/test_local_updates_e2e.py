@@ -78,7 +78,9 @@ def test_a_plain_adamw_loop_trains_under_diloco_with_torchrun(tmp_path):
 def test_dynamic_local_steps_give_a_straggler_shorter_rounds(tmp_path):
     config = tmp_path / "quickstart.yaml"
     config.write_text((ROOT / "configs" / "quickstart.yaml").read_text())
-    run_dir, steps_per_worker = tmp_path / "run", 1600
+    # 800 steps (was 1,600): in two runs under load 9 the straggler still took 55 and 72 steps in the
+    # measured half, and the round ratio was 5.8 and 4.8 against bounds of 4.0 and 2.8 (1,600: 4.8 against 3.1).
+    run_dir, steps_per_worker = tmp_path / "run", 800
     sets = ["consistency.mode=asp", "local.steps=8", "local.dynamic=true", "workers.slowdown={3: 8.0}",
             "workers.device=cpu", f"train.steps_per_worker={steps_per_worker}"]
     proc = start_launch(config, run_dir, *(arg for o in sets for arg in ("--set", o)))

@@ -130,6 +130,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _command(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
 @pytest.mark.timeout(150)
 def test_ctrl_c_stops_every_role_and_says_how_to_resume(ray_address, tmp_path):
     out = tmp_path / "run"
@@ -141,6 +149,9 @@ def test_ctrl_c_stops_every_role_and_says_how_to_resume(ray_address, tmp_path):
         assert wait_for(lambda: (out / "start.json").exists() and any((out / "checkpoints").glob("*")), timeout=100)
         pids = [e["pid"] for e in json.loads((out / "processes.json").read_text())]
         assert len(pids) == len(SMALL_ROLES) and all(_alive(p) for p in pids)
+        # Forked by one process that imported torch once for them all: the run's zygote on this node.
+        parents = {_parent(p) for p in pids}
+        assert len(parents) == 1 and "psgd.orchestrate.ray.zygote" in _command(parents.pop()), pids
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole foreground group
         t = time.monotonic()
         output, _ = proc.communicate(timeout=60)

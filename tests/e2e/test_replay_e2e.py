@@ -3,6 +3,7 @@ in one process by `psgd replay` reproduce their final parameters bit for bit."""
 import contextlib
 import io
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.e2e
 BY_TENSOR = "{default: int8, small: none, choose_by: tensor}"
 # On 3 shards the MLP's are 1604, 1604 and 1602 values: the last is below small_below, so pushed as fp32.
 PER_SHARD = "{default: int8, small: none, small_below: 1603}"
-SHORT = ["train.steps_per_worker=60", "train.target_accuracy=0.99", "workers.device=cpu"]
+STEPS = 30  # per worker: pushes at several stalenesses, and DiLoCo's last, shorter round (30 = 3 * 8 + 6)
+SHORT = [f"train.steps_per_worker={STEPS}", "train.target_accuracy=0.99", "workers.device=cpu"]
 
 
 def _config(tmp_path):
@@ -75,9 +77,9 @@ def test_a_real_run_replays_to_bit_identical_parameters(tmp_path, overrides, req
     code, result, err = _replay(run_dir, "--out", str(tmp_path / "replayed.pt"))
     assert code == 0, (result, err)
     assert result["identical"] and result["compared_model"]
-    assert result["gradients"] == summary["worker_steps"] == 4 * 60
+    assert result["gradients"] == summary["worker_steps"] == 4 * STEPS
     shards = 3 if "cluster.servers=3" in overrides else 2
-    assert result["pushes"] == shards * 4 * 60  # every push to every shard, re-executed
+    assert result["pushes"] == shards * 4 * STEPS  # every push to every shard, re-executed
     replayed = torch.load(tmp_path / "replayed.pt", weights_only=True)
     saved = torch.load(run_dir / "model.pt", weights_only=True)
     assert replayed.keys() == saved.keys()
@@ -142,7 +144,7 @@ def test_local_updates_replay_exactly_and_the_simulator_runs_the_same_rounds(tmp
     assert code == 0, output
     code, result, err = _replay(tmp_path / "adiloco")
     assert code == 0 and result["identical"], (result, err)
-    assert result["gradients"] == 4 * 60 and result["pushes"] < result["gradients"]  # rounds, not steps
+    assert result["gradients"] == 4 * STEPS and result["pushes"] < result["gradients"]  # rounds, not steps
     # Synchronous DiLoCo: the simulator takes the same rounds from the same data; only the order in
     # which a BSP shard sums the four deltas differs.
     real = tmp_path / "diloco"
@@ -150,7 +152,7 @@ def test_local_updates_replay_exactly_and_the_simulator_runs_the_same_rounds(tmp
     assert code == 0, output
     code, output, summary = launch(real / "config.yaml", tmp_path / "sim", "cluster.launcher=sim", timeout=100)
     assert code == 0, output
-    assert summary["total_updates"] == 8  # ceil(60 / 8) rounds, the last one flushed
+    assert summary["total_updates"] == math.ceil(STEPS / 8)  # rounds, the last, shorter one flushed
     a = torch.load(real / "model.pt", weights_only=True)
     b = torch.load(tmp_path / "sim" / "model.pt", weights_only=True)
     assert all(torch.allclose(a[k], b[k], rtol=0, atol=1e-5) for k in a)
@@ -168,12 +170,12 @@ def test_sparseloco_runs_for_real_replays_exactly_and_the_simulator_sends_the_sa
     code, result, err = _replay(real)
     assert code == 0 and result["identical"], (result, err)
     # Every delta push carries k = 3% of each shard's coordinates (an int32 index and a 2-bit code
-    # each, one fp32 scale per 64): 8 rounds of 8 steps per worker (60 steps, the last round flushed), 4 workers.
+    # each, one fp32 scale per 64): a round per 8 steps per worker (the last, shorter one flushed), 4 workers.
     cfg = load_config(real / "config.yaml")
     saved = torch.load(real / "model.pt", weights_only=True)
     sizes = make_layout([(k, tuple(v.shape)) for k, v in saved.items()], cfg.cluster.num_servers).shard_sizes
     per_push = sum(wire_nbytes("topk_int2", n, topk_count(n, 0.03)) for n in sizes)
-    assert summary["wire_bytes_sent"] == 4 * 8 * per_push
+    assert summary["wire_bytes_sent"] == 4 * math.ceil(STEPS / 8) * per_push
     code, output, simulated = launch(real / "config.yaml", tmp_path / "sim", "cluster.launcher=sim", timeout=100)
     assert code == 0, output
     assert simulated["wire_bytes_sent"] == summary["wire_bytes_sent"]

@@ -2,6 +2,8 @@
 a symbolic link the run did not create, and a fresh launch into a finished run is
 refused instead of silently continuing its checkpoints; `--resume` still continues it."""
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from conftest import launch, one_clear_line, run_psgd, write_config
@@ -35,12 +37,24 @@ def test_a_planted_link_is_refused_and_its_target_untouched(tmp_path, launcher, 
     assert (run_dir / name).is_symlink()
 
 
-@pytest.mark.timeout(180)
-def test_a_fresh_launch_into_a_finished_run_is_refused_and_resume_still_continues_it(tmp_path):
-    config = write_config(tmp_path / "config.yaml")
-    run_dir = tmp_path / "run"
-    code, output, summary = launch(config, run_dir, *SHORT)
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One finished short run, shared: each test works on its own copy (a run directory holds
+    no absolute path: a copy resumes as the original does)."""
+    base = tmp_path_factory.mktemp("finished")
+    code, output, summary = launch(write_config(base / "config.yaml"), base / "run", *SHORT)
     assert code == 0, output
+    return base / "run", summary
+
+
+def _copy(finished_run, tmp_path):
+    return Path(shutil.copytree(finished_run[0], tmp_path / "run", symlinks=True)), finished_run[1]
+
+
+@pytest.mark.timeout(180)
+def test_a_fresh_launch_into_a_finished_run_is_refused_and_resume_still_continues_it(tmp_path, finished_run):
+    config = write_config(tmp_path / "config.yaml")
+    run_dir, summary = _copy(finished_run, tmp_path)
     checkpoints = sorted(p.relative_to(run_dir) for p in (run_dir / "checkpoints").rglob("*"))
     metrics = (run_dir / "metrics.jsonl").read_bytes()
     code, output, again = launch(config, run_dir, *SHORT)
@@ -57,11 +71,8 @@ def test_a_fresh_launch_into_a_finished_run_is_refused_and_resume_still_continue
 
 
 @pytest.mark.timeout(180)
-def test_a_link_planted_in_a_run_being_resumed_is_refused(tmp_path):
-    config = write_config(tmp_path / "config.yaml")
-    run_dir = tmp_path / "run"
-    code, output, _ = launch(config, run_dir, *SHORT)
-    assert code == 0, output
+def test_a_link_planted_in_a_run_being_resumed_is_refused(tmp_path, finished_run):
+    run_dir, _ = _copy(finished_run, tmp_path)
     victim = tmp_path / "victim-metrics.jsonl"
     victim.write_bytes((run_dir / "metrics.jsonl").read_bytes())  # the run reads it back: same events
     before = victim.read_bytes()

@@ -3,7 +3,9 @@ evaluator) on whichever node Ray placed it with the role's resources.
 
 The actor starts the role as a child process (`python -m psgd.cli ROLE ...`) as the
 local launcher does (the roles keep their own signal handling, and a child
-whose actor dies notices it is orphaned and stops). It works in the launcher's
+whose actor dies notices it is orphaned and stops): forked by the run's zygote
+on this node (ray/zygote.py), which imported torch once for every role there,
+or exec'd where the run may not fork (a GPU run). It works in the launcher's
 run directory when that directory is visible from its node (same node or a
 shared filesystem: it finds the launcher's token file there); otherwise in a
 directory of its own on its node, from which the launcher fetches what it
@@ -24,6 +26,7 @@ from typing import Optional
 
 import ray
 
+from psgd.orchestrate.ray.zygote import ZygoteChild, fork_role
 from psgd.orchestrate.roles import CONFIG_FILE
 from psgd.runtime.events import EventTail
 from psgd.runtime.files import atomic_write
@@ -45,8 +48,9 @@ class RoleHost:
         except OSError:
             shared = False
         self.shared = shared
+        self.token = token
         self.workdir = here if shared else Path(tempfile.mkdtemp(prefix="psgd-ray-"))
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional[subprocess.Popen | ZygoteChild] = None
         self.events: Optional[EventTail] = None
         self.log: Optional[Path] = None
 
@@ -70,10 +74,12 @@ class RoleHost:
         self.log = self.workdir / "logs" / f"{role}-{index}.log"
         # Earlier incarnations' events were reported already: read only what this one writes.
         self.events = EventTail(self.workdir / "events" / f"{role}-{index}.jsonl", from_end=True)
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env={**os.environ, **env},
-                                         start_new_session=True)
+        env = {**os.environ, **env}
+        self.proc = fork_role(self.token, args, self.log, env, self.workdir / CONFIG_FILE)
+        if self.proc is None:  # no fork for this run (a GPU run, run.start_method: exec)
+            with open(self.log, "ab") as out:
+                self.proc = subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         return self.proc.pid
 
     def poll(self) -> tuple[list[dict], Optional[int], str]:
