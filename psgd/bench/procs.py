@@ -1,6 +1,8 @@
 """Child processes shared by the benchmarks: shard servers on synthetic flat
-parameters, started with multiprocessing's spawn method (a clean interpreter:
-no inherited sockets, threads or torch state), each child at one torch thread.
+parameters, each child at one torch thread, started from multiprocessing's fork
+server: a clean interpreter (no inherited sockets, threads or torch state) that
+has imported torch and the benchmarks' modules once. Spawning instead cost each
+child about 3 s of CPU for those imports.
 
 It imports the real shard (psgd.servers.shard): the benchmarks measure the server users run.
 """
@@ -22,15 +24,42 @@ from psgd.config import load_config
 from psgd.core.sharding import Layout, make_layout
 from psgd.servers.record import record_path
 from psgd.servers.shard import ShardServer
+from psgd.wire.transport import zmq_context
 
 __all__ = ["BenchShards", "bench_context", "bench_layout", "bench_config", "process_cpu_s", "parse_size", "parse_list"]
 
 START_TIMEOUT_S = 120.0
 
 
-def bench_context():
+# What benchmark children import: the fork server imports it once (before its first child), not each child.
+PRELOAD = ["torch", "psgd.bench.procs", "psgd.bench.raw_zmq", "psgd.bench.raw_shm", "psgd.bench.rpc_ps",
+           "psgd.bench.scale", "psgd.bench.overlap"]
+
+
+class BenchProcess(mp.context.ForkServerProcess):
+    """A benchmark child. It ends with os._exit, as every forked child does: no interpreter
+    shutdown, so ZeroMQ's I/O thread would die with the child's last replies still queued
+    (a shard's SHUTDOWN acknowledgement, a raw server's "bye"), and the parent would wait for
+    them. Terminating the context first makes the I/O thread write them out."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            zmq_context().destroy(linger=0)  # sockets still open (none, normally) are closed first
+
+
+class BenchContext(mp.context.ForkServerContext):
+    Process = BenchProcess
+
+
+_CONTEXT = BenchContext()
+
+
+def bench_context() -> BenchContext:
     """The multiprocessing context every benchmark child is started with."""
-    return mp.get_context("spawn")
+    _CONTEXT.set_forkserver_preload(PRELOAD)  # read when the fork server starts (on the first child)
+    return _CONTEXT
 
 
 def parse_size(text: str) -> int:

@@ -30,6 +30,7 @@ import zmq
 from psgd.bench.procs import bench_context
 from psgd.wire.shm.attached import AttachedSegment
 from psgd.wire.shm.segment import Segment
+from psgd.wire.transport import zmq_context
 
 __all__ = ["ShmSgdFloor", "ShmFloorPeer", "time_shm_floor"]
 
@@ -102,7 +103,7 @@ class _ZmqWake:
     """The floor server's side of an empty-ZeroMQ-message wake-up (a ROUTER)."""
 
     def __init__(self, conn):
-        self.sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self.sock = zmq_context().socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         conn.send_bytes(b"ready %d" % self.sock.bind_to_random_port("tcp://127.0.0.1"))
         self._peer = b""
@@ -155,7 +156,7 @@ class ShmFloorPeer:
             self._segment.unlink()
         self._sock = None
         if wake == "zmq":
-            self._sock = zmq.Context.instance().socket(zmq.DEALER)
+            self._sock = zmq_context().socket(zmq.DEALER)
             self._sock.setsockopt(zmq.LINGER, 0)
             self._sock.connect(f"tcp://127.0.0.1:{int(ready.split()[1])}")
         self._req = 0

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import kill_tree, spawn, wait_for, write_config
+from support.bench_children import shm_client_loop
 
-from psgd.bench.procs import BenchShards
+from psgd.bench.procs import BenchShards, bench_context
 from psgd.config import load_config
 from psgd.core.sharding import layout_for_module
 from psgd.runtime.ports import free_ports
@@ -127,18 +128,26 @@ def test_a_push_naming_a_wrong_or_missing_segment_is_refused_with_the_state_unto
             plain.close()
 
 
-CLIENT_LOOP = """
-import sys, torch
-from psgd.bench.procs import bench_layout
-from psgd.workers.client import PSClient
-address, rank, numel = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-c = PSClient([address], bench_layout(numel, 1), rank=rank, heartbeat_s=None, shared_memory_min_bytes=0, request_timeout_s=60)
-c.register()
-print("shared_memory", c.shared_memory[0], flush=True)
-g = [torch.ones(numel)]
-while True:
-    c.push_pull(g)
-"""
+def start_client(address: str, rank: int, numel: int):
+    """A client pushing forever in a process of its own (until killed), forked like a bench
+    child; returns (process, the pipe on which it says whether it took shared memory)."""
+    ctx = bench_context()
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=shm_client_loop, args=(address, rank, numel, child), daemon=True)
+    proc.start()
+    child.close()
+    return proc, parent
+
+
+def said(conn) -> tuple:
+    assert conn.poll(60), "the client did not register"
+    return conn.recv()
+
+
+def sigkill(proc) -> None:
+    if proc.is_alive():
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
 
 
 @pytest.mark.timeout(120)
@@ -147,26 +156,23 @@ def test_no_segment_outlives_a_sigkilled_client_and_a_restarted_one_uses_shared_
     # Ranks differ: a rank stays bound to its first connection unless the run token is shown.
     with BenchShards(numel, 1, workers=3) as cluster:
         address = cluster.addresses[0]
-        loop = [sys.executable, "-c", CLIENT_LOOP]
-        first = spawn(loop + [address, "0", str(numel)], stdout=subprocess.PIPE, text=True)
-        assert first.stdout.readline().split() == ["shared_memory", "True"]
+        first, first_says = start_client(address, 0, numel)
+        assert said(first_says) == ("shared_memory", True)
         (held,) = segments_of(cluster.pids)  # the shard maps first's segment
         assert segments_of([first.pid]) == [held]
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait()
+        sigkill(first)
         # Killed while its offer was still unanswered (no shard at that address): no file anywhere,
         # so nothing is left once the process is gone.
         dead_end = f"127.0.0.1:{free_ports('127.0.0.1', 1)[0]}"
-        stuck = spawn(loop + [dead_end, "1", str(numel)], stdout=subprocess.PIPE, text=True)
+        stuck, _ = start_client(dead_end, 1, numel)
         assert wait_for(lambda: segments_of([stuck.pid]) != [], timeout=60)
-        os.kill(stuck.pid, signal.SIGKILL)
-        stuck.wait()
+        sigkill(stuck)
         if os.path.isdir("/dev/shm"):
             assert not [n for n in os.listdir("/dev/shm") if n.startswith("psgd-")]
-        again = spawn(loop + [address, "1", str(numel)], stdout=subprocess.PIPE, text=True)
+        again, again_says = start_client(address, 1, numel)
         watcher = None
         try:
-            assert again.stdout.readline().split() == ["shared_memory", "True"]
+            assert said(again_says) == ("shared_memory", True)
             assert len(segments_of(cluster.pids)) == 2  # first's (until it times out) and again's
             watcher = PSClient(cluster.addresses, cluster.layout, rank=2, heartbeat_s=None, token=cluster.token,
                                shared_memory="off")
@@ -174,12 +180,10 @@ def test_no_segment_outlives_a_sigkilled_client_and_a_restarted_one_uses_shared_
             v0 = watcher.stats()[0]["version"]
             assert wait_for(lambda: watcher.stats()[0]["version"] > v0 + 10, timeout=30)
         finally:
-            kill_tree(again)
+            sigkill(again)
             if watcher is not None:
                 watcher.shutdown_servers()
                 watcher.close()
-    for proc in (first, stuck, again):
-        proc.stdout.close()
 
 
 def _start_shard(config: Path, run_dir: Path, n_ready: int):
