@@ -73,6 +73,21 @@ def _child(request: dict, fds: list[int], listener: socket.socket, conn: socket.
     run_forked(main, request["args"], prepare, exit_handlers=True)
 
 
+def _preload_bench() -> None:
+    """What `psgd bench convergence`, `tune staleness` and `plot` import after they start: the
+    simulator, the statistics, TensorBoard's writer (bench runs log to it) and pyplot on Agg,
+    about 3 s of CPU a command. None of them starts a thread."""
+    import psgd.bench.convergence  # noqa: F401
+    import psgd.bench.tune  # noqa: F401
+    import psgd.sim.allreduce  # noqa: F401
+    from psgd.bench.pyplot import pyplot
+    pyplot()
+    try:
+        import torch.utils.tensorboard  # noqa: F401
+    except ImportError:  # not installed: the runs do without it
+        pass
+
+
 def serve(path: str) -> None:
     import torch  # noqa: F401 - the imports every child would otherwise repeat
     torch.set_num_threads(1)
@@ -86,6 +101,7 @@ def serve(path: str) -> None:
     import psgd.servers.shard  # noqa: F401
     import psgd.workers.evaluator  # noqa: F401
     import psgd.workers.worker  # noqa: F401
+    _preload_bench()
 
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
