@@ -53,13 +53,12 @@ class BenchContext(mp.context.ForkServerContext):
     Process = BenchProcess
 
 
-_CONTEXT = BenchContext()
-
-
 def bench_context() -> BenchContext:
-    """The multiprocessing context every benchmark child is started with."""
-    _CONTEXT.set_forkserver_preload(PRELOAD)  # read when the fork server starts (on the first child)
-    return _CONTEXT
+    """The multiprocessing context every benchmark child is started with (every context of
+    this kind shares the process's one fork server)."""
+    ctx = BenchContext()
+    ctx.set_forkserver_preload(PRELOAD)  # read when the fork server starts (on the first child)
+    return ctx
 
 
 def parse_size(text: str) -> int:
