@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import kill_tree, psgd_cmd, read_events, spawn
+from conftest import kill_tree, psgd_cmd, read_events, spawn, spawn_forked_with_env
 
 from psgd.runtime.ports import free_ports
 
@@ -72,9 +72,9 @@ def _start_slurm_ranks(config, run_dir, world, tmp_path):
     for rank in range(world):
         env = {**_without_torchrun_vars(), **_slurm_env(rank, world, port)}
         env = {k: v for k, v in env.items() if v != ""}
-        procs.append(subprocess.Popen(psgd_cmd("run", str(config), "--run-dir", str(run_dir)), env=env,
-                                      stdout=open(tmp_path / f"rank{rank}.log", "w"), stderr=subprocess.STDOUT,
-                                      cwd=str(tmp_path), start_new_session=True))
+        with open(tmp_path / f"rank{rank}.log", "w") as log:
+            procs.append(spawn_forked_with_env(psgd_cmd("run", str(config), "--run-dir", str(run_dir)), env,
+                                               stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path)))
     return procs
 
 
