@@ -181,10 +181,9 @@ def _run_as_python(argv: list[str]) -> None:
         sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's file first
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     else:
-        script = os.path.abspath(argv[0])
-        sys.path[0] = os.path.dirname(script)
-        sys.argv = [argv[0], *argv[1:]]
-        runpy.run_path(script, run_name="__main__")
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        sys.argv = list(argv)
+        runpy.run_path(argv[0], run_name="__main__")  # sys.argv[0] as given, as python keeps it
 
 
 def _exit_status(exc: SystemExit) -> int:
