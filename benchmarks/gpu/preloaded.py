@@ -36,8 +36,8 @@ import time
 import traceback
 
 ENV = "PSGD_GPU_PRELOADED"  # the server's NAME, for the checks' own psgd commands (check_kit.psgd)
-# What the dry run's commands import, heaviest first; preloading starts no Python thread (checked).
-PRELOAD = ("torch", "torch._dynamo", "psgd.cli", "psgd.orchestrate.fork", "psgd.servers.shard",
+# What the dry run's commands import, in order; preloading starts no Python thread (checked).
+PRELOAD = ("torch", "psgd.cli", "torch._dynamo", "psgd.orchestrate.fork", "psgd.servers.shard",
            "psgd.workers.worker", "psgd.workers.evaluator", "psgd.orchestrate.doctor", "psgd.sim.calibrate",
            "psgd.bench.comm", "psgd.bench.overlap", "check_kit", "sim_batched", "codecs_check")
 KILL_AFTER_S = 5.0  # SIGTERM, then SIGKILL: run.sh's `timeout -k 5`
@@ -50,22 +50,23 @@ def _address(name: str) -> str:
 
 # ---- the server ------------------------------------------------------------------------------
 
-def preload() -> list[str]:
-    """Import PRELOAD; what fails (a broken psgd) is left for each command to import, and fail
-    on, in its own process as an exec'd interpreter would. Returns one line per failure."""
-    failed = []
+def preload() -> str:
+    """Import PRELOAD, up to the first that fails (a broken psgd: what follows needs it, and
+    each command meets the error in its own process, as an exec'd interpreter would). Returns
+    that failure, or ""."""
     for name in PRELOAD:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - reported; the commands meet it themselves
-            failed.append(f"{name}: {type(exc).__name__}: {exc}")
-    return failed
+            return f"{name}: {type(exc).__name__}: {exc}"
+    return ""
 
 
 def serve(name: str) -> None:
     """Preload, then fork each request, until the parent (run.sh) is gone. Blocks."""
-    for line in preload():
-        print(f"not preloaded (each command imports it): {line}", flush=True)
+    failed = preload()
+    if failed:
+        print(f"preloaded up to {failed} (each command imports the rest)", flush=True)
     # A forked child would hold a copy of a Python thread's locks, never released. (torch's
     # import leaves one idle native thread, which every psgd launcher forks beside as well.)
     if threading.active_count() != 1:
