@@ -16,7 +16,7 @@
 #
 # --dry (CI, any machine): the same checks with the CUDA parts skipped and said so, the rest on
 # the CPU at tiny sizes, with the psgd installed here (PSGD_PYTHON, else .venv/bin/python,
-# else python3).
+# else python3), every Python command forked from one that has imported torch and psgd.
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
