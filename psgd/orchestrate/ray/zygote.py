@@ -14,7 +14,8 @@ One zygote serves every run whose RoleHosts would start it the same way (`zygote
 the same user, Ray node, interpreter, working directory, environment (less Ray's
 own RAY_* variables, which differ by job) and psgd source files (an edited psgd
 gets a zygote of its own). A child's environment is exactly its
-RoleHost's. It stays IDLE_EXIT_S after its last RoleHost is gone, for the next run.
+RoleHost's. It stays IDLE_EXIT_S after its last RoleHost is gone, for the next run,
+unless its node's raylet is gone too (no RoleHost of its key can come again).
 
 The roles are the zygote's children: it reaps them and answers their exit codes.
 A role still dies with its actor: the zygote SIGKILLs the session of a role whose
@@ -216,6 +217,7 @@ def serve(path: Path) -> None:
     children: dict[int, "ForkedProcess"] = {}
     host_of: dict[int, int] = {}  # a child's pid -> its RoleHost's
     hosts: set[int] = set()
+    raylet = int(os.environ.get("RAY_RAYLET_PID", "0"))  # set in every Ray worker, so in its RoleHosts
     idle_since = time.monotonic()
     held: Optional[IO] = None  # the start lock, once the zygote is leaving
 
@@ -271,7 +273,7 @@ def serve(path: Path) -> None:
             hosts.difference_update([h for h in hosts if not _alive(h)])
             if hosts:
                 idle_since = time.monotonic()
-            elif time.monotonic() - idle_since >= IDLE_EXIT_S:
+            elif time.monotonic() - idle_since >= IDLE_EXIT_S or (raylet and not _alive(raylet)):
                 held = _exit_lock(path)
     finally:
         listener.close()

@@ -64,6 +64,7 @@ def test_a_socket_directory_others_may_enter_is_refused(tmp_path, monkeypatch):
 def test_an_idle_zygote_waits_for_a_starter_holding_the_lock_then_leaves_no_trace(tmp_path, monkeypatch):
     monkeypatch.setattr(zygote, "IDLE_EXIT_S", 0.1)
     monkeypatch.setattr(zygote, "POLL_S", 0.02)
+    monkeypatch.delenv("RAY_RAYLET_PID", raising=False)  # not in a Ray worker
     path = tmp_path / "z" / "sock"
     path.parent.mkdir(mode=0o700)
     lock = open(path.parent / "lock", "a")
@@ -73,9 +74,20 @@ def test_an_idle_zygote_waits_for_a_starter_holding_the_lock_then_leaves_no_trac
     while not path.exists():  # bound first, before its imports
         serving.join(0.01)
     zygote._ask(path, {"op": "hello", "host": GONE_PID})  # a RoleHost that is gone at once
-    serving.join(0.3)
+    serving.join(0.5)
     assert serving.is_alive() and path.exists()  # idle long enough, but not while the lock is held
     assert zygote._ask(path, {"op": "poll", "pid": GONE_PID}) == {"code": -signal.SIGKILL}
     lock.close()
+    serving.join(5)
+    assert not serving.is_alive() and not path.parent.exists()
+
+
+def test_an_idle_zygote_whose_raylet_is_gone_leaves_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(zygote, "POLL_S", 0.02)  # IDLE_EXIT_S stays a minute
+    monkeypatch.setenv("RAY_RAYLET_PID", str(GONE_PID))  # a local instance shut down with its run
+    path = tmp_path / "z" / "sock"
+    path.parent.mkdir(mode=0o700)
+    serving = threading.Thread(target=zygote.serve, args=(path,), daemon=True)
+    serving.start()
     serving.join(5)
     assert not serving.is_alive() and not path.parent.exists()
