@@ -56,8 +56,10 @@ def cluster():
 @pytest.fixture
 def two_nodes(cluster):
     """The file's cluster with both nodes up. A test that killed node B leaves it
-    to be started again here: a fresh node B, as a replaced host would be. (The
-    no-room test starts it again itself, so it runs before the restart test.)"""
+    to be started again here: a fresh node B, as a replaced host would be. (The tests
+    that kill node B come last: the no-room and elastic tests start it again themselves,
+    and the restart test, which leaves it down, is the last. Each start of node B is a
+    raylet, Ray's agents and a zygote: seconds of CPU.)"""
     if not cluster.node_b_up():
         cluster.start_node_b()
     return cluster
@@ -173,172 +175,9 @@ def test_ray_address_in_the_environment_spreads_servers_and_workers_over_both_no
     assert code == 0 and json.loads(stdout)["identical"], (stdout, stderr)
 
 
-# A restart can take longer than cluster.timeout_s (10 s) on a loaded machine; a rank the shards
-# timed out first rejoins at the slowest other rank's clock (psgd/core/clocks.py) and pushes fewer
-# steps. A longer timeout makes every restarted rank take its own over, so the counts are exact.
-KEEP_RANKS = ["--set", "cluster.timeout_s=60"]
-
-
-def _launch_and_kill_node_b(cluster: TwoNodeRay, out: Path, *sets: str, after_steps: int,
-                            once_lost: Optional[Callable[[], None]] = None):
-    """Start the job, SIGKILL everything on node B once `after_steps` steps are in
-    metrics.jsonl; `once_lost` runs once the launcher has recorded the loss (and
-    so decided what to do about it), while the job stops. (exit code, output)."""
-    proc = cluster.psgd_on_a(["launch", str(QUICKSTART), "--on", "ray", "--address", cluster.address, "--out",
-                              str(out), "--quiet", *SMALL, *KEEP_RANKS, *sets], out.parent,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        metrics = out / "metrics.jsonl"
-        assert wait_for(lambda: metrics.exists() and metrics.read_text().count('"event": "step"') >= after_steps,
-                        timeout=75, interval=0.1), "training did not get going"
-        assert cluster.kill_node_b(), "nothing was running on node B"
-        if once_lost is not None:
-            assert wait_for(lambda: '"event": "node_lost"' in metrics.read_text(), timeout=60, interval=0.1)
-            once_lost()
-        output, _ = proc.communicate(timeout=75)
-        return proc.returncode, output
-    finally:
-        kill_tree(proc)
-
-
-def _check_applied_once(events: list[dict], summary: dict, workers: int, steps: int) -> None:
-    """Exactly once, from the shards' final figures: every rank reached its last
-    clock, no clock was skipped, and each shard applied every push once. A push the
-    kill cut between the two shards reached one only (the shards' partial_pushes)."""
-    done = {e["rank"]: e for e in events if e.get("event") == "done"}
-    assert {r: d["clock"] for r, d in done.items()} == {r: steps for r in range(workers)}
-    last = {}
-    for e in events:
-        if e.get("event") == "server_stats":
-            last[e["index"]] = e
-    assert sorted(last) == [0, 1] and all(e["final"] for e in last.values()), last  # their word at the stop
-    partial = {s: e["counters"].get("partial_pushes", 0) for s, e in last.items()}
-    pushed = sum(d["seqs"] for d in done.values())  # every seq used, killed incarnations included
-    assert pushed == workers * steps + sum(partial.values()), (pushed, partial)
-    assert {s: e["version"] + partial[s] for s, e in last.items()} == {0: pushed, 1: pushed}
-    assert summary["total_updates"] == max(e["version"] for e in last.values())
-    assert summary["partial_pushes"] == sum(partial.values())
-
-
-@pytest.mark.timeout(120)
-def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes_when_it_is_back(
-        two_nodes, tmp_path):
-    cluster, out = two_nodes, tmp_path / "run"
-    # Two workers, both on node B: the fewest processes that show it (this test starts the job twice).
-    code, output = _launch_and_kill_node_b(
-        cluster, out, "--set", "train.steps_per_worker=200",
-        "--set", "ray.server.resources={node_a: 1}", "--set", "ray.evaluator.resources={node_a: 1}",
-        "--set", "ray.worker.resources={node_b: 1}", "--set", "checkpoint.every_s=0.5", after_steps=60,
-        once_lost=cluster.start_node_b)  # node B rejoins while the job stops: it has decided by then
-    assert code == 1, output
-    line = (f"lost Ray node {cluster.ip_b} (its node left the Ray cluster): worker 0, worker 1; "
-            "no live Ray node has room for worker 0 (ray.worker.num_cpus=0.5, ray.worker.resources.node_b=1)")
-    assert line in output, output
-    assert f"continue this run with: psgd launch --resume {out}" in output
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "failed" and line in summary["failure"]
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()), "no checkpoints kept"
-    assert (out / "model.pt").is_file()  # the evaluator, on node A, took its final measurement
-    n_before = len(_events(out))
-
-    # Node B is back: the printed command finishes the run, every push applied once.
-    proc = cluster.psgd_on_a(["launch", "--resume", str(out), "--quiet"], tmp_path, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-    try:
-        output, _ = proc.communicate(timeout=80)
-    finally:
-        kill_tree(proc)
-    assert proc.returncode == 0, output[-3000:]
-    after = _events(out)[n_before:]
-    assert {e["index"] for e in after if e.get("event") == "resumed"} == {0, 1}  # both shards, from checkpoints
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "ok"
-    _check_applied_once(after, summary, workers=2, steps=200)
-
-
-@pytest.mark.timeout(120)
-def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(two_nodes, tmp_path):
-    cluster, out = two_nodes, tmp_path / "run"
-    code, output = _launch_and_kill_node_b(cluster, out, "--set", "ray.server.resources={node_a: 1}",
-                                           "--set", "supervision.max_restarts=1", after_steps=100)
-    assert code == 0, output[-3000:]
-    events = _events(out)
-    first = {}
-    for e in events:
-        if e.get("event") == "ready":
-            first.setdefault(f"{e['role']}-{e['index']}", e["node"])
-    on_b = sorted(n for n, ip in first.items() if ip == cluster.ip_b)
-    assert any(n.startswith("worker") for n in on_b), first  # spread put workers on node B
-    # One line names the node, every role it took and why; the CLI printed it.
-    lost = [e for e in events if e.get("event") == "node_lost"]
-    assert len(lost) == 1 and lost[0]["node"] == cluster.ip_b and sorted(lost[0]["roles"]) == on_b
-    assert lost[0]["restarted"] and "its node left the Ray cluster" in lost[0]["line"]
-    assert f"psgd launch: {lost[0]['line']}" in output
-    assert _nodes(events) == {n: cluster.ip_a for n in ALL}  # every role ended on node A
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["restarts"] == len(on_b)
-    _check_applied_once(events, summary, workers=WORKERS, steps=STEPS)
-    assert summary["final_test_accuracy"] >= 0.93
-
-
-@pytest.mark.timeout(300)
-def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
-    """cluster.workers {min: 1, max: 4} with 2.5-CPU workers: node A (4 CPUs, two half-CPU
-    shards) holds worker 0, node B (4 CPUs) one more. The run grows onto node B, loses that
-    worker with it and goes on, then grows again when node B joins the cluster anew; once the
-    new worker has trained, Ctrl-C ends it (a time limit would only add waiting). (Losing
-    several roles with one node: the no-room test above.)"""
-    cluster, out = two_nodes, tmp_path / "run"
-    metrics = out / "metrics.jsonl"
-
-    def changes(kind):
-        if not metrics.exists():
-            return []
-        return [e for e in _events(out) if e.get("event") == "membership" and e["change"] == kind]
-
-    def trained_since_the_last_join():
-        events = _events(out)
-        joins = [i for i, e in enumerate(events) if e.get("event") == "membership" and e["change"] == "joined"]
-        return len(joins) == 2 and events[joins[-1]]["rank"] in {
-            e["rank"] for e in events[joins[-1]:] if e.get("event") == "step"}
-
-    proc = cluster.psgd_on_a([
-        "launch", str(QUICKSTART), "--on", "ray", "--address", cluster.address, "--out", str(out), "--quiet",
-        "--set", "cluster.workers={min: 1, max: 4}", "--set", "consistency.mode=ssp",
-        "--set", "consistency.staleness=2", "--set", "cluster.timeout_s=2", "--set", "cluster.heartbeat_s=0.5",
-        "--set", "ray.server.num_cpus=0.5", "--set", "ray.server.resources={node_a: 1}",
-        "--set", "ray.worker.num_cpus=2.5", "--set", "eval.enabled=false",
-        "--set", "workers.device_ms=20", "--set", "train.steps_per_worker=100000"], tmp_path,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert wait_for(lambda: len(changes("joined")) == 1, timeout=90, interval=0.2), "no worker joined on node B"
-        assert cluster.kill_node_b(), "nothing was running on node B"
-        assert wait_for(lambda: len(changes("left")) == 1, timeout=60, interval=0.2), "node B's worker stayed"
-        cluster.start_node_b()
-        assert wait_for(lambda: len(changes("joined")) == 2, timeout=60, interval=0.2), "node B's return added none"
-        assert wait_for(trained_since_the_last_join, timeout=60, interval=0.2), "the new worker did not train"
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: every role stops cleanly and reports
-        output, _ = proc.communicate(timeout=60)
-    finally:
-        kill_tree(proc)
-    assert proc.returncode == 128 + signal.SIGINT, output[-3000:]
-    events = _events(out)
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["restarts"] == 0
-    order = [(c["change"], c["rank"], c["cause"]) for c in summary["membership_changes"]]
-    assert order == [("joined", 1, "scaled_up"), ("left", 1, "lost"), ("joined", 1, "scaled_up")]
-    lost = [e for e in events if e.get("event") == "node_lost"]
-    assert len(lost) == 1 and "the run goes on without worker 1" in lost[0]["line"]
-    nodes = [(e["index"], e["node"]) for e in events if e.get("event") == "ready" and e["role"] == "worker"]
-    assert nodes == [(0, cluster.ip_a), (1, cluster.ip_b), (1, cluster.ip_b)]
-    finals = {e["index"]: e for e in events if e.get("event") == "server_stats" and e.get("final")}
-    assert sorted(finals) == [0, 1] and all(f["live"]["max_gap_over_bound"] <= 0 for f in finals.values())
-    assert all(f["counters"]["pushes"] == f["version"] for f in finals.values())  # each push applied once
-
-
-# ---- `psgd launch --on ray` as the local launcher runs it (formerly tests/e2e/test_ray_launch.py) -----
-# On this file's cluster, the roles pinned to node A where the run directory must be shared (as on one
-# machine): one Ray cluster for every Ray test, not a second local instance.
+# ---- `psgd launch --on ray` as the local launcher runs it ------------------------------------------
+# On this file's cluster (one Ray cluster for every Ray test, not a local instance besides): the roles
+# pinned to node A where the run directory is shared, as on one machine, and to node B where it is not.
 QUARTER_CPU = ["--set", "ray.server.num_cpus=0.25", "--set", "ray.worker.num_cpus=0.25",
                "--set", "ray.evaluator.num_cpus=0.25"]
 ON_A = ["--set", "ray.server.resources={node_a: 1}", "--set", "ray.worker.resources={node_a: 1}",
@@ -476,3 +315,167 @@ def test_without_a_shared_directory_events_logs_and_model_come_back_through_ray(
                 for line in (out / "events" / f"{name}.jsonl").read_text().splitlines()]
     assert sorted(map(json.dumps, events)) == sorted(map(json.dumps, mirrored))
     assert (out / "model.pt").stat().st_size > 0 and not (out / "checkpoints").exists()  # checkpoints stay on the node
+
+
+# ---- a lost node ---------------------------------------------------------------------------------
+# A restart can take longer than cluster.timeout_s (10 s) on a loaded machine; a rank the shards
+# timed out first rejoins at the slowest other rank's clock (psgd/core/clocks.py) and pushes fewer
+# steps. A longer timeout makes every restarted rank take its own over, so the counts are exact.
+KEEP_RANKS = ["--set", "cluster.timeout_s=60"]
+
+
+def _launch_and_kill_node_b(cluster: TwoNodeRay, out: Path, *sets: str, after_steps: int,
+                            once_lost: Optional[Callable[[], None]] = None):
+    """Start the job, SIGKILL everything on node B once `after_steps` steps are in
+    metrics.jsonl; `once_lost` runs once the launcher has recorded the loss (and
+    so decided what to do about it), while the job stops. (exit code, output)."""
+    proc = cluster.psgd_on_a(["launch", str(QUICKSTART), "--on", "ray", "--address", cluster.address, "--out",
+                              str(out), "--quiet", *SMALL, *KEEP_RANKS, *sets], out.parent,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        metrics = out / "metrics.jsonl"
+        assert wait_for(lambda: metrics.exists() and metrics.read_text().count('"event": "step"') >= after_steps,
+                        timeout=75, interval=0.1), "training did not get going"
+        assert cluster.kill_node_b(), "nothing was running on node B"
+        if once_lost is not None:
+            assert wait_for(lambda: '"event": "node_lost"' in metrics.read_text(), timeout=60, interval=0.1)
+            once_lost()
+        output, _ = proc.communicate(timeout=75)
+        return proc.returncode, output
+    finally:
+        kill_tree(proc)
+
+
+def _check_applied_once(events: list[dict], summary: dict, workers: int, steps: int) -> None:
+    """Exactly once, from the shards' final figures: every rank reached its last
+    clock, no clock was skipped, and each shard applied every push once. A push the
+    kill cut between the two shards reached one only (the shards' partial_pushes)."""
+    done = {e["rank"]: e for e in events if e.get("event") == "done"}
+    assert {r: d["clock"] for r, d in done.items()} == {r: steps for r in range(workers)}
+    last = {}
+    for e in events:
+        if e.get("event") == "server_stats":
+            last[e["index"]] = e
+    assert sorted(last) == [0, 1] and all(e["final"] for e in last.values()), last  # their word at the stop
+    partial = {s: e["counters"].get("partial_pushes", 0) for s, e in last.items()}
+    pushed = sum(d["seqs"] for d in done.values())  # every seq used, killed incarnations included
+    assert pushed == workers * steps + sum(partial.values()), (pushed, partial)
+    assert {s: e["version"] + partial[s] for s, e in last.items()} == {0: pushed, 1: pushed}
+    assert summary["total_updates"] == max(e["version"] for e in last.values())
+    assert summary["partial_pushes"] == sum(partial.values())
+
+
+@pytest.mark.timeout(120)
+def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes_when_it_is_back(
+        two_nodes, tmp_path):
+    cluster, out = two_nodes, tmp_path / "run"
+    # Two workers, both on node B: the fewest processes that show it (this test starts the job twice).
+    code, output = _launch_and_kill_node_b(
+        cluster, out, "--set", "train.steps_per_worker=200",
+        "--set", "ray.server.resources={node_a: 1}", "--set", "ray.evaluator.resources={node_a: 1}",
+        "--set", "ray.worker.resources={node_b: 1}", "--set", "checkpoint.every_s=0.5", after_steps=60,
+        once_lost=cluster.start_node_b)  # node B rejoins while the job stops: it has decided by then
+    assert code == 1, output
+    line = (f"lost Ray node {cluster.ip_b} (its node left the Ray cluster): worker 0, worker 1; "
+            "no live Ray node has room for worker 0 (ray.worker.num_cpus=0.5, ray.worker.resources.node_b=1)")
+    assert line in output, output
+    assert f"continue this run with: psgd launch --resume {out}" in output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and line in summary["failure"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()), "no checkpoints kept"
+    assert (out / "model.pt").is_file()  # the evaluator, on node A, took its final measurement
+    n_before = len(_events(out))
+
+    # Node B is back: the printed command finishes the run, every push applied once.
+    proc = cluster.psgd_on_a(["launch", "--resume", str(out), "--quiet"], tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = proc.communicate(timeout=80)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 0, output[-3000:]
+    after = _events(out)[n_before:]
+    assert {e["index"] for e in after if e.get("event") == "resumed"} == {0, 1}  # both shards, from checkpoints
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok"
+    _check_applied_once(after, summary, workers=2, steps=200)
+
+
+@pytest.mark.timeout(300)
+def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
+    """cluster.workers {min: 1, max: 4} with 2.5-CPU workers: node A (4 CPUs, two half-CPU
+    shards) holds worker 0, node B (4 CPUs) one more. The run grows onto node B, loses that
+    worker with it and goes on, then grows again when node B joins the cluster anew; once the
+    new worker has trained, Ctrl-C ends it (a time limit would only add waiting). (Losing
+    several roles with one node: the no-room test above.)"""
+    cluster, out = two_nodes, tmp_path / "run"
+    metrics = out / "metrics.jsonl"
+
+    def changes(kind):
+        if not metrics.exists():
+            return []
+        return [e for e in _events(out) if e.get("event") == "membership" and e["change"] == kind]
+
+    def trained_since_the_last_join():
+        events = _events(out)
+        joins = [i for i, e in enumerate(events) if e.get("event") == "membership" and e["change"] == "joined"]
+        return len(joins) == 2 and events[joins[-1]]["rank"] in {
+            e["rank"] for e in events[joins[-1]:] if e.get("event") == "step"}
+
+    proc = cluster.psgd_on_a([
+        "launch", str(QUICKSTART), "--on", "ray", "--address", cluster.address, "--out", str(out), "--quiet",
+        "--set", "cluster.workers={min: 1, max: 4}", "--set", "consistency.mode=ssp",
+        "--set", "consistency.staleness=2", "--set", "cluster.timeout_s=2", "--set", "cluster.heartbeat_s=0.5",
+        "--set", "ray.server.num_cpus=0.5", "--set", "ray.server.resources={node_a: 1}",
+        "--set", "ray.worker.num_cpus=2.5", "--set", "eval.enabled=false",
+        "--set", "workers.device_ms=20", "--set", "train.steps_per_worker=100000"], tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for(lambda: len(changes("joined")) == 1, timeout=90, interval=0.2), "no worker joined on node B"
+        assert cluster.kill_node_b(), "nothing was running on node B"
+        assert wait_for(lambda: len(changes("left")) == 1, timeout=60, interval=0.2), "node B's worker stayed"
+        cluster.start_node_b()
+        assert wait_for(lambda: len(changes("joined")) == 2, timeout=60, interval=0.2), "node B's return added none"
+        assert wait_for(trained_since_the_last_join, timeout=60, interval=0.2), "the new worker did not train"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: every role stops cleanly and reports
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 128 + signal.SIGINT, output[-3000:]
+    events = _events(out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["restarts"] == 0
+    order = [(c["change"], c["rank"], c["cause"]) for c in summary["membership_changes"]]
+    assert order == [("joined", 1, "scaled_up"), ("left", 1, "lost"), ("joined", 1, "scaled_up")]
+    lost = [e for e in events if e.get("event") == "node_lost"]
+    assert len(lost) == 1 and "the run goes on without worker 1" in lost[0]["line"]
+    nodes = [(e["index"], e["node"]) for e in events if e.get("event") == "ready" and e["role"] == "worker"]
+    assert nodes == [(0, cluster.ip_a), (1, cluster.ip_b), (1, cluster.ip_b)]
+    finals = {e["index"]: e for e in events if e.get("event") == "server_stats" and e.get("final")}
+    assert sorted(finals) == [0, 1] and all(f["live"]["max_gap_over_bound"] <= 0 for f in finals.values())
+    assert all(f["counters"]["pushes"] == f["version"] for f in finals.values())  # each push applied once
+
+
+@pytest.mark.timeout(120)
+def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(two_nodes, tmp_path):
+    cluster, out = two_nodes, tmp_path / "run"
+    code, output = _launch_and_kill_node_b(cluster, out, "--set", "ray.server.resources={node_a: 1}",
+                                           "--set", "supervision.max_restarts=1", after_steps=100)
+    assert code == 0, output[-3000:]
+    events = _events(out)
+    first = {}
+    for e in events:
+        if e.get("event") == "ready":
+            first.setdefault(f"{e['role']}-{e['index']}", e["node"])
+    on_b = sorted(n for n, ip in first.items() if ip == cluster.ip_b)
+    assert any(n.startswith("worker") for n in on_b), first  # spread put workers on node B
+    # One line names the node, every role it took and why; the CLI printed it.
+    lost = [e for e in events if e.get("event") == "node_lost"]
+    assert len(lost) == 1 and lost[0]["node"] == cluster.ip_b and sorted(lost[0]["roles"]) == on_b
+    assert lost[0]["restarted"] and "its node left the Ray cluster" in lost[0]["line"]
+    assert f"psgd launch: {lost[0]['line']}" in output
+    assert _nodes(events) == {n: cluster.ip_a for n in ALL}  # every role ended on node A
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["restarts"] == len(on_b)
+    _check_applied_once(events, summary, workers=WORKERS, steps=STEPS)
+    assert summary["final_test_accuracy"] >= 0.93

@@ -48,8 +48,9 @@ NODE_FLAGS = [f"--num-cpus={NODE_CPUS}", f"--object-store-memory={OBJECT_STORE_B
 # No idle Python workers started ahead of use, at a node's start or a driver's: each is an
 # interpreter importing Ray (about 1 s of CPU), and every psgd role is an actor of its own anyway.
 NODE_ENV = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
-# The head also runs without the autoscaler's monitor (--no-monitor: a Python process polling the
-# cluster): these nodes are fixed. A killed node is declared dead after about period x threshold (Ray's default is about 15 s).
+# The head runs without the autoscaler's monitor (--no-monitor: a Python process polling the
+# cluster): these nodes are fixed. A killed node is declared dead after about period x threshold
+# (Ray's default is about 15 s).
 HEAD_ENV = {**NODE_ENV, "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
             "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
 
@@ -240,19 +241,19 @@ class TwoNodeRay:
             self._reaper = None
         return left
 
-
     def _zygote_dirs(self) -> list[str]:
         """The socket directories of the role zygotes on node A (psgd/orchestrate/ray/zygote.py),
-        in the /tmp it shares with the test: killed, a zygote leaves its directory behind."""
-        found = []
+        in the /tmp it shares with the test: killed, a zygote leaves its directory behind. (The
+        roles it forked show its command line too.)"""
+        found = set()
         for pid in self.pids(self.ns_a):
             try:
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue  # a process that has just exited
             if ZYGOTE_MODULE in argv[:-1]:
-                found.append(str(Path(argv[argv.index(ZYGOTE_MODULE) + 1].decode()).parent))
-        return found
+                found.add(str(Path(argv[argv.index(ZYGOTE_MODULE) + 1].decode()).parent))
+        return sorted(found)
 
 
 def leftovers(token: str) -> list[str]:
