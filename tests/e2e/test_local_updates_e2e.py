@@ -27,10 +27,13 @@ RANKS = 2
 def test_diloco_reaches_the_quickstart_target_with_an_eighth_of_the_bytes_per_example(tmp_path):
     config = tmp_path / "quickstart.yaml"
     config.write_text((ROOT / "configs" / "quickstart.yaml").read_text())
-    code, output, summary = launch(config, tmp_path / "run", *DILOCO_8, "workers.device=cpu", timeout=110)
+    # 324 steps of the quickstart's 500: it reached 0.93 at round 17 of 63 (41 rounds here, the last
+    # of 4 steps: a shorter round still pushed, and still more than 7.9x fewer bytes).
+    steps, batch = 324, 32
+    code, output, summary = launch(config, tmp_path / "run", *DILOCO_8, "workers.device=cpu",
+                                   f"train.steps_per_worker={steps}", timeout=110)
     assert code == 0, output
     assert summary["time_to_target_s"] is not None, summary
-    steps, batch = 500, 32
     numel = sum(t.numel() for t in torch.load(tmp_path / "run" / "model.pt", weights_only=True).values())
     assert summary["worker_steps"] == 4 * steps
     rounds = math.ceil(steps / 8)  # the last, shorter round is pushed too
