@@ -56,7 +56,8 @@ def test_plain_script_under_torchrun_reaches_the_builtin_workers_accuracy(tmp_pa
     # The built-in worker: the same CNN, data, Adam and number of steps, through `psgd launch`.
     builtin = tmp_path / "builtin.yaml"
     builtin.write_text(yaml.safe_dump({
-        **job, "cluster": {"servers": 2, "workers": RANKS}, "task": {"model": "cnn", "dataset": "digits", "batch_size": 32},
+        **job, "cluster": {"servers": 2, "workers": RANKS},
+        "task": {"model": "cnn", "dataset": "digits", "batch_size": 32},
         "train": {"steps_per_worker": 45 * EPOCHS, "max_time_s": 240, "target_accuracy": 0.9},
         "eval": {"every_s": 5.0}}))
     code, output, summary = launch(builtin, tmp_path / "builtin-run", timeout=300)
