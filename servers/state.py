@@ -19,7 +19,7 @@ from psgd.core.histogram import Histogram
 from psgd.core.local_methods.optimizers import server_optimizer
 from psgd.core.modes.policy import ClockBoard, ConsistencyPolicy, Finished, Mode, PushAction, Update
 from psgd.core.modes.quorum import GraceWindow
-from psgd.core.rules.updater import ShardUpdater, abs_bound
+from psgd.core.rules.updater import ShardUpdater
 from psgd.servers.live_control import ShardLive
 from psgd.wire.protocol import ErrorCode, ProtocolError
 
@@ -180,7 +180,8 @@ class ShardState:
         self._use_lr(self.policy.pushed(rank, clock, step_s))
         staleness = self.version - read_version  # >= 0: check_push refused a read_version ahead of the shard
         sparse = isinstance(grad, tuple)  # (indices, values); asked once
-        grad_max = abs_bound(grad[1] if sparse else grad)  # read once: the check and the bound
+        read = self._read.get(rank) if self._read else None
+        grad_max = self.rule.grad_bound(self.params, grad[1] if sparse else grad, staleness, read)  # the check and the bound
         if not math.isfinite(grad_max):
             self.counters["rejected_nonfinite"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE, staleness))
@@ -196,7 +197,7 @@ class ShardState:
         if sparse:
             applied = self.rule.apply_sparse(self._writable(), grad[0], grad[1], staleness)
         else:
-            applied = self.rule.apply_if_finite(self._writable(), grad, staleness, self._read.get(rank) if self._read else None, grad_max)
+            applied = self.rule.apply_if_finite(self._writable(), grad, staleness, read, grad_max)
         if not applied:
             self.counters["rejected_nonfinite_result"] += 1
             return self._finish_push(rank, clock, PushResult(PushStatus.NON_FINITE_RESULT, staleness))

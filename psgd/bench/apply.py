@@ -15,7 +15,7 @@ import torch
 
 from psgd.bench.procs import bench_config
 from psgd.core.local_methods.optimizers import server_optimizer
-from psgd.core.rules.updater import ShardUpdater, abs_bound, all_finite
+from psgd.core.rules.updater import ShardUpdater, all_finite
 from psgd.servers.state import PushStatus, ShardState
 
 __all__ = ["apply_throughput", "guard_cost", "run_apply_bench"]
@@ -45,7 +45,7 @@ def guard_cost(size_bytes: int, optimizer: str, repeats: int = 30, warmup: int =
     """What the non-finite guard adds to one update, timed side by side in one loop: the
     update alone (`ShardUpdater.apply`), the update behind the gradient's finiteness check
     alone (the check every push had before the guard), and the guarded update as a shard
-    runs it (one pass over the gradient for both the check and the bound, then
+    runs it (`grad_bound`: one pass over the gradient for both the check and the bound, then
     `apply_if_finite`). The guard's cost is the last minus the second. Timed in the thread's
     CPU time (the updates run on this one thread): other processes on the machine then
     inflate it far less than they would wall time."""
@@ -61,14 +61,18 @@ def guard_cost(size_bytes: int, optimizer: str, repeats: int = 30, warmup: int =
             rule.apply(p, grad)
 
     def guarded(p, rule):
-        if not rule.apply_if_finite(p, grad, grad_max=abs_bound(grad)):
+        if not rule.apply_if_finite(p, grad, grad_max=rule.grad_bound(p, grad)):
             raise RuntimeError("the bench's update was refused")
 
     variants = {"update": update, "checked": checked, "guarded": guarded}
     setups = {name: (p, ShardUpdater(cfg, p)) for name, p in ((n, torch.zeros(numel)) for n in variants)}
     times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
     for i in range(warmup + repeats):
-        for name, run in variants.items():
+        # Each round starts with the next variant: which one finds the gradient in the cache after the
+        # one before is the same for all of them over the rounds.
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            run = variants[name]
             t0 = time.thread_time()
             run(*setups[name])
             if i >= warmup:

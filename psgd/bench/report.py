@@ -51,7 +51,8 @@ def write_apply_report(result: dict, out: Path, command: str) -> None:
     lines += ["", "The non-finite guard (`ShardUpdater.apply_if_finite`), timed side by side with the update in the "
               "thread's CPU time: "
               "`update` is the rule alone, `checked` the update behind the gradient's finiteness check every push "
-              "had before the guard, `guarded` what a shard runs now; the guard's cost is guarded − checked.", "",
+              "had before the guard, `guarded` what a shard runs now; the guard's cost is guarded − checked. The three "
+              "run in turn, each round starting with the next one.", "",
               "| optimizer | gradient | update ms | checked ms | guarded ms | guard ms | guard / update | copied |",
               "|---|---|---|---|---|---|---|---|"]
     for g in result.get("guard", []):

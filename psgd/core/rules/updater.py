@@ -17,11 +17,12 @@ import torch
 from psgd.config import OptimizerConfig, ScheduleConfig
 from psgd.core.rules import Rule, rule_named
 
-__all__ = ["ShardUpdater", "abs_bound", "abs_max", "all_finite", "scheduled_lr"]
+__all__ = ["FLOAT32_MAX", "ShardUpdater", "abs_bound", "abs_max", "all_finite", "scheduled_lr"]
 
 # A step runs unguarded when every value it can produce is bounded below this: float32's
 # largest value over 4, which also covers the rounding of the few ops behind each bound.
-UNGUARDED_LIMIT = torch.finfo(torch.float32).max / 4
+FLOAT32_MAX = torch.finfo(torch.float32).max
+UNGUARDED_LIMIT = FLOAT32_MAX / 4
 # Each bound is widened by this factor: a float32 op rounds by at most 2**-24 of its result, a
 # step has a handful of them. (The widening compounds over steps; when it nears the limit the
 # bounds are measured again, exactly.)
@@ -116,7 +117,7 @@ class ShardUpdater:
         they cannot, every bound is measured exactly and tried again; only when that cannot rule
         it out either are `params` and the state copied, the step run and its result checked."""
         if grad_max is None:
-            grad_max = abs_bound(grad)
+            grad_max = self.grad_bound(params, grad, staleness, read_params)
         if not math.isfinite(grad_max):
             return False
         lr = self.lr(staleness)
@@ -137,6 +138,16 @@ class ShardUpdater:
         self.updates -= 1
         return False
 
+    def grad_bound(self, params: torch.Tensor, grad: torch.Tensor, staleness: int = 0,
+                   read_params: Optional[torch.Tensor] = None) -> float:
+        """A bound on |grad| that settles this step's guard, from one pass: inf when an element
+        is NaN or infinite. When no finite gradient at all could take the step out of range
+        (plain SGD at a rate below about 1/4, the common case), the pass is the finiteness
+        check's sum and the bound float32's largest value; otherwise `abs_bound`."""
+        if self._bounds_after(params, FLOAT32_MAX, self.lr(staleness), read_params) is not None:
+            return FLOAT32_MAX if all_finite(grad) else math.inf
+        return abs_bound(grad)
+
     def _identity(self, params: torch.Tensor) -> tuple:
         if not self.state:  # plain SGD: no state to follow (the common case, checked twice per update)
             return params.data_ptr(), params._version
@@ -152,17 +163,20 @@ class ShardUpdater:
             self._bounded = self._identity(params)
         cfg, bound = self.cfg, self._bounds
         lr, grad = abs(lr), grad_max
-        largest = grad  # of every value the step computes (NaN: it stays NaN, and fails the test below)
+        # The largest value the step computes on its way: the gradient itself is given (finite), the
+        # compensated or decayed gradient is computed. (NaN stays NaN, and fails the test below.)
+        largest = 0.0
         if cfg.dc_asgd is not None and read_params is not None and cfg.dc_asgd.lambda_ > 0:
-            largest = max(largest, grad * grad)
+            largest = grad * grad
             grad += cfg.dc_asgd.lambda_ * grad * grad * (bound[""] + abs_max(read_params))
+            largest = max(largest, grad)
         if cfg.weight_decay and self.base.decoupled_weight_decay:
             bound = {**bound, "": bound[""] * abs(1 - lr * cfg.weight_decay)}
         elif cfg.weight_decay:
             grad += abs(cfg.weight_decay) * bound[""]
+            largest = max(largest, grad)
         after = self.base.magnitudes(bound, grad, lr, self.updates)
-        if not (largest < UNGUARDED_LIMIT and grad < UNGUARDED_LIMIT
-                and all(v < UNGUARDED_LIMIT for v in after.values())):  # also False for a NaN
+        if not (largest < UNGUARDED_LIMIT and all(v < UNGUARDED_LIMIT for v in after.values())):  # False for a NaN
             return None
         return {name: after[name] * ROUNDING for name in ("", *self.state)}
 

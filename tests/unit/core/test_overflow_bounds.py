@@ -9,7 +9,7 @@ import torch
 
 from psgd.config import load_config
 from psgd.core.local_methods.optimizers import server_optimizer
-from psgd.core.rules.updater import ShardUpdater, abs_bound, abs_max
+from psgd.core.rules.updater import FLOAT32_MAX, ShardUpdater, abs_bound, abs_max
 
 SETTINGS = {
     "sgd": ["optimizer.name=sgd"],
@@ -148,3 +148,37 @@ def test_the_gradient_bound_is_infinite_for_a_non_finite_element_and_exact_where
     assert abs_bound(strided) == abs_max(strided) == 10.0
     assert abs_bound(torch.tensor([-5.0, 2.0], dtype=torch.float64)) == 5.0
     assert abs_bound(torch.zeros(0)) == 0.0
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_plain_sgd_at_a_small_rate_settles_the_guard_with_the_finiteness_check(bad):
+    # No finite gradient can take |params| + 0.1 * float32's largest value out of range: the
+    # finiteness check's sum is the only pass over the gradient, the bound float32's largest value.
+    rule, params = make_rule("sgd", lr=0.1)
+    grad = torch.ones(params.numel())
+    assert rule.grad_bound(params, grad) == FLOAT32_MAX
+    grad[5] = bad
+    assert rule.grad_bound(params, grad) == math.inf
+    refused_untouched(rule, params, grad)
+
+
+@pytest.mark.parametrize("name, lr", [("sgd", 0.5), ("momentum", 0.1), ("adam", 0.1), ("dc-asgd", 0.1)])
+def test_a_step_some_finite_gradient_could_overflow_reads_the_gradients_bound(name, lr):
+    rule, params = make_rule(name, lr=lr)
+    grad = torch.randn(params.numel(), generator=torch.Generator().manual_seed(2))
+    assert rule.grad_bound(params, grad, read_params=params.clone()) == abs_bound(grad)
+
+
+def test_largest_finite_gradients_under_plain_sgd_are_refused_when_they_would_overflow():
+    # Each step alone is safe until |params| nears the range: then the bound is read, and the step refused whole.
+    rule, params = make_rule("sgd", lr=0.2)
+    grad = torch.full((params.numel(),), FLOAT32_MAX)
+    outcomes = []
+    for _ in range(6):
+        before = params.clone()
+        applied = rule.apply_if_finite(params, grad)
+        outcomes.append(applied)
+        if not applied:
+            assert torch.equal(params, before)
+        assert torch.isfinite(params).all()
+    assert outcomes[0] and not outcomes[-1]
