@@ -26,8 +26,8 @@ BY_TENSOR = "{default: int8, small: none, choose_by: tensor}"
 # On 3 shards the MLP's are 1604, 1604 and 1602 values: the last is below small_below, so pushed as fp32.
 PER_SHARD = "{default: int8, small: none, small_below: 1603}"
 STEPS = 30  # per worker: pushes at several stalenesses, and DiLoCo's last, shorter round (30 = 3 * 8 + 6)
-# Two asynchronous workers interleave their pushes as four do (stalenesses 0 to 4 in a 30-step
-# run), at about 0.4 s less CPU a launch than the quickstart's four; this file launches 13 runs.
+# Two asynchronous workers interleave their pushes as four do (stalenesses 0 to 3 or 4 in three 30-step
+# runs), at about 0.4 s less CPU a launch than the quickstart's four; this file launches 13 runs.
 WORKERS = 2
 SHORT = [f"train.steps_per_worker={STEPS}", "train.target_accuracy=0.99", "workers.device=cpu",
          f"cluster.workers={WORKERS}"]
