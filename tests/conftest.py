@@ -64,6 +64,21 @@ def spawn(cmd: list[str], **kw) -> subprocess.Popen:
     return proc
 
 
+def spawn_forked_with_env(cmd: list[str], env: dict[str, str], **kw) -> subprocess.Popen:
+    """A psgd command forked from the preloaded server (as `spawn` forks one) with an environment
+    of its own: only for variables psgd reads when the command runs, never at import (a
+    cluster launcher's SLURM_*, MASTER_ADDR, MASTER_PORT), which the forked `main` sees as a
+    fresh interpreter would. `env` is the child's whole environment."""
+    assert cmd[:3] == psgd_cmd() and set(kw) <= FORKABLE - {"start_new_session"}, (cmd, kw)
+    if os.environ.get("PSGD_TESTS_EXEC"):
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, **kw)
+    else:
+        proc = fork_server.ForkedCommand(cmd, kw.get("cwd"), env, kw.get("stdout"), kw.get("stderr"),
+                                         bool(kw.get("text")))
+    _SPAWNED.append(proc)
+    return proc
+
+
 def kill_tree(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:

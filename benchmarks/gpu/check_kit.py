@@ -3,12 +3,15 @@ dry run says it left out, and how a check runs psgd, judges a run and writes its
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Optional
+
+import preloaded  # beside this script
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
@@ -32,8 +35,12 @@ DRY_SKIPS = {
 
 def psgd(work: Path, *args: str) -> subprocess.CompletedProcess:
     """`psgd ARGS` run from `work`: from the repository root, `python -m` would import the
-    psgd/ source folder, which is not the installed package (servers/ and workers/ map into it)."""
-    return subprocess.run([sys.executable, "-m", "psgd.cli", *args], capture_output=True, text=True, cwd=work)
+    psgd/ source folder, which is not the installed package (servers/ and workers/ map into it).
+    In a dry run the same command is forked from run.sh's preloaded interpreter (preloaded.py)."""
+    argv = ["-m", "psgd.cli", *args]
+    if os.environ.get(preloaded.ENV):
+        return preloaded.capture(os.environ[preloaded.ENV], argv, work)
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=work)
 
 
 def command_line(*args: str) -> str:

@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import kill_tree, psgd_cmd, read_events, spawn
+from conftest import kill_tree, psgd_cmd, read_events, spawn, spawn_forked_with_env
+from support import fork_relay, fork_server
 
 from psgd.runtime.ports import free_ports
 
@@ -24,6 +25,19 @@ def _finish(procs, timeout):
             kill_tree(p)
 
 
+def _rank_entry() -> list[str]:
+    """What torchrun starts per rank: `-m psgd.cli`, or (unless PSGD_TESTS_EXEC) a stdlib-only
+    relay that forks the same `psgd` command from the suite's preloaded server with the
+    rank's environment (tests/support/fork_relay.py): five fresh torch imports saved."""
+    if os.environ.get("PSGD_TESTS_EXEC"):
+        return ["-m", "psgd.cli"]
+    return ["--no-python", sys.executable, "-S", fork_relay.__file__]
+
+
+def _relay_env() -> dict:
+    return {} if os.environ.get("PSGD_TESTS_EXEC") else {fork_relay.SERVER_VAR: fork_server.server().path}
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(120)
 def test_torchrun_assigns_roles_and_servers_are_found_through_tcpstore(small_config, tmp_path):
@@ -32,9 +46,10 @@ def test_torchrun_assigns_roles_and_servers_are_found_through_tcpstore(small_con
     run_dir = tmp_path / "run"
     port = free_ports("127.0.0.1", 1)[0]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "5",
-           "--master-addr", "127.0.0.1", "--master-port", str(port),
-           "-m", "psgd.cli", "run", str(config), "--run-dir", str(run_dir)]
-    proc = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+           "--master-addr", "127.0.0.1", "--master-port", str(port), *_rank_entry(),
+           "run", str(config), "--run-dir", str(run_dir)]
+    proc = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path),
+                 env=_relay_env())
     try:
         out, _ = proc.communicate(timeout=100)
     finally:
@@ -72,9 +87,9 @@ def _start_slurm_ranks(config, run_dir, world, tmp_path):
     for rank in range(world):
         env = {**_without_torchrun_vars(), **_slurm_env(rank, world, port)}
         env = {k: v for k, v in env.items() if v != ""}
-        procs.append(subprocess.Popen(psgd_cmd("run", str(config), "--run-dir", str(run_dir)), env=env,
-                                      stdout=open(tmp_path / f"rank{rank}.log", "w"), stderr=subprocess.STDOUT,
-                                      cwd=str(tmp_path), start_new_session=True))
+        with open(tmp_path / f"rank{rank}.log", "w") as log:
+            procs.append(spawn_forked_with_env(psgd_cmd("run", str(config), "--run-dir", str(run_dir)), env,
+                                               stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path)))
     return procs
 
 

@@ -2,6 +2,8 @@
 use, a --resume (or a hand-resumed shard) after changing the optimizer or the
 model's width, and a disk too full for the start."""
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -45,16 +47,30 @@ def test_a_second_launcher_on_a_run_directory_in_use_is_refused_naming_the_first
         stop(first, timeout=30)
 
 
-@pytest.mark.timeout(120)
-def test_resume_after_changing_the_optimizer_is_refused_before_anything_starts(tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", train={"steps_per_worker": 40, "max_time_s": 60},
-                       optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.9}, eval={"enabled": False})
-    out = tmp_path / "run"
-    code, output = finish(start_launch(cfg, out), 90)
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One finished short run with optimizer state (momentum) and a stated model width, shared:
+    each test changes its own copy's config (a run directory holds no absolute path)."""
+    base = tmp_path_factory.mktemp("finished")
+    cfg = write_config(base / "c.yaml", train={"steps_per_worker": 20, "max_time_s": 60},
+                       optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.9},
+                       task={"model_args": {"hidden": 32}}, eval={"enabled": False})
+    code, output = finish(start_launch(cfg, base / "run"), 90)
     assert code == 0, output
+    return base / "run"
+
+
+def _copy_with(finished_run, tmp_path, change):
+    out = Path(shutil.copytree(finished_run, tmp_path / "run", symlinks=True))
     run_cfg = yaml.safe_load((out / "config.yaml").read_text())
-    run_cfg["optimizer"]["name"] = "adam"
+    change(run_cfg)
     (out / "config.yaml").write_text(yaml.safe_dump(run_cfg))
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_resume_after_changing_the_optimizer_is_refused_before_anything_starts(tmp_path, finished_run):
+    out = _copy_with(finished_run, tmp_path, lambda c: c["optimizer"].update(name="adam"))
     before = {p: p.stat().st_size for p in out.rglob("*") if p.is_file()}
     code, stdout, stderr = run_psgd("launch", "--resume", str(out), "--quiet", cwd=tmp_path, timeout=60)
     line = one_clear_line(stdout + stderr)
@@ -64,15 +80,8 @@ def test_resume_after_changing_the_optimizer_is_refused_before_anything_starts(t
 
 
 @pytest.mark.timeout(120)
-def test_resume_after_changing_the_model_width_is_refused_naming_the_key(tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", train={"steps_per_worker": 20, "max_time_s": 60},
-                       task={"model_args": {"hidden": 32}}, eval={"enabled": False})
-    out = tmp_path / "run"
-    code, output = finish(start_launch(cfg, out), 90)
-    assert code == 0, output
-    run_cfg = yaml.safe_load((out / "config.yaml").read_text())
-    run_cfg["task"]["model_args"]["hidden"] = 48
-    (out / "config.yaml").write_text(yaml.safe_dump(run_cfg))
+def test_resume_after_changing_the_model_width_is_refused_naming_the_key(tmp_path, finished_run):
+    out = _copy_with(finished_run, tmp_path, lambda c: c["task"]["model_args"].update(hidden=48))
     before = {p.name: p.stat().st_mtime_ns for p in (out / "checkpoints").iterdir()}
     code, stdout, stderr = run_psgd("launch", "--resume", str(out), "--quiet", cwd=tmp_path, timeout=60)
     line = one_clear_line(stdout + stderr)

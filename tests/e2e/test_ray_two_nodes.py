@@ -1,18 +1,23 @@
 """`psgd launch --on ray` on a two-node Ray cluster made of two network
 namespaces (tests/support/ray_cluster.py): node A (the head, `node_a`) shares
 the filesystem with the launcher; node B (`node_b`) has its own /tmp and
-/dev/shm, so what its roles write comes back only through Ray."""
+/dev/shm, so what its roles write comes back only through Ray. Every Ray test
+is here, on one cluster: starting one costs more than most tests."""
 import json
+import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
 from conftest import ROOT, kill_tree, run_psgd, wait_for
-from support.ray_cluster import SetupFailed, TwoNodeRay, leftovers, lent_past_tmp, unsupported
+from support.ray_cluster import NODE_CPUS, SetupFailed, TwoNodeRay, leftovers, lent_past_tmp, unsupported
+from support.ray_runs import alive, check_exports, command, parent, tree
 
 from psgd.config import load_config
 
@@ -51,8 +56,10 @@ def cluster():
 @pytest.fixture
 def two_nodes(cluster):
     """The file's cluster with both nodes up. A test that killed node B leaves it
-    to be started again here: a fresh node B, as a replaced host would be. (The
-    no-room test starts it again itself, so it runs before the restart test.)"""
+    to be started again here: a fresh node B, as a replaced host would be. (The tests
+    that kill node B come last: the no-room and elastic tests start it again themselves,
+    and the restart test, which leaves it down, is the last. Each start of node B is a
+    raylet, Ray's agents and a zygote: seconds of CPU.)"""
     if not cluster.node_b_up():
         cluster.start_node_b()
     return cluster
@@ -88,7 +95,7 @@ QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 # The quickstart job (2 shards, the evaluator, target 0.93) with 2 workers, not 4, in half-CPU
 # actors: every role is an actor and a process importing torch (about 6 s of CPU) on two cores
 # shared with the two Ray nodes. Two of each role still put one on either node; the full quickstart
-# on Ray is tests/e2e/test_ray_launch.py's. 600 steps each: the 1200 updates the 4 x 300 had (at
+# on Ray is test_quickstart_on_ray_matches_the_local_launcher's. 600 steps each: the 1200 updates the 4 x 300 had (at
 # 600 updates, one local seed of three ended at 0.933).
 WORKERS, STEPS = 2, 600
 SMALL = ["--set", "ray.server.num_cpus=0.5", "--set", "ray.worker.num_cpus=0.5",
@@ -168,6 +175,149 @@ def test_ray_address_in_the_environment_spreads_servers_and_workers_over_both_no
     assert code == 0 and json.loads(stdout)["identical"], (stdout, stderr)
 
 
+# ---- `psgd launch --on ray` as the local launcher runs it ------------------------------------------
+# On this file's cluster (one Ray cluster for every Ray test, not a local instance besides): the roles
+# pinned to node A where the run directory is shared, as on one machine, and to node B where it is not.
+QUARTER_CPU = ["--set", "ray.server.num_cpus=0.25", "--set", "ray.worker.num_cpus=0.25",
+               "--set", "ray.evaluator.num_cpus=0.25"]
+ON_A = ["--set", "ray.server.resources={node_a: 1}", "--set", "ray.worker.resources={node_a: 1}",
+        "--set", "ray.evaluator.resources={node_a: 1}"]
+ON_B = [s.replace("node_a", "node_b") for s in ON_A]
+# Three roles (one shard, one worker, the evaluator) where the quickstart job is not the point: each
+# is an actor and a process.
+SMALL_STEPS = 50
+SMALL_JOB = ["--set", "cluster.servers=1", "--set", "cluster.workers=1", "--set", f"train.steps_per_worker={SMALL_STEPS}"]
+SMALL_ROLES = ["server-0", "worker-0", "evaluator-0"]
+
+
+def _on_a(cluster: TwoNodeRay, args: list[str], cwd: Path, timeout: float) -> tuple[int, str, str]:
+    """`psgd ARGS` on node A to completion: (exit code, stdout, stderr)."""
+    proc = cluster.psgd_on_a(args, cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        kill_tree(proc)
+    return proc.returncode, stdout, stderr
+
+
+@pytest.mark.timeout(240)
+def test_quickstart_on_ray_matches_the_local_launcher(cluster, tmp_path):
+    # 300 steps a worker reach the target as the config's 500 do (the two-node runs above).
+    sets = ["--set", "logging.tensorboard=true", "--set", "train.steps_per_worker=300"]
+    code, _, err = _on_a(cluster, ["launch", str(QUICKSTART), "--on", "ray", "--address", cluster.address,
+                                   *QUARTER_CPU, *ON_A, *sets, "--out", str(tmp_path / "ray"), "--quiet"],
+                         tmp_path, timeout=200)
+    assert code == 0, err
+    code, _, err = run_psgd("launch", str(QUICKSTART), *sets, "--out", str(tmp_path / "local"), "--quiet",
+                            cwd=tmp_path, timeout=200)
+    assert code == 0, err
+    on_ray, local = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("ray", "local"))
+    assert tree(tmp_path / "ray") == tree(tmp_path / "local")
+    assert "processes.json" not in tree(tmp_path / "ray")["."]
+    assert set(on_ray) == set(local)
+    for s in (on_ray, local):
+        assert s["status"] == "ok" and s["total_updates"] == 1200 and s["worker_steps"] == 1200
+        assert s["final_test_accuracy"] >= 0.93  # quickstart's target
+    assert math.isclose(on_ray["final_test_accuracy"], local["final_test_accuracy"], abs_tol=0.03)
+    assert "launcher: ray" in (tmp_path / "ray" / "config.yaml").read_text()
+    for run in ("ray", "local"):
+        check_exports(tmp_path / run)
+
+
+def _too_big() -> tuple[list[str], int, int]:
+    """A job of one CPU per role (the default) with more roles than both nodes have CPUs:
+    (its --set arguments, the CPUs it asks for, the CPUs the cluster has)."""
+    have = 2 * NODE_CPUS
+    cfg = load_config(QUICKSTART, [f"cluster.workers={have}"])
+    return ["--set", f"cluster.workers={have}"], cfg.cluster.num_servers + have + 1, have
+
+
+@pytest.mark.timeout(120)
+def test_requests_beyond_the_cluster_fail_up_front_naming_the_keys(two_nodes, tmp_path):
+    sets, need, have = _too_big()
+    code, _, err = _on_a(two_nodes, ["launch", str(QUICKSTART), "--on", "ray", "--address", two_nodes.address,
+                                     *sets, "--out", str(tmp_path / "run"), "--quiet"], tmp_path, timeout=100)
+    assert code == 1
+    assert f"asks Ray for {need} CPU" in err and f"has {have} CPU" in err and "ray.worker.num_cpus=1" in err, err
+    assert not (tmp_path / "run" / "events").exists()  # no role was started
+
+
+@pytest.mark.timeout(120)
+def test_psgd_launch_with_cluster_launcher_ray_runs_on_ray(two_nodes, tmp_path):
+    # The Python API in a process of its own on node A; only Ray's launcher measures the job
+    # against the cluster's CPUs, so its refusal shows where the job went.
+    sets, need, have = _too_big()
+    code = ("import sys, psgd\n"
+            "try:\n"
+            "    psgd.launch(sys.argv[1], overrides=sys.argv[3:], out=sys.argv[2])\n"
+            "except psgd.LaunchError as exc:\n"
+            "    print(exc.reason)\n")
+    done = subprocess.run(two_nodes.on_a([sys.executable, "-c", code, str(QUICKSTART), str(tmp_path / "run"),
+                                          "cluster.launcher=ray", f"ray.address={two_nodes.address}", sets[1]]),
+                          capture_output=True, text=True, cwd=tmp_path, timeout=100)
+    assert done.returncode == 0, done.stderr
+    assert f"asks Ray for {need} CPU" in done.stdout and f"has {have} CPU" in done.stdout, done.stdout
+    assert not (tmp_path / "run" / "events").exists()  # no role was started
+
+
+@pytest.mark.timeout(150)
+def test_ctrl_c_stops_every_role_and_says_how_to_resume(cluster, tmp_path):
+    out = tmp_path / "run"
+    proc = cluster.psgd_on_a(["launch", str(QUICKSTART), "--on", "ray", "--address", cluster.address, *QUARTER_CPU,
+                              *ON_A, *SMALL_JOB, "--out", str(out), "--quiet", "--set", "train.steps_per_worker=100000",
+                              "--set", "checkpoint.every_s=0.5"], tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for(lambda: (out / "start.json").exists() and any((out / "checkpoints").glob("*")), timeout=100)
+        pids = [e["pid"] for e in json.loads((out / "processes.json").read_text())]
+        assert len(pids) == len(SMALL_ROLES) and all(alive(p) for p in pids)
+        # Forked by one process that imported torch once for them all: the zygote on this node.
+        parents = {parent(p) for p in pids}
+        zygote = parents.pop()
+        assert parents == set() and "psgd.orchestrate.ray.zygote" in command(zygote), pids
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole foreground group
+        t = time.monotonic()
+        output, _ = proc.communicate(timeout=60)
+        stopped_in = time.monotonic() - t
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 128 + signal.SIGINT, output
+    assert f"continue this run with: psgd launch --resume {out}" in output
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+    assert not any(alive(p) for p in pids), "a role outlived the launcher"
+    assert stopped_in < 30, stopped_in  # the roles get the local launcher's 4 s; Ray's shutdown adds its own
+    assert alive(zygote)  # it stays for the next run on this node
+
+
+@pytest.mark.timeout(200)
+def test_without_a_shared_directory_events_logs_and_model_come_back_through_ray(two_nodes, tmp_path):
+    # Every role on node B, whose /tmp is its own: the run directory is out of its actors' sight.
+    node_b_tmp = two_nodes.node_b_tmp()
+    before = set(node_b_tmp.glob("psgd-ray-*"))
+    out = tmp_path / "run"
+    try:
+        code, _, err = _on_a(two_nodes, ["launch", str(QUICKSTART), "--on", "ray", "--address", two_nodes.address,
+                                         *QUARTER_CPU, *ON_B, *SMALL_JOB, "--out", str(out), "--quiet"],
+                             tmp_path, timeout=180)
+        assert code == 0, err
+        private = set(node_b_tmp.glob("psgd-ray-*")) - before
+        assert len(private) == len(SMALL_ROLES)  # one directory per actor: the run directory was not shared
+    finally:
+        for d in set(node_b_tmp.glob("psgd-ray-*")) - before:
+            shutil.rmtree(d, ignore_errors=True)
+    names = SMALL_ROLES
+    assert sorted(p.stem for p in (out / "events").glob("*.jsonl")) == sorted(names)
+    assert sorted(p.stem for p in (out / "logs").glob("*.log")) == sorted(names)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["total_updates"] == summary["worker_steps"] == SMALL_STEPS
+    events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    mirrored = [json.loads(line) for name in names
+                for line in (out / "events" / f"{name}.jsonl").read_text().splitlines()]
+    assert sorted(map(json.dumps, events)) == sorted(map(json.dumps, mirrored))
+    assert (out / "model.pt").stat().st_size > 0 and not (out / "checkpoints").exists()  # checkpoints stay on the node
+
+
+# ---- a lost node ---------------------------------------------------------------------------------
 # A restart can take longer than cluster.timeout_s (10 s) on a loaded machine; a rank the shards
 # timed out first rejoins at the slowest other rank's clock (psgd/core/clocks.py) and pushes fewer
 # steps. A longer timeout makes every restarted rank take its own over, so the counts are exact.
@@ -251,31 +401,6 @@ def test_a_lost_worker_node_with_no_room_left_stops_with_checkpoints_and_resumes
     _check_applied_once(after, summary, workers=2, steps=200)
 
 
-@pytest.mark.timeout(120)
-def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(two_nodes, tmp_path):
-    cluster, out = two_nodes, tmp_path / "run"
-    code, output = _launch_and_kill_node_b(cluster, out, "--set", "ray.server.resources={node_a: 1}",
-                                           "--set", "supervision.max_restarts=1", after_steps=100)
-    assert code == 0, output[-3000:]
-    events = _events(out)
-    first = {}
-    for e in events:
-        if e.get("event") == "ready":
-            first.setdefault(f"{e['role']}-{e['index']}", e["node"])
-    on_b = sorted(n for n, ip in first.items() if ip == cluster.ip_b)
-    assert any(n.startswith("worker") for n in on_b), first  # spread put workers on node B
-    # One line names the node, every role it took and why; the CLI printed it.
-    lost = [e for e in events if e.get("event") == "node_lost"]
-    assert len(lost) == 1 and lost[0]["node"] == cluster.ip_b and sorted(lost[0]["roles"]) == on_b
-    assert lost[0]["restarted"] and "its node left the Ray cluster" in lost[0]["line"]
-    assert f"psgd launch: {lost[0]['line']}" in output
-    assert _nodes(events) == {n: cluster.ip_a for n in ALL}  # every role ended on node A
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["restarts"] == len(on_b)
-    _check_applied_once(events, summary, workers=WORKERS, steps=STEPS)
-    assert summary["final_test_accuracy"] >= 0.93
-
-
 @pytest.mark.timeout(300)
 def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
     """cluster.workers {min: 1, max: 4} with 2.5-CPU workers: node A (4 CPUs, two half-CPU
@@ -329,3 +454,28 @@ def test_elastic_workers_follow_the_nodes(two_nodes, tmp_path):
     finals = {e["index"]: e for e in events if e.get("event") == "server_stats" and e.get("final")}
     assert sorted(finals) == [0, 1] and all(f["live"]["max_gap_over_bound"] <= 0 for f in finals.values())
     assert all(f["counters"]["pushes"] == f["version"] for f in finals.values())  # each push applied once
+
+
+@pytest.mark.timeout(120)
+def test_a_lost_worker_node_has_its_roles_restarted_on_the_other_node(two_nodes, tmp_path):
+    cluster, out = two_nodes, tmp_path / "run"
+    code, output = _launch_and_kill_node_b(cluster, out, "--set", "ray.server.resources={node_a: 1}",
+                                           "--set", "supervision.max_restarts=1", after_steps=100)
+    assert code == 0, output[-3000:]
+    events = _events(out)
+    first = {}
+    for e in events:
+        if e.get("event") == "ready":
+            first.setdefault(f"{e['role']}-{e['index']}", e["node"])
+    on_b = sorted(n for n, ip in first.items() if ip == cluster.ip_b)
+    assert any(n.startswith("worker") for n in on_b), first  # spread put workers on node B
+    # One line names the node, every role it took and why; the CLI printed it.
+    lost = [e for e in events if e.get("event") == "node_lost"]
+    assert len(lost) == 1 and lost[0]["node"] == cluster.ip_b and sorted(lost[0]["roles"]) == on_b
+    assert lost[0]["restarted"] and "its node left the Ray cluster" in lost[0]["line"]
+    assert f"psgd launch: {lost[0]['line']}" in output
+    assert _nodes(events) == {n: cluster.ip_a for n in ALL}  # every role ended on node A
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["restarts"] == len(on_b)
+    _check_applied_once(events, summary, workers=WORKERS, steps=STEPS)
+    assert summary["final_test_accuracy"] >= 0.93

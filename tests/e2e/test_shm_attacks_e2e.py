@@ -6,14 +6,11 @@ request was sent, and segments of connections that are gone."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 
 import pytest
 import torch
-from conftest import spawn
+from support.bench_children import forked_bench_shards, run_script
 
 from psgd.bench.procs import BenchShards
 from psgd.wire import protocol as P
@@ -23,6 +20,13 @@ from psgd.workers.client import PSClient, RemoteError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not shm.available(), reason="no sealable memfd here")]
 LR = 1e-6  # BenchShards' SGD step; its parameters start at zero
+
+
+@pytest.fixture(autouse=True, scope="module")
+def forked_shards():
+    """Shards and client scripts forked from one preloaded server (tests/support/bench_children.py)."""
+    with forked_bench_shards():
+        yield
 
 
 def segments_held_by(pid: int) -> int:
@@ -37,15 +41,6 @@ def segments_held_by(pid: int) -> int:
     with open(f"/proc/{pid}/maps") as f:
         held.update(int(line.split()[4]) for line in f if "/memfd:psgd-segment" in line)
     return len(held)
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    """The child's whole session, also when the child itself already died (of SIGBUS) and left its own children."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 @pytest.mark.timeout(60)
@@ -122,13 +117,11 @@ print("applied", applied, flush=True)
 def test_a_gradient_rewritten_after_its_request_was_sent_is_checked_and_applied_as_one_copy():
     numel, pushes = 20_000, 300
     with BenchShards(numel, 1) as cluster:
-        proc = spawn([sys.executable, "-c", FLIPPER_CLIENT, cluster.addresses[0], str(numel), str(pushes)],
-                     stdout=subprocess.PIPE, text=True)
         watcher = PSClient(cluster.addresses, cluster.layout, role="evaluator", heartbeat_s=None,
                            shared_memory="off")
         try:
-            out, _ = proc.communicate(timeout=100)
-            assert proc.returncode == 0
+            code, out, err = run_script(FLIPPER_CLIENT, [cluster.addresses[0], str(numel), str(pushes)], timeout=100)
+            assert code == 0, err[-2000:]
             applied = int(out.split()[-1])
             params = watcher.register()[0]
             stats = watcher.stats()[0]
@@ -138,7 +131,6 @@ def test_a_gradient_rewritten_after_its_request_was_sent_is_checked_and_applied_
             assert bool(torch.isfinite(params).all())
             torch.testing.assert_close(params, torch.full((numel,), -LR * applied), rtol=1e-5, atol=0)
         finally:
-            kill_group(proc)
             watcher.shutdown_servers(token=cluster.token)
             watcher.close()
 
@@ -194,13 +186,8 @@ with BenchShards(numel, 2) as cluster:
 @pytest.mark.timeout(120)
 def test_a_process_that_cannot_reserve_its_segments_falls_back_to_tcp_with_one_warning():
     numel = 200_000  # two shards: two segments of 2 x 400 kB each, with files limited to 256 kB
-    proc = spawn([sys.executable, "-c", SMALL_SHM_CLIENT, str(numel)], stdout=subprocess.PIPE,
-                 stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=100)
-    finally:
-        kill_group(proc)
-    assert proc.returncode == 0, err[-2000:]
+    code, out, err = run_script(SMALL_SHM_CLIENT, [str(numel)], timeout=100)
+    assert code == 0, err[-2000:]
     assert out.split("\n")[0] == "shared_memory [False, False]"
     warnings = [line for line in err.splitlines() if "shared memory off" in line]
     assert len(warnings) == 1 and "cannot reserve a segment" in warnings[0], err[-2000:]

@@ -20,9 +20,9 @@ def test_bounds_that_never_bind_are_said_to_and_the_headline_follows_the_verdict
     code, stdout, stderr = run_psgd(
         "tune", "staleness", str(QUICKSTART), "--on", "sim", "--bounds", "0,1,8", "--seeds", "3", "--min-seeds", "3",
         "--lr-grid", "0.1,0.2", "--set", "cluster.workers=4", "--set", "sim.compute_ms=20", "--out", str(out),
-        # A target of 0.9 in 300 steps, not the quickstart's 0.93 in 500: every run still holds it, in
-        # 6,900 simulated updates over the 27 runs instead of 11,500.
-        "--set", "train.target_accuracy=0.9", "--set", "train.steps_per_worker=300",
+        # A target of 0.85 in 150 steps, not the quickstart's 0.93 in 500: every run still holds it
+        # (simulated: the same runs under any load), with each run capped at 150 steps a worker.
+        "--set", "train.target_accuracy=0.85", "--set", "train.steps_per_worker=150",
         "--set", "run.out_dir=" + str(tmp_path), cwd=tmp_path, timeout=580)
     assert code == 0, stderr
     rows = {int(r["bound"]): r for r in csv.DictReader(open(out / "tune.csv"))}

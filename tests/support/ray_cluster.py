@@ -48,7 +48,9 @@ NODE_FLAGS = [f"--num-cpus={NODE_CPUS}", f"--object-store-memory={OBJECT_STORE_B
 # No idle Python workers started ahead of use, at a node's start or a driver's: each is an
 # interpreter importing Ray (about 1 s of CPU), and every psgd role is an actor of its own anyway.
 NODE_ENV = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
-# A killed node is declared dead after about period x threshold (Ray's default is about 15 s).
+# The head runs without the autoscaler's monitor (--no-monitor: a Python process polling the
+# cluster): these nodes are fixed. A killed node is declared dead after about period x threshold
+# (Ray's default is about 15 s).
 HEAD_ENV = {**NODE_ENV, "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
             "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
 
@@ -72,6 +74,9 @@ def unsupported() -> Optional[str]:
     if shutil.which("ray", path=str(BIN)) is None:
         return "needs Ray in this environment (pip install 'psgd[ray]')"
     return None
+
+
+ZYGOTE_MODULE = b"psgd.orchestrate.ray.zygote"
 
 
 class SetupFailed(RuntimeError):
@@ -157,6 +162,16 @@ class TwoNodeRay:
     def pids(self, ns: str) -> list[int]:
         return ns_pids(ns)
 
+    def node_b_tmp(self) -> Path:
+        """Node B's own /tmp, as seen from here: through its raylet's root, which lives as long as node B."""
+        for pid in self.pids(self.ns_b):
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "raylet":
+                    return Path(f"/proc/{pid}/root/tmp")
+            except OSError:
+                continue  # a process that has just exited
+        raise SetupFailed("node B has no raylet")
+
     def node_b_up(self) -> bool:
         """Whether anything runs on node B (nothing does after kill_node_b)."""
         return bool(self.pids(self.ns_b))
@@ -170,7 +185,7 @@ class TwoNodeRay:
             self._forks = _ForksOnA(self)  # its imports overlap the nodes' start
             ray = str(BIN / "ray")
             _run(self.on_a([ray, "start", "--head", f"--node-ip-address={self.ip_a}", f"--port={RAY_PORT}",
-                            '--resources={"node_a": 8}', "--include-dashboard=false",
+                            '--resources={"node_a": 8}', "--include-dashboard=false", "--no-monitor",
                             f"--temp-dir={self.temp_a}", *NODE_FLAGS]), timeout=60, env=HEAD_ENV)
             self.start_node_b()
         except BaseException:
@@ -210,13 +225,14 @@ class TwoNodeRay:
     def close(self) -> list[str]:
         """Stop everything; returns what is left behind (empty when all is gone)."""
         made, self._made = list(reversed(self._made)), []
+        zygotes = self._zygote_dirs() if self.ns_a in made else []
         for ns in made:
             kill_all(ns)  # the fork server on node A among them
         if self._forks is not None:
             self._forks.close()  # reaps it
             self._forks = None
         left = [f"processes {self.pids(ns)} in {ns}" for ns in made if self.pids(ns)]
-        remove(made, [str(self.temp_a), str(self.home)])
+        remove(made, [str(self.temp_a), str(self.home), *zygotes])
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
         left += [f"namespace {ns}" for ns in (self.ns_a, self.ns_b) if ns in listed]
         if self._reaper is not None:  # its work is done
@@ -224,6 +240,20 @@ class TwoNodeRay:
             self._reaper.wait(timeout=10)
             self._reaper = None
         return left
+
+    def _zygote_dirs(self) -> list[str]:
+        """The socket directories of the role zygotes on node A (psgd/orchestrate/ray/zygote.py),
+        in the /tmp it shares with the test: killed, a zygote leaves its directory behind. (The
+        roles it forked show its command line too.)"""
+        found = set()
+        for pid in self.pids(self.ns_a):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue  # a process that has just exited
+            if ZYGOTE_MODULE in argv[:-1]:
+                found.add(str(Path(argv[argv.index(ZYGOTE_MODULE) + 1].decode()).parent))
+        return sorted(found)
 
 
 def leftovers(token: str) -> list[str]:

@@ -3,8 +3,8 @@ evaluator) on whichever node Ray placed it with the role's resources.
 
 The actor starts the role as a child process (`python -m psgd.cli ROLE ...`) as the
 local launcher does (the roles keep their own signal handling, and a child
-whose actor dies notices it is orphaned and stops): forked by the run's zygote
-on this node (ray/zygote.py), which imported torch once for every role there,
+whose actor dies notices it is orphaned and stops): forked by the zygote on
+this node (ray/zygote.py), which imported torch once for every role there,
 or exec'd where the run may not fork (a GPU run). It works in the launcher's
 run directory when that directory is visible from its node (same node or a
 shared filesystem: it finds the launcher's token file there); otherwise in a
@@ -48,7 +48,6 @@ class RoleHost:
         except OSError:
             shared = False
         self.shared = shared
-        self.token = token
         self.workdir = here if shared else Path(tempfile.mkdtemp(prefix="psgd-ray-"))
         self.proc: Optional[subprocess.Popen | ZygoteChild] = None
         self.events: Optional[EventTail] = None
@@ -75,7 +74,8 @@ class RoleHost:
         # Earlier incarnations' events were reported already: read only what this one writes.
         self.events = EventTail(self.workdir / "events" / f"{role}-{index}.jsonl", from_end=True)
         env = {**os.environ, **env}
-        self.proc = fork_role(self.token, args, self.log, env, self.workdir / CONFIG_FILE)
+        self.proc = fork_role(ray.get_runtime_context().get_node_id(), args, self.log, env,
+                              self.workdir / CONFIG_FILE)
         if self.proc is None:  # no fork for this run (a GPU run, run.start_method: exec)
             with open(self.log, "ab") as out:
                 self.proc = subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT,

@@ -292,7 +292,8 @@ class RayProcesses:
         reports = []
         elastic = self.cfg.cluster.worker_range is not None
         for node_id in sorted({p.info["node_id"] for p in lost}):
-            group = [p for p in lost if p.info["node_id"] == node_id]
+            # In the job's order (servers, workers, evaluator), not the order their actors' deaths were seen in.
+            group = sorted((p for p in lost if p.info["node_id"] == node_id), key=procs.index)
             why = "its node left the Ray cluster" if node_id in gone_nodes else group[0].lost
             loss = NodeLoss(group[0].node_ip, [(p.role, p.index) for p in group], why)
             # Elastic workers are not restarted here: the launcher lets them go (or replaces one below min).
