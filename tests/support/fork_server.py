@@ -43,8 +43,19 @@ VOLATILE = {"PYTEST_CURRENT_TEST"}  # pytest rewrites it per test; nothing impor
 START_ENV = dict(os.environ, PYTHONUNBUFFERED="1")  # the suite's, before any test changes it
 
 
+def torch_written() -> dict[str, str]:
+    """What torch itself wrote into os.environ, with the value: the first import of torch._dynamo
+    (a torch.optim optimizer's first construction, a FLOP count) sets TORCHINDUCTOR_CACHE_DIR to
+    its default, which a fresh interpreter would pick too. Left in the comparison, it made every
+    later command of that test process an exec (~3 s of CPU each, more for a DiLoCo or `--on sim`
+    run, which import torch._dynamo again)."""
+    cache = sys.modules.get("torch._inductor.runtime.cache_dir_utils")  # absent: torch wrote nothing
+    return {} if cache is None else {"TORCHINDUCTOR_CACHE_DIR": cache.default_cache_dir()}
+
+
 def environment_matches(env: dict[str, str], server_env: dict[str, str]) -> bool:
-    strip = lambda e: {k: v for k, v in e.items() if k not in VOLATILE}  # noqa: E731
+    written = torch_written()
+    strip = lambda e: {k: v for k, v in e.items() if k not in VOLATILE and written.get(k) != v}  # noqa: E731
     return strip(env) == strip(server_env)
 
 
