@@ -168,6 +168,8 @@ class ShardUpdater:
         largest = 0.0
         if cfg.dc_asgd is not None and read_params is not None and cfg.dc_asgd.lambda_ > 0:
             largest = grad * grad
+            if not largest < UNGUARDED_LIMIT:  # before the pass over read_params (also for a NaN)
+                return None
             grad += cfg.dc_asgd.lambda_ * grad * grad * (bound[""] + abs_max(read_params))
             largest = max(largest, grad)
         if cfg.weight_decay and self.base.decoupled_weight_decay:
